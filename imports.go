@@ -1,0 +1,10 @@
+// Package x402gate is the root of x402gate, an x402 payment gate for Caddy. Importing it
+// registers every x402gate Caddy module, so that
+//
+//	xcaddy build --with github.com/x402gate/x402gate
+//
+// builds a Caddy with them. cmd/caddy is the same build without xcaddy.
+package x402gate
+
+// Version is the x402gate release this source tree is. xcaddy.json pins the same version.
+const Version = "v0.1.0"
