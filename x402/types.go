@@ -1,0 +1,173 @@
+// Package x402 is the x402 wire protocol, versions 1 and 2, for the "exact" scheme on EVM
+// chains: the JSON shapes, strict header codecs, one normalised internal form, the network
+// registry, reason codes, and EIP-712 hashing and signer recovery of EIP-3009
+// TransferWithAuthorization. It does no I/O.
+package x402
+
+import "encoding/json"
+
+// Protocol versions and the one scheme this package implements.
+const (
+	Version1    = 1
+	Version2    = 2
+	SchemeExact = "exact"
+)
+
+// HTTP header names of the x402 transports.
+const (
+	HeaderPayment           = "X-PAYMENT"          // v1 request: base64(PayloadV1)
+	HeaderPaymentResponse   = "X-PAYMENT-RESPONSE" // v1 response: base64(SettleResponse)
+	HeaderPaymentSignature  = "PAYMENT-SIGNATURE"  // v2 request: base64(PayloadV2)
+	HeaderPaymentRequired   = "PAYMENT-REQUIRED"   // v2 402 answer: base64(PaymentRequiredV2)
+	HeaderPaymentResponseV2 = "PAYMENT-RESPONSE"   // v2 response: base64(SettleResponse)
+)
+
+// RequirementsV1 is one entry of a v1 402 answer's accepts list. Its JSON must pass
+// x402-fetch 1.2.0's zod schema: mimeType is always a string and outputSchema is omitted
+// rather than null.
+type RequirementsV1 struct {
+	Scheme            string         `json:"scheme"`
+	Network           string         `json:"network"`
+	MaxAmountRequired string         `json:"maxAmountRequired"`
+	Resource          string         `json:"resource"`
+	Description       string         `json:"description"`
+	MimeType          string         `json:"mimeType"`
+	OutputSchema      map[string]any `json:"outputSchema,omitempty"`
+	PayTo             string         `json:"payTo"`
+	MaxTimeoutSeconds int            `json:"maxTimeoutSeconds"`
+	Asset             string         `json:"asset"`
+	Extra             map[string]any `json:"extra,omitempty"`
+}
+
+// ResourceInfo describes the paid resource in v2 (one per 402 answer).
+type ResourceInfo struct {
+	URL         string `json:"url"`
+	Description string `json:"description,omitempty"`
+	MimeType    string `json:"mimeType,omitempty"`
+}
+
+// RequirementsV2 is one entry of a v2 PaymentRequired's accepts list, and the "accepted"
+// field of a v2 payload.
+type RequirementsV2 struct {
+	Scheme            string         `json:"scheme"`
+	Network           string         `json:"network"`
+	Amount            string         `json:"amount"`
+	Asset             string         `json:"asset"`
+	PayTo             string         `json:"payTo"`
+	MaxTimeoutSeconds int            `json:"maxTimeoutSeconds"`
+	Extra             map[string]any `json:"extra,omitempty"`
+}
+
+// PaymentRequiredV1 is the JSON body of a v1 402 answer.
+type PaymentRequiredV1 struct {
+	X402Version int              `json:"x402Version"`
+	Error       string           `json:"error"`
+	Accepts     []RequirementsV1 `json:"accepts"`
+	Payer       string           `json:"payer,omitempty"`
+}
+
+// PaymentRequiredV2 is the decoded PAYMENT-REQUIRED header of a v2 402 answer.
+type PaymentRequiredV2 struct {
+	X402Version int              `json:"x402Version"`
+	Error       string           `json:"error,omitempty"`
+	Resource    *ResourceInfo    `json:"resource,omitempty"`
+	Accepts     []RequirementsV2 `json:"accepts"`
+	Extensions  map[string]any   `json:"extensions,omitempty"`
+}
+
+// AuthorizationJSON is the wire form of an EIP-3009 TransferWithAuthorization: addresses
+// as 0x-hex, integers as decimal strings, the nonce as 0x-hex of 32 bytes.
+type AuthorizationJSON struct {
+	From        string `json:"from"`
+	To          string `json:"to"`
+	Value       string `json:"value"`
+	ValidAfter  string `json:"validAfter"`
+	ValidBefore string `json:"validBefore"`
+	Nonce       string `json:"nonce"`
+}
+
+// ExactEVMPayload is the scheme payload of an exact EVM payment: a signature of any length
+// (65 bytes for an EOA, longer for ERC-1271 and ERC-6492 wallets) over the authorization.
+type ExactEVMPayload struct {
+	Signature     string            `json:"signature"`
+	Authorization AuthorizationJSON `json:"authorization"`
+}
+
+// PayloadV1 is the decoded X-PAYMENT header.
+type PayloadV1 struct {
+	X402Version int             `json:"x402Version"`
+	Scheme      string          `json:"scheme"`
+	Network     string          `json:"network"`
+	Payload     ExactEVMPayload `json:"payload"`
+}
+
+// PayloadV2 is the decoded PAYMENT-SIGNATURE header.
+type PayloadV2 struct {
+	X402Version int             `json:"x402Version"`
+	Resource    *ResourceInfo   `json:"resource,omitempty"`
+	Accepted    RequirementsV2  `json:"accepted"`
+	Payload     ExactEVMPayload `json:"payload"`
+	Extensions  map[string]any  `json:"extensions,omitempty"`
+}
+
+// VerifyRequest is the body of POST /verify. The payload and requirements stay raw until
+// the facilitator decodes them in the shape of X402Version (or of the payload's own
+// x402Version when the top-level one is absent). VerificationRequirements is the optional
+// verification-fee requirement of the verdict service (spec §4.2).
+type VerifyRequest struct {
+	X402Version              int             `json:"x402Version,omitempty"`
+	PaymentPayload           json.RawMessage `json:"paymentPayload"`
+	PaymentRequirements      json.RawMessage `json:"paymentRequirements"`
+	VerificationRequirements json.RawMessage `json:"verificationRequirements,omitempty"`
+	VerificationPayment      json.RawMessage `json:"verificationPayment,omitempty"`
+}
+
+// SettleRequest is the body of POST /settle.
+type SettleRequest struct {
+	X402Version         int             `json:"x402Version,omitempty"`
+	PaymentPayload      json.RawMessage `json:"paymentPayload"`
+	PaymentRequirements json.RawMessage `json:"paymentRequirements"`
+}
+
+// VerifyResponse is the answer of POST /verify. A logical failure is HTTP 200 with
+// IsValid false. InvalidReason is a v1 enum value for v1 requests and a v2 string for v2.
+type VerifyResponse struct {
+	IsValid        bool   `json:"isValid"`
+	InvalidReason  string `json:"invalidReason,omitempty"`
+	InvalidMessage string `json:"invalidMessage,omitempty"`
+	Payer          string `json:"payer,omitempty"`
+	GuardianStatus string `json:"guardianStatus,omitempty"`
+	GuardianReason string `json:"guardianReason,omitempty"`
+	FeeTxHash      string `json:"feeTxHash,omitempty"`
+	FeeError       string `json:"feeError,omitempty"`
+}
+
+// SettleResponse is the answer of POST /settle and, base64-encoded, the X-PAYMENT-RESPONSE
+// and PAYMENT-RESPONSE headers. Transaction is what every x402 client reads and is always
+// present (empty on failure); TxHash repeats it under the spec's name.
+type SettleResponse struct {
+	Success      bool   `json:"success"`
+	ErrorReason  string `json:"errorReason,omitempty"`
+	ErrorMessage string `json:"errorMessage,omitempty"`
+	Payer        string `json:"payer,omitempty"`
+	Transaction  string `json:"transaction"`
+	TxHash       string `json:"txHash,omitempty"`
+	Network      string `json:"network"`
+	Amount       string `json:"amount,omitempty"`
+}
+
+// SupportedKind is one (version, scheme, network) a facilitator settles.
+type SupportedKind struct {
+	X402Version int            `json:"x402Version"`
+	Scheme      string         `json:"scheme"`
+	Network     string         `json:"network"`
+	Extra       map[string]any `json:"extra,omitempty"`
+}
+
+// SupportedResponse is the answer of GET /supported: v1 and v2 kinds side by side, and the
+// facilitator's signer addresses per CAIP-2 family.
+type SupportedResponse struct {
+	Kinds      []SupportedKind     `json:"kinds"`
+	Extensions []string            `json:"extensions"`
+	Signers    map[string][]string `json:"signers"`
+}
