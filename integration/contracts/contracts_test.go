@@ -1,0 +1,142 @@
+package contracts_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/x402gate/x402gate/integration/contracts"
+)
+
+// TestCommittedArtifactsAreUpToDate recompiles the Solidity sources with the pinned npm solc and
+// requires the committed artifacts to match, so nobody edits a .sol file and forgets the JSON.
+func TestCommittedArtifactsAreUpToDate(t *testing.T) {
+	integrationDir, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(integrationDir, "node_modules", "solc")); err != nil {
+		t.Fatalf("npm solc is not installed (%v); run: cd integration && npm ci", err)
+	}
+	out := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "scripts/compile.mjs", "--out", out)
+	cmd.Dir = integrationDir
+	if combined, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("node scripts/compile.mjs: %v\n%s", err, combined)
+	}
+
+	for _, tc := range []struct {
+		file      string
+		committed contracts.Artifact
+	}{
+		{"X402Token.json", contracts.Token},
+		{"TestWallet1271.json", contracts.Wallet},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join(out, tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var fresh contracts.Artifact
+			if err := json.Unmarshal(data, &fresh); err != nil {
+				t.Fatal(err)
+			}
+			const hint = "; regenerate with: cd integration && node scripts/compile.mjs"
+			if !bytes.Equal(fresh.Bytecode, tc.committed.Bytecode) {
+				t.Errorf("committed bytecode of %s is stale%s", tc.file, hint)
+			}
+			if !bytes.Equal(fresh.DeployedBytecode, tc.committed.DeployedBytecode) {
+				t.Errorf("committed deployedBytecode of %s is stale%s", tc.file, hint)
+			}
+			if !jsonEqual(t, fresh.ABI, tc.committed.ABI) {
+				t.Errorf("committed abi of %s is stale%s", tc.file, hint)
+			}
+		})
+	}
+}
+
+func jsonEqual(t *testing.T, a, b json.RawMessage) bool {
+	t.Helper()
+	var x, y any
+	if err := json.Unmarshal(a, &x); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &y); err != nil {
+		t.Fatal(err)
+	}
+	xs, _ := json.Marshal(x)
+	ys, _ := json.Marshal(y)
+	return bytes.Equal(xs, ys)
+}
+
+// TestTokenMethodsHaveTheUSDCSelectors pins the selectors facilitators call on USDC: if these
+// differ, a facilitator tested against X402Token would not work against FiatToken.
+func TestTokenMethodsHaveTheUSDCSelectors(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		method   string
+		selector string
+	}{
+		{"transferWithAuthorization with v,r,s", contracts.TransferWithAuthorizationVRS, "e3ee160e"},
+		{"transferWithAuthorization with bytes signature", contracts.TransferWithAuthorizationBytes, "cf092995"},
+		{"receiveWithAuthorization with v,r,s", contracts.ReceiveWithAuthorizationVRS, "ef55bec6"},
+		{"receiveWithAuthorization with bytes signature", contracts.ReceiveWithAuthorizationBytes, "88b7ab63"},
+		{"cancelAuthorization with v,r,s", contracts.CancelAuthorizationVRS, "5a049a70"},
+		{"cancelAuthorization with bytes signature", contracts.CancelAuthorizationBytes, "b7b72899"},
+		{"authorizationState", "authorizationState", "e94a0102"},
+		{"balanceOf", "balanceOf", "70a08231"},
+		{"transfer", "transfer", "a9059cbb"},
+		{"DOMAIN_SEPARATOR", "DOMAIN_SEPARATOR", "3644e515"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, ok := contracts.TokenABI.Methods[tc.method]
+			if !ok {
+				t.Fatalf("TokenABI has no method %q", tc.method)
+			}
+			if got := hex.EncodeToString(m.ID); got != tc.selector {
+				t.Errorf("selector of %s = %s, want %s", m.Sig, got, tc.selector)
+			}
+		})
+	}
+}
+
+// TestTokenEventsHaveTheStandardTopics pins the event topics that receipts are parsed by.
+func TestTokenEventsHaveTheStandardTopics(t *testing.T) {
+	for _, tc := range []struct {
+		event string
+		topic string
+	}{
+		{"Transfer", "ddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef"},
+		{"Approval", "8c5be1e5ebec7d5bd14f71427d1e84f3dd0314c0f7b2291e5b200ac8c7c3b925"},
+		{"AuthorizationUsed", "98de503528ee59b575ef0c0a2576a82497bfc029a5685b209e9ec333479b10a5"},
+		{"AuthorizationCanceled", "1cdd46ff242716cdaa72d159d339a485b3438398348d68f09d7c8c0a59353d81"},
+	} {
+		t.Run(tc.event, func(t *testing.T) {
+			e, ok := contracts.TokenABI.Events[tc.event]
+			if !ok {
+				t.Fatalf("TokenABI has no event %q", tc.event)
+			}
+			if got := hex.EncodeToString(e.ID[:]); got != tc.topic {
+				t.Errorf("topic of %s = %s, want %s", e.Sig, got, tc.topic)
+			}
+		})
+	}
+}
+
+func TestWalletImplementsERC1271(t *testing.T) {
+	m, ok := contracts.WalletABI.Methods["isValidSignature"]
+	if !ok {
+		t.Fatal("WalletABI has no isValidSignature")
+	}
+	if got := hex.EncodeToString(m.ID); got != hex.EncodeToString(contracts.ERC1271MagicValue[:]) {
+		t.Errorf("isValidSignature selector = %s, want the ERC-1271 magic value %x", got, contracts.ERC1271MagicValue)
+	}
+}

@@ -1,0 +1,76 @@
+#!/usr/bin/env node
+// compile.mjs compiles x402gate's test contracts with the npm `solc` package (pinned in
+// package.json) and writes one artifact per contract, {contractName, compiler, abi, bytecode,
+// deployedBytecode}, next to the sources in integration/contracts/.
+//
+// Usage (from integration/):
+//   node scripts/compile.mjs              regenerate the committed artifacts
+//   node scripts/compile.mjs --out DIR    write the artifacts to DIR instead (the Go test
+//                                         integration/contracts uses this to check that the
+//                                         committed artifacts are up to date)
+//
+// Settings are fixed so that a build is reproducible: optimizer on (200 runs), evmVersion
+// cancun (anvil's default hardfork is newer), and source keys are bare file names, so the
+// metadata hash does not depend on where the repository is checked out.
+
+import { readFileSync, writeFileSync, mkdirSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import solc from "solc";
+
+const contractsDir = resolve(dirname(fileURLToPath(import.meta.url)), "..", "contracts");
+const contracts = ["X402Token", "TestWallet1271"];
+
+function parseArgs(argv) {
+  let out = contractsDir;
+  for (let i = 0; i < argv.length; i++) {
+    if (argv[i] === "--out" && i + 1 < argv.length) {
+      out = resolve(argv[++i]);
+    } else {
+      throw new Error(`unknown argument ${JSON.stringify(argv[i])}; usage: compile.mjs [--out DIR]`);
+    }
+  }
+  return { out };
+}
+
+function main() {
+  const { out } = parseArgs(process.argv.slice(2));
+  const sources = {};
+  for (const name of contracts) {
+    sources[`${name}.sol`] = { content: readFileSync(join(contractsDir, `${name}.sol`), "utf8") };
+  }
+  const input = {
+    language: "Solidity",
+    sources,
+    settings: {
+      optimizer: { enabled: true, runs: 200 },
+      evmVersion: "cancun",
+      outputSelection: { "*": { "*": ["abi", "evm.bytecode.object", "evm.deployedBytecode.object"] } },
+    },
+  };
+  const output = JSON.parse(solc.compile(JSON.stringify(input)));
+  const errors = (output.errors ?? []).filter((e) => e.severity === "error");
+  for (const e of output.errors ?? []) {
+    process.stderr.write((e.formattedMessage ?? e.message) + "\n");
+  }
+  if (errors.length > 0) {
+    process.exit(1);
+  }
+  mkdirSync(out, { recursive: true });
+  for (const name of contracts) {
+    const c = output.contracts?.[`${name}.sol`]?.[name];
+    if (!c || !c.evm?.bytecode?.object) {
+      throw new Error(`solc produced no bytecode for ${name}`);
+    }
+    const artifact = {
+      contractName: name,
+      compiler: `solc ${solc.version()}`,
+      abi: c.abi,
+      bytecode: "0x" + c.evm.bytecode.object,
+      deployedBytecode: "0x" + c.evm.deployedBytecode.object,
+    };
+    writeFileSync(join(out, `${name}.json`), JSON.stringify(artifact, null, 2) + "\n");
+  }
+}
+
+main();
