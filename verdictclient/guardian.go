@@ -1,0 +1,283 @@
+package verdictclient
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/x402gate/x402gate/x402"
+)
+
+// GuardianConfig configures the high-level helpers (spec §2.5).
+type GuardianConfig struct {
+	// BaseURL is the verdict service's base URL; a trailing slash is removed. Required.
+	BaseURL string
+	// APIKey is the fallback verdict-service key, used when the call brings no payer key
+	// (PaymentInput.APIKey). Sensitive: sent only in x-api-key. Required.
+	APIKey string
+	// Timeout bounds each HTTP request. Default DefaultTimeout (10 s). Unlike the
+	// reference helpers, which ignore timeoutMs (spec §2.5), the Guardian forwards it to
+	// its low-level client: a shorter timeout can only make a call fail closed sooner.
+	Timeout time.Duration
+	// AllowPromptOverride lets an unsigned arbiterUserPrompt replace the prompt derived
+	// from the payment action. Default false: the prompt is always derived.
+	AllowPromptOverride bool
+	// HTTPClient sends the requests. Default: a client on http.DefaultTransport.
+	HTTPClient *http.Client
+	// Assets resolves token decimals and symbols for the derived prompt. Default: the
+	// built-in networks (x402.NewRegistry).
+	Assets *x402.Registry
+}
+
+// GuardianStatus is the status of a GuardianResult.
+type GuardianStatus string
+
+// Guardian statuses (spec §2.5).
+const (
+	GuardianApproved GuardianStatus = "approved" // terminal verdict, outcome approved
+	GuardianRejected GuardianStatus = "rejected" // terminal verdict, outcome rejected
+	GuardianTimeout  GuardianStatus = "timeout"  // still pending at the polling bound or the context deadline
+	GuardianError    GuardianStatus = "error"    // anything else: refused, malformed, unavailable, cancelled
+)
+
+// GuardianResult is the outcome of VerifyPayment (spec §2.5). Only Approved matters for
+// the decision; the rest explains it.
+type GuardianResult struct {
+	// Approved is true only when the terminal verdict's outcome is approved.
+	Approved bool `json:"approved"`
+	// Status is approved, rejected, timeout or error.
+	Status GuardianStatus `json:"status"`
+	// Reason is a non-sensitive, human-readable verdict or failure reason. It names the
+	// requestHash (or the trace id) when one is known and never contains an API key.
+	Reason string `json:"reason,omitempty"`
+	// Verdict is set for terminal verdicts. Unknown reasonCode values pass through.
+	Verdict *GuardianVerdict `json:"verdict,omitempty"`
+	// RequestHash identifies the transaction for logs, when one was created.
+	RequestHash string `json:"requestHash,omitempty"`
+}
+
+// GuardianVerdict is the part of a terminal verdict a GuardianResult carries (spec
+// §2.5): outcome, reasonCode and humanReason always; the rest when the service sent them.
+type GuardianVerdict struct {
+	// Outcome is approved or rejected.
+	Outcome Outcome `json:"outcome"`
+	// ReasonCode is allowed, or a violation code, possibly one this package does not know.
+	ReasonCode ReasonCode `json:"reasonCode"`
+	// HumanReason is the service's explanation.
+	HumanReason string `json:"humanReason"`
+	// Checks are the per-check results.
+	Checks []Check `json:"checks,omitempty"`
+	// Evidence is what the service decoded and observed.
+	Evidence *Evidence `json:"evidence,omitempty"`
+	// PolicyVersion is the evaluated policy's version, when resolved.
+	PolicyVersion *int64 `json:"policyVersion,omitempty"`
+	// USDNotional is the action's notional in USD, when priced.
+	USDNotional *float64 `json:"usdNotional,omitempty"`
+	// Timestamp is when the verdict was made.
+	Timestamp time.Time `json:"timestamp"`
+}
+
+// PaymentInput is the input of a verification: the payment and what it pays for, plus
+// two optional fields that are not part of the signed payment.
+type PaymentInput struct {
+	// Payment is the decoded payment payload. Required.
+	Payment *x402.Payment
+	// Requirements is the requirement the payment answers. Required.
+	Requirements *x402.Requirements
+	// ArbiterUserPrompt replaces the derived prompt when AllowPromptOverride is set.
+	ArbiterUserPrompt string
+	// APIKey is the payer's own verdict-service key for this call; empty means
+	// GuardianConfig.APIKey. It is used only in the x-api-key header. It is taken from
+	// the caller, never from the payment payload, which travels through merchants and
+	// proxies and so must not carry a secret.
+	APIKey string
+}
+
+// Verdicts is what a payment verifier needs from the verdict service: a fail-closed
+// verdict for one payment. *Guardian implements it.
+type Verdicts interface {
+	// VerifyPayment returns a GuardianResult; the error is non-nil only when the payment
+	// cannot become a PaymentAction, and the result is then a non-approved "error".
+	VerifyPayment(ctx context.Context, p *x402.Payment, r *x402.Requirements, opts PollOptions) (GuardianResult, error)
+}
+
+// VerifyFn verifies one x402 payment and returns an x402 verify result; an error means
+// an exceptional failure, not a refused payment.
+type VerifyFn func(ctx context.Context, p *x402.Payment, r *x402.Requirements) (x402.VerifyResponse, error)
+
+// Guardian runs payment verifications against the verdict service. It is safe for
+// concurrent use.
+type Guardian struct {
+	client      *Client
+	allowPrompt bool
+	assets      *x402.Registry
+}
+
+// NewGuardian validates cfg and returns a Guardian. Errors are *InputError.
+func NewGuardian(cfg GuardianConfig) (*Guardian, error) {
+	c, err := New(Config{BaseURL: cfg.BaseURL, APIKey: cfg.APIKey, Timeout: cfg.Timeout, HTTPClient: cfg.HTTPClient})
+	if err != nil {
+		return nil, err
+	}
+	reg := cfg.Assets
+	if reg == nil {
+		reg = defaultRegistry
+	}
+	return &Guardian{client: c, allowPrompt: cfg.AllowPromptOverride, assets: reg}, nil
+}
+
+// Client returns the Guardian's low-level client.
+func (g *Guardian) Client() *Client { return g.client }
+
+// VerifyPayment implements Verdicts for the facilitator: it verifies p against r with the
+// configured key, taking an arbiterUserPrompt from the payload's guardian extension
+// (PromptFromPayment) when overrides are allowed.
+func (g *Guardian) VerifyPayment(ctx context.Context, p *x402.Payment, r *x402.Requirements, opts PollOptions) (GuardianResult, error) {
+	return g.Verify(ctx, PaymentInput{Payment: p, Requirements: r, ArbiterUserPrompt: PromptFromPayment(p)}, opts)
+}
+
+// Verify is verifyPayment (spec §4.3): build the PaymentAction, submit it with
+// authorization.from as escrowAddress, and poll for a terminal verdict. It never settles.
+//
+// Every failure becomes a non-approved result: rejected, timeout (still pending at the
+// bound or the context's deadline) or error. The error return is non-nil only when the
+// action cannot be built (an *InputError); the result is then an "error" result too, so
+// a caller that ignores the error still fails closed. After an uncertain submit it
+// reconciles by trace id (retrying the lookup within opts) and continues with the found
+// transaction; it never submits twice.
+func (g *Guardian) Verify(ctx context.Context, in PaymentInput, opts PollOptions) (GuardianResult, error) {
+	act, from, err := NewPaymentAction(in.Payment, in.Requirements)
+	if err != nil {
+		return failed(err, "", nil), err
+	}
+	prompt, err := promptFor(act, in.ArbiterUserPrompt, g.allowPrompt, g.assets)
+	if err != nil {
+		return failed(err, "", nil), err
+	}
+	c := g.client
+	keys := []string{c.apiKey}
+	if in.APIKey != "" {
+		if c, err = c.WithAPIKey(in.APIKey); err != nil {
+			return failed(err, "", keys), nil
+		}
+		keys = append(keys, in.APIKey)
+	}
+	tx, err := c.Submit(ctx, SubmitRequest{EscrowAddress: from.Hex(), Prompt: prompt, ProposedTx: act})
+	var ue *UncertainSubmitError
+	if errors.As(err, &ue) {
+		// spec §4.1 POST rule 5: establish whether the request was created; never resubmit.
+		tx, err = c.reconcileWithin(ctx, ue.TraceID, opts)
+		if err != nil {
+			err = errors.Join(ue, err)
+		}
+	}
+	if err != nil {
+		return failed(err, "", keys), nil
+	}
+	v, err := c.Await(ctx, tx.RequestHash, opts)
+	if err != nil {
+		return failed(err, tx.RequestHash, keys), nil
+	}
+	return fromVerdict(v, tx.RequestHash, keys), nil
+}
+
+// fromVerdict turns a terminal verdict into a result.
+func fromVerdict(v *Verdict, hash string, keys []string) GuardianResult {
+	gv := &GuardianVerdict{
+		Outcome: v.Outcome, ReasonCode: v.ReasonCode, HumanReason: v.HumanReason,
+		Checks: v.Checks, Evidence: &v.Evidence, PolicyVersion: v.PolicyVersion,
+		USDNotional: v.USDNotional, Timestamp: v.Timestamp,
+	}
+	reason := v.HumanReason
+	if reason == "" {
+		reason = string(v.ReasonCode)
+	}
+	res := GuardianResult{Verdict: gv, RequestHash: hash, Reason: scrub(reason, keys)}
+	if v.Approved() {
+		res.Approved, res.Status = true, GuardianApproved
+	} else {
+		res.Status = GuardianRejected
+	}
+	return res
+}
+
+// failed turns an error into a non-approved result.
+func failed(err error, hash string, keys []string) GuardianResult {
+	st := GuardianError
+	var pb *PollBoundError
+	switch {
+	case errors.As(err, &pb):
+		if pb.Last == nil { // still pending; a service that kept failing is an error
+			st = GuardianTimeout
+		}
+	case errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrNetwork):
+		st = GuardianTimeout // the caller's deadline, not a per-request timeout
+	}
+	return GuardianResult{Status: st, Reason: scrub(err.Error(), keys), RequestHash: hash}
+}
+
+// scrub removes any key from s. Errors of this package never contain one; this guards
+// text that came from the service (humanReason).
+func scrub(s string, keys []string) string {
+	for _, k := range keys {
+		if k != "" && strings.Contains(s, k) {
+			s = strings.ReplaceAll(s, k, "[redacted]")
+		}
+	}
+	return s
+}
+
+// VerifyPayment is the one-shot form of Guardian.Verify (spec §4.3 verifyPayment): it
+// builds a Guardian from cfg and verifies in. An invalid cfg is reported like an action
+// that cannot be built: an "error" result and an *InputError.
+func VerifyPayment(ctx context.Context, in PaymentInput, cfg GuardianConfig, opts PollOptions) (GuardianResult, error) {
+	g, err := NewGuardian(cfg)
+	if err != nil {
+		return failed(err, "", nil), err
+	}
+	return g.Verify(ctx, in, opts)
+}
+
+// WithGuardian wraps base with a verdict check (spec §4.3 withGuardian). Errors are an
+// invalid cfg (*InputError).
+func WithGuardian(base VerifyFn, cfg GuardianConfig, opts PollOptions) (VerifyFn, error) {
+	g, err := NewGuardian(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return WithVerdicts(base, g, opts), nil
+}
+
+// Wrap is WithVerdicts(base, g, opts).
+func (g *Guardian) Wrap(base VerifyFn, opts PollOptions) VerifyFn { return WithVerdicts(base, g, opts) }
+
+// WithVerdicts wraps base with a verdict check from v:
+//   - base's error, or a base result that is not valid, is returned as it is, and the
+//     verdict service is not called;
+//   - a valid base result stays valid only if the verdict is approved; otherwise IsValid
+//     becomes false with InvalidReason x402.ReasonVerdictNotApproved (the facilitator maps
+//     it to the payment's x402 version);
+//   - GuardianStatus and GuardianReason are set whenever the service was consulted.
+func WithVerdicts(base VerifyFn, v Verdicts, opts PollOptions) VerifyFn {
+	return func(ctx context.Context, p *x402.Payment, r *x402.Requirements) (x402.VerifyResponse, error) {
+		if base == nil || v == nil {
+			return x402.VerifyResponse{}, &InputError{Field: "withGuardian", Problem: "base verifier and verdict source are required"}
+		}
+		res, err := base(ctx, p, r)
+		if err != nil || !res.IsValid {
+			return res, err
+		}
+		gr, _ := v.VerifyPayment(ctx, p, r, opts) // the result already fails closed on error
+		if gr.Status == "" {
+			gr.Status = GuardianError
+		}
+		res.GuardianStatus, res.GuardianReason = string(gr.Status), gr.Reason
+		if !gr.Approved || gr.Status != GuardianApproved {
+			res.IsValid = false
+			res.InvalidReason = string(x402.ReasonVerdictNotApproved)
+		}
+		return res, nil
+	}
+}

@@ -1,0 +1,433 @@
+package verdictclient
+
+import (
+	"encoding/json"
+	"math"
+	"strconv"
+	"time"
+)
+
+// ParseEnvelope strictly decodes and validates an approval-status body (spec §2.2, §2.3):
+// a JSON object whose "verdict" is absent, null or a valid verdict. requestHash only
+// labels errors. Any failure is a *ValidationError, which is never approval.
+func ParseEnvelope(body []byte, requestHash string) (*Envelope, error) {
+	v := validator{op: "approval status", hash: requestHash}
+	tree, err := parseStrict(body)
+	if err != nil {
+		return nil, v.fail("", "malformed json: "+err.Error())
+	}
+	obj, ok := tree.(map[string]any)
+	if !ok {
+		return nil, v.fail("", "not a json object")
+	}
+	raw, present := obj["verdict"]
+	if !present || raw == nil {
+		return &Envelope{}, nil
+	}
+	vd, err := v.verdict(raw, "verdict")
+	if err != nil {
+		return nil, err
+	}
+	return &Envelope{Verdict: vd}, nil
+}
+
+// ParseVerdict strictly decodes and validates one verdict object (spec §2.3). It is the
+// rule set ParseEnvelope applies to the envelope's verdict, offered on its own so that a
+// verdict producer can test its output against the client's rules.
+func ParseVerdict(body []byte, requestHash string) (*Verdict, error) {
+	v := validator{op: "verdict", hash: requestHash}
+	tree, err := parseStrict(body)
+	if err != nil {
+		return nil, v.fail("", "malformed json: "+err.Error())
+	}
+	return v.verdict(tree, "verdict")
+}
+
+// parseTransaction validates a 201 body: an object with a non-empty string requestHash
+// (spec §4.1 POST rule 3). Other fields are taken when they are strings.
+func parseTransaction(body []byte, traceID string) (*Transaction, error) {
+	v := validator{op: "submit"}
+	tree, err := parseStrict(body)
+	if err != nil {
+		return nil, v.fail("", "malformed json: "+err.Error())
+	}
+	obj, ok := tree.(map[string]any)
+	if !ok {
+		return nil, v.fail("", "not a json object")
+	}
+	h, ok := obj["requestHash"].(string)
+	if !ok || h == "" {
+		return nil, v.fail("requestHash", "must be a non-empty string")
+	}
+	if len(h) > 512 || !printableASCII(h) {
+		return nil, v.fail("requestHash", "must be at most 512 printable ascii characters")
+	}
+	t := &Transaction{RequestHash: h, TraceID: traceID, Raw: json.RawMessage(body)}
+	t.ID, _ = obj["id"].(string)
+	t.Description, _ = obj["description"].(string)
+	t.Status, _ = obj["status"].(string)
+	return t, nil
+}
+
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] <= 0x20 || s[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// validator builds *ValidationError values for one answer.
+type validator struct{ op, hash string }
+
+func (v validator) fail(field, problem string) error {
+	return &ValidationError{Op: v.op, RequestHash: v.hash, Field: field, Problem: problem}
+}
+
+// verdict applies every rule of the package documentation's "Validation" section.
+func (v validator) verdict(raw any, path string) (*Verdict, error) {
+	obj, ok := raw.(map[string]any)
+	if !ok {
+		return nil, v.fail(path, "must be an object or null")
+	}
+	out := &Verdict{SchemaVersion: 1}
+	var err error
+
+	if n, ok := obj["schemaVersion"].(json.Number); !ok || n.String() != "1" {
+		return nil, v.fail(path+".schemaVersion", "must be the integer literal 1")
+	}
+	o, err := v.str(obj, "outcome", path)
+	if err != nil {
+		return nil, err
+	}
+	switch out.Outcome = Outcome(o); out.Outcome {
+	case OutcomePending, OutcomeApproved, OutcomeRejected:
+	default:
+		return nil, v.fail(path+".outcome", "unknown outcome")
+	}
+	rc, err := v.str(obj, "reasonCode", path)
+	if err != nil {
+		return nil, err
+	}
+	if !isCode(rc) {
+		return nil, v.fail(path+".reasonCode", "must be a lower-case code of at most 64 characters")
+	}
+	out.ReasonCode = ReasonCode(rc)
+	if out.HumanReason, err = v.str(obj, "humanReason", path); err != nil {
+		return nil, err
+	}
+	if out.TriggeringPolicyField, err = v.nullStr(obj, "triggeringPolicyField", path); err != nil {
+		return nil, err
+	}
+	if out.Checks, err = v.checks(obj, path); err != nil {
+		return nil, err
+	}
+	if out.Evidence, err = v.evidence(obj, path); err != nil {
+		return nil, err
+	}
+	if pv, present := obj["policyVersion"]; present && pv != nil {
+		n, ok := pv.(json.Number)
+		i, perr := strconv.ParseInt(n.String(), 10, 64)
+		if !ok || perr != nil {
+			return nil, v.fail(path+".policyVersion", "must be an integer or null")
+		}
+		out.PolicyVersion = &i
+	}
+	if n, ok := obj["latencyMs"].(json.Number); !ok {
+		return nil, v.fail(path+".latencyMs", "must be an integer >= 0")
+	} else if out.LatencyMs, err = strconv.ParseInt(n.String(), 10, 64); err != nil || out.LatencyMs < 0 {
+		return nil, v.fail(path+".latencyMs", "must be an integer >= 0")
+	}
+	if out.DataFreshness, err = v.freshness(obj, path); err != nil {
+		return nil, err
+	}
+	if out.Trust, err = v.trust(obj, path); err != nil {
+		return nil, err
+	}
+	if out.Redaction, err = v.redaction(obj, path); err != nil {
+		return nil, err
+	}
+	if un, present := obj["usdNotional"]; present && un != nil {
+		n, ok := un.(json.Number)
+		f, perr := strconv.ParseFloat(n.String(), 64)
+		if !ok || perr != nil || math.IsInf(f, 0) || math.IsNaN(f) || f < 0 {
+			return nil, v.fail(path+".usdNotional", "must be a number >= 0 or null")
+		}
+		out.USDNotional = &f
+	}
+	ts, err := v.str(obj, "timestamp", path)
+	if err != nil {
+		return nil, err
+	}
+	if out.Timestamp, err = time.Parse(time.RFC3339Nano, ts); err != nil {
+		return nil, v.fail(path+".timestamp", "must be an RFC 3339 (ISO 8601) timestamp")
+	}
+	if err := v.consistent(out, path); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// consistent applies the four verdict consistency rules of spec §2.3, plus the two that
+// follow from "inconsistent required verdict fields" (spec §1.5): an approved verdict
+// has no failed check, and a pending one has no policyVersion (spec §9.3).
+func (v validator) consistent(vd *Verdict, path string) error {
+	rc := vd.ReasonCode
+	switch vd.Outcome {
+	case OutcomeApproved:
+		if rc != ReasonAllowed { // rule 1
+			return v.fail(path+".reasonCode", "an approved verdict must have reasonCode allowed")
+		}
+		for i := range vd.Checks {
+			if vd.Checks[i].Status == CheckFailed {
+				return v.fail(path+".checks["+strconv.Itoa(i)+"].status", "an approved verdict cannot contain a failed check")
+			}
+		}
+	case OutcomePending:
+		if rc != ReasonPending { // rule 2
+			return v.fail(path+".reasonCode", "a pending verdict must have reasonCode pending")
+		}
+		if vd.PolicyVersion != nil {
+			return v.fail(path+".policyVersion", "must be null while the verdict is pending")
+		}
+	case OutcomeRejected:
+		if rc == ReasonAllowed || rc == ReasonPending { // rule 3
+			return v.fail(path+".reasonCode", "a rejected verdict must have a violation code")
+		}
+		if rc.CrossCutting() { // rule 4 exception
+			return nil
+		}
+		for i := range vd.Checks { // rule 4
+			c := &vd.Checks[i]
+			if c.Status != CheckFailed {
+				continue
+			}
+			if c.Code != nil && *c.Code == rc {
+				return nil
+			}
+			if c.Code == nil {
+				for _, code := range checkCodes[c.CheckID] {
+					if code == rc {
+						return nil
+					}
+				}
+			}
+		}
+		return v.fail(path+".reasonCode", "a rejected verdict's reasonCode must match the code of a failed check")
+	}
+	return nil
+}
+
+func (v validator) checks(obj map[string]any, path string) ([]Check, error) {
+	arr, ok := obj["checks"].([]any)
+	if !ok {
+		return nil, v.fail(path+".checks", "must be an array")
+	}
+	out := make([]Check, len(arr))
+	for i, item := range arr {
+		p := path + ".checks[" + strconv.Itoa(i) + "]"
+		co, ok := item.(map[string]any)
+		if !ok {
+			return nil, v.fail(p, "must be an object")
+		}
+		c := &out[i]
+		id, err := v.str(co, "checkId", p)
+		if err != nil {
+			return nil, err
+		}
+		c.CheckID = CheckID(id)
+		allowed, known := checkCodes[c.CheckID]
+		if !known {
+			return nil, v.fail(p+".checkId", "unknown checkId")
+		}
+		st, err := v.str(co, "status", p)
+		if err != nil {
+			return nil, err
+		}
+		switch c.Status = CheckStatus(st); c.Status {
+		case CheckPassed, CheckFailed, CheckNotChecked:
+		default:
+			return nil, v.fail(p+".status", "unknown check status")
+		}
+		code, err := v.nullStr(co, "code", p)
+		if err != nil {
+			return nil, err
+		}
+		if code != nil {
+			if c.Status != CheckFailed {
+				return nil, v.fail(p+".code", "only a failed check carries a code")
+			}
+			if !isCode(*code) {
+				return nil, v.fail(p+".code", "must be a lower-case code of at most 64 characters")
+			}
+			rc := ReasonCode(*code)
+			if knownFailureCodes[rc] && !rc.CrossCutting() && !containsCode(allowed, rc) {
+				return nil, v.fail(p+".code", "is the failure code of a different check")
+			}
+			c.Code = &rc
+		}
+		if c.HumanReason, err = v.str(co, "humanReason", p); err != nil {
+			return nil, err
+		}
+		if c.TriggeringPolicyField, err = v.nullStr(co, "triggeringPolicyField", p); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (v validator) evidence(obj map[string]any, path string) (Evidence, error) {
+	p := path + ".evidence"
+	eo, ok := obj["evidence"].(map[string]any)
+	if !ok {
+		return Evidence{}, v.fail(p, "must be an object")
+	}
+	da, ok := eo["decodedAction"].(map[string]any)
+	if !ok {
+		return Evidence{}, v.fail(p+".decodedAction", "must be an object")
+	}
+	if s, ok := da["protocol"].(string); !ok || s == "" {
+		return Evidence{}, v.fail(p+".decodedAction.protocol", "must be a non-empty string")
+	}
+	if n, ok := da["chainId"].(json.Number); !ok {
+		return Evidence{}, v.fail(p+".decodedAction.chainId", "must be a number")
+	} else if id, err := strconv.ParseInt(n.String(), 10, 64); err != nil || id <= 0 {
+		return Evidence{}, v.fail(p+".decodedAction.chainId", "must be a positive integer")
+	}
+	obs, ok := eo["observations"].(map[string]any)
+	if !ok {
+		return Evidence{}, v.fail(p+".observations", "must be an object")
+	}
+	src, ok := eo["sources"].([]any)
+	if !ok {
+		return Evidence{}, v.fail(p+".sources", "must be an array")
+	}
+	return Evidence{DecodedAction: da, Observations: obs, Sources: src}, nil
+}
+
+func (v validator) freshness(obj map[string]any, path string) (DataFreshness, error) {
+	p := path + ".dataFreshness"
+	fo, ok := obj["dataFreshness"].(map[string]any)
+	if !ok {
+		return DataFreshness{}, v.fail(p, "must be an object")
+	}
+	ov, err := v.str(fo, "overall", p)
+	if err != nil {
+		return DataFreshness{}, err
+	}
+	out := DataFreshness{Overall: Freshness(ov)}
+	switch out.Overall {
+	case FreshnessFresh, FreshnessCached, FreshnessMixed:
+	default:
+		return DataFreshness{}, v.fail(p+".overall", "must be fresh, cached or mixed")
+	}
+	arr, ok := fo["sources"].([]any)
+	if !ok {
+		return DataFreshness{}, v.fail(p+".sources", "must be an array")
+	}
+	out.Sources = make([]map[string]any, len(arr))
+	for i, item := range arr {
+		so, ok := item.(map[string]any)
+		if !ok {
+			return DataFreshness{}, v.fail(p+".sources["+strconv.Itoa(i)+"]", "must be an object")
+		}
+		if st, _ := so["status"].(string); st != string(FreshnessFresh) && st != string(FreshnessCached) {
+			return DataFreshness{}, v.fail(p+".sources["+strconv.Itoa(i)+"].status", "must be fresh or cached")
+		}
+		out.Sources[i] = so
+	}
+	return out, nil
+}
+
+func (v validator) trust(obj map[string]any, path string) (Trust, error) {
+	p := path + ".trust"
+	to, ok := obj["trust"].(map[string]any)
+	if !ok {
+		return Trust{}, v.fail(p, "must be an object")
+	}
+	lv, err := v.str(to, "level", p)
+	if err != nil {
+		return Trust{}, err
+	}
+	out := Trust{Level: TrustLevel(lv)}
+	switch out.Level {
+	case TrustHigh, TrustMedium, TrustLow:
+	default:
+		return Trust{}, v.fail(p+".level", "must be high, medium or low")
+	}
+	if out.Notes, err = v.nullStr(to, "notes", p); err != nil {
+		return Trust{}, err
+	}
+	return out, nil
+}
+
+func (v validator) redaction(obj map[string]any, path string) (Redaction, error) {
+	p := path + ".redaction"
+	ro, ok := obj["redaction"].(map[string]any)
+	if !ok {
+		return Redaction{}, v.fail(p, "must be an object")
+	}
+	red, ok := ro["redacted"].(bool)
+	if !ok {
+		return Redaction{}, v.fail(p+".redacted", "must be a boolean")
+	}
+	arr, ok := ro["fields"].([]any)
+	if !ok {
+		return Redaction{}, v.fail(p+".fields", "must be an array of strings")
+	}
+	out := Redaction{Redacted: red, Fields: make([]string, len(arr))}
+	for i, f := range arr {
+		s, ok := f.(string)
+		if !ok {
+			return Redaction{}, v.fail(p+".fields", "must be an array of strings")
+		}
+		out.Fields[i] = s
+	}
+	return out, nil
+}
+
+// str reads a required string field.
+func (v validator) str(obj map[string]any, key, path string) (string, error) {
+	s, ok := obj[key].(string)
+	if !ok {
+		return "", v.fail(path+"."+key, "must be a string")
+	}
+	return s, nil
+}
+
+// nullStr reads a "string or null" field; absent counts as null.
+func (v validator) nullStr(obj map[string]any, key, path string) (*string, error) {
+	raw, present := obj[key]
+	if !present || raw == nil {
+		return nil, nil
+	}
+	s, ok := raw.(string)
+	if !ok {
+		return nil, v.fail(path+"."+key, "must be a string or null")
+	}
+	return &s, nil
+}
+
+// isCode accepts machine codes: [a-z][a-z0-9_]*, at most 64 bytes.
+func isCode(s string) bool {
+	if s == "" || len(s) > 64 || s[0] < 'a' || s[0] > 'z' {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func containsCode(cs []ReasonCode, c ReasonCode) bool {
+	for _, x := range cs {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}

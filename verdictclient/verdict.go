@@ -1,0 +1,250 @@
+package verdictclient
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Outcome is a verdict's authoritative result (spec §2.3). Only OutcomeApproved allows
+// the action to run (spec §1.4).
+type Outcome string
+
+// The three outcomes. Pending is not terminal: keep polling.
+const (
+	OutcomePending  Outcome = "pending"
+	OutcomeApproved Outcome = "approved"
+	OutcomeRejected Outcome = "rejected"
+)
+
+// ReasonCode is a verdict's machine-readable reason. It is a string type rather than a
+// closed enum so that a code this package does not know yet passes through to callers
+// (spec §2.5 GuardianVerdict); see the package documentation for when an unknown code is
+// accepted.
+type ReasonCode string
+
+// Reason codes known to this version (spec §2.3, §2.4, §7).
+const (
+	ReasonAllowed         ReasonCode = "allowed"
+	ReasonPending         ReasonCode = "pending"
+	ReasonDecodeFailure   ReasonCode = "decode_failure"   // cross-cutting
+	ReasonDataUnavailable ReasonCode = "data_unavailable" // cross-cutting, and per_tx_cap's second code
+
+	ReasonVenueNotAllowed       ReasonCode = "venue_not_allowed"
+	ReasonChainNotAllowed       ReasonCode = "chain_not_allowed"
+	ReasonContractOrSelector    ReasonCode = "contract_or_selector_not_allowed"
+	ReasonAssetNotInUniverse    ReasonCode = "asset_not_in_universe"
+	ReasonRecipientNotAllowed   ReasonCode = "recipient_not_allowed"
+	ReasonSideNotAllowed        ReasonCode = "side_not_allowed"
+	ReasonNoSlippageGuard       ReasonCode = "no_slippage_guard"
+	ReasonNoExecutionPriceBound ReasonCode = "no_execution_price_bound"
+	ReasonLeverageCapExceeded   ReasonCode = "leverage_cap_exceeded"
+	ReasonSanctionedAddress     ReasonCode = "sanctioned_address"
+	ReasonSinkRecipient         ReasonCode = "sink_recipient"
+	ReasonPerTxCapExceeded      ReasonCode = "per_tx_cap_exceeded"
+)
+
+// CheckID names one policy check (spec §2.4).
+type CheckID string
+
+// The twelve checks. per_tx_cap is "in review" in the spec (§9.4) but part of the enum.
+const (
+	CheckVenue               CheckID = "venue"
+	CheckChain               CheckID = "chain"
+	CheckContractSelector    CheckID = "contract_selector"
+	CheckAsset               CheckID = "asset"
+	CheckRecipient           CheckID = "recipient"
+	CheckSide                CheckID = "side"
+	CheckSlippageGuard       CheckID = "slippage_guard"
+	CheckExecutionPriceBound CheckID = "execution_price_bound"
+	CheckLeverage            CheckID = "leverage"
+	CheckSanctions           CheckID = "sanctions"
+	CheckSinkRecipient       CheckID = "sink_recipient"
+	CheckPerTxCap            CheckID = "per_tx_cap"
+)
+
+// checkCodes is the spec §2.4 table: the failure codes each check may report. A failed
+// check may also carry a cross-cutting code (decode_failure, data_unavailable).
+var checkCodes = map[CheckID][]ReasonCode{
+	CheckVenue:               {ReasonVenueNotAllowed},
+	CheckChain:               {ReasonChainNotAllowed},
+	CheckContractSelector:    {ReasonContractOrSelector},
+	CheckAsset:               {ReasonAssetNotInUniverse},
+	CheckRecipient:           {ReasonRecipientNotAllowed},
+	CheckSide:                {ReasonSideNotAllowed},
+	CheckSlippageGuard:       {ReasonNoSlippageGuard},
+	CheckExecutionPriceBound: {ReasonNoExecutionPriceBound},
+	CheckLeverage:            {ReasonLeverageCapExceeded},
+	CheckSanctions:           {ReasonSanctionedAddress},
+	CheckSinkRecipient:       {ReasonSinkRecipient},
+	CheckPerTxCap:            {ReasonPerTxCapExceeded, ReasonDataUnavailable},
+}
+
+// knownFailureCodes are the codes of the §2.4 table plus the cross-cutting ones.
+var knownFailureCodes = func() map[ReasonCode]bool {
+	m := map[ReasonCode]bool{ReasonDecodeFailure: true, ReasonDataUnavailable: true}
+	for _, cs := range checkCodes {
+		for _, c := range cs {
+			m[c] = true
+		}
+	}
+	return m
+}()
+
+// Known reports whether c is one of the reason codes this version of the package knows.
+func (c ReasonCode) Known() bool {
+	return c == ReasonAllowed || c == ReasonPending || knownFailureCodes[c]
+}
+
+// CrossCutting reports whether c is decode_failure or data_unavailable, the two codes a
+// rejected verdict may carry without a matching failed check (spec §2.3 rule 4).
+func (c ReasonCode) CrossCutting() bool {
+	return c == ReasonDecodeFailure || c == ReasonDataUnavailable
+}
+
+// CheckStatus is the result of one check.
+type CheckStatus string
+
+// Check statuses (spec §2.4).
+const (
+	CheckPassed     CheckStatus = "passed"      // the check ran and the action satisfied it
+	CheckFailed     CheckStatus = "failed"      // the check ran and rejected the action
+	CheckNotChecked CheckStatus = "not_checked" // not applicable, or its constraint is not configured
+)
+
+// Freshness says how current the data behind a verdict was.
+type Freshness string
+
+// Freshness values. A source is fresh or cached; the overall value may also be mixed.
+const (
+	FreshnessFresh  Freshness = "fresh"
+	FreshnessCached Freshness = "cached"
+	FreshnessMixed  Freshness = "mixed"
+)
+
+// TrustLevel is the service's confidence in its own decoding and data.
+type TrustLevel string
+
+// Trust levels.
+const (
+	TrustHigh   TrustLevel = "high"
+	TrustMedium TrustLevel = "medium"
+	TrustLow    TrustLevel = "low"
+)
+
+// Verdict is a validated verdict object (spec §2.3). A *Verdict from this package has
+// passed every rule listed in the package documentation; code that holds one may trust
+// that Outcome, ReasonCode and Checks agree. Only Outcome decides: call Approved.
+type Verdict struct {
+	// SchemaVersion is always 1.
+	SchemaVersion int `json:"schemaVersion"`
+	// Outcome is pending, approved or rejected.
+	Outcome Outcome `json:"outcome"`
+	// ReasonCode is allowed (approved), pending (pending) or a violation code (rejected).
+	ReasonCode ReasonCode `json:"reasonCode"`
+	// HumanReason explains the verdict to a person. It comes from the service: treat it
+	// as display text, not as a decision.
+	HumanReason string `json:"humanReason"`
+	// TriggeringPolicyField is the dotted policy path behind a rejection, or nil.
+	TriggeringPolicyField *string `json:"triggeringPolicyField"`
+	// Checks holds the per-check results.
+	Checks []Check `json:"checks"`
+	// Evidence is what the service decoded and observed.
+	Evidence Evidence `json:"evidence"`
+	// PolicyVersion is the evaluated policy's version; nil while pending or before the
+	// policy was resolved.
+	PolicyVersion *int64 `json:"policyVersion"`
+	// LatencyMs is the evaluation latency, >= 0.
+	LatencyMs int64 `json:"latencyMs"`
+	// DataFreshness says whether the data used was fresh or cached.
+	DataFreshness DataFreshness `json:"dataFreshness"`
+	// Trust is the service's confidence.
+	Trust Trust `json:"trust"`
+	// Redaction lists what the service withheld from the evidence.
+	Redaction Redaction `json:"redaction"`
+	// USDNotional is the action's notional in USD when priced (>= 0), else nil.
+	USDNotional *float64 `json:"usdNotional"`
+	// Timestamp is when the verdict was made.
+	Timestamp time.Time `json:"timestamp"`
+}
+
+// Approved reports whether the verdict allows the action: true only for a non-nil
+// verdict whose outcome is approved (spec §1.4).
+func (v *Verdict) Approved() bool { return v != nil && v.Outcome == OutcomeApproved }
+
+// Terminal reports whether polling may stop: the outcome is approved or rejected.
+func (v *Verdict) Terminal() bool {
+	return v != nil && (v.Outcome == OutcomeApproved || v.Outcome == OutcomeRejected)
+}
+
+// Check is one item of Verdict.Checks (spec §2.4).
+type Check struct {
+	// CheckID names the check.
+	CheckID CheckID `json:"checkId"`
+	// Status is passed, failed or not_checked.
+	Status CheckStatus `json:"status"`
+	// Code is the failure code of a failed check, or nil. Only failed checks carry one.
+	Code *ReasonCode `json:"code"`
+	// HumanReason explains the result.
+	HumanReason string `json:"humanReason"`
+	// TriggeringPolicyField is the dotted policy path involved, or nil.
+	TriggeringPolicyField *string `json:"triggeringPolicyField"`
+}
+
+// Evidence is the verdict's evidence object. Its inner shapes beyond those checked are
+// not fixed by the spec, so they are kept as decoded JSON (numbers as json.Number).
+type Evidence struct {
+	// DecodedAction is the action as the service decoded it; it always has a string
+	// "protocol" and a numeric "chainId".
+	DecodedAction map[string]any `json:"decodedAction"`
+	// Observations holds per-check observations.
+	Observations map[string]any `json:"observations"`
+	// Sources lists the data sources consulted.
+	Sources []any `json:"sources"`
+}
+
+// DataFreshness is the verdict's dataFreshness object.
+type DataFreshness struct {
+	// Overall is fresh, cached or mixed.
+	Overall Freshness `json:"overall"`
+	// Sources has one entry per source; each has a "status" of fresh or cached.
+	Sources []map[string]any `json:"sources"`
+}
+
+// Trust is the verdict's trust object.
+type Trust struct {
+	// Level is high, medium or low.
+	Level TrustLevel `json:"level"`
+	// Notes qualifies the level, or nil.
+	Notes *string `json:"notes"`
+}
+
+// Redaction is the verdict's redaction object.
+type Redaction struct {
+	// Redacted reports whether anything was withheld.
+	Redacted bool `json:"redacted"`
+	// Fields names what was withheld.
+	Fields []string `json:"fields"`
+}
+
+// Envelope is the validated approval-status envelope (spec §2.2). Verdict is nil while
+// the service has no verdict yet (the field was absent or null).
+type Envelope struct {
+	// Verdict is the current verdict, nil when none is available yet.
+	Verdict *Verdict
+}
+
+// Transaction is the validated record returned by POST /transactions (spec §2.1).
+type Transaction struct {
+	// ID is the service's transaction id (may be empty if the service omits it).
+	ID string
+	// RequestHash identifies the request for GET approval-status; never empty.
+	RequestHash string
+	// Description is the service's description derived from the prompt.
+	Description string
+	// Status is the lifecycle state (e.g. PENDING). It is not the verdict (spec §1.3).
+	Status string
+	// TraceID is the client-chosen id sent as metadata.traceId.
+	TraceID string
+	// Raw is the record as received, for fields this package does not name.
+	Raw json.RawMessage
+}
