@@ -1,0 +1,330 @@
+package facilitator
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/big"
+	"net/url"
+	"strings"
+	"sync"
+
+	"github.com/ethereum/go-ethereum"
+	"github.com/ethereum/go-ethereum/accounts/abi"
+	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/common/hexutil"
+	"github.com/ethereum/go-ethereum/ethclient"
+	"github.com/ethereum/go-ethereum/rpc"
+
+	"github.com/x402gate/x402gate/x402"
+)
+
+// tokenABIJSON is the minimal ABI of the EIP-3009 token functions the engine calls, and of
+// ERC-1271 isValidSignature. The product carries its own copy so it never depends on test
+// artifacts (research/x402.md §1.8 lists the selectors).
+const tokenABIJSON = `[
+{"type":"function","name":"transferWithAuthorization","stateMutability":"nonpayable","outputs":[],"inputs":[
+ {"name":"from","type":"address"},{"name":"to","type":"address"},{"name":"value","type":"uint256"},
+ {"name":"validAfter","type":"uint256"},{"name":"validBefore","type":"uint256"},{"name":"nonce","type":"bytes32"},
+ {"name":"v","type":"uint8"},{"name":"r","type":"bytes32"},{"name":"s","type":"bytes32"}]},
+{"type":"function","name":"transferWithAuthorization","stateMutability":"nonpayable","outputs":[],"inputs":[
+ {"name":"from","type":"address"},{"name":"to","type":"address"},{"name":"value","type":"uint256"},
+ {"name":"validAfter","type":"uint256"},{"name":"validBefore","type":"uint256"},{"name":"nonce","type":"bytes32"},
+ {"name":"signature","type":"bytes"}]},
+{"type":"function","name":"authorizationState","stateMutability":"view","inputs":[
+ {"name":"authorizer","type":"address"},{"name":"nonce","type":"bytes32"}],"outputs":[{"name":"","type":"bool"}]},
+{"type":"function","name":"balanceOf","stateMutability":"view","inputs":[{"name":"account","type":"address"}],
+ "outputs":[{"name":"","type":"uint256"}]},
+{"type":"function","name":"name","stateMutability":"view","inputs":[],"outputs":[{"name":"","type":"string"}]},
+{"type":"function","name":"version","stateMutability":"view","inputs":[],"outputs":[{"name":"","type":"string"}]},
+{"type":"function","name":"isValidSignature","stateMutability":"view","inputs":[
+ {"name":"hash","type":"bytes32"},{"name":"signature","type":"bytes"}],"outputs":[{"name":"","type":"bytes4"}]},
+{"type":"event","name":"Transfer","anonymous":false,"inputs":[
+ {"name":"from","type":"address","indexed":true},{"name":"to","type":"address","indexed":true},
+ {"name":"value","type":"uint256","indexed":false}]}
+]`
+
+// Canonical signatures of the two transferWithAuthorization overloads.
+const (
+	sigTransferVRS   = "transferWithAuthorization(address,address,uint256,uint256,uint256,bytes32,uint8,bytes32,bytes32)"
+	sigTransferBytes = "transferWithAuthorization(address,address,uint256,uint256,uint256,bytes32,bytes)"
+)
+
+// erc1271Magic is the value isValidSignature returns for a valid signature (ERC-1271).
+var erc1271Magic = [4]byte{0x16, 0x26, 0xba, 0x7e}
+
+// erc6492Suffix ends every ERC-6492 wrapped signature (research/x402.md §1.8).
+var erc6492Suffix = common.FromHex("0x6492649264926492649264926492649264926492649264926492649264926492")
+
+// tokenABI holds the parsed ABI and the methods the engine packs.
+type tokenABI struct {
+	abi           abi.ABI
+	transferVRS   abi.Method
+	transferBytes abi.Method
+	transferTopic common.Hash
+	erc6492Args   abi.Arguments
+}
+
+var loadTokenABI = sync.OnceValues(func() (*tokenABI, error) {
+	parsed, err := abi.JSON(strings.NewReader(tokenABIJSON))
+	if err != nil {
+		return nil, fmt.Errorf("parse token abi: %w", err)
+	}
+	t := &tokenABI{abi: parsed, transferTopic: parsed.Events["Transfer"].ID}
+	for _, m := range parsed.Methods {
+		switch m.Sig {
+		case sigTransferVRS:
+			t.transferVRS = m
+		case sigTransferBytes:
+			t.transferBytes = m
+		}
+	}
+	if t.transferVRS.Name == "" || t.transferBytes.Name == "" {
+		return nil, errors.New("token abi lacks a transferWithAuthorization overload")
+	}
+	addrT, _ := abi.NewType("address", "", nil)
+	bytesT, _ := abi.NewType("bytes", "", nil)
+	t.erc6492Args = abi.Arguments{{Type: addrT}, {Type: bytesT}, {Type: bytesT}}
+	return t, nil
+})
+
+// erc6492 is the decoded wrapper of an ERC-6492 signature:
+// abi.encode(address factory, bytes factoryCalldata, bytes innerSig) ‖ magic suffix.
+type erc6492 struct {
+	Factory  common.Address
+	Calldata []byte
+	Inner    []byte
+}
+
+// parseERC6492 unwraps sig when it carries the ERC-6492 suffix. ok is false for a plain
+// signature; err is set when the suffix is present but the wrapper does not decode.
+func parseERC6492(t *tokenABI, sig []byte) (w erc6492, ok bool, err error) {
+	if len(sig) < len(erc6492Suffix) || !bytes.Equal(sig[len(sig)-len(erc6492Suffix):], erc6492Suffix) {
+		return erc6492{}, false, nil
+	}
+	vals, err := t.erc6492Args.Unpack(sig[:len(sig)-len(erc6492Suffix)])
+	if err != nil || len(vals) != 3 {
+		return erc6492{}, true, fmt.Errorf("decode erc-6492 wrapper: %w", errOr(err, "wrong arity"))
+	}
+	factory, ok1 := vals[0].(common.Address)
+	calldata, ok2 := vals[1].([]byte)
+	inner, ok3 := vals[2].([]byte)
+	if !ok1 || !ok2 || !ok3 {
+		return erc6492{}, true, errors.New("decode erc-6492 wrapper: unexpected types")
+	}
+	return erc6492{Factory: factory, Calldata: calldata, Inner: inner}, true, nil
+}
+
+func errOr(err error, msg string) error {
+	if err != nil {
+		return err
+	}
+	return errors.New(msg)
+}
+
+// errRPCUnavailable is the sentinel of every failure to reach a chain's RPC endpoint. Its
+// text never carries the endpoint URL, which may embed an API key.
+var errRPCUnavailable = errors.New("rpc unavailable")
+
+// chain is one configured network: its settings, its RPC client and its sender.
+type chain struct {
+	cfg       NetworkConfig
+	net       x402.Network
+	client    *ethclient.Client
+	abi       *tokenABI
+	sender    *sender
+	redactor  *strings.Replacer
+	balanceMu sync.Mutex
+	balance   *big.Int // cached native balance of the signer
+	balanceAt int64    // unix nanos of the cached read
+}
+
+// newRedactor returns a replacer that removes the RPC URL, and its host, from error text.
+func newRedactor(rawURL string) *strings.Replacer {
+	pairs := []string{}
+	if rawURL != "" {
+		pairs = append(pairs, rawURL, "<rpc>")
+	}
+	if u, err := url.Parse(rawURL); err == nil && u.Host != "" {
+		pairs = append(pairs, u.Host, "<rpc-host>")
+		if u.RawQuery != "" {
+			pairs = append(pairs, u.RawQuery, "<redacted>")
+		}
+		if u.User != nil {
+			pairs = append(pairs, u.User.String(), "<redacted>")
+		}
+	}
+	return strings.NewReplacer(pairs...)
+}
+
+// redact returns err's text without the RPC URL, for logs. Callers still never put it in
+// a response.
+func (c *chain) redact(err error) string {
+	if err == nil {
+		return ""
+	}
+	return c.redactor.Replace(err.Error())
+}
+
+// isRPCReply reports whether err is an answer of the node (a JSON-RPC error object, such
+// as a revert), as opposed to a failure to reach it.
+func isRPCReply(err error) bool {
+	var re rpc.Error
+	return errors.As(err, &re)
+}
+
+// unavailable wraps a transport failure as errRPCUnavailable for the op, without the URL.
+func (c *chain) unavailable(op string, err error) error {
+	return &chainError{op: op, network: c.net.CAIP2, detail: c.redact(err)}
+}
+
+// chainError is a failure to reach a chain. Error() names the operation and network only;
+// Detail is the redacted cause for logs.
+type chainError struct {
+	op, network, detail string
+}
+
+func (e *chainError) Error() string {
+	return fmt.Sprintf("%s on %s: %s", e.op, e.network, errRPCUnavailable)
+}
+
+func (e *chainError) Unwrap() error { return errRPCUnavailable }
+
+// Detail is the cause with the RPC URL removed.
+func (e *chainError) Detail() string { return e.detail }
+
+// call runs eth_call of data against the token. A node reply (revert) comes back as
+// errCallReverted; anything else as a chainError.
+func (c *chain) call(ctx context.Context, to common.Address, data []byte, op string) ([]byte, error) {
+	out, err := c.client.CallContract(ctx, ethereum.CallMsg{To: &to, Data: data}, nil)
+	if err != nil {
+		if isRPCReply(err) {
+			return nil, fmt.Errorf("%s: %w: %s", op, errCallReverted, c.redact(err))
+		}
+		return nil, c.unavailable(op, err)
+	}
+	return out, nil
+}
+
+// errCallReverted marks an eth_call the node answered with an error (usually a revert).
+var errCallReverted = errors.New("call reverted")
+
+// codeAt reports whether addr has contract code.
+func (c *chain) hasCode(ctx context.Context, addr common.Address) (bool, error) {
+	code, err := c.client.CodeAt(ctx, addr, nil)
+	if err != nil {
+		return false, c.unavailable("eth_getCode", err)
+	}
+	return len(code) > 0, nil
+}
+
+// isValidSignature1271 asks the wallet at addr whether sig signs hash (ERC-1271). A revert
+// or any value other than the magic is "invalid", not an error.
+func (c *chain) isValidSignature1271(ctx context.Context, addr common.Address, hash common.Hash, sig []byte) (bool, error) {
+	data, err := c.abi.abi.Pack("isValidSignature", hash, sig)
+	if err != nil {
+		return false, fmt.Errorf("pack isValidSignature: %w", err)
+	}
+	out, err := c.call(ctx, addr, data, "isValidSignature")
+	if errors.Is(err, errCallReverted) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return len(out) >= 4 && [4]byte(out[:4]) == erc1271Magic, nil
+}
+
+// tokenState reads balanceOf(from) and authorizationState(from, nonce) in one JSON-RPC
+// batch, so a verify costs one round trip to the node.
+func (c *chain) tokenState(ctx context.Context, from common.Address, nonce [32]byte) (*big.Int, bool, error) {
+	balData, err := c.abi.abi.Pack("balanceOf", from)
+	if err != nil {
+		return nil, false, fmt.Errorf("pack balanceOf: %w", err)
+	}
+	stateData, err := c.abi.abi.Pack("authorizationState", from, nonce)
+	if err != nil {
+		return nil, false, fmt.Errorf("pack authorizationState: %w", err)
+	}
+	asset := c.net.USDC.Address
+	var balOut, stateOut hexutil.Bytes
+	batch := []rpc.BatchElem{
+		{Method: "eth_call", Args: []any{callArg(asset, balData), "latest"}, Result: &balOut},
+		{Method: "eth_call", Args: []any{callArg(asset, stateData), "latest"}, Result: &stateOut},
+	}
+	if err := c.client.Client().BatchCallContext(ctx, batch); err != nil {
+		return nil, false, c.unavailable("token state", err)
+	}
+	for _, el := range batch {
+		if el.Error != nil {
+			if isRPCReply(el.Error) {
+				return nil, false, fmt.Errorf("token state: %w: %s", errCallReverted, c.redact(el.Error))
+			}
+			return nil, false, c.unavailable("token state", el.Error)
+		}
+	}
+	bal, err := c.abi.abi.Unpack("balanceOf", balOut)
+	if err != nil || len(bal) != 1 {
+		return nil, false, fmt.Errorf("decode balanceOf: %w", errOr(err, "empty result"))
+	}
+	used, err := c.abi.abi.Unpack("authorizationState", stateOut)
+	if err != nil || len(used) != 1 {
+		return nil, false, fmt.Errorf("decode authorizationState: %w", errOr(err, "empty result"))
+	}
+	b, ok1 := bal[0].(*big.Int)
+	u, ok2 := used[0].(bool)
+	if !ok1 || !ok2 {
+		return nil, false, errors.New("decode token state: unexpected types")
+	}
+	return b, u, nil
+}
+
+// authorizationUsed reads authorizationState(from, nonce).
+func (c *chain) authorizationUsed(ctx context.Context, from common.Address, nonce [32]byte) (bool, error) {
+	data, err := c.abi.abi.Pack("authorizationState", from, nonce)
+	if err != nil {
+		return false, fmt.Errorf("pack authorizationState: %w", err)
+	}
+	out, err := c.call(ctx, c.net.USDC.Address, data, "authorizationState")
+	if err != nil {
+		return false, err
+	}
+	vals, err := c.abi.abi.Unpack("authorizationState", out)
+	if err != nil || len(vals) != 1 {
+		return false, fmt.Errorf("decode authorizationState: %w", errOr(err, "empty result"))
+	}
+	used, ok := vals[0].(bool)
+	if !ok {
+		return false, errors.New("decode authorizationState: not a bool")
+	}
+	return used, nil
+}
+
+// callArg is the eth_call transaction object for a plain call of data at to.
+func callArg(to common.Address, data []byte) map[string]any {
+	return map[string]any{"to": to, "input": hexutil.Bytes(data)}
+}
+
+// transferCalldata packs transferWithAuthorization for a: the (v,r,s) overload for an EOA
+// signature (vrs), the bytes overload for a contract wallet's signature of any length
+// (research/x402.md §2.4: EOAs use v,r,s for tokens that lack the bytes overload).
+func (c *chain) transferCalldata(a x402.Authorization, sig []byte, vrs bool) ([]byte, error) {
+	m := c.abi.transferBytes
+	args := []any{a.From, a.To, a.Value, a.ValidAfter, a.ValidBefore, a.Nonce}
+	if vrs {
+		v, r, s, err := x402.SplitSignature(sig)
+		if err != nil {
+			return nil, fmt.Errorf("split signature: %w", err)
+		}
+		m = c.abi.transferVRS
+		args = append(args, v, r, s)
+	} else {
+		args = append(args, sig)
+	}
+	packed, err := m.Inputs.Pack(args...)
+	if err != nil {
+		return nil, fmt.Errorf("pack %s: %w", m.Sig, err)
+	}
+	return append(append([]byte{}, m.ID...), packed...), nil
+}

@@ -1,0 +1,344 @@
+// Package facilitator verifies and settles x402 "exact" payments (EIP-3009
+// transferWithAuthorization) on EVM chains, consults the policy verdict service according
+// to GUARDIAN_MODE, and journals every settlement before it is broadcast (spec §4.2).
+package facilitator
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"errors"
+	"fmt"
+	"math/big"
+	"time"
+
+	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/crypto"
+	"github.com/ethereum/go-ethereum/ethclient"
+	"go.uber.org/zap"
+
+	"github.com/x402gate/x402gate/x402"
+)
+
+// GuardianMode is the GUARDIAN_MODE setting: when /verify consults the verdict service.
+type GuardianMode string
+
+// GUARDIAN_MODE values (DESIGN.md "Caddy surface").
+const (
+	// GuardianOff never consults the verdict service; /settle needs no approval.
+	GuardianOff GuardianMode = "off"
+	// GuardianOptional consults it only when /verify carries verificationRequirements.
+	// A payment that was sent to the verdict service is never settled without consuming
+	// its approval (see Settle).
+	GuardianOptional GuardianMode = "optional"
+	// GuardianRequired consults it on every /verify; every /settle consumes an approval.
+	GuardianRequired GuardianMode = "required"
+)
+
+// Defaults of Config.
+const (
+	DefaultApprovalTTL    = 5 * time.Minute
+	DefaultReceiptTimeout = 30 * time.Second
+	DefaultBalanceCache   = 30 * time.Second
+)
+
+// NetworkConfig is one chain the engine verifies and settles on.
+type NetworkConfig struct {
+	// Network names the chain (v1 name, CAIP-2 id, chain id) and pins the one asset the
+	// engine accepts there, with its EIP-712 domain (Network.USDC). Required.
+	Network x402.Network
+	// RPCURL is the chain's JSON-RPC endpoint. It may carry an API key, so it never appears
+	// in a response, an error or a log. Required.
+	RPCURL string
+	// MinAmount is the smallest requirement amount accepted, in the asset's base units.
+	// Default nil: no minimum.
+	MinAmount *big.Int
+}
+
+// Config configures an Engine.
+type Config struct {
+	// Networks lists the chains to serve. At least one is required.
+	Networks []NetworkConfig
+	// SignerKey is the facilitator account's key: it pays gas for every settlement. The
+	// engine owns this account's nonce, so each engine instance of a fleet must use its own
+	// key (instances that share a key would race for nonces). Required.
+	SignerKey *ecdsa.PrivateKey
+	// Store holds approvals and settlement claims. Use a RedisStore shared by every
+	// instance of a fleet. Required.
+	Store ApprovalStore
+	// Journal is the settlement journal. Required.
+	Journal Journal
+	// Verdicts is the verdict service client. Default nil: when GuardianMode requires a
+	// verdict, /verify fails closed.
+	Verdicts Verdicts
+	// GuardianMode is GUARDIAN_MODE. Default GuardianOff.
+	GuardianMode GuardianMode
+	// VerdictURL is the verdict service's base URL, reported by Info only.
+	VerdictURL string
+	// ApprovalTTL bounds how long an approval stays usable. Default 5m; an approval never
+	// outlives the authorization's validBefore.
+	ApprovalTTL time.Duration
+	// ReceiptTimeout bounds the wait for a settlement's receipt. Default 30s; after it the
+	// settlement is reported as settlement_pending with its transaction hash.
+	ReceiptTimeout time.Duration
+	// ERC6492Factories lists the wallet factories whose ERC-6492 wrapped signatures of
+	// not-yet-deployed wallets are accepted. Default empty: none.
+	ERC6492Factories []common.Address
+	// BalanceCacheTTL is how long Info caches the signer's native balance. Default 30s.
+	BalanceCacheTTL time.Duration
+	// SkipStartupReconcile stops New from running Reconcile. Default false.
+	SkipStartupReconcile bool
+	// Logger receives payer, request hash and transaction hash fields, never keys or RPC
+	// URLs. Default zap.NewNop().
+	Logger *zap.Logger
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+
+	// beforeBroadcast, when set, runs after the journal row is written and before the
+	// transaction is sent; an error aborts the send. A test seam that simulates a crash.
+	beforeBroadcast func(Settlement) error
+}
+
+// Engine is the in-process facilitator: it implements Service.
+type Engine struct {
+	cfg       Config
+	log       *zap.Logger
+	now       func() time.Time
+	abi       *tokenABI
+	address   common.Address
+	chains    map[string]*chain // by CAIP-2 id
+	order     []*chain          // configuration order
+	factories map[common.Address]bool
+	lastRecon ReconcileReport
+}
+
+var _ Service = (*Engine)(nil)
+
+// New checks cfg, dials every network's RPC endpoint, checks that each reports the
+// configured chain id and, unless cfg.SkipStartupReconcile, runs Reconcile to finish
+// settlements a previous process left unfinished. The Store and Journal stay owned by the
+// caller; Close releases only the RPC clients.
+func New(ctx context.Context, cfg Config) (*Engine, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	t, err := loadTokenABI()
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		now:       cfg.Now,
+		abi:       t,
+		address:   crypto.PubkeyToAddress(cfg.SignerKey.PublicKey),
+		chains:    map[string]*chain{},
+		factories: map[common.Address]bool{},
+	}
+	for _, f := range cfg.ERC6492Factories {
+		e.factories[f] = true
+	}
+	for _, nc := range cfg.Networks {
+		c, err := e.dial(ctx, nc)
+		if err != nil {
+			e.Close()
+			return nil, err
+		}
+		e.chains[nc.Network.CAIP2] = c
+		e.order = append(e.order, c)
+	}
+	if !cfg.SkipStartupReconcile {
+		rep, err := e.Reconcile(ctx)
+		if err != nil {
+			e.Close()
+			return nil, fmt.Errorf("startup reconcile: %w", err)
+		}
+		e.lastRecon = rep
+	}
+	return e, nil
+}
+
+// check validates cfg and fills its defaults.
+func (cfg *Config) check() error {
+	if len(cfg.Networks) == 0 {
+		return errors.New("facilitator config: no networks")
+	}
+	if cfg.SignerKey == nil {
+		return errors.New("facilitator config: signer key is required")
+	}
+	if cfg.Store == nil {
+		return errors.New("facilitator config: approval store is required")
+	}
+	if cfg.Journal == nil {
+		return errors.New("facilitator config: journal is required")
+	}
+	switch cfg.GuardianMode {
+	case "":
+		cfg.GuardianMode = GuardianOff
+	case GuardianOff, GuardianOptional, GuardianRequired:
+	default:
+		return fmt.Errorf("facilitator config: unknown guardian mode %q (want off, optional or required)", cfg.GuardianMode)
+	}
+	seen := map[string]bool{}
+	for i, nc := range cfg.Networks {
+		n := nc.Network
+		if n.ChainID == nil || n.ChainID.Sign() <= 0 || n.CAIP2 != "eip155:"+n.ChainID.String() {
+			return fmt.Errorf("facilitator config: network %d (%q): chain id and CAIP-2 id must agree", i, n.Name)
+		}
+		if n.USDC.Address == (common.Address{}) || n.USDC.Name == "" || n.USDC.Version == "" {
+			return fmt.Errorf("facilitator config: network %q: asset address and EIP-712 name and version are required", n.CAIP2)
+		}
+		if nc.RPCURL == "" {
+			return fmt.Errorf("facilitator config: network %q: rpc url is required", n.CAIP2)
+		}
+		if seen[n.CAIP2] {
+			return fmt.Errorf("facilitator config: network %q listed twice", n.CAIP2)
+		}
+		seen[n.CAIP2] = true
+	}
+	if cfg.ApprovalTTL <= 0 {
+		cfg.ApprovalTTL = DefaultApprovalTTL
+	}
+	if cfg.ReceiptTimeout <= 0 {
+		cfg.ReceiptTimeout = DefaultReceiptTimeout
+	}
+	if cfg.BalanceCacheTTL <= 0 {
+		cfg.BalanceCacheTTL = DefaultBalanceCache
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return nil
+}
+
+// dial connects to one network and checks its chain id.
+func (e *Engine) dial(ctx context.Context, nc NetworkConfig) (*chain, error) {
+	red := newRedactor(nc.RPCURL)
+	client, err := ethclient.DialContext(ctx, nc.RPCURL)
+	if err != nil {
+		return nil, fmt.Errorf("network %s: dial: %w: %s", nc.Network.CAIP2, errRPCUnavailable, red.Replace(err.Error()))
+	}
+	c := &chain{cfg: nc, net: nc.Network, client: client, abi: e.abi, redactor: red}
+	id, err := client.ChainID(ctx)
+	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("network %s: chain id: %w: %s", nc.Network.CAIP2, errRPCUnavailable, c.redact(err))
+	}
+	if id.Cmp(nc.Network.ChainID) != 0 {
+		client.Close()
+		return nil, fmt.Errorf("network %s: rpc endpoint serves chain id %s", nc.Network.CAIP2, id)
+	}
+	c.sender = newSender(c, e.cfg.SignerKey, e.log)
+	return c, nil
+}
+
+// Close releases the RPC clients. It does not close the Store or the Journal.
+func (e *Engine) Close() {
+	for _, c := range e.order {
+		c.client.Close()
+	}
+}
+
+// Address is the facilitator signer's address: the account that pays gas.
+func (e *Engine) Address() common.Address { return e.address }
+
+// StartupReconcile returns the report of the Reconcile run by New (zero when skipped).
+func (e *Engine) StartupReconcile() ReconcileReport { return e.lastRecon }
+
+// Supported lists a v1 kind (v1 network name) and a v2 kind (CAIP-2 id) of scheme "exact"
+// for every configured network, and the signer address under "eip155:*"
+// (research/x402.md §3.4).
+func (e *Engine) Supported(ctx context.Context) (x402.SupportedResponse, error) {
+	resp := x402.SupportedResponse{
+		Kinds:      []x402.SupportedKind{},
+		Extensions: []string{},
+		Signers:    map[string][]string{"eip155:*": {e.address.Hex()}},
+	}
+	for _, c := range e.order {
+		resp.Kinds = append(resp.Kinds,
+			x402.SupportedKind{X402Version: x402.Version2, Scheme: x402.SchemeExact, Network: c.net.CAIP2},
+			x402.SupportedKind{X402Version: x402.Version1, Scheme: x402.SchemeExact, Network: c.net.Name},
+		)
+	}
+	return resp, nil
+}
+
+// NetworkInfo describes one configured network for detailed health.
+type NetworkInfo struct {
+	Name         string `json:"name"`    // v1 name
+	CAIP2        string `json:"network"` // CAIP-2 id
+	ChainID      string `json:"chainId"`
+	Scheme       string `json:"scheme"`
+	Asset        string `json:"asset"`
+	AssetName    string `json:"assetName"`    // EIP-712 domain name
+	AssetVersion string `json:"assetVersion"` // EIP-712 domain version
+	// Balance is the signer's native balance in wei, read at most once per
+	// Config.BalanceCacheTTL; empty when the RPC endpoint could not be read.
+	Balance string `json:"balance,omitempty"`
+}
+
+// EngineInfo is what detailed /health may show (spec §4.2 /health): networks, the
+// facilitator address and its cached balances, the verdict service URL. It carries no
+// RPC URL and no key.
+type EngineInfo struct {
+	Address      string        `json:"address"`
+	GuardianMode string        `json:"guardianMode"`
+	VerdictURL   string        `json:"verdictUrl,omitempty"`
+	Networks     []NetworkInfo `json:"networks"`
+}
+
+// Info reports the engine's networks, signer address and cached balances. A balance that
+// cannot be read is left empty; Info never fails.
+func (e *Engine) Info(ctx context.Context) EngineInfo {
+	info := EngineInfo{
+		Address:      e.address.Hex(),
+		GuardianMode: string(e.cfg.GuardianMode),
+		VerdictURL:   e.cfg.VerdictURL,
+		Networks:     []NetworkInfo{},
+	}
+	for _, c := range e.order {
+		ni := NetworkInfo{
+			Name: c.net.Name, CAIP2: c.net.CAIP2, ChainID: c.net.ChainID.String(), Scheme: x402.SchemeExact,
+			Asset: c.net.USDC.Address.Hex(), AssetName: c.net.USDC.Name, AssetVersion: c.net.USDC.Version,
+		}
+		if b := e.cachedBalance(ctx, c); b != nil {
+			ni.Balance = b.String()
+		}
+		info.Networks = append(info.Networks, ni)
+	}
+	return info
+}
+
+// cachedBalance returns the signer's native balance on c, read at most once per TTL.
+func (e *Engine) cachedBalance(ctx context.Context, c *chain) *big.Int {
+	c.balanceMu.Lock()
+	defer c.balanceMu.Unlock()
+	now := e.now().UnixNano()
+	if c.balance != nil && now-c.balanceAt < int64(e.cfg.BalanceCacheTTL) {
+		return c.balance
+	}
+	b, err := c.client.BalanceAt(ctx, e.address, nil)
+	if err != nil {
+		e.log.Warn("read signer balance", zap.String("network", c.net.CAIP2), zap.String("error", c.redact(err)))
+		return c.balance // stale is better than nothing; nil when never read
+	}
+	c.balance, c.balanceAt = b, now
+	return b
+}
+
+// chainFor returns the configured chain of a CAIP-2 id.
+func (e *Engine) chainFor(caip2 string) (*chain, bool) {
+	c, ok := e.chains[caip2]
+	return c, ok
+}
+
+// networkName is the network as a response of the given version names it: the v1 name
+// for v1, the CAIP-2 id for v2.
+func (e *Engine) networkName(caip2 string, version int) string {
+	if c, ok := e.chains[caip2]; ok && version == x402.Version1 {
+		return c.net.Name
+	}
+	return caip2
+}

@@ -1,0 +1,370 @@
+package facilitator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/big"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/x402gate/x402gate/internal/testenv"
+)
+
+// journalOpen opens a new handle on one database; several handles stand for several
+// instances.
+type journalOpen func() (*SQLJournal, error)
+
+// journalOpener gives each case a fresh, empty database.
+type journalOpener func(t *testing.T) journalOpen
+
+// mustOpen opens a handle that is closed when t ends.
+func mustOpen(t *testing.T, open journalOpen) *SQLJournal {
+	t.Helper()
+	j, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = j.Close() })
+	return j
+}
+
+func testSettlement(i int, created time.Time) Settlement {
+	k := testPaymentKey(i)
+	return Settlement{
+		AuthorizationKey: k.AuthorizationKey(),
+		PaymentKey:       k.String(),
+		Network:          k.Network,
+		Asset:            k.Asset,
+		Payer:            k.Payer,
+		PayTo:            k.PayTo,
+		Amount:           new(big.Int).Set(k.Amount),
+		Nonce:            k.Nonce,
+		TxHash:           common.HexToHash(fmt.Sprintf("0x%064x", 0xbeef0000+i)),
+		RawTx:            []byte{0x02, 0xf8, byte(i), 0x00, 0xff},
+		SenderNonce:      uint64(1<<40 + i),
+		State:            StatePrepared,
+		Reason:           "",
+		CreatedAt:        created.UTC().Truncate(time.Microsecond),
+		UpdatedAt:        created.UTC().Truncate(time.Microsecond),
+	}
+}
+
+var journalEpoch = time.Date(2026, 5, 1, 12, 0, 0, 123456000, time.UTC)
+
+// journalCases is the behaviour both SQL engines share (DESIGN "A paid request" step 3:
+// journaled before broadcast; reconcile, never broadcast again).
+var journalCases = []struct {
+	name string
+	run  func(t *testing.T, open journalOpen)
+}{
+	{"a prepared settlement reads back field for field", func(t *testing.T, open journalOpen) {
+		j, ctx := mustOpen(t, open), context.Background()
+		want := testSettlement(1, journalEpoch)
+		want.Amount, _ = new(big.Int).SetString("123456789012345678901234567890", 10) // beyond int64
+		want.Network = "eip155:8453"
+		if err := j.Prepare(ctx, want); err != nil {
+			t.Fatal(err)
+		}
+		got, err := j.Get(ctx, want.AuthorizationKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Amount.Cmp(want.Amount) != 0 {
+			t.Errorf("amount = %s, want %s", got.Amount, want.Amount)
+		}
+		got.Amount, want.Amount = nil, nil
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("round trip:\n got %+v\nwant %+v", got, want)
+		}
+	}},
+	{"an unknown authorization is not found", func(t *testing.T, open journalOpen) {
+		j := mustOpen(t, open)
+		if _, err := j.Get(context.Background(), "eip155:84532:0xnope"); !errors.Is(err, ErrSettlementNotFound) {
+			t.Fatalf("err = %v, want ErrSettlementNotFound", err)
+		}
+	}},
+	{"one authorization is journaled once, even after its settlement failed", func(t *testing.T, open journalOpen) {
+		j, ctx := mustOpen(t, open), context.Background()
+		first := testSettlement(2, journalEpoch)
+		if err := j.Prepare(ctx, first); err != nil {
+			t.Fatal(err)
+		}
+		again := first
+		again.TxHash = common.HexToHash("0x1234")
+		again.PayTo = common.HexToAddress("0x00000000000000000000000000000000000000aa")
+		if err := j.Prepare(ctx, again); !errors.Is(err, ErrDuplicateSettlement) {
+			t.Fatalf("second prepare err = %v, want ErrDuplicateSettlement", err)
+		}
+		if err := j.Update(ctx, first.AuthorizationKey, StateFailed, "reverted"); err != nil {
+			t.Fatal(err)
+		}
+		if err := j.Prepare(ctx, again); !errors.Is(err, ErrDuplicateSettlement) {
+			t.Fatalf("prepare after failure err = %v, want ErrDuplicateSettlement", err)
+		}
+		got, err := j.Get(ctx, first.AuthorizationKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.TxHash != first.TxHash || got.State != StateFailed {
+			t.Fatalf("row = %s %s, want the first transaction, failed", got.TxHash, got.State)
+		}
+	}},
+	{"20 concurrent prepares of one authorization on 3 handles: exactly one succeeds", func(t *testing.T, open journalOpen) {
+		handles := []*SQLJournal{mustOpen(t, open), mustOpen(t, open), mustOpen(t, open)}
+		s := testSettlement(3, journalEpoch)
+		wins := race(t, 20, ErrDuplicateSettlement, func(i int) error {
+			attempt := s
+			attempt.TxHash = common.HexToHash(fmt.Sprintf("0x%x", i+1))
+			return handles[i%3].Prepare(context.Background(), attempt)
+		})
+		if wins != 1 {
+			t.Fatalf("%d prepares succeeded, want 1", wins)
+		}
+	}},
+	{"updates follow the settlement lifecycle", func(t *testing.T, open journalOpen) {
+		j, ctx := mustOpen(t, open), context.Background()
+		steps := []struct {
+			key    int
+			to     SettlementState
+			reason string
+			want   error
+		}{
+			{10, StateBroadcast, "", nil},
+			{10, StateBroadcast, "rebroadcast", nil},
+			{10, StateConfirmed, "", nil},
+			{10, StateConfirmed, "", nil}, // a second reconciler records the same outcome
+			{10, StateFailed, "late", ErrInvalidTransition},
+			{10, StateBroadcast, "", ErrInvalidTransition},
+			{10, StatePrepared, "", ErrInvalidTransition},
+			{11, StateFailed, "dropped", nil},
+			{11, StateBroadcast, "", ErrInvalidTransition},
+			{11, StateConfirmed, "receipt found late", nil},
+			{12, StateConfirmed, "", nil}, // receipt seen before the broadcast was recorded
+			{13, SettlementState("mined"), "", ErrInvalidTransition},
+			{99, StateBroadcast, "", ErrSettlementNotFound},
+		}
+		for _, i := range []int{10, 11, 12, 13} {
+			if err := j.Prepare(ctx, testSettlement(i, journalEpoch)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for n, st := range steps {
+			key := testSettlement(st.key, journalEpoch).AuthorizationKey
+			err := j.Update(ctx, key, st.to, st.reason)
+			if !errors.Is(err, st.want) || (st.want == nil && err != nil) {
+				t.Fatalf("step %d: update %d to %s: err = %v, want %v", n, st.key, st.to, err, st.want)
+			}
+			if err != nil || st.want != nil {
+				continue
+			}
+			got, err := j.Get(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.State != st.to || got.Reason != st.reason {
+				t.Fatalf("step %d: row is %s %q, want %s %q", n, got.State, got.Reason, st.to, st.reason)
+			}
+		}
+	}},
+	{"unfinished lists prepared and broadcast settlements only, oldest first", func(t *testing.T, open journalOpen) {
+		j, ctx := mustOpen(t, open), context.Background()
+		rows := []struct {
+			key   int
+			age   time.Duration
+			state SettlementState
+		}{
+			{20, 3 * time.Minute, StatePrepared},
+			{21, 5 * time.Minute, StateBroadcast},
+			{22, 9 * time.Minute, StateConfirmed},
+			{23, 1 * time.Minute, StateBroadcast},
+			{24, 7 * time.Minute, StateFailed},
+			{25, 4 * time.Minute, StatePrepared},
+		}
+		for _, r := range rows {
+			if err := j.Prepare(ctx, testSettlement(r.key, journalEpoch.Add(-r.age))); err != nil {
+				t.Fatal(err)
+			}
+			if r.state != StatePrepared {
+				if err := j.Update(ctx, testSettlement(r.key, journalEpoch).AuthorizationKey, r.state, ""); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		got, err := j.Unfinished(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, s := range got {
+			keys = append(keys, s.AuthorizationKey)
+		}
+		var want []string
+		for _, i := range []int{21, 25, 20, 23} {
+			want = append(want, testSettlement(i, journalEpoch).AuthorizationKey)
+		}
+		if !reflect.DeepEqual(keys, want) {
+			t.Fatalf("unfinished =\n%s\nwant\n%s", strings.Join(keys, "\n"), strings.Join(want, "\n"))
+		}
+		if got[0].State != StateBroadcast || len(got[0].RawTx) == 0 {
+			t.Fatalf("unfinished rows lack what reconcile needs: %+v", got[0])
+		}
+	}},
+	{"reopening migrates idempotently and keeps every row", func(t *testing.T, open journalOpen) {
+		ctx := context.Background()
+		j := mustOpen(t, open)
+		s := testSettlement(30, journalEpoch)
+		if err := j.Prepare(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		_ = j.Close()
+		for i := 0; i < 2; i++ {
+			j = mustOpen(t, open)
+			if _, err := j.Get(ctx, s.AuthorizationKey); err != nil {
+				t.Fatalf("reopen %d: %v", i, err)
+			}
+		}
+		var n, versions int
+		if err := j.db.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(DISTINCT version) FROM `+journalMigrationsTable).Scan(&n, &versions); err != nil {
+			t.Fatal(err)
+		}
+		if n != len(journalMigrations) || versions != n {
+			t.Fatalf("%d migration rows (%d versions), want %d", n, versions, len(journalMigrations))
+		}
+	}},
+	{"concurrent opens of a new database all migrate it", func(t *testing.T, open journalOpen) {
+		var wg sync.WaitGroup
+		handles := make([]*SQLJournal, 4)
+		errs := make([]error, 4)
+		for i := range handles {
+			wg.Add(1)
+			go func(i int) { defer wg.Done(); handles[i], errs[i] = open() }(i)
+		}
+		wg.Wait()
+		for i, j := range handles {
+			if errs[i] != nil {
+				t.Fatalf("open %d: %v", i, errs[i])
+			}
+			t.Cleanup(func() { _ = j.Close() })
+		}
+		if err := handles[0].Prepare(context.Background(), testSettlement(40, journalEpoch)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := handles[3].Get(context.Background(), testSettlement(40, journalEpoch).AuthorizationKey); err != nil {
+			t.Fatal(err)
+		}
+	}},
+	{"a database migrated by a newer build is refused", func(t *testing.T, open journalOpen) {
+		j := mustOpen(t, open)
+		if _, err := j.db.Exec(`INSERT INTO `+journalMigrationsTable+` (version, applied_at) VALUES (9999, 0)`); err != nil {
+			t.Fatal(err)
+		}
+		_ = j.Close()
+		if j, err := open(); err == nil || !strings.Contains(err.Error(), "newer") {
+			if j != nil {
+				_ = j.Close()
+			}
+			t.Fatalf("open err = %v, want a newer-schema refusal", err)
+		}
+	}},
+	{"a settlement without an amount is refused", func(t *testing.T, open journalOpen) {
+		j := mustOpen(t, open)
+		s := testSettlement(50, journalEpoch)
+		s.Amount = nil
+		if err := j.Prepare(context.Background(), s); err == nil {
+			t.Fatal("prepared a settlement without an amount")
+		}
+		if _, err := j.Get(context.Background(), s.AuthorizationKey); !errors.Is(err, ErrSettlementNotFound) {
+			t.Fatalf("refused row was written: %v", err)
+		}
+	}},
+}
+
+func runJournalSuite(t *testing.T, opener journalOpener) {
+	for _, tc := range journalCases {
+		t.Run(tc.name, func(t *testing.T) { tc.run(t, opener(t)) })
+	}
+}
+
+func TestSQLiteJournal(t *testing.T) {
+	runJournalSuite(t, func(t *testing.T) journalOpen {
+		path := filepath.Join(t.TempDir(), "nested", "dir", "journal?#.db")
+		return func() (*SQLJournal, error) { return OpenSQLiteJournal(context.Background(), path) }
+	})
+}
+
+func TestPostgresJournal(t *testing.T) {
+	srv := testenv.StartPostgresServer(t, testenv.PostgresConfig{})
+	n := 0
+	runJournalSuite(t, func(t *testing.T) journalOpen {
+		n++
+		dsn := srv.CreateDatabase(t, fmt.Sprintf("journal_case_%d", n))
+		return func() (*SQLJournal, error) { return OpenPostgresJournal(context.Background(), dsn) }
+	})
+}
+
+func TestPostgresJournalKeepsPasswordOutOfErrors(t *testing.T) {
+	const password = "pg-s3cret-4e1b77"
+	ctx := context.Background()
+	srv := testenv.StartPostgresServer(t, testenv.PostgresConfig{Password: password})
+	noSecret := func(t *testing.T, err error, secrets ...string) {
+		t.Helper()
+		if err == nil {
+			t.Fatal("open succeeded, want an error")
+		}
+		for _, s := range secrets {
+			if strings.Contains(err.Error(), s) {
+				t.Fatalf("error text carries a password: %q", err)
+			}
+		}
+	}
+	const wrong = "wrong-pw-0c93aa"
+	cases := []struct {
+		name string
+		dsn  string
+	}{
+		{"a wrong password", strings.Replace(srv.DSN, password, wrong, 1)},
+		{"an unreachable host", "postgres://postgres:" + wrong + "@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=5"},
+		{"a malformed url", "postgres://postgres:" + wrong + "@127.0.0.1:notaport/postgres"},
+		{"a malformed key=value dsn", "host=127.0.0.1 password=" + wrong + " port=bad"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name+" fails without echoing the password", func(t *testing.T) {
+			_, err := OpenPostgresJournal(ctx, tc.dsn)
+			noSecret(t, err, wrong, password)
+		})
+	}
+
+	j, err := OpenPostgresJournal(ctx, srv.DSN)
+	if err != nil {
+		t.Fatalf("open with the right password: %v", err)
+	}
+	defer j.Close()
+	srv.Stop()
+	t.Run("with postgres down, prepare fails without echoing the password", func(t *testing.T) {
+		err := j.Prepare(ctx, testSettlement(60, journalEpoch))
+		noSecret(t, err, password)
+	})
+}
+
+func BenchmarkJournalPrepareSQLite(b *testing.B) {
+	j, err := OpenSQLiteJournal(context.Background(), filepath.Join(b.TempDir(), "journal.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer j.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		s := testSettlement(i, journalEpoch)
+		if err := j.Prepare(ctx, s); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,233 @@
+package facilitator
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"errors"
+	"fmt"
+	"math/big"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ethereum/go-ethereum"
+	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/core/types"
+	"github.com/ethereum/go-ethereum/crypto"
+	"go.uber.org/zap"
+)
+
+// Outcomes of a send that did not end in a broadcast.
+var (
+	// errNotBroadcast: the transaction certainly did not reach the node (the journal
+	// write or the node refused it). The sender's nonce was not used.
+	errNotBroadcast = errors.New("transaction not broadcast")
+	// errBroadcastUnknown: the node may or may not have the transaction (a transport
+	// failure during eth_sendRawTransaction). Only a receipt or reconcile can tell.
+	errBroadcastUnknown = errors.New("broadcast outcome unknown")
+)
+
+// gasHeadroom is the factor applied to a gas estimate: estimate * 12 / 10.
+const (
+	gasHeadroomNum = 12
+	gasHeadroomDen = 10
+	feeCacheTTL    = 2 * time.Second
+)
+
+// sender signs and broadcasts the facilitator's transactions on one chain. It owns the
+// signer account's nonce: read once from the node's pending nonce, then counted locally
+// under a mutex, so concurrent settlements never race for a nonce (DESIGN.md "A paid
+// request" step 3). The lock covers signing, the journal write and the broadcast only;
+// receipts are awaited outside it, so transactions are pipelined. After a nonce error or
+// an uncertain broadcast the next send reads the pending nonce again.
+type sender struct {
+	c      *chain
+	key    *ecdsa.PrivateKey
+	addr   common.Address
+	signer types.Signer
+	log    *zap.Logger
+
+	mu     sync.Mutex
+	next   uint64
+	synced bool
+
+	feeMu  sync.Mutex
+	tip    *big.Int
+	feeCap *big.Int
+	feeAt  time.Time
+}
+
+func newSender(c *chain, key *ecdsa.PrivateKey, log *zap.Logger) *sender {
+	return &sender{
+		c:      c,
+		key:    key,
+		addr:   crypto.PubkeyToAddress(key.PublicKey),
+		signer: types.LatestSignerForChainID(c.net.ChainID),
+		log:    log,
+	}
+}
+
+// call is one contract call to send: its target, calldata and gas limit.
+type call struct {
+	to   common.Address
+	data []byte
+	gas  uint64
+}
+
+// estimate returns the gas limit for c with headroom. A revert comes back wrapped in
+// errCallReverted with the node's message; a transport failure as a chainError.
+func (s *sender) estimate(ctx context.Context, to common.Address, data []byte) (call, error) {
+	gas, err := s.c.client.EstimateGas(ctx, ethereum.CallMsg{From: s.addr, To: &to, Data: data})
+	if err != nil {
+		if isRPCReply(err) {
+			return call{}, fmt.Errorf("estimate gas: %w: %s", errCallReverted, s.c.redact(err))
+		}
+		return call{}, s.c.unavailable("estimate gas", err)
+	}
+	return call{to: to, data: data, gas: gas * gasHeadroomNum / gasHeadroomDen}, nil
+}
+
+// fees returns the EIP-1559 tip and fee cap: the node's suggested tip plus twice the
+// latest base fee, cached for a moment.
+func (s *sender) fees(ctx context.Context) (*big.Int, *big.Int, error) {
+	s.feeMu.Lock()
+	defer s.feeMu.Unlock()
+	if s.tip != nil && time.Since(s.feeAt) < feeCacheTTL {
+		return s.tip, s.feeCap, nil
+	}
+	tip, err := s.c.client.SuggestGasTipCap(ctx)
+	if err != nil {
+		return nil, nil, s.c.unavailable("suggest gas tip", err)
+	}
+	head, err := s.c.client.HeaderByNumber(ctx, nil)
+	if err != nil {
+		return nil, nil, s.c.unavailable("latest header", err)
+	}
+	base := head.BaseFee
+	if base == nil {
+		base = new(big.Int)
+	}
+	feeCap := new(big.Int).Add(tip, new(big.Int).Mul(base, big.NewInt(2)))
+	s.tip, s.feeCap, s.feeAt = tip, feeCap, time.Now()
+	return tip, feeCap, nil
+}
+
+// send signs cl with the next nonce, hands the signed transaction to prepare (the journal
+// write, which must succeed before anything is broadcast), and broadcasts it. The error
+// wraps errNotBroadcast (prepare failed, or the node refused the transaction: the nonce is
+// not used) or errBroadcastUnknown (the transaction may be in the node's pool).
+func (s *sender) send(ctx context.Context, cl call, prepare func(*types.Transaction) error) (*types.Transaction, error) {
+	tip, feeCap, err := s.fees(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errNotBroadcast, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.synced {
+		n, err := s.c.client.PendingNonceAt(ctx, s.addr)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errNotBroadcast, s.c.unavailable("pending nonce", err))
+		}
+		s.next, s.synced = n, true
+	}
+	to := cl.to
+	tx, err := types.SignNewTx(s.key, s.signer, &types.DynamicFeeTx{
+		ChainID: s.c.net.ChainID, Nonce: s.next, GasTipCap: tip, GasFeeCap: feeCap,
+		Gas: cl.gas, To: &to, Value: new(big.Int), Data: cl.data,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: sign: %w", errNotBroadcast, err)
+	}
+	if prepare != nil {
+		if err := prepare(tx); err != nil {
+			return nil, fmt.Errorf("%w: %w", errNotBroadcast, err)
+		}
+	}
+	if err := s.c.client.SendTransaction(ctx, tx); err != nil && !isAlreadyKnown(err) {
+		if isRPCReply(err) {
+			if isNonceError(err) {
+				s.synced = false
+			}
+			return tx, fmt.Errorf("%w: node refused the transaction: %s", errNotBroadcast, s.c.redact(err))
+		}
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return tx, fmt.Errorf("%w: %w", errNotBroadcast, s.c.unavailable("send transaction", err))
+		}
+		s.synced = false
+		return tx, fmt.Errorf("%w: %w", errBroadcastUnknown, s.c.unavailable("send transaction", err))
+	}
+	s.next++
+	return tx, nil
+}
+
+// resend broadcasts an already signed transaction again (same bytes, same hash): it is the
+// same transaction, not a second one. "already known" counts as success.
+func (s *sender) resend(ctx context.Context, tx *types.Transaction) error {
+	err := s.c.client.SendTransaction(ctx, tx)
+	if err == nil || isAlreadyKnown(err) {
+		return nil
+	}
+	if isRPCReply(err) {
+		if isNonceError(err) {
+			s.mu.Lock()
+			s.synced = false
+			s.mu.Unlock()
+		}
+		return fmt.Errorf("resend %s: node refused: %s", tx.Hash().Hex(), s.c.redact(err))
+	}
+	return s.c.unavailable("resend transaction", err)
+}
+
+// isAlreadyKnown reports the node's answer to a transaction it already holds.
+func isAlreadyKnown(err error) bool {
+	m := strings.ToLower(err.Error())
+	return strings.Contains(m, "already known") || strings.Contains(m, "already imported") ||
+		strings.Contains(m, "known transaction")
+}
+
+// isNonceError reports a node refusal caused by the nonce (our local count is off).
+func isNonceError(err error) bool {
+	m := strings.ToLower(err.Error())
+	return strings.Contains(m, "nonce") || strings.Contains(m, "replacement transaction underpriced")
+}
+
+// receiptPoll bounds the polling interval of waitReceipt.
+const (
+	receiptPollMin = 20 * time.Millisecond
+	receiptPollMax = 500 * time.Millisecond
+	resendEvery    = 3 * time.Second
+)
+
+// waitReceipt polls for tx's receipt until it arrives or timeout (bounded by ctx) passes.
+// A transaction the node no longer knows (dropped from its pool) is sent again, same bytes.
+// It returns ethereum.NotFound when no receipt arrived in time.
+func (s *sender) waitReceipt(ctx context.Context, tx *types.Transaction, timeout time.Duration) (*types.Receipt, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	delay := receiptPollMin
+	lastResend := time.Now()
+	for {
+		r, err := s.c.client.TransactionReceipt(ctx, tx.Hash())
+		if err == nil && r != nil {
+			return r, nil
+		}
+		if err != nil && !errors.Is(err, ethereum.NotFound) && ctx.Err() == nil {
+			s.log.Debug("receipt poll", zap.String("tx", tx.Hash().Hex()), zap.String("error", s.c.redact(err)))
+		}
+		if errors.Is(err, ethereum.NotFound) && time.Since(lastResend) > resendEvery {
+			lastResend = time.Now()
+			if _, _, err := s.c.client.TransactionByHash(ctx, tx.Hash()); errors.Is(err, ethereum.NotFound) {
+				if err := s.resend(ctx, tx); err != nil {
+					s.log.Debug("resend dropped transaction", zap.String("tx", tx.Hash().Hex()), zap.Error(err))
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ethereum.NotFound
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, receiptPollMax)
+	}
+}

@@ -1,0 +1,316 @@
+package facilitator
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/core/types"
+	"go.uber.org/zap"
+
+	"github.com/x402gate/x402gate/x402"
+)
+
+// Settle settles the merchant payment p of r (spec §4.2 /settle), in this order:
+//
+//  1. When the verdict check applies, consume the matching unexpired approval atomically
+//     before anything is broadcast (spec §4.2 /settle rule 1); it stays consumed whatever
+//     follows (spec §3). GuardianRequired always demands one. GuardianOptional demands one
+//     when the payment was sent to the verdict service: /verify leaves a marker before it
+//     asks for a verdict, and a settle that finds no approval claims that marker, so a
+//     payment once submitted for a verdict is never settled without a consumed approval.
+//  2. Verify again: signature, time window, balance, nonce; the verdict is not asked again.
+//  3. Simulate (eth_estimateGas); a revert is mapped to a reason and nothing is sent.
+//  4. Claim the authorization in the ApprovalStore, so concurrent settles on every
+//     instance sharing the store make one broadcast (duplicate_settlement for the others).
+//  5. Sign with the engine's next nonce, journal the signed transaction, then broadcast.
+//  6. Await the receipt for Config.ReceiptTimeout: status 1 and a Transfer(from, to,
+//     value) log of the asset confirm it. No receipt in time is settlement_pending with
+//     the transaction hash; the journal row stays "broadcast" for Reconcile, and the
+//     authorization is never broadcast again in a new transaction.
+func (e *Engine) Settle(ctx context.Context, p *x402.Payment, r *x402.Requirements) (x402.SettleResponse, error) {
+	res, err := e.settle(ctx, p, r, true)
+	return res.resp, err
+}
+
+// settleResult is a settle response with its reason code, so internal callers (the
+// verification fee) need not parse the wire string back.
+type settleResult struct {
+	resp   x402.SettleResponse
+	reason x402.Reason
+}
+
+// settle runs Settle; withApproval is false for the verification fee, which needs none.
+func (e *Engine) settle(ctx context.Context, p *x402.Payment, r *x402.Requirements, withApproval bool) (settleResult, error) {
+	v := versionOf(p)
+	res := settleResult{resp: x402.SettleResponse{Payer: payerOf(p)}}
+	if p != nil {
+		res.resp.Network = e.networkName(p.Network, v)
+		if p.Authorization.Value != nil {
+			res.resp.Amount = p.Authorization.Value.String()
+		}
+	}
+	refuse := func(f *failure) (settleResult, error) {
+		res.reason = f.reason
+		res.resp.Success = false
+		res.resp.ErrorReason = f.reason.For(v)
+		res.resp.ErrorMessage = f.msg
+		e.log.Info("settle refused", zap.String("payer", res.resp.Payer), zap.String("reason", string(f.reason)),
+			zap.String("tx", res.resp.Transaction))
+		return res, nil
+	}
+	if p == nil || r == nil {
+		_, f := e.checkStatic(p, r, e.now())
+		return refuse(f)
+	}
+	key := keyOf(p, r)
+	if withApproval {
+		if f := e.consumeApproval(ctx, key); f != nil {
+			return refuse(f)
+		}
+	}
+	c, f := e.verifyPayment(ctx, p, r)
+	if f != nil {
+		return refuse(f)
+	}
+	var cl call
+	if c.wrap == nil {
+		if cl, f = e.simulate(ctx, c); f != nil {
+			return refuse(f)
+		}
+	}
+	if f := e.claim(ctx, c); f != nil {
+		return refuse(f)
+	}
+	if c.wrap != nil {
+		// ERC-6492: deploy the wallet through its allow-listed factory, then simulate
+		// against the deployed wallet; the token's ERC-1271 check is authoritative.
+		if f := e.deployWallet(ctx, c); f != nil {
+			return refuse(f)
+		}
+		if cl, f = e.simulate(ctx, c); f != nil {
+			return refuse(f)
+		}
+	}
+	tx, err := c.chain.sender.send(ctx, cl, func(tx *types.Transaction) error { return e.journalPrepare(ctx, c, tx) })
+	if tx != nil {
+		res.resp.Transaction, res.resp.TxHash = tx.Hash().Hex(), tx.Hash().Hex()
+	}
+	switch {
+	case errors.Is(err, ErrDuplicateSettlement):
+		res.resp.Transaction, res.resp.TxHash = "", ""
+		return refuse(fail(x402.ReasonDuplicateSettlement, "this authorization is already journaled for settlement"))
+	case errors.Is(err, errBroadcastUnknown):
+		e.logChainErr("broadcast", c.chain, err)
+		return refuse(fail(x402.ReasonSettlementPending, "broadcast outcome unknown; reconcile before retrying"))
+	case errors.Is(err, errNotBroadcast) && tx != nil:
+		// The journal row exists but the node refused the transaction.
+		e.journalUpdate(ctx, c, StateFailed, "not_broadcast")
+		e.logChainErr("broadcast refused", c.chain, err)
+		if errors.Is(err, errRPCUnavailable) {
+			return refuse(fail(x402.ReasonChainUnavailable, "rpc unavailable"))
+		}
+		return refuse(fail(x402.ReasonUnexpectedSettle, "the node refused the settlement transaction"))
+	case errors.Is(err, errRPCUnavailable):
+		e.logChainErr("prepare broadcast", c.chain, err)
+		res.resp.Transaction, res.resp.TxHash = "", ""
+		return refuse(fail(x402.ReasonChainUnavailable, "rpc unavailable"))
+	case err != nil:
+		// The journal could not be written (or a crash was simulated): nothing was sent.
+		res.resp.Transaction, res.resp.TxHash = "", ""
+		res.reason = x402.ReasonUnexpectedSettle
+		res.resp.ErrorReason = x402.ReasonUnexpectedSettle.For(v)
+		res.resp.ErrorMessage = "settlement could not be journaled"
+		e.log.Error("settle: journal before broadcast", zap.String("payer", res.resp.Payer), zap.Error(err))
+		return res, fmt.Errorf("settle %s: %w", key.AuthorizationKey(), err)
+	}
+	e.journalUpdate(ctx, c, StateBroadcast, "")
+	e.log.Info("settlement broadcast", zap.String("payer", res.resp.Payer), zap.String("tx", tx.Hash().Hex()),
+		zap.String("network", c.chain.net.CAIP2), zap.Uint64("senderNonce", tx.Nonce()))
+
+	rcpt, err := c.chain.sender.waitReceipt(ctx, tx, e.cfg.ReceiptTimeout)
+	if err != nil {
+		return refuse(fail(x402.ReasonSettlementPending, "no receipt yet; the transaction may still be mined"))
+	}
+	if f := checkReceipt(c.chain, rcpt, c.auth); f != nil {
+		e.journalUpdate(ctx, c, StateFailed, string(f.reason))
+		return refuse(f)
+	}
+	e.journalUpdate(ctx, c, StateConfirmed, "")
+	res.resp.Success = true
+	e.log.Info("settled", zap.String("payer", res.resp.Payer), zap.String("tx", tx.Hash().Hex()),
+		zap.String("network", c.chain.net.CAIP2))
+	return res, nil
+}
+
+// consumeApproval applies spec §4.2 /settle rule 1 for the engine's GUARDIAN_MODE.
+func (e *Engine) consumeApproval(ctx context.Context, k PaymentKey) *failure {
+	if e.cfg.GuardianMode == GuardianOff {
+		return nil
+	}
+	a, err := e.cfg.Store.Consume(ctx, k)
+	switch {
+	case err == nil:
+		e.log.Info("approval consumed", zap.String("payer", k.Payer.Hex()), zap.String("requestHash", a.RequestHash))
+		return nil
+	case !errors.Is(err, ErrApprovalNotFound):
+		e.log.Error("consume approval", zap.String("payer", k.Payer.Hex()), zap.Error(err))
+		return fail(x402.ReasonApprovalStoreDown, "approval store unavailable")
+	case e.cfg.GuardianMode == GuardianRequired:
+		return fail(x402.ReasonApprovalNotFound, "no unexpired approval for this payment")
+	}
+	// Optional mode, no approval: settle only a payment never sent to the verdict service.
+	// Claiming the marker also stops a later verdict request from racing this settle.
+	err = e.cfg.Store.Claim(ctx, markerKey(k), maxClaimTTL)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrAlreadyClaimed):
+		return fail(x402.ReasonApprovalNotFound, "payment was sent for a verdict and has no unexpired approval")
+	default:
+		e.log.Error("claim verdict marker", zap.String("payer", k.Payer.Hex()), zap.Error(err))
+		return fail(x402.ReasonApprovalStoreDown, "approval store unavailable")
+	}
+}
+
+// claim takes the store-wide settlement claim on c's authorization.
+func (e *Engine) claim(ctx context.Context, c *checked) *failure {
+	err := e.cfg.Store.Claim(ctx, c.key, untilValidBefore(c.auth, e.now(), claimMargin))
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrAlreadyClaimed):
+		return fail(x402.ReasonDuplicateSettlement, "this authorization is already being settled")
+	default:
+		e.log.Error("claim authorization", zap.String("payer", c.auth.From.Hex()), zap.Error(err))
+		return fail(x402.ReasonApprovalStoreDown, "approval store unavailable")
+	}
+}
+
+// simulate packs transferWithAuthorization for c and estimates its gas, which runs the
+// token's own checks without broadcasting.
+func (e *Engine) simulate(ctx context.Context, c *checked) (call, *failure) {
+	data, err := c.chain.transferCalldata(c.auth, c.sig, c.eoa)
+	if err != nil {
+		return call{}, fail(x402.ReasonInvalidSignature, "signature cannot be encoded for the token")
+	}
+	cl, err := c.chain.sender.estimate(ctx, c.chain.net.USDC.Address, data)
+	if err != nil {
+		e.logChainErr("simulate settlement", c.chain, err)
+		if errors.Is(err, errRPCUnavailable) {
+			return call{}, fail(x402.ReasonChainUnavailable, "rpc unavailable")
+		}
+		return call{}, fail(revertReason(err), "the token refuses the transfer")
+	}
+	return cl, nil
+}
+
+// revertReason maps a token revert to a reason, like @x402/evm parseEip3009TransferError
+// (research/x402.md §2.2).
+func revertReason(err error) x402.Reason {
+	m := strings.ToLower(err.Error())
+	switch {
+	case strings.Contains(m, "expired"):
+		return x402.ReasonValidBefore
+	case strings.Contains(m, "not yet valid"):
+		return x402.ReasonValidAfter
+	case strings.Contains(m, "used") || strings.Contains(m, "canceled") || strings.Contains(m, "cancelled"):
+		return x402.ReasonNonceUsed
+	case strings.Contains(m, "balance"):
+		return x402.ReasonInsufficientFunds
+	case strings.Contains(m, "signature") || strings.Contains(m, "signer"):
+		return x402.ReasonInvalidSignature
+	}
+	return x402.ReasonTransactionFailed
+}
+
+// deployWallet sends the ERC-6492 factory call of c's wallet and waits for it. The
+// factory was allow-listed at verify.
+func (e *Engine) deployWallet(ctx context.Context, c *checked) *failure {
+	cl, err := c.chain.sender.estimate(ctx, c.wrap.Factory, c.wrap.Calldata)
+	if err != nil {
+		if errors.Is(err, errRPCUnavailable) {
+			return fail(x402.ReasonChainUnavailable, "rpc unavailable")
+		}
+		return fail(x402.ReasonUndeployedWallet, "wallet deployment would revert")
+	}
+	tx, err := c.chain.sender.send(ctx, cl, nil)
+	if err != nil {
+		e.logChainErr("deploy wallet", c.chain, err)
+		return fail(x402.ReasonUndeployedWallet, "wallet deployment was not sent")
+	}
+	rcpt, err := c.chain.sender.waitReceipt(ctx, tx, e.cfg.ReceiptTimeout)
+	if err != nil || rcpt.Status != types.ReceiptStatusSuccessful {
+		return fail(x402.ReasonUndeployedWallet, "wallet deployment did not succeed")
+	}
+	ok, err := c.chain.hasCode(ctx, c.auth.From)
+	if err != nil || !ok {
+		return fail(x402.ReasonUndeployedWallet, "factory did not deploy the payer's wallet")
+	}
+	c.wrap = nil
+	return nil
+}
+
+// checkReceipt confirms a mined settlement: status 1 and a Transfer(from, to, value) log
+// emitted by the asset (research/x402.md §2.2, 2.27 extras).
+func checkReceipt(ch *chain, r *types.Receipt, a x402.Authorization) *failure {
+	if r.Status != types.ReceiptStatusSuccessful {
+		return fail(x402.ReasonTransactionFailed, "settlement transaction reverted")
+	}
+	fromTopic := common.BytesToHash(a.From.Bytes())
+	toTopic := common.BytesToHash(a.To.Bytes())
+	want := common.LeftPadBytes(a.Value.Bytes(), 32)
+	for _, l := range r.Logs {
+		if l.Address == ch.net.USDC.Address && len(l.Topics) == 3 && l.Topics[0] == ch.abi.transferTopic &&
+			l.Topics[1] == fromTopic && l.Topics[2] == toTopic && bytes.Equal(l.Data, want) {
+			return nil
+		}
+	}
+	return fail(x402.ReasonTransferEventMismatch, "receipt lacks the expected Transfer event")
+}
+
+// journalPrepare writes the signed settlement transaction before it is broadcast, then
+// runs the crash test seam.
+func (e *Engine) journalPrepare(ctx context.Context, c *checked, tx *types.Transaction) error {
+	raw, err := tx.MarshalBinary()
+	if err != nil {
+		return fmt.Errorf("encode transaction: %w", err)
+	}
+	now := e.now()
+	s := Settlement{
+		AuthorizationKey: c.key.AuthorizationKey(),
+		PaymentKey:       c.key.String(),
+		Network:          c.key.Network,
+		Asset:            c.key.Asset,
+		Payer:            c.key.Payer,
+		PayTo:            c.key.PayTo,
+		Amount:           c.key.Amount,
+		Nonce:            c.key.Nonce,
+		TxHash:           tx.Hash(),
+		RawTx:            raw,
+		SenderNonce:      tx.Nonce(),
+		State:            StatePrepared,
+		CreatedAt:        now,
+		UpdatedAt:        now,
+	}
+	if err := e.cfg.Journal.Prepare(ctx, s); err != nil {
+		return fmt.Errorf("journal prepare: %w", err)
+	}
+	if e.cfg.beforeBroadcast != nil {
+		if err := e.cfg.beforeBroadcast(s); err != nil {
+			return fmt.Errorf("before broadcast: %w", err)
+		}
+	}
+	return nil
+}
+
+// journalUpdate records a state change; a failure is logged, since the chain stays the
+// truth and Reconcile repairs the row.
+func (e *Engine) journalUpdate(ctx context.Context, c *checked, state SettlementState, reason string) {
+	if err := e.cfg.Journal.Update(ctx, c.key.AuthorizationKey(), state, reason); err != nil {
+		e.log.Error("journal update", zap.String("payer", c.auth.From.Hex()), zap.String("state", string(state)), zap.Error(err))
+	}
+}

@@ -1,0 +1,174 @@
+package facilitator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/expirable"
+)
+
+// DefaultMemoryStoreSize is the number of approval records, and separately of settlement
+// claims, that a MemoryStore holds when NewMemoryStore is given a size <= 0.
+const DefaultMemoryStoreSize = 100_000
+
+// DefaultMaxTTL is the longest TTL a MemoryStore accepts for a record or a claim unless
+// WithMaxTTL sets another.
+const DefaultMaxTTL = time.Hour
+
+// ErrInvalidTTL is returned by Record and Claim for a TTL that is not positive, or longer
+// than the store's maximum. Such a record would either vanish at once or outlive the
+// cache that holds it, so it is refused rather than silently shortened.
+var ErrInvalidTTL = errors.New("approval store: ttl out of range")
+
+// MemoryStore is the embedded ApprovalStore of a single instance: two bounded, expiring
+// LRU caches (golang-lru/v2 expirable), one for approvals and one for claims.
+//
+// Unlike the store the spec describes as the default (spec §4.2 /settle rule 2: "a
+// non-atomic read then delete"), every operation runs under one mutex, so Consume is a
+// true get-and-delete and exactly one of any number of concurrent Claims wins within the
+// process. It shares nothing with other processes: several instances need RedisStore.
+//
+// When the approval cache is full, recording evicts the least recently used approval,
+// whose settle is then refused (fail closed). When the claim cache is full of unexpired
+// claims, Claim refuses with ErrStoreUnavailable instead of evicting a live claim.
+type MemoryStore struct {
+	maxTTL time.Duration
+	size   int
+
+	mu        sync.Mutex
+	closed    bool
+	approvals *expirable.LRU[string, memApproval]
+	claims    *expirable.LRU[string, time.Time] // authorization key -> claim expiry
+}
+
+// memApproval carries the record's own expiry: the expirable cache has one TTL for all
+// entries, so each entry is checked against its own deadline on read.
+type memApproval struct {
+	approval  Approval
+	expiresAt time.Time
+}
+
+// MemoryStoreOption configures a MemoryStore.
+type MemoryStoreOption func(*MemoryStore)
+
+// WithMaxTTL sets the longest TTL the store accepts for a record or a claim. Default
+// DefaultMaxTTL. The caches drop every entry at this age whatever its own TTL.
+func WithMaxTTL(d time.Duration) MemoryStoreOption {
+	return func(s *MemoryStore) {
+		if d > 0 {
+			s.maxTTL = d
+		}
+	}
+}
+
+// NewMemoryStore returns an in-process ApprovalStore holding at most size approvals and
+// size claims (DefaultMemoryStoreSize when size <= 0).
+func NewMemoryStore(size int, opts ...MemoryStoreOption) *MemoryStore {
+	if size <= 0 {
+		size = DefaultMemoryStoreSize
+	}
+	s := &MemoryStore{maxTTL: DefaultMaxTTL, size: size}
+	for _, o := range opts {
+		o(s)
+	}
+	s.approvals = expirable.NewLRU[string, memApproval](size, nil, s.maxTTL)
+	s.claims = expirable.NewLRU[string, time.Time](size, nil, s.maxTTL)
+	return s
+}
+
+func (s *MemoryStore) checkTTL(ttl time.Duration) error {
+	if ttl <= 0 || ttl > s.maxTTL {
+		return fmt.Errorf("%w: %s not in (0, %s]", ErrInvalidTTL, ttl, s.maxTTL)
+	}
+	return nil
+}
+
+var errMemoryStoreClosed = fmt.Errorf("%w: memory store closed", ErrStoreUnavailable)
+
+// Record stores a for k until ttl elapses, replacing an earlier record for k.
+func (s *MemoryStore) Record(ctx context.Context, k PaymentKey, a Approval, ttl time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("record approval: %w", err)
+	}
+	if err := s.checkTTL(ttl); err != nil {
+		return fmt.Errorf("record approval: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errMemoryStoreClosed
+	}
+	s.approvals.Add(k.String(), memApproval{approval: a, expiresAt: time.Now().Add(ttl)})
+	return nil
+}
+
+// Consume atomically removes and returns the unexpired approval for k (spec §4.2 /settle
+// rule 1). An expired record is removed too, and reported as ErrApprovalNotFound.
+func (s *MemoryStore) Consume(ctx context.Context, k PaymentKey) (Approval, error) {
+	if err := ctx.Err(); err != nil {
+		return Approval{}, fmt.Errorf("consume approval: %w", err)
+	}
+	key := k.String()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return Approval{}, errMemoryStoreClosed
+	}
+	e, ok := s.approvals.Peek(key)
+	if !ok {
+		return Approval{}, ErrApprovalNotFound
+	}
+	s.approvals.Remove(key)
+	if !time.Now().Before(e.expiresAt) {
+		return Approval{}, ErrApprovalNotFound
+	}
+	return e.approval, nil
+}
+
+// Claim atomically marks the authorization of k as being settled, for ttl. It returns
+// ErrAlreadyClaimed while an earlier claim is unexpired.
+func (s *MemoryStore) Claim(ctx context.Context, k PaymentKey, ttl time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("claim authorization: %w", err)
+	}
+	if err := s.checkTTL(ttl); err != nil {
+		return fmt.Errorf("claim authorization: %w", err)
+	}
+	key := k.AuthorizationKey()
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errMemoryStoreClosed
+	}
+	if until, ok := s.claims.Peek(key); ok && now.Before(until) {
+		return ErrAlreadyClaimed
+	}
+	if s.claims.Len() >= s.size {
+		// Evicting the oldest claim could let a second settle of that authorization
+		// through; refuse unless the oldest has expired anyway.
+		if _, until, ok := s.claims.GetOldest(); ok && now.Before(until) {
+			return fmt.Errorf("%w: claim table full (%d unexpired claims)", ErrStoreUnavailable, s.size)
+		}
+	}
+	s.claims.Add(key, now.Add(ttl))
+	return nil
+}
+
+// Close drops every record and claim. Later calls return ErrStoreUnavailable.
+func (s *MemoryStore) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	s.approvals.Purge()
+	s.claims.Purge()
+	return nil
+}
+
+var _ ApprovalStore = (*MemoryStore)(nil)

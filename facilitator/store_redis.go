@@ -1,0 +1,188 @@
+package facilitator
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultRedisKeyPrefix prefixes every key a RedisStore writes, unless WithKeyPrefix sets
+// another.
+const DefaultRedisKeyPrefix = "x402gate:"
+
+// RedisStore is the shared ApprovalStore of several instances (DESIGN "State and where it
+// lives"). Record is SET PX, Consume is GETDEL and Claim is SET NX PX, each one command,
+// so consumption and claims are atomic across every process that uses the same Redis
+// (spec §4.2 /settle rule 2). GETDEL needs Redis 6.2 or later.
+//
+// Every failure to reach Redis wraps ErrStoreUnavailable, and callers fail closed on it.
+// No error carries the password of the Redis URL.
+type RedisStore struct {
+	client *redis.Client
+	prefix string
+	secret string // the URL's password, scrubbed from every error text
+}
+
+// RedisOption configures a RedisStore.
+type RedisOption func(*RedisStore)
+
+// WithKeyPrefix sets the prefix of every key the store writes. Default
+// DefaultRedisKeyPrefix. Instances that must see each other's approvals use the same one.
+func WithKeyPrefix(prefix string) RedisOption {
+	return func(s *RedisStore) { s.prefix = prefix }
+}
+
+// NewRedisStore connects to the Redis at rawURL (redis://[user:password@]host:port[/db],
+// rediss:// for TLS, or unix://; go-redis's ParseURL query options such as dial_timeout
+// apply) and checks it answers PING, so a misconfigured store fails at start, not at the
+// first payment. An unreachable Redis returns an error wrapping ErrStoreUnavailable.
+func NewRedisStore(ctx context.Context, rawURL string, opts ...RedisOption) (*RedisStore, error) {
+	o, err := redis.ParseURL(rawURL)
+	if err != nil {
+		// url.Parse errors quote the whole URL, password included: say nothing of it.
+		if strings.HasPrefix(err.Error(), "redis: ") {
+			return nil, fmt.Errorf("redis store: invalid url: %s", redactSecret(err.Error(), urlPassword(rawURL)))
+		}
+		return nil, errors.New("redis store: invalid url: want redis://[user:password@]host:port[/db]")
+	}
+	s := &RedisStore{prefix: DefaultRedisKeyPrefix, secret: o.Password}
+	for _, opt := range opts {
+		opt(s)
+	}
+	s.client = redis.NewClient(o)
+	if err := s.client.Ping(ctx).Err(); err != nil {
+		_ = s.client.Close()
+		return nil, s.fail("connect", err)
+	}
+	return s, nil
+}
+
+// urlPassword returns the password of a URL that redis.ParseURL refused, found without
+// url.Parse: the text between the first ':' after "//" and the last '@'.
+func urlPassword(raw string) string {
+	_, rest, ok := strings.Cut(raw, "//")
+	if !ok {
+		return ""
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return ""
+	}
+	_, pw, _ := strings.Cut(rest[:at], ":")
+	return pw
+}
+
+func redactSecret(msg, secret string) string {
+	if secret == "" {
+		return msg
+	}
+	return strings.ReplaceAll(msg, secret, "[redacted]")
+}
+
+// fail wraps a Redis failure in ErrStoreUnavailable, keeping context cancellation
+// visible to errors.Is and scrubbing the password from the text.
+func (s *RedisStore) fail(op string, err error) error {
+	msg := redactSecret(err.Error(), s.secret)
+	for _, ctxErr := range []error{context.Canceled, context.DeadlineExceeded} {
+		if errors.Is(err, ctxErr) {
+			return fmt.Errorf("redis %s: %w: %s: %w", op, ErrStoreUnavailable, msg, ctxErr)
+		}
+	}
+	return fmt.Errorf("redis %s: %w: %s", op, ErrStoreUnavailable, msg)
+}
+
+func (s *RedisStore) approvalKey(k PaymentKey) string { return s.prefix + "approval:" + k.String() }
+
+func (s *RedisStore) claimKey(k PaymentKey) string { return s.prefix + "claim:" + k.AuthorizationKey() }
+
+func checkRedisTTL(ttl time.Duration) error {
+	// PX takes whole milliseconds, and SET without PX never expires.
+	if ttl < time.Millisecond {
+		return fmt.Errorf("%w: %s is under 1ms", ErrInvalidTTL, ttl)
+	}
+	return nil
+}
+
+// Record stores a for k until ttl elapses (SET PX), replacing an earlier record for k.
+func (s *RedisStore) Record(ctx context.Context, k PaymentKey, a Approval, ttl time.Duration) error {
+	if err := checkRedisTTL(ttl); err != nil {
+		return fmt.Errorf("record approval: %w", err)
+	}
+	b, err := json.Marshal(a)
+	if err != nil {
+		return fmt.Errorf("record approval: %w", err)
+	}
+	if err := s.client.Set(ctx, s.approvalKey(k), b, ttl).Err(); err != nil {
+		return s.fail("record", err)
+	}
+	return nil
+}
+
+// Consume atomically removes and returns the unexpired approval for k with GETDEL (spec
+// §4.2 /settle rule 1). When the reply to a GETDEL is lost the approval is gone anyway:
+// the settle fails closed and the payer verifies again.
+func (s *RedisStore) Consume(ctx context.Context, k PaymentKey) (Approval, error) {
+	b, err := s.client.GetDel(ctx, s.approvalKey(k)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return Approval{}, ErrApprovalNotFound
+	}
+	if err != nil {
+		return Approval{}, s.fail("consume", err)
+	}
+	var a Approval
+	if err := json.Unmarshal(b, &a); err != nil {
+		// Not ours, or corrupted: it is consumed now, and it approves nothing.
+		return Approval{}, fmt.Errorf("consume approval: malformed record: %w", ErrApprovalNotFound)
+	}
+	return a, nil
+}
+
+// Claim atomically marks the authorization of k as being settled for ttl (SET NX PX). The
+// claim holds a random token, so a claim whose first reply was lost and whose SET was
+// retried by the client is still recognised as ours.
+func (s *RedisStore) Claim(ctx context.Context, k PaymentKey, ttl time.Duration) error {
+	if err := checkRedisTTL(ttl); err != nil {
+		return fmt.Errorf("claim authorization: %w", err)
+	}
+	var raw [16]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return fmt.Errorf("claim authorization: %w", err)
+	}
+	token := hex.EncodeToString(raw[:])
+	key := s.claimKey(k)
+	ok, err := s.client.SetNX(ctx, key, token, ttl).Result()
+	if err != nil {
+		return s.fail("claim", err)
+	}
+	if ok {
+		return nil
+	}
+	held, err := s.client.Get(ctx, key).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return ErrAlreadyClaimed // held a moment ago and expired since: still not ours
+	case err != nil:
+		return s.fail("claim", err)
+	case held == token:
+		return nil
+	default:
+		return ErrAlreadyClaimed
+	}
+}
+
+// Close closes the Redis client.
+func (s *RedisStore) Close() error {
+	if err := s.client.Close(); err != nil {
+		return s.fail("close", err)
+	}
+	return nil
+}
+
+var _ ApprovalStore = (*RedisStore)(nil)

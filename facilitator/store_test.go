@@ -1,0 +1,468 @@
+package facilitator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/big"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ethereum/go-ethereum/common"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/x402gate/x402gate/internal/testenv"
+)
+
+// testPaymentKey returns a distinct, fully populated key for i.
+func testPaymentKey(i int) PaymentKey {
+	var nonce [32]byte
+	copy(nonce[:], fmt.Sprintf("nonce-%028d", i))
+	return PaymentKey{
+		Network: "eip155:84532",
+		Asset:   common.HexToAddress("0x036CbD53842c5426634e7929541eC2318f3dCF7e"),
+		Payer:   common.HexToAddress(fmt.Sprintf("0x%040x", 0xA11CE000+i)),
+		PayTo:   common.HexToAddress("0x209693Bc6afc0C5328bA36FaF03C514EF312287C"),
+		Amount:  big.NewInt(10_000),
+		Nonce:   nonce,
+	}
+}
+
+func testApproval(tag string) Approval {
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	return Approval{RequestHash: "0xreq-" + tag, RecordedAt: now, ExpiresAt: now.Add(time.Minute)}
+}
+
+func sameApproval(a, b Approval) bool {
+	return a.RequestHash == b.RequestHash && a.RecordedAt.Equal(b.RecordedAt) && a.ExpiresAt.Equal(b.ExpiresAt)
+}
+
+// waitPast blocks until d has elapsed since start: the point of an expiry test is the
+// logic after the TTL, not how quickly it runs.
+func waitPast(start time.Time, d time.Duration) {
+	for time.Since(start) <= d {
+		time.Sleep(d / 5)
+	}
+}
+
+// race runs f n times concurrently, released together, and counts nil results and
+// results matching want; any other error fails the test.
+func race(t *testing.T, n int, want error, f func(i int) error) (wins int) {
+	t.Helper()
+	var (
+		wg     sync.WaitGroup
+		start  = make(chan struct{})
+		won    atomic.Int64
+		mu     sync.Mutex
+		others []error
+	)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			<-start
+			err := f(i)
+			switch {
+			case err == nil:
+				won.Add(1)
+			case errors.Is(err, want):
+			default:
+				mu.Lock()
+				others = append(others, err)
+				mu.Unlock()
+			}
+		}(i)
+	}
+	close(start)
+	wg.Wait()
+	if len(others) > 0 {
+		t.Fatalf("%d unexpected errors, first: %v", len(others), others[0])
+	}
+	return int(won.Load())
+}
+
+// approvalStoreCases is the behaviour every ApprovalStore shares (spec §3 gateway approval
+// record; spec §4.2 /settle rules 1-2).
+var approvalStoreCases = []struct {
+	name string
+	run  func(t *testing.T, s ApprovalStore)
+}{
+	{"a recorded approval is consumed exactly once", func(t *testing.T, s ApprovalStore) {
+		ctx, k, a := context.Background(), testPaymentKey(1), testApproval("once")
+		if err := s.Record(ctx, k, a, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.Consume(ctx, k)
+		if err != nil || !sameApproval(got, a) {
+			t.Fatalf("first consume = %+v, %v; want %+v", got, err, a)
+		}
+		if _, err := s.Consume(ctx, k); !errors.Is(err, ErrApprovalNotFound) {
+			t.Fatalf("second consume err = %v, want ErrApprovalNotFound", err)
+		}
+	}},
+	{"a payment never recorded has no approval", func(t *testing.T, s ApprovalStore) {
+		if _, err := s.Consume(context.Background(), testPaymentKey(2)); !errors.Is(err, ErrApprovalNotFound) {
+			t.Fatalf("err = %v, want ErrApprovalNotFound", err)
+		}
+	}},
+	{"recording again replaces the earlier approval", func(t *testing.T, s ApprovalStore) {
+		ctx, k := context.Background(), testPaymentKey(3)
+		first, second := testApproval("first"), testApproval("second")
+		for _, a := range []Approval{first, second} {
+			if err := s.Record(ctx, k, a, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := s.Consume(ctx, k)
+		if err != nil || !sameApproval(got, second) {
+			t.Fatalf("consume = %+v, %v; want the second record", got, err)
+		}
+	}},
+	{"an expired approval is not consumable", func(t *testing.T, s ApprovalStore) {
+		ctx, k, ttl := context.Background(), testPaymentKey(4), 50*time.Millisecond
+		if err := s.Record(ctx, k, testApproval("short"), ttl); err != nil {
+			t.Fatal(err)
+		}
+		waitPast(time.Now(), ttl+10*time.Millisecond)
+		if _, err := s.Consume(ctx, k); !errors.Is(err, ErrApprovalNotFound) {
+			t.Fatalf("consume after ttl err = %v, want ErrApprovalNotFound", err)
+		}
+	}},
+	{"an approval matches only the exact payer, payee, amount, asset, network and nonce", func(t *testing.T, s ApprovalStore) {
+		ctx, base := context.Background(), testPaymentKey(5)
+		differ := map[string]func(k *PaymentKey){
+			"payer":   func(k *PaymentKey) { k.Payer[19] ^= 1 },
+			"payee":   func(k *PaymentKey) { k.PayTo[0] ^= 1 },
+			"amount":  func(k *PaymentKey) { k.Amount = new(big.Int).Add(k.Amount, big.NewInt(1)) },
+			"asset":   func(k *PaymentKey) { k.Asset[7] ^= 1 },
+			"network": func(k *PaymentKey) { k.Network = "eip155:8453" },
+			"nonce":   func(k *PaymentKey) { k.Nonce[31] ^= 1 },
+		}
+		if err := s.Record(ctx, base, testApproval("exact"), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		for field, mutate := range differ {
+			k := base
+			k.Amount = new(big.Int).Set(base.Amount)
+			mutate(&k)
+			if _, err := s.Consume(ctx, k); !errors.Is(err, ErrApprovalNotFound) {
+				t.Errorf("key differing in %s: err = %v, want ErrApprovalNotFound", field, err)
+			}
+		}
+		// Mismatches consumed nothing; address case is not part of the key.
+		lower := base
+		lower.Payer = common.HexToAddress(strings.ToLower(base.Payer.Hex()))
+		lower.PayTo = common.HexToAddress(strings.ToLower(base.PayTo.Hex()))
+		lower.Asset = common.HexToAddress(strings.ToUpper(base.Asset.Hex()[2:]))
+		lower.Amount = big.NewInt(base.Amount.Int64())
+		if _, err := s.Consume(ctx, lower); err != nil {
+			t.Fatalf("exact key with other address case: %v", err)
+		}
+	}},
+	{"50 concurrent consumes of one approval: exactly one gets it", func(t *testing.T, s ApprovalStore) {
+		ctx, k := context.Background(), testPaymentKey(6)
+		if err := s.Record(ctx, k, testApproval("race"), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		wins := race(t, 50, ErrApprovalNotFound, func(int) error { _, err := s.Consume(ctx, k); return err })
+		if wins != 1 {
+			t.Fatalf("%d consumes succeeded, want 1", wins)
+		}
+	}},
+	{"20 concurrent claims of one authorization: exactly one wins", func(t *testing.T, s ApprovalStore) {
+		ctx, k := context.Background(), testPaymentKey(7)
+		wins := race(t, 20, ErrAlreadyClaimed, func(int) error { return s.Claim(ctx, k, time.Minute) })
+		if wins != 1 {
+			t.Fatalf("%d claims won, want 1", wins)
+		}
+	}},
+	{"a claim covers the authorization whatever it pays; another nonce is another authorization", func(t *testing.T, s ApprovalStore) {
+		ctx, k := context.Background(), testPaymentKey(8)
+		if err := s.Claim(ctx, k, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		samePayerNonce := k
+		samePayerNonce.PayTo[0] ^= 1
+		samePayerNonce.Amount = big.NewInt(1)
+		if err := s.Claim(ctx, samePayerNonce, time.Minute); !errors.Is(err, ErrAlreadyClaimed) {
+			t.Fatalf("same (asset, payer, nonce) other payee: err = %v, want ErrAlreadyClaimed", err)
+		}
+		otherNonce := k
+		otherNonce.Nonce[0] ^= 1
+		if err := s.Claim(ctx, otherNonce, time.Minute); err != nil {
+			t.Fatalf("other nonce: %v", err)
+		}
+	}},
+	{"an expired claim can be claimed again", func(t *testing.T, s ApprovalStore) {
+		ctx, k, ttl := context.Background(), testPaymentKey(9), 50*time.Millisecond
+		if err := s.Claim(ctx, k, ttl); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Claim(ctx, k, ttl); !errors.Is(err, ErrAlreadyClaimed) {
+			t.Fatalf("claim before expiry err = %v, want ErrAlreadyClaimed", err)
+		}
+		waitPast(time.Now(), ttl+10*time.Millisecond)
+		if err := s.Claim(ctx, k, time.Minute); err != nil {
+			t.Fatalf("claim after expiry: %v", err)
+		}
+	}},
+	{"a record or claim that would never expire is refused", func(t *testing.T, s ApprovalStore) {
+		ctx, k := context.Background(), testPaymentKey(10)
+		if err := s.Record(ctx, k, testApproval("forever"), 0); !errors.Is(err, ErrInvalidTTL) {
+			t.Errorf("record ttl 0 err = %v, want ErrInvalidTTL", err)
+		}
+		if err := s.Claim(ctx, k, -time.Second); !errors.Is(err, ErrInvalidTTL) {
+			t.Errorf("claim ttl -1s err = %v, want ErrInvalidTTL", err)
+		}
+		if _, err := s.Consume(ctx, k); !errors.Is(err, ErrApprovalNotFound) {
+			t.Errorf("refused record is consumable: %v", err)
+		}
+	}},
+}
+
+func TestMemoryStore(t *testing.T) {
+	for _, tc := range approvalStoreCases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewMemoryStore(0)
+			t.Cleanup(func() { _ = s.Close() })
+			tc.run(t, s)
+		})
+	}
+}
+
+func TestMemoryStoreLimits(t *testing.T) {
+	ctx := context.Background()
+	t.Run("a full claim table refuses rather than evicting a live claim", func(t *testing.T) {
+		s := NewMemoryStore(2)
+		defer s.Close()
+		for i := 0; i < 2; i++ {
+			if err := s.Claim(ctx, testPaymentKey(i), time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Claim(ctx, testPaymentKey(2), time.Minute); !errors.Is(err, ErrStoreUnavailable) {
+			t.Fatalf("third claim err = %v, want ErrStoreUnavailable", err)
+		}
+		if err := s.Claim(ctx, testPaymentKey(0), time.Minute); !errors.Is(err, ErrAlreadyClaimed) {
+			t.Fatalf("first claim was evicted: err = %v", err)
+		}
+	})
+	t.Run("a full approval table evicts the oldest approval, which then settles nothing", func(t *testing.T) {
+		s := NewMemoryStore(2)
+		defer s.Close()
+		for i := 0; i < 3; i++ {
+			if err := s.Record(ctx, testPaymentKey(i), testApproval("x"), time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := s.Consume(ctx, testPaymentKey(0)); !errors.Is(err, ErrApprovalNotFound) {
+			t.Fatalf("oldest approval err = %v, want ErrApprovalNotFound", err)
+		}
+		if _, err := s.Consume(ctx, testPaymentKey(2)); err != nil {
+			t.Fatalf("newest approval: %v", err)
+		}
+	})
+	t.Run("a ttl beyond the maximum is refused", func(t *testing.T) {
+		s := NewMemoryStore(10, WithMaxTTL(time.Minute))
+		defer s.Close()
+		if err := s.Record(ctx, testPaymentKey(0), testApproval("x"), 2*time.Minute); !errors.Is(err, ErrInvalidTTL) {
+			t.Fatalf("err = %v, want ErrInvalidTTL", err)
+		}
+	})
+	t.Run("a closed store is unavailable", func(t *testing.T) {
+		s := NewMemoryStore(10)
+		if err := s.Record(ctx, testPaymentKey(0), testApproval("x"), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		_ = s.Close()
+		if _, err := s.Consume(ctx, testPaymentKey(0)); !errors.Is(err, ErrStoreUnavailable) {
+			t.Fatalf("consume err = %v, want ErrStoreUnavailable", err)
+		}
+		if err := s.Claim(ctx, testPaymentKey(0), time.Minute); !errors.Is(err, ErrStoreUnavailable) {
+			t.Fatalf("claim err = %v, want ErrStoreUnavailable", err)
+		}
+	})
+}
+
+func TestRedisStore(t *testing.T) {
+	url := testenv.StartRedis(t)
+	for i, tc := range approvalStoreCases {
+		t.Run(tc.name, func(t *testing.T) {
+			// A prefix per case keeps the cases apart on one server.
+			s, err := NewRedisStore(context.Background(), url, WithKeyPrefix(fmt.Sprintf("case%d:", i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			tc.run(t, s)
+		})
+	}
+}
+
+func TestRedisStoreAcrossInstances(t *testing.T) {
+	ctx := context.Background()
+	url := testenv.StartRedis(t)
+	var instances []*RedisStore
+	for i := 0; i < 3; i++ {
+		s, err := NewRedisStore(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		instances = append(instances, s)
+	}
+	t.Run("an approval recorded by one instance is consumed once across three", func(t *testing.T) {
+		k := testPaymentKey(100)
+		if err := instances[0].Record(ctx, k, testApproval("shared"), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		wins := race(t, 30, ErrApprovalNotFound, func(i int) error {
+			_, err := instances[i%3].Consume(ctx, k)
+			return err
+		})
+		if wins != 1 {
+			t.Fatalf("%d consumes succeeded, want 1", wins)
+		}
+	})
+	t.Run("three instances claiming one authorization: exactly one wins", func(t *testing.T) {
+		k := testPaymentKey(101)
+		wins := race(t, 30, ErrAlreadyClaimed, func(i int) error { return instances[i%3].Claim(ctx, k, time.Minute) })
+		if wins != 1 {
+			t.Fatalf("%d claims won, want 1", wins)
+		}
+	})
+	t.Run("instances with different key prefixes do not share approvals", func(t *testing.T) {
+		other, err := NewRedisStore(ctx, url, WithKeyPrefix("other:"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		k := testPaymentKey(102)
+		if err := instances[0].Record(ctx, k, testApproval("p"), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := other.Consume(ctx, k); !errors.Is(err, ErrApprovalNotFound) {
+			t.Fatalf("other prefix err = %v, want ErrApprovalNotFound", err)
+		}
+		if _, err := instances[1].Consume(ctx, k); err != nil {
+			t.Fatalf("same prefix: %v", err)
+		}
+	})
+	t.Run("a malformed record approves nothing and is gone", func(t *testing.T) {
+		k := testPaymentKey(103)
+		o, err := redis.ParseURL(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw := redis.NewClient(o)
+		defer raw.Close()
+		if err := raw.Set(ctx, DefaultRedisKeyPrefix+"approval:"+k.String(), "{not json", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := instances[0].Consume(ctx, k); !errors.Is(err, ErrApprovalNotFound) {
+			t.Fatalf("err = %v, want ErrApprovalNotFound", err)
+		}
+		if n, _ := raw.Exists(ctx, DefaultRedisKeyPrefix+"approval:"+k.String()).Result(); n != 0 {
+			t.Fatalf("malformed record still present")
+		}
+	})
+}
+
+func TestRedisStoreUnavailable(t *testing.T) {
+	const password = "s3cret-redis-pw-9f2c"
+	ctx := context.Background()
+	srv := testenv.StartRedisServer(t, testenv.RedisConfig{Password: password})
+	noPassword := func(t *testing.T, err error) {
+		t.Helper()
+		if err != nil && strings.Contains(err.Error(), password) {
+			t.Fatalf("error text carries the password: %q", err)
+		}
+	}
+
+	t.Run("a wrong password fails at start without echoing either password", func(t *testing.T) {
+		const wrong = "wrong-pw-71d0"
+		_, err := NewRedisStore(ctx, strings.Replace(srv.URL, password, wrong, 1))
+		if err == nil {
+			t.Fatal("connected with a wrong password")
+		}
+		noPassword(t, err)
+		if strings.Contains(err.Error(), wrong) {
+			t.Fatalf("error text carries the wrong password: %q", err)
+		}
+	})
+	t.Run("a malformed url fails without echoing its password", func(t *testing.T) {
+		for _, bad := range []string{
+			"redis://:" + password + "@127.0.0.1:notaport/0",
+			"redis://:" + password + "@127.0.0.1:6379/zero",
+			"http://:" + password + "@127.0.0.1:6379",
+		} {
+			_, err := NewRedisStore(ctx, bad)
+			if err == nil {
+				t.Fatalf("accepted a malformed url")
+			}
+			noPassword(t, err)
+		}
+	})
+
+	s, err := NewRedisStore(ctx, srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	k := testPaymentKey(200)
+	if err := s.Record(ctx, k, testApproval("before"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+
+	ops := map[string]func() error{
+		"record":  func() error { return s.Record(ctx, k, testApproval("after"), time.Minute) },
+		"consume": func() error { _, err := s.Consume(ctx, k); return err },
+		"claim":   func() error { return s.Claim(ctx, k, time.Minute) },
+		"connect": func() error { _, err := NewRedisStore(ctx, srv.URL); return err },
+	}
+	for name, op := range ops {
+		t.Run("with redis down, "+name+" fails closed", func(t *testing.T) {
+			err := op()
+			if !errors.Is(err, ErrStoreUnavailable) {
+				t.Fatalf("err = %v, want ErrStoreUnavailable", err)
+			}
+			noPassword(t, err)
+		})
+	}
+}
+
+func BenchmarkMemoryStoreRecordConsume(b *testing.B) {
+	benchmarkStore(b, NewMemoryStore(0))
+}
+
+func BenchmarkRedisStoreRecordConsume(b *testing.B) {
+	s, err := NewRedisStore(context.Background(), testenv.StartRedis(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchmarkStore(b, s)
+}
+
+func benchmarkStore(b *testing.B, s ApprovalStore) {
+	defer s.Close()
+	ctx, a := context.Background(), testApproval("bench")
+	keys := make([]PaymentKey, 1024)
+	for i := range keys {
+		keys[i] = testPaymentKey(i)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		k := keys[i%len(keys)]
+		if err := s.Record(ctx, k, a, time.Minute); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.Consume(ctx, k); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,160 @@
+package facilitator
+
+import (
+	"context"
+	"errors"
+	"math/big"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/x402gate/x402gate/x402"
+)
+
+// Verdicts is the verdict service as the engine uses it (spec §4.3 verifyPayment): submit
+// the payment as a PaymentAction, poll to a terminal verdict within the client's bound,
+// and report the outcome. Implementations fail closed: a poll timeout, a malformed answer
+// or an unreachable service is a non-approved result (or an error, which the engine
+// treats the same way).
+type Verdicts interface {
+	VerifyPayment(ctx context.Context, p *x402.Payment, r *x402.Requirements) (VerdictResult, error)
+}
+
+// VerdictResult is the spec's GuardianResult, reduced to what the engine needs.
+type VerdictResult struct {
+	// Approved is true only when the terminal verdict outcome is "approved".
+	Approved bool
+	// Status is one of VerdictApproved, VerdictRejected, VerdictTimeout, VerdictError.
+	Status string
+	// Reason is the human-readable verdict or failure reason; it carries no secret.
+	Reason string
+	// RequestHash is the verdict service's request identifier, when one was created.
+	RequestHash string
+}
+
+// GuardianResult statuses (spec §2.5).
+const (
+	VerdictApproved = "approved"
+	VerdictRejected = "rejected"
+	VerdictTimeout  = "timeout"
+	VerdictError    = "error"
+)
+
+// FeePaymentMissing is the FeeError of a /verify that owes a verification fee but carries
+// no verificationPayment.
+const FeePaymentMissing = "fee_payment_missing"
+
+// claimMargin is how long past validBefore a settlement claim or verdict marker is kept:
+// after validBefore the token refuses the authorization anyway.
+const claimMargin = 5 * time.Minute
+
+// maxClaimTTL caps claim and marker lifetimes for authorizations valid far into the
+// future. It equals MemoryStore's default maximum TTL, which refuses longer ones. Past
+// it, the journal (which keeps every row) and the token's authorizationState still refuse
+// a second broadcast; a verdict marker of an authorization valid for more than an hour
+// lapses after an hour, after which optional mode no longer demands its approval.
+const maxClaimTTL = time.Hour
+
+// verdictApplies reports whether GUARDIAN_MODE asks for a verdict on this /verify.
+func (e *Engine) verdictApplies(in VerifyInput) bool {
+	switch e.cfg.GuardianMode {
+	case GuardianRequired:
+		return true
+	case GuardianOptional:
+		return in.VerificationRequirements != nil
+	}
+	return false
+}
+
+// markerKey is the store key of the "sent to the verdict service" marker of k. It lives
+// beside k's settlement claim but can never collide with it (distinct network prefix).
+func markerKey(k PaymentKey) PaymentKey {
+	k.Network = "verdict-marker:" + k.Network
+	return k
+}
+
+// untilValidBefore is how long a is still valid at now, plus margin, capped at maxClaimTTL.
+func untilValidBefore(a x402.Authorization, now time.Time, margin time.Duration) time.Duration {
+	left := new(big.Int).Sub(a.ValidBefore, big.NewInt(now.Unix()))
+	if left.Sign() <= 0 {
+		return margin
+	}
+	if !left.IsInt64() || left.Int64() > int64(maxClaimTTL/time.Second) {
+		return maxClaimTTL
+	}
+	d := time.Duration(left.Int64())*time.Second + margin
+	return min(d, maxClaimTTL)
+}
+
+// verdictCheck runs the verdict check on a payment that passed x402 verification (spec
+// §4.2 /verify and §3 gateway approval record): it pre-verifies the verification fee when
+// one is owed, marks the payment as sent to the verdict service (optional mode), asks for
+// the verdict, settles the fee on a terminal verdict, and records an approval for the
+// exact payment when the verdict is approved and any fee was paid. Anything else fails
+// closed with ReasonVerdictNotApproved.
+func (e *Engine) verdictCheck(ctx context.Context, c *checked, in VerifyInput, resp x402.VerifyResponse) x402.VerifyResponse {
+	p := c.p
+	v := versionOf(p)
+	deny := func(r x402.Reason, msg string) x402.VerifyResponse {
+		resp.IsValid = false
+		resp.InvalidReason = r.For(v)
+		resp.InvalidMessage = msg
+		return resp
+	}
+	if e.cfg.Verdicts == nil {
+		resp.GuardianStatus, resp.GuardianReason = VerdictError, "verdict service is not configured"
+		return deny(x402.ReasonVerdictNotApproved, "verdict required but no verdict service is configured")
+	}
+	feeOwed := in.VerificationRequirements != nil
+	if feeOwed {
+		if feeErr, f := e.feeCheck(ctx, c, in); f != nil {
+			resp.FeeError = feeErr
+			return deny(f.reason, f.msg)
+		}
+	}
+	if e.cfg.GuardianMode == GuardianOptional {
+		// The marker makes Settle demand an approval for this payment from now on, even
+		// if the verdict is never recorded (see consumeApproval).
+		err := e.cfg.Store.Claim(ctx, markerKey(c.key), untilValidBefore(c.auth, e.now(), claimMargin))
+		if err != nil && !errors.Is(err, ErrAlreadyClaimed) {
+			e.log.Error("record verdict marker", zap.String("payer", c.auth.From.Hex()), zap.Error(err))
+			return deny(x402.ReasonApprovalStoreDown, "approval store unavailable")
+		}
+	}
+	res, err := e.cfg.Verdicts.VerifyPayment(ctx, p, c.r)
+	if err != nil {
+		e.log.Warn("verdict check failed", zap.String("payer", c.auth.From.Hex()), zap.Error(err))
+		res = VerdictResult{Status: VerdictError, Reason: "verdict service error"}
+	}
+	approved := res.Approved && res.Status == VerdictApproved
+	switch {
+	case approved:
+	case res.Status == VerdictRejected || res.Status == VerdictTimeout || res.Status == VerdictError:
+	default: // inconsistent or unknown: not an approval (spec §1.5)
+		res.Status = VerdictError
+	}
+	resp.GuardianStatus, resp.GuardianReason = res.Status, res.Reason
+	e.log.Info("verdict", zap.String("payer", c.auth.From.Hex()), zap.String("requestHash", res.RequestHash),
+		zap.String("status", res.Status))
+
+	feeOK := !feeOwed
+	if feeOwed && (res.Status == VerdictApproved || res.Status == VerdictRejected) {
+		// spec §4.2 /verify: the fee is settled on a terminal verdict, through the same
+		// settle path as any payment but without approval consumption.
+		resp.FeeTxHash, resp.FeeError = e.settleFee(ctx, in)
+		feeOK = resp.FeeError == ""
+	}
+	if !approved {
+		return deny(x402.ReasonVerdictNotApproved, "verdict is "+res.Status)
+	}
+	if !feeOK {
+		return deny(x402.ReasonInvalidPayload, "verification fee was not settled")
+	}
+	ttl := min(e.cfg.ApprovalTTL, untilValidBefore(c.auth, e.now(), 0))
+	a := Approval{RequestHash: res.RequestHash, RecordedAt: e.now(), ExpiresAt: e.now().Add(ttl)}
+	if err := e.cfg.Store.Record(ctx, c.key, a, ttl); err != nil {
+		e.log.Error("record approval", zap.String("payer", c.auth.From.Hex()), zap.String("requestHash", res.RequestHash), zap.Error(err))
+		return deny(x402.ReasonApprovalStoreDown, "approval store unavailable")
+	}
+	return resp
+}

@@ -1,0 +1,318 @@
+package facilitator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/big"
+	"time"
+
+	"github.com/ethereum/go-ethereum/common"
+	"go.uber.org/zap"
+
+	"github.com/x402gate/x402gate/x402"
+)
+
+// validBeforeSlack is the margin a authorization must still be valid for at verify time:
+// "Pad 3 block to account for round tripping" (research/x402.md §2.1 step 5, §2.2 step 6).
+const validBeforeSlack = 6
+
+// failure is a logical verification failure: a reason code and a message for the
+// response's invalidMessage/errorMessage. The message never carries an RPC URL or a key.
+type failure struct {
+	reason x402.Reason
+	msg    string
+}
+
+func fail(r x402.Reason, format string, args ...any) *failure {
+	return &failure{reason: r, msg: fmt.Sprintf(format, args...)}
+}
+
+// checked is a payment that passed the checks run so far, with everything settle needs.
+type checked struct {
+	chain *chain
+	p     *x402.Payment
+	r     *x402.Requirements
+	auth  x402.Authorization
+	hash  common.Hash // EIP-712 digest of the authorization under the configured domain
+	sig   []byte      // the signature the token checks: the inner one of an ERC-6492 wrapper
+	wrap  *erc6492    // set while the signer is an ERC-6492 wallet that is not deployed yet
+	eoa   bool        // ecrecover(hash, sig) == from
+	key   PaymentKey
+}
+
+// payer is the payment's from address, or "" when the payment did not parse that far.
+func payerOf(p *x402.Payment) string {
+	if p == nil || p.Authorization.From == (common.Address{}) {
+		return ""
+	}
+	return p.Authorization.From.Hex()
+}
+
+// versionOf is the x402 version a response to p is written in; 2 when p is nil.
+func versionOf(p *x402.Payment) int {
+	if p != nil && p.Version == x402.Version1 {
+		return x402.Version1
+	}
+	return x402.Version2
+}
+
+// keyOf is the PaymentKey of p paying r: the spec's exact payer, payee, amount, asset,
+// network and signed nonce (spec §3 gateway approval record).
+func keyOf(p *x402.Payment, r *x402.Requirements) PaymentKey {
+	return PaymentKey{
+		Network: p.Network,
+		Asset:   r.Asset,
+		Payer:   p.Authorization.From,
+		PayTo:   p.Authorization.To,
+		Amount:  p.Authorization.Value,
+		Nonce:   p.Authorization.Nonce,
+	}
+}
+
+// checkStatic runs, in order, every check that needs no RPC: the pins of network, asset
+// and minimum amount, scheme, the v2 accepted requirement, the EIP-712 domain, and the
+// signature of an EOA. When the signature recovers to from, it also runs checkRest and the
+// payment is fully checked but for chain state. Otherwise c.eoa is false and the caller
+// must check the signature against the chain (checkContractSignature) and then run
+// checkRest, which keeps the order of DESIGN.md "Wire compatibility".
+func (e *Engine) checkStatic(p *x402.Payment, r *x402.Requirements, now time.Time) (*checked, *failure) {
+	if p == nil {
+		return nil, fail(x402.ReasonInvalidPayload, "payment payload is missing")
+	}
+	if r == nil {
+		return nil, fail(x402.ReasonInvalidRequirements, "payment requirements are missing")
+	}
+	if p.Version != x402.Version1 && p.Version != x402.Version2 {
+		return nil, fail(x402.ReasonInvalidVersion, "x402Version %d is not supported", p.Version)
+	}
+	// spec §4.2 /verify: pin network and asset, then the optional minimum amount.
+	c, ok := e.chainFor(r.Network)
+	if !ok {
+		return nil, fail(x402.ReasonInvalidNetwork, "network %q is not served by this facilitator", r.Network)
+	}
+	if p.Network != r.Network {
+		return nil, fail(x402.ReasonNetworkMismatch, "payment network %q differs from the requirement's %q", p.Network, r.Network)
+	}
+	if r.Asset != c.net.USDC.Address {
+		return nil, fail(x402.ReasonAssetMismatch, "asset %s is not the configured asset on %s", r.Asset.Hex(), r.Network)
+	}
+	if r.Amount == nil || r.Amount.Sign() <= 0 {
+		return nil, fail(x402.ReasonInvalidRequirements, "requirement amount must be positive")
+	}
+	if r.PayTo == (common.Address{}) {
+		return nil, fail(x402.ReasonInvalidRequirements, "requirement payTo is empty")
+	}
+	if m := c.cfg.MinAmount; m != nil && r.Amount.Cmp(m) < 0 {
+		return nil, fail(x402.ReasonAmountBelowMinimum, "amount %s is below the minimum %s", r.Amount, m)
+	}
+	if p.Scheme != x402.SchemeExact || r.Scheme != x402.SchemeExact {
+		return nil, fail(x402.ReasonInvalidScheme, "scheme must be %q", x402.SchemeExact)
+	}
+	if f := checkAccepted(p, r); f != nil {
+		return nil, f
+	}
+	// research/x402.md §2.2 step 2: extra.name and extra.version are required, no fallback;
+	// and they must be the configured token's domain, or the signature cannot hold on chain.
+	name, okName := r.Extra["name"].(string)
+	version, okVersion := r.Extra["version"].(string)
+	if !okName || !okVersion || name == "" || version == "" {
+		return nil, fail(x402.ReasonMissingEIP712Domain, "requirement extra.name and extra.version are required")
+	}
+	if name != c.net.USDC.Name || version != c.net.USDC.Version {
+		return nil, fail(x402.ReasonInvalidRequirements, "extra.name/version %q/%q is not the asset's EIP-712 domain", name, version)
+	}
+	a := p.Authorization
+	if a.Value == nil || a.ValidAfter == nil || a.ValidBefore == nil || a.From == (common.Address{}) {
+		return nil, fail(x402.ReasonInvalidPayload, "authorization is incomplete")
+	}
+	if len(p.Signature) == 0 {
+		return nil, fail(x402.ReasonInvalidPayload, "signature is missing")
+	}
+	hash, err := x402.TransferWithAuthorizationHash(c.net.ChainID, c.net.USDC.Address, c.net.USDC.Name, c.net.USDC.Version, a)
+	if err != nil {
+		return nil, fail(x402.ReasonInvalidPayload, "authorization does not hash: %v", err)
+	}
+	ck := &checked{chain: c, p: p, r: r, auth: a, hash: hash, sig: p.Signature, key: keyOf(p, r)}
+	w, wrapped, err := parseERC6492(e.abi, p.Signature)
+	if err != nil {
+		return nil, fail(x402.ReasonInvalidSignature, "malformed ERC-6492 signature")
+	}
+	if wrapped {
+		ck.wrap, ck.sig = &w, w.Inner
+	}
+	if !wrapped && len(ck.sig) == 65 {
+		if signer, err := x402.RecoverSigner(hash, ck.sig); err == nil && signer == a.From {
+			ck.eoa = true
+		}
+	}
+	if !ck.eoa {
+		return ck, nil
+	}
+	if f := checkRest(ck, now); f != nil {
+		return nil, f
+	}
+	return ck, nil
+}
+
+// checkAccepted checks that a v2 payment's accepted requirement is the one it is verified
+// against; v1 payments carry none.
+func checkAccepted(p *x402.Payment, r *x402.Requirements) *failure {
+	if p.Version == x402.Version1 {
+		return nil
+	}
+	acc := p.Accepted
+	switch {
+	case acc == nil:
+		return fail(x402.ReasonInvalidPayload, "v2 payment lacks the accepted requirement")
+	case acc.Scheme != r.Scheme:
+		return fail(x402.ReasonInvalidScheme, "accepted scheme differs from the requirement's")
+	case acc.Network != r.Network:
+		return fail(x402.ReasonNetworkMismatch, "accepted network %q differs from the requirement's %q", acc.Network, r.Network)
+	case acc.Asset != r.Asset:
+		return fail(x402.ReasonAssetMismatch, "accepted asset differs from the requirement's")
+	case acc.PayTo != r.PayTo:
+		return fail(x402.ReasonRecipientMismatch, "accepted payTo differs from the requirement's")
+	case acc.Amount == nil || acc.Amount.Cmp(r.Amount) != 0:
+		return fail(x402.ReasonValueMismatch, "accepted amount differs from the requirement's")
+	}
+	return nil
+}
+
+// checkRest runs the checks that follow the signature: recipient, time window and value
+// (research/x402.md §2.2 steps 5-8; the value must equal the amount exactly).
+func checkRest(c *checked, now time.Time) *failure {
+	a := c.auth
+	if a.To != c.r.PayTo {
+		return fail(x402.ReasonRecipientMismatch, "authorization pays %s, not payTo %s", a.To.Hex(), c.r.PayTo.Hex())
+	}
+	sec := big.NewInt(now.Unix())
+	if a.ValidBefore.Cmp(new(big.Int).Add(sec, big.NewInt(validBeforeSlack))) < 0 {
+		return fail(x402.ReasonValidBefore, "authorization expires at %s, too soon", a.ValidBefore)
+	}
+	if a.ValidAfter.Cmp(sec) > 0 {
+		return fail(x402.ReasonValidAfter, "authorization is valid only after %s", a.ValidAfter)
+	}
+	if a.Value.Cmp(c.r.Amount) != 0 {
+		return fail(x402.ReasonValueMismatch, "authorization value %s differs from amount %s", a.Value, c.r.Amount)
+	}
+	return nil
+}
+
+// checkContractSignature decides a signature that is not a plain EOA signature of from:
+// ERC-1271 when from has code (the token does the same: strict ERC-1271, no ecrecover
+// fallback), else an ERC-6492 wrapper from an allow-listed factory, else invalid.
+//
+// An ERC-6492 signature of a wallet that is not deployed yet cannot be checked before the
+// wallet exists; verify checks only the factory allow-list and the wrapper's structure,
+// and settle deploys the wallet through the factory and lets the token's
+// isValidSignature check be the authoritative one.
+func (e *Engine) checkContractSignature(ctx context.Context, c *checked) *failure {
+	from := c.auth.From
+	code, err := c.chain.hasCode(ctx, from)
+	if err != nil {
+		e.logChainErr("verify signature", c.chain, err)
+		return fail(x402.ReasonChainUnavailable, "rpc unavailable")
+	}
+	if code {
+		ok, err := c.chain.isValidSignature1271(ctx, from, c.hash, c.sig)
+		if err != nil {
+			e.logChainErr("verify signature", c.chain, err)
+			return fail(x402.ReasonChainUnavailable, "rpc unavailable")
+		}
+		if !ok {
+			return fail(x402.ReasonInvalidSignature, "wallet %s rejects the signature (ERC-1271)", from.Hex())
+		}
+		c.wrap = nil // deployed: settle needs no factory call
+		return nil
+	}
+	switch {
+	case c.wrap != nil && !e.factories[c.wrap.Factory]:
+		return fail(x402.ReasonFactoryNotAllowed, "ERC-6492 factory %s is not allow-listed", c.wrap.Factory.Hex())
+	case c.wrap != nil:
+		return nil
+	case len(c.sig) == 65:
+		return fail(x402.ReasonInvalidSignature, "signature does not recover to %s", from.Hex())
+	default:
+		return fail(x402.ReasonUndeployedWallet, "%s has no code and the signature is not ERC-6492 wrapped", from.Hex())
+	}
+}
+
+// verifyPayment runs the whole x402 verification of p against r, without the verdict
+// check: the static checks, the signature against the chain when needed, then chain state
+// (authorizationState and balanceOf, in one RPC batch). A failure to reach the chain is a
+// logical failure with ReasonChainUnavailable.
+func (e *Engine) verifyPayment(ctx context.Context, p *x402.Payment, r *x402.Requirements) (*checked, *failure) {
+	now := e.now()
+	c, f := e.checkStatic(p, r, now)
+	if f != nil {
+		return nil, f
+	}
+	if !c.eoa {
+		if f := e.checkContractSignature(ctx, c); f != nil {
+			return nil, f
+		}
+		if f := checkRest(c, now); f != nil {
+			return nil, f
+		}
+	}
+	bal, used, err := c.chain.tokenState(ctx, c.auth.From, c.auth.Nonce)
+	if err != nil {
+		e.logChainErr("verify token state", c.chain, err)
+		if errors.Is(err, errRPCUnavailable) {
+			return nil, fail(x402.ReasonChainUnavailable, "rpc unavailable")
+		}
+		return nil, fail(x402.ReasonUnexpectedVerify, "token state could not be read")
+	}
+	if used {
+		return nil, fail(x402.ReasonNonceUsed, "authorization nonce is already used on chain")
+	}
+	if bal.Cmp(c.auth.Value) < 0 {
+		return nil, fail(x402.ReasonInsufficientFunds, "payer balance is below the authorized value")
+	}
+	return c, nil
+}
+
+// logChainErr logs a chain failure with the RPC URL removed.
+func (e *Engine) logChainErr(op string, c *chain, err error) {
+	detail := c.redact(err)
+	var ce *chainError
+	if errors.As(err, &ce) {
+		detail = ce.Detail()
+	}
+	e.log.Warn(op, zap.String("network", c.net.CAIP2), zap.String("error", detail))
+}
+
+// invalid is the /verify answer for f, in the payment's version.
+func invalid(p *x402.Payment, f *failure) x402.VerifyResponse {
+	return x402.VerifyResponse{
+		IsValid:        false,
+		InvalidReason:  f.reason.For(versionOf(p)),
+		InvalidMessage: f.msg,
+		Payer:          payerOf(p),
+	}
+}
+
+// Verify runs x402 verification of in.Payment against in.Requirements (spec §4.2
+// /verify), then the verdict check when GUARDIAN_MODE applies to the request, which
+// records an approval for the exact payment, and settles the verification fee on a
+// terminal verdict. It never settles the merchant payment.
+//
+// On the wire the fee authorization travels as `verificationPayment` in the /verify body
+// (x402.VerifyRequest.VerificationPayment), beside `verificationRequirements`.
+//
+// Logical failures come back as IsValid false with a reason in the payment's x402
+// version; the RPC endpoint being down is ReasonChainUnavailable. The error return is
+// reserved for failures that are not the payment's fault.
+func (e *Engine) Verify(ctx context.Context, in VerifyInput) (x402.VerifyResponse, error) {
+	c, f := e.verifyPayment(ctx, in.Payment, in.Requirements)
+	if f != nil {
+		e.log.Debug("verify refused", zap.String("payer", payerOf(in.Payment)), zap.String("reason", string(f.reason)))
+		return invalid(in.Payment, f), nil
+	}
+	resp := x402.VerifyResponse{IsValid: true, Payer: c.auth.From.Hex()}
+	if !e.verdictApplies(in) {
+		return resp, nil
+	}
+	return e.verdictCheck(ctx, c, in, resp), nil
+}

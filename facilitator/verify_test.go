@@ -1,0 +1,290 @@
+package facilitator
+
+import (
+	"context"
+	"crypto/rand"
+	"math/big"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ethereum/go-ethereum/accounts/abi"
+	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/x402gate/x402gate/internal/testenv"
+	"github.com/x402gate/x402gate/x402"
+)
+
+func TestVerifyAcceptsValidPayment(t *testing.T) {
+	env := newTestEnv(t)
+	e := env.engine(t, env.config(t))
+	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
+	for _, version := range []int{x402.Version1, x402.Version2} {
+		p, r := env.pay(t, version, payer, payee.Address)
+		got, err := e.Verify(context.Background(), VerifyInput{Payment: p, Requirements: r})
+		if err != nil {
+			t.Fatalf("v%d: %v", version, err)
+		}
+		if !got.IsValid || got.Payer != payer.Address.Hex() || got.InvalidReason != "" {
+			t.Errorf("v%d: verify = %+v, want valid with payer %s", version, got, payer.Address.Hex())
+		}
+	}
+}
+
+// TestVerifyRefusesWithExactReason runs each rule of spec §4.2 /verify and
+// research/x402.md §2.2 on its own, in both x402 versions: v1 answers carry the v1 enum
+// value, v2 answers the v2 string.
+func TestVerifyRefusesWithExactReason(t *testing.T) {
+	env := newTestEnv(t)
+	cfg := env.config(t)
+	cfg.Networks[0].MinAmount = big.NewInt(1_000)
+	e := env.engine(t, cfg)
+	payer, payee, other := env.chain.Accounts[1], env.chain.Accounts[2], env.chain.Accounts[3]
+
+	// An authorization whose nonce the payer cancelled on chain (sent by account 9, never
+	// by the facilitator's account 0).
+	usedNonce := env.authorization(t, payer.Address, payee.Address, testAmount)
+	cancelSig := env.token.SignCancelAuthorization(t, payer.Key, payer.Address, usedNonce.Nonce)
+	env.chain.Transact(t, env.chain.Accounts[9], env.token.Address,
+		testenv.CancelAuthorizationVRS(t, payer.Address, usedNonce.Nonce, cancelSig))
+
+	type tc struct {
+		name string
+		only int // 0: both versions
+		// build returns the payment and requirements to verify, from a valid pair.
+		build func(t *testing.T, version int) (*x402.Payment, *x402.Requirements)
+		want  x402.Reason
+	}
+	// valid builds a valid payment after mutating its authorization and requirements;
+	// the payment is signed after the mutation by key (payer's when nil).
+	valid := func(mutA func(*x402.Authorization), mutR func(*x402.Requirements), from *testenv.Account) func(*testing.T, int) (*x402.Payment, *x402.Requirements) {
+		return func(t *testing.T, version int) (*x402.Payment, *x402.Requirements) {
+			signer := payer
+			if from != nil {
+				signer = *from
+			}
+			r := env.requirements(payee.Address, testAmount)
+			a := env.authorization(t, signer.Address, payee.Address, testAmount)
+			if mutA != nil {
+				mutA(&a)
+			}
+			p := env.payment(version, a, env.sign(t, signer.Key, a), r)
+			if mutR != nil {
+				mutR(r)
+				if version == x402.Version2 {
+					acc := *r
+					p.Accepted = &acc
+				}
+			}
+			return p, r
+		}
+	}
+	fresh := testenv.NewAccount(t) // holds no token
+	now := env.now.Unix()
+	cases := []tc{
+		{name: "network not served by the facilitator", want: x402.ReasonInvalidNetwork,
+			build: func(t *testing.T, v int) (*x402.Payment, *x402.Requirements) {
+				p, r := valid(nil, nil, nil)(t, v)
+				r.Network, p.Network = x402.Base.CAIP2, x402.Base.CAIP2
+				return p, r
+			}},
+		{name: "payment network differs from the requirement", want: x402.ReasonNetworkMismatch,
+			build: func(t *testing.T, v int) (*x402.Payment, *x402.Requirements) {
+				p, r := valid(nil, nil, nil)(t, v)
+				p.Network = x402.Base.CAIP2
+				return p, r
+			}},
+		{name: "asset is not the configured token", want: x402.ReasonAssetMismatch,
+			build: valid(nil, func(r *x402.Requirements) { r.Asset = x402.BaseSepolia.USDC.Address }, nil)},
+		{name: "amount below the configured minimum", want: x402.ReasonAmountBelowMinimum,
+			build: valid(func(a *x402.Authorization) { a.Value = big.NewInt(999) },
+				func(r *x402.Requirements) { r.Amount = big.NewInt(999) }, nil)},
+		{name: "scheme is not exact", want: x402.ReasonInvalidScheme,
+			build: func(t *testing.T, v int) (*x402.Payment, *x402.Requirements) {
+				p, r := valid(nil, nil, nil)(t, v)
+				p.Scheme = "upto"
+				return p, r
+			}},
+		{name: "requirement lacks the EIP-712 domain", want: x402.ReasonMissingEIP712Domain,
+			build: valid(nil, func(r *x402.Requirements) { r.Extra = map[string]any{"name": "USDC"} }, nil)},
+		{name: "requirement names another EIP-712 domain", want: x402.ReasonInvalidRequirements,
+			build: valid(nil, func(r *x402.Requirements) { r.Extra = map[string]any{"name": "USD Coin", "version": "2"} }, nil)},
+		{name: "signature is corrupted", want: x402.ReasonInvalidSignature,
+			build: func(t *testing.T, v int) (*x402.Payment, *x402.Requirements) {
+				p, r := valid(nil, nil, nil)(t, v)
+				p.Signature[10] ^= 0xff
+				return p, r
+			}},
+		{name: "signer is not from", want: x402.ReasonInvalidSignature,
+			build: func(t *testing.T, v int) (*x402.Payment, *x402.Requirements) {
+				r := env.requirements(payee.Address, testAmount)
+				a := env.authorization(t, payer.Address, payee.Address, testAmount)
+				return env.payment(v, a, env.sign(t, other.Key, a), r), r
+			}},
+		{name: "to is not payTo", want: x402.ReasonRecipientMismatch,
+			build: valid(func(a *x402.Authorization) { a.To = other.Address }, nil, nil)},
+		{name: "validBefore is under now+6s", want: x402.ReasonValidBefore,
+			build: valid(func(a *x402.Authorization) { a.ValidBefore = big.NewInt(now + 5) }, nil, nil)},
+		{name: "validAfter is in the future", want: x402.ReasonValidAfter,
+			build: valid(func(a *x402.Authorization) { a.ValidAfter = big.NewInt(now + 1) }, nil, nil)},
+		{name: "value differs from the amount", want: x402.ReasonValueMismatch,
+			build: valid(func(a *x402.Authorization) { a.Value = big.NewInt(10_001) }, nil, nil)},
+		{name: "overpayment is not exact either", want: x402.ReasonValueMismatch,
+			build: valid(func(a *x402.Authorization) { a.Value = big.NewInt(20_000) }, nil, nil)},
+		{name: "payer balance below the value", want: x402.ReasonInsufficientFunds,
+			build: valid(nil, nil, &fresh)},
+		{name: "nonce already used on chain", want: x402.ReasonNonceUsed,
+			build: valid(func(a *x402.Authorization) { *a = usedNonce }, nil, nil)},
+		{name: "accepted amount differs from the requirement", only: x402.Version2, want: x402.ReasonValueMismatch,
+			build: func(t *testing.T, v int) (*x402.Payment, *x402.Requirements) {
+				p, r := valid(nil, nil, nil)(t, v)
+				p.Accepted.Amount = big.NewInt(1)
+				return p, r
+			}},
+		{name: "v2 payment without accepted", only: x402.Version2, want: x402.ReasonInvalidPayload,
+			build: func(t *testing.T, v int) (*x402.Payment, *x402.Requirements) {
+				p, r := valid(nil, nil, nil)(t, v)
+				p.Accepted = nil
+				return p, r
+			}},
+		{name: "smart wallet not deployed and signature not ERC-6492", want: x402.ReasonUndeployedWallet,
+			build: func(t *testing.T, v int) (*x402.Payment, *x402.Requirements) {
+				p, r := valid(nil, nil, nil)(t, v)
+				p.Authorization.From = testenv.NewAccount(t).Address
+				p.Signature = randomBytes(t, 130)
+				return p, r
+			}},
+		{name: "ERC-6492 factory not allow-listed", want: x402.ReasonFactoryNotAllowed,
+			build: func(t *testing.T, v int) (*x402.Payment, *x402.Requirements) {
+				p, r := valid(nil, nil, nil)(t, v)
+				p.Authorization.From = testenv.NewAccount(t).Address
+				p.Signature = wrap6492(t, common.HexToAddress("0x00000000000000000000000000000000000fac70"), []byte{1, 2, 3}, randomBytes(t, 65))
+				return p, r
+			}},
+		{name: "x402 version 3", want: x402.ReasonInvalidVersion,
+			build: func(t *testing.T, v int) (*x402.Payment, *x402.Requirements) {
+				p, r := valid(nil, nil, nil)(t, v)
+				p.Version = 3
+				return p, r
+			}},
+	}
+	for _, c := range cases {
+		for _, version := range []int{x402.Version1, x402.Version2} {
+			if c.only != 0 && c.only != version {
+				continue
+			}
+			t.Run(c.name+"/v"+big.NewInt(int64(version)).String(), func(t *testing.T) {
+				p, r := c.build(t, version)
+				got, err := e.Verify(context.Background(), VerifyInput{Payment: p, Requirements: r})
+				if err != nil {
+					t.Fatalf("Verify: %v", err)
+				}
+				want := c.want.For(p.Version)
+				if got.IsValid || got.InvalidReason != want {
+					t.Fatalf("verify = %+v, want invalid with %q", got, want)
+				}
+				if p.Version == x402.Version1 && !slices.Contains(x402.V1Reasons, got.InvalidReason) {
+					t.Errorf("v1 reason %q is not in the v1 enum", got.InvalidReason)
+				}
+				if got.Payer != p.Authorization.From.Hex() {
+					t.Errorf("payer = %q, want %s", got.Payer, p.Authorization.From.Hex())
+				}
+			})
+		}
+	}
+}
+
+func TestVerifyContractWalletByERC1271(t *testing.T) {
+	env := newTestEnv(t)
+	e := env.engine(t, env.config(t))
+	owner, payee := env.chain.Accounts[4], env.chain.Accounts[5]
+	wallet := env.chain.DeployWallet1271(t, owner)
+	env.token.Mint(t, wallet.Address, big.NewInt(1_000_000))
+
+	r := env.requirements(payee.Address, testAmount)
+	a := env.authorization(t, wallet.Address, payee.Address, testAmount)
+	p := env.payment(x402.Version2, a, env.sign(t, owner.Key, a), r)
+	got, err := e.Verify(context.Background(), VerifyInput{Payment: p, Requirements: r})
+	if err != nil || !got.IsValid {
+		t.Fatalf("verify of the wallet's payment = %+v, %v; want valid", got, err)
+	}
+
+	stranger := env.chain.Accounts[6]
+	bad := env.payment(x402.Version2, a, env.sign(t, stranger.Key, a), r)
+	got, err = e.Verify(context.Background(), VerifyInput{Payment: bad, Requirements: r})
+	if err != nil || got.IsValid || got.InvalidReason != x402.ReasonInvalidSignature.V2() {
+		t.Fatalf("verify signed by a stranger = %+v, %v; want %s", got, err, x402.ReasonInvalidSignature)
+	}
+
+	// The wallet's payment settles through the bytes overload: the token asks the wallet.
+	before := env.token.BalanceOf(t, payee.Address)
+	res, err := e.Settle(context.Background(), p, r)
+	if err != nil || !res.Success {
+		t.Fatalf("settle = %+v, %v", res, err)
+	}
+	if diff := new(big.Int).Sub(env.token.BalanceOf(t, payee.Address), before); diff.Cmp(testAmount) != 0 {
+		t.Errorf("payee received %s, want %s", diff, testAmount)
+	}
+}
+
+func TestVerifyWithRPCDownIsClearAndHidesURL(t *testing.T) {
+	env := newTestEnv(t)
+	e := env.engine(t, env.config(t))
+	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
+	p, r := env.pay(t, x402.Version2, payer, payee.Address)
+	env.chain.Stop()
+
+	got, err := e.Verify(context.Background(), VerifyInput{Payment: p, Requirements: r})
+	if err != nil {
+		t.Fatalf("Verify: %v", err)
+	}
+	if got.IsValid || got.InvalidReason != x402.ReasonChainUnavailable.V2() || got.InvalidMessage != "rpc unavailable" {
+		t.Errorf("verify = %+v, want %s / rpc unavailable", got, x402.ReasonChainUnavailable)
+	}
+	res, err := e.Settle(context.Background(), p, r)
+	if err != nil {
+		t.Fatalf("Settle: %v", err)
+	}
+	if res.Success || res.ErrorReason != x402.ReasonChainUnavailable.V2() {
+		t.Errorf("settle = %+v, want %s", res, x402.ReasonChainUnavailable)
+	}
+	host := strings.TrimPrefix(env.chain.RPCURL, "http://")
+	for _, s := range []string{got.InvalidMessage, res.ErrorMessage, res.ErrorReason} {
+		if strings.Contains(s, host) {
+			t.Errorf("%q carries the RPC endpoint", s)
+		}
+	}
+}
+
+func TestRedactorRemovesRPCURLAndKey(t *testing.T) {
+	url := "https://user:pw@rpc.example.com/v2/SECRETKEY?apikey=SECRET2"
+	r := newRedactor(url)
+	msg := r.Replace(`Post "` + url + `": dial tcp rpc.example.com:443: i/o timeout`)
+	for _, secret := range []string{"SECRETKEY", "SECRET2", "pw@", "rpc.example.com"} {
+		if strings.Contains(msg, secret) {
+			t.Errorf("redacted %q still holds %q", msg, secret)
+		}
+	}
+}
+
+func randomBytes(t *testing.T, n int) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// wrap6492 wraps sig as ERC-6492: abi.encode(factory, calldata, sig) ‖ magic suffix.
+func wrap6492(t *testing.T, factory common.Address, calldata, sig []byte) []byte {
+	t.Helper()
+	addrT, _ := abi.NewType("address", "", nil)
+	bytesT, _ := abi.NewType("bytes", "", nil)
+	enc, err := abi.Arguments{{Type: addrT}, {Type: bytesT}, {Type: bytesT}}.Pack(factory, calldata, sig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(enc, erc6492Suffix...)
+}
+
