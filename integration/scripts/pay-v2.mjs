@@ -1,0 +1,111 @@
+#!/usr/bin/env node
+// pay-v2.mjs pays for one HTTP request with the real x402 v2 client, @x402/fetch 2.27 with
+// @x402/evm's ExactEvmScheme: the client reads the PAYMENT-REQUIRED header of the 402, signs an
+// EIP-3009 authorization with a viem account and retries with a PAYMENT-SIGNATURE header.
+//
+// Usage: node integration/scripts/pay-v2.mjs <url>
+// Environment:
+//   X402_PAYER_KEY       the payer's private key, 0x-prefixed hex, or
+//   X402_PAYER_KEY_FILE  a file holding it (scripts/run writes .devchain/payer.key).
+//                        Never taken from argv, never printed.
+//   X402_NETWORK         the CAIP-2 network the scheme is registered for (default eip155:84532).
+//   X402_TOKEN           the token the client may pay with. @x402/fetch 2.27 pays only with a
+//                        network's default asset (real USDC) unless spend controls allow more;
+//                        the local chain's token is not a default asset, so it is listed here
+//                        (spendControls.allowedAssets). Unset: allowedAssets true (any asset).
+//   X402_MAX_VALUE       per-payment cap in base units for X402_TOKEN (default: uncapped).
+//   X402_METHOD          the HTTP method (default GET).
+//   X402_SIGN_ONLY=1     build the PAYMENT-SIGNATURE header but do not send the paid retry: the
+//                        header is printed as paymentHeader and nothing is paid.
+// Output on stdout, one JSON line: {"status", "body", "paymentResponseHeader" (PAYMENT-RESPONSE,
+// else X-PAYMENT-RESPONSE, or null), "paymentResponse" (decoded, or null)}, or with
+// X402_SIGN_ONLY=1 {"paymentHeader"}. A failure of the client itself exits 1, reason on stderr.
+
+import { wrapFetchWithPaymentFromConfig, decodePaymentResponseHeader } from "@x402/fetch";
+import { ExactEvmScheme } from "@x402/evm";
+import { privateKeyToAccount } from "viem/accounts";
+import { readFileSync } from "node:fs";
+
+function fail(message) {
+  process.stderr.write(`pay-v2: ${message}\n`);
+  process.exit(1);
+}
+
+function payerKey() {
+  let key = process.env.X402_PAYER_KEY;
+  if (!key && process.env.X402_PAYER_KEY_FILE) {
+    try {
+      key = readFileSync(process.env.X402_PAYER_KEY_FILE, "utf8").trim();
+    } catch (e) {
+      fail(`cannot read X402_PAYER_KEY_FILE: ${e.code ?? "error"}`);
+    }
+  }
+  if (!key || !/^0x[0-9a-fA-F]{64}$/.test(key)) {
+    fail("set X402_PAYER_KEY (or X402_PAYER_KEY_FILE) to a 0x-prefixed 32-byte hex private key");
+  }
+  return key;
+}
+
+function decodeResponseHeader(value) {
+  if (!value) {
+    return null;
+  }
+  try {
+    return decodePaymentResponseHeader(value);
+  } catch {
+    return null;
+  }
+}
+
+async function main() {
+  const url = process.argv[2];
+  if (!url) {
+    fail("usage: node pay-v2.mjs <url>");
+  }
+  const network = process.env.X402_NETWORK || "eip155:84532";
+  const token = process.env.X402_TOKEN;
+  if (token !== undefined && !/^0x[0-9a-fA-F]{40}$/.test(token)) {
+    fail("X402_TOKEN must be a 0x-prefixed 20-byte hex address");
+  }
+  const signOnly = process.env.X402_SIGN_ONLY === "1";
+  const asset = { network, asset: token };
+  if (process.env.X402_MAX_VALUE) {
+    asset.maxAmountPerPayment = process.env.X402_MAX_VALUE;
+  }
+  const spendControls = { allowedAssets: token ? [asset] : true };
+
+  let paymentHeader;
+  const recordingFetch = async (request) => {
+    const sent = request.headers.get("PAYMENT-SIGNATURE");
+    if (sent !== null) {
+      paymentHeader = sent;
+      if (signOnly) {
+        return new Response("", { status: 299 });
+      }
+    }
+    return fetch(request);
+  };
+  const fetchWithPayment = wrapFetchWithPaymentFromConfig(recordingFetch, {
+    schemes: [{ network, client: new ExactEvmScheme(privateKeyToAccount(payerKey())) }],
+    spendControls,
+  });
+  const res = await fetchWithPayment(url, { method: process.env.X402_METHOD || "GET" });
+
+  if (signOnly) {
+    if (paymentHeader === undefined) {
+      fail(`the client did not build a PAYMENT-SIGNATURE header (status ${res.status})`);
+    }
+    process.stdout.write(JSON.stringify({ paymentHeader }) + "\n");
+    return;
+  }
+  const responseHeader = res.headers.get("PAYMENT-RESPONSE") ?? res.headers.get("X-PAYMENT-RESPONSE");
+  const out = {
+    status: res.status,
+    body: await res.text(),
+    paymentResponseHeader: responseHeader,
+    paymentResponse: decodeResponseHeader(responseHeader),
+  };
+  process.stdout.write(JSON.stringify(out) + "\n");
+}
+
+main().catch((e) => fail(e?.message ?? String(e)));
