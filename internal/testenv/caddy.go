@@ -1,0 +1,348 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Bounds of the Caddy harness. They only turn a hang into a failure; no test asserts on them.
+const (
+	caddyBuildBound = 10 * time.Minute
+	caddyStartBound = 60 * time.Second
+	caddyStopBound  = 15 * time.Second
+	caddyLoadBound  = 60 * time.Second
+	// caddyLogMax is how much of Caddy's output a Caddy keeps for Logs: all of it in any test
+	// that is not a load test.
+	caddyLogMax = 64 << 20
+)
+
+// CaddyAdminVar is the environment variable StartCaddy sets to the admin address it picked
+// (127.0.0.1:<free port>). Every Caddyfile given to StartCaddy carries the global option
+// `admin {$CADDY_ADMIN}`, so that parallel tests and packages never share an admin port.
+const CaddyAdminVar = "CADDY_ADMIN"
+
+var caddyBuild struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+// CaddyBinary returns the path of the custom Caddy built from ./cmd/caddy, building it the
+// first time it is called in a test binary (go build -o <tmp>/caddy ./cmd/caddy). $X402_CADDY,
+// when set, names a binary to use instead. A build failure fails the test with go's output.
+// Call RemoveCaddyBuild from TestMain to delete the build directory.
+func CaddyBinary(t testing.TB) string {
+	t.Helper()
+	caddyBuild.once.Do(func() {
+		if p := os.Getenv("X402_CADDY"); p != "" {
+			if !isExecutable(p) {
+				caddyBuild.err = fmt.Errorf("$X402_CADDY=%s is not an executable file", p)
+				return
+			}
+			caddyBuild.path = p
+			return
+		}
+		caddyBuild.path, caddyBuild.dir, caddyBuild.err = buildCaddy()
+	})
+	if caddyBuild.err != nil {
+		t.Fatalf("testenv: %v", caddyBuild.err)
+	}
+	return caddyBuild.path
+}
+
+func buildCaddy() (path, dir string, err error) {
+	root, err := ModuleRoot()
+	if err != nil {
+		return "", "", err
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		return "", "", fmt.Errorf("go is not on PATH, so ./cmd/caddy cannot be built: %w", err)
+	}
+	dir, err = os.MkdirTemp("", "x402gate-caddy-")
+	if err != nil {
+		return "", "", fmt.Errorf("build caddy: %w", err)
+	}
+	path = filepath.Join(dir, "caddy")
+	ctx, cancel := context.WithTimeout(context.Background(), caddyBuildBound)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, goBin, "build", "-o", path, "./cmd/caddy")
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return "", "", fmt.Errorf("go build ./cmd/caddy: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return path, dir, nil
+}
+
+// RemoveCaddyBuild deletes the directory CaddyBinary built into, if it built one. Call it from
+// TestMain after m.Run.
+func RemoveCaddyBuild() {
+	if caddyBuild.dir != "" {
+		_ = os.RemoveAll(caddyBuild.dir)
+	}
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago, for a Caddy site
+// address. (Another process may take it before Caddy binds it; the window is small.)
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("testenv: find a free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// CaddyOptions change how StartCaddy runs Caddy.
+type CaddyOptions struct {
+	// Env entries ("NAME=value") are added to Caddy's environment, for the Caddyfile's
+	// {$NAME} (parse time) and {env.NAME} (run time) placeholders. Pass secrets this way or
+	// through files ({file.path}), never inline in the Caddyfile.
+	Env []string
+	// WaitPorts are loopback ports StartCaddy waits for (a TCP connect succeeds) after the
+	// admin endpoint answers: the config's site ports.
+	WaitPorts []int
+}
+
+// Caddy is a running caddy process, private to the test that started it.
+type Caddy struct {
+	// AdminURL is the admin endpoint, http://127.0.0.1:<port>; its /metrics serves the
+	// Prometheus metrics and /load replaces the config.
+	AdminURL string
+	// DataDir is Caddy's data directory ($XDG_DATA_HOME/caddy), where the bundled
+	// facilitator's default SQLite journal lives.
+	DataDir string
+
+	cmd      *exec.Cmd
+	exited   chan struct{}
+	logs     *tailBuffer
+	stopOnce sync.Once
+}
+
+// StartCaddy writes caddyfile to a temporary file and runs the custom Caddy (CaddyBinary) with
+// `caddy run --config <file> --adapter caddyfile`. The Caddyfile must contain the global option
+// `admin {$CADDY_ADMIN}`: StartCaddy sets CADDY_ADMIN to a free loopback port. HOME,
+// XDG_CONFIG_HOME and XDG_DATA_HOME point at temporary directories. StartCaddy returns once
+// the admin endpoint answers and every opts.WaitPorts port accepts connections; a Caddy that
+// exits or does not get there fails the test with its output. Caddy's output (its logs, the
+// access log included) is kept for Logs and shown in the test log only when the test failed.
+// A cleanup stops Caddy.
+func StartCaddy(t testing.TB, caddyfile string, opts CaddyOptions) *Caddy {
+	t.Helper()
+	if !strings.Contains(caddyfile, "{$"+CaddyAdminVar+"}") {
+		t.Fatalf("testenv: the Caddyfile must set the global option `admin {$%s}`", CaddyAdminVar)
+	}
+	bin := CaddyBinary(t)
+	dir := t.TempDir()
+	config := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(config, []byte(caddyfile), 0o600); err != nil {
+		t.Fatalf("testenv: write Caddyfile: %v", err)
+	}
+	admin := "127.0.0.1:" + strconv.Itoa(FreePort(t))
+	home := filepath.Join(dir, "home")
+	for _, d := range []string{home, filepath.Join(dir, "config"), filepath.Join(dir, "data")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatalf("testenv: %v", err)
+		}
+	}
+	c := &Caddy{
+		AdminURL: "http://" + admin,
+		DataDir:  filepath.Join(dir, "data", "caddy"),
+		exited:   make(chan struct{}),
+		logs:     &tailBuffer{max: caddyLogMax},
+	}
+	c.cmd = exec.Command(bin, "run", "--config", config, "--adapter", "caddyfile")
+	c.cmd.Dir = dir
+	c.cmd.Env = append(os.Environ(),
+		CaddyAdminVar+"="+admin,
+		"HOME="+home,
+		"XDG_CONFIG_HOME="+filepath.Join(dir, "config"),
+		"XDG_DATA_HOME="+filepath.Join(dir, "data"),
+	)
+	c.cmd.Env = append(c.cmd.Env, opts.Env...)
+	c.cmd.Stdout, c.cmd.Stderr = c.logs, c.logs
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c.cmd.WaitDelay = caddyStopBound
+	if err := c.cmd.Start(); err != nil {
+		t.Fatalf("testenv: start caddy %s: %v", bin, err)
+	}
+	go func() {
+		_ = c.cmd.Wait()
+		close(c.exited)
+	}()
+	t.Cleanup(func() {
+		c.Stop()
+		if t.Failed() {
+			t.Logf("caddy output:\n%s", c.logs.String())
+		}
+	})
+
+	deadline := time.Now().Add(caddyStartBound)
+	client := &http.Client{Timeout: 2 * time.Second}
+	for {
+		if c.adminUp(client) {
+			break
+		}
+		select {
+		case <-c.exited:
+			t.Fatalf("testenv: caddy exited before its admin endpoint answered:\n%s", c.logs.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("testenv: caddy's admin endpoint did not answer within %s:\n%s", caddyStartBound, c.logs.String())
+		}
+	}
+	for _, p := range opts.WaitPorts {
+		addr := "127.0.0.1:" + strconv.Itoa(p)
+		for {
+			conn, err := net.DialTimeout("tcp", addr, time.Second)
+			if err == nil {
+				conn.Close()
+				break
+			}
+			select {
+			case <-c.exited:
+				t.Fatalf("testenv: caddy exited before listening on %s:\n%s", addr, c.logs.String())
+			case <-time.After(50 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("testenv: caddy did not listen on %s within %s:\n%s", addr, caddyStartBound, c.logs.String())
+			}
+		}
+	}
+	return c
+}
+
+func (c *Caddy) adminUp(client *http.Client) bool {
+	resp, err := client.Get(c.AdminURL + "/config/")
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// Reload replaces Caddy's config with caddyfile through the admin endpoint (POST /load,
+// Content-Type text/caddyfile), the way `caddy reload` does, and fails the test unless Caddy
+// accepted it. The new config must keep `admin {$CADDY_ADMIN}`.
+func (c *Caddy) Reload(t testing.TB, caddyfile string) {
+	t.Helper()
+	if err := c.Load(caddyfile); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+}
+
+// Load is Reload returning an error instead of failing the test, for configs Caddy must refuse
+// and for calls from goroutines other than the test's.
+func (c *Caddy) Load(caddyfile string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), caddyLoadBound)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.AdminURL+"/load", strings.NewReader(caddyfile))
+	if err != nil {
+		return fmt.Errorf("caddy /load: %w", err)
+	}
+	req.Header.Set("Content-Type", "text/caddyfile")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("caddy /load: %w", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("caddy /load answered %d: %s", resp.StatusCode, strings.TrimSpace(string(body)))
+	}
+	return nil
+}
+
+// Metrics returns the Prometheus text exposition of the admin endpoint's /metrics.
+func (c *Caddy) Metrics(t testing.TB) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), rpcBound)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.AdminURL+"/metrics", nil)
+	if err != nil {
+		t.Fatalf("testenv: caddy /metrics: %v", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("testenv: caddy /metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("testenv: caddy /metrics answered %d: %v", resp.StatusCode, err)
+	}
+	return string(body)
+}
+
+// Logs returns everything Caddy wrote to stdout and stderr so far: its logs, and the access
+// log of sites whose `log` writes to stderr (Caddy's default).
+func (c *Caddy) Logs() string {
+	c.logs.mu.Lock()
+	defer c.logs.mu.Unlock()
+	return string(c.logs.b)
+}
+
+// Exited reports whether the Caddy process has exited.
+func (c *Caddy) Exited() bool {
+	select {
+	case <-c.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// Stop asks Caddy to shut down (SIGTERM), and kills its process group when it has not exited
+// within the stop bound. It is safe to call more than once and runs at cleanup.
+func (c *Caddy) Stop() {
+	c.stopOnce.Do(func() {
+		if c.cmd == nil || c.cmd.Process == nil {
+			return
+		}
+		_ = c.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-c.exited:
+			return
+		case <-time.After(caddyStopBound):
+		}
+		_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+		select {
+		case <-c.exited:
+		case <-time.After(caddyStopBound):
+		}
+	})
+}
+
+// errCaddyExited is returned by helpers that find Caddy gone.
+var errCaddyExited = errors.New("caddy exited")
+
+// Alive returns an error when the Caddy process has exited, quoting the tail of its output.
+func (c *Caddy) Alive() error {
+	if c.Exited() {
+		out := c.logs.String()
+		if len(out) > 4096 {
+			out = out[len(out)-4096:]
+		}
+		return fmt.Errorf("%w:\n%s", errCaddyExited, out)
+	}
+	return nil
+}
