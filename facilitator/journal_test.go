@@ -262,7 +262,7 @@ var journalCases = []struct {
 	}},
 	{"a database migrated by a newer build is refused", func(t *testing.T, open journalOpen) {
 		j := mustOpen(t, open)
-		if _, err := j.db.Exec(`INSERT INTO `+journalMigrationsTable+` (version, applied_at) VALUES (9999, 0)`); err != nil {
+		if _, err := j.db.Exec(`INSERT INTO ` + journalMigrationsTable + ` (version, applied_at) VALUES (9999, 0)`); err != nil {
 			t.Fatal(err)
 		}
 		_ = j.Close()

@@ -3,6 +3,7 @@ package facilitator
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"math/big"
 	"slices"
 	"strings"
@@ -161,6 +162,29 @@ func TestVerifyRefusesWithExactReason(t *testing.T) {
 				p.Signature = wrap6492(t, common.HexToAddress("0x00000000000000000000000000000000000fac70"), []byte{1, 2, 3}, randomBytes(t, 65))
 				return p, r
 			}},
+		{name: "requirement amount is zero", want: x402.ReasonInvalidRequirements,
+			build: valid(func(a *x402.Authorization) { a.Value = big.NewInt(0) },
+				func(r *x402.Requirements) { r.Amount = big.NewInt(0) }, nil)},
+		{name: "requirement payTo is empty", want: x402.ReasonInvalidRequirements,
+			build: valid(nil, func(r *x402.Requirements) { r.PayTo = common.Address{} }, nil)},
+		{name: "authorization lacks validBefore", want: x402.ReasonInvalidPayload,
+			build: func(t *testing.T, v int) (*x402.Payment, *x402.Requirements) {
+				p, r := valid(nil, nil, nil)(t, v)
+				p.Authorization.ValidBefore = nil
+				return p, r
+			}},
+		{name: "signature is missing", want: x402.ReasonInvalidPayload,
+			build: func(t *testing.T, v int) (*x402.Payment, *x402.Requirements) {
+				p, r := valid(nil, nil, nil)(t, v)
+				p.Signature = nil
+				return p, r
+			}},
+		{name: "ERC-6492 wrapper does not decode", want: x402.ReasonInvalidSignature,
+			build: func(t *testing.T, v int) (*x402.Payment, *x402.Requirements) {
+				p, r := valid(nil, nil, nil)(t, v)
+				p.Signature = append(randomBytes(t, 40), erc6492Suffix...)
+				return p, r
+			}},
 		{name: "x402 version 3", want: x402.ReasonInvalidVersion,
 			build: func(t *testing.T, v int) (*x402.Payment, *x402.Requirements) {
 				p, r := valid(nil, nil, nil)(t, v)
@@ -229,29 +253,44 @@ func TestVerifyContractWalletByERC1271(t *testing.T) {
 
 func TestVerifyWithRPCDownIsClearAndHidesURL(t *testing.T) {
 	env := newTestEnv(t)
-	e := env.engine(t, env.config(t))
+	cfg := env.config(t)
+	e := env.engine(t, cfg)
 	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
-	p, r := env.pay(t, x402.Version2, payer, payee.Address)
+	p1, r1 := env.pay(t, x402.Version1, payer, payee.Address)
+	p2, r2 := env.pay(t, x402.Version2, payer, payee.Address)
 	env.chain.Stop()
-
-	got, err := e.Verify(context.Background(), VerifyInput{Payment: p, Requirements: r})
-	if err != nil {
-		t.Fatalf("Verify: %v", err)
-	}
-	if got.IsValid || got.InvalidReason != x402.ReasonChainUnavailable.V2() || got.InvalidMessage != "rpc unavailable" {
-		t.Errorf("verify = %+v, want %s / rpc unavailable", got, x402.ReasonChainUnavailable)
-	}
-	res, err := e.Settle(context.Background(), p, r)
-	if err != nil {
-		t.Fatalf("Settle: %v", err)
-	}
-	if res.Success || res.ErrorReason != x402.ReasonChainUnavailable.V2() {
-		t.Errorf("settle = %+v, want %s", res, x402.ReasonChainUnavailable)
-	}
 	host := strings.TrimPrefix(env.chain.RPCURL, "http://")
-	for _, s := range []string{got.InvalidMessage, res.ErrorMessage, res.ErrorReason} {
-		if strings.Contains(s, host) {
-			t.Errorf("%q carries the RPC endpoint", s)
+
+	for _, tc := range []struct {
+		p *x402.Payment
+		r *x402.Requirements
+	}{{p1, r1}, {p2, r2}} {
+		v := tc.p.Version
+		got, err := e.Verify(context.Background(), VerifyInput{Payment: tc.p, Requirements: tc.r})
+		if err != nil {
+			t.Fatalf("v%d Verify: %v", v, err)
+		}
+		want := x402.ReasonChainUnavailable.For(v)
+		if got.IsValid || got.InvalidReason != want || got.InvalidMessage != "rpc unavailable" {
+			t.Errorf("v%d verify = %+v, want %s / rpc unavailable", v, got, want)
+		}
+		res, err := e.Settle(context.Background(), tc.p, tc.r)
+		if err != nil {
+			t.Fatalf("v%d Settle: %v", v, err)
+		}
+		if res.Success || res.ErrorReason != want || res.ErrorMessage != "rpc unavailable" || res.Transaction != "" {
+			t.Errorf("v%d settle = %+v, want %s / rpc unavailable and no transaction", v, res, want)
+		}
+		if v == x402.Version1 && (!slices.Contains(x402.V1Reasons, got.InvalidReason) || !slices.Contains(x402.V1Reasons, res.ErrorReason)) {
+			t.Errorf("v1 reasons %q / %q are not in the v1 enum", got.InvalidReason, res.ErrorReason)
+		}
+		for _, s := range []string{got.InvalidMessage, res.ErrorMessage, res.ErrorReason} {
+			if strings.Contains(s, host) {
+				t.Errorf("%q carries the RPC endpoint", s)
+			}
+		}
+		if _, err := cfg.Journal.Get(context.Background(), keyOf(tc.p, tc.r).AuthorizationKey()); !errors.Is(err, ErrSettlementNotFound) {
+			t.Errorf("v%d: a settlement was journaled with the chain down: %v", v, err)
 		}
 	}
 }
@@ -287,4 +326,3 @@ func wrap6492(t *testing.T, factory common.Address, calldata, sig []byte) []byte
 	}
 	return append(enc, erc6492Suffix...)
 }
-
