@@ -1,0 +1,251 @@
+package gate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/ethereum/go-ethereum/common"
+	"go.uber.org/zap"
+
+	"github.com/x402gate/x402gate/x402"
+)
+
+// The error strings of an unpaid 402, as the reference servers write them
+// (research/x402.md §1.9, §3.2).
+const (
+	unpaidErrorV1 = "X-PAYMENT header is required"
+	unpaidErrorV2 = "Payment required"
+)
+
+// challenge builds the payment-required result: the v1 JSON body and the v2
+// PAYMENT-REQUIRED header on one 402 (research/x402.md §3.7 step 1), and with guardian
+// advertising the verification section (spec §4.3: "Body holds accepts and optional
+// verification").
+func (g *Gate) challenge(ctx context.Context, req *x402.Requirements) *Result {
+	var vb *verificationBody
+	var fee *x402.Requirements
+	if gc := g.rt.guardian; gc != nil && gc.Advertise != "" {
+		f, err := g.VerificationRequirements(ctx, req)
+		if err != nil {
+			g.log.Warn("x402 verification fee unavailable", zap.Error(err))
+			if gc.Advertise == AdvertiseRequired {
+				return g.errorResult(req, 0, http.StatusBadGateway, ReasonPricingUnavailable, "the verification fee could not be priced")
+			}
+			f = nil // optional: the route still sells without the verdict check
+		}
+		vb = &verificationBody{Mode: gc.Advertise, Header: HeaderVerificationPayment}
+		if f != nil {
+			v1, err := f.V1(g.reg)
+			if err != nil {
+				g.log.Error("x402 verification fee has no v1 form", zap.Error(err))
+				return g.errorResult(req, 0, http.StatusBadGateway, ReasonPricingUnavailable, "the verification fee could not be priced")
+			}
+			vb.Requirements, fee = &v1, f
+		}
+	}
+	res := g.answer402(req, "", unpaidErrorV1, unpaidErrorV2, vb)
+	if res.Kind == KindError {
+		return res
+	}
+	res.Kind, res.Verification = KindPaymentRequired, fee
+	return res
+}
+
+// answer402 builds a 402 for req: the body's error is errV1 (the reason in the payment's
+// version for a rejection), the header's is errV2.
+func (g *Gate) answer402(req *x402.Requirements, payer, errV1, errV2 string, vb *verificationBody) *Result {
+	v1, err := req.V1(g.reg)
+	if err != nil {
+		g.log.Error("x402 requirement has no v1 form", zap.Error(err))
+		return g.errorResult(nil, 0, http.StatusInternalServerError, x402.ReasonInvalidRequirements, "the route's network has no x402 v1 name")
+	}
+	body := mustJSON(challengeBody{X402Version: x402.Version1, Error: errV1, Accepts: []x402.RequirementsV1{v1}, Payer: payer, Verification: vb})
+	pr := &x402.PaymentRequiredV2{
+		X402Version: x402.Version2,
+		Error:       errV2,
+		Resource:    &x402.ResourceInfo{URL: req.Resource.URL, Description: req.Resource.Description, MimeType: req.Resource.MimeType},
+		Accepts:     []x402.RequirementsV2{req.V2()},
+	}
+	hv, err := x402.EncodePaymentRequired(pr)
+	if err != nil {
+		g.log.Error("x402 PAYMENT-REQUIRED too large", zap.Error(err))
+		return g.errorResult(nil, 0, http.StatusInternalServerError, x402.ReasonInvalidRequirements, "the route's payment requirements do not fit a header")
+	}
+	h := make(http.Header, 4)
+	h.Set(x402.HeaderPaymentRequired, hv)
+	h.Set("Cache-Control", "no-store")
+	h.Set("Access-Control-Expose-Headers", exposeHeaders)
+	return &Result{
+		Status:       http.StatusPaymentRequired,
+		Header:       h,
+		Body:         body,
+		Requirements: req,
+		challenge:    pr,
+		display:      g.displayOf(req),
+	}
+}
+
+func (g *Gate) displayOf(req *x402.Requirements) display {
+	d := display{price: FormatAmount(req.Amount, g.rt.decimals), symbol: g.rt.symbol, network: g.rt.network.Name}
+	if g.rt.symbol == "" && g.rt.decimals == 0 {
+		d.symbol = "base units"
+	}
+	return d
+}
+
+// rejected builds a rejected result: a 402 whose body error is the reason in the
+// payment's version and whose PAYMENT-REQUIRED header carries the v2 reason; after a
+// settlement attempt it also carries the failed settle response.
+func (g *Gate) rejected(req *x402.Requirements, p *x402.Payment, reason x402.Reason, msg string, s *Settlement) *Result {
+	payer := p.Authorization.From.Hex()
+	res := g.answer402(req, payer, reason.For(p.Version), reason.V2(), nil)
+	if res.Kind == KindError {
+		return res
+	}
+	res.Kind, res.Reason, res.Message, res.Version, res.Payer = KindRejected, reason, msg, p.Version, payer
+	if s != nil {
+		res.Settlement = s
+		setResponseHeaders(res.Header, s)
+	}
+	g.log.Info("x402 payment rejected", zap.String("payer", payer), zap.String("reason", string(reason)))
+	return res
+}
+
+// settleUnknown answers 502 when the settlement's outcome is not known (the facilitator
+// failed, or the transaction is pending). A known transaction hash travels in the response
+// header with success false, so the client can reconcile.
+func (g *Gate) settleUnknown(req *x402.Requirements, p *x402.Payment, s *Settlement, guardian *Guardian, msg string) *Result {
+	reason := x402.ReasonFromWire(s.ErrorReason)
+	if reason == "" || reason == x402.ReasonUnexpectedSettle {
+		reason = x402.ReasonUnexpectedSettle
+		if s.Transaction != "" {
+			reason = x402.ReasonSettlementPending
+		}
+	}
+	s.Success, s.ErrorReason = false, reason.For(p.Version)
+	res := g.errorResult(req, p.Version, http.StatusBadGateway, reason, msg)
+	res.Payer, res.Settlement, res.Guardian = p.Authorization.From.Hex(), s, guardian
+	g.rebuildResponseHeader(s)
+	setResponseHeaders(res.Header, s)
+	return res
+}
+
+// errorResult builds an error result. The body carries the reason in the payment's
+// version (v1 enum for v1 and unknown versions, which every x402 client can read), a
+// message, and the requirements when they are known.
+func (g *Gate) errorResult(req *x402.Requirements, version int, status int, reason x402.Reason, msg string) *Result {
+	v := version
+	if v == 0 {
+		v = x402.Version1
+	}
+	body := errorBody{X402Version: x402.Version1, Error: reason.For(v), Message: msg}
+	if req != nil && status == http.StatusBadRequest {
+		if v1, err := req.V1(g.reg); err == nil {
+			body.Accepts = []x402.RequirementsV1{v1}
+		}
+	}
+	h := make(http.Header, 2)
+	h.Set("Cache-Control", "no-store")
+	h.Set("Access-Control-Expose-Headers", exposeHeaders)
+	return &Result{
+		Kind: KindError, Status: status, Reason: reason, Message: msg, Version: version,
+		Header: h, Body: mustJSON(body), Requirements: req,
+	}
+}
+
+// settlement turns a settle response into Settlement data, with the network in both forms
+// and the response header in the payment's version.
+func (g *Gate) settlement(req *x402.Requirements, p *x402.Payment, sr x402.SettleResponse) *Settlement {
+	s := &Settlement{
+		Success:     sr.Success,
+		Payer:       p.Authorization.From.Hex(),
+		Transaction: sr.Transaction,
+		Amount:      bigString(req.Amount),
+		Network:     req.Network,
+		NetworkName: g.rt.network.Name,
+		Asset:       req.Asset.Hex(),
+		PayTo:       req.PayTo.Hex(),
+		Version:     p.Version,
+		ErrorReason: sr.ErrorReason,
+	}
+	if s.Transaction == "" && isTxHash(sr.TxHash) {
+		s.Transaction = sr.TxHash
+	}
+	if s.Transaction != "" && !isTxHash(s.Transaction) {
+		s.Transaction = "" // never echo a malformed value into a header
+	}
+	g.rebuildResponseHeader(s)
+	return s
+}
+
+// rebuildResponseHeader encodes the settle response header of s: the fields every client
+// reads, with the network in the payment's version format (research/x402.md §3.7 step 4).
+func (g *Gate) rebuildResponseHeader(s *Settlement) {
+	network := s.Network
+	if s.Version == x402.Version1 {
+		network = s.NetworkName
+	}
+	sr := &x402.SettleResponse{
+		Success:     s.Success,
+		Payer:       s.Payer,
+		Transaction: s.Transaction,
+		Network:     network,
+	}
+	if s.Success && s.Version == x402.Version2 {
+		sr.Amount = s.Amount
+	}
+	if !s.Success {
+		sr.ErrorReason = s.ErrorReason
+	}
+	hv, err := x402.EncodeSettleResponse(sr)
+	if err != nil {
+		hv = "" // a settle response is small; unreachable
+	}
+	s.ResponseHeader = hv
+}
+
+// setResponseHeaders sets the settle response header: X-PAYMENT-RESPONSE for every
+// request (spec §4.3 paymentGate) and PAYMENT-RESPONSE too for v2, which v2 clients read
+// first. Both carry the same value.
+func setResponseHeaders(h http.Header, s *Settlement) {
+	if s.ResponseHeader == "" {
+		return
+	}
+	h.Set(x402.HeaderPaymentResponse, s.ResponseHeader)
+	if s.Version == x402.Version2 {
+		h.Set(x402.HeaderPaymentResponseV2, s.ResponseHeader)
+	}
+	h.Set("Access-Control-Expose-Headers", exposeHeaders)
+}
+
+// settled builds a settled result.
+func (g *Gate) settled(req *x402.Requirements, p *x402.Payment, s *Settlement, guardian *Guardian) *Result {
+	h := make(http.Header, 3)
+	setResponseHeaders(h, s)
+	return &Result{
+		Kind: KindSettled, Status: http.StatusOK, Version: p.Version, Payer: s.Payer,
+		Header: h, Requirements: req, Settlement: s, Guardian: guardian,
+	}
+}
+
+var errNotAddress = errors.New("not a 0x-hex address")
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Every body is built from strings and checked requirements; unreachable.
+		return []byte(`{"x402Version":1,"error":"unexpected_verify_error"}`)
+	}
+	return b
+}
+
+// parseAddressLoose reads a 0x-hex address in any case, as facilitators write them.
+func parseAddressLoose(s string) (common.Address, error) {
+	if !strings.HasPrefix(s, "0x") || !common.IsHexAddress(s) {
+		return common.Address{}, errNotAddress
+	}
+	return common.HexToAddress(s), nil
+}

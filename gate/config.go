@@ -1,0 +1,303 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/big"
+	"strings"
+	"time"
+
+	"github.com/ethereum/go-ethereum/common"
+	"go.uber.org/zap"
+
+	"github.com/x402gate/x402gate/facilitator"
+	"github.com/x402gate/x402gate/x402"
+)
+
+// Defaults of Config.
+const (
+	// DefaultMaxTimeoutSeconds is the maxTimeoutSeconds advertised when Config leaves it
+	// unset, as x402-express does (research/x402.md §1.2).
+	DefaultMaxTimeoutSeconds = 60
+	// DefaultRetryMax is how many times a paid request whose upstream failed may be
+	// presented again without a second charge.
+	DefaultRetryMax = 3
+	// DefaultVerifyTimeout bounds one facilitator /verify call.
+	DefaultVerifyTimeout = 30 * time.Second
+	// DefaultSettleTimeout bounds one facilitator /settle call, receipt wait included.
+	DefaultSettleTimeout = 60 * time.Second
+	// DefaultPricingTimeout bounds one pricing fetch for the verification fee.
+	DefaultPricingTimeout = 5 * time.Second
+)
+
+// Guardian advertise modes (spec §4.3 ResourceGateConfig guardian.advertise).
+const (
+	AdvertiseRequired = "required"
+	AdvertiseOptional = "optional"
+)
+
+// Config is the spec's ResourceGateConfig (spec §4.3): what a route charges, where the
+// money goes, and how the facilitator and the verdict service are reached. The JSON names
+// are the spec's keys.
+type Config struct {
+	// Network names the chain: a v1 name ("base-sepolia"), a CAIP-2 id ("eip155:84532") or
+	// a chain id ("84532"). It must be in Options.Registry. Required.
+	Network string `json:"network"`
+	// Asset is the token paid with. Default: the network's USDC (x402.Network.USDC).
+	Asset AssetConfig `json:"asset,omitempty"`
+	// PayTo is the merchant's address that receives the payment. Required, unless every
+	// request brings Input.PayTo.
+	PayTo string `json:"payTo,omitempty"`
+	// Price is what one request costs, in ParsePrice's grammar ("0.01", "0.01 USDC",
+	// "$0.01", "10000 base"). Required, unless every request brings Input.Price.
+	Price string `json:"price,omitempty"`
+	// Resource is the resource metadata advertised with each requirement.
+	Resource ResourceConfig `json:"resource,omitempty"`
+	// MaxTimeoutSeconds is the validity a client gives its authorization. Default
+	// DefaultMaxTimeoutSeconds.
+	MaxTimeoutSeconds int `json:"maxTimeoutSeconds,omitempty"`
+	// FacilitatorURL is a remote facilitator, used when Options.Facilitator is nil.
+	// Default: empty; then Options.Facilitator is required.
+	FacilitatorURL string `json:"facilitatorUrl,omitempty"`
+	// FacilitatorKey is sent as x-facilitator-key to FacilitatorURL. It is a secret: it is
+	// never logged or put in an error. Default: empty.
+	FacilitatorKey string `json:"facilitatorKey,omitempty"`
+	// Guardian is the verdict-service setting: nil is the spec's "off".
+	Guardian *GuardianConfig `json:"guardian,omitempty"`
+	// Retry lets a paid request whose upstream failed be presented again.
+	Retry RetryConfig `json:"retry,omitempty"`
+	// VerifyTimeout bounds a /verify call. Default DefaultVerifyTimeout.
+	VerifyTimeout time.Duration `json:"verifyTimeout,omitempty"`
+	// SettleTimeout bounds a /settle call. Settlement is not cancelled when the client goes
+	// away, only by this bound. Default DefaultSettleTimeout.
+	SettleTimeout time.Duration `json:"settleTimeout,omitempty"`
+	// PricingTimeout bounds a fetch of the verification fee. Default DefaultPricingTimeout.
+	PricingTimeout time.Duration `json:"pricingTimeout,omitempty"`
+}
+
+// AssetConfig is the token a route is paid in, with its EIP-712 domain.
+type AssetConfig struct {
+	// Address is the token contract. Default: the network's USDC.
+	Address string `json:"address,omitempty"`
+	// Name and Version are the token's EIP-712 domain, sent as extra {name, version}.
+	// Default: the network's USDC domain when Address is the network's USDC; required
+	// otherwise.
+	Name    string `json:"name,omitempty"`
+	Version string `json:"version,omitempty"`
+	// Decimals scales human prices. Default: the network's USDC decimals (6) when Address
+	// is the network's USDC; otherwise 0 and only "<n> base" prices parse.
+	Decimals int `json:"decimals,omitempty"`
+	// Symbol is shown on the paywall and accepted as a price unit. Default: the network's
+	// USDC symbol when Address is the network's USDC.
+	Symbol string `json:"symbol,omitempty"`
+}
+
+// ResourceConfig is the resource metadata of a requirement (v1 description, mimeType and
+// outputSchema; v2 resource.description and resource.mimeType).
+type ResourceConfig struct {
+	// Description says what the payment buys. Default: empty.
+	Description string `json:"description,omitempty"`
+	// MimeType is the resource's media type. Default: empty (x402-fetch requires a string,
+	// and "" passes).
+	MimeType string `json:"mimeType,omitempty"`
+	// OutputSchema is v1's optional outputSchema object. Default: nil, omitted (a null
+	// fails x402-fetch's schema).
+	OutputSchema map[string]any `json:"outputSchema,omitempty"`
+}
+
+// GuardianConfig is the spec's guardian object {advertise?, fee?} (spec §4.3).
+type GuardianConfig struct {
+	// Advertise is AdvertiseRequired or AdvertiseOptional: the 402 answer carries a
+	// "verification" section. Required sends the fee requirement with every /verify;
+	// optional only when the client sent a fee payment. Default: empty, nothing is
+	// advertised (the facilitator's GUARDIAN_MODE still applies).
+	Advertise string `json:"advertise,omitempty"`
+	// Fee turns on the verification fee, priced per requirement by Options.Pricing.
+	// Default false.
+	Fee bool `json:"fee,omitempty"`
+}
+
+// RetryConfig bounds how a paid request whose upstream failed (status >= 500, a
+// connection failure or a panic) may be presented again without a second charge.
+type RetryConfig struct {
+	// Max is how many times the same payment header may reach the upstream again. Default
+	// DefaultRetryMax; a negative value turns retries off.
+	Max int `json:"max,omitempty"`
+	// Grace is how long the retries stay available. Default and upper bound: the
+	// authorization's remaining validity (validBefore - now), after which the facilitator
+	// refuses the header anyway.
+	Grace time.Duration `json:"grace,omitempty"`
+}
+
+// PricingFunc fetches the verification fee requirement for a merchant requirement (the
+// spec's fetchVerificationRequirements, spec §4.3). It returns nil when no fee applies.
+type PricingFunc func(ctx context.Context, merchant *x402.Requirements) (*x402.Requirements, error)
+
+// Options are the gate's dependencies.
+type Options struct {
+	// Facilitator verifies and settles. Default: a facilitator.Client for
+	// Config.FacilitatorURL; one of the two is required.
+	Facilitator Facilitator
+	// Registry resolves Config.Network and decodes payment headers. It must be the
+	// facilitator's, so a locally configured chain resolves. Default: the built-in networks.
+	Registry *x402.Registry
+	// Pricing fetches the verification fee. Required when Guardian.Fee is set.
+	Pricing PricingFunc
+	// RetryStore keeps retry credits. Default: an in-process MemoryRetryStore. Several
+	// instances behind one load balancer need a shared RedisRetryStore.
+	RetryStore RetryStore
+	// ErrorStatus maps an error returned by the next handler to the status it stands
+	// for; a status >= 500 counts as an upstream failure. Default: every error is 502.
+	// The Caddy adapter maps caddyhttp.HandlerError to its StatusCode.
+	ErrorStatus func(error) int
+	// Logger gets payer, reason and transaction fields, never a header or a key. Default:
+	// zap.NewNop().
+	Logger *zap.Logger
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// route is a checked Config: the parts of every requirement that do not change per
+// request.
+type route struct {
+	network  x402.Network
+	asset    common.Address
+	extra    map[string]any
+	decimals int
+	symbol   string
+	payTo    common.Address // zero when unset
+	price    *big.Int       // nil when unset
+	resource ResourceConfig
+	timeout  int
+	guardian *GuardianConfig
+	retryMax int
+	grace    time.Duration
+}
+
+// checkConfig validates cfg against reg and fills in defaults.
+func checkConfig(cfg Config, reg *x402.Registry) (*route, error) {
+	if cfg.Network == "" {
+		return nil, errors.New("gate config: network is required")
+	}
+	n, ok := reg.Lookup(cfg.Network)
+	if !ok {
+		return nil, fmt.Errorf("gate config: network %q is not configured", cfg.Network)
+	}
+	rt := &route{network: n, resource: cfg.Resource, timeout: cfg.MaxTimeoutSeconds}
+	if err := rt.setAsset(cfg.Asset); err != nil {
+		return nil, err
+	}
+	if cfg.PayTo != "" {
+		a, err := parseAddress(cfg.PayTo)
+		if err != nil {
+			return nil, fmt.Errorf("gate config: payTo: %w", err)
+		}
+		rt.payTo = a
+	}
+	if cfg.Price != "" {
+		p, err := ParsePrice(cfg.Price, rt.decimals, rt.symbol)
+		if err != nil {
+			return nil, fmt.Errorf("gate config: %w", err)
+		}
+		rt.price = p
+	}
+	switch {
+	case rt.timeout == 0:
+		rt.timeout = DefaultMaxTimeoutSeconds
+	case rt.timeout < 0:
+		return nil, fmt.Errorf("gate config: maxTimeoutSeconds %d must be positive", rt.timeout)
+	}
+	if g := cfg.Guardian; g != nil {
+		switch g.Advertise {
+		case "", AdvertiseRequired, AdvertiseOptional:
+		default:
+			return nil, fmt.Errorf("gate config: guardian.advertise %q is not %q or %q", g.Advertise, AdvertiseRequired, AdvertiseOptional)
+		}
+		gc := *g
+		rt.guardian = &gc
+	}
+	rt.retryMax = cfg.Retry.Max
+	if rt.retryMax == 0 {
+		rt.retryMax = DefaultRetryMax
+	}
+	if cfg.Retry.Grace < 0 {
+		return nil, errors.New("gate config: retry.grace must not be negative")
+	}
+	rt.grace = cfg.Retry.Grace
+	return rt, nil
+}
+
+func (rt *route) setAsset(a AssetConfig) error {
+	usdc := rt.network.USDC
+	rt.asset = usdc.Address
+	if a.Address != "" {
+		addr, err := parseAddress(a.Address)
+		if err != nil {
+			return fmt.Errorf("gate config: asset.address: %w", err)
+		}
+		rt.asset = addr
+	}
+	name, version, decimals, symbol := a.Name, a.Version, a.Decimals, a.Symbol
+	if rt.asset == usdc.Address {
+		if name == "" {
+			name = usdc.Name
+		}
+		if version == "" {
+			version = usdc.Version
+		}
+		if decimals == 0 {
+			decimals = usdc.Decimals
+		}
+		if symbol == "" {
+			symbol = usdc.Symbol
+		}
+	}
+	if name == "" || version == "" {
+		return fmt.Errorf("gate config: asset %s is not the network's default: its EIP-712 name and version are required", rt.asset.Hex())
+	}
+	if decimals < 0 || decimals > 36 {
+		return fmt.Errorf("gate config: asset.decimals %d out of range 0..36", decimals)
+	}
+	rt.extra = map[string]any{"name": name, "version": version}
+	rt.decimals, rt.symbol = decimals, symbol
+	return nil
+}
+
+// parseAddress reads a 20-byte 0x-hex address. A mixed-case address must carry a valid
+// EIP-55 checksum, so a typo in a payee is caught at start, not after money moved.
+func parseAddress(s string) (common.Address, error) {
+	if !common.IsHexAddress(s) || !strings.HasPrefix(s, "0x") {
+		return common.Address{}, fmt.Errorf("%q is not a 0x-hex address", s)
+	}
+	a := common.HexToAddress(s)
+	lower, upper := strings.ToLower(s[2:]), strings.ToUpper(s[2:])
+	if s[2:] != lower && s[2:] != upper && a.Hex() != s {
+		return common.Address{}, fmt.Errorf("%q fails its EIP-55 checksum", s)
+	}
+	if a == (common.Address{}) {
+		return common.Address{}, errors.New("the zero address cannot be paid")
+	}
+	return a, nil
+}
+
+// newFacilitator picks the facilitator: the one given, or a remote client.
+func newFacilitator(cfg Config, opts Options, reg *x402.Registry) (Facilitator, error) {
+	if opts.Facilitator != nil {
+		return opts.Facilitator, nil
+	}
+	if cfg.FacilitatorURL == "" {
+		return nil, errors.New("gate config: facilitatorUrl or Options.Facilitator is required")
+	}
+	c, err := facilitator.NewClient(facilitator.ClientConfig{
+		URL:           cfg.FacilitatorURL,
+		APIKey:        cfg.FacilitatorKey,
+		Timeout:       cfg.VerifyTimeout,
+		SettleTimeout: cfg.SettleTimeout,
+		Registry:      reg,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gate config: %w", err)
+	}
+	return c, nil
+}

@@ -1,0 +1,433 @@
+// Package gate is the framework-free x402 resource gate (spec §4.3 createResourceGate):
+// it answers an unpaid request with the route's requirements, and a paid one by decoding
+// the payment header, matching it, verifying and settling it through a facilitator,
+// before the upstream runs. It also offers a plain net/http middleware (the spec's
+// paymentGate) and the browser paywall page. It has no Caddy imports: the Caddy handler
+// calls Handle or Serve.
+//
+// One 402 serves both x402 versions: the v1 JSON body and the v2 PAYMENT-REQUIRED header
+// (DESIGN.md "Wire compatibility").
+package gate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/big"
+	"net/http"
+	"net/url"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/x402gate/x402gate/facilitator"
+	"github.com/x402gate/x402gate/x402"
+)
+
+// Facilitator verifies and settles payments. The in-process *facilitator.Engine and the
+// remote *facilitator.Client both satisfy it. Logical failures come back in the response
+// (IsValid / Success false); an error means the outcome is exceptional or unknown.
+type Facilitator interface {
+	Verify(ctx context.Context, in facilitator.VerifyInput) (x402.VerifyResponse, error)
+	Settle(ctx context.Context, p *x402.Payment, r *x402.Requirements) (x402.SettleResponse, error)
+	Supported(ctx context.Context) (x402.SupportedResponse, error)
+}
+
+// HeaderVerificationPayment carries the client's EIP-3009 authorization of the
+// verification fee, base64 JSON in the same x402 version as the payment header. The 402
+// body names it in verification.header.
+const HeaderVerificationPayment = "X-VERIFICATION-PAYMENT"
+
+// Input is what one request brings to the gate. The Caddy handler fills it from the
+// request and its placeholders; Serve fills Header from the request when it is nil.
+type Input struct {
+	// Resource is the public, absolute URL of the resource (scheme, host, path), built by
+	// the caller from the public URL, honouring only trusted proxies. Required.
+	Resource string
+	// Price overrides Config.Price for this request, in ParsePrice's grammar. Default: empty.
+	Price string
+	// PayTo overrides Config.PayTo for this request. Default: empty.
+	PayTo string
+	// Header is the request's header: PAYMENT-SIGNATURE, X-PAYMENT and
+	// X-VERIFICATION-PAYMENT are read from it.
+	Header http.Header
+}
+
+// Gate is a resource gate for one route. It is safe for concurrent use.
+type Gate struct {
+	rt          *route
+	reg         *x402.Registry
+	f           Facilitator
+	pricing     PricingFunc
+	retries     RetryStore
+	errStatus   func(error) int
+	log         *zap.Logger
+	now         func() time.Time
+	verifyTO    time.Duration
+	settleTO    time.Duration
+	pricingTO   time.Duration
+	defaultBody []byte // v1 error string of an unpaid 402
+}
+
+// New checks cfg and returns a Gate. The facilitator is opts.Facilitator, or a remote
+// client of cfg.FacilitatorURL. Errors never carry cfg.FacilitatorKey.
+func New(cfg Config, opts Options) (*Gate, error) {
+	reg := opts.Registry
+	if reg == nil {
+		reg = x402.NewRegistry()
+	}
+	rt, err := checkConfig(cfg, reg)
+	if err != nil {
+		return nil, err
+	}
+	if rt.guardian != nil && rt.guardian.Fee && opts.Pricing == nil {
+		return nil, errors.New("gate config: guardian.fee needs a pricing function (Options.Pricing)")
+	}
+	f, err := newFacilitator(cfg, opts, reg)
+	if err != nil {
+		return nil, err
+	}
+	g := &Gate{
+		rt: rt, reg: reg, f: f, pricing: opts.Pricing, retries: opts.RetryStore,
+		errStatus: opts.ErrorStatus, log: opts.Logger, now: opts.Now,
+		verifyTO: cfg.VerifyTimeout, settleTO: cfg.SettleTimeout, pricingTO: cfg.PricingTimeout,
+	}
+	if g.retries == nil && rt.retryMax > 0 {
+		g.retries = NewMemoryRetryStore(0)
+	}
+	if g.errStatus == nil {
+		g.errStatus = func(error) int { return http.StatusBadGateway }
+	}
+	if g.log == nil {
+		g.log = zap.NewNop()
+	}
+	if g.now == nil {
+		g.now = time.Now
+	}
+	if g.verifyTO <= 0 {
+		g.verifyTO = DefaultVerifyTimeout
+	}
+	if g.settleTO <= 0 {
+		g.settleTO = DefaultSettleTimeout
+	}
+	if g.pricingTO <= 0 {
+		g.pricingTO = DefaultPricingTimeout
+	}
+	return g, nil
+}
+
+// Requirements builds the route's payment requirement for one request (spec §4.3
+// requirements(ctx)): the configured network, asset and timeout, the resource URL of in,
+// and the price and payee of in or else of the Config. An error means the route is
+// misconfigured for this request (no price or payee, or a bad override).
+func (g *Gate) Requirements(_ context.Context, in Input) (*x402.Requirements, error) {
+	rt := g.rt
+	if err := checkResourceURL(in.Resource); err != nil {
+		return nil, err
+	}
+	price := rt.price
+	if in.Price != "" {
+		p, err := ParsePrice(in.Price, rt.decimals, rt.symbol)
+		if err != nil {
+			return nil, fmt.Errorf("gate: %w", err)
+		}
+		price = p
+	}
+	if price == nil {
+		return nil, errors.New("gate: no price is configured for this request")
+	}
+	payTo := rt.payTo
+	if in.PayTo != "" {
+		a, err := parseAddress(in.PayTo)
+		if err != nil {
+			return nil, fmt.Errorf("gate: payTo: %w", err)
+		}
+		payTo = a
+	}
+	if payTo == ([20]byte{}) {
+		return nil, errors.New("gate: no payTo is configured for this request")
+	}
+	return &x402.Requirements{
+		Scheme:            x402.SchemeExact,
+		Network:           rt.network.CAIP2,
+		Amount:            price,
+		Asset:             rt.asset,
+		PayTo:             payTo,
+		MaxTimeoutSeconds: rt.timeout,
+		Resource: x402.ResourceInfo{
+			URL:         in.Resource,
+			Description: rt.resource.Description,
+			MimeType:    rt.resource.MimeType,
+		},
+		OutputSchema: rt.resource.OutputSchema,
+		Extra:        rt.extra,
+	}, nil
+}
+
+// checkResourceURL checks that a resource URL is absolute http(s) with a host, as
+// x402-fetch 1.2.0's schema demands of every v1 accepts entry (z.string().url()); a
+// relative one would make the client reject the whole 402 answer.
+func checkResourceURL(s string) error {
+	if s == "" {
+		return errors.New("gate: the resource URL is required")
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+		return errors.New("gate: the resource URL must be an absolute http(s) URL without credentials")
+	}
+	return nil
+}
+
+// VerificationRequirements returns the verification-fee requirement for a merchant
+// requirement (spec §4.3 verificationRequirements(merchant)): nil when the guardian is off
+// or charges no fee, or when the pricing service says no fee applies. An error means the
+// pricing service failed; callers fail closed.
+func (g *Gate) VerificationRequirements(ctx context.Context, merchant *x402.Requirements) (*x402.Requirements, error) {
+	if g.rt.guardian == nil || !g.rt.guardian.Fee || merchant == nil {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.pricingTO)
+	defer cancel()
+	fee, err := g.pricing(ctx, merchant)
+	if err != nil {
+		return nil, fmt.Errorf("gate: verification fee: %w", err)
+	}
+	if fee == nil {
+		return nil, nil
+	}
+	if fee.Scheme != x402.SchemeExact || fee.Amount == nil || fee.Amount.Sign() <= 0 {
+		return nil, errors.New("gate: verification fee: pricing answered an unusable requirement")
+	}
+	if _, ok := g.reg.Lookup(fee.Network); !ok {
+		return nil, fmt.Errorf("gate: verification fee: network %q is not configured", fee.Network)
+	}
+	return fee, nil
+}
+
+// CheckSupported asks the facilitator's /supported whether it settles "exact" on the
+// route's network in both x402 versions, as reference servers do at start-up
+// (research/x402.md §3.4).
+func (g *Gate) CheckSupported(ctx context.Context) error {
+	s, err := g.f.Supported(ctx)
+	if err != nil {
+		return fmt.Errorf("gate: facilitator /supported: %w", err)
+	}
+	n := g.rt.network
+	var v1, v2 bool
+	for _, k := range s.Kinds {
+		if k.Scheme != x402.SchemeExact {
+			continue
+		}
+		v1 = v1 || (k.X402Version == x402.Version1 && k.Network == n.Name)
+		v2 = v2 || (k.X402Version == x402.Version2 && k.Network == n.CAIP2)
+	}
+	if !v1 || !v2 {
+		return fmt.Errorf("gate: the facilitator does not settle exact on %s in x402 v1 and v2", n.CAIP2)
+	}
+	return nil
+}
+
+// Handle runs the gate for one request (spec §4.3 handle({xPayment?, ctx})): no payment
+// header gives payment-required; a malformed one gives error 400; a payment that does
+// not match the route or that the facilitator refuses gives rejected; an unreachable
+// facilitator gives error 502; otherwise the payment is settled before the upstream runs
+// (DESIGN.md "A paid request"). Handle never panics.
+func (g *Gate) Handle(ctx context.Context, in Input) *Result {
+	req, err := g.Requirements(ctx, in)
+	if err != nil {
+		g.log.Error("x402 route misconfigured", zap.Error(err))
+		return g.errorResult(nil, 0, http.StatusInternalServerError, x402.ReasonInvalidRequirements, "the route's payment requirements are misconfigured")
+	}
+	name, value, err := paymentHeader(in.Header)
+	if err != nil {
+		return g.errorResult(req, x402.HeaderVersion(name), http.StatusBadRequest, x402.ReasonInvalidPayload, err.Error())
+	}
+	if name == "" {
+		return g.challenge(ctx, req)
+	}
+	p, err := x402.DecodePaymentHeader(name, value, g.reg)
+	if err != nil {
+		return g.errorResult(req, x402.HeaderVersion(name), http.StatusBadRequest, x402.ReasonOf(err), err.Error())
+	}
+	return g.pay(ctx, in, req, name, p)
+}
+
+// paymentHeader picks the payment header: PAYMENT-SIGNATURE (v2) when present, else
+// X-PAYMENT (v1) (DESIGN.md "Wire compatibility"). A header given twice is ambiguous and
+// refused.
+func paymentHeader(h http.Header) (name, value string, err error) {
+	for _, n := range []string{x402.HeaderPaymentSignature, x402.HeaderPayment} {
+		vs := h.Values(n)
+		switch len(vs) {
+		case 0:
+			continue
+		case 1:
+			return n, vs[0], nil
+		}
+		return n, "", fmt.Errorf("%s is given %d times", n, len(vs))
+	}
+	return "", "", nil
+}
+
+// pay verifies and settles a decoded payment.
+func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header string, p *x402.Payment) *Result {
+	payer := p.Authorization.From.Hex()
+	if err := req.Matches(p); err != nil {
+		return g.rejected(req, p, x402.ReasonOf(err), err.Error(), nil)
+	}
+	vin := facilitator.VerifyInput{Payment: p, Requirements: req}
+	if r := g.guardianInput(ctx, in, req, header, p, &vin); r != nil {
+		return r
+	}
+	vctx, cancel := context.WithTimeout(ctx, g.verifyTO)
+	vr, err := g.f.Verify(vctx, vin)
+	cancel()
+	if err != nil {
+		g.log.Warn("x402 verify failed", zap.String("payer", payer), zap.Error(err))
+		return g.errorResult(req, p.Version, http.StatusBadGateway, ReasonFacilitatorUnavailable, "the facilitator could not verify the payment")
+	}
+	guardian := guardianOf(vr)
+	if !vr.IsValid {
+		reason := x402.ReasonFromWire(vr.InvalidReason)
+		if reason == "" {
+			reason = x402.ReasonUnexpectedVerify
+		}
+		if retryable(reason) {
+			if r := g.useRetry(ctx, req, p); r != nil {
+				return r
+			}
+		}
+		res := g.rejected(req, p, reason, vr.InvalidMessage, nil)
+		res.Guardian, res.Verification = guardian, vin.VerificationRequirements
+		return res
+	}
+	if vr.Payer != "" && !sameAddress(vr.Payer, p.Authorization.From) {
+		g.log.Error("x402 facilitator reported another payer", zap.String("payer", payer))
+		return g.errorResult(req, p.Version, http.StatusBadGateway, ReasonFacilitatorUnavailable, "the facilitator answered for another payer")
+	}
+
+	// Settlement is not abandoned when the client goes away: a half-done settle is the
+	// uncertain case spec §4.2 /settle rule 3 warns about. Only SettleTimeout bounds it.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.settleTO)
+	sr, err := g.f.Settle(sctx, p, req)
+	cancel()
+	s := g.settlement(req, p, sr)
+	switch {
+	case err != nil:
+		g.log.Error("x402 settle failed", zap.String("payer", payer), zap.String("tx", sr.Transaction), zap.Error(err))
+		return g.settleUnknown(req, p, s, guardian, "the facilitator could not settle the payment; its outcome is unknown, do not retry blindly")
+	case !sr.Success:
+		reason := x402.ReasonFromWire(sr.ErrorReason)
+		if reason == x402.ReasonSettlementPending {
+			// Money may have moved: 502 with the transaction hash, so the client can
+			// reconcile instead of paying again (spec §4.2 /settle rule 3).
+			return g.settleUnknown(req, p, s, guardian, "the settlement is pending; reconcile its transaction before paying again")
+		}
+		if retryable(reason) {
+			if r := g.useRetry(ctx, req, p); r != nil {
+				return r
+			}
+		}
+		if reason == "" {
+			reason = x402.ReasonUnexpectedSettle
+		}
+		res := g.rejected(req, p, reason, sr.ErrorMessage, s)
+		res.Guardian = guardian
+		return res
+	case !isTxHash(sr.Transaction):
+		g.log.Error("x402 facilitator settled without a transaction hash", zap.String("payer", payer))
+		return g.settleUnknown(req, p, s, guardian, "the facilitator reported success without a transaction hash")
+	}
+	g.log.Info("x402 payment settled", zap.String("payer", payer), zap.String("tx", sr.Transaction),
+		zap.String("amount", s.Amount), zap.String("network", s.Network))
+	res := g.settled(req, p, s, guardian)
+	g.armRetry(res, req, p)
+	return res
+}
+
+// guardianInput adds the verification fee to a /verify call according to
+// guardian.advertise. It returns a result when the request must stop here.
+func (g *Gate) guardianInput(ctx context.Context, in Input, req *x402.Requirements, header string, p *x402.Payment, vin *facilitator.VerifyInput) *Result {
+	gc := g.rt.guardian
+	if gc == nil || !gc.Fee {
+		return nil
+	}
+	var vp *x402.Payment
+	if v := in.Header.Values(HeaderVerificationPayment); len(v) > 0 {
+		if len(v) > 1 {
+			return g.errorResult(req, p.Version, http.StatusBadRequest, x402.ReasonInvalidPayload, HeaderVerificationPayment+" is given more than once")
+		}
+		d, err := x402.DecodePaymentHeader(header, v[0], g.reg)
+		if err != nil {
+			return g.errorResult(req, p.Version, http.StatusBadRequest, x402.ReasonOf(err), HeaderVerificationPayment+": "+err.Error())
+		}
+		vp = d
+	}
+	if gc.Advertise == AdvertiseOptional && vp == nil {
+		return nil // the client did not opt in to the verdict check
+	}
+	fee, err := g.VerificationRequirements(ctx, req)
+	if err != nil {
+		g.log.Warn("x402 verification fee unavailable", zap.Error(err))
+		return g.errorResult(req, p.Version, http.StatusBadGateway, ReasonPricingUnavailable, "the verification fee could not be priced")
+	}
+	if fee != nil {
+		vin.VerificationRequirements, vin.VerificationPayment = fee, vp
+	}
+	return nil
+}
+
+func guardianOf(vr x402.VerifyResponse) *Guardian {
+	if vr.GuardianStatus == "" && vr.GuardianReason == "" && vr.FeeTxHash == "" && vr.FeeError == "" {
+		return nil
+	}
+	return &Guardian{Status: vr.GuardianStatus, Reason: vr.GuardianReason, FeeTxHash: vr.FeeTxHash, FeeError: vr.FeeError}
+}
+
+// retryable reports whether a refusal can stem from this very payment having been settled
+// already: then a retry credit may let it through (see useRetry).
+func retryable(r x402.Reason) bool {
+	return r == x402.ReasonNonceUsed || r == x402.ReasonDuplicateSettlement
+}
+
+func sameAddress(s string, a [20]byte) bool {
+	b, err := parseAddressLoose(s)
+	return err == nil && b == a
+}
+
+func isTxHash(s string) bool {
+	if len(s) != 66 || s[:2] != "0x" {
+		return false
+	}
+	for i := 2; i < len(s); i++ {
+		c := s[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
+
+// remaining is how long an authorization stays valid from now; zero when it has expired.
+func (g *Gate) remaining(p *x402.Payment) time.Duration {
+	vb := p.Authorization.ValidBefore
+	if vb == nil || vb.Sign() <= 0 {
+		return 0
+	}
+	if !vb.IsInt64() || vb.Int64() > g.now().Add(maxRetryTTL).Unix() {
+		return maxRetryTTL
+	}
+	d := time.Unix(vb.Int64(), 0).Sub(g.now())
+	if d < 0 {
+		return 0
+	}
+	return d
+}
+
+// bigString renders an amount; nil is "0".
+func bigString(n *big.Int) string {
+	if n == nil {
+		return "0"
+	}
+	return n.String()
+}

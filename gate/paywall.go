@@ -1,0 +1,95 @@
+package gate
+
+import (
+	"bytes"
+	_ "embed"
+	"errors"
+	"html/template"
+	"strconv"
+
+	"github.com/x402gate/x402gate/x402"
+)
+
+// The paywall is one self-contained page: a few lines of CSS and hand-written JavaScript
+// that use the browser wallet (EIP-1193 window.ethereum) to sign the EIP-3009
+// authorization with eth_signTypedData_v4, then fetch the page again with
+// PAYMENT-SIGNATURE and replace the document with the answer, as the reference paywalls
+// do (research/x402.md §7). It embeds no wallet bundle. html/template escapes every value,
+// and the requirement reaches the script as JSON in a script context.
+
+//go:embed paywall.html
+var paywallHTML string
+
+var paywallTmpl = template.Must(template.New("paywall").Parse(paywallHTML))
+
+// paywallView is what the template shows.
+type paywallView struct {
+	Description string
+	Price       string
+	Symbol      string
+	PayTo       string
+	Network     string // v1 name
+	NetworkID   string // CAIP-2
+	Asset       string
+	Resource    string
+	Data        paywallData
+}
+
+// paywallData is what the script needs: the v2 PaymentRequired (as in PAYMENT-REQUIRED)
+// and the chain id.
+type paywallData struct {
+	PaymentRequired *x402.PaymentRequiredV2 `json:"paymentRequired"`
+	ChainID         int64                   `json:"chainId"`
+	ChainIDHex      string                  `json:"chainIdHex"`
+	Display         string                  `json:"display"`
+}
+
+// renderPaywall renders the page of a payment-required result.
+func renderPaywall(r *Result) ([]byte, error) {
+	req := r.Requirements
+	if req == nil || r.challenge == nil {
+		return nil, errors.New("paywall: no requirement")
+	}
+	n, err := chainIDOf(req.Network)
+	if err != nil {
+		return nil, err
+	}
+	v := paywallView{
+		Description: req.Resource.Description,
+		Price:       r.display.price,
+		Symbol:      r.display.symbol,
+		PayTo:       req.PayTo.Hex(),
+		Network:     r.display.network,
+		NetworkID:   req.Network,
+		Asset:       req.Asset.Hex(),
+		Resource:    req.Resource.URL,
+		Data: paywallData{
+			PaymentRequired: r.challenge,
+			ChainID:         n,
+			ChainIDHex:      "0x" + strconv.FormatInt(n, 16),
+			Display:         r.display.price + " " + r.display.symbol,
+		},
+	}
+	var b bytes.Buffer
+	b.Grow(12 << 10)
+	if err := paywallTmpl.Execute(&b, v); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// chainIDOf reads the chain id of a CAIP-2 eip155 network id.
+func chainIDOf(caip2 string) (int64, error) {
+	const prefix = "eip155:"
+	if len(caip2) <= len(prefix) || caip2[:len(prefix)] != prefix {
+		return 0, errors.New("paywall: not an eip155 network")
+	}
+	var n int64
+	for _, c := range caip2[len(prefix):] {
+		if c < '0' || c > '9' || n > (1<<62)/10 {
+			return 0, errors.New("paywall: bad chain id")
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, nil
+}

@@ -1,0 +1,146 @@
+package gate
+
+import (
+	"errors"
+	"fmt"
+	"math/big"
+	"strings"
+)
+
+// ErrInvalidPrice is wrapped by every error of ParsePrice.
+var ErrInvalidPrice = errors.New("invalid price")
+
+// maxPriceDigits bounds the digits of a price, the length of the largest uint256.
+const maxPriceDigits = 78
+
+// ParsePrice reads a price in one of these forms and returns it in the asset's base units:
+//
+//	0.01          human units: scaled by 10^decimals ("0.01" with 6 decimals is 10000)
+//	0.01 USDC     human units with the asset's symbol (case-insensitive; it must match symbol)
+//	$0.01         human units of a dollar-pegged asset (x402-express writes prices so)
+//	10000 base    base units, taken as they are
+//
+// A human price may not have more fractional digits than decimals allows, and every price
+// must be positive: a gate that charges nothing is a misconfiguration, not a free route.
+// Errors wrap ErrInvalidPrice and quote the price, which is not a secret.
+func ParsePrice(s string, decimals int, symbol string) (*big.Int, error) {
+	fields := strings.Fields(s)
+	if len(fields) == 0 || len(fields) > 2 {
+		return nil, fmt.Errorf("price %q: want \"<amount>\", \"<amount> <symbol>\" or \"<integer> base\": %w", s, ErrInvalidPrice)
+	}
+	num := fields[0]
+	base := false
+	if len(fields) == 2 {
+		unit := fields[1]
+		switch {
+		case strings.EqualFold(unit, "base"):
+			base = true
+		case symbol != "" && strings.EqualFold(unit, symbol):
+		default:
+			want := "base"
+			if symbol != "" {
+				want = symbol + " or base"
+			}
+			return nil, fmt.Errorf("price %q: unit %q is not %s: %w", s, unit, want, ErrInvalidPrice)
+		}
+	}
+	if strings.HasPrefix(num, "$") {
+		if base {
+			return nil, fmt.Errorf("price %q: a $ amount is in human units, not base units: %w", s, ErrInvalidPrice)
+		}
+		num = num[1:]
+	}
+	var n *big.Int
+	var err error
+	if base {
+		n, err = parseBaseUnits(num)
+	} else {
+		n, err = parseHumanUnits(num, decimals)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("price %q: %v: %w", s, err, ErrInvalidPrice)
+	}
+	if n.Sign() <= 0 {
+		return nil, fmt.Errorf("price %q: must be positive: %w", s, ErrInvalidPrice)
+	}
+	if n.BitLen() > 256 {
+		return nil, fmt.Errorf("price %q: does not fit in uint256: %w", s, ErrInvalidPrice)
+	}
+	return n, nil
+}
+
+func parseBaseUnits(s string) (*big.Int, error) {
+	if !allDigits(s) || len(s) > maxPriceDigits {
+		return nil, errors.New("base units must be a decimal integer")
+	}
+	if len(s) > 1 && s[0] == '0' {
+		return nil, errors.New("base units must not have leading zeros")
+	}
+	n, _ := new(big.Int).SetString(s, 10)
+	return n, nil
+}
+
+func parseHumanUnits(s string, decimals int) (*big.Int, error) {
+	if decimals < 0 || decimals > 36 {
+		return nil, fmt.Errorf("asset decimals %d out of range", decimals)
+	}
+	whole, frac, hasDot := strings.Cut(s, ".")
+	if !allDigits(whole) || (hasDot && !allDigits(frac)) {
+		return nil, errors.New("amount must be a decimal number such as 0.01")
+	}
+	if len(whole)+len(frac) > maxPriceDigits {
+		return nil, errors.New("amount has too many digits")
+	}
+	frac = strings.TrimRight(frac, "0")
+	if len(frac) > decimals {
+		return nil, fmt.Errorf("amount has more than %d decimal places", decimals)
+	}
+	digits := whole + frac + strings.Repeat("0", decimals-len(frac))
+	n, ok := new(big.Int).SetString(digits, 10)
+	if !ok {
+		return nil, errors.New("amount must be a decimal number")
+	}
+	return n, nil
+}
+
+// allDigits reports whether s is one or more ASCII digits.
+func allDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// FormatAmount renders base units in human units, without trailing zeros: 10000 with 6
+// decimals is "0.01", 1000000 is "1".
+func FormatAmount(n *big.Int, decimals int) string {
+	if n == nil {
+		return "0"
+	}
+	s := n.String()
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	if decimals <= 0 {
+		if neg {
+			return "-" + s
+		}
+		return s
+	}
+	if len(s) <= decimals {
+		s = strings.Repeat("0", decimals-len(s)+1) + s
+	}
+	whole, frac := s[:len(s)-decimals], strings.TrimRight(s[len(s)-decimals:], "0")
+	out := whole
+	if frac != "" {
+		out += "." + frac
+	}
+	if neg {
+		out = "-" + out
+	}
+	return out
+}

@@ -1,0 +1,122 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultRedisRetryPrefix prefixes every key a RedisRetryStore writes unless another is
+// given. It matches facilitator.DefaultRedisKeyPrefix, so one Redis holds both.
+const DefaultRedisRetryPrefix = "x402gate:"
+
+// Each script is one atomic step on a hash {n: credits left, d: settlement data}.
+var (
+	// grantScript creates the grant only when the key is absent (a grant is never
+	// refilled), and gives it a lifetime.
+	grantScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'n', ARGV[1], 'd', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1`)
+	// useScript takes one credit when one is left and returns the data; nil otherwise.
+	useScript = redis.NewScript(`
+local n = tonumber(redis.call('HGET', KEYS[1], 'n'))
+if n == nil or n <= 0 then return false end
+redis.call('HINCRBY', KEYS[1], 'n', -1)
+return redis.call('HGET', KEYS[1], 'd')`)
+	// revokeScript empties a grant but keeps it until it expires, so it cannot be
+	// granted again.
+	revokeScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'n', 0)
+return 1`)
+)
+
+// RedisRetryStore is the RetryStore several instances share (DESIGN.md "State and where
+// it lives"). Each operation is one Lua script, so Use takes a credit atomically across
+// every process on the same Redis. Every failure wraps ErrRetryStoreUnavailable.
+type RedisRetryStore struct {
+	client redis.UniversalClient
+	prefix string
+	owned  bool
+}
+
+// NewRedisRetryStore uses client, which stays the caller's (Close does not close it).
+// An empty prefix means DefaultRedisRetryPrefix.
+func NewRedisRetryStore(client redis.UniversalClient, prefix string) *RedisRetryStore {
+	if prefix == "" {
+		prefix = DefaultRedisRetryPrefix
+	}
+	return &RedisRetryStore{client: client, prefix: prefix}
+}
+
+// OpenRedisRetryStore connects to the Redis at rawURL
+// (redis://[user:password@]host:port[/db], rediss:// for TLS) and checks it answers
+// PING. Errors never quote the URL, which may hold a password.
+func OpenRedisRetryStore(ctx context.Context, rawURL, prefix string) (*RedisRetryStore, error) {
+	o, err := redis.ParseURL(rawURL)
+	if err != nil {
+		return nil, errors.New("redis retry store: invalid url: want redis://[user:password@]host:port[/db]")
+	}
+	c := redis.NewClient(o)
+	if err := c.Ping(ctx).Err(); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("redis retry store: connect: %w", ErrRetryStoreUnavailable)
+	}
+	s := NewRedisRetryStore(c, prefix)
+	s.owned = true
+	return s, nil
+}
+
+// Close closes the connection OpenRedisRetryStore made; it does nothing for a client
+// given to NewRedisRetryStore.
+func (s *RedisRetryStore) Close() error {
+	if s.owned {
+		return s.client.Close()
+	}
+	return nil
+}
+
+func (s *RedisRetryStore) key(k string) string { return s.prefix + k }
+
+// redisFail wraps a Redis error. Redis replies quote no password, but go-redis's dial errors
+// can quote the address; that is not secret.
+func redisFail(op string, err error) error {
+	return fmt.Errorf("redis retry %s: %w: %v", op, ErrRetryStoreUnavailable, err)
+}
+
+// Grant implements RetryStore.
+func (s *RedisRetryStore) Grant(ctx context.Context, key string, n int, ttl time.Duration, data []byte) error {
+	if n <= 0 || ttl < time.Millisecond {
+		return nil
+	}
+	err := grantScript.Run(ctx, s.client, []string{s.key(key)}, n, ttl.Milliseconds(), data).Err()
+	if err != nil {
+		return redisFail("grant", err)
+	}
+	return nil
+}
+
+// Use implements RetryStore.
+func (s *RedisRetryStore) Use(ctx context.Context, key string) ([]byte, bool, error) {
+	b, err := useScript.Run(ctx, s.client, []string{s.key(key)}).Text()
+	if errors.Is(err, redis.Nil) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, redisFail("use", err)
+	}
+	return []byte(b), true, nil
+}
+
+// Revoke implements RetryStore.
+func (s *RedisRetryStore) Revoke(ctx context.Context, key string) error {
+	if err := revokeScript.Run(ctx, s.client, []string{s.key(key)}).Err(); err != nil {
+		return redisFail("revoke", err)
+	}
+	return nil
+}

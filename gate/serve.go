@@ -1,0 +1,192 @@
+package gate
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+)
+
+// reportTimeout bounds the retry-store write after an upstream call; it runs even when
+// the client has gone away.
+const reportTimeout = 5 * time.Second
+
+// NextFunc runs the upstream of a gated request. Caddy's next.ServeHTTP has this
+// signature; a plain http.Handler is wrapped to return nil.
+type NextFunc func(w http.ResponseWriter, r *http.Request) error
+
+// Paid is what a settled request carries in its context for the upstream (spec §4.3
+// paymentGate: "attaches { settlement, guardian } to request.x402").
+type Paid struct {
+	Settlement *Settlement
+	Guardian   *Guardian
+	// Retry is true when this request was let through by a retry credit (no new charge).
+	Retry bool
+}
+
+type paidKey struct{}
+
+// FromContext returns the Paid of a request that the gate let through.
+func FromContext(ctx context.Context) (*Paid, bool) {
+	p, ok := ctx.Value(paidKey{}).(*Paid)
+	return p, ok
+}
+
+// Serve runs the gate for r and, on settled, next (DESIGN.md "A paid request"): any other
+// result is written to w and next is not called. The settle response header is set before
+// next runs, and the request's context carries Paid. Serve watches next: a status >= 500,
+// an error that Options.ErrorStatus maps to >= 500, or a panic counts as an upstream
+// failure and earns the payment its retry credits, granted before the failed answer is
+// passed on (see ReportUpstream). A nil in.Header is r.Header; an empty in.Resource is
+// DefaultResource(r). Serve returns next's error, and re-panics next's panic.
+func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, in Input, next NextFunc) error {
+	if in.Header == nil {
+		in.Header = r.Header
+	}
+	if in.Resource == "" {
+		in.Resource = DefaultResource(r)
+	}
+	res := g.Handle(r.Context(), in)
+	if res.Kind != KindSettled {
+		res.Write(w, r)
+		return nil
+	}
+	res.SetHeaders(w.Header())
+	ctx := context.WithValue(r.Context(), paidKey{}, &Paid{Settlement: res.Settlement, Guardian: res.Guardian, Retry: res.Retry})
+	r = r.WithContext(ctx)
+	ww := &watchWriter{ResponseWriter: w, g: g, res: res, ctx: ctx}
+	done := false
+	defer func() {
+		if !done {
+			ww.report(true) // next panicked (http.ErrAbortHandler included)
+		}
+	}()
+	err := next(ww, r)
+	done = true
+	ww.report(ww.status >= 500 || (err != nil && g.errStatus(err) >= 500))
+	return err
+}
+
+// watchWriter passes a response through and reports an upstream failure before the
+// failed status reaches the client.
+type watchWriter struct {
+	http.ResponseWriter
+	g      *Gate
+	res    *Result
+	ctx    context.Context
+	status int
+	once   sync.Once
+}
+
+func (w *watchWriter) report(failed bool) {
+	w.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), reportTimeout)
+		defer cancel()
+		_ = w.g.ReportUpstream(ctx, w.res, failed) // logged by ReportUpstream; fail closed
+	})
+}
+
+// WriteHeader records the status; a 5xx is reported before it is sent.
+func (w *watchWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+		if code >= 500 {
+			w.report(true)
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Write sends body bytes, with an implicit 200 first.
+func (w *watchWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// ReadFrom lets io.Copy use the underlying writer's fast path (sendfile).
+func (w *watchWriter) ReadFrom(src io.Reader) (int64, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
+		return rf.ReadFrom(src)
+	}
+	return io.Copy(writerOnly{w.ResponseWriter}, src)
+}
+
+// Flush implements http.Flusher for streaming upstreams.
+func (w *watchWriter) Flush() {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Hijack implements http.Hijacker for protocol upgrades.
+func (w *watchWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(w.ResponseWriter).Hijack()
+}
+
+// Unwrap returns the underlying writer, for http.ResponseController.
+func (w *watchWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+type writerOnly struct{ io.Writer }
+
+// DefaultResource is the resource URL of r as this server sees it: https when r came over
+// TLS, r.Host, and the path without the query (as x402-express builds it,
+// research/x402.md §1.2). Behind a proxy, pass the public URL instead.
+func DefaultResource(r *http.Request) string {
+	u := url.URL{Scheme: "http", Host: r.Host, Path: r.URL.Path, RawPath: r.URL.RawPath}
+	if r.TLS != nil {
+		u.Scheme = "https"
+	}
+	if u.Host == "" {
+		u.Host = r.URL.Host
+	}
+	if u.Path == "" {
+		u.Path = "/"
+	}
+	return u.String()
+}
+
+// MiddlewareOptions configure Middleware: per-request mappers, the spec's ctx(request).
+type MiddlewareOptions struct {
+	// Resource returns the public resource URL of a request. Default: DefaultResource.
+	Resource func(r *http.Request) string
+	// Price returns a per-request price (ParsePrice's grammar), "" for Config.Price.
+	// Default: nil.
+	Price func(r *http.Request) string
+	// PayTo returns a per-request payee, "" for Config.PayTo. Default: nil.
+	PayTo func(r *http.Request) string
+}
+
+// Middleware is the plain net/http payment gate (spec §4.3 paymentGate): it reads
+// PAYMENT-SIGNATURE or X-PAYMENT, and on settled sets X-PAYMENT-RESPONSE (and
+// PAYMENT-RESPONSE for v2), puts Paid in the request context and calls next. Every other
+// result is answered at once with its status and body.
+func (g *Gate) Middleware(opts MiddlewareOptions) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			in := Input{Header: r.Header}
+			if opts.Resource != nil {
+				in.Resource = opts.Resource(r)
+			}
+			if opts.Price != nil {
+				in.Price = opts.Price(r)
+			}
+			if opts.PayTo != nil {
+				in.PayTo = opts.PayTo(r)
+			}
+			_ = g.Serve(w, r, in, func(w http.ResponseWriter, r *http.Request) error {
+				next.ServeHTTP(w, r)
+				return nil
+			})
+		})
+	}
+}
