@@ -3,10 +3,10 @@ package gate
 import (
 	"bytes"
 	"encoding/json"
-	"net"
 	"fmt"
 	"io"
 	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
