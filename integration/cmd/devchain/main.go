@@ -9,6 +9,8 @@ package main
 import (
 	"context"
 	"crypto/ecdsa"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -30,7 +32,7 @@ import (
 const (
 	facilitatorKeyHex = "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80"
 	payerKeyHex       = "59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d"
-	payToKeyHex       = "5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9e8d2f2cf4c6a"
+	payToKeyHex       = "5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a"
 )
 
 func main() {
@@ -83,22 +85,31 @@ func run(rpcURL, outDir, fund string) error {
 	if err := os.MkdirAll(outDir, 0o700); err != nil {
 		return err
 	}
-	files := map[string]string{
-		"facilitator.key": facilitatorKeyHex,
-		"payer.key":       payerKeyHex,
-	}
-	for name, v := range files {
-		if err := os.WriteFile(filepath.Join(outDir, name), []byte("0x"+v+"\n"), 0o600); err != nil {
-			return err
-		}
-	}
 	abs, err := filepath.Abs(outDir)
 	if err != nil {
 		return err
 	}
-	env := fmt.Sprintf("X402_RPC_URL=%s\nX402_CHAIN_ID=%s\nX402_TOKEN=%s\nX402_PAY_TO=%s\nX402_PAYER=%s\nX402_FACILITATOR_KEY_FILE=%s\nX402_PAYER_KEY_FILE=%s\n",
+	files := map[string]string{
+		"facilitator.key": "0x" + facilitatorKeyHex,
+		"payer.key":       "0x" + payerKeyHex,
+	}
+	// The facilitator API key is random per machine and kept across runs.
+	apiKeyFile := filepath.Join(abs, "facilitator-api.key")
+	if _, err := os.Stat(apiKeyFile); errors.Is(err, os.ErrNotExist) {
+		var b [24]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return fmt.Errorf("make facilitator API key: %w", err)
+		}
+		files["facilitator-api.key"] = hex.EncodeToString(b[:])
+	}
+	for name, v := range files {
+		if err := os.WriteFile(filepath.Join(outDir, name), []byte(v+"\n"), 0o600); err != nil {
+			return err
+		}
+	}
+	env := fmt.Sprintf("X402_RPC_URL=%s\nX402_CHAIN_ID=%s\nX402_TOKEN=%s\nX402_PAY_TO=%s\nX402_PAYER=%s\nX402_FACILITATOR_KEY_FILE=%s\nX402_PAYER_KEY_FILE=%s\nX402_FACILITATOR_API_KEY_FILE=%s\n",
 		rpcURL, chainID, token.Hex(), crypto.PubkeyToAddress(payTo.PublicKey).Hex(), payerAddr.Hex(),
-		filepath.Join(abs, "facilitator.key"), filepath.Join(abs, "payer.key"))
+		filepath.Join(abs, "facilitator.key"), filepath.Join(abs, "payer.key"), apiKeyFile)
 	if err := os.WriteFile(filepath.Join(outDir, "env"), []byte(env), 0o600); err != nil {
 		return err
 	}
