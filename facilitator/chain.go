@@ -328,3 +328,111 @@ func (c *chain) transferCalldata(a x402.Authorization, sig []byte, vrs bool) ([]
 	}
 	return append(append([]byte{}, m.ID...), packed...), nil
 }
+
+// EVM opcodes of the ERC-6492 simulation program.
+const (
+	opIsZero         = 0x15
+	opCodeCopy       = 0x39
+	opReturnDataSize = 0x3d
+	opReturnDataCopy = 0x3e
+	opMStore         = 0x52
+	opJumpI          = 0x57
+	opGas            = 0x5a
+	opJumpDest       = 0x5b
+	opPush1          = 0x60
+	opPush4          = 0x63
+	opPush20         = 0x73
+	opCall           = 0xf1
+	opReturn         = 0xf3
+	opRevert         = 0xfd
+)
+
+// Results of the ERC-6492 simulation program.
+const (
+	sim6492OK           = 1 // the factory call and the transfer both succeeded
+	sim6492DeployFailed = 2 // the factory call reverted
+)
+
+// erc6492SimCode assembles the init code of a throw-away contract that, run by eth_call
+// without a recipient (nothing is deployed or sent), calls factory with factoryData, then
+// token with transferData, and returns one word: sim6492OK, or sim6492DeployFailed when
+// the factory call fails. When the transfer fails it reverts with the token's revert data,
+// so the node's error names the token's reason. This is the check of an ERC-6492
+// signature of a wallet not deployed yet: deploy, then let the token run its own
+// ERC-1271 check, in one simulated call (research/x402.md §2.2 step 10 does the same with
+// Multicall3, which a chain need not have).
+func erc6492SimCode(factory, token common.Address, factoryData, transferData []byte) []byte {
+	// build assembles the program for the given data offsets and jump targets, and
+	// reports where its two exits and its end are. The layout does not depend on the
+	// operands (fixed-width pushes), so a first pass with zeros finds the positions.
+	build := func(off1, off2, transferFail, deployFail uint32) (p []byte, tf, df uint32) {
+		push1 := func(v byte) { p = append(p, opPush1, v) }
+		push4 := func(v uint32) { p = append(p, opPush4, byte(v>>24), byte(v>>16), byte(v>>8), byte(v)) }
+		// call copies n bytes of code at off to memory 0 and calls to with them; when the
+		// call fails it jumps to fail.
+		call := func(to common.Address, off, n, fail uint32) {
+			push4(n)
+			push4(off)
+			push1(0)
+			p = append(p, opCodeCopy) // memory[0:n] = code[off:off+n]
+			push1(0)                  // retSize
+			push1(0)                  // retOffset
+			push4(n)                  // argsSize
+			push1(0)                  // argsOffset
+			push1(0)                  // value
+			p = append(p, opPush20)
+			p = append(p, to[:]...)
+			p = append(p, opGas, opCall, opIsZero)
+			push4(fail)
+			p = append(p, opJumpI)
+		}
+		word := func(v byte) { // return the 32-byte word v
+			push1(v)
+			push1(0)
+			p = append(p, opMStore)
+			push1(32)
+			push1(0)
+			p = append(p, opReturn)
+		}
+		call(factory, off1, uint32(len(factoryData)), deployFail)
+		call(token, off2, uint32(len(transferData)), transferFail)
+		word(sim6492OK)
+		tf = uint32(len(p))
+		p = append(p, opJumpDest, opReturnDataSize) // revert with the token's revert data
+		push1(0)
+		push1(0)
+		p = append(p, opReturnDataCopy, opReturnDataSize)
+		push1(0)
+		p = append(p, opRevert)
+		df = uint32(len(p))
+		p = append(p, opJumpDest)
+		word(sim6492DeployFailed)
+		return p, tf, df
+	}
+	probe, tf, df := build(0, 0, 0, 0)
+	off1 := uint32(len(probe))
+	off2 := off1 + uint32(len(factoryData))
+	code, _, _ := build(off1, off2, tf, df)
+	code = append(code, factoryData...)
+	return append(code, transferData...)
+}
+
+// simulate6492 runs the ERC-6492 simulation of w's wallet deployment and transferData
+// against the asset. It returns sim6492OK or sim6492DeployFailed; a transfer the token
+// refuses comes back wrapped in errCallReverted with the token's message, a transport
+// failure as a chainError.
+func (c *chain) simulate6492(ctx context.Context, w *erc6492, transferData []byte) (int, error) {
+	code := erc6492SimCode(w.Factory, c.net.USDC.Address, w.Calldata, transferData)
+	var out hexutil.Bytes
+	err := c.client.Client().CallContext(ctx, &out, "eth_call", map[string]any{"input": hexutil.Bytes(code)}, "latest")
+	if err != nil {
+		if isRPCReply(err) {
+			return 0, fmt.Errorf("erc-6492 simulation: %w: %s", errCallReverted, c.redact(err))
+		}
+		return 0, c.unavailable("erc-6492 simulation", err)
+	}
+	if len(out) != 32 {
+		return 0, fmt.Errorf("erc-6492 simulation: %w: answer of %d bytes", errCallReverted, len(out))
+	}
+	return int(out[31]), nil
+}

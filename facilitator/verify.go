@@ -203,10 +203,11 @@ func checkRest(c *checked, now time.Time) *failure {
 // ERC-1271 when from has code (the token does the same: strict ERC-1271, no ecrecover
 // fallback), else an ERC-6492 wrapper from an allow-listed factory, else invalid.
 //
-// An ERC-6492 signature of a wallet that is not deployed yet cannot be checked before the
-// wallet exists; verify checks only the factory allow-list and the wrapper's structure,
-// and settle deploys the wallet through the factory and lets the token's
-// isValidSignature check be the authoritative one.
+// An ERC-6492 signature of a wallet that is not deployed yet is checked only when its
+// factory is allow-listed, by simulation (chain.simulate6492): one eth_call deploys the
+// wallet through the factory and runs the token's transferWithAuthorization, whose
+// ERC-1271 check of the inner signature decides; nothing is deployed or sent. Settle
+// later deploys the wallet for real, and the token checks the signature again.
 func (e *Engine) checkContractSignature(ctx context.Context, c *checked) *failure {
 	from := c.auth.From
 	code, err := c.chain.hasCode(ctx, from)
@@ -230,12 +231,40 @@ func (e *Engine) checkContractSignature(ctx context.Context, c *checked) *failur
 	case c.wrap != nil && !e.factories[c.wrap.Factory]:
 		return fail(x402.ReasonFactoryNotAllowed, "ERC-6492 factory %s is not allow-listed", c.wrap.Factory.Hex())
 	case c.wrap != nil:
-		return nil
+		return e.check6492(ctx, c)
 	case len(c.sig) == 65:
 		return fail(x402.ReasonInvalidSignature, "signature does not recover to %s", from.Hex())
 	default:
 		return fail(x402.ReasonUndeployedWallet, "%s has no code and the signature is not ERC-6492 wrapped", from.Hex())
 	}
+}
+
+// check6492 simulates the deployment of c's ERC-6492 wallet through its allow-listed
+// factory followed by the transfer, so a wrapper whose inner signature the wallet will not
+// accept is refused at verify, before settle spends gas on deploying it.
+func (e *Engine) check6492(ctx context.Context, c *checked) *failure {
+	data, err := c.chain.transferCalldata(c.auth, c.sig, false)
+	if err != nil {
+		return fail(x402.ReasonInvalidSignature, "signature cannot be encoded for the token")
+	}
+	res, err := c.chain.simulate6492(ctx, c.wrap, data)
+	switch {
+	case errors.Is(err, errRPCUnavailable):
+		e.logChainErr("verify erc-6492 signature", c.chain, err)
+		return fail(x402.ReasonChainUnavailable, "rpc unavailable")
+	case err != nil:
+		e.logChainErr("verify erc-6492 signature", c.chain, err)
+		r := revertReason(err)
+		if r == x402.ReasonTransactionFailed {
+			r = x402.ReasonInvalidSignature
+		}
+		return fail(r, "the token refuses the transfer signed for the undeployed wallet %s", c.auth.From.Hex())
+	case res == sim6492DeployFailed:
+		return fail(x402.ReasonUndeployedWallet, "the ERC-6492 factory call fails")
+	case res != sim6492OK:
+		return fail(x402.ReasonUnexpectedVerify, "the ERC-6492 simulation gave an unexpected answer")
+	}
+	return nil
 }
 
 // verifyPayment runs the whole x402 verification of p against r, without the verdict
