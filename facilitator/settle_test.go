@@ -433,3 +433,46 @@ func TestReconcileClosesDroppedAndSettledElsewhere(t *testing.T) {
 		t.Errorf("signer sent %d transactions, want 1", n)
 	}
 }
+
+// TestRedisDownFailsClosedEverywhere: with the shared store unreachable, /verify in
+// GUARDIAN_MODE required cannot record its approval and refuses, and /settle refuses in
+// every mode (off: the settlement claim cannot be taken; optional: neither the approval
+// nor the verdict marker can be read), never broadcasting.
+func TestRedisDownFailsClosedEverywhere(t *testing.T) {
+	env := newTestEnv(t)
+	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
+	signer := env.chain.FacilitatorAccount().Address
+	redis := testenv.StartRedisServer(t, testenv.RedisConfig{})
+	store, err := NewRedisStore(context.Background(), redis.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	engines := map[GuardianMode]*Engine{}
+	for _, mode := range []GuardianMode{GuardianOff, GuardianOptional, GuardianRequired} {
+		cfg := env.config(t)
+		cfg.Store, cfg.GuardianMode, cfg.Verdicts, cfg.SkipStartupReconcile = store, mode, approvedVerdict(), true
+		engines[mode] = env.engine(t, cfg)
+	}
+	redis.Stop()
+
+	for _, version := range []int{x402.Version1, x402.Version2} {
+		p, r := env.pay(t, version, payer, payee.Address)
+		ver, err := engines[GuardianRequired].Verify(context.Background(), VerifyInput{Payment: p, Requirements: r})
+		if err != nil || ver.IsValid || ver.InvalidReason != x402.ReasonApprovalStoreDown.For(version) {
+			t.Errorf("v%d required verify = %+v, %v; want %s", version, ver, err, x402.ReasonApprovalStoreDown.For(version))
+		}
+		for mode, e := range engines {
+			res, err := e.Settle(context.Background(), p, r)
+			if err != nil || res.Success || res.ErrorReason != x402.ReasonApprovalStoreDown.For(version) || res.Transaction != "" {
+				t.Errorf("v%d %s settle = %+v, %v; want %s and no transaction", version, mode, res, err, x402.ReasonApprovalStoreDown.For(version))
+			}
+		}
+		if env.token.AuthorizationState(t, payer.Address, p.Authorization.Nonce) {
+			t.Errorf("v%d: authorization used on chain", version)
+		}
+	}
+	if n := env.pendingNonce(t, signer); n != 0 {
+		t.Errorf("signer broadcast %d transactions with the store down", n)
+	}
+}
