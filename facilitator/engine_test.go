@@ -30,7 +30,7 @@ type testEnv struct {
 // testAmount is the price of the test payments: 0.01 USDC.
 var testAmount = big.NewInt(10_000)
 
-func newTestEnv(t *testing.T, opts ...testenv.AnvilOption) *testEnv {
+func newTestEnv(t testing.TB, opts ...testenv.AnvilOption) *testEnv {
 	t.Helper()
 	chain, token := testenv.StartChainWithToken(t, opts...)
 	return &testEnv{
@@ -46,7 +46,7 @@ func newTestEnv(t *testing.T, opts ...testenv.AnvilOption) *testEnv {
 
 // config is a Config on the env's chain with account 0 as signer, a MemoryStore and an
 // SQLite journal in t's temporary directory.
-func (v *testEnv) config(t *testing.T) Config {
+func (v *testEnv) config(t testing.TB) Config {
 	t.Helper()
 	j, err := OpenSQLiteJournal(context.Background(), filepath.Join(t.TempDir(), "journal.db"))
 	if err != nil {
@@ -66,7 +66,7 @@ func (v *testEnv) config(t *testing.T) Config {
 }
 
 // engine starts an Engine on cfg and closes it when t ends.
-func (v *testEnv) engine(t *testing.T, cfg Config) *Engine {
+func (v *testEnv) engine(t testing.TB, cfg Config) *Engine {
 	t.Helper()
 	e, err := New(context.Background(), cfg)
 	if err != nil {
@@ -91,7 +91,7 @@ func (v *testEnv) requirements(payTo common.Address, amount *big.Int) *x402.Requ
 
 // authorization is an authorization of value from from to to, valid from ten minutes
 // before the engines' clock to ten minutes after it, with a fresh nonce.
-func (v *testEnv) authorization(t *testing.T, from, to common.Address, value *big.Int) x402.Authorization {
+func (v *testEnv) authorization(t testing.TB, from, to common.Address, value *big.Int) x402.Authorization {
 	return x402.Authorization{
 		From:        from,
 		To:          to,
@@ -103,7 +103,7 @@ func (v *testEnv) authorization(t *testing.T, from, to common.Address, value *bi
 }
 
 // sign signs a under the token's EIP-712 domain with key.
-func (v *testEnv) sign(t *testing.T, key *ecdsa.PrivateKey, a x402.Authorization) []byte {
+func (v *testEnv) sign(t testing.TB, key *ecdsa.PrivateKey, a x402.Authorization) []byte {
 	t.Helper()
 	return v.token.SignAuthorization(t, key, testenv.Authorization(a))
 }
@@ -127,7 +127,7 @@ func (v *testEnv) payment(version int, a x402.Authorization, sig []byte, r *x402
 }
 
 // pay is a valid payment of testAmount from payer to payTo, and its requirements.
-func (v *testEnv) pay(t *testing.T, version int, payer testenv.Account, payTo common.Address) (*x402.Payment, *x402.Requirements) {
+func (v *testEnv) pay(t testing.TB, version int, payer testenv.Account, payTo common.Address) (*x402.Payment, *x402.Requirements) {
 	t.Helper()
 	r := v.requirements(payTo, testAmount)
 	a := v.authorization(t, payer.Address, payTo, testAmount)
@@ -135,7 +135,7 @@ func (v *testEnv) pay(t *testing.T, version int, payer testenv.Account, payTo co
 }
 
 // signerNonce is the mined nonce of addr: how many transactions it has had mined.
-func (v *testEnv) signerNonce(t *testing.T, addr common.Address) uint64 {
+func (v *testEnv) signerNonce(t testing.TB, addr common.Address) uint64 {
 	t.Helper()
 	n, err := v.chain.Client.NonceAt(context.Background(), addr, nil)
 	if err != nil {
@@ -145,7 +145,7 @@ func (v *testEnv) signerNonce(t *testing.T, addr common.Address) uint64 {
 }
 
 // pendingNonce counts addr's transactions including those not mined yet.
-func (v *testEnv) pendingNonce(t *testing.T, addr common.Address) uint64 {
+func (v *testEnv) pendingNonce(t testing.TB, addr common.Address) uint64 {
 	t.Helper()
 	n, err := v.chain.Client.PendingNonceAt(context.Background(), addr)
 	if err != nil {

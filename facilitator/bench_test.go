@@ -1,0 +1,194 @@
+package facilitator
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"math/big"
+	"testing"
+	"time"
+
+	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/crypto"
+
+	"github.com/x402gate/x402gate/x402"
+)
+
+// offlineEngine is an Engine on net with no RPC client: enough for checkStatic, the CPU
+// part of verify. It is built like New builds one, minus the dial.
+func offlineEngine(b *testing.B, net x402.Network) *Engine {
+	b.Helper()
+	key, err := crypto.GenerateKey()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := Config{
+		Networks:  []NetworkConfig{{Network: net, RPCURL: "http://127.0.0.1:1"}},
+		SignerKey: key, Store: NewMemoryStore(0), Journal: nopJournal{},
+	}
+	if err := cfg.check(); err != nil {
+		b.Fatal(err)
+	}
+	tabi, err := loadTokenABI()
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := &Engine{cfg: cfg, log: cfg.Logger, now: cfg.Now, abi: tabi, chains: map[string]*chain{}, factories: map[common.Address]bool{}}
+	c := &chain{cfg: cfg.Networks[0], net: net, abi: tabi, redactor: newRedactor(cfg.Networks[0].RPCURL)}
+	e.chains[net.CAIP2], e.order = c, []*chain{c}
+	return e
+}
+
+// nopJournal satisfies Config.check for the offline engine; checkStatic never uses it.
+type nopJournal struct{ Journal }
+
+// signedPayment is a valid v2 payment of amount from key to payTo on net, as a client
+// signs it (EIP-712 digest, 65-byte signature with v = 27/28).
+func signedPayment(b *testing.B, net x402.Network, key *ecdsa.PrivateKey, payTo common.Address, amount *big.Int, now time.Time) (*x402.Payment, *x402.Requirements) {
+	b.Helper()
+	r := &x402.Requirements{
+		Scheme: x402.SchemeExact, Network: net.CAIP2, Amount: new(big.Int).Set(amount), Asset: net.USDC.Address,
+		PayTo: payTo, MaxTimeoutSeconds: 600, Extra: map[string]any{"name": net.USDC.Name, "version": net.USDC.Version},
+	}
+	a := x402.Authorization{
+		From: crypto.PubkeyToAddress(key.PublicKey), To: payTo, Value: new(big.Int).Set(amount),
+		ValidAfter: big.NewInt(now.Unix() - 600), ValidBefore: big.NewInt(now.Unix() + 600),
+	}
+	a.Nonce[0], a.Nonce[31] = 0x40, 0x02
+	h, err := x402.TransferWithAuthorizationHash(net.ChainID, net.USDC.Address, net.USDC.Name, net.USDC.Version, a)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sig, err := crypto.Sign(h[:], key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sig[64] += 27
+	acc := *r
+	return &x402.Payment{Version: x402.Version2, Scheme: x402.SchemeExact, Network: net.CAIP2,
+		Signature: sig, Authorization: a, Accepted: &acc}, r
+}
+
+// BenchmarkVerifyCPU is the CPU path of /verify for an EOA payment, with no RPC: the pins
+// of network, asset and amount, the v2 accepted requirement, the EIP-712 domain, the
+// EIP-712 digest, ECDSA recovery of the signer, and recipient, time window and value.
+// What remains of a verify is chain state (one batched eth_call round trip).
+func BenchmarkVerifyCPU(b *testing.B) {
+	e := offlineEngine(b, x402.BaseSepolia)
+	key, _ := crypto.GenerateKey()
+	now := time.Now()
+	p, r := signedPayment(b, x402.BaseSepolia, key, common.HexToAddress("0x000000000000000000000000000000000000beef"), big.NewInt(10_000), now)
+	b.ReportAllocs()
+	for b.Loop() {
+		c, f := e.checkStatic(p, r, now)
+		if f != nil || !c.eoa {
+			b.Fatalf("checkStatic = %+v, %v", c, f)
+		}
+	}
+}
+
+// BenchmarkVerifyCPUParallel is BenchmarkVerifyCPU on every core (GOMAXPROCS goroutines).
+func BenchmarkVerifyCPUParallel(b *testing.B) {
+	e := offlineEngine(b, x402.BaseSepolia)
+	key, _ := crypto.GenerateKey()
+	now := time.Now()
+	p, r := signedPayment(b, x402.BaseSepolia, key, common.HexToAddress("0x000000000000000000000000000000000000beef"), big.NewInt(10_000), now)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if c, f := e.checkStatic(p, r, now); f != nil || !c.eoa {
+				b.Errorf("checkStatic = %+v, %v", c, f)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkVerifyRPC is a whole Engine.Verify of a valid EOA payment against anvil and our
+// token over loopback HTTP JSON-RPC (GUARDIAN_MODE off): the CPU path plus one batched
+// round trip for balanceOf and authorizationState.
+func BenchmarkVerifyRPC(b *testing.B) {
+	e, p, r := rpcBenchEngine(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		got, err := e.Verify(ctx, VerifyInput{Payment: p, Requirements: r})
+		if err != nil || !got.IsValid {
+			b.Fatalf("verify = %+v, %v", got, err)
+		}
+	}
+}
+
+// BenchmarkVerifyRPCParallel is BenchmarkVerifyRPC from GOMAXPROCS*4 goroutines at once,
+// sharing one engine and one anvil: throughput under concurrent verifies.
+func BenchmarkVerifyRPCParallel(b *testing.B) {
+	e, p, r := rpcBenchEngine(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.SetParallelism(4)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if got, err := e.Verify(ctx, VerifyInput{Payment: p, Requirements: r}); err != nil || !got.IsValid {
+				b.Errorf("verify = %+v, %v", got, err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkVerifyRPCContractWallet is Engine.Verify of a payment from a deployed ERC-1271
+// wallet against anvil: eth_getCode, the wallet's isValidSignature, then the batched
+// token state read (three round trips).
+func BenchmarkVerifyRPCContractWallet(b *testing.B) {
+	env := benchEnv(b)
+	e := env.engine(b, env.config(b))
+	owner, payee := env.chain.Accounts[4], env.chain.Accounts[5]
+	wallet := env.chain.DeployWallet1271(b, owner)
+	env.token.Mint(b, wallet.Address, big.NewInt(1_000_000))
+	r := env.requirements(payee.Address, testAmount)
+	a := env.authorization(b, wallet.Address, payee.Address, testAmount)
+	p := env.payment(x402.Version2, a, env.sign(b, owner.Key, a), r)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		got, err := e.Verify(ctx, VerifyInput{Payment: p, Requirements: r})
+		if err != nil || !got.IsValid {
+			b.Fatalf("verify = %+v, %v", got, err)
+		}
+	}
+}
+
+// BenchmarkSettleRPC is a whole Engine.Settle against anvil with automine (GUARDIAN_MODE
+// off, MemoryStore, SQLite journal): re-verify, eth_estimateGas, claim, sign, journal
+// write, eth_sendRawTransaction and the receipt poll. Each iteration settles a fresh
+// payment, signed outside the timer.
+func BenchmarkSettleRPC(b *testing.B) {
+	env := benchEnv(b)
+	e := env.engine(b, env.config(b))
+	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		p, r := env.pay(b, x402.Version2, payer, payee.Address)
+		b.StartTimer()
+		res, err := e.Settle(ctx, p, r)
+		if err != nil || !res.Success {
+			b.Fatalf("settle = %+v, %v", res, err)
+		}
+	}
+}
+
+// rpcBenchEngine starts anvil with our token and an engine on it, and returns a valid
+// payment of account 1 to account 2.
+func rpcBenchEngine(b *testing.B) (*Engine, *x402.Payment, *x402.Requirements) {
+	env := benchEnv(b)
+	e := env.engine(b, env.config(b))
+	p, r := env.pay(b, x402.Version2, env.chain.Accounts[1], env.chain.Accounts[2].Address)
+	return e, p, r
+}
+
+// benchEnv is newTestEnv for a benchmark.
+func benchEnv(b *testing.B) *testEnv {
+	b.Helper()
+	return newTestEnv(b)
+}
