@@ -6,5 +6,11 @@
 // builds a Caddy with them. cmd/caddy is the same build without xcaddy.
 package x402gate
 
+import (
+	// The Caddy modules: the x402 app, the x402 and x402_facilitator handlers and the
+	// x402_redact log encoder.
+	_ "github.com/x402gate/x402gate/caddymodule"
+)
+
 // Version is the x402gate release this source tree is. xcaddy.json pins the same version.
 const Version = "v0.1.0"

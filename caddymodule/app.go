@@ -1,0 +1,122 @@
+// Package caddymodule adapts x402gate to Caddy: the x402 app (bundled facilitators), the
+// http.handlers.x402 gate, the http.handlers.x402_facilitator API handler and the
+// x402_redact log encoder. It parses configuration, provisions and calls into the plain
+// packages gate, facilitator and verdictclient; it holds no payment logic.
+package caddymodule
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+)
+
+func init() {
+	caddy.RegisterModule(App{})
+}
+
+// DefaultFacilitatorName is the name of a facilitator declared without one, and the one a
+// handler uses when it names none.
+const DefaultFacilitatorName = "default"
+
+// App is the x402 app: the bundled facilitators that handlers refer to by name. Each
+// facilitator's engine, approval store, journal and verdict client live in a package-level
+// caddy.UsagePool keyed by name and configuration fingerprint, so a config reload that
+// keeps a facilitator's configuration reuses them: approvals in flight survive, and the
+// signer's nonce manager is never duplicated.
+type App struct {
+	// Facilitators are the bundled facilitators by name. Default: none.
+	Facilitators map[string]*FacilitatorConfig `json:"facilitators,omitempty"`
+
+	bundles map[string]*bundle
+	keys    []string // pool keys loaded by this instance, deleted in Cleanup
+	log     *zap.Logger
+}
+
+// CaddyModule returns the Caddy module information.
+func (App) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "x402",
+		New: func() caddy.Module { return new(App) },
+	}
+}
+
+// Provision resolves every facilitator's secrets and opens (or reuses across a reload)
+// its engine, stores and journal.
+func (a *App) Provision(ctx caddy.Context) error {
+	a.log = ctx.Logger()
+	a.bundles = map[string]*bundle{}
+	if err := registerMetrics(ctx); err != nil {
+		return fmt.Errorf("x402: registering metrics: %w", err)
+	}
+	names := make([]string, 0, len(a.Facilitators))
+	for name := range a.Facilitators {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		fc := a.Facilitators[name]
+		if fc == nil {
+			return fmt.Errorf("x402: facilitator %q: empty configuration", name)
+		}
+		rc, err := fc.resolve(name)
+		if err != nil {
+			return fmt.Errorf("x402: facilitator %q: %w", name, err)
+		}
+		key := rc.poolKey()
+		v, loaded, err := bundles.LoadOrNew(key, func() (caddy.Destructor, error) {
+			return openBundle(rc, a.log.With(zap.String("facilitator", name)))
+		})
+		if err != nil {
+			return fmt.Errorf("x402: facilitator %q: %w", name, err)
+		}
+		a.keys = append(a.keys, key)
+		b := v.(*bundle)
+		a.bundles[name] = b
+		a.log.Info("x402 facilitator ready",
+			zap.String("facilitator", name),
+			zap.String("signer", b.engine.Address().Hex()),
+			zap.Bool("reused", loaded))
+	}
+	return nil
+}
+
+// Start implements caddy.App; the facilitators are ready after Provision.
+func (a *App) Start() error { return nil }
+
+// Stop implements caddy.App; the shared state is released in Cleanup.
+func (a *App) Stop() error { return nil }
+
+// Cleanup releases this config's hold on the shared facilitators. The last config that
+// holds one closes its engine, stores and journal.
+func (a *App) Cleanup() error {
+	var errs []error
+	for _, k := range a.keys {
+		if _, err := bundles.Delete(k); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	a.keys = nil
+	return errors.Join(errs...)
+}
+
+// bundle returns the named facilitator.
+func (a *App) bundle(name string) (*bundle, error) {
+	if name == "" {
+		name = DefaultFacilitatorName
+	}
+	b, ok := a.bundles[name]
+	if !ok {
+		return nil, fmt.Errorf("no bundled facilitator named %q: declare it in the global option `x402 { facilitator %s { ... } }`", name, name)
+	}
+	return b, nil
+}
+
+// Interface guards
+var (
+	_ caddy.App          = (*App)(nil)
+	_ caddy.Provisioner  = (*App)(nil)
+	_ caddy.CleanerUpper = (*App)(nil)
+)

@@ -1,0 +1,587 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/big"
+	"strconv"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/x402gate/x402gate/gate"
+)
+
+func init() {
+	httpcaddyfile.RegisterGlobalOption("x402", parseGlobalOption)
+	httpcaddyfile.RegisterHandlerDirective("x402", parseHandler)
+	// A security gate fails closed: after forward_auth puts it before every handle and
+	// route block, so `handle /api/* { reverse_proxy … }` can never be reached unpaid
+	// (research/caddy.md §1.3).
+	httpcaddyfile.RegisterDirectiveOrder("x402", httpcaddyfile.After, "forward_auth")
+	httpcaddyfile.RegisterHandlerDirective("x402_facilitator", parseFacilitatorHandler)
+	httpcaddyfile.RegisterDirectiveOrder("x402_facilitator", httpcaddyfile.Before, "reverse_proxy")
+}
+
+// parseGlobalOption parses the x402 global option into the x402 app. Repeated x402
+// blocks merge; a facilitator name may appear once.
+func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
+	app := new(App)
+	if ex, ok := existing.(httpcaddyfile.App); ok {
+		if err := json.Unmarshal(ex.Value, app); err != nil {
+			return nil, fmt.Errorf("merging x402 options: %w", err)
+		}
+	}
+	if err := app.UnmarshalCaddyfile(d); err != nil {
+		return nil, err
+	}
+	return httpcaddyfile.App{Name: "x402", Value: caddyconfig.JSON(app, nil)}, nil
+}
+
+// UnmarshalCaddyfile sets up the x402 app from the global option. Syntax:
+//
+//	x402 {
+//		facilitator [<name>] {
+//			network <name> {
+//				chain_id <id>
+//				rpc <url>
+//				asset <address>
+//				asset_name <eip712 name>
+//				asset_version <eip712 version>
+//				decimals <n>
+//				symbol <sym>
+//				min_amount <base units>
+//			}
+//			signer_key <placeholder>
+//			store memory [<max entries>] | redis <url>
+//			journal sqlite [<path>] | postgres <dsn>
+//			guardian_mode off|optional|required
+//			verdict_url <url>
+//			verdict_key <placeholder>
+//			pricing_url <url>
+//			approval_ttl <duration>
+//			receipt_timeout <duration>
+//			erc6492_factories <address>...
+//		}
+//	}
+func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // option name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for d.NextBlock(0) {
+		if d.Val() != "facilitator" {
+			return d.Errf("unrecognized x402 option %q", d.Val())
+		}
+		name := DefaultFacilitatorName
+		if d.NextArg() {
+			name = d.Val()
+		}
+		if d.NextArg() {
+			return d.ArgErr()
+		}
+		if _, dup := a.Facilitators[name]; dup {
+			return d.Errf("facilitator %q is declared twice", name)
+		}
+		fc := new(FacilitatorConfig)
+		if err := fc.unmarshalCaddyfile(d); err != nil {
+			return err
+		}
+		if fc.SignerKey == "" {
+			return d.Errf("facilitator %q: signer_key is required", name)
+		}
+		if len(fc.Networks) == 0 {
+			return d.Errf("facilitator %q: at least one network is required", name)
+		}
+		if a.Facilitators == nil {
+			a.Facilitators = map[string]*FacilitatorConfig{}
+		}
+		a.Facilitators[name] = fc
+	}
+	return nil
+}
+
+func (fc *FacilitatorConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		opt := d.Val()
+		switch opt {
+		case "network":
+			var n NetworkConfig
+			if !d.Args(&n.Name) || d.NextArg() {
+				return d.ArgErr()
+			}
+			for _, prev := range fc.Networks {
+				if prev.Name == n.Name {
+					return d.Errf("network %q is listed twice", n.Name)
+				}
+			}
+			if err := n.unmarshalCaddyfile(d); err != nil {
+				return err
+			}
+			fc.Networks = append(fc.Networks, n)
+		case "signer_key":
+			if !d.Args(&fc.SignerKey) || d.NextArg() {
+				return d.ArgErr()
+			}
+			if !strings.HasPrefix(fc.SignerKey, "{") {
+				return d.Err("signer_key must be an {env.*} or {file.*} placeholder, never the key itself")
+			}
+		case "store":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.ArgErr()
+			}
+			s := &StoreConfig{Type: args[0]}
+			switch {
+			case args[0] == storeMemory && len(args) <= 2:
+				if len(args) == 2 {
+					n, err := strconv.Atoi(args[1])
+					if err != nil || n <= 0 {
+						return d.Errf("store memory: max entries %q is not a positive integer", args[1])
+					}
+					s.MaxEntries = n
+				}
+			case args[0] == storeRedis && len(args) == 2:
+				s.URL = args[1]
+			case args[0] == storeMemory || args[0] == storeRedis:
+				return d.ArgErr()
+			default:
+				return d.Errf("unknown store %q (want memory or redis)", args[0])
+			}
+			fc.Store = s
+		case "journal":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.ArgErr()
+			}
+			j := &JournalConfig{Type: args[0]}
+			switch {
+			case args[0] == journalSQLite && len(args) <= 2:
+				if len(args) == 2 {
+					j.Path = args[1]
+				}
+			case args[0] == journalPostgres && len(args) == 2:
+				j.DSN = args[1]
+			case args[0] == journalSQLite || args[0] == journalPostgres:
+				return d.ArgErr()
+			default:
+				return d.Errf("unknown journal %q (want sqlite or postgres)", args[0])
+			}
+			fc.Journal = j
+		case "guardian_mode":
+			if !d.Args(&fc.GuardianMode) || d.NextArg() {
+				return d.ArgErr()
+			}
+			switch fc.GuardianMode {
+			case "off", "optional", "required":
+			default:
+				return d.Errf("guardian_mode %q is not off, optional or required", fc.GuardianMode)
+			}
+		case "verdict_url", "verdict_key", "pricing_url":
+			var v string
+			if !d.Args(&v) || d.NextArg() {
+				return d.ArgErr()
+			}
+			switch opt {
+			case "verdict_url":
+				fc.VerdictURL = v
+			case "verdict_key":
+				fc.VerdictKey = v
+			default:
+				fc.PricingURL = v
+			}
+		case "approval_ttl", "receipt_timeout":
+			dur, err := durationArg(d)
+			if err != nil {
+				return err
+			}
+			if opt == "approval_ttl" {
+				fc.ApprovalTTL = dur
+			} else {
+				fc.ReceiptTimeout = dur
+			}
+		case "erc6492_factories":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.ArgErr()
+			}
+			for _, a := range args {
+				if !isAddress(a) {
+					return d.Errf("erc6492_factories: %q is not a 0x address", a)
+				}
+			}
+			fc.ERC6492Factories = append(fc.ERC6492Factories, args...)
+		default:
+			return d.Errf("unrecognized facilitator option %q", opt)
+		}
+	}
+	if fc.GuardianMode == "optional" || fc.GuardianMode == "required" {
+		if fc.VerdictURL == "" {
+			return d.Errf("guardian_mode %s needs verdict_url", fc.GuardianMode)
+		}
+	}
+	return nil
+}
+
+func (n *NetworkConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		opt := d.Val()
+		var v string
+		if !d.Args(&v) || d.NextArg() {
+			return d.ArgErr()
+		}
+		switch opt {
+		case "chain_id":
+			id, err := strconv.ParseUint(v, 10, 64)
+			if err != nil || id == 0 {
+				return d.Errf("network %s: chain_id %q is not a positive integer", n.Name, v)
+			}
+			n.ChainID = id
+		case "rpc":
+			n.RPC = v
+		case "asset":
+			if !isAddress(v) {
+				return d.Errf("network %s: asset %q is not a 0x address", n.Name, v)
+			}
+			n.Asset = v
+		case "asset_name":
+			n.AssetName = v
+		case "asset_version":
+			n.AssetVersion = v
+		case "decimals":
+			dec, err := strconv.Atoi(v)
+			if err != nil || dec < 0 || dec > 36 {
+				return d.Errf("network %s: decimals %q is not in 0..36", n.Name, v)
+			}
+			n.Decimals = dec
+		case "symbol":
+			n.Symbol = v
+		case "min_amount":
+			if m, ok := new(big.Int).SetString(v, 10); !ok || m.Sign() < 0 {
+				return d.Errf("network %s: min_amount %q is not a non-negative integer of base units", n.Name, v)
+			}
+			n.MinAmount = v
+		default:
+			return d.Errf("unrecognized network option %q", opt)
+		}
+	}
+	if n.RPC == "" {
+		return d.Errf("network %s: rpc is required", n.Name)
+	}
+	if _, err := n.network(); err != nil {
+		return d.Err(err.Error())
+	}
+	return nil
+}
+
+// parseHandler parses the x402 directive and checks its network against the x402
+// global option of the same Caddyfile.
+func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	g := new(Handler)
+	if err := g.UnmarshalCaddyfile(h.Dispenser); err != nil {
+		return nil, err
+	}
+	if g.FacilitatorURL != "" {
+		return g, nil // a remote facilitator serves the built-in networks
+	}
+	known := builtinNetworks
+	var app App
+	if opt, ok := h.Option("x402").(httpcaddyfile.App); ok {
+		if err := json.Unmarshal(opt.Value, &app); err != nil {
+			return nil, err
+		}
+	}
+	name := g.Facilitator
+	if name == "" {
+		name = DefaultFacilitatorName
+	}
+	fc, ok := app.Facilitators[name]
+	if !ok {
+		return nil, h.Errf("x402: no bundled facilitator %q: declare it in the global option `x402 { facilitator %s { ... } }`", name, name)
+	}
+	for _, nc := range fc.Networks {
+		n, err := nc.network()
+		if err != nil {
+			return nil, h.Err(err.Error())
+		}
+		if m, ok := known.Lookup(g.Network); (ok && m.CAIP2 == n.CAIP2) || g.Network == nc.Name || g.Network == n.Name || g.Network == n.CAIP2 || g.Network == n.ChainID.String() {
+			return g, nil
+		}
+	}
+	return nil, h.Errf("x402: network %q is not one of facilitator %q's networks", g.Network, name)
+}
+
+// UnmarshalCaddyfile sets up the gate from Caddyfile tokens. Syntax:
+//
+//	x402 [<matcher>] {
+//		price <amount> [<SYMBOL>] | <n> base
+//		pay_to <address>
+//		network <name>
+//		asset <address>
+//		asset_name <eip712 name>
+//		asset_version <eip712 version>
+//		decimals <n>
+//		symbol <sym>
+//		description <text>
+//		mime_type <type>
+//		max_timeout <duration>
+//		facilitator bundled [<name>] | <url>
+//		facilitator_key <placeholder>
+//		guardian off | {
+//			advertise required|optional
+//			fee on|off
+//		}
+//		pricing_url <url>
+//		retry_max <n>
+//		retry_grace <duration>
+//	}
+//
+// price and pay_to may hold placeholders, expanded per request.
+func (g *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // directive name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for d.NextBlock(0) {
+		opt := d.Val()
+		switch opt {
+		case "price":
+			args := d.RemainingArgs()
+			if len(args) == 0 || len(args) > 2 {
+				return d.ArgErr()
+			}
+			g.Price = strings.Join(args, " ")
+			if !strings.Contains(g.Price, "{") {
+				// The asset's decimals and symbol are known at Provision, which checks
+				// them; here the form and the sign are checked.
+				symbol := ""
+				if len(args) == 2 && !strings.EqualFold(args[1], "base") {
+					symbol = args[1]
+				}
+				if _, err := gate.ParsePrice(g.Price, 36, symbol); err != nil {
+					return d.Errf("x402: %v", err)
+				}
+			}
+		case "pay_to":
+			if !d.Args(&g.PayTo) || d.NextArg() {
+				return d.ArgErr()
+			}
+			if !strings.Contains(g.PayTo, "{") && !isAddress(g.PayTo) {
+				return d.Errf("x402: pay_to %q is not a 0x address", g.PayTo)
+			}
+		case "network":
+			if !d.Args(&g.Network) || d.NextArg() {
+				return d.ArgErr()
+			}
+		case "asset":
+			if !d.Args(&g.Asset) || d.NextArg() {
+				return d.ArgErr()
+			}
+			if !isAddress(g.Asset) {
+				return d.Errf("x402: asset %q is not a 0x address", g.Asset)
+			}
+		case "asset_name", "asset_version", "symbol", "description", "mime_type", "facilitator_key", "pricing_url":
+			var v string
+			if !d.Args(&v) || d.NextArg() {
+				return d.ArgErr()
+			}
+			switch opt {
+			case "asset_name":
+				g.AssetName = v
+			case "asset_version":
+				g.AssetVersion = v
+			case "symbol":
+				g.Symbol = v
+			case "description":
+				g.Description = v
+			case "mime_type":
+				g.MimeType = v
+			case "facilitator_key":
+				g.FacilitatorKey = v
+			default:
+				g.PricingURL = v
+			}
+		case "decimals":
+			var v string
+			if !d.Args(&v) || d.NextArg() {
+				return d.ArgErr()
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || n > 36 {
+				return d.Errf("x402: decimals %q is not in 0..36", v)
+			}
+			g.Decimals = n
+		case "max_timeout", "retry_grace":
+			dur, err := durationArg(d)
+			if err != nil {
+				return err
+			}
+			if opt == "max_timeout" {
+				g.MaxTimeout = dur
+			} else {
+				g.RetryGrace = dur
+			}
+		case "facilitator":
+			args := d.RemainingArgs()
+			switch {
+			case len(args) == 0 || len(args) > 2:
+				return d.ArgErr()
+			case args[0] == "bundled":
+				if len(args) == 2 {
+					g.Facilitator = args[1]
+				}
+			case len(args) == 1 && (strings.HasPrefix(args[0], "http://") || strings.HasPrefix(args[0], "https://")):
+				g.FacilitatorURL = args[0]
+			default:
+				return d.Errf("x402: facilitator wants `bundled [<name>]` or an http(s) url")
+			}
+		case "guardian":
+			if err := g.unmarshalGuardian(d); err != nil {
+				return err
+			}
+		case "retry_max":
+			var v string
+			if !d.Args(&v) || d.NextArg() {
+				return d.ArgErr()
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return d.Errf("x402: retry_max %q is not a non-negative integer", v)
+			}
+			g.RetryMax = &n
+		default:
+			return d.Errf("x402: unrecognized subdirective %q", opt)
+		}
+	}
+	switch {
+	case g.PayTo == "":
+		return d.Err("x402: pay_to is required")
+	case g.Price == "":
+		return d.Err("x402: price is required")
+	case g.Network == "":
+		return d.Err("x402: network is required")
+	case g.FacilitatorKey != "" && g.FacilitatorURL == "":
+		return d.Err("x402: facilitator_key is only for a remote facilitator url")
+	}
+	return nil
+}
+
+func (g *Handler) unmarshalGuardian(d *caddyfile.Dispenser) error {
+	if d.NextArg() {
+		if d.Val() != "off" || d.NextArg() {
+			return d.Errf("x402: guardian wants `off` or a block")
+		}
+		g.Guardian = nil
+		return nil
+	}
+	gc := new(GuardianConfig)
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		opt := d.Val()
+		var v string
+		if !d.Args(&v) || d.NextArg() {
+			return d.ArgErr()
+		}
+		switch opt {
+		case "advertise":
+			if v != gate.AdvertiseRequired && v != gate.AdvertiseOptional {
+				return d.Errf("x402: guardian advertise %q is not required or optional", v)
+			}
+			gc.Advertise = v
+		case "fee":
+			switch v {
+			case "on":
+				gc.Fee = true
+			case "off":
+				gc.Fee = false
+			default:
+				return d.Errf("x402: guardian fee %q is not on or off", v)
+			}
+		default:
+			return d.Errf("x402: unrecognized guardian option %q", opt)
+		}
+	}
+	g.Guardian = gc
+	return nil
+}
+
+// parseFacilitatorHandler parses the x402_facilitator directive.
+func parseFacilitatorHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	f := new(FacilitatorHandler)
+	return f, f.UnmarshalCaddyfile(h.Dispenser)
+}
+
+// UnmarshalCaddyfile sets up the facilitator API handler. Syntax:
+//
+//	x402_facilitator [<matcher>] {
+//		facilitator [<name>]
+//		api_key <placeholder>
+//		health_detail on|off
+//		strip_prefix <path>
+//	}
+func (f *FacilitatorHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // directive name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for d.NextBlock(0) {
+		opt := d.Val()
+		args := d.RemainingArgs()
+		switch opt {
+		case "facilitator":
+			if len(args) > 1 {
+				return d.ArgErr()
+			}
+			f.Facilitator = DefaultFacilitatorName
+			if len(args) == 1 {
+				f.Facilitator = args[0]
+			}
+		case "api_key":
+			if len(args) != 1 {
+				return d.ArgErr()
+			}
+			f.APIKey = args[0]
+		case "health_detail":
+			if len(args) != 1 || (args[0] != "on" && args[0] != "off") {
+				return d.Errf("x402_facilitator: health_detail wants on or off")
+			}
+			f.HealthDetail = args[0] == "on"
+		case "strip_prefix":
+			if len(args) != 1 || !strings.HasPrefix(args[0], "/") {
+				return d.Errf("x402_facilitator: strip_prefix wants a path starting with /")
+			}
+			f.StripPrefix = args[0]
+		default:
+			return d.Errf("x402_facilitator: unrecognized subdirective %q", opt)
+		}
+	}
+	return nil
+}
+
+func durationArg(d *caddyfile.Dispenser) (caddy.Duration, error) {
+	opt := d.Val()
+	var v string
+	if !d.Args(&v) || d.NextArg() {
+		return 0, d.ArgErr()
+	}
+	dur, err := caddy.ParseDuration(v)
+	if err != nil || dur <= 0 {
+		return 0, d.Errf("%s %q is not a positive duration", opt, v)
+	}
+	return caddy.Duration(dur), nil
+}
+
+func isAddress(s string) bool {
+	return strings.HasPrefix(s, "0x") && common.IsHexAddress(s)
+}
+
+// Interface guards
+var (
+	_ caddyfile.Unmarshaler = (*App)(nil)
+	_ caddyfile.Unmarshaler = (*Handler)(nil)
+	_ caddyfile.Unmarshaler = (*FacilitatorHandler)(nil)
+)

@@ -1,0 +1,322 @@
+package caddymodule
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/x402gate/x402gate/facilitator"
+	"github.com/x402gate/x402gate/gate"
+	"github.com/x402gate/x402gate/verdictclient"
+	"github.com/x402gate/x402gate/x402"
+)
+
+func init() {
+	caddy.RegisterModule(Handler{})
+}
+
+// Handler is the x402 resource gate (http.handlers.x402): an unpaid request gets a 402
+// challenge, a paid one is verified and settled before the next handler runs (DESIGN.md
+// "A paid request"). On success it sets {http.x402.payer}, {http.x402.tx},
+// {http.x402.amount} and {http.x402.network}; a rejected or failed payment never reaches
+// the next handler.
+type Handler struct {
+	// Price is what one request costs: "0.01", "0.01 USDC", "$0.01" or "10000 base".
+	// Placeholders are expanded per request. Required.
+	Price string `json:"price,omitempty"`
+	// PayTo is the merchant's address. Placeholders are expanded per request. Required.
+	PayTo string `json:"pay_to,omitempty"`
+	// Network is the chain (v1 name, CAIP-2 id or chain id); it must be one of the
+	// facilitator's. Required.
+	Network string `json:"network,omitempty"`
+	// Asset is the token address. Default: the facilitator network's asset.
+	Asset string `json:"asset,omitempty"`
+	// AssetName and AssetVersion are the EIP-712 domain of a non-default Asset.
+	AssetName    string `json:"asset_name,omitempty"`
+	AssetVersion string `json:"asset_version,omitempty"`
+	// Decimals and Symbol of a non-default Asset. Default: the network asset's.
+	Decimals int    `json:"decimals,omitempty"`
+	Symbol   string `json:"symbol,omitempty"`
+	// Description says what the payment buys. Default: empty.
+	Description string `json:"description,omitempty"`
+	// MimeType is the resource's media type. Default: empty.
+	MimeType string `json:"mime_type,omitempty"`
+	// MaxTimeout is the validity a client gives its authorization. Default: 60s.
+	MaxTimeout caddy.Duration `json:"max_timeout,omitempty"`
+	// Facilitator names the bundled facilitator of the x402 app. Default: "default",
+	// unless FacilitatorURL is set.
+	Facilitator string `json:"facilitator,omitempty"`
+	// FacilitatorURL is a remote facilitator's base URL. Default: none, the bundled one.
+	FacilitatorURL string `json:"facilitator_url,omitempty"`
+	// FacilitatorKey is sent as x-facilitator-key to FacilitatorURL; an {env.*} or
+	// {file.*} placeholder, expanded in Provision. Default: none.
+	FacilitatorKey string `json:"facilitator_key,omitempty"`
+	// Guardian advertises the verdict check; nil is off. Default: off.
+	Guardian *GuardianConfig `json:"guardian,omitempty"`
+	// PricingURL is the verification fee's pricing service. Default: the bundled
+	// facilitator's pricing_url.
+	PricingURL string `json:"pricing_url,omitempty"`
+	// RetryMax is how often a paid request whose upstream failed may be presented again
+	// without a second charge; 0 turns it off. Default: 3.
+	RetryMax *int `json:"retry_max,omitempty"`
+	// RetryGrace is how long those retries stay available. Default: the authorization's
+	// remaining validity.
+	RetryGrace caddy.Duration `json:"retry_grace,omitempty"`
+
+	gate        *gate.Gate
+	log         *zap.Logger
+	retryKey    string // retryPool key held by a remote-facilitator handler
+	dynPrice    bool
+	dynPayTo    bool
+}
+
+// GuardianConfig is the route's guardian setting (spec §4.3 guardian {advertise, fee}).
+type GuardianConfig struct {
+	// Advertise is "required" or "optional". Default: nothing advertised.
+	Advertise string `json:"advertise,omitempty"`
+	// Fee turns on the verification fee. Default: off.
+	Fee bool `json:"fee,omitempty"`
+}
+
+// CaddyModule returns the Caddy module information.
+func (Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.x402",
+		New: func() caddy.Module { return new(Handler) },
+	}
+}
+
+// retryPool shares one in-process retry store among the handlers that use a remote
+// facilitator, across reloads (bundled facilitators keep theirs in the bundle).
+var retryPool = caddy.NewUsagePool()
+
+const memoryRetryKey = "x402.retry/memory"
+
+type memoryRetry struct{ *gate.MemoryRetryStore }
+
+func (memoryRetry) Destruct() error { return nil }
+
+// Provision finds the facilitator and builds the gate.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	h.log = ctx.Logger()
+	if err := registerMetrics(ctx); err != nil {
+		return fmt.Errorf("x402: registering metrics: %w", err)
+	}
+	cfg := gate.Config{
+		Network: h.Network,
+		Asset: gate.AssetConfig{Address: h.Asset, Name: h.AssetName, Version: h.AssetVersion,
+			Decimals: h.Decimals, Symbol: h.Symbol},
+		Resource:          gate.ResourceConfig{Description: h.Description, MimeType: h.MimeType},
+		MaxTimeoutSeconds: int(time.Duration(h.MaxTimeout) / time.Second),
+		Retry:             gate.RetryConfig{Grace: time.Duration(h.RetryGrace)},
+	}
+	if h.MaxTimeout != 0 && cfg.MaxTimeoutSeconds <= 0 {
+		return errors.New("x402: max_timeout must be at least 1s")
+	}
+	h.dynPrice, h.dynPayTo = strings.Contains(h.Price, "{"), strings.Contains(h.PayTo, "{")
+	if !h.dynPrice {
+		cfg.Price = h.Price
+	}
+	if !h.dynPayTo {
+		cfg.PayTo = h.PayTo
+	}
+	if h.Price == "" || h.PayTo == "" {
+		return errors.New("x402: price and pay_to are required")
+	}
+	if h.RetryMax != nil {
+		switch n := *h.RetryMax; {
+		case n < 0:
+			return errors.New("x402: retry_max must not be negative")
+		case n == 0:
+			cfg.Retry.Max = -1 // gate: negative turns retries off
+		default:
+			cfg.Retry.Max = n
+		}
+	}
+	if g := h.Guardian; g != nil {
+		cfg.Guardian = &gate.GuardianConfig{Advertise: g.Advertise, Fee: g.Fee}
+	}
+	opts := gate.Options{Logger: h.log, ErrorStatus: errorStatus}
+	pricingURL := h.PricingURL
+	if h.FacilitatorURL != "" {
+		if h.Facilitator != "" {
+			return errors.New("x402: facilitator is either bundled or a url, not both")
+		}
+		key := resolveSecret(caddy.NewReplacer(), h.FacilitatorKey)
+		if h.FacilitatorKey != "" && key == "" {
+			return errors.New("x402: facilitator_key resolved to an empty value")
+		}
+		opts.Registry = x402.NewRegistry()
+		c, err := facilitator.NewClient(facilitator.ClientConfig{URL: h.FacilitatorURL, APIKey: key, Registry: opts.Registry})
+		if err != nil {
+			return fmt.Errorf("x402: %w", err)
+		}
+		opts.Facilitator = meteredFacilitator{next: c}
+		v, _, err := retryPool.LoadOrNew(memoryRetryKey, func() (caddy.Destructor, error) {
+			return memoryRetry{gate.NewMemoryRetryStore(0)}, nil
+		})
+		if err != nil {
+			return fmt.Errorf("x402: retry store: %w", err)
+		}
+		h.retryKey = memoryRetryKey
+		opts.RetryStore = v.(memoryRetry).MemoryRetryStore
+	} else {
+		if h.FacilitatorKey != "" {
+			return errors.New("x402: facilitator_key is only for a remote facilitator url")
+		}
+		appIface, err := ctx.App("x402")
+		if err != nil {
+			return fmt.Errorf("x402: loading the x402 app: %w", err)
+		}
+		b, err := appIface.(*App).bundle(h.Facilitator)
+		if err != nil {
+			return fmt.Errorf("x402: %w", err)
+		}
+		opts.Facilitator, opts.Registry, opts.RetryStore = b.service, b.registry, b.retries
+		if pricingURL == "" {
+			pricingURL = b.pricingURL
+		}
+	}
+	if pricingURL != "" {
+		opts.Pricing = pricingFunc(caddy.NewReplacer().ReplaceKnown(pricingURL, ""), opts.Registry)
+	}
+	g, err := gate.New(cfg, opts)
+	if err != nil {
+		return fmt.Errorf("x402: %w", err)
+	}
+	h.gate = g
+	return nil
+}
+
+// Cleanup releases the shared retry store.
+func (h *Handler) Cleanup() error {
+	if h.retryKey == "" {
+		return nil
+	}
+	_, err := retryPool.Delete(h.retryKey)
+	h.retryKey = ""
+	return err
+}
+
+// errorStatus maps a next-handler error to its status: Caddy's HandlerError carries it;
+// any other error is Caddy's 500.
+func errorStatus(err error) int {
+	var he caddyhttp.HandlerError
+	if errors.As(err, &he) && he.StatusCode != 0 {
+		return he.StatusCode
+	}
+	return http.StatusInternalServerError
+}
+
+// pricingFunc asks the pricing service for the verification fee of a requirement (spec
+// §4.3 fetchVerificationRequirements), in the v2 wire form.
+func pricingFunc(pricingURL string, reg *x402.Registry) gate.PricingFunc {
+	return func(ctx context.Context, merchant *x402.Requirements) (*x402.Requirements, error) {
+		fee, err := verdictclient.FetchVerificationRequirements(ctx, pricingURL, merchant.V2(), 0)
+		if err != nil || fee == nil {
+			return nil, err
+		}
+		raw, err := json.Marshal(fee)
+		if err != nil {
+			return nil, fmt.Errorf("pricing: %w", err)
+		}
+		return x402.DecodeRequirementsJSON(raw, x402.Version2, reg)
+	}
+}
+
+// ServeHTTP runs the gate; next runs only for a settled payment.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if repl == nil {
+		repl = caddy.NewReplacer()
+	}
+	in := gate.Input{Resource: publicResource(r), Header: r.Header}
+	if h.dynPrice {
+		in.Price = repl.ReplaceKnown(h.Price, "")
+	}
+	if h.dynPayTo {
+		in.PayTo = repl.ReplaceKnown(h.PayTo, "")
+	}
+	called := false
+	err := h.gate.Serve(w, r, in, func(w http.ResponseWriter, r *http.Request) error {
+		called = true
+		if paid, ok := gate.FromContext(r.Context()); ok && paid.Settlement != nil {
+			s := paid.Settlement
+			repl.Set("http.x402.payer", s.Payer)
+			repl.Set("http.x402.tx", s.Transaction)
+			repl.Set("http.x402.amount", s.Amount)
+			repl.Set("http.x402.network", s.Network)
+			repl.Set("http.x402.network_name", s.NetworkName)
+			repl.Set("http.x402.asset", s.Asset)
+			repl.Set("http.x402.retry", paid.Retry)
+		}
+		return next.ServeHTTP(w, r)
+	})
+	if !called && isChallenge(r, w) {
+		challengesTotal.Inc()
+	}
+	return err
+}
+
+// isChallenge reports whether the gate answered an unpaid request with a challenge: it
+// carried no payment header and the answer has PAYMENT-REQUIRED.
+func isChallenge(r *http.Request, w http.ResponseWriter) bool {
+	return r.Header.Get(x402.HeaderPaymentSignature) == "" && r.Header.Get(x402.HeaderPayment) == "" &&
+		w.Header().Get(x402.HeaderPaymentRequired) != ""
+}
+
+// publicResource is the URL the client asked for: the original request's path (before any
+// rewrite or handle_path), with the scheme and host of X-Forwarded-Proto and
+// X-Forwarded-Host only when Caddy trusts the peer (the servers' trusted_proxies).
+func publicResource(r *http.Request) string {
+	path, rawPath := r.URL.Path, r.URL.RawPath
+	if orig, ok := r.Context().Value(caddyhttp.OriginalRequestCtxKey).(http.Request); ok && orig.URL != nil {
+		path, rawPath = orig.URL.Path, orig.URL.RawPath
+	}
+	u := url.URL{Scheme: "http", Host: r.Host, Path: path, RawPath: rawPath}
+	if r.TLS != nil {
+		u.Scheme = "https"
+	}
+	if trusted, _ := caddyhttp.GetVar(r.Context(), caddyhttp.TrustedProxyVarKey).(bool); trusted {
+		if p := strings.ToLower(firstValue(r.Header.Get("X-Forwarded-Proto"))); p == "http" || p == "https" {
+			u.Scheme = p
+		}
+		if host := firstValue(r.Header.Get("X-Forwarded-Host")); validHost(host) {
+			u.Host = host
+		}
+	}
+	if u.Path == "" {
+		u.Path = "/"
+	}
+	return u.String()
+}
+
+func firstValue(s string) string {
+	first, _, _ := strings.Cut(s, ",")
+	return strings.TrimSpace(first)
+}
+
+// validHost accepts host[:port] and nothing that would change the URL's meaning.
+func validHost(h string) bool {
+	if h == "" || strings.ContainsAny(h, "/\\?#@ \t") {
+		return false
+	}
+	u, err := url.Parse("http://" + h)
+	return err == nil && u.Host == h
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.CleanerUpper          = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+)

@@ -1,0 +1,81 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/modules/logging"
+	"go.uber.org/zap/zapcore"
+)
+
+func init() {
+	caddy.RegisterModule(RedactEncoder{})
+}
+
+// RedactedHeaders are the request headers the x402_redact encoder deletes from log
+// entries: the payment authorizations and the API keys. Caddy's access log only redacts
+// Cookie and Authorization on its own.
+var RedactedHeaders = []string{"X-Payment", "Payment-Signature", "X-Verification-Payment", "X-Api-Key", "X-Facilitator-Key"}
+
+// RedactEncoder (caddy.logging.encoders.x402_redact) is Caddy's filter encoder with a
+// delete filter on request>headers>H for every H of RedactedHeaders. It wraps another
+// encoder, json by default.
+//
+//	log {
+//		format x402_redact [json|console]
+//	}
+type RedactEncoder struct {
+	logging.FilterEncoder
+}
+
+// CaddyModule returns the Caddy module information.
+func (RedactEncoder) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "caddy.logging.encoders.x402_redact",
+		New: func() caddy.Module { return new(RedactEncoder) },
+	}
+}
+
+// Provision adds the delete filters to any configured ones and provisions the filter
+// encoder.
+func (e *RedactEncoder) Provision(ctx caddy.Context) error {
+	if e.FieldsRaw == nil {
+		e.FieldsRaw = map[string]json.RawMessage{}
+	}
+	for _, h := range RedactedHeaders {
+		e.FieldsRaw["request>headers>"+h] = json.RawMessage(`{"filter":"delete"}`)
+	}
+	return e.FilterEncoder.Provision(ctx)
+}
+
+// UnmarshalCaddyfile sets up the encoder from Caddyfile tokens. Syntax:
+//
+//	x402_redact [json|console]
+func (e *RedactEncoder) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // encoder name
+	if d.NextArg() {
+		switch format := d.Val(); format {
+		case "json", "console":
+			e.WrappedRaw = json.RawMessage(fmt.Sprintf(`{"format":%q}`, format))
+		default:
+			return d.Errf("x402_redact: unknown format %q (want json or console)", format)
+		}
+	}
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	if d.NextBlock(0) {
+		return d.Errf("x402_redact: unexpected block")
+	}
+	return nil
+}
+
+// Interface guards
+var (
+	_ zapcore.Encoder                  = (*RedactEncoder)(nil)
+	_ caddy.Provisioner                = (*RedactEncoder)(nil)
+	_ caddyfile.Unmarshaler            = (*RedactEncoder)(nil)
+	_ caddy.ConfiguresFormatterDefault = (*RedactEncoder)(nil)
+)
