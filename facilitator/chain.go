@@ -129,15 +129,16 @@ var errRPCUnavailable = errors.New("rpc unavailable")
 
 // chain is one configured network: its settings, its RPC client and its sender.
 type chain struct {
-	cfg       NetworkConfig
-	net       x402.Network
-	client    *ethclient.Client
-	abi       *tokenABI
-	sender    *sender
-	redactor  *strings.Replacer
-	balanceMu sync.Mutex
-	balance   *big.Int // cached native balance of the signer
-	balanceAt int64    // unix nanos of the cached read
+	cfg          NetworkConfig
+	net          x402.Network
+	client       *ethclient.Client
+	abi          *tokenABI
+	sender       *sender
+	redactor     *strings.Replacer
+	balanceMu    sync.Mutex
+	balance      *big.Int // cached native balance of the signer
+	assetBalance *big.Int // cached asset balance of the signer
+	balanceAt    int64    // unix nanos of the cached read
 }
 
 // newRedactor returns a replacer that removes the RPC URL, and its host, from error text.
@@ -278,6 +279,38 @@ func (c *chain) tokenState(ctx context.Context, from common.Address, nonce [32]b
 		return nil, false, errors.New("decode token state: unexpected types")
 	}
 	return b, u, nil
+}
+
+// signerBalances reads addr's native balance and its balance of the asset in one
+// JSON-RPC batch.
+func (c *chain) signerBalances(ctx context.Context, addr common.Address) (*big.Int, *big.Int, error) {
+	data, err := c.abi.abi.Pack("balanceOf", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pack balanceOf: %w", err)
+	}
+	var native hexutil.Big
+	var assetOut hexutil.Bytes
+	batch := []rpc.BatchElem{
+		{Method: "eth_getBalance", Args: []any{addr, "latest"}, Result: &native},
+		{Method: "eth_call", Args: []any{callArg(c.net.USDC.Address, data), "latest"}, Result: &assetOut},
+	}
+	if err := c.client.Client().BatchCallContext(ctx, batch); err != nil {
+		return nil, nil, c.unavailable("signer balances", err)
+	}
+	for _, el := range batch {
+		if el.Error != nil {
+			return nil, nil, c.unavailable("signer balances", el.Error)
+		}
+	}
+	vals, err := c.abi.abi.Unpack("balanceOf", assetOut)
+	if err != nil || len(vals) != 1 {
+		return nil, nil, fmt.Errorf("decode balanceOf: %w", errOr(err, "empty result"))
+	}
+	asset, ok := vals[0].(*big.Int)
+	if !ok {
+		return nil, nil, errors.New("decode balanceOf: not a uint256")
+	}
+	return native.ToInt(), asset, nil
 }
 
 // authorizationUsed reads authorizationState(from, nonce).

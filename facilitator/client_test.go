@@ -501,7 +501,8 @@ func TestClientHandlerEngineOnAnvil(t *testing.T) {
 		}
 		if err := json.Unmarshal(b, &h); err != nil || resp.StatusCode != 200 || h.Status != "ok" ||
 			h.FacilitatorAddress != env.chain.FacilitatorAccount().Address.Hex() || len(h.Networks) != 1 ||
-			h.Networks[0].ChainID != 84532 || h.Networks[0].Balances.Native == "" || h.Networks[0].Balances.Native == "0" {
+			h.Networks[0].ChainID != 84532 || h.Networks[0].Balances.Native == "" || h.Networks[0].Balances.Native == "0" ||
+			h.Networks[0].Balances.Asset == "" {
 			t.Fatalf("health %d %s", resp.StatusCode, b)
 		}
 		if strings.Contains(string(b), env.chain.RPCURL) {

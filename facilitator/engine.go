@@ -277,6 +277,9 @@ type NetworkInfo struct {
 	// Balance is the signer's native balance in wei, read at most once per
 	// Config.BalanceCacheTTL; empty when the RPC endpoint could not be read.
 	Balance string `json:"balance,omitempty"`
+	// AssetBalance is the signer's balance of the asset in its base units, cached and
+	// read like Balance.
+	AssetBalance string `json:"assetBalance,omitempty"`
 }
 
 // EngineInfo is what detailed /health may show (spec §4.2 /health): networks, the
@@ -303,29 +306,35 @@ func (e *Engine) Info(ctx context.Context) EngineInfo {
 			Name: c.net.Name, CAIP2: c.net.CAIP2, ChainID: c.net.ChainID.String(), Scheme: x402.SchemeExact,
 			Asset: c.net.USDC.Address.Hex(), AssetName: c.net.USDC.Name, AssetVersion: c.net.USDC.Version,
 		}
-		if b := e.cachedBalance(ctx, c); b != nil {
-			ni.Balance = b.String()
+		native, asset := e.cachedBalance(ctx, c)
+		if native != nil {
+			ni.Balance = native.String()
+		}
+		if asset != nil {
+			ni.AssetBalance = asset.String()
 		}
 		info.Networks = append(info.Networks, ni)
 	}
 	return info
 }
 
-// cachedBalance returns the signer's native balance on c, read at most once per TTL.
-func (e *Engine) cachedBalance(ctx context.Context, c *chain) *big.Int {
+// cachedBalance returns the signer's native and asset balances on c, read at most once
+// per TTL (one JSON-RPC batch). A failed read keeps the previous values (nil when never
+// read).
+func (e *Engine) cachedBalance(ctx context.Context, c *chain) (native, asset *big.Int) {
 	c.balanceMu.Lock()
 	defer c.balanceMu.Unlock()
 	now := e.now().UnixNano()
 	if c.balance != nil && now-c.balanceAt < int64(e.cfg.BalanceCacheTTL) {
-		return c.balance
+		return c.balance, c.assetBalance
 	}
-	b, err := c.client.BalanceAt(ctx, e.address, nil)
+	n, a, err := c.signerBalances(ctx, e.address)
 	if err != nil {
 		e.log.Warn("read signer balance", zap.String("network", c.net.CAIP2), zap.String("error", c.redact(err)))
-		return c.balance // stale is better than nothing; nil when never read
+		return c.balance, c.assetBalance // stale is better than nothing
 	}
-	c.balance, c.balanceAt = b, now
-	return b
+	c.balance, c.assetBalance, c.balanceAt = n, a, now
+	return n, a
 }
 
 // chainFor returns the configured chain of a CAIP-2 id.

@@ -240,7 +240,11 @@ func TestInfoShowsBalanceAndNoSecrets(t *testing.T) {
 	cfg := env.config(t)
 	cfg.VerdictURL = "https://verdict.example"
 	e := env.engine(t, cfg)
+	env.token.Mint(t, env.chain.FacilitatorAccount().Address, big.NewInt(4_242))
 	info := e.Info(context.Background())
+	if info.Networks[0].AssetBalance != "4242" {
+		t.Errorf("asset balance = %q, want the signer's 4242", info.Networks[0].AssetBalance)
+	}
 	if info.Address != env.chain.FacilitatorAccount().Address.Hex() || info.VerdictURL != cfg.VerdictURL {
 		t.Errorf("info = %+v", info)
 	}
@@ -257,7 +261,8 @@ func TestInfoShowsBalanceAndNoSecrets(t *testing.T) {
 	}
 	// The balance is cached: with the node gone, Info still answers with it.
 	env.chain.Stop()
-	if again := e.Info(context.Background()); again.Networks[0].Balance != info.Networks[0].Balance {
-		t.Errorf("cached balance %q, want %q", again.Networks[0].Balance, info.Networks[0].Balance)
+	if again := e.Info(context.Background()); again.Networks[0].Balance != info.Networks[0].Balance ||
+		again.Networks[0].AssetBalance != info.Networks[0].AssetBalance {
+		t.Errorf("cached balances %+v, want %+v", again.Networks[0], info.Networks[0])
 	}
 }

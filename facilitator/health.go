@@ -22,7 +22,7 @@ const healthInfoTimeout = 5 * time.Second
 //	{"status":"ok","facilitatorAddress":"0xf39F…","guardianMode":"off",
 //	 "verdictServiceUrl":"https://verdict.example",
 //	 "networks":[{"network":"eip155:84532","name":"base-sepolia","chainId":84532,"scheme":"exact",
-//	   "asset":"0x036C…","balances":{"native":"1000000000000000000"}}]}
+//	   "asset":"0x036C…","balances":{"native":"1000000000000000000","asset":"0"}}]}
 type HealthDetails struct {
 	// FacilitatorAddress is the address that signs and pays gas for settlements.
 	FacilitatorAddress string `json:"facilitatorAddress"`
@@ -76,7 +76,7 @@ func EngineHealthInfo(e *Engine) func(context.Context) (HealthDetails, error) {
 			id, _ := strconv.ParseUint(n.ChainID, 10, 64)
 			d.Networks = append(d.Networks, HealthNetwork{
 				Network: n.CAIP2, Name: n.Name, ChainID: id, Scheme: n.Scheme, Asset: n.Asset,
-				Balances: HealthBalances{Native: n.Balance},
+				Balances: HealthBalances{Native: n.Balance, Asset: n.AssetBalance},
 			})
 		}
 		return d, nil
