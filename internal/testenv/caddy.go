@@ -146,7 +146,7 @@ type Caddy struct {
 // A cleanup stops Caddy.
 func StartCaddy(t testing.TB, caddyfile string, opts CaddyOptions) *Caddy {
 	t.Helper()
-	if !strings.Contains(caddyfile, "{$"+CaddyAdminVar+"}") {
+	if !strings.Contains(caddyfile, "{$"+CaddyAdminVar) {
 		t.Fatalf("testenv: the Caddyfile must set the global option `admin {$%s}`", CaddyAdminVar)
 	}
 	bin := CaddyBinary(t)
