@@ -1,0 +1,426 @@
+package gate
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html"
+	"html/template"
+	"image"
+	"image/png"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/common/hexutil"
+	"github.com/ethereum/go-ethereum/crypto"
+	"github.com/ethereum/go-ethereum/signer/core/apitypes"
+
+	"github.com/x402gate/x402gate/x402"
+)
+
+// browserHeader is what a desktop browser sends on a navigation.
+func browserHeader() http.Header {
+	h := http.Header{}
+	h.Set("Accept", "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8")
+	h.Set("User-Agent", "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0 Safari/537.36")
+	return h
+}
+
+// TestPaywallPage checks the page a browser gets: still a 402 with PAYMENT-REQUIRED, a
+// small self-contained HTML page that shows price, payee and network, with every
+// configured string escaped; agents and HEAD requests get no page.
+func TestPaywallPage(t *testing.T) {
+	env := newTestEnv(t)
+	cfg := env.config()
+	cfg.Resource.Description = `<script>alert("x")</script> & more`
+	up := &upstream{}
+	srv := serve(t, env.gate(t, cfg, Options{}), up)
+	url := srv.URL + "/article"
+
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header = browserHeader()
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := readBody(t, res)
+	if res.StatusCode != http.StatusPaymentRequired {
+		t.Fatalf("status %d, want 402", res.StatusCode)
+	}
+	if !strings.HasPrefix(res.Header.Get("Content-Type"), "text/html") {
+		t.Errorf("Content-Type %q", res.Header.Get("Content-Type"))
+	}
+	pr, err := x402.DecodePaymentRequired(res.Header.Get(x402.HeaderPaymentRequired))
+	if err != nil || pr.Accepts[0].Amount != "10000" {
+		t.Fatalf("PAYMENT-REQUIRED on the paywall: %+v %v", pr, err)
+	}
+	if res.Header.Get("Cache-Control") != "no-store" {
+		t.Errorf("Cache-Control %q", res.Header.Get("Cache-Control"))
+	}
+	if len(page) > 16<<10 {
+		t.Errorf("the paywall is %d bytes; it must stay small and self-contained", len(page))
+	}
+	s := string(page)
+	for _, want := range []string{"0.01 USDC", env.payTo.Hex(), "base-sepolia", "eip155:84532", env.token.Address.Hex(),
+		"eth_signTypedData_v4", "TransferWithAuthorization", "PAYMENT-SIGNATURE", "window.ethereum",
+		"&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt; &amp; more"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("the paywall does not contain %q", want)
+		}
+	}
+	if strings.Contains(s, `<script>alert("x")`) {
+		t.Error("the description reached the page unescaped")
+	}
+	for _, bad := range []*regexp.Regexp{
+		regexp.MustCompile(`(?i)<script[^>]+src=`), regexp.MustCompile(`(?i)<link\b`), regexp.MustCompile(`(?i)@import`),
+		regexp.MustCompile(`(?i)<img\b`), regexp.MustCompile(`(?i)<iframe\b`),
+	} {
+		if bad.MatchString(s) {
+			t.Errorf("the paywall loads an external resource: %s", bad)
+		}
+	}
+
+	for _, tc := range []struct {
+		name   string
+		header http.Header
+		method string
+	}{
+		{"agent asking for html", http.Header{"Accept": {"text/html"}, "User-Agent": {"curl/8.0"}}, http.MethodGet},
+		{"browser fetch asking for json", http.Header{"Accept": {"*/*"}, "User-Agent": {"Mozilla/5.0"}}, http.MethodGet},
+	} {
+		req, _ := http.NewRequest(tc.method, url, nil)
+		req.Header = tc.header
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := readBody(t, res)
+		if res.StatusCode != 402 || res.Header.Get("Content-Type") != "application/json" || errorOf(t, body) != "X-PAYMENT header is required" {
+			t.Errorf("%s: %d %q %s", tc.name, res.StatusCode, res.Header.Get("Content-Type"), body)
+		}
+	}
+	req, _ = http.NewRequest(http.MethodHead, url, nil)
+	req.Header = browserHeader()
+	res, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readBody(t, res); res.StatusCode != 402 || len(body) != 0 || res.Header.Get(x402.HeaderPaymentRequired) == "" {
+		t.Errorf("HEAD: %d, %d body bytes", res.StatusCode, len(body))
+	}
+	if up.calls.Load() != 0 {
+		t.Error("the upstream ran")
+	}
+}
+
+// chromiumPath finds Debian's chromium; without it the test fails with the install step.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "/usr/bin/chromium"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Fatal("chromium is not installed; install it with `apt-get install -y chromium` (CI's .ci/run does)")
+	return ""
+}
+
+// runChromium runs headless chromium with args and a private profile, and returns its
+// standard output. It is killed, with its whole process group, after two minutes.
+func runChromium(t *testing.T, args ...string) []byte {
+	t.Helper()
+	bin := chromiumPath(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	base := []string{
+		"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
+		"--no-first-run", "--no-default-browser-check", "--disable-extensions", "--mute-audio",
+		"--user-data-dir=" + t.TempDir(), "--window-size=1280,900",
+	}
+	cmd := exec.CommandContext(ctx, bin, append(base, args...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("chromium %v: %v\n%s", args, err, tail(stderr.String(), 2000))
+	}
+	return stdout.Bytes()
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+// verdictOf reads the data-verdict attribute a wrapper page wrote into its DOM.
+func verdictOf(t *testing.T, dom []byte) string {
+	t.Helper()
+	m := regexp.MustCompile(`data-verdict="([^"]*)"`).FindSubmatch(dom)
+	if m == nil {
+		t.Fatalf("the page wrote no verdict; DOM:\n%s", tail(string(dom), 3000))
+	}
+	return html.UnescapeString(string(m[1]))
+}
+
+// checkScript is shared by the wrapper pages: check(doc, id, want) returns "" when the
+// element id shows want, has a non-empty box inside the viewport, is visible by its
+// computed style, and is what the browser finds at its centre (nothing covers it).
+const checkScript = `
+function check(doc, id, want) {
+  var el = doc.getElementById(id);
+  if (!el) return id + ": missing";
+  var text = el.textContent.replace(/\s+/g, " ").trim();
+  if (text.indexOf(want) < 0) return id + ": text " + JSON.stringify(text) + " lacks " + JSON.stringify(want);
+  var win = doc.defaultView, r = el.getBoundingClientRect();
+  if (!(r.width > 0 && r.height > 0)) return id + ": empty box";
+  if (r.left < 0 || r.top < 0 || r.right > win.innerWidth || r.bottom > win.innerHeight)
+    return id + ": outside the viewport " + JSON.stringify([r.left, r.top, r.right, r.bottom, win.innerWidth, win.innerHeight]);
+  var cs = win.getComputedStyle(el);
+  if (cs.visibility !== "visible") return id + ": visibility " + cs.visibility;
+  for (var e = el; e && e.nodeType === 1; e = e.parentElement) {
+    var s = win.getComputedStyle(e);
+    if (s.display === "none" || parseFloat(s.opacity) === 0) return id + ": hidden by " + e.tagName;
+  }
+  if (parseFloat(cs.fontSize) < 8) return id + ": font size " + cs.fontSize;
+  if (cs.color === win.getComputedStyle(doc.body).backgroundColor) return id + ": text colour is the background colour";
+  var hit = doc.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+  if (!hit || !(hit === el || el.contains(hit))) return id + ": covered by " + (hit ? hit.tagName : "nothing");
+  return "";
+}`
+
+var checkWrapper = template.Must(template.New("wrapper").Parse(`<!doctype html>
+<html><head><meta charset="utf-8"><style>html,body{margin:0;padding:0;overflow:hidden}iframe{border:0;width:1280px;height:900px;display:block}</style></head>
+<body><output id="verdict"></output><iframe id="f" src="{{.Src}}"></iframe>
+<script>
+{{.Check}}
+var f = document.getElementById("f");
+f.addEventListener("load", function () {
+  setTimeout(function () {
+    var doc = f.contentDocument, errs = [];
+    if (!doc) { errs.push("iframe not same-origin"); }
+    else {
+      [["price", {{.Price}}], ["payee", {{.PayTo}}], ["network", "base-sepolia"], ["pay", "pay"]].forEach(function (c) {
+        var e = check(doc, c[0], c[1]); if (e) errs.push(e);
+      });
+    }
+    document.getElementById("verdict").setAttribute("data-verdict", errs.length ? "FAIL " + errs.join("; ") : "PASS");
+  }, 200);
+});
+</script></body></html>`))
+
+// TestPaywallRendersInChromium renders the paywall in headless Chromium: a screenshot
+// that is a real page, not one flat colour, and a same-origin wrapper page whose script
+// finds the price and the payee visible inside the viewport.
+func TestPaywallRendersInChromium(t *testing.T) {
+	env := newTestEnv(t)
+	up := &upstream{}
+	g := env.gate(t, env.config(), Options{})
+	mux := http.NewServeMux()
+	mux.Handle("/paid", g.Middleware(MiddlewareOptions{})(up))
+	mux.HandleFunc("/wrapper", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_ = checkWrapper.Execute(w, map[string]any{
+			"Src": "/paid", "Check": template.JS(checkScript), "Price": "0.01 USDC", "PayTo": env.payTo.Hex(),
+		})
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	shot := filepath.Join(t.TempDir(), "paywall.png")
+	runChromium(t, "--screenshot="+shot, srv.URL+"/paid")
+	f, err := os.Open(shot)
+	if err != nil {
+		t.Fatalf("no screenshot: %v", err)
+	}
+	img, err := png.Decode(f)
+	_ = f.Close()
+	if err != nil {
+		t.Fatalf("the screenshot is not a PNG: %v", err)
+	}
+	if b := img.Bounds(); b.Dx() != 1280 || b.Dy() != 900 {
+		t.Errorf("screenshot is %dx%d, want 1280x900", b.Dx(), b.Dy())
+	}
+	colours, share := colourStats(img)
+	if colours < 16 || share < 0.005 {
+		t.Errorf("the screenshot looks blank: %d colours, %.4f of pixels differ from the most common one", colours, share)
+	}
+	if b, err := os.ReadFile(shot); err == nil {
+		_ = os.WriteFile(filepath.Join(os.TempDir(), "paywall.png"), b, 0o644) // for people to look at
+	}
+
+	dom := runChromium(t, "--virtual-time-budget=10000", "--dump-dom", srv.URL+"/wrapper")
+	if v := verdictOf(t, dom); v != "PASS" {
+		t.Errorf("in Chromium: %s", v)
+	}
+	if up.calls.Load() != 0 {
+		t.Error("the upstream ran for the paywall")
+	}
+}
+
+// colourStats counts distinct colours and the share of pixels unlike the most common one.
+func colourStats(img image.Image) (int, float64) {
+	counts := map[[4]uint32]int{}
+	b := img.Bounds()
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			r, g, bl, a := img.At(x, y).RGBA()
+			counts[[4]uint32{r, g, bl, a}]++
+		}
+	}
+	top, total := 0, b.Dx()*b.Dy()
+	for _, n := range counts {
+		top = max(top, n)
+	}
+	return len(counts), float64(total-top) / float64(total)
+}
+
+var walletWrapper = template.Must(template.New("wallet").Parse(`<!doctype html>
+<html><head><meta charset="utf-8"><style>html,body{margin:0}iframe{border:0;width:1280px;height:900px}</style></head>
+<body><output id="verdict"></output><iframe id="f" src="{{.Src}}"></iframe>
+<script>
+var payer = {{.Payer}}, chainIdHex = {{.ChainID}}, calls = [];
+// An EIP-1193 wallet whose key signs on the test server (eth_signTypedData_v4).
+var provider = {
+  request: async function (args) {
+    calls.push(args.method);
+    switch (args.method) {
+    case "eth_requestAccounts": case "eth_accounts": return [payer];
+    case "eth_chainId": return chainIdHex;
+    case "eth_signTypedData_v4":
+      if (String(args.params[0]).toLowerCase() !== payer) throw new Error("asked to sign for " + args.params[0]);
+      var r = await fetch("/wallet/sign", { method: "POST", body: args.params[1] });
+      var text = (await r.text()).trim();
+      if (!r.ok) throw new Error("wallet: " + text);
+      return text;
+    }
+    throw new Error("unsupported method " + args.method);
+  }
+};
+var f = document.getElementById("f"), started = false;
+function done(v) { document.getElementById("verdict").setAttribute("data-verdict", v + " calls=" + calls.join(",")); }
+f.addEventListener("load", function () {
+  if (started) return;
+  started = true;
+  f.contentWindow.ethereum = provider;
+  f.contentDocument.getElementById("pay").click();
+  var tries = 0;
+  (function poll() {
+    var doc = f.contentDocument;
+    var content = doc && doc.getElementById("content");
+    if (content) return done("PAID " + content.textContent);
+    var st = doc && doc.getElementById("status");
+    if (st && st.className === "err") return done("FAIL " + st.textContent);
+    if (++tries > 300) return done("FAIL timeout: " + (st ? st.textContent : "no status"));
+    setTimeout(poll, 100);
+  })();
+});
+</script></body></html>`))
+
+// TestPaywallPaysWithBrowserWallet drives the paywall's own script in Chromium: an
+// EIP-1193 provider (its key held by the test server) signs the page's EIP-712 typed
+// data, the page retries with PAYMENT-SIGNATURE, the payment settles on chain and the
+// page shows the upstream's content. Balances move by exactly the price.
+func TestPaywallPaysWithBrowserWallet(t *testing.T) {
+	env := newTestEnv(t)
+	var upCalls atomic.Int32
+	content := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		upCalls.Add(1)
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = io.WriteString(w, `<!doctype html><h1 id="content">premium article</h1>`)
+	})
+	g := env.gate(t, env.config(), Options{})
+	var signs atomic.Int32
+	var signErr atomic.Value
+	mux := http.NewServeMux()
+	mux.Handle("/paid", g.Middleware(MiddlewareOptions{})(content))
+	mux.HandleFunc("/wallet", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_ = walletWrapper.Execute(w, map[string]any{
+			"Src": "/paid", "Payer": strings.ToLower(env.payer.Address.Hex()),
+			"ChainID": fmt.Sprintf("0x%x", env.chain.ChainID),
+		})
+	})
+	mux.HandleFunc("/wallet/sign", func(w http.ResponseWriter, r *http.Request) {
+		sig, err := walletSign(r.Body, env.payer.Address, env.token.Address, func(d []byte) ([]byte, error) {
+			return crypto.Sign(d, env.payer.Key)
+		})
+		if err != nil {
+			signErr.Store(err.Error())
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		signs.Add(1)
+		_, _ = io.WriteString(w, hexutil.Encode(sig))
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	before := env.ledger(t, env.payer.Address)
+	dom := runChromium(t, "--virtual-time-budget=30000", "--dump-dom", srv.URL+"/wallet")
+	v := verdictOf(t, dom)
+	if !strings.HasPrefix(v, "PAID premium article") {
+		e, _ := signErr.Load().(string)
+		t.Fatalf("in Chromium: %s (wallet error: %q)", v, e)
+	}
+	if !strings.Contains(v, "eth_requestAccounts") || !strings.Contains(v, "eth_signTypedData_v4") {
+		t.Errorf("wallet calls: %s", v)
+	}
+	if signs.Load() != 1 || upCalls.Load() != 1 {
+		t.Errorf("%d signatures, %d upstream calls; want 1 and 1", signs.Load(), upCalls.Load())
+	}
+	env.expectMoved(t, env.payer.Address, before, 1)
+}
+
+// walletSign is the test wallet: it checks that the typed data is an EIP-3009
+// TransferWithAuthorization from the wallet's account under the token's domain, and signs
+// its EIP-712 digest as eth_signTypedData_v4 does (v in {27, 28}).
+func walletSign(body io.Reader, account, token common.Address, sign func([]byte) ([]byte, error)) ([]byte, error) {
+	raw, err := io.ReadAll(io.LimitReader(body, 64<<10))
+	if err != nil {
+		return nil, err
+	}
+	var td apitypes.TypedData
+	if err := json.Unmarshal(raw, &td); err != nil {
+		return nil, fmt.Errorf("typed data: %w", err)
+	}
+	if td.PrimaryType != "TransferWithAuthorization" {
+		return nil, fmt.Errorf("primary type %q", td.PrimaryType)
+	}
+	if !common.IsHexAddress(td.Domain.VerifyingContract) || common.HexToAddress(td.Domain.VerifyingContract) != token {
+		return nil, fmt.Errorf("verifying contract %q", td.Domain.VerifyingContract)
+	}
+	from, _ := td.Message["from"].(string)
+	if !common.IsHexAddress(from) || common.HexToAddress(from) != account {
+		return nil, fmt.Errorf("from %q", from)
+	}
+	digest, _, err := apitypes.TypedDataAndHash(td)
+	if err != nil {
+		return nil, fmt.Errorf("hash typed data: %w", err)
+	}
+	sig, err := sign(digest)
+	if err != nil {
+		return nil, err
+	}
+	if len(sig) != 65 {
+		return nil, errors.New("signature length")
+	}
+	sig[64] += 27
+	return sig, nil
+}
