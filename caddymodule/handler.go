@@ -72,11 +72,11 @@ type Handler struct {
 	// remaining validity.
 	RetryGrace caddy.Duration `json:"retry_grace,omitempty"`
 
-	gate        *gate.Gate
-	log         *zap.Logger
-	retryKey    string // retryPool key held by a remote-facilitator handler
-	dynPrice    bool
-	dynPayTo    bool
+	gate     *gate.Gate
+	log      *zap.Logger
+	retryKey string // retryPool key held by a remote-facilitator handler
+	dynPrice bool
+	dynPayTo bool
 }
 
 // GuardianConfig is the route's guardian setting (spec §4.3 guardian {advertise, fee}).
