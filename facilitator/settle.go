@@ -20,12 +20,14 @@ import (
 //     before anything is broadcast (spec §4.2 /settle rule 1); it stays consumed whatever
 //     follows (spec §3). GuardianRequired always demands one. GuardianOptional demands one
 //     when the payment was sent to the verdict service: /verify leaves a marker before it
-//     asks for a verdict, and a settle that finds no approval claims that marker, so a
-//     payment once submitted for a verdict is never settled without a consumed approval.
+//     asks for a verdict, and a settle that finds no approval claims that marker (in step
+//     4, once the payment proved settleable), so a payment once submitted for a verdict
+//     is never settled without a consumed approval.
 //  2. Verify again: signature, time window, balance, nonce; the verdict is not asked again.
 //  3. Simulate (eth_estimateGas); a revert is mapped to a reason and nothing is sent.
 //  4. Claim the authorization in the ApprovalStore, so concurrent settles on every
 //     instance sharing the store make one broadcast (duplicate_settlement for the others).
+//     A settle refused before this step leaves nothing claimed and may be tried again.
 //  5. Sign with the engine's next nonce, journal the signed transaction, then broadcast.
 //  6. Await the receipt for Config.ReceiptTimeout: status 1 and a Transfer(from, to,
 //     value) log of the asset confirm it. No receipt in time is settlement_pending with
@@ -67,8 +69,10 @@ func (e *Engine) settle(ctx context.Context, p *x402.Payment, r *x402.Requiremen
 		return refuse(f)
 	}
 	key := keyOf(p, r)
+	needMarker := false
 	if withApproval {
-		if f := e.consumeApproval(ctx, key); f != nil {
+		var f *failure
+		if needMarker, f = e.consumeApproval(ctx, key); f != nil {
 			return refuse(f)
 		}
 	}
@@ -79,6 +83,13 @@ func (e *Engine) settle(ctx context.Context, p *x402.Payment, r *x402.Requiremen
 	var cl call
 	if c.wrap == nil {
 		if cl, f = e.simulate(ctx, c); f != nil {
+			return refuse(f)
+		}
+	}
+	if needMarker {
+		// Claimed only now, after the payment proved settleable, so a settle refused
+		// above (chain down, funds short) leaves the payment free to settle later.
+		if f := e.claimVerdictMarker(ctx, key); f != nil {
 			return refuse(f)
 		}
 	}
@@ -146,25 +157,33 @@ func (e *Engine) settle(ctx context.Context, p *x402.Payment, r *x402.Requiremen
 	return res, nil
 }
 
-// consumeApproval applies spec §4.2 /settle rule 1 for the engine's GUARDIAN_MODE.
-func (e *Engine) consumeApproval(ctx context.Context, k PaymentKey) *failure {
+// consumeApproval applies spec §4.2 /settle rule 1 for the engine's GUARDIAN_MODE. In
+// optional mode a payment with no approval may still settle if it was never sent to the
+// verdict service: needMarker then tells the caller to claim its verdict marker
+// (claimVerdictMarker) before the broadcast.
+func (e *Engine) consumeApproval(ctx context.Context, k PaymentKey) (needMarker bool, f *failure) {
 	if e.cfg.GuardianMode == GuardianOff {
-		return nil
+		return false, nil
 	}
 	a, err := e.cfg.Store.Consume(ctx, k)
 	switch {
 	case err == nil:
 		e.log.Info("approval consumed", zap.String("payer", k.Payer.Hex()), zap.String("requestHash", a.RequestHash))
-		return nil
+		return false, nil
 	case !errors.Is(err, ErrApprovalNotFound):
 		e.log.Error("consume approval", zap.String("payer", k.Payer.Hex()), zap.Error(err))
-		return fail(x402.ReasonApprovalStoreDown, "approval store unavailable")
+		return false, fail(x402.ReasonApprovalStoreDown, "approval store unavailable")
 	case e.cfg.GuardianMode == GuardianRequired:
-		return fail(x402.ReasonApprovalNotFound, "no unexpired approval for this payment")
+		return false, fail(x402.ReasonApprovalNotFound, "no unexpired approval for this payment")
 	}
-	// Optional mode, no approval: settle only a payment never sent to the verdict service.
-	// Claiming the marker also stops a later verdict request from racing this settle.
-	err = e.cfg.Store.Claim(ctx, markerKey(k), maxClaimTTL)
+	return true, nil
+}
+
+// claimVerdictMarker lets an optional-mode settle without approval go ahead only for a
+// payment never sent to the verdict service. Claiming the marker also stops a later
+// verdict request from racing this settle.
+func (e *Engine) claimVerdictMarker(ctx context.Context, k PaymentKey) *failure {
+	err := e.cfg.Store.Claim(ctx, markerKey(k), maxClaimTTL)
 	switch {
 	case err == nil:
 		return nil

@@ -114,7 +114,7 @@ func (e *Engine) verdictCheck(ctx context.Context, c *checked, in VerifyInput, r
 	}
 	if e.cfg.GuardianMode == GuardianOptional {
 		// The marker makes Settle demand an approval for this payment from now on, even
-		// if the verdict is never recorded (see consumeApproval).
+		// if the verdict is never recorded (see claimVerdictMarker).
 		err := e.cfg.Store.Claim(ctx, markerKey(c.key), untilValidBefore(c.auth, e.now(), claimMargin))
 		if err != nil && !errors.Is(err, ErrAlreadyClaimed) {
 			e.log.Error("record verdict marker", zap.String("payer", c.auth.From.Hex()), zap.Error(err))

@@ -236,3 +236,30 @@ func TestGuardianOptional(t *testing.T) {
 		})
 	}
 }
+
+// TestGuardianOptionalSettleRefusedEarlyCanBeRetried: in optional mode a payment never sent
+// for a verdict settles without an approval; a settle refused before anything was claimed
+// (here the payer's funds fell short) does not mark the payment, so a later settle of the
+// same payment succeeds, once.
+func TestGuardianOptionalSettleRefusedEarlyCanBeRetried(t *testing.T) {
+	env, e, _ := optionalEnv(t, approvedVerdict())
+	payer, payee := testenv.NewAccount(t), env.chain.Accounts[2]
+	p, r := env.pay(t, x402.Version2, payer, payee.Address)
+
+	res, err := e.Settle(context.Background(), p, r)
+	if err != nil || res.Success || res.ErrorReason != x402.ReasonInsufficientFunds.V2() {
+		t.Fatalf("settle without funds = %+v, %v; want %s", res, err, x402.ReasonInsufficientFunds)
+	}
+	env.token.Mint(t, payer.Address, testAmount)
+	res, err = e.Settle(context.Background(), p, r)
+	if err != nil || !res.Success {
+		t.Fatalf("settle once funded = %+v, %v; want success", res, err)
+	}
+	if got := env.token.BalanceOf(t, payee.Address); got.Cmp(new(big.Int).Add(testenv.DefaultPayerFunds, testAmount)) != 0 {
+		t.Errorf("payee balance %s", got)
+	}
+	again, err := e.Settle(context.Background(), p, r)
+	if err != nil || again.Success {
+		t.Errorf("third settle = %+v, %v; want refused", again, err)
+	}
+}
