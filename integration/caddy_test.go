@@ -498,6 +498,9 @@ func testTamper(t *testing.T, e *gateEnv, script string, payer testenv.Account, 
 	}
 	other := testenv.NewAccount(t).Address
 
+	// The facilitator matches the authorization to the requirements (payTo, then amount)
+	// before it checks the signature, as the reference Go facilitator does: a changed amount
+	// or payee is refused for what it is, whether or not the payer re-signed it.
 	type tamper struct {
 		name         string
 		edit         func(p paymentJSON)
@@ -513,10 +516,20 @@ func testTamper(t *testing.T, e *gateEnv, script string, payer testenv.Account, 
 			b := a
 			b.Value = big.NewInt(price - 1)
 			p.setAuthorization(t, b, nil)
-		}, "invalid_exact_evm_payload_signature", "invalid_exact_evm_signature"},
+		}, "invalid_exact_evm_payload_authorization_value", "invalid_exact_evm_payload_authorization_value_mismatch"},
 		{"payTo changed, signature kept", func(p paymentJSON) {
 			b := a
 			b.To = other
+			p.setAuthorization(t, b, nil)
+		}, "invalid_exact_evm_payload_recipient_mismatch", "invalid_exact_evm_recipient_mismatch"},
+		{"amount and payTo kept, validBefore extended", func(p paymentJSON) {
+			b := a
+			b.ValidBefore = new(big.Int).Add(a.ValidBefore, big.NewInt(30))
+			p.setAuthorization(t, b, nil)
+		}, "invalid_exact_evm_payload_signature", "invalid_exact_evm_signature"},
+		{"payer swapped for another funded account", func(p paymentJSON) {
+			b := a
+			b.From = e.chain.Accounts[9].Address
 			p.setAuthorization(t, b, nil)
 		}, "invalid_exact_evm_payload_signature", "invalid_exact_evm_signature"},
 		{"amount lowered and re-signed by the payer", func(p paymentJSON) {
