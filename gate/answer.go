@@ -141,7 +141,7 @@ func (g *Gate) errorResult(req *x402.Requirements, version int, status int, reas
 	if v == 0 {
 		v = x402.Version1
 	}
-	body := errorBody{X402Version: x402.Version1, Error: reason.For(v), Message: msg}
+	body := errorBody{X402Version: x402.Version1, Error: wireReason(reason, v), Message: msg}
 	if req != nil && status == http.StatusBadRequest {
 		if v1, err := req.V1(g.reg); err == nil {
 			body.Accepts = []x402.RequirementsV1{v1}
@@ -154,6 +154,17 @@ func (g *Gate) errorResult(req *x402.Requirements, version int, status int, reas
 		Kind: KindError, Status: status, Reason: reason, Message: msg, Version: version,
 		Header: h, Body: mustJSON(body), Requirements: req,
 	}
+}
+
+// wireReason is the body's error string for reason in version v: the x402 reason in the
+// version's form, or the gate's own dependency reasons (pricing, retry store, facilitator)
+// as they are, since no x402 enum names them and clients do not schema-check a 502 or 503.
+func wireReason(reason x402.Reason, v int) string {
+	switch reason {
+	case ReasonPricingUnavailable, ReasonRetryStoreUnavailable, ReasonFacilitatorUnavailable:
+		return string(reason)
+	}
+	return reason.For(v)
 }
 
 // settlement turns a settle response into Settlement data, with the network in both forms

@@ -44,6 +44,12 @@ type testEnv struct {
 
 func newTestEnv(t *testing.T) *testEnv {
 	t.Helper()
+	return newTestEnvWith(t, nil)
+}
+
+// newTestEnvWith is newTestEnv with the engine's config changed by mutate.
+func newTestEnvWith(t *testing.T, mutate func(*facilitator.Config)) *testEnv {
+	t.Helper()
 	chain, token := testenv.StartChainWithToken(t)
 	net := x402.Network{
 		Name: x402.BaseSepolia.Name, CAIP2: x402.BaseSepolia.CAIP2, ChainID: new(big.Int).Set(chain.ChainID),
@@ -60,13 +66,17 @@ func newTestEnv(t *testing.T) *testEnv {
 	t.Cleanup(func() { _ = j.Close() })
 	store := facilitator.NewMemoryStore(0)
 	t.Cleanup(func() { _ = store.Close() })
-	e, err := facilitator.New(context.Background(), facilitator.Config{
+	cfg := facilitator.Config{
 		Networks:  []facilitator.NetworkConfig{{Network: net, RPCURL: chain.RPCURL}},
 		SignerKey: chain.FacilitatorAccount().Key,
 		Store:     store,
 		Journal:   j,
 		Logger:    zap.NewNop(),
-	})
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	e, err := facilitator.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("facilitator.New: %v", err)
 	}

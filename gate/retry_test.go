@@ -31,7 +31,7 @@ func present(t *testing.T, url, name, value string) paidAnswer {
 	res := get(t, url, name, value)
 	body := readBody(t, res)
 	a := paidAnswer{status: res.StatusCode}
-	if res.StatusCode == http.StatusPaymentRequired || res.StatusCode == http.StatusBadRequest || res.StatusCode == http.StatusServiceUnavailable {
+	if res.StatusCode >= 400 && res.Header.Get("Content-Type") == "application/json" {
 		a.err = errorOf(t, body)
 	}
 	if v := res.Header.Get(x402.HeaderPaymentResponse); v != "" {

@@ -1,0 +1,231 @@
+package gate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/x402gate/x402gate/facilitator"
+	"github.com/x402gate/x402gate/internal/testenv"
+	"github.com/x402gate/x402gate/x402"
+)
+
+// TestFacilitatorDownIs502: an unreachable facilitator fails a paid request closed with
+// 502 facilitator_unavailable; the unpaid challenge needs no facilitator.
+func TestFacilitatorDownIs502(t *testing.T) {
+	env := newTestEnv(t)
+	up := &upstream{}
+	srv := serve(t, env.gate(t, env.config(), Options{Facilitator: deadFacilitator(t, env.reg)}), up)
+	url := srv.URL + "/r"
+	c := fetchChallenge(t, url)
+	for _, version := range []int{x402.Version1, x402.Version2} {
+		name, value := env.sign(t, version, env.payer, c, tamper{})
+		a := present(t, url, name, value)
+		if a.status != http.StatusBadGateway || a.err != "facilitator_unavailable" || a.tx != "" {
+			t.Errorf("v%d: %+v, want 502 without a settlement header", version, a)
+		}
+	}
+	if up.calls.Load() != 0 {
+		t.Error("the upstream ran")
+	}
+}
+
+// TestSettlementPendingIs502WithTx: when the receipt does not come in time, the answer is
+// 502 with the transaction hash in a success:false settle header, the upstream never runs,
+// and the header is not settled again.
+func TestSettlementPendingIs502WithTx(t *testing.T) {
+	env := newTestEnvWith(t, func(c *facilitator.Config) { c.ReceiptTimeout = time.Second })
+	up := &upstream{}
+	srv := serve(t, env.gate(t, env.config(), Options{}), up)
+	url := srv.URL + "/r"
+	name, value := env.sign(t, x402.Version2, env.payer, fetchChallenge(t, url), tamper{})
+	before := env.ledger(t, env.payer.Address)
+	env.chain.SetAutomine(t, false)
+	res := get(t, url, name, value)
+	body := readBody(t, res)
+	if res.StatusCode != http.StatusBadGateway || errorOf(t, body) != "settlement_pending" {
+		t.Fatalf("status %d body %s, want 502 settlement_pending", res.StatusCode, body)
+	}
+	sr, err := x402.DecodeSettleResponse(res.Header.Get(x402.HeaderPaymentResponse))
+	if err != nil || sr.Success || !isTxHash(sr.Transaction) || sr.ErrorReason != "settlement_pending" {
+		t.Fatalf("settle header %+v %v", sr, err)
+	}
+	env.chain.SetAutomine(t, true)
+	env.chain.Mine(t)
+	env.expectOnChain(t, sr.Transaction, env.payer.Address)
+	if a := present(t, url, name, value); a.status != http.StatusPaymentRequired {
+		t.Errorf("after the pending settlement mined: %+v, want 402", a)
+	}
+	if up.calls.Load() != 0 {
+		t.Error("the upstream ran for a pending settlement")
+	}
+	env.expectMoved(t, env.payer.Address, before, 1)
+}
+
+// TestVerdictRequiredWithoutServiceRejects: an engine in GUARDIAN_MODE required with no
+// verdict service refuses every payment (verdict_not_approved, v1 invalid_payment), and the
+// gate answers rejected without running the upstream or moving money.
+func TestVerdictRequiredWithoutServiceRejects(t *testing.T) {
+	env := newTestEnvWith(t, func(c *facilitator.Config) { c.GuardianMode = facilitator.GuardianRequired })
+	up := &upstream{}
+	srv := serve(t, env.gate(t, env.config(), Options{}), up)
+	url := srv.URL + "/r"
+	c := fetchChallenge(t, url)
+	before := env.ledger(t, env.payer.Address)
+	for version, want := range map[int]string{1: "invalid_payment", 2: "verdict_not_approved"} {
+		name, value := env.sign(t, version, env.payer, c, tamper{})
+		if a := present(t, url, name, value); a.status != http.StatusPaymentRequired || a.err != want {
+			t.Errorf("v%d: %+v, want 402 %s", version, a, want)
+		}
+	}
+	if up.calls.Load() != 0 {
+		t.Error("the upstream ran")
+	}
+	env.expectMoved(t, env.payer.Address, before, 0)
+}
+
+// TestGuardianAdvertised checks the verification section of the 402 body, the pricing
+// failure modes, and the X-VERIFICATION-PAYMENT header's checks.
+func TestGuardianAdvertised(t *testing.T) {
+	env := newTestEnv(t)
+	feeTo := testenv.NewAccount(t).Address
+	var pricingErr error
+	pricing := func(_ context.Context, m *x402.Requirements) (*x402.Requirements, error) {
+		if pricingErr != nil {
+			return nil, pricingErr
+		}
+		fee := *m
+		fee.Amount, fee.PayTo = big.NewInt(1_000), feeTo
+		fee.Resource = x402.ResourceInfo{URL: "https://verdicts.example/fee"}
+		return &fee, nil
+	}
+	for _, mode := range []string{AdvertiseRequired, AdvertiseOptional} {
+		t.Run(mode, func(t *testing.T) {
+			cfg := env.config()
+			cfg.Guardian = &GuardianConfig{Advertise: mode, Fee: true}
+			up := &upstream{}
+			srv := serve(t, env.gate(t, cfg, Options{Pricing: pricing}), up)
+			url := srv.URL + "/r"
+			pricingErr = nil
+			var body struct {
+				Verification struct {
+					Mode         string               `json:"mode"`
+					Header       string               `json:"header"`
+					Requirements *x402.RequirementsV1 `json:"requirements"`
+				} `json:"verification"`
+			}
+			res := get(t, url, "", "")
+			b := readBody(t, res)
+			if err := json.Unmarshal(b, &body); err != nil || res.StatusCode != 402 {
+				t.Fatalf("%d %s", res.StatusCode, b)
+			}
+			v := body.Verification
+			if v.Mode != mode || v.Header != "X-VERIFICATION-PAYMENT" || v.Requirements == nil ||
+				v.Requirements.MaxAmountRequired != "1000" || v.Requirements.PayTo != feeTo.Hex() || v.Requirements.Network != "base-sepolia" {
+				t.Errorf("verification = %+v (%s)", v, b)
+			}
+
+			c := fetchChallenge(t, url)
+			name, value := env.sign(t, x402.Version2, env.payer, c, tamper{})
+			for _, h := range []http.Header{
+				{name: {value}, HeaderVerificationPayment: {"%%%"}},
+				{name: {value}, HeaderVerificationPayment: {"a", "b"}},
+			} {
+				req, _ := http.NewRequest(http.MethodGet, url, nil)
+				req.Header = h
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b := readBody(t, res)
+				if res.StatusCode != 400 || errorOf(t, b) != "invalid_payload" {
+					t.Errorf("bad %s: %d %s", HeaderVerificationPayment, res.StatusCode, b)
+				}
+			}
+
+			pricingErr = errors.New("pricing service down")
+			res = get(t, url, "", "")
+			b = readBody(t, res)
+			switch mode {
+			case AdvertiseRequired:
+				if res.StatusCode != http.StatusBadGateway || errorOf(t, b) != "pricing_unavailable" {
+					t.Errorf("pricing down, required: %d %s", res.StatusCode, b)
+				}
+				if a := present(t, url, name, value); a.status != http.StatusBadGateway || a.err != "pricing_unavailable" {
+					t.Errorf("pricing down, required, paid: %+v", a)
+				}
+			case AdvertiseOptional:
+				body.Verification.Requirements = nil
+				if err := json.Unmarshal(b, &body); err != nil || res.StatusCode != 402 || body.Verification.Requirements != nil || body.Verification.Mode != mode {
+					t.Errorf("pricing down, optional: %d %s", res.StatusCode, b)
+				}
+			}
+			if up.calls.Load() != 0 {
+				t.Error("the upstream ran")
+			}
+		})
+	}
+}
+
+// TestRemoteFacilitator runs the gate against the facilitator's HTTP API (a real
+// facilitator.Client, an x-facilitator-key, the engine behind facilitator.NewHandler):
+// both versions settle, a bad signature keeps its exact reason across the wire, and a
+// wrong key fails closed.
+func TestRemoteFacilitator(t *testing.T) {
+	env := newTestEnv(t)
+	const key = "facilitator-key-for-tests"
+	api := httptest.NewServer(facilitator.NewHandler(env.engine, facilitator.HandlerOptions{APIKey: key, Registry: env.reg}))
+	defer api.Close()
+	cfg := env.config()
+	cfg.FacilitatorURL, cfg.FacilitatorKey = api.URL, key
+	g, err := New(cfg, Options{Registry: env.reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.CheckSupported(t.Context()); err != nil {
+		t.Fatalf("CheckSupported: %v", err)
+	}
+	up := &upstream{}
+	srv := serve(t, g, up)
+	url := srv.URL + "/r"
+	c := fetchChallenge(t, url)
+	before := env.ledger(t, env.payer.Address)
+	for _, version := range []int{x402.Version1, x402.Version2} {
+		name, value := env.sign(t, version, env.payer, c, tamper{})
+		res := get(t, url, name, value)
+		_ = readBody(t, res)
+		if res.StatusCode != 200 {
+			t.Fatalf("v%d: status %d", version, res.StatusCode)
+		}
+		env.expectOnChain(t, settleHeader(t, res, version).Transaction, env.payer.Address)
+	}
+	env.expectMoved(t, env.payer.Address, before, 2)
+	for version, want := range map[int]string{1: "invalid_exact_evm_payload_signature", 2: "invalid_exact_evm_signature"} {
+		name, value := env.sign(t, version, env.payer, c, tamper{after: func(sig []byte, _ *x402.AuthorizationJSON, _ *x402.RequirementsV2) { sig[3] ^= 0x80 }})
+		if a := present(t, url, name, value); a.status != 402 || a.err != want {
+			t.Errorf("v%d bad signature: %+v, want 402 %s", version, a, want)
+		}
+	}
+
+	cfg.FacilitatorKey = "wrong-key"
+	bad, err := New(cfg, Options{Registry: env.reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	badSrv := serve(t, bad, up)
+	name, value := env.sign(t, x402.Version2, env.payer, c, tamper{})
+	res := get(t, badSrv.URL+"/r", name, value)
+	b := readBody(t, res)
+	if res.StatusCode != http.StatusBadGateway || errorOf(t, b) != "facilitator_unavailable" || strings.Contains(string(b), "wrong-key") {
+		t.Errorf("wrong key: %d %s", res.StatusCode, b)
+	}
+	if n := up.calls.Load(); n != 2 {
+		t.Errorf("upstream ran %d times, want 2", n)
+	}
+}
