@@ -1,0 +1,127 @@
+package caddymodule
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+)
+
+// freePort returns a TCP port that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// isolateCaddy points Caddy's config and data dirs at temporary directories.
+func isolateCaddy(t *testing.T) {
+	t.Helper()
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	t.Setenv("XDG_DATA_HOME", t.TempDir())
+}
+
+// loadCaddy adapts a Caddyfile and runs it in this process; the first call of a test
+// registers caddy.Stop as cleanup.
+func loadCaddy(t *testing.T, caddyfileText string) {
+	t.Helper()
+	cfg, warn, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfileText), nil)
+	if err != nil {
+		t.Fatalf("adapt: %v", err)
+	}
+	for _, w := range warn {
+		t.Logf("adapt warning: %s", w.String())
+	}
+	if err := caddy.Load(cfg, true); err != nil {
+		t.Fatalf("load: %v", err)
+	}
+}
+
+func stopCaddy(t *testing.T) {
+	t.Cleanup(func() {
+		if err := caddy.Stop(); err != nil {
+			t.Errorf("caddy stop: %v", err)
+		}
+	})
+}
+
+// get sends a request and returns the response with its body read.
+func do(t *testing.T, req *http.Request) (*http.Response, string) {
+	t.Helper()
+	c := &http.Client{Timeout: 2 * time.Minute}
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, string(b)
+}
+
+// TestAccessLogRedactsPaymentHeaders sends a request that carries every secret x402
+// header through a Caddy site whose access log uses format x402_redact, and reads the log
+// line back: the header values are gone, other headers are still logged.
+func TestAccessLogRedactsPaymentHeaders(t *testing.T) {
+	isolateCaddy(t)
+	port := freePort(t)
+	logFile := filepath.Join(t.TempDir(), "access.log")
+	stopCaddy(t)
+	loadCaddy(t, fmt.Sprintf(`{
+	admin off
+	persist_config off
+	auto_https off
+}
+http://127.0.0.1:%d {
+	log {
+		output file %s
+		format x402_redact json
+	}
+	respond "ok"
+}`, port, logFile))
+
+	secrets := map[string]string{
+		"X-PAYMENT":              "secret-v1-payment-eyJ4NDAy",
+		"PAYMENT-SIGNATURE":      "secret-v2-payment-eyJ4NDAy",
+		"X-VERIFICATION-PAYMENT": "secret-fee-payment-eyJ4NDAy",
+		"x-api-key":              "secret-verdict-api-key-0001",
+		"x-facilitator-key":      "secret-facilitator-key-0002",
+	}
+	req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/paid/resource", port), nil)
+	for k, v := range secrets {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("X-Visible", "visible-control-value")
+	if res, body := do(t, req); res.StatusCode != http.StatusOK || body != "ok" {
+		t.Fatalf("got %d %q, want 200 ok", res.StatusCode, body)
+	}
+
+	var line string
+	for i := 0; i < 100 && !strings.Contains(line, "/paid/resource"); i++ {
+		b, _ := os.ReadFile(logFile)
+		line = string(b)
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(line, "/paid/resource") || !strings.Contains(line, "visible-control-value") {
+		t.Fatalf("the access log has no line of the request with its headers:\n%s", line)
+	}
+	for k, v := range secrets {
+		if strings.Contains(line, v) {
+			t.Errorf("the access log carries the value of %s:\n%s", k, line)
+		}
+	}
+}
