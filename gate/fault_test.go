@@ -4,12 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/x402gate/x402gate/facilitator"
 	"github.com/x402gate/x402gate/internal/testenv"
@@ -227,5 +232,62 @@ func TestRemoteFacilitator(t *testing.T) {
 	}
 	if n := up.calls.Load(); n != 2 {
 		t.Errorf("upstream ran %d times, want 2", n)
+	}
+}
+
+// TestLogsCarryNoSecrets: the gate's logs name the payer, the reason and the transaction,
+// never a payment header, a signature or the facilitator key.
+func TestLogsCarryNoSecrets(t *testing.T) {
+	env := newTestEnv(t)
+	const key = "facilitator-secret-key-42"
+	api := httptest.NewServer(facilitator.NewHandler(env.engine, facilitator.HandlerOptions{APIKey: key, Registry: env.reg}))
+	defer api.Close()
+	core, logs := observer.New(zapcore.DebugLevel)
+	cfg := env.config()
+	cfg.FacilitatorURL, cfg.FacilitatorKey = api.URL, key
+	up := &upstream{script: []int{500}}
+	g, err := New(cfg, Options{Registry: env.reg, Logger: zap.New(core)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serve(t, g, up)
+	url := srv.URL + "/r"
+	c := fetchChallenge(t, url)
+	name, value := env.sign(t, x402.Version2, env.payer, c, tamper{})
+	secrets := []string{key, value}
+	present(t, url, name, value) // settled, upstream 500: retry granted
+	present(t, url, name, value) // retried
+	present(t, url, name, value) // refused
+	bad, badValue := env.sign(t, x402.Version1, env.payer, c, tamper{after: func(sig []byte, _ *x402.AuthorizationJSON, _ *x402.RequirementsV2) { sig[5] ^= 1 }})
+	present(t, url, bad, badValue)
+	secrets = append(secrets, badValue)
+	cfg.FacilitatorKey = "wrong-" + key
+	wrong, err := New(cfg, Options{Registry: env.reg, Logger: zap.New(core)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wsrv := serve(t, wrong, up)
+	_, v3 := env.sign(t, x402.Version2, env.payer, c, tamper{})
+	present(t, wsrv.URL+"/r", name, v3)
+	secrets = append(secrets, v3, cfg.FacilitatorKey)
+
+	var settled bool
+	for _, e := range logs.All() {
+		line := e.Message + fmt.Sprint(e.ContextMap())
+		for _, s := range secrets {
+			if strings.Contains(line, s) || len(s) > 40 && strings.Contains(line, s[len(s)-40:]) {
+				t.Errorf("log %q carries a secret", e.Message)
+			}
+		}
+		if strings.Contains(line, "0x") && strings.Contains(strings.ToLower(line), "signature\":\"0x") {
+			t.Errorf("log %q carries a signature", e.Message)
+		}
+		if e.Message == "x402 payment settled" {
+			m := e.ContextMap()
+			settled = m["payer"] == env.payer.Address.Hex() && isTxHash(fmt.Sprint(m["tx"]))
+		}
+	}
+	if !settled {
+		t.Errorf("no settlement log with payer and tx among %d entries", logs.Len())
 	}
 }
