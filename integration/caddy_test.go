@@ -771,6 +771,7 @@ func testMetrics(t *testing.T, e *gateEnv) {
 
 func testReloadMidTraffic(t *testing.T, e *gateEnv, payer testenv.Account) {
 	const path, total, workers = "/api/reload", 32, 4
+	reloadAt := []int32{4, 12, 20}
 	type job struct {
 		header string
 		auth   testenv.Authorization
@@ -789,8 +790,8 @@ func testReloadMidTraffic(t *testing.T, e *gateEnv, payer testenv.Account) {
 
 	status := make(map[string]int, total) // header -> status (0: transport error)
 	var mu sync.Mutex
-	var done atomic.Int32
-	reloadAt := []int32{4, 12, 20}
+	var done, inFlight atomic.Int32
+	quiet := make(chan int, len(reloadAt)) // reloads that began with no request in flight
 	reloaded := make(chan error, 1)
 	var wg sync.WaitGroup
 	for w := 0; w < workers; w++ {
@@ -798,7 +799,9 @@ func testReloadMidTraffic(t *testing.T, e *gateEnv, payer testenv.Account) {
 		go func() {
 			defer wg.Done()
 			for j := range jobs {
+				inFlight.Add(1)
 				r, err := do(t, http.MethodGet, e.api+path, "", map[string]string{"X-PAYMENT": j.header})
+				inFlight.Add(-1)
 				mu.Lock()
 				if err != nil {
 					status[j.header] = 0
@@ -818,6 +821,9 @@ func testReloadMidTraffic(t *testing.T, e *gateEnv, payer testenv.Account) {
 			for done.Load() < at && done.Load() < total {
 				time.Sleep(10 * time.Millisecond)
 			}
+			if inFlight.Load() == 0 {
+				quiet <- i + 1
+			}
 			if lerr := e.caddy.Load(gateCaddyfile("premium data, config " + strconv.Itoa(i+1))); lerr != nil && err == nil {
 				err = lerr
 			}
@@ -827,6 +833,10 @@ func testReloadMidTraffic(t *testing.T, e *gateEnv, payer testenv.Account) {
 	wg.Wait()
 	if err := <-reloaded; err != nil {
 		t.Fatalf("reload: %v", err)
+	}
+	close(quiet)
+	for i := range quiet {
+		t.Errorf("reload %d began with no paid request in flight: the test did not exercise a reload mid-traffic", i)
 	}
 
 	served := 0
@@ -923,5 +933,19 @@ func testAccessLogRedacted(t *testing.T, e *gateEnv) {
 	}
 	if strings.Contains(logs, e.apiKey) {
 		t.Errorf("the facilitator API key appears in Caddy's output")
+	}
+	// The RPC URL may carry a provider key; given as {env.X402_RPC_URL} it must stay out of
+	// the logs and out of the config the admin endpoint serves.
+	if strings.Contains(logs, e.chain.RPCURL) {
+		t.Errorf("the RPC URL appears in Caddy's output")
+	}
+	cfg := mustDo(t, http.MethodGet, e.caddy.AdminURL+"/config/", nil)
+	if cfg.Status != http.StatusOK {
+		t.Fatalf("admin /config/: status %d", cfg.Status)
+	}
+	for what, secret := range map[string]string{"RPC URL": e.chain.RPCURL, "API key": e.apiKey, "signer key": key[2:]} {
+		if strings.Contains(strings.ToLower(string(cfg.Body)), strings.ToLower(secret)) {
+			t.Errorf("the %s appears in the config served by admin /config/", what)
+		}
 	}
 }

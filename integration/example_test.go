@@ -109,4 +109,8 @@ func TestCaddyfileExampleServesTheDemo(t *testing.T) {
 	if strings.Contains(caddy.Logs(), apiKey) {
 		t.Errorf("the facilitator API key appears in Caddy's output")
 	}
+	cfg := mustDo(t, http.MethodGet, caddy.AdminURL+"/config/", nil)
+	if cfg.Status != http.StatusOK || strings.Contains(string(cfg.Body), chain.RPCURL) || strings.Contains(string(cfg.Body), apiKey) {
+		t.Errorf("admin /config/ (status %d) must hold neither the RPC URL nor the API key, only their placeholders", cfg.Status)
+	}
 }
