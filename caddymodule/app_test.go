@@ -139,32 +139,45 @@ func TestAppAgainstAnvil(t *testing.T) {
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	config := func(freeBody string) string {
 		return fmt.Sprintf(`{
-	admin localhost:%d
+	admin localhost:%[1]d
 	persist_config off
 	auto_https off
 	x402 {
 		facilitator {
 			network base-sepolia {
 				rpc {env.X402_TEST_RPC}
-				asset %s
+				asset %[2]s
 				asset_name USDC
 				asset_version 2
 			}
-			signer_key {file.%s}
-			journal sqlite %s
+			signer_key {file.%[3]s}
+			journal sqlite %[4]s
 		}
 	}
 }
-http://127.0.0.1:%d {
+http://127.0.0.1:%[5]d {
 	x402 /api/* {
 		price 0.01 USDC
-		pay_to %s
+		pay_to %[6]s
 		network base-sepolia
 		description "test api"
 		mime_type application/json
 	}
+	x402 /remote/* {
+		price 10000 base
+		pay_to %[6]s
+		network base-sepolia
+		asset %[2]s
+		asset_name USDC
+		asset_version 2
+		facilitator http://127.0.0.1:%[5]d/facilitator
+		facilitator_key {env.X402_TEST_FACILITATOR_KEY}
+	}
+	handle /remote/* {
+		reverse_proxy %[7]s
+	}
 	handle /api/* {
-		reverse_proxy %s {
+		reverse_proxy %[7]s {
 			header_up X-Payer {http.x402.payer}
 			header_up X-Tx {http.x402.tx}
 			header_up X-Amount {http.x402.amount}
@@ -176,7 +189,7 @@ http://127.0.0.1:%d {
 			api_key {env.X402_TEST_FACILITATOR_KEY}
 		}
 	}
-	respond %q
+	respond %[8]q
 }`, adminPort, tok.Address.Hex(), keyFile, filepath.Join(dir, "journal.db"), port, merchant.Hex(),
 			strings.TrimPrefix(upSrv.URL, "http://"), freeBody)
 	}
@@ -288,6 +301,18 @@ http://127.0.0.1:%d {
 		}
 	})
 
+	t.Run("a gate in front of the remote facilitator API settles with its key", func(t *testing.T) {
+		n := up.count()
+		req, _ := http.NewRequest(http.MethodGet, base+"/remote/item", nil)
+		req.Header.Set("X-PAYMENT", paymentV1(t, tok, payer, merchant, 10000))
+		if res, body := do(t, req); res.StatusCode != http.StatusOK || up.count() != n+1 {
+			t.Fatalf("got %d %q, upstream calls %d -> %d", res.StatusCode, body, n, up.count())
+		}
+		if got := tok.BalanceOf(t, merchant); got.Cmp(big.NewInt(30000)) != 0 {
+			t.Fatalf("merchant balance = %s, want 30000", got)
+		}
+	})
+
 	t.Run("facilitator API requires FACILITATOR_API_KEY except on /health", func(t *testing.T) {
 		for _, tc := range []struct {
 			path, key string
@@ -314,10 +339,10 @@ http://127.0.0.1:%d {
 			delta  float64
 		}{
 			{challenges, 1},
-			{valid, 2},     // the paid request and the flaky one
+			{valid, 3},     // the paid request, the flaky one and the remote one
 			{nonceUsed, 2}, // the replay and the retry of the flaky one
-			{settled, 2},
-			{amountSeries, 20000},
+			{settled, 3},
+			{amountSeries, 30000},
 		} {
 			if got := metricValue(t, adminPort, tc.series) - before[tc.series]; got != tc.delta {
 				t.Errorf("%s grew by %v, want %v", tc.series, got, tc.delta)
@@ -347,8 +372,8 @@ http://127.0.0.1:%d {
 		if res, body := do(t, req); res.StatusCode != http.StatusOK {
 			t.Fatalf("paid request after the reload: %d %s", res.StatusCode, body)
 		}
-		if got := tok.BalanceOf(t, merchant); got.Cmp(big.NewInt(30000)) != 0 {
-			t.Fatalf("merchant balance = %s, want 30000", got)
+		if got := tok.BalanceOf(t, merchant); got.Cmp(big.NewInt(40000)) != 0 {
+			t.Fatalf("merchant balance = %s, want 40000", got)
 		}
 	})
 }

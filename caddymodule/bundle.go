@@ -413,7 +413,7 @@ func openBundle(rc *resolved, log *zap.Logger) (_ *bundle, err error) {
 		b.journal = j
 	}
 	b.closers = append(b.closers, b.journal.Close)
-	verdicts, err := newVerdicts(rc)
+	verdicts, err := newVerdicts(rc, b.registry, log)
 	if err != nil {
 		return nil, err
 	}

@@ -286,10 +286,14 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 	if err := g.UnmarshalCaddyfile(h.Dispenser); err != nil {
 		return nil, err
 	}
-	if g.FacilitatorURL != "" {
-		return g, nil // a remote facilitator serves the built-in networks
-	}
 	known := builtinNetworks
+	if g.FacilitatorURL != "" {
+		// A gate in front of a remote facilitator knows the built-in networks only.
+		if _, ok := known.Lookup(g.Network); !ok {
+			return nil, h.Errf("x402: network %q is not built in (base, base-sepolia); a remote facilitator needs one of them", g.Network)
+		}
+		return g, nil
+	}
 	var app App
 	if opt, ok := h.Option("x402").(httpcaddyfile.App); ok {
 		if err := json.Unmarshal(opt.Value, &app); err != nil {

@@ -388,6 +388,7 @@ example.com {
 		{"bad address", "x402 {\nprice 1\npay_to 0xZZ11111111111111111111111111111111111111\nnetwork base-sepolia\n}", "not a 0x address"},
 		{"negative price", "x402 {\nprice -1 USDC\npay_to " + payee + "\nnetwork base-sepolia\n}", "invalid price"},
 		{"missing pay_to", "x402 {\nprice 1\nnetwork base-sepolia\n}", "pay_to is required"},
+		{"remote facilitator on a custom network", "x402 {\nprice 1\npay_to " + payee + "\nnetwork devnet\nfacilitator https://f.example\n}", `network "devnet" is not built in`},
 		{"unknown subdirective", "x402 {\nprice 1\npay_to " + payee + "\nnetwork base-sepolia\nfoo bar\n}", `unrecognized subdirective "foo"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

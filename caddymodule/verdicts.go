@@ -1,17 +1,29 @@
 package caddymodule
 
 import (
-	"errors"
+	"fmt"
+
+	"go.uber.org/zap"
 
 	"github.com/x402gate/x402gate/facilitator"
+	"github.com/x402gate/x402gate/x402"
 )
 
 // newVerdicts builds the verdict service client of a bundled facilitator, timed for
-// caddy_x402_verdict_duration_seconds. Without verdict_url there is none (guardian_mode
-// off, checked in resolve).
-func newVerdicts(rc *resolved) (facilitator.Verdicts, error) {
+// caddy_x402_verdict_duration_seconds. Without verdict_url there is none: resolve has
+// already refused a guardian_mode other than off without it (fail closed).
+func newVerdicts(rc *resolved, reg *x402.Registry, log *zap.Logger) (facilitator.Verdicts, error) {
 	if rc.VerdictURL == "" {
 		return nil, nil
 	}
-	return nil, errors.New("verdict client: not wired yet")
+	vc, err := facilitator.NewVerdictClient(facilitator.VerdictClientConfig{
+		BaseURL: rc.VerdictURL,
+		APIKey:  rc.VerdictKey,
+		Assets:  reg,
+		Logger:  log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("verdict_url/verdict_key: %w", err) // never quotes the key
+	}
+	return meteredVerdicts{next: vc}, nil
 }
