@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // MinAPIKeyLength is the shortest API key New accepts. The client refuses to send any
@@ -32,6 +34,10 @@ type Config struct {
 	// HTTPClient sends the requests. Default: a client on http.DefaultTransport. It is
 	// copied, never modified; the copy refuses redirects.
 	HTTPClient *http.Client
+	// Logger receives one debug entry per request (operation, method, status,
+	// requestHash, and the error, none of which carries the key) and a warning per
+	// uncertain submit, with its trace id. Default: no logging.
+	Logger *zap.Logger
 }
 
 // Client is the low-level client of the verdict service (spec §4.1). It is safe for
@@ -54,7 +60,11 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Timeout < 0 {
 		return nil, &InputError{Field: "config.timeout", Problem: "must not be negative"}
 	}
-	return &Client{base: base, apiKey: cfg.APIKey, t: newJSONTransport(cfg.HTTPClient, cfg.Timeout)}, nil
+	t := newJSONTransport(cfg.HTTPClient, cfg.Timeout)
+	if cfg.Logger != nil {
+		t.log = cfg.Logger.Named("verdictclient")
+	}
+	return &Client{base: base, apiKey: cfg.APIKey, t: t}, nil
 }
 
 // WithAPIKey returns a Client that shares c's settings and connection pool but
@@ -236,16 +246,24 @@ func (c *Client) Submit(ctx context.Context, req SubmitRequest) (*Transaction, e
 				return nil, se
 			}
 		}
-		return nil, &UncertainSubmitError{TraceID: trace, Cause: err}
+		return nil, c.uncertain(trace, err)
 	}
 	if ans.status != http.StatusCreated {
-		return nil, &UncertainSubmitError{TraceID: trace, Cause: &StatusError{Op: "submit", Status: ans.status}}
+		return nil, c.uncertain(trace, &StatusError{Op: "submit", Status: ans.status})
 	}
 	tx, err := parseTransaction(ans.body, trace)
 	if err != nil {
-		return nil, &UncertainSubmitError{TraceID: trace, Cause: err}
+		return nil, c.uncertain(trace, err)
 	}
 	return tx, nil
+}
+
+// uncertain builds an *UncertainSubmitError and logs it with its trace id, the handle
+// an operator needs to reconcile by hand.
+func (c *Client) uncertain(trace string, cause error) error {
+	e := &UncertainSubmitError{TraceID: trace, Cause: cause}
+	c.t.log.Warn("submit outcome unknown; reconcile by trace id", zap.String("traceId", trace), zap.Error(cause))
+	return e
 }
 
 // Status reads GET /transactions/{requestHash}/approval-status once and validates it

@@ -158,12 +158,14 @@
 // # Secrets
 //
 // The API key travels only in the x-api-key header (spec §5). It is never put in a
-// URL, body, metadata or error, and this package does not log. The transport refuses to
-// send a request whose URL or body contains the key, whatever the caller put in the
-// prompt, metadata or context logs. This is why keys must have at least MinAPIKeyLength
-// characters. Base URLs with user info, a query or a fragment are refused. Text the
-// service sends back is kept out of error messages, and keys are removed from
-// GuardianResult.Reason.
+// URL, body, metadata, error or log entry. The package logs only through Config.Logger
+// (default none): one debug entry per request with the operation, method, status,
+// requestHash and error, and a warning per uncertain submit with its trace id. The
+// transport refuses to send a request whose URL or body contains the key, whatever the
+// caller put in the prompt, metadata or context logs. This is why keys must have at
+// least MinAPIKeyLength characters. Base URLs with user info, a query or a fragment are refused. Text the
+// service sends back is kept out of error messages, and the call's keys are removed
+// from every string a GuardianResult passes on (reason, humanReason, checks, evidence).
 //
 // The spec's GuardianConfig.apiKey is a fallback for "a payer key" carried with the
 // payment (§2.5, §5.7). This package deliberately does not read a key from the payment

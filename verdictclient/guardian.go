@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -29,6 +31,9 @@ type GuardianConfig struct {
 	// Assets resolves token decimals and symbols for the derived prompt. Default: the
 	// built-in networks (x402.NewRegistry).
 	Assets *x402.Registry
+	// Logger receives the low-level client's entries (see Config.Logger). Default: no
+	// logging.
+	Logger *zap.Logger
 }
 
 // GuardianStatus is the status of a GuardianResult.
@@ -117,7 +122,7 @@ type Guardian struct {
 
 // NewGuardian validates cfg and returns a Guardian. Errors are *InputError.
 func NewGuardian(cfg GuardianConfig) (*Guardian, error) {
-	c, err := New(Config{BaseURL: cfg.BaseURL, APIKey: cfg.APIKey, Timeout: cfg.Timeout, HTTPClient: cfg.HTTPClient})
+	c, err := New(Config{BaseURL: cfg.BaseURL, APIKey: cfg.APIKey, Timeout: cfg.Timeout, HTTPClient: cfg.HTTPClient, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -185,9 +190,25 @@ func (g *Guardian) Verify(ctx context.Context, in PaymentInput, opts PollOptions
 
 // fromVerdict turns a terminal verdict into a result.
 func fromVerdict(v *Verdict, hash string, keys []string) GuardianResult {
+	// Service text is passed on to callers that log it (guardianReason, GuardianVerdict),
+	// so every string in it loses the keys of this call (spec §5.5).
+	checks := make([]Check, len(v.Checks))
+	for i, c := range v.Checks {
+		c.HumanReason = scrub(c.HumanReason, keys)
+		if c.TriggeringPolicyField != nil {
+			f := scrub(*c.TriggeringPolicyField, keys)
+			c.TriggeringPolicyField = &f
+		}
+		checks[i] = c
+	}
+	ev := Evidence{
+		DecodedAction: scrubTree(v.Evidence.DecodedAction, keys).(map[string]any),
+		Observations:  scrubTree(v.Evidence.Observations, keys).(map[string]any),
+		Sources:       scrubTree(v.Evidence.Sources, keys).([]any),
+	}
 	gv := &GuardianVerdict{
-		Outcome: v.Outcome, ReasonCode: v.ReasonCode, HumanReason: v.HumanReason,
-		Checks: v.Checks, Evidence: &v.Evidence, PolicyVersion: v.PolicyVersion,
+		Outcome: v.Outcome, ReasonCode: v.ReasonCode, HumanReason: scrub(v.HumanReason, keys),
+		Checks: checks, Evidence: &ev, PolicyVersion: v.PolicyVersion,
 		USDNotional: v.USDNotional, Timestamp: v.Timestamp,
 	}
 	reason := v.HumanReason
@@ -227,6 +248,35 @@ func scrub(s string, keys []string) string {
 		}
 	}
 	return s
+}
+
+// scrubTree returns a copy of a decoded JSON tree with every key removed from its strings
+// and object keys; it returns x itself when no string holds a key.
+func scrubTree(x any, keys []string) any {
+	switch t := x.(type) {
+	case string:
+		return scrub(t, keys)
+	case map[string]any:
+		if t == nil {
+			return t
+		}
+		m := make(map[string]any, len(t))
+		for k, v := range t {
+			m[scrub(k, keys)] = scrubTree(v, keys)
+		}
+		return m
+	case []any:
+		if t == nil {
+			return t
+		}
+		a := make([]any, len(t))
+		for i, v := range t {
+			a[i] = scrubTree(v, keys)
+		}
+		return a
+	default:
+		return x
+	}
 }
 
 // VerifyPayment is the one-shot form of Guardian.Verify (spec §4.3 verifyPayment): it

@@ -13,6 +13,9 @@ const (
 	DefaultIntervalMs  = 1000
 	DefaultMaxAttempts = 20
 	DefaultMaxDelay    = 5 * time.Second
+
+	// maxPollDelay caps IntervalMs and MaxDelay so that doubling cannot overflow.
+	maxPollDelay = time.Hour
 )
 
 // PollOptions bounds Await (spec §4.1 GET rule 2, §8). The zero value means the
@@ -21,13 +24,14 @@ const (
 // sooner.
 type PollOptions struct {
 	// IntervalMs is the first delay in milliseconds; each further delay doubles, up to
-	// MaxDelay. Default DefaultIntervalMs (1000). Values <= 0 mean the default.
+	// MaxDelay. Default DefaultIntervalMs (1000). Values <= 0 mean the default; values
+	// over an hour mean an hour.
 	IntervalMs int
 	// MaxAttempts is the total number of GET requests, including the first, which is
 	// sent at once. Default DefaultMaxAttempts (20). Values <= 0 mean the default.
 	MaxAttempts int
 	// MaxDelay caps every delay, including one asked for by Retry-After. Default
-	// DefaultMaxDelay (5 s); never less than the interval.
+	// DefaultMaxDelay (5 s); never less than the interval, never more than an hour.
 	MaxDelay time.Duration
 	// Jitter returns a number in [0, 1) that spreads each delay over [d/2, d) ("equal
 	// jitter"), so that many callers do not poll in step. Default: math/rand/v2.
@@ -44,8 +48,14 @@ func (o PollOptions) normalized() PollOptions {
 	if o.MaxAttempts <= 0 {
 		o.MaxAttempts = DefaultMaxAttempts
 	}
+	if o.IntervalMs > int(maxPollDelay/time.Millisecond) {
+		o.IntervalMs = int(maxPollDelay / time.Millisecond)
+	}
 	if o.MaxDelay <= 0 {
 		o.MaxDelay = DefaultMaxDelay
+	}
+	if o.MaxDelay > maxPollDelay {
+		o.MaxDelay = maxPollDelay
 	}
 	if iv := time.Duration(o.IntervalMs) * time.Millisecond; o.MaxDelay < iv {
 		o.MaxDelay = iv

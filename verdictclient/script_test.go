@@ -40,9 +40,11 @@ type reply struct {
 
 // recorded is one request the server saw.
 type recorded struct {
-	method, url string
-	header      http.Header
-	body        []byte
+	method, url      string
+	header           http.Header
+	body             []byte
+	contentLength    int64
+	transferEncoding []string
 }
 
 // script is an httptest server that answers each route from a queue of replies; the
@@ -90,7 +92,8 @@ func (s *script) serve(w http.ResponseWriter, r *http.Request) {
 	route := r.Method + " " + r.URL.Path
 	s.mu.Lock()
 	s.counts[route]++
-	s.reqs = append(s.reqs, recorded{method: r.Method, url: r.URL.String(), header: r.Header.Clone(), body: body})
+	s.reqs = append(s.reqs, recorded{method: r.Method, url: r.URL.String(), header: r.Header.Clone(), body: body,
+		contentLength: r.ContentLength, transferEncoding: r.TransferEncoding})
 	q := s.routes[route]
 	var rp reply
 	switch {

@@ -11,6 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // MaxResponseBytes caps every answer the shared JSON transport reads: 1 MiB. A verdict
@@ -34,6 +37,7 @@ const userAgent = "x402gate-verdictclient/1"
 type jsonTransport struct {
 	hc      *http.Client
 	timeout time.Duration
+	log     *zap.Logger // never nil
 }
 
 func newJSONTransport(hc *http.Client, timeout time.Duration) *jsonTransport {
@@ -47,7 +51,25 @@ func newJSONTransport(hc *http.Client, timeout time.Duration) *jsonTransport {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	return &jsonTransport{hc: c, timeout: timeout}
+	return &jsonTransport{hc: c, timeout: timeout, log: zap.NewNop()}
+}
+
+// logDone records one finished request at debug level. Only non-sensitive identifiers
+// are fields (spec §5.5): the operation, the method, the status, the requestHash. Never
+// the URL's query, a body, a header or the key.
+func (t *jsonTransport) logDone(c call, status int, err error) {
+	ce := t.log.Check(zapcore.DebugLevel, "verdict service request")
+	if ce == nil {
+		return
+	}
+	fs := []zap.Field{zap.String("op", c.op), zap.String("method", c.method), zap.Int("status", status)}
+	if c.requestHash != "" {
+		fs = append(fs, zap.String("requestHash", c.requestHash))
+	}
+	if err != nil {
+		fs = append(fs, zap.Error(err)) // this package's errors never carry the key
+	}
+	ce.Write(fs...)
 }
 
 // call is one request: the operation name for errors, and the secret it must not leak.
@@ -71,12 +93,19 @@ type answer struct {
 // *StatusError for any other status, ErrNetwork for transport failures while ctx is live,
 // ctx's own error once ctx is done.
 func (t *jsonTransport) do(ctx context.Context, c call) (*answer, error) {
+	ans, status, err := t.send(ctx, c)
+	t.logDone(c, status, err)
+	return ans, err
+}
+
+// send is do without the log entry; status is the HTTP status, 0 when none arrived.
+func (t *jsonTransport) send(ctx context.Context, c call) (*answer, int, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", c.op, err)
+		return nil, 0, fmt.Errorf("%s: %w", c.op, err)
 	}
 	// spec §5.5: the key never travels in a URL or a body, whatever the caller put there.
 	if c.apiKey != "" && (strings.Contains(c.url, c.apiKey) || bytes.Contains(c.body, []byte(c.apiKey))) {
-		return nil, &InputError{Field: "request", Problem: "the api key appears in the request url or body; refusing to send"}
+		return nil, 0, &InputError{Field: "request", Problem: "the api key appears in the request url or body; refusing to send"}
 	}
 	rctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
@@ -86,7 +115,14 @@ func (t *jsonTransport) do(ctx context.Context, c call) (*answer, error) {
 	}
 	req, err := http.NewRequestWithContext(rctx, c.method, c.url, body)
 	if err != nil {
-		return nil, &InputError{Field: "url", Problem: "cannot build request"}
+		return nil, 0, &InputError{Field: "url", Problem: "cannot build request"}
+	}
+	if body == nil {
+		// net/http silently resends an idempotent request without a body when a reused
+		// keep-alive connection fails; a body without GetBody opts out (see
+		// http.Transport). One attempt is then one request on the wire, so
+		// PollOptions.MaxAttempts counts what the service sees.
+		req.Body = emptyBody{}
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", userAgent)
@@ -98,42 +134,48 @@ func (t *jsonTransport) do(ctx context.Context, c call) (*answer, error) {
 	}
 	resp, err := t.hc.Do(req)
 	if err != nil {
-		return nil, t.netErr(ctx, c, err)
+		return nil, 0, t.netErr(ctx, c, err)
 	}
 	defer resp.Body.Close()
 
 	if resp.StatusCode >= 300 && resp.StatusCode <= 399 {
-		return nil, &StatusError{Op: c.op, Status: resp.StatusCode, RequestHash: c.requestHash}
+		return nil, resp.StatusCode, &StatusError{Op: c.op, Status: resp.StatusCode, RequestHash: c.requestHash}
 	}
 	tooLarge := fmt.Errorf("%s%s: %w (limit %d bytes)", c.op, hashSuffix(c.requestHash), ErrResponseTooLarge, MaxResponseBytes)
 	ok := resp.StatusCode >= 200 && resp.StatusCode <= 299
 	if resp.ContentLength > MaxResponseBytes {
 		if ok {
-			return nil, tooLarge
+			return nil, resp.StatusCode, tooLarge
 		}
-		return nil, t.statusErr(c, resp, nil)
+		return nil, resp.StatusCode, t.statusErr(c, resp, nil)
 	}
 	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
 	if err != nil {
 		if !ok {
-			return nil, t.statusErr(c, resp, nil)
+			return nil, resp.StatusCode, t.statusErr(c, resp, nil)
 		}
-		return nil, t.netErr(ctx, c, err)
+		return nil, resp.StatusCode, t.netErr(ctx, c, err)
 	}
 	if len(data) > MaxResponseBytes {
 		if ok {
-			return nil, tooLarge
+			return nil, resp.StatusCode, tooLarge
 		}
 		data = nil
 	}
 	if !ok {
-		return nil, t.statusErr(c, resp, data)
+		return nil, resp.StatusCode, t.statusErr(c, resp, data)
 	}
 	if !isJSONContentType(resp.Header.Get("Content-Type")) {
-		return nil, fmt.Errorf("%s%s: http %d: %w", c.op, hashSuffix(c.requestHash), resp.StatusCode, ErrContentType)
+		return nil, resp.StatusCode, fmt.Errorf("%s%s: http %d: %w", c.op, hashSuffix(c.requestHash), resp.StatusCode, ErrContentType)
 	}
-	return &answer{status: resp.StatusCode, header: resp.Header, body: data}, nil
+	return &answer{status: resp.StatusCode, header: resp.Header, body: data}, resp.StatusCode, nil
 }
+
+// emptyBody is an empty request body that net/http does not consider replayable.
+type emptyBody struct{}
+
+func (emptyBody) Read([]byte) (int, error) { return 0, io.EOF }
+func (emptyBody) Close() error             { return nil }
 
 // netErr classifies a transport failure: the caller's context ending is reported as
 // such (not transient); anything else, including the per-request timeout, is ErrNetwork.
