@@ -29,6 +29,12 @@ func gateCaddyfile(description string) string {
 	return `{
 	admin {$CADDY_ADMIN}
 	auto_https off
+	# Caddy's error logs (http.log.error.*, e.g. a failed reverse_proxy dial) carry the
+	# request headers too, and go to the default log: redact it as well.
+	log default {
+		output stderr
+		format x402_redact json
+	}
 	x402 {
 		facilitator {
 			network base-sepolia {
@@ -82,6 +88,21 @@ http://:{$SITE_PORT} {
 	file_server
 }
 
+http://:{$RETRY_PORT} {
+	bind 127.0.0.1
+	log {
+		output stderr
+		format x402_redact json
+	}
+	x402 {
+		price 0.01 USDC
+		pay_to {$X402_PAY_TO}
+		network base-sepolia
+		retry_max 2
+	}
+	reverse_proxy 127.0.0.1:{$DEAD_PORT}
+}
+
 http://:{$FACILITATOR_PORT} {
 	bind 127.0.0.1
 	log {
@@ -106,6 +127,7 @@ type gateEnv struct {
 	api      string // http://127.0.0.1:<port>
 	site     string
 	fac      string
+	retry    string // a route with retry_max 2 whose upstream is down
 	siteRoot string
 	apiKey   string
 
@@ -137,7 +159,8 @@ func startGateEnv(t *testing.T) *gateEnv {
 	e.siteRoot = filepath.Join(root, "integration", "demo", "site")
 	keyBytes := testenv.RandomNonce(t)
 	e.apiKey = hexutil.Encode(keyBytes[:])[2:]
-	apiPort, sitePort, facPort := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
+	apiPort, sitePort, facPort, retryPort := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
+	e.retry = "http://127.0.0.1:" + strconv.Itoa(retryPort)
 	e.api = "http://127.0.0.1:" + strconv.Itoa(apiPort)
 	e.site = "http://127.0.0.1:" + strconv.Itoa(sitePort)
 	e.fac = "http://127.0.0.1:" + strconv.Itoa(facPort)
@@ -152,9 +175,11 @@ func startGateEnv(t *testing.T) *gateEnv {
 			"API_PORT=" + strconv.Itoa(apiPort),
 			"SITE_PORT=" + strconv.Itoa(sitePort),
 			"FACILITATOR_PORT=" + strconv.Itoa(facPort),
+			"RETRY_PORT=" + strconv.Itoa(retryPort),
+			"DEAD_PORT=" + strconv.Itoa(testenv.FreePort(t)), // nothing listens there
 			"SITE_ROOT=" + e.siteRoot,
 		},
-		WaitPorts: []int{apiPort, sitePort, facPort},
+		WaitPorts: []int{apiPort, sitePort, facPort, retryPort},
 	})
 	return e
 }
@@ -198,6 +223,9 @@ func TestCaddyGate(t *testing.T) {
 	t.Run("paid but the upstream failed: the same header reaches the upstream again without a second charge", func(t *testing.T) {
 		testUpstreamFailedRetry(t, e, payers[7])
 	})
+	t.Run("paid but the upstream is down: retry_max 2 lets the header retry twice, then it is spent", func(t *testing.T) {
+		testUpstreamDownRetryMax(t, e, payers[7])
+	})
 	t.Run("the facilitator API site answers /supported with its key only", func(t *testing.T) {
 		testFacilitatorSite(t, e)
 	})
@@ -207,7 +235,10 @@ func TestCaddyGate(t *testing.T) {
 	t.Run("a config reload mid-traffic loses nothing: served once or refused uncharged", func(t *testing.T) {
 		testReloadMidTraffic(t, e, payers[8])
 	})
-	t.Run("the access log holds no payment header value and no key", func(t *testing.T) {
+	t.Run("a retry credit earned before a config reload is honoured after it", func(t *testing.T) {
+		testRetryCreditSurvivesReload(t, e, payers[8])
+	})
+	t.Run("no log line, access or error, holds a payment header value or a key", func(t *testing.T) {
 		testAccessLogRedacted(t, e)
 	})
 }
@@ -699,6 +730,55 @@ func testUpstreamFailedRetry(t *testing.T, e *gateEnv, payer testenv.Account) {
 		t.Errorf("the header after a successful retry: status %d, want 402: %s", third.Status, third.Body)
 	}
 	if n := e.up.count(path); n != 2 {
+		t.Errorf("the upstream received %s %d times, want 2", path, n)
+	}
+	wantDelta(t, e.tok, payer.Address, bal[0], -price)
+	wantDelta(t, e.tok, e.payTo, bal[1], price)
+}
+
+func testUpstreamDownRetryMax(t *testing.T, e *gateEnv, payer testenv.Account) {
+	header, _ := goV1Header(t, e.tok, payer, e.payTo)
+	e.sent(header)
+	bal := balances(t, e.tok, payer.Address, e.payTo)
+	// The first attempt settles, then the proxy cannot connect (502); each of the two retry
+	// credits reaches the proxy again without a charge; then the header is spent.
+	for i := 0; i < 3; i++ {
+		r := mustDo(t, http.MethodGet, e.retry+"/report", map[string]string{"X-PAYMENT": header})
+		if r.Status != http.StatusBadGateway {
+			t.Fatalf("attempt %d: status %d, want the proxy's 502: %s", i+1, r.Status, r.Body)
+		}
+		if i == 0 {
+			e.settledOne(1)
+		}
+		if h := r.Header.Get("X-PAYMENT-RESPONSE"); h == "" {
+			t.Errorf("attempt %d: the 502 after settlement carries no X-PAYMENT-RESPONSE", i+1)
+		} else if sr := decodeSettleResponse(t, h); !sr.Success || !isHash(sr.Transaction) {
+			t.Errorf("attempt %d: payment response %+v, want the settlement", i+1, sr)
+		}
+	}
+	r := mustDo(t, http.MethodGet, e.retry+"/report", map[string]string{"X-PAYMENT": header})
+	if r.Status != http.StatusPaymentRequired {
+		t.Errorf("after retry_max retries: status %d, want 402: %s", r.Status, r.Body)
+	}
+	wantDelta(t, e.tok, payer.Address, bal[0], -price)
+	wantDelta(t, e.tok, e.payTo, bal[1], price)
+}
+
+func testRetryCreditSurvivesReload(t *testing.T, e *gateEnv, payer testenv.Account) {
+	const path = "/api/flaky-across-reload"
+	header, _ := goV1Header(t, e.tok, payer, e.payTo)
+	e.sent(header)
+	bal := balances(t, e.tok, payer.Address, e.payTo)
+	if r := mustDo(t, http.MethodGet, e.api+path, map[string]string{"X-PAYMENT": header}); r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("first attempt: status %d, want the upstream's 503: %s", r.Status, r.Body)
+	}
+	e.settledOne(1)
+	e.caddy.Reload(t, gateCaddyfile("premium data, after the retry credit"))
+	r := mustDo(t, http.MethodGet, e.api+path, map[string]string{"X-PAYMENT": header})
+	if r.Status != http.StatusOK {
+		t.Errorf("retry after the reload: status %d, want 200 (the credit was lost in the reload): %s", r.Status, r.Body)
+	}
+	if n := e.up.count(path); n != 2 && r.Status == http.StatusOK {
 		t.Errorf("the upstream received %s %d times, want 2", path, n)
 	}
 	wantDelta(t, e.tok, payer.Address, bal[0], -price)
