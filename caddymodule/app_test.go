@@ -129,6 +129,22 @@ func TestAppAgainstAnvil(t *testing.T) {
 	}
 	t.Setenv("X402_TEST_RPC", chain.RPCURL)
 	t.Setenv("X402_TEST_FACILITATOR_KEY", "test-facilitator-api-key-123")
+	// The verdict service answers malformed JSON: a fault a real service cannot be made
+	// to produce on demand. GUARDIAN_MODE required must then refuse the payment.
+	var verdictMu sync.Mutex
+	var verdictKeys []string
+	verdictSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		verdictMu.Lock()
+		verdictKeys = append(verdictKeys, r.Header.Get("x-api-key"))
+		verdictMu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"id": "tx-1", "requestHash": `))
+	}))
+	defer verdictSrv.Close()
+	t.Setenv("X402_TEST_VERDICT_URL", verdictSrv.URL)
+	t.Setenv("X402_TEST_VERDICT_KEY", "verdict-agent-key-0123456789abcdef")
+	t.Setenv("X402_TEST_GUARDED_SIGNER", "0x"+hex.EncodeToString(crypto.FromECDSA(chain.Accounts[9].Key)))
 	up := &upstream{fail: map[string]int{"/api/flaky": 1}}
 	upSrv := httptest.NewServer(up)
 	defer upSrv.Close()
@@ -153,6 +169,18 @@ func TestAppAgainstAnvil(t *testing.T) {
 			signer_key {file.%[3]s}
 			journal sqlite %[4]s
 		}
+		facilitator guarded {
+			network base-sepolia {
+				rpc {env.X402_TEST_RPC}
+				asset %[2]s
+				asset_name USDC
+				asset_version 2
+			}
+			signer_key {env.X402_TEST_GUARDED_SIGNER}
+			guardian_mode required
+			verdict_url {env.X402_TEST_VERDICT_URL}
+			verdict_key {env.X402_TEST_VERDICT_KEY}
+		}
 	}
 }
 http://127.0.0.1:%[5]d {
@@ -174,6 +202,15 @@ http://127.0.0.1:%[5]d {
 		facilitator_key {env.X402_TEST_FACILITATOR_KEY}
 	}
 	handle /remote/* {
+		reverse_proxy %[7]s
+	}
+	x402 /guarded/* {
+		price 10000 base
+		pay_to %[6]s
+		network base-sepolia
+		facilitator bundled guarded
+	}
+	handle /guarded/* {
 		reverse_proxy %[7]s
 	}
 	handle /api/* {
@@ -198,14 +235,15 @@ http://127.0.0.1:%[5]d {
 	first := activeBundle(t)
 
 	const (
-		challenges = "caddy_x402_challenges_total"
-		valid      = `caddy_x402_verifications_total{network="eip155:84532",outcome="valid",reason=""}`
-		nonceUsed  = `caddy_x402_verifications_total{network="eip155:84532",outcome="invalid",reason="invalid_exact_evm_nonce_already_used"}`
-		settled    = `caddy_x402_settlements_total{network="eip155:84532",outcome="success"}`
+		challenges     = "caddy_x402_challenges_total"
+		valid          = `caddy_x402_verifications_total{network="eip155:84532",outcome="valid",reason=""}`
+		nonceUsed      = `caddy_x402_verifications_total{network="eip155:84532",outcome="invalid",reason="invalid_exact_evm_nonce_already_used"}`
+		settled        = `caddy_x402_settlements_total{network="eip155:84532",outcome="success"}`
+		verdictRefused = `caddy_x402_verifications_total{network="eip155:84532",outcome="invalid",reason="verdict_not_approved"}`
 	)
 	amountSeries := fmt.Sprintf(`caddy_x402_settled_amount_total{asset="%s",network="eip155:84532"}`, strings.ToLower(tok.Address.Hex()))
 	before := map[string]float64{}
-	for _, s := range []string{challenges, valid, nonceUsed, settled, amountSeries} {
+	for _, s := range []string{challenges, valid, nonceUsed, settled, amountSeries, "caddy_x402_verdict_duration_seconds_count", verdictRefused} {
 		before[s] = metricValue(t, adminPort, s)
 	}
 
@@ -313,6 +351,24 @@ http://127.0.0.1:%[5]d {
 		}
 	})
 
+	t.Run("guardian_mode required refuses a payment when the verdict service fails", func(t *testing.T) {
+		n, bal := up.count(), tok.BalanceOf(t, merchant)
+		req, _ := http.NewRequest(http.MethodGet, base+"/guarded/item", nil)
+		req.Header.Set("X-PAYMENT", paymentV1(t, tok, payer, merchant, 10000))
+		res, body := do(t, req)
+		if res.StatusCode != http.StatusPaymentRequired || up.count() != n {
+			t.Fatalf("got %d %s, upstream calls %d -> %d; want 402 and no upstream call", res.StatusCode, body, n, up.count())
+		}
+		if got := tok.BalanceOf(t, merchant); got.Cmp(bal) != 0 {
+			t.Fatalf("merchant balance moved from %s to %s", bal, got)
+		}
+		verdictMu.Lock()
+		defer verdictMu.Unlock()
+		if len(verdictKeys) == 0 || verdictKeys[0] != "verdict-agent-key-0123456789abcdef" {
+			t.Fatalf("the verdict service saw keys %q; want the configured verdict_key", verdictKeys)
+		}
+	})
+
 	t.Run("facilitator API requires FACILITATOR_API_KEY except on /health", func(t *testing.T) {
 		for _, tc := range []struct {
 			path, key string
@@ -343,6 +399,8 @@ http://127.0.0.1:%[5]d {
 			{nonceUsed, 2}, // the replay and the retry of the flaky one
 			{settled, 3},
 			{amountSeries, 30000},
+			{"caddy_x402_verdict_duration_seconds_count", 1},
+			{verdictRefused, 1},
 		} {
 			if got := metricValue(t, adminPort, tc.series) - before[tc.series]; got != tc.delta {
 				t.Errorf("%s grew by %v, want %v", tc.series, got, tc.delta)

@@ -57,10 +57,11 @@ func stopCaddy(t *testing.T) {
 	})
 }
 
-// get sends a request and returns the response with its body read.
+// do sends a request and returns the response with its body read.
 func do(t *testing.T, req *http.Request) (*http.Response, string) {
 	t.Helper()
-	c := &http.Client{Timeout: 2 * time.Minute}
+	// No keep-alive: a reload closes the old server's idle connections.
+	c := &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{DisableKeepAlives: true}}
 	res, err := c.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
