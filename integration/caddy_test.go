@@ -217,6 +217,9 @@ func TestCaddyGate(t *testing.T) {
 	t.Run("a tampered v2 header is refused with its exact reason and never reaches the upstream", func(t *testing.T) {
 		testTamper(t, e, payV2Script, payers[5], 2)
 	})
+	t.Run("an unfunded payer, an expired or not yet valid authorization are refused with their exact reasons", func(t *testing.T) {
+		testChainStateRefusals(t, e)
+	})
 	t.Run("20 concurrent requests carrying one header make exactly one transfer", func(t *testing.T) {
 		testConcurrentOneHeader(t, e, payers[6])
 	})
@@ -636,6 +639,64 @@ func testTamper(t *testing.T, e *gateEnv, script string, payer testenv.Account, 
 	}
 }
 
+func testChainStateRefusals(t *testing.T, e *gateEnv) {
+	const path = "/api/refused"
+	funded, unfunded := e.chain.Accounts[9], testenv.NewAccount(t)
+	now := time.Now().Unix()
+	auth := func(from common.Address, after, before int64) testenv.Authorization {
+		return testenv.Authorization{
+			From: from, To: e.payTo, Value: big.NewInt(price),
+			ValidAfter: big.NewInt(after), ValidBefore: big.NewInt(before), Nonce: testenv.RandomNonce(t),
+		}
+	}
+	cases := []struct {
+		name   string
+		payer  testenv.Account
+		a      testenv.Authorization
+		v1, v2 string
+	}{
+		{"a payer without tokens", unfunded, auth(unfunded.Address, now-600, now+60),
+			"insufficient_funds", "invalid_exact_evm_insufficient_balance"},
+		{"an authorization that expired", funded, auth(funded.Address, now-600, now-1),
+			"invalid_exact_evm_payload_authorization_valid_before", "invalid_exact_evm_payload_authorization_valid_before"},
+		{"an authorization valid for 3 more seconds only (under the 6 s margin)", funded, auth(funded.Address, now-600, now+3),
+			"invalid_exact_evm_payload_authorization_valid_before", "invalid_exact_evm_payload_authorization_valid_before"},
+		{"an authorization valid only from tomorrow", funded, auth(funded.Address, now+86400, now+86460),
+			"invalid_exact_evm_payload_authorization_valid_after", "invalid_exact_evm_payload_authorization_valid_after"},
+	}
+	bal := balances(t, e.tok, funded.Address, e.payTo)
+	for _, c := range cases {
+		h := goV1HeaderFor(t, e.tok, c.payer, c.a)
+		e.sent(h)
+		r := mustDo(t, http.MethodGet, e.api+path, map[string]string{"X-PAYMENT": h})
+		if r.Status != http.StatusPaymentRequired {
+			t.Errorf("%s: status %d, want 402: %s", c.name, r.Status, r.Body)
+			continue
+		}
+		var body struct {
+			Error string `json:"error"`
+			Payer string `json:"payer"`
+		}
+		_ = json.Unmarshal(r.Body, &body)
+		if body.Error != c.v1 {
+			t.Errorf("%s: body error %q, want %q", c.name, body.Error, c.v1)
+		}
+		raw, _ := base64.StdEncoding.DecodeString(r.Header.Get("PAYMENT-REQUIRED"))
+		var pr struct {
+			Error string `json:"error"`
+		}
+		_ = json.Unmarshal(raw, &pr)
+		if pr.Error != c.v2 {
+			t.Errorf("%s: PAYMENT-REQUIRED error %q, want %q", c.name, pr.Error, c.v2)
+		}
+	}
+	if n := e.up.count(path); n != 0 {
+		t.Errorf("refused payments reached the upstream %d times", n)
+	}
+	wantDelta(t, e.tok, funded.Address, bal[0], 0)
+	wantDelta(t, e.tok, e.payTo, bal[1], 0)
+}
+
 func testConcurrentOneHeader(t *testing.T, e *gateEnv, payer testenv.Account) {
 	const path, n = "/api/concurrent", 20
 	header := signOnly(t, payV2Script, payer, e.api+path, "X402_TOKEN="+e.tok.Address.Hex())
@@ -820,6 +881,28 @@ func testFacilitatorSite(t *testing.T, e *gateEnv) {
 }
 
 func testMetrics(t *testing.T, e *gateEnv) {
+	// One of each, so that this subtest also stands alone: a challenge, a refusal for a bad
+	// signature, a settlement.
+	const path = "/api/metrics"
+	payer := e.chain.Accounts[9]
+	if r := mustDo(t, http.MethodGet, e.api+path, nil); r.Status != http.StatusPaymentRequired {
+		t.Fatalf("unpaid: status %d, want 402", r.Status)
+	}
+	bad, a := goV1Header(t, e.tok, payer, e.payTo)
+	p := decodePaymentJSON(t, bad)
+	p.payload(t)["signature"] = hexutil.Encode(e.tok.SignAuthorization(t, testenv.NewAccount(t).Key, a))
+	bad = p.encode(t)
+	e.sent(bad)
+	if r := mustDo(t, http.MethodGet, e.api+path, map[string]string{"X-PAYMENT": bad}); r.Status != http.StatusPaymentRequired {
+		t.Fatalf("signed by someone else: status %d, want 402", r.Status)
+	}
+	good, _ := goV1Header(t, e.tok, payer, e.payTo)
+	e.sent(good)
+	if r := mustDo(t, http.MethodGet, e.api+path, map[string]string{"X-PAYMENT": good}); r.Status != http.StatusOK {
+		t.Fatalf("paid: status %d, want 200: %s", r.Status, r.Body)
+	}
+	e.settledOne(1)
+
 	m := e.caddy.Metrics(t)
 	e.mu.Lock()
 	settled := e.settled
@@ -831,7 +914,7 @@ func testMetrics(t *testing.T, e *gateEnv) {
 		t.Errorf("caddy_x402_verifications_total = %v over %d series, want >= %d", v, n, settled)
 	}
 	if _, n := metricSum(m, "caddy_x402_verifications_total", `reason="invalid_exact_evm_signature"`); n == 0 {
-		t.Errorf("caddy_x402_verifications_total has no series with reason invalid_exact_evm_signature after the tampering tests")
+		t.Errorf("caddy_x402_verifications_total has no series with reason invalid_exact_evm_signature")
 	}
 	if _, n := metricSum(m, "caddy_x402_settlements_total", `network=`); n == 0 {
 		t.Errorf("caddy_x402_settlements_total{network,outcome} is missing")

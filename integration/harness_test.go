@@ -403,6 +403,12 @@ func goV1Header(t testing.TB, tok *testenv.Token, payer testenv.Account, payTo c
 		ValidAfter: big.NewInt(now - 600), ValidBefore: big.NewInt(now + 60),
 		Nonce: testenv.RandomNonce(t),
 	}
+	return goV1HeaderFor(t, tok, payer, a), a
+}
+
+// goV1HeaderFor signs a with payer's key and encodes it as an X-PAYMENT header value.
+func goV1HeaderFor(t testing.TB, tok *testenv.Token, payer testenv.Account, a testenv.Authorization) string {
+	t.Helper()
 	sig := tok.SignAuthorization(t, payer.Key, a)
 	raw, err := json.Marshal(map[string]any{
 		"x402Version": 1, "scheme": "exact", "network": "base-sepolia",
@@ -418,7 +424,7 @@ func goV1Header(t testing.TB, tok *testenv.Token, payer testenv.Account, payTo c
 	if err != nil {
 		t.Fatal(err)
 	}
-	return base64.StdEncoding.EncodeToString(raw), a
+	return base64.StdEncoding.EncodeToString(raw)
 }
 
 // metricSum parses Prometheus text and sums the samples of family name whose labels contain
