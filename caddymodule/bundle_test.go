@@ -1,0 +1,159 @@
+package caddymodule
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/x402gate/x402gate/facilitator"
+)
+
+// devKey is anvil's first development key: public, never a real secret.
+const devKey = "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80"
+
+func TestFacilitatorConfigResolve(t *testing.T) {
+	t.Setenv("X402_T_KEY", "0x"+devKey)
+	t.Setenv("X402_T_BADKEY", "zz"+devKey[2:])
+	t.Setenv("X402_T_EMPTY", "")
+	t.Setenv("X402_T_RPC", "https://rpc.example/v1/secret-rpc-token-777")
+	keyFile := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(keyFile, []byte(devKey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	net := []NetworkConfig{{Name: "base-sepolia", RPC: "{env.X402_T_RPC}"}}
+
+	t.Run("placeholders expand and defaults apply", func(t *testing.T) {
+		rc, err := (&FacilitatorConfig{Networks: net, SignerKey: "{file." + keyFile + "}"}).resolve("default")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rc.Networks[0].RPCURL != "https://rpc.example/v1/secret-rpc-token-777" || rc.key == nil {
+			t.Fatalf("rpc %q, key set %v", rc.Networks[0].RPCURL, rc.key != nil)
+		}
+		if rc.StoreType != storeMemory || rc.JournalType != journalSQLite || rc.GuardianMode != facilitator.GuardianOff {
+			t.Fatalf("defaults: store %s journal %s guardian %s", rc.StoreType, rc.JournalType, rc.GuardianMode)
+		}
+		if want := filepath.Join(caddy.AppDataDir(), "x402", "journal.db"); rc.JournalPath != want {
+			t.Fatalf("journal path %q, want %q", rc.JournalPath, want)
+		}
+		other, err := (&FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}"}).resolve("eu")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := filepath.Join(caddy.AppDataDir(), "x402", "eu", "journal.db"); other.JournalPath != want {
+			t.Fatalf("journal path of a named facilitator %q, want %q", other.JournalPath, want)
+		}
+		if rc.poolKey() == other.poolKey() {
+			t.Fatal("two facilitators share a pool key")
+		}
+		again, _ := (&FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}"}).resolve("eu")
+		if again.poolKey() != other.poolKey() {
+			t.Fatal("the same configuration gave two pool keys: a reload would not reuse the facilitator")
+		}
+		if strings.Contains(other.poolKey(), devKey) || strings.Contains(other.poolKey(), "secret-rpc-token") {
+			t.Fatal("the pool key carries a secret")
+		}
+	})
+
+	for _, tc := range []struct {
+		name    string
+		fc      FacilitatorConfig
+		wantErr string
+	}{
+		{"literal signer key", FacilitatorConfig{Networks: net, SignerKey: devKey}, "placeholder"},
+		{"signer key resolves to nothing", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_EMPTY}"}, "empty value"},
+		{"signer key is not hex", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_BADKEY}"}, "not a hex secp256k1 private key"},
+		{"no network", FacilitatorConfig{SignerKey: "{env.X402_T_KEY}"}, "at least one network"},
+		{"rpc resolves to nothing", FacilitatorConfig{Networks: []NetworkConfig{{Name: "base", RPC: "{env.X402_T_EMPTY}"}}, SignerKey: "{env.X402_T_KEY}"}, "rpc is required"},
+		{"guardian required without verdict url", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", GuardianMode: "required"}, "needs verdict_url"},
+		{"guardian optional without verdict url", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", GuardianMode: "optional"}, "needs verdict_url"},
+		{"unknown guardian mode", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", GuardianMode: "strict"}, "not off, optional or required"},
+		{"relative verdict url", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", VerdictURL: "verdict.local"}, "verdict_url must be an absolute"},
+		{"redis without url", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", Store: &StoreConfig{Type: "redis", URL: "{env.X402_T_EMPTY}"}}, "url is required"},
+		{"postgres without dsn", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", Journal: &JournalConfig{Type: "postgres"}}, "dsn is required"},
+		{"unknown store", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", Store: &StoreConfig{Type: "etcd"}}, "unknown type"},
+		{"bad factory", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", ERC6492Factories: []string{"0x12"}}, "not an address"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tc.fc.resolve("default")
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
+			}
+			for _, secret := range []string{devKey, devKey[2:], "secret-rpc-token-777"} {
+				if strings.Contains(err.Error(), secret) {
+					t.Fatalf("the error quotes a secret: %v", err)
+				}
+			}
+		})
+	}
+}
+
+func TestOpenBundleFailsClosedWithoutLeakingSecrets(t *testing.T) {
+	isolateCaddy(t)
+	t.Setenv("X402_T_KEY", devKey)
+	t.Setenv("X402_T_VKEY", "short")
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name    string
+		fc      FacilitatorConfig
+		wantErr string
+	}{
+		{"unreachable rpc", FacilitatorConfig{
+			Networks:  []NetworkConfig{{Name: "base-sepolia", RPC: "http://127.0.0.1:1/secret-rpc-token-777"}},
+			SignerKey: "{env.X402_T_KEY}", Journal: &JournalConfig{Path: filepath.Join(dir, "a.db")},
+		}, "engine"},
+		{"verdict key too short", FacilitatorConfig{
+			Networks:     []NetworkConfig{{Name: "base-sepolia", RPC: "http://127.0.0.1:1/secret-rpc-token-777"}},
+			SignerKey:    "{env.X402_T_KEY}", Journal: &JournalConfig{Path: filepath.Join(dir, "b.db")},
+			GuardianMode: "required", VerdictURL: "http://127.0.0.1:1", VerdictKey: "{env.X402_T_VKEY}",
+		}, "verdict_url/verdict_key"},
+		{"unreachable redis", FacilitatorConfig{
+			Networks:  []NetworkConfig{{Name: "base-sepolia", RPC: "http://127.0.0.1:1/secret-rpc-token-777"}},
+			SignerKey: "{env.X402_T_KEY}", Store: &StoreConfig{Type: "redis", URL: "redis://:redis-secret-pw@127.0.0.1:1/0"},
+		}, "approval store"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rc, err := tc.fc.resolve("t")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = openBundle(rc, nil)
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
+			}
+			for _, secret := range []string{devKey, "secret-rpc-token-777", "redis-secret-pw", "short"} {
+				if strings.Contains(err.Error(), secret) {
+					t.Fatalf("the error quotes a secret: %v", err)
+				}
+			}
+		})
+	}
+}
+
+func TestMetricsRegisterOnEveryConfigLoad(t *testing.T) {
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	defer cancel()
+	for i := 0; i < 2; i++ { // a second handler in the same config
+		if err := registerMetrics(ctx); err != nil {
+			t.Fatalf("registration %d: %v", i, err)
+		}
+	}
+	challengesTotal.Inc()
+	families, err := ctx.GetMetricsRegistry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, f := range families {
+		names[f.GetName()] = true
+	}
+	for _, want := range []string{"caddy_x402_challenges_total"} {
+		if !names[want] {
+			t.Errorf("registry lacks %s; has %v", want, names)
+		}
+	}
+}
