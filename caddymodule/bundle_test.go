@@ -107,8 +107,8 @@ func TestOpenBundleFailsClosedWithoutLeakingSecrets(t *testing.T) {
 			SignerKey: "{env.X402_T_KEY}", Journal: &JournalConfig{Path: filepath.Join(dir, "a.db")},
 		}, "engine"},
 		{"verdict key too short", FacilitatorConfig{
-			Networks:     []NetworkConfig{{Name: "base-sepolia", RPC: "http://127.0.0.1:1/secret-rpc-token-777"}},
-			SignerKey:    "{env.X402_T_KEY}", Journal: &JournalConfig{Path: filepath.Join(dir, "b.db")},
+			Networks:  []NetworkConfig{{Name: "base-sepolia", RPC: "http://127.0.0.1:1/secret-rpc-token-777"}},
+			SignerKey: "{env.X402_T_KEY}", Journal: &JournalConfig{Path: filepath.Join(dir, "b.db")},
 			GuardianMode: "required", VerdictURL: "http://127.0.0.1:1", VerdictKey: "{env.X402_T_VKEY}",
 		}, "verdict_url/verdict_key"},
 		{"unreachable redis", FacilitatorConfig{
