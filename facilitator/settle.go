@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/core/types"
@@ -96,6 +97,11 @@ func (e *Engine) settle(ctx context.Context, p *x402.Payment, r *x402.Requiremen
 	if f := e.claim(ctx, c); f != nil {
 		return refuse(f)
 	}
+	// The authorization is claimed: from here the settlement runs to its end even if the
+	// caller goes away (an HTTP client hanging up cancels its request's context), so what
+	// is broadcast and what the journal says agree. It stays bounded.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.detachedBound())
+	defer cancel()
 	if c.wrap != nil {
 		// ERC-6492: deploy the wallet through its allow-listed factory, then simulate
 		// against the deployed wallet; the token's ERC-1271 check is authoritative.
@@ -155,6 +161,12 @@ func (e *Engine) settle(ctx context.Context, p *x402.Payment, r *x402.Requiremen
 	e.log.Info("settled", zap.String("payer", res.resp.Payer), zap.String("tx", tx.Hash().Hex()),
 		zap.String("network", c.chain.net.CAIP2))
 	return res, nil
+}
+
+// detachedBound bounds the part of a settle that outlives its caller: a wallet deployment
+// and the settlement, each a send plus a receipt wait.
+func (e *Engine) detachedBound() time.Duration {
+	return 2*e.cfg.ReceiptTimeout + time.Minute
 }
 
 // consumeApproval applies spec §4.2 /settle rule 1 for the engine's GUARDIAN_MODE. In

@@ -478,3 +478,33 @@ func TestRedisDownFailsClosedEverywhere(t *testing.T) {
 		t.Errorf("signer broadcast %d transactions with the store down", n)
 	}
 }
+
+// TestSettleFinishesWhenTheCallerGoesAway: once the authorization is claimed and
+// journaled, a caller that hangs up (its context is cancelled) does not leave the
+// settlement half done: it is broadcast, confirmed and journaled as confirmed.
+func TestSettleFinishesWhenTheCallerGoesAway(t *testing.T) {
+	env := newTestEnv(t)
+	cfg := env.config(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg.beforeBroadcast = func(Settlement) error { cancel(); return nil }
+	e := env.engine(t, cfg)
+	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
+	p, r := env.pay(t, x402.Version2, payer, payee.Address)
+	before := env.token.BalanceOf(t, payee.Address)
+
+	res, err := e.Settle(ctx, p, r)
+	if err != nil || !res.Success || res.Transaction == "" {
+		t.Fatalf("settle with the caller gone = %+v, %v; want success", res, err)
+	}
+	if ctx.Err() == nil {
+		t.Fatal("the caller's context was not cancelled before the broadcast")
+	}
+	if d := new(big.Int).Sub(env.token.BalanceOf(t, payee.Address), before); d.Cmp(testAmount) != 0 {
+		t.Errorf("payee received %s, want %s", d, testAmount)
+	}
+	row, err := cfg.Journal.Get(context.Background(), keyOf(p, r).AuthorizationKey())
+	if err != nil || row.State != StateConfirmed || row.TxHash.Hex() != res.Transaction {
+		t.Errorf("journal row = %+v, %v; want confirmed %s", row, err, res.Transaction)
+	}
+}
