@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
@@ -79,5 +82,91 @@ func TestErrorStatusFollowsCaddyHandlerErrors(t *testing.T) {
 		if got := errorStatus(tc.err); got != tc.want {
 			t.Errorf("errorStatus(%v) = %d, want %d", tc.err, got, tc.want)
 		}
+	}
+}
+
+// provisionRemote provisions a gate in front of a remote facilitator that is never
+// reached: unpaid requests and configuration errors need no facilitator call.
+func provisionRemote(t *testing.T, h *Handler) error {
+	t.Helper()
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	t.Cleanup(cancel)
+	h.FacilitatorURL = "http://127.0.0.1:1"
+	if err := h.Provision(ctx); err != nil {
+		return err
+	}
+	t.Cleanup(func() { _ = h.Cleanup() })
+	return nil
+}
+
+func TestHandlerExpandsPriceAndPayToPerRequest(t *testing.T) {
+	h := &Handler{Price: "{http.request.header.X-Quote} base", PayTo: "{http.request.header.X-Payee}", Network: "base-sepolia"}
+	if err := provisionRemote(t, h); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, quote, payee string
+		status             int
+		amount             string
+	}{
+		{"a quoted price", "2500", payee, http.StatusPaymentRequired, "2500"},
+		{"another quoted price", "7", payee, http.StatusPaymentRequired, "7"},
+		{"a price that does not parse is a route error, not a free pass", "-3", payee, http.StatusInternalServerError, ""},
+		{"a payee that is not an address", "10", "nobody", http.StatusInternalServerError, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, "http://shop.example/api/x", nil)
+			r.Header.Set("X-Quote", tc.quote)
+			r.Header.Set("X-Payee", tc.payee)
+			w := httptest.NewRecorder()
+			r = caddyhttp.PrepareRequest(r, caddy.NewReplacer(), w, nil)
+			called := false
+			err := h.ServeHTTP(w, r, caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error {
+				called = true
+				return nil
+			}))
+			if err != nil || called || w.Code != tc.status {
+				t.Fatalf("status %d, err %v, next called %v; want %d and no next", w.Code, err, called, tc.status)
+			}
+			if tc.amount != "" && !strings.Contains(w.Body.String(), `"maxAmountRequired":"`+tc.amount+`"`) {
+				t.Fatalf("402 body does not ask for %s: %s", tc.amount, w.Body.String())
+			}
+			if tc.amount != "" && !strings.Contains(strings.ToLower(w.Body.String()), strings.ToLower(payee)) {
+				t.Fatalf("402 body does not pay %s: %s", payee, w.Body.String())
+			}
+		})
+	}
+}
+
+func TestHandlerProvisionErrors(t *testing.T) {
+	zero := 0
+	for _, tc := range []struct {
+		name    string
+		h       Handler
+		wantErr string
+	}{
+		{"a symbol that is not the asset's", Handler{Price: "0.01 EUR", PayTo: payee, Network: "base-sepolia"}, `unit "EUR"`},
+		{"a network the remote facilitator cannot know", Handler{Price: "1", PayTo: payee, Network: "devnet"}, "not configured"},
+		{"a non-default asset without its EIP-712 domain", Handler{Price: "1 base", PayTo: payee, Network: "base", Asset: token}, "EIP-712 name and version are required"},
+		{"too many decimals", Handler{Price: "0.0000001", PayTo: payee, Network: "base"}, "decimal places"},
+		{"fee without a pricing service", Handler{Price: "1", PayTo: payee, Network: "base", Guardian: &GuardianConfig{Advertise: "required", Fee: true}}, "pricing"},
+		{"a key that resolves to nothing", Handler{Price: "1", PayTo: payee, Network: "base", FacilitatorKey: "{env.X402_T_UNSET_KEY}"}, "facilitator_key resolved to an empty value"},
+		{"a bundled name with a url", Handler{Price: "1", PayTo: payee, Network: "base", Facilitator: "main"}, "not both"},
+		{"max_timeout under a second", Handler{Price: "1", PayTo: payee, Network: "base", MaxTimeout: caddy.Duration(time.Millisecond)}, "at least 1s"},
+		{"retries off is accepted", Handler{Price: "1", PayTo: payee, Network: "base", RetryMax: &zero}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := tc.h
+			err := provisionRemote(t, &h)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
+			}
+		})
 	}
 }
