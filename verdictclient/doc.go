@@ -103,7 +103,10 @@
 // MaxDelay (default 5 s), and each wait is spread over [d/2, d) by jitter. It stops after
 // MaxAttempts GETs (default 20; spec §8). Missing, null and pending verdicts and
 // transient failures (429, 5xx, network) use up attempts alike. The context governs every
-// request and every wait. See PollOptions.Delay for the exact schedule.
+// request and every wait. See PollOptions.Delay for the exact schedule. Each attempt is
+// exactly one HTTP request: the transport opts out of net/http's silent resend of an
+// idempotent request on a broken keep-alive connection, so MaxAttempts is also the
+// number of requests the service sees. A POST is never resent by anything.
 //
 // # Validation
 //

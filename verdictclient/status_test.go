@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -188,6 +189,53 @@ func TestSubmitRefusesInvalidRequestsWithoutSending(t *testing.T) {
 			}
 			if n := s.count(routeSubmit); n != 0 {
 				t.Fatalf("sent %d requests", n)
+			}
+		})
+	}
+}
+
+// spec §7, Status column, one read: Status never retries by itself; it reports whether
+// the failure is one that Await may retry (IsTransient) or one that stops.
+func TestStatusSingleReadTable(t *testing.T) {
+	cases := []struct {
+		name      string
+		reply     reply
+		want      error // nil: a valid envelope
+		transient bool
+		verdict   bool
+	}{
+		{"200 with a verdict", envelope(approvedVerdict()), nil, false, true},
+		{"200 without a verdict", reply{body: `{}`}, nil, false, false},
+		{"200 malformed", reply{body: `{"verdict":[`}, ErrInvalidResponse, false, false},
+		{"400", statusReply(400), ErrBadRequest, false, false},
+		{"401", statusReply(401), ErrUnauthorized, false, false},
+		{"403", statusReply(403), ErrForbidden, false, false},
+		{"404", statusReply(404), ErrNotFound, false, false},
+		{"429", statusReply(429), ErrRateLimited, true, false},
+		{"500", statusReply(500), ErrServerError, true, false},
+		{"504", statusReply(504), ErrServerError, true, false},
+		{"network failure", reply{hangUp: true}, ErrNetwork, true, false},
+		{"301", reply{status: 301, header: map[string]string{"Location": "/"}}, ErrRedirect, false, false},
+		{"418", statusReply(418), ErrUnexpectedStatus, false, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newScript(t).on(routeStatus("0xabc"), tc.reply)
+			env, err := s.client(t).Status(t.Context(), "0xabc")
+			if n := s.count(routeStatus("0xabc")); n != 1 {
+				t.Fatalf("GET sent %d times, want 1", n)
+			}
+			if tc.want == nil {
+				if err != nil || (env.Verdict != nil) != tc.verdict {
+					t.Fatalf("Status = %+v, %v", env, err)
+				}
+				return
+			}
+			if !errors.Is(err, tc.want) || env != nil || IsTransient(err) != tc.transient {
+				t.Fatalf("Status = %+v, %v; want %v (transient %v)", env, err, tc.want, tc.transient)
+			}
+			if !strings.Contains(err.Error(), "0xabc") {
+				t.Fatalf("error %q does not name the requestHash", err)
 			}
 		})
 	}
