@@ -237,48 +237,49 @@ func (c *chain) isValidSignature1271(ctx context.Context, addr common.Address, h
 	return len(out) >= 4 && [4]byte(out[:4]) == erc1271Magic, nil
 }
 
-// tokenState reads balanceOf(from) and authorizationState(from, nonce) in one JSON-RPC
-// batch, so a verify costs one round trip to the node.
-func (c *chain) tokenState(ctx context.Context, from common.Address, nonce [32]byte) (*big.Int, bool, error) {
+// tokenState reads balanceOf(from) and authorizationState(from, nonce), and whether from
+// has code, in one JSON-RPC batch, so a verify costs one round trip to the node.
+func (c *chain) tokenState(ctx context.Context, from common.Address, nonce [32]byte) (bal *big.Int, used, code bool, err error) {
 	balData, err := c.abi.abi.Pack("balanceOf", from)
 	if err != nil {
-		return nil, false, fmt.Errorf("pack balanceOf: %w", err)
+		return nil, false, false, fmt.Errorf("pack balanceOf: %w", err)
 	}
 	stateData, err := c.abi.abi.Pack("authorizationState", from, nonce)
 	if err != nil {
-		return nil, false, fmt.Errorf("pack authorizationState: %w", err)
+		return nil, false, false, fmt.Errorf("pack authorizationState: %w", err)
 	}
 	asset := c.net.USDC.Address
-	var balOut, stateOut hexutil.Bytes
+	var balOut, stateOut, codeOut hexutil.Bytes
 	batch := []rpc.BatchElem{
 		{Method: "eth_call", Args: []any{callArg(asset, balData), "latest"}, Result: &balOut},
 		{Method: "eth_call", Args: []any{callArg(asset, stateData), "latest"}, Result: &stateOut},
+		{Method: "eth_getCode", Args: []any{from, "latest"}, Result: &codeOut},
 	}
 	if err := c.client.Client().BatchCallContext(ctx, batch); err != nil {
-		return nil, false, c.unavailable("token state", err)
+		return nil, false, false, c.unavailable("token state", err)
 	}
 	for _, el := range batch {
 		if el.Error != nil {
 			if isRPCReply(el.Error) {
-				return nil, false, fmt.Errorf("token state: %w: %s", errCallReverted, c.redact(el.Error))
+				return nil, false, false, fmt.Errorf("token state: %w: %s", errCallReverted, c.redact(el.Error))
 			}
-			return nil, false, c.unavailable("token state", el.Error)
+			return nil, false, false, c.unavailable("token state", el.Error)
 		}
 	}
-	bal, err := c.abi.abi.Unpack("balanceOf", balOut)
-	if err != nil || len(bal) != 1 {
-		return nil, false, fmt.Errorf("decode balanceOf: %w", errOr(err, "empty result"))
+	balVals, err := c.abi.abi.Unpack("balanceOf", balOut)
+	if err != nil || len(balVals) != 1 {
+		return nil, false, false, fmt.Errorf("decode balanceOf: %w", errOr(err, "empty result"))
 	}
-	used, err := c.abi.abi.Unpack("authorizationState", stateOut)
-	if err != nil || len(used) != 1 {
-		return nil, false, fmt.Errorf("decode authorizationState: %w", errOr(err, "empty result"))
+	usedOut, err := c.abi.abi.Unpack("authorizationState", stateOut)
+	if err != nil || len(usedOut) != 1 {
+		return nil, false, false, fmt.Errorf("decode authorizationState: %w", errOr(err, "empty result"))
 	}
-	b, ok1 := bal[0].(*big.Int)
-	u, ok2 := used[0].(bool)
+	b, ok1 := balVals[0].(*big.Int)
+	u, ok2 := usedOut[0].(bool)
 	if !ok1 || !ok2 {
-		return nil, false, errors.New("decode token state: unexpected types")
+		return nil, false, false, errors.New("decode token state: unexpected types")
 	}
-	return b, u, nil
+	return b, u, len(codeOut) > 0, nil
 }
 
 // signerBalances reads addr's native balance and its balance of the asset in one

@@ -285,13 +285,27 @@ func (e *Engine) verifyPayment(ctx context.Context, p *x402.Payment, r *x402.Req
 			return nil, f
 		}
 	}
-	bal, used, err := c.chain.tokenState(ctx, c.auth.From, c.auth.Nonce)
+	bal, used, code, err := c.chain.tokenState(ctx, c.auth.From, c.auth.Nonce)
 	if err != nil {
 		e.logChainErr("verify token state", c.chain, err)
 		if errors.Is(err, errRPCUnavailable) {
 			return nil, fail(x402.ReasonChainUnavailable, "rpc unavailable")
 		}
 		return nil, fail(x402.ReasonUnexpectedVerify, "token state could not be read")
+	}
+	if c.eoa && code {
+		// The signature recovers to from, but from has code (an EIP-7702 delegated account,
+		// or a contract at a key's address): the token asks from's isValidSignature
+		// (ERC-1271) whenever from has code, so verify must too.
+		ok, err := c.chain.isValidSignature1271(ctx, c.auth.From, c.hash, c.sig)
+		if err != nil {
+			e.logChainErr("verify signature", c.chain, err)
+			return nil, fail(x402.ReasonChainUnavailable, "rpc unavailable")
+		}
+		if !ok {
+			return nil, fail(x402.ReasonInvalidSignature, "%s has code and rejects the signature (ERC-1271)", c.auth.From.Hex())
+		}
+		c.eoa = false // settle must use the bytes overload, as for any contract signer
 	}
 	if used {
 		return nil, fail(x402.ReasonNonceUsed, "authorization nonce is already used on chain")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ethereum/go-ethereum/accounts/abi"
 	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/common/hexutil"
 
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
@@ -325,4 +326,52 @@ func wrap6492(t *testing.T, factory common.Address, calldata, sig []byte) []byte
 		t.Fatal(err)
 	}
 	return append(enc, erc6492Suffix...)
+}
+
+// TestVerifyAccountWithCodeIsAskedLikeTheTokenAsks: when from has code (an EIP-7702
+// delegated account, made here with anvil_setCode), the token checks the signature with
+// from's ERC-1271 isValidSignature even if it recovers to from; verify does the same, so
+// it never calls valid a payment that settle cannot move.
+func TestVerifyAccountWithCodeIsAskedLikeTheTokenAsks(t *testing.T) {
+	env := newTestEnv(t)
+	e := env.engine(t, env.config(t))
+	account, delegateOwner, payee := env.chain.Accounts[8], env.chain.Accounts[6], env.chain.Accounts[5]
+	signer := env.chain.FacilitatorAccount().Address
+	// Give the funded EOA the code of a TestWallet1271 that accepts delegateOwner's signatures.
+	wallet := env.chain.DeployWallet1271(t, delegateOwner)
+	code, err := env.chain.Client.CodeAt(context.Background(), wallet.Address, nil)
+	if err != nil || len(code) == 0 {
+		t.Fatalf("wallet code: %v", err)
+	}
+	env.chain.RPC(t, nil, "anvil_setCode", account.Address, hexutil.Bytes(code))
+
+	for _, version := range []int{x402.Version1, x402.Version2} {
+		r := env.requirements(payee.Address, testAmount)
+		a := env.authorization(t, account.Address, payee.Address, testAmount)
+		own := env.payment(version, a, env.sign(t, account.Key, a), r)
+		nonce := env.pendingNonce(t, signer)
+		want := x402.ReasonInvalidSignature.For(version)
+		ver, err := e.Verify(context.Background(), VerifyInput{Payment: own, Requirements: r})
+		if err != nil || ver.IsValid || ver.InvalidReason != want {
+			t.Errorf("v%d: verify of the account's own ECDSA signature = %+v, %v; want %s", version, ver, err, want)
+		}
+		res, err := e.Settle(context.Background(), own, r)
+		if err != nil || res.Success || res.ErrorReason != want || env.pendingNonce(t, signer) != nonce {
+			t.Errorf("v%d: settle = %+v, %v; want %s and nothing sent", version, res, err, want)
+		}
+
+		delegated := env.payment(version, a, env.sign(t, delegateOwner.Key, a), r)
+		ver, err = e.Verify(context.Background(), VerifyInput{Payment: delegated, Requirements: r})
+		if err != nil || !ver.IsValid {
+			t.Fatalf("v%d: verify of the code's accepted signature = %+v, %v; want valid", version, ver, err)
+		}
+		before := env.token.BalanceOf(t, payee.Address)
+		res, err = e.Settle(context.Background(), delegated, r)
+		if err != nil || !res.Success {
+			t.Fatalf("v%d: settle = %+v, %v", version, res, err)
+		}
+		if d := new(big.Int).Sub(env.token.BalanceOf(t, payee.Address), before); d.Cmp(testAmount) != 0 {
+			t.Errorf("v%d: payee received %s, want %s", version, d, testAmount)
+		}
+	}
 }
