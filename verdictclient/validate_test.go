@@ -224,3 +224,65 @@ func TestEnvelopeValidation(t *testing.T) {
 		})
 	}
 }
+
+// FuzzParseEnvelope: whatever the bytes, ParseEnvelope never panics, and any verdict it
+// returns obeys the consistency rules (spec §2.3), so that no malformed answer can ever
+// come out as an approval.
+func FuzzParseEnvelope(f *testing.F) {
+	f.Add([]byte(`{"verdict":` + mustJSON(approvedVerdict()) + `}`))
+	f.Add([]byte(`{"verdict":` + mustJSON(rejectedVerdict(CheckRecipient, ReasonRecipientNotAllowed)) + `}`))
+	f.Add([]byte(`{"verdict":` + mustJSON(rejectedVerdict(CheckPerTxCap, ReasonDataUnavailable)) + `}`))
+	f.Add([]byte(`{"verdict":` + mustJSON(pendingVerdict()) + `}`))
+	f.Add([]byte(`{"verdict":null}`))
+	f.Add([]byte(`{"verdict":{"schemaVersion":1,"outcome":"approved","reasonCode":"allowed"}}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		env, err := ParseEnvelope(body, "0xfuzz")
+		if err != nil {
+			if env != nil || !errors.Is(err, ErrInvalidResponse) || !strings.Contains(err.Error(), "0xfuzz") {
+				t.Fatalf("error %v with envelope %v", err, env)
+			}
+			return
+		}
+		v := env.Verdict
+		if v == nil {
+			return
+		}
+		failed := map[ReasonCode]bool{}
+		for _, c := range v.Checks {
+			if _, ok := checkCodes[c.CheckID]; !ok {
+				t.Fatalf("unknown checkId %q accepted", c.CheckID)
+			}
+			if c.Status == CheckFailed {
+				if c.Code != nil {
+					failed[*c.Code] = true
+				} else {
+					for _, code := range checkCodes[c.CheckID] {
+						failed[code] = true
+					}
+				}
+			} else if c.Code != nil {
+				t.Fatal("a check that did not fail carries a code")
+			}
+		}
+		switch v.Outcome {
+		case OutcomeApproved:
+			if v.ReasonCode != ReasonAllowed || len(failed) != 0 {
+				t.Fatalf("approved with %s and failed checks %v", v.ReasonCode, failed)
+			}
+		case OutcomePending:
+			if v.ReasonCode != ReasonPending || v.PolicyVersion != nil || v.Terminal() {
+				t.Fatal("inconsistent pending verdict accepted")
+			}
+		case OutcomeRejected:
+			if v.ReasonCode == ReasonAllowed || v.ReasonCode == ReasonPending || v.Approved() ||
+				!v.ReasonCode.CrossCutting() && !failed[v.ReasonCode] {
+				t.Fatalf("inconsistent rejection %s accepted", v.ReasonCode)
+			}
+		default:
+			t.Fatalf("unknown outcome %q accepted", v.Outcome)
+		}
+		if v.SchemaVersion != 1 || v.LatencyMs < 0 || v.USDNotional != nil && *v.USDNotional < 0 {
+			t.Fatalf("out-of-range field accepted: %+v", v)
+		}
+	})
+}
