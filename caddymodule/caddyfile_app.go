@@ -1,0 +1,266 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/big"
+	"strconv"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+)
+
+// The x402 global option (the x402 app). Registered in caddyfile.go.
+
+// parseGlobalOption parses the x402 global option into the x402 app. Repeated x402
+// blocks merge; a facilitator name may appear once.
+func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
+	app := new(App)
+	if ex, ok := existing.(httpcaddyfile.App); ok {
+		if err := json.Unmarshal(ex.Value, app); err != nil {
+			return nil, fmt.Errorf("merging x402 options: %w", err)
+		}
+	}
+	if err := app.UnmarshalCaddyfile(d); err != nil {
+		return nil, err
+	}
+	return httpcaddyfile.App{Name: "x402", Value: caddyconfig.JSON(app, nil)}, nil
+}
+
+// UnmarshalCaddyfile sets up the x402 app from the global option. Syntax:
+//
+//	x402 {
+//		facilitator [<name>] {
+//			network <name> {
+//				chain_id <id>
+//				rpc <url>
+//				asset <address>
+//				asset_name <eip712 name>
+//				asset_version <eip712 version>
+//				decimals <n>
+//				symbol <sym>
+//				min_amount <base units>
+//			}
+//			signer_key <placeholder>
+//			store memory [<max entries>] | redis <url>
+//			journal sqlite [<path>] | postgres <dsn>
+//			guardian_mode off|optional|required
+//			verdict_url <url>
+//			verdict_key <placeholder>
+//			pricing_url <url>
+//			approval_ttl <duration>
+//			receipt_timeout <duration>
+//			erc6492_factories <address>...
+//		}
+//	}
+func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // option name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for d.NextBlock(0) {
+		if d.Val() != "facilitator" {
+			return d.Errf("unrecognized x402 option %q", d.Val())
+		}
+		name := DefaultFacilitatorName
+		if d.NextArg() {
+			name = d.Val()
+		}
+		if d.NextArg() {
+			return d.ArgErr()
+		}
+		if _, dup := a.Facilitators[name]; dup {
+			return d.Errf("facilitator %q is declared twice", name)
+		}
+		fc := new(FacilitatorConfig)
+		if err := fc.unmarshalCaddyfile(d); err != nil {
+			return err
+		}
+		if fc.SignerKey == "" {
+			return d.Errf("facilitator %q: signer_key is required", name)
+		}
+		if len(fc.Networks) == 0 {
+			return d.Errf("facilitator %q: at least one network is required", name)
+		}
+		if a.Facilitators == nil {
+			a.Facilitators = map[string]*FacilitatorConfig{}
+		}
+		a.Facilitators[name] = fc
+	}
+	return nil
+}
+
+func (fc *FacilitatorConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		opt := d.Val()
+		switch opt {
+		case "network":
+			var n NetworkConfig
+			if !d.Args(&n.Name) || d.NextArg() {
+				return d.ArgErr()
+			}
+			for _, prev := range fc.Networks {
+				if prev.Name == n.Name {
+					return d.Errf("network %q is listed twice", n.Name)
+				}
+			}
+			if err := n.unmarshalCaddyfile(d); err != nil {
+				return err
+			}
+			fc.Networks = append(fc.Networks, n)
+		case "signer_key":
+			if !d.Args(&fc.SignerKey) || d.NextArg() {
+				return d.ArgErr()
+			}
+			if !strings.HasPrefix(fc.SignerKey, "{") {
+				return d.Err("signer_key must be an {env.*} or {file.*} placeholder, never the key itself")
+			}
+		case "store":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.ArgErr()
+			}
+			s := &StoreConfig{Type: args[0]}
+			switch {
+			case args[0] == storeMemory && len(args) <= 2:
+				if len(args) == 2 {
+					n, err := strconv.Atoi(args[1])
+					if err != nil || n <= 0 {
+						return d.Errf("store memory: max entries %q is not a positive integer", args[1])
+					}
+					s.MaxEntries = n
+				}
+			case args[0] == storeRedis && len(args) == 2:
+				s.URL = args[1]
+			case args[0] == storeMemory || args[0] == storeRedis:
+				return d.ArgErr()
+			default:
+				return d.Errf("unknown store %q (want memory or redis)", args[0])
+			}
+			fc.Store = s
+		case "journal":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.ArgErr()
+			}
+			j := &JournalConfig{Type: args[0]}
+			switch {
+			case args[0] == journalSQLite && len(args) <= 2:
+				if len(args) == 2 {
+					j.Path = args[1]
+				}
+			case args[0] == journalPostgres && len(args) == 2:
+				j.DSN = args[1]
+			case args[0] == journalSQLite || args[0] == journalPostgres:
+				return d.ArgErr()
+			default:
+				return d.Errf("unknown journal %q (want sqlite or postgres)", args[0])
+			}
+			fc.Journal = j
+		case "guardian_mode":
+			if !d.Args(&fc.GuardianMode) || d.NextArg() {
+				return d.ArgErr()
+			}
+			switch fc.GuardianMode {
+			case "off", "optional", "required":
+			default:
+				return d.Errf("guardian_mode %q is not off, optional or required", fc.GuardianMode)
+			}
+		case "verdict_url", "verdict_key", "pricing_url":
+			var v string
+			if !d.Args(&v) || d.NextArg() {
+				return d.ArgErr()
+			}
+			switch opt {
+			case "verdict_url":
+				fc.VerdictURL = v
+			case "verdict_key":
+				fc.VerdictKey = v
+			default:
+				fc.PricingURL = v
+			}
+		case "approval_ttl", "receipt_timeout":
+			dur, err := durationArg(d)
+			if err != nil {
+				return err
+			}
+			if opt == "approval_ttl" {
+				fc.ApprovalTTL = dur
+			} else {
+				fc.ReceiptTimeout = dur
+			}
+		case "erc6492_factories":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.ArgErr()
+			}
+			for _, a := range args {
+				if !isAddress(a) {
+					return d.Errf("erc6492_factories: %q is not a 0x address", a)
+				}
+			}
+			fc.ERC6492Factories = append(fc.ERC6492Factories, args...)
+		default:
+			return d.Errf("unrecognized facilitator option %q", opt)
+		}
+	}
+	if fc.GuardianMode == "optional" || fc.GuardianMode == "required" {
+		if fc.VerdictURL == "" {
+			return d.Errf("guardian_mode %s needs verdict_url", fc.GuardianMode)
+		}
+	}
+	return nil
+}
+
+func (n *NetworkConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		opt := d.Val()
+		var v string
+		if !d.Args(&v) || d.NextArg() {
+			return d.ArgErr()
+		}
+		switch opt {
+		case "chain_id":
+			id, err := strconv.ParseUint(v, 10, 64)
+			if err != nil || id == 0 {
+				return d.Errf("network %s: chain_id %q is not a positive integer", n.Name, v)
+			}
+			n.ChainID = id
+		case "rpc":
+			n.RPC = v
+		case "asset":
+			if !isAddress(v) {
+				return d.Errf("network %s: asset %q is not a 0x address", n.Name, v)
+			}
+			n.Asset = v
+		case "asset_name":
+			n.AssetName = v
+		case "asset_version":
+			n.AssetVersion = v
+		case "decimals":
+			dec, err := strconv.Atoi(v)
+			if err != nil || dec < 0 || dec > 36 {
+				return d.Errf("network %s: decimals %q is not in 0..36", n.Name, v)
+			}
+			n.Decimals = dec
+		case "symbol":
+			n.Symbol = v
+		case "min_amount":
+			if m, ok := new(big.Int).SetString(v, 10); !ok || m.Sign() < 0 {
+				return d.Errf("network %s: min_amount %q is not a non-negative integer of base units", n.Name, v)
+			}
+			n.MinAmount = v
+		default:
+			return d.Errf("unrecognized network option %q", opt)
+		}
+	}
+	if n.RPC == "" {
+		return d.Errf("network %s: rpc is required", n.Name)
+	}
+	if _, err := n.network(); err != nil {
+		return d.Err(err.Error())
+	}
+	return nil
+}
