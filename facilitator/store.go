@@ -62,7 +62,9 @@ var (
 // are safe for concurrent use, and Consume and Claim are atomic across every process that
 // shares the store (spec §4.2 /settle rule 2: we do better than the non-atomic default).
 type ApprovalStore interface {
-	// Record stores a for k until ttl elapses, replacing an earlier record for k.
+	// Record stores a for k until ttl elapses. While an earlier approval for k is
+	// unexpired, that one is kept (its ttl is not extended) and Record succeeds: an
+	// approval lives at most ttl from the first approved verdict.
 	Record(ctx context.Context, k PaymentKey, a Approval, ttl time.Duration) error
 	// Consume atomically removes and returns the unexpired approval for k. It returns
 	// ErrApprovalNotFound when there is none.

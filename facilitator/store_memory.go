@@ -88,7 +88,8 @@ func (s *MemoryStore) checkTTL(ttl time.Duration) error {
 
 var errMemoryStoreClosed = fmt.Errorf("%w: memory store closed", ErrStoreUnavailable)
 
-// Record stores a for k until ttl elapses, replacing an earlier record for k.
+// Record stores a for k until ttl elapses. While an earlier approval for k is unexpired it
+// is kept as it is and Record succeeds, as RedisStore's SET NX does.
 func (s *MemoryStore) Record(ctx context.Context, k PaymentKey, a Approval, ttl time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("record approval: %w", err)
@@ -101,7 +102,11 @@ func (s *MemoryStore) Record(ctx context.Context, k PaymentKey, a Approval, ttl 
 	if s.closed {
 		return errMemoryStoreClosed
 	}
-	s.approvals.Add(k.String(), memApproval{approval: a, expiresAt: time.Now().Add(ttl)})
+	key, now := k.String(), time.Now()
+	if e, ok := s.approvals.Peek(key); ok && now.Before(e.expiresAt) {
+		return nil
+	}
+	s.approvals.Add(key, memApproval{approval: a, expiresAt: now.Add(ttl)})
 	return nil
 }
 

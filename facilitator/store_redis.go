@@ -110,7 +110,8 @@ func checkRedisTTL(ttl time.Duration) error {
 	return nil
 }
 
-// Record stores a for k until ttl elapses (SET PX), replacing an earlier record for k.
+// Record stores a for k until ttl elapses (SET NX PX). While an earlier approval for k is
+// unexpired it is kept as it is and Record succeeds.
 func (s *RedisStore) Record(ctx context.Context, k PaymentKey, a Approval, ttl time.Duration) error {
 	if err := checkRedisTTL(ttl); err != nil {
 		return fmt.Errorf("record approval: %w", err)
@@ -119,7 +120,7 @@ func (s *RedisStore) Record(ctx context.Context, k PaymentKey, a Approval, ttl t
 	if err != nil {
 		return fmt.Errorf("record approval: %w", err)
 	}
-	if err := s.client.Set(ctx, s.approvalKey(k), b, ttl).Err(); err != nil {
+	if err := s.client.SetNX(ctx, s.approvalKey(k), b, ttl).Err(); err != nil {
 		return s.fail("record", err)
 	}
 	return nil

@@ -108,7 +108,7 @@ var approvalStoreCases = []struct {
 			t.Fatalf("err = %v, want ErrApprovalNotFound", err)
 		}
 	}},
-	{"recording again replaces the earlier approval", func(t *testing.T, s ApprovalStore) {
+	{"recording again keeps the earlier unexpired approval", func(t *testing.T, s ApprovalStore) {
 		ctx, k := context.Background(), testPaymentKey(3)
 		first, second := testApproval("first"), testApproval("second")
 		for _, a := range []Approval{first, second} {
@@ -117,8 +117,26 @@ var approvalStoreCases = []struct {
 			}
 		}
 		got, err := s.Consume(ctx, k)
-		if err != nil || !sameApproval(got, second) {
-			t.Fatalf("consume = %+v, %v; want the second record", got, err)
+		if err != nil || !sameApproval(got, first) {
+			t.Fatalf("consume = %+v, %v; want the first record", got, err)
+		}
+		if _, err := s.Consume(ctx, k); !errors.Is(err, ErrApprovalNotFound) {
+			t.Fatalf("second consume: %v, want ErrApprovalNotFound", err)
+		}
+	}},
+	{"recording after the earlier approval expired stores the new one", func(t *testing.T, s ApprovalStore) {
+		ctx, k, ttl := context.Background(), testPaymentKey(33), 50*time.Millisecond
+		if err := s.Record(ctx, k, testApproval("old"), ttl); err != nil {
+			t.Fatal(err)
+		}
+		waitPast(time.Now(), ttl+10*time.Millisecond)
+		fresh := testApproval("fresh")
+		if err := s.Record(ctx, k, fresh, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.Consume(ctx, k)
+		if err != nil || !sameApproval(got, fresh) {
+			t.Fatalf("consume = %+v, %v; want the fresh record", got, err)
 		}
 	}},
 	{"an expired approval is not consumable", func(t *testing.T, s ApprovalStore) {
