@@ -145,7 +145,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if g := h.Guardian; g != nil {
 		cfg.Guardian = &gate.GuardianConfig{Advertise: g.Advertise, Fee: g.Fee}
 	}
-	opts := gate.Options{Logger: h.log, ErrorStatus: errorStatus}
+	opts := gate.Options{Logger: h.log, ErrorStatus: errorStatus, OnResult: countChallenge}
 	pricingURL := h.PricingURL
 	if h.FacilitatorURL != "" {
 		if h.Facilitator != "" {
@@ -239,16 +239,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if repl == nil {
 		repl = caddy.NewReplacer()
 	}
-	in := gate.Input{Resource: publicResource(r), Header: r.Header}
+	resource := publicResource(r)
+	if resource == "" {
+		// HTTP/1.0 without Host: there is no public URL to name in the requirement.
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = w.Write([]byte(`{"x402Version":1,"error":"missing_host","message":"the request names no host, so no payment requirement can be built"}`))
+		return nil
+	}
+	in := gate.Input{Resource: resource, Header: r.Header}
 	if h.dynPrice {
 		in.Price = repl.ReplaceKnown(h.Price, "")
 	}
 	if h.dynPayTo {
 		in.PayTo = repl.ReplaceKnown(h.PayTo, "")
 	}
-	called := false
-	err := h.gate.Serve(w, r, in, func(w http.ResponseWriter, r *http.Request) error {
-		called = true
+	return h.gate.Serve(w, r, in, func(w http.ResponseWriter, r *http.Request) error {
 		if paid, ok := gate.FromContext(r.Context()); ok && paid.Settlement != nil {
 			s := paid.Settlement
 			repl.Set("http.x402.payer", s.Payer)
@@ -261,22 +268,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 		return next.ServeHTTP(w, r)
 	})
-	if !called && isChallenge(r, w) {
-		challengesTotal.Inc()
-	}
-	return err
 }
 
-// isChallenge reports whether the gate answered an unpaid request with a challenge: it
-// carried no payment header and the answer has PAYMENT-REQUIRED.
-func isChallenge(r *http.Request, w http.ResponseWriter) bool {
-	return r.Header.Get(x402.HeaderPaymentSignature) == "" && r.Header.Get(x402.HeaderPayment) == "" &&
-		w.Header().Get(x402.HeaderPaymentRequired) != ""
+// countChallenge counts the unpaid requests the gate answered with a 402 challenge.
+func countChallenge(res *gate.Result) {
+	if res.Kind == gate.KindPaymentRequired {
+		challengesTotal.Inc()
+	}
 }
 
 // publicResource is the URL the client asked for: the original request's path (before any
 // rewrite or handle_path), with the scheme and host of X-Forwarded-Proto and
-// X-Forwarded-Host only when Caddy trusts the peer (the servers' trusted_proxies).
+// X-Forwarded-Host only when Caddy trusts the peer (the servers' trusted_proxies). It is
+// empty when the request names no host.
 func publicResource(r *http.Request) string {
 	path, rawPath := r.URL.Path, r.URL.RawPath
 	if orig, ok := r.Context().Value(caddyhttp.OriginalRequestCtxKey).(http.Request); ok && orig.URL != nil {
@@ -293,6 +297,9 @@ func publicResource(r *http.Request) string {
 		if host := firstValue(r.Header.Get("X-Forwarded-Host")); validHost(host) {
 			u.Host = host
 		}
+	}
+	if u.Host == "" {
+		return ""
 	}
 	if u.Path == "" {
 		u.Path = "/"

@@ -44,9 +44,11 @@ func TestPublicResource(t *testing.T) {
 			want:    "http://10.0.0.5/api/x"},
 		{name: "the original path before handle_path", url: "http://shop.example/x", origPath: "/api/x",
 			want: "http://shop.example/api/x"},
+		{name: "no host gives no resource", url: "http:///api/x", want: ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := httptest.NewRequest(http.MethodGet, tc.url, nil)
+			r.Host = r.URL.Host
 			if tc.tls {
 				r.TLS = &tls.ConnectionState{}
 			} else {
@@ -67,6 +69,23 @@ func TestPublicResource(t *testing.T) {
 				t.Fatalf("publicResource = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestRequestWithoutHostIs400AndNeverReachesTheUpstream(t *testing.T) {
+	r := httptest.NewRequest(http.MethodGet, "http://shop.example/api/x", nil)
+	r.Host = ""
+	ctx := context.WithValue(r.Context(), caddyhttp.VarsCtxKey, map[string]any{})
+	w := httptest.NewRecorder()
+	next := caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error {
+		t.Fatal("the upstream ran for a request without a host")
+		return nil
+	})
+	if err := (&Handler{}).ServeHTTP(w, r.WithContext(ctx), next); err != nil {
+		t.Fatalf("ServeHTTP: %v", err)
+	}
+	if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), `"error":"missing_host"`) {
+		t.Fatalf("got %d %s, want 400 missing_host", w.Code, w.Body.String())
 	}
 }
 

@@ -156,6 +156,10 @@ type Options struct {
 	Logger *zap.Logger
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// OnResult, when set, is called by Serve with every result before it is answered or
+	// the upstream runs, e.g. to count challenges. It must not modify the result.
+	// Default nil.
+	OnResult func(*Result)
 }
 
 // route is a checked Config: the parts of every requirement that do not change per

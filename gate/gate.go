@@ -61,6 +61,7 @@ type Gate struct {
 	pricing     PricingFunc
 	retries     RetryStore
 	errStatus   func(error) int
+	onResult    func(*Result)
 	log         *zap.Logger
 	now         func() time.Time
 	verifyTO    time.Duration
@@ -89,7 +90,7 @@ func New(cfg Config, opts Options) (*Gate, error) {
 	}
 	g := &Gate{
 		rt: rt, reg: reg, f: f, pricing: opts.Pricing, retries: opts.RetryStore,
-		errStatus: opts.ErrorStatus, log: opts.Logger, now: opts.Now,
+		errStatus: opts.ErrorStatus, onResult: opts.OnResult, log: opts.Logger, now: opts.Now,
 		verifyTO: cfg.VerifyTimeout, settleTO: cfg.SettleTimeout, pricingTO: cfg.PricingTimeout,
 	}
 	if g.retries == nil && rt.retryMax > 0 {

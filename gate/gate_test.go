@@ -185,6 +185,9 @@ func TestPaidRequestReachesUpstreamOnce(t *testing.T) {
 			if n := up.calls.Load(); n != 1 {
 				t.Fatalf("upstream ran %d times, want 1", n)
 			}
+			if n := up.leaked.Load(); n != 0 {
+				t.Errorf("the upstream received the signed payment header %d times", n)
+			}
 			p := up.lastPaid()
 			if p == nil || p.Settlement == nil || p.Retry {
 				t.Fatalf("upstream context Paid = %+v", p)

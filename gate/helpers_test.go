@@ -295,11 +295,17 @@ type upstream struct {
 	mu     sync.Mutex
 	paid   []*Paid
 	script []int
+	// leaked counts requests that reached the upstream still carrying a payment header.
+	leaked atomic.Int32
 }
 
 func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	n := int(u.calls.Add(1))
 	p, _ := FromContext(r.Context())
+	if r.Header.Get(x402.HeaderPayment) != "" || r.Header.Get(x402.HeaderPaymentSignature) != "" ||
+		r.Header.Get(HeaderVerificationPayment) != "" {
+		u.leaked.Add(1)
+	}
 	u.mu.Lock()
 	u.paid = append(u.paid, p)
 	status := http.StatusOK

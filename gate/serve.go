@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"sync"
 	"time"
+
+	"github.com/x402gate/x402gate/x402"
 )
 
 // reportTimeout bounds the retry-store write after an upstream call; it runs even when
@@ -51,11 +53,18 @@ func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, in Input, next Next
 		in.Resource = DefaultResource(r)
 	}
 	res := g.Handle(r.Context(), in)
+	if g.onResult != nil {
+		g.onResult(res)
+	}
 	if res.Kind != KindSettled {
 		res.Write(w, r)
 		return nil
 	}
 	res.SetHeaders(w.Header())
+	// The signed authorizations have done their work: the upstream does not get them, and
+	// no later log line of this request (an upstream's error log, say) can record them.
+	// Deleting in place also clears them from Caddy's shallow copy of the original request.
+	stripPaymentHeaders(r.Header)
 	ctx := context.WithValue(r.Context(), paidKey{}, &Paid{Settlement: res.Settlement, Guardian: res.Guardian, Retry: res.Retry})
 	r = r.WithContext(ctx)
 	ww := &watchWriter{ResponseWriter: w, g: g, res: res, ctx: ctx}
@@ -69,6 +78,13 @@ func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, in Input, next Next
 	done = true
 	ww.report(ww.status >= 500 || (err != nil && g.errStatus(err) >= 500))
 	return err
+}
+
+// stripPaymentHeaders deletes the headers that carry signed authorizations.
+func stripPaymentHeaders(h http.Header) {
+	for _, name := range []string{x402.HeaderPaymentSignature, x402.HeaderPayment, HeaderVerificationPayment} {
+		h.Del(name)
+	}
 }
 
 // watchWriter passes a response through and reports an upstream failure before the
