@@ -1,6 +1,8 @@
 package gate
 
 import (
+	"github.com/x402gate/x402gate/x402"
+
 	"errors"
 	"fmt"
 	"math/big"
@@ -80,27 +82,13 @@ func parseBaseUnits(s string) (*big.Int, error) {
 	return n, nil
 }
 
+// parseHumanUnits reads a human amount ("0.01") in base units of an asset with decimals,
+// refusing more fractional digits than the asset has (x402.ParseAmount's grammar).
 func parseHumanUnits(s string, decimals int) (*big.Int, error) {
-	if decimals < 0 || decimals > 36 {
-		return nil, fmt.Errorf("asset decimals %d out of range", decimals)
-	}
-	whole, frac, hasDot := strings.Cut(s, ".")
-	if !allDigits(whole) || (hasDot && !allDigits(frac)) {
-		return nil, errors.New("amount must be a decimal number such as 0.01")
-	}
-	if len(whole)+len(frac) > maxPriceDigits {
+	if len(s) > maxPriceDigits+1 {
 		return nil, errors.New("amount has too many digits")
 	}
-	frac = strings.TrimRight(frac, "0")
-	if len(frac) > decimals {
-		return nil, fmt.Errorf("amount has more than %d decimal places", decimals)
-	}
-	digits := whole + frac + strings.Repeat("0", decimals-len(frac))
-	n, ok := new(big.Int).SetString(digits, 10)
-	if !ok {
-		return nil, errors.New("amount must be a decimal number")
-	}
-	return n, nil
+	return x402.ParseAmount(s, decimals)
 }
 
 // allDigits reports whether s is one or more ASCII digits.
@@ -117,30 +105,7 @@ func allDigits(s string) bool {
 }
 
 // FormatAmount renders base units in human units, without trailing zeros: 10000 with 6
-// decimals is "0.01", 1000000 is "1".
+// decimals is "0.01", 1000000 is "1". It is x402.FormatAmount.
 func FormatAmount(n *big.Int, decimals int) string {
-	if n == nil {
-		return "0"
-	}
-	s := n.String()
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	if decimals <= 0 {
-		if neg {
-			return "-" + s
-		}
-		return s
-	}
-	if len(s) <= decimals {
-		s = strings.Repeat("0", decimals-len(s)+1) + s
-	}
-	whole, frac := s[:len(s)-decimals], strings.TrimRight(s[len(s)-decimals:], "0")
-	out := whole
-	if frac != "" {
-		out += "." + frac
-	}
-	if neg {
-		out = "-" + out
-	}
-	return out
+	return x402.FormatAmount(n, decimals)
 }
