@@ -27,45 +27,12 @@ import { wrapFetchWithPayment, decodeXPaymentResponse } from "x402-fetch";
 import { createWalletClient, http, publicActions } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
 import { baseSepolia } from "viem/chains";
-import { readFileSync } from "node:fs";
+import { payScript } from "./pay-common.mjs";
 
-function fail(message) {
-  process.stderr.write(`pay-v1: ${message}\n`);
-  process.exit(1);
-}
-
-function payerKey() {
-  let key = process.env.X402_PAYER_KEY;
-  if (!key && process.env.X402_PAYER_KEY_FILE) {
-    try {
-      key = readFileSync(process.env.X402_PAYER_KEY_FILE, "utf8").trim();
-    } catch (e) {
-      fail(`cannot read X402_PAYER_KEY_FILE: ${e.code ?? "error"}`);
-    }
-  }
-  if (!key || !/^0x[0-9a-fA-F]{64}$/.test(key)) {
-    fail("set X402_PAYER_KEY (or X402_PAYER_KEY_FILE) to a 0x-prefixed 32-byte hex private key");
-  }
-  return key;
-}
-
-function decodeResponseHeader(value) {
-  if (!value) {
-    return null;
-  }
-  try {
-    return decodeXPaymentResponse(value);
-  } catch {
-    return null;
-  }
-}
+const { payerKey, url, recorder, report, run } = payScript("pay-v1");
 
 async function main() {
-  const url = process.argv[2];
-  if (!url) {
-    fail("usage: node pay-v1.mjs <url>");
-  }
-  const signOnly = process.env.X402_SIGN_ONLY === "1";
+  const target = url();
   // The wallet signs typed data locally; viem never calls the chain's public RPC for that.
   // The chain is Base Sepolia (84532): x402 1.2.0 signs with the chain id of the network name
   // the 402 names, and the local demo chain runs with that id.
@@ -75,36 +42,19 @@ async function main() {
     transport: http(),
   }).extend(publicActions);
 
-  let paymentHeader;
-  const recordingFetch = async (input, init) => {
-    const sent = init?.headers?.["X-PAYMENT"];
-    if (sent !== undefined) {
-      paymentHeader = sent;
-      if (signOnly) {
-        return new Response("", { status: 299 });
-      }
-    }
-    return fetch(input, init);
-  };
+  // x402-fetch calls fetch(input, init) with the headers as a plain object.
+  const { recordingFetch, sentHeader } = recorder((input, init) => init?.headers?.["X-PAYMENT"]);
   const maxValue = process.env.X402_MAX_VALUE ? BigInt(process.env.X402_MAX_VALUE) : undefined;
   const fetchWithPayment = wrapFetchWithPayment(recordingFetch, wallet, maxValue);
-  const res = await fetchWithPayment(url, { method: process.env.X402_METHOD || "GET" });
+  const res = await fetchWithPayment(target, { method: process.env.X402_METHOD || "GET" });
 
-  if (signOnly) {
-    if (paymentHeader === undefined) {
-      fail(`the client did not build an X-PAYMENT header (status ${res.status})`);
-    }
-    process.stdout.write(JSON.stringify({ paymentHeader }) + "\n");
-    return;
-  }
-  const responseHeader = res.headers.get("X-PAYMENT-RESPONSE");
-  const out = {
-    status: res.status,
-    body: await res.text(),
-    paymentResponseHeader: responseHeader,
-    paymentResponse: decodeResponseHeader(responseHeader),
-  };
-  process.stdout.write(JSON.stringify(out) + "\n");
+  await report(
+    res,
+    sentHeader(),
+    "an X-PAYMENT header",
+    res.headers.get("X-PAYMENT-RESPONSE"),
+    decodeXPaymentResponse,
+  );
 }
 
-main().catch((e) => fail(e?.message ?? String(e)));
+run(main);

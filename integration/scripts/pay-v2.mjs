@@ -24,88 +24,38 @@
 import { wrapFetchWithPaymentFromConfig, decodePaymentResponseHeader } from "@x402/fetch";
 import { ExactEvmScheme } from "@x402/evm";
 import { privateKeyToAccount } from "viem/accounts";
-import { readFileSync } from "node:fs";
+import { payScript } from "./pay-common.mjs";
 
-function fail(message) {
-  process.stderr.write(`pay-v2: ${message}\n`);
-  process.exit(1);
-}
-
-function payerKey() {
-  let key = process.env.X402_PAYER_KEY;
-  if (!key && process.env.X402_PAYER_KEY_FILE) {
-    try {
-      key = readFileSync(process.env.X402_PAYER_KEY_FILE, "utf8").trim();
-    } catch (e) {
-      fail(`cannot read X402_PAYER_KEY_FILE: ${e.code ?? "error"}`);
-    }
-  }
-  if (!key || !/^0x[0-9a-fA-F]{64}$/.test(key)) {
-    fail("set X402_PAYER_KEY (or X402_PAYER_KEY_FILE) to a 0x-prefixed 32-byte hex private key");
-  }
-  return key;
-}
-
-function decodeResponseHeader(value) {
-  if (!value) {
-    return null;
-  }
-  try {
-    return decodePaymentResponseHeader(value);
-  } catch {
-    return null;
-  }
-}
+const { fail, payerKey, url, recorder, report, run } = payScript("pay-v2");
 
 async function main() {
-  const url = process.argv[2];
-  if (!url) {
-    fail("usage: node pay-v2.mjs <url>");
-  }
+  const target = url();
   const network = process.env.X402_NETWORK || "eip155:84532";
   const token = process.env.X402_TOKEN;
   if (token !== undefined && !/^0x[0-9a-fA-F]{40}$/.test(token)) {
     fail("X402_TOKEN must be a 0x-prefixed 20-byte hex address");
   }
-  const signOnly = process.env.X402_SIGN_ONLY === "1";
   const asset = { network, asset: token };
   if (process.env.X402_MAX_VALUE) {
     asset.maxAmountPerPayment = process.env.X402_MAX_VALUE;
   }
   const spendControls = { allowedAssets: token ? [asset] : true };
 
-  let paymentHeader;
-  const recordingFetch = async (request) => {
-    const sent = request.headers.get("PAYMENT-SIGNATURE");
-    if (sent !== null) {
-      paymentHeader = sent;
-      if (signOnly) {
-        return new Response("", { status: 299 });
-      }
-    }
-    return fetch(request);
-  };
+  // @x402/fetch calls fetch(request) with one Request.
+  const { recordingFetch, sentHeader } = recorder((request) => request.headers.get("PAYMENT-SIGNATURE"));
   const fetchWithPayment = wrapFetchWithPaymentFromConfig(recordingFetch, {
     schemes: [{ network, client: new ExactEvmScheme(privateKeyToAccount(payerKey())) }],
     spendControls,
   });
-  const res = await fetchWithPayment(url, { method: process.env.X402_METHOD || "GET" });
+  const res = await fetchWithPayment(target, { method: process.env.X402_METHOD || "GET" });
 
-  if (signOnly) {
-    if (paymentHeader === undefined) {
-      fail(`the client did not build a PAYMENT-SIGNATURE header (status ${res.status})`);
-    }
-    process.stdout.write(JSON.stringify({ paymentHeader }) + "\n");
-    return;
-  }
-  const responseHeader = res.headers.get("PAYMENT-RESPONSE") ?? res.headers.get("X-PAYMENT-RESPONSE");
-  const out = {
-    status: res.status,
-    body: await res.text(),
-    paymentResponseHeader: responseHeader,
-    paymentResponse: decodeResponseHeader(responseHeader),
-  };
-  process.stdout.write(JSON.stringify(out) + "\n");
+  await report(
+    res,
+    sentHeader(),
+    "a PAYMENT-SIGNATURE header",
+    res.headers.get("PAYMENT-RESPONSE") ?? res.headers.get("X-PAYMENT-RESPONSE"),
+    decodePaymentResponseHeader,
+  );
 }
 
-main().catch((e) => fail(e?.message ?? String(e)));
+run(main);
