@@ -61,12 +61,53 @@ func (p *jsonParser) skipSpace() {
 	}
 }
 
-func (p *jsonParser) value(depth int) (any, error) {
+// peek skips white space and returns the byte there, or errUnexpectedEnd at the end.
+func (p *jsonParser) peek() (byte, error) {
 	p.skipSpace()
 	if p.pos >= len(p.data) {
-		return nil, errUnexpectedEnd
+		return 0, errUnexpectedEnd
 	}
-	switch c := p.data[p.pos]; {
+	return p.data[p.pos], nil
+}
+
+// expect skips white space and consumes c, which must come next.
+func (p *jsonParser) expect(c byte) error {
+	got, err := p.peek()
+	if err != nil {
+		return err
+	}
+	if got != c {
+		return errSyntax
+	}
+	p.pos++
+	return nil
+}
+
+// more is called after a member of an object or an array: it consumes the ',' that
+// announces another member (true) or the closing byte that ends the list (false).
+func (p *jsonParser) more(closing byte) (bool, error) {
+	c, err := p.peek()
+	if err != nil {
+		return false, err
+	}
+	switch c {
+	case ',':
+		p.pos++
+		return true, nil
+	case closing:
+		p.pos++
+		return false, nil
+	default:
+		return false, errSyntax
+	}
+}
+
+func (p *jsonParser) value(depth int) (any, error) {
+	c, err := p.peek()
+	if err != nil {
+		return nil, err
+	}
+	switch {
 	case c == '{':
 		if depth >= maxJSONDepth {
 			return nil, errTooDeep
@@ -112,11 +153,11 @@ func (p *jsonParser) object(depth int) (any, error) {
 		return m, nil
 	}
 	for {
-		p.skipSpace()
-		if p.pos >= len(p.data) {
-			return nil, errUnexpectedEnd
+		c, err := p.peek()
+		if err != nil {
+			return nil, err
 		}
-		if p.data[p.pos] != '"' {
+		if c != '"' {
 			return nil, errSyntax
 		}
 		k, err := p.str()
@@ -126,31 +167,20 @@ func (p *jsonParser) object(depth int) (any, error) {
 		if _, dup := m[k]; dup {
 			return nil, errDuplicateKey
 		}
-		p.skipSpace()
-		if p.pos >= len(p.data) {
-			return nil, errUnexpectedEnd
+		if err := p.expect(':'); err != nil {
+			return nil, err
 		}
-		if p.data[p.pos] != ':' {
-			return nil, errSyntax
-		}
-		p.pos++
 		v, err := p.value(depth + 1)
 		if err != nil {
 			return nil, err
 		}
 		m[k] = v
-		p.skipSpace()
-		if p.pos >= len(p.data) {
-			return nil, errUnexpectedEnd
+		more, err := p.more('}')
+		if err != nil {
+			return nil, err
 		}
-		switch p.data[p.pos] {
-		case ',':
-			p.pos++
-		case '}':
-			p.pos++
+		if !more {
 			return m, nil
-		default:
-			return nil, errSyntax
 		}
 	}
 }
@@ -169,18 +199,12 @@ func (p *jsonParser) array(depth int) (any, error) {
 			return nil, err
 		}
 		a = append(a, v)
-		p.skipSpace()
-		if p.pos >= len(p.data) {
-			return nil, errUnexpectedEnd
+		more, err := p.more(']')
+		if err != nil {
+			return nil, err
 		}
-		switch p.data[p.pos] {
-		case ',':
-			p.pos++
-		case ']':
-			p.pos++
+		if !more {
 			return a, nil
-		default:
-			return nil, errSyntax
 		}
 	}
 }

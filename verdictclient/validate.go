@@ -12,13 +12,9 @@ import (
 // labels errors. Any failure is a *ValidationError, which is never approval.
 func ParseEnvelope(body []byte, requestHash string) (*Envelope, error) {
 	v := validator{op: "approval status", hash: requestHash}
-	tree, err := parseStrict(body)
+	obj, err := v.parseObject(body)
 	if err != nil {
-		return nil, v.fail("", "malformed json: "+err.Error())
-	}
-	obj, ok := tree.(map[string]any)
-	if !ok {
-		return nil, v.fail("", "not a json object")
+		return nil, err
 	}
 	raw, present := obj["verdict"]
 	if !present || raw == nil {
@@ -36,9 +32,9 @@ func ParseEnvelope(body []byte, requestHash string) (*Envelope, error) {
 // verdict producer can test its output against the client's rules.
 func ParseVerdict(body []byte, requestHash string) (*Verdict, error) {
 	v := validator{op: "verdict", hash: requestHash}
-	tree, err := parseStrict(body)
+	tree, err := v.parse(body)
 	if err != nil {
-		return nil, v.fail("", "malformed json: "+err.Error())
+		return nil, err
 	}
 	return v.verdict(tree, "verdict")
 }
@@ -47,13 +43,9 @@ func ParseVerdict(body []byte, requestHash string) (*Verdict, error) {
 // (spec §4.1 POST rule 3). Other fields are taken when they are strings.
 func parseTransaction(body []byte, traceID string) (*Transaction, error) {
 	v := validator{op: "submit"}
-	tree, err := parseStrict(body)
+	obj, err := v.parseObject(body)
 	if err != nil {
-		return nil, v.fail("", "malformed json: "+err.Error())
-	}
-	obj, ok := tree.(map[string]any)
-	if !ok {
-		return nil, v.fail("", "not a json object")
+		return nil, err
 	}
 	h, ok := obj["requestHash"].(string)
 	if !ok || h == "" {
@@ -85,6 +77,28 @@ func (v validator) fail(field, problem string) error {
 	return &ValidationError{Op: v.op, RequestHash: v.hash, Field: field, Problem: problem}
 }
 
+// parse strictly decodes a whole body (parseStrict).
+func (v validator) parse(body []byte) (any, error) {
+	tree, err := parseStrict(body)
+	if err != nil {
+		return nil, v.fail("", "malformed json: "+err.Error())
+	}
+	return tree, nil
+}
+
+// parseObject strictly decodes a whole body that must be a JSON object.
+func (v validator) parseObject(body []byte) (map[string]any, error) {
+	tree, err := v.parse(body)
+	if err != nil {
+		return nil, err
+	}
+	obj, ok := tree.(map[string]any)
+	if !ok {
+		return nil, v.fail("", "not a json object")
+	}
+	return obj, nil
+}
+
 // verdict applies every rule of the package documentation's "Validation" section.
 func (v validator) verdict(raw any, path string) (*Verdict, error) {
 	obj, ok := raw.(map[string]any)
@@ -97,14 +111,9 @@ func (v validator) verdict(raw any, path string) (*Verdict, error) {
 	if n, ok := obj["schemaVersion"].(json.Number); !ok || n.String() != "1" {
 		return nil, v.fail(path+".schemaVersion", "must be the integer literal 1")
 	}
-	o, err := v.str(obj, "outcome", path)
-	if err != nil {
+	if out.Outcome, err = oneOf(v, obj, "outcome", path, "unknown outcome",
+		OutcomePending, OutcomeApproved, OutcomeRejected); err != nil {
 		return nil, err
-	}
-	switch out.Outcome = Outcome(o); out.Outcome {
-	case OutcomePending, OutcomeApproved, OutcomeRejected:
-	default:
-		return nil, v.fail(path+".outcome", "unknown outcome")
 	}
 	rc, err := v.str(obj, "reasonCode", path)
 	if err != nil {
@@ -241,14 +250,9 @@ func (v validator) checks(obj map[string]any, path string) ([]Check, error) {
 		if !known {
 			return nil, v.fail(p+".checkId", "unknown checkId")
 		}
-		st, err := v.str(co, "status", p)
-		if err != nil {
+		if c.Status, err = oneOf(v, co, "status", p, "unknown check status",
+			CheckPassed, CheckFailed, CheckNotChecked); err != nil {
 			return nil, err
-		}
-		switch c.Status = CheckStatus(st); c.Status {
-		case CheckPassed, CheckFailed, CheckNotChecked:
-		default:
-			return nil, v.fail(p+".status", "unknown check status")
 		}
 		code, err := v.nullStr(co, "code", p)
 		if err != nil {
@@ -278,10 +282,9 @@ func (v validator) checks(obj map[string]any, path string) ([]Check, error) {
 }
 
 func (v validator) evidence(obj map[string]any, path string) (Evidence, error) {
-	p := path + ".evidence"
-	eo, ok := obj["evidence"].(map[string]any)
-	if !ok {
-		return Evidence{}, v.fail(p, "must be an object")
+	eo, p, err := v.object(obj, "evidence", path)
+	if err != nil {
+		return Evidence{}, err
 	}
 	da, ok := eo["decodedAction"].(map[string]any)
 	if !ok {
@@ -307,20 +310,14 @@ func (v validator) evidence(obj map[string]any, path string) (Evidence, error) {
 }
 
 func (v validator) freshness(obj map[string]any, path string) (DataFreshness, error) {
-	p := path + ".dataFreshness"
-	fo, ok := obj["dataFreshness"].(map[string]any)
-	if !ok {
-		return DataFreshness{}, v.fail(p, "must be an object")
-	}
-	ov, err := v.str(fo, "overall", p)
+	fo, p, err := v.object(obj, "dataFreshness", path)
 	if err != nil {
 		return DataFreshness{}, err
 	}
-	out := DataFreshness{Overall: Freshness(ov)}
-	switch out.Overall {
-	case FreshnessFresh, FreshnessCached, FreshnessMixed:
-	default:
-		return DataFreshness{}, v.fail(p+".overall", "must be fresh, cached or mixed")
+	var out DataFreshness
+	if out.Overall, err = oneOf(v, fo, "overall", p, "must be fresh, cached or mixed",
+		FreshnessFresh, FreshnessCached, FreshnessMixed); err != nil {
+		return DataFreshness{}, err
 	}
 	arr, ok := fo["sources"].([]any)
 	if !ok {
@@ -341,20 +338,14 @@ func (v validator) freshness(obj map[string]any, path string) (DataFreshness, er
 }
 
 func (v validator) trust(obj map[string]any, path string) (Trust, error) {
-	p := path + ".trust"
-	to, ok := obj["trust"].(map[string]any)
-	if !ok {
-		return Trust{}, v.fail(p, "must be an object")
-	}
-	lv, err := v.str(to, "level", p)
+	to, p, err := v.object(obj, "trust", path)
 	if err != nil {
 		return Trust{}, err
 	}
-	out := Trust{Level: TrustLevel(lv)}
-	switch out.Level {
-	case TrustHigh, TrustMedium, TrustLow:
-	default:
-		return Trust{}, v.fail(p+".level", "must be high, medium or low")
+	var out Trust
+	if out.Level, err = oneOf(v, to, "level", p, "must be high, medium or low",
+		TrustHigh, TrustMedium, TrustLow); err != nil {
+		return Trust{}, err
 	}
 	if out.Notes, err = v.nullStr(to, "notes", p); err != nil {
 		return Trust{}, err
@@ -363,10 +354,9 @@ func (v validator) trust(obj map[string]any, path string) (Trust, error) {
 }
 
 func (v validator) redaction(obj map[string]any, path string) (Redaction, error) {
-	p := path + ".redaction"
-	ro, ok := obj["redaction"].(map[string]any)
-	if !ok {
-		return Redaction{}, v.fail(p, "must be an object")
+	ro, p, err := v.object(obj, "redaction", path)
+	if err != nil {
+		return Redaction{}, err
 	}
 	red, ok := ro["redacted"].(bool)
 	if !ok {
@@ -385,6 +375,31 @@ func (v validator) redaction(obj map[string]any, path string) (Redaction, error)
 		out.Fields[i] = s
 	}
 	return out, nil
+}
+
+// object reads a required object field; p is its path.
+func (v validator) object(obj map[string]any, key, path string) (o map[string]any, p string, err error) {
+	p = path + "." + key
+	o, ok := obj[key].(map[string]any)
+	if !ok {
+		return nil, p, v.fail(p, "must be an object")
+	}
+	return o, p, nil
+}
+
+// oneOf reads a required string field whose value must be one of allowed; problem
+// describes any other value.
+func oneOf[T ~string](v validator, obj map[string]any, key, path, problem string, allowed ...T) (T, error) {
+	s, err := v.str(obj, key, path)
+	if err != nil {
+		return "", err
+	}
+	for _, a := range allowed {
+		if T(s) == a {
+			return a, nil
+		}
+	}
+	return "", v.fail(path+"."+key, problem)
 }
 
 // str reads a required string field.
