@@ -183,9 +183,8 @@ func (fc *FacilitatorConfig) resolve(name string) (*resolved, error) {
 			rc.StoreMax = s.MaxEntries
 		case storeRedis:
 			rc.StoreType = storeRedis
-			rc.StoreURL = resolveSecret(repl, s.URL)
-			if rc.StoreURL == "" {
-				return nil, errors.New("store redis: url is required")
+			if rc.StoreURL, err = requiredSecret(repl, s.URL, "store redis: url"); err != nil {
+				return nil, err
 			}
 		default:
 			return nil, fmt.Errorf("store: unknown type %q (want memory or redis)", s.Type)
@@ -204,9 +203,8 @@ func (fc *FacilitatorConfig) resolve(name string) (*resolved, error) {
 		}
 	case journalPostgres:
 		rc.JournalType = journalPostgres
-		rc.JournalDSN = resolveSecret(repl, jc.DSN)
-		if rc.JournalDSN == "" {
-			return nil, errors.New("journal postgres: dsn is required")
+		if rc.JournalDSN, err = requiredSecret(repl, jc.DSN, "journal postgres: dsn"); err != nil {
+			return nil, err
 		}
 	default:
 		return nil, fmt.Errorf("journal: unknown type %q (want sqlite or postgres)", jc.Type)
@@ -247,6 +245,16 @@ func (fc *FacilitatorConfig) resolve(name string) (*resolved, error) {
 		rc.Factories = append(rc.Factories, common.HexToAddress(f))
 	}
 	return rc, nil
+}
+
+// requiredSecret resolves the connection string of a remote store or journal (which may
+// hold a password); what names it in the error when it resolves to nothing.
+func requiredSecret(repl *caddy.Replacer, raw, what string) (string, error) {
+	v := resolveSecret(repl, raw)
+	if v == "" {
+		return "", errors.New(what + " is required")
+	}
+	return v, nil
 }
 
 // defaultJournalPath is the SQLite journal in Caddy's data dir.

@@ -93,9 +93,8 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //
 // price and pay_to may hold placeholders, expanded per request.
 func (g *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // directive name
-	if d.NextArg() {
-		return d.ArgErr()
+	if err := blockOnly(d); err != nil {
+		return err
 	}
 	for d.NextBlock(0) {
 		opt := d.Val()
@@ -118,27 +117,27 @@ func (g *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				}
 			}
 		case "pay_to":
-			if !d.Args(&g.PayTo) || d.NextArg() {
-				return d.ArgErr()
+			if err := oneArg(d, &g.PayTo); err != nil {
+				return err
 			}
 			if !strings.Contains(g.PayTo, "{") && !isAddress(g.PayTo) {
 				return d.Errf("x402: pay_to %q is not a 0x address", g.PayTo)
 			}
 		case "network":
-			if !d.Args(&g.Network) || d.NextArg() {
-				return d.ArgErr()
+			if err := oneArg(d, &g.Network); err != nil {
+				return err
 			}
 		case "asset":
-			if !d.Args(&g.Asset) || d.NextArg() {
-				return d.ArgErr()
+			if err := oneArg(d, &g.Asset); err != nil {
+				return err
 			}
 			if !isAddress(g.Asset) {
 				return d.Errf("x402: asset %q is not a 0x address", g.Asset)
 			}
 		case "asset_name", "asset_version", "symbol", "description", "mime_type", "facilitator_key", "pricing_url":
 			var v string
-			if !d.Args(&v) || d.NextArg() {
-				return d.ArgErr()
+			if err := oneArg(d, &v); err != nil {
+				return err
 			}
 			switch opt {
 			case "asset_name":
@@ -158,23 +157,21 @@ func (g *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 		case "decimals":
 			var v string
-			if !d.Args(&v) || d.NextArg() {
-				return d.ArgErr()
+			if err := oneArg(d, &v); err != nil {
+				return err
 			}
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 || n > 36 {
 				return d.Errf("x402: decimals %q is not in 0..36", v)
 			}
 			g.Decimals = n
-		case "max_timeout", "retry_grace":
-			dur, err := durationArg(d)
-			if err != nil {
+		case "max_timeout":
+			if err := durationArg(d, &g.MaxTimeout); err != nil {
 				return err
 			}
-			if opt == "max_timeout" {
-				g.MaxTimeout = dur
-			} else {
-				g.RetryGrace = dur
+		case "retry_grace":
+			if err := durationArg(d, &g.RetryGrace); err != nil {
+				return err
 			}
 		case "facilitator":
 			args := d.RemainingArgs()
@@ -196,8 +193,8 @@ func (g *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 		case "retry_max":
 			var v string
-			if !d.Args(&v) || d.NextArg() {
-				return d.ArgErr()
+			if err := oneArg(d, &v); err != nil {
+				return err
 			}
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 {
@@ -233,8 +230,8 @@ func (g *Handler) unmarshalGuardian(d *caddyfile.Dispenser) error {
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		opt := d.Val()
 		var v string
-		if !d.Args(&v) || d.NextArg() {
-			return d.ArgErr()
+		if err := oneArg(d, &v); err != nil {
+			return err
 		}
 		switch opt {
 		case "advertise":
@@ -274,9 +271,8 @@ func parseFacilitatorHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandle
 //		strip_prefix <path>
 //	}
 func (f *FacilitatorHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // directive name
-	if d.NextArg() {
-		return d.ArgErr()
+	if err := blockOnly(d); err != nil {
+		return err
 	}
 	for d.NextBlock(0) {
 		opt := d.Val()
@@ -312,17 +308,38 @@ func (f *FacilitatorHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-func durationArg(d *caddyfile.Dispenser) (caddy.Duration, error) {
+// blockOnly consumes a directive's or global option's name and rejects arguments after
+// it: everything is set in its block.
+func blockOnly(d *caddyfile.Dispenser) error {
+	d.Next() // directive or option name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	return nil
+}
+
+// oneArg reads the single argument of the current option into dst.
+func oneArg(d *caddyfile.Dispenser, dst *string) error {
+	if !d.Args(dst) || d.NextArg() {
+		return d.ArgErr()
+	}
+	return nil
+}
+
+// durationArg reads the single argument of the current option, a positive duration,
+// into dst.
+func durationArg(d *caddyfile.Dispenser, dst *caddy.Duration) error {
 	opt := d.Val()
 	var v string
-	if !d.Args(&v) || d.NextArg() {
-		return 0, d.ArgErr()
+	if err := oneArg(d, &v); err != nil {
+		return err
 	}
 	dur, err := caddy.ParseDuration(v)
 	if err != nil || dur <= 0 {
-		return 0, d.Errf("%s %q is not a positive duration", opt, v)
+		return d.Errf("%s %q is not a positive duration", opt, v)
 	}
-	return caddy.Duration(dur), nil
+	*dst = caddy.Duration(dur)
+	return nil
 }
 
 func isAddress(s string) bool {

@@ -56,9 +56,8 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //		}
 //	}
 func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // option name
-	if d.NextArg() {
-		return d.ArgErr()
+	if err := blockOnly(d); err != nil {
+		return err
 	}
 	for d.NextBlock(0) {
 		if d.Val() != "facilitator" {
@@ -98,8 +97,8 @@ func (fc *FacilitatorConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		switch opt {
 		case "network":
 			var n NetworkConfig
-			if !d.Args(&n.Name) || d.NextArg() {
-				return d.ArgErr()
+			if err := oneArg(d, &n.Name); err != nil {
+				return err
 			}
 			for _, prev := range fc.Networks {
 				if prev.Name == n.Name {
@@ -111,57 +110,45 @@ func (fc *FacilitatorConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			fc.Networks = append(fc.Networks, n)
 		case "signer_key":
-			if !d.Args(&fc.SignerKey) || d.NextArg() {
-				return d.ArgErr()
+			if err := oneArg(d, &fc.SignerKey); err != nil {
+				return err
 			}
 			if !strings.HasPrefix(fc.SignerKey, "{") {
 				return d.Err("signer_key must be an {env.*} or {file.*} placeholder, never the key itself")
 			}
 		case "store":
-			args := d.RemainingArgs()
-			if len(args) == 0 {
-				return d.ArgErr()
+			args, err := kindArgs(d, "store", storeMemory, storeRedis)
+			if err != nil {
+				return err
 			}
 			s := &StoreConfig{Type: args[0]}
 			switch {
-			case args[0] == storeMemory && len(args) <= 2:
-				if len(args) == 2 {
-					n, err := strconv.Atoi(args[1])
-					if err != nil || n <= 0 {
-						return d.Errf("store memory: max entries %q is not a positive integer", args[1])
-					}
-					s.MaxEntries = n
-				}
-			case args[0] == storeRedis && len(args) == 2:
+			case args[0] == storeRedis:
 				s.URL = args[1]
-			case args[0] == storeMemory || args[0] == storeRedis:
-				return d.ArgErr()
-			default:
-				return d.Errf("unknown store %q (want memory or redis)", args[0])
+			case len(args) == 2:
+				n, err := strconv.Atoi(args[1])
+				if err != nil || n <= 0 {
+					return d.Errf("store memory: max entries %q is not a positive integer", args[1])
+				}
+				s.MaxEntries = n
 			}
 			fc.Store = s
 		case "journal":
-			args := d.RemainingArgs()
-			if len(args) == 0 {
-				return d.ArgErr()
+			args, err := kindArgs(d, "journal", journalSQLite, journalPostgres)
+			if err != nil {
+				return err
 			}
 			j := &JournalConfig{Type: args[0]}
 			switch {
-			case args[0] == journalSQLite && len(args) <= 2:
-				if len(args) == 2 {
-					j.Path = args[1]
-				}
-			case args[0] == journalPostgres && len(args) == 2:
+			case args[0] == journalPostgres:
 				j.DSN = args[1]
-			case args[0] == journalSQLite || args[0] == journalPostgres:
-				return d.ArgErr()
-			default:
-				return d.Errf("unknown journal %q (want sqlite or postgres)", args[0])
+			case len(args) == 2:
+				j.Path = args[1]
 			}
 			fc.Journal = j
 		case "guardian_mode":
-			if !d.Args(&fc.GuardianMode) || d.NextArg() {
-				return d.ArgErr()
+			if err := oneArg(d, &fc.GuardianMode); err != nil {
+				return err
 			}
 			switch fc.GuardianMode {
 			case "off", "optional", "required":
@@ -170,8 +157,8 @@ func (fc *FacilitatorConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 		case "verdict_url", "verdict_key", "pricing_url":
 			var v string
-			if !d.Args(&v) || d.NextArg() {
-				return d.ArgErr()
+			if err := oneArg(d, &v); err != nil {
+				return err
 			}
 			switch opt {
 			case "verdict_url":
@@ -181,15 +168,13 @@ func (fc *FacilitatorConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			default:
 				fc.PricingURL = v
 			}
-		case "approval_ttl", "receipt_timeout":
-			dur, err := durationArg(d)
-			if err != nil {
+		case "approval_ttl":
+			if err := durationArg(d, &fc.ApprovalTTL); err != nil {
 				return err
 			}
-			if opt == "approval_ttl" {
-				fc.ApprovalTTL = dur
-			} else {
-				fc.ReceiptTimeout = dur
+		case "receipt_timeout":
+			if err := durationArg(d, &fc.ReceiptTimeout); err != nil {
+				return err
 			}
 		case "erc6492_factories":
 			args := d.RemainingArgs()
@@ -214,12 +199,29 @@ func (fc *FacilitatorConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
+// kindArgs reads the arguments of a `<what> <local> [<arg>] | <remote> <arg>` option (store,
+// journal): the kind, then an argument that the local kind may leave out and the remote
+// kind requires. args[0] is the kind, args[1] the argument when there is one.
+func kindArgs(d *caddyfile.Dispenser, what, local, remote string) ([]string, error) {
+	args := d.RemainingArgs()
+	switch {
+	case len(args) == 0:
+		return nil, d.ArgErr()
+	case args[0] == local && len(args) <= 2, args[0] == remote && len(args) == 2:
+		return args, nil
+	case args[0] == local || args[0] == remote:
+		return nil, d.ArgErr()
+	default:
+		return nil, d.Errf("unknown %s %q (want %s or %s)", what, args[0], local, remote)
+	}
+}
+
 func (n *NetworkConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		opt := d.Val()
 		var v string
-		if !d.Args(&v) || d.NextArg() {
-			return d.ArgErr()
+		if err := oneArg(d, &v); err != nil {
+			return err
 		}
 		switch opt {
 		case "chain_id":
