@@ -65,7 +65,10 @@ func (a *App) Provision(ctx caddy.Context) error {
 		if err != nil {
 			return fmt.Errorf("x402: facilitator %q: %w", name, err)
 		}
-		key := rc.poolKey()
+		key, err := rc.poolKey()
+		if err != nil {
+			return fmt.Errorf("x402: facilitator %q: %w", name, err)
+		}
 		v, loaded, err := bundles.LoadOrNew(key, func() (caddy.Destructor, error) {
 			return openBundle(rc, a.log.With(zap.String("facilitator", name)))
 		})

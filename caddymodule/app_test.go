@@ -4,7 +4,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -14,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/ethereum/go-ethereum/common"
@@ -412,23 +410,9 @@ http://127.0.0.1:%[5]d {
 
 	t.Run("a reload keeps the same facilitator", func(t *testing.T) {
 		loadCaddy(t, config("free after reload"))
-		// A connection the old server accepted just before it stopped may be closed unanswered
-		// (EOF): that is Caddy's reload, not ours, and this free GET may simply be asked again.
-		var body string
-		for attempt := 1; ; attempt++ {
-			res, err := (&http.Client{Timeout: time.Minute, Transport: &http.Transport{DisableKeepAlives: true}}).Get(base + "/")
-			if err == nil {
-				b, _ := io.ReadAll(res.Body)
-				res.Body.Close()
-				if res.StatusCode != http.StatusOK {
-					t.Fatalf("the new config is not active: %d %q", res.StatusCode, b)
-				}
-				body = string(b)
-				break
-			}
-			if attempt == 3 {
-				t.Fatalf("GET after the reload: %v", err)
-			}
+		status, body := afterReload(t, base+"/")
+		if status != http.StatusOK {
+			t.Fatalf("the new config is not active: %d %q", status, body)
 		}
 		if body != "free after reload" {
 			t.Fatalf("the new config is not active: %q", body)

@@ -64,6 +64,9 @@ type FacilitatorConfig struct {
 	VerdictKey string `json:"verdict_key,omitempty"`
 	// PricingURL is the pricing service of the verification fee. Default: none.
 	PricingURL string `json:"pricing_url,omitempty"`
+	// VerdictPoll bounds the wait for a terminal verdict. Default: the spec's 1s interval
+	// and 20 attempts, with delays capped at 5s.
+	VerdictPoll *VerdictPollConfig `json:"verdict_poll,omitempty"`
 	// ApprovalTTL bounds how long a verdict approval stays usable. Default: 5m.
 	ApprovalTTL caddy.Duration `json:"approval_ttl,omitempty"`
 	// ReceiptTimeout bounds the wait for a settlement receipt. Default: 30s.
@@ -71,6 +74,18 @@ type FacilitatorConfig struct {
 	// ERC6492Factories are the wallet factories whose ERC-6492 signatures are accepted.
 	// Default: none.
 	ERC6492Factories []string `json:"erc6492_factories,omitempty"`
+}
+
+// VerdictPollConfig is how a bundled facilitator polls the verdict service: the first
+// delay, doubled up to MaxDelay, for at most MaxAttempts reads. A verdict still pending at
+// the bound is a refusal (fail closed).
+type VerdictPollConfig struct {
+	// Interval is the first delay. Default: 1s.
+	Interval caddy.Duration `json:"interval,omitempty"`
+	// MaxAttempts is the number of status reads, the first included. Default: 20.
+	MaxAttempts int `json:"max_attempts,omitempty"`
+	// MaxDelay caps each delay. Default: 5s.
+	MaxDelay caddy.Duration `json:"max_delay,omitempty"`
 }
 
 // NetworkConfig is one chain of a bundled facilitator.
@@ -134,6 +149,9 @@ type resolved struct {
 	VerdictURL     string
 	VerdictKey     string
 	PricingURL     string
+	PollInterval   time.Duration
+	PollAttempts   int
+	PollMaxDelay   time.Duration
 	ApprovalTTL    time.Duration
 	ReceiptTimeout time.Duration
 	Factories      []common.Address
@@ -232,6 +250,15 @@ func (fc *FacilitatorConfig) resolve(name string) (*resolved, error) {
 		if p, err := url.Parse(u.v); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
 			return nil, fmt.Errorf("%s must be an absolute http(s) url", u.name)
 		}
+	}
+	if vp := fc.VerdictPoll; vp != nil {
+		if vp.Interval < 0 || vp.MaxAttempts < 0 || vp.MaxDelay < 0 {
+			return nil, errors.New("verdict_poll values must not be negative")
+		}
+		if vp.Interval > 0 && vp.Interval < caddy.Duration(time.Millisecond) {
+			return nil, errors.New("verdict_poll interval must be at least 1ms")
+		}
+		rc.PollInterval, rc.PollAttempts, rc.PollMaxDelay = time.Duration(vp.Interval), vp.MaxAttempts, time.Duration(vp.MaxDelay)
 	}
 	rc.ApprovalTTL = time.Duration(fc.ApprovalTTL)
 	rc.ReceiptTimeout = time.Duration(fc.ReceiptTimeout)
@@ -350,10 +377,15 @@ func (n *NetworkConfig) network() (x402.Network, error) {
 // poolKey identifies the facilitator by name and a fingerprint of its resolved
 // configuration: a reload with the same configuration reuses the open facilitator. The
 // fingerprint is a hash; it is never logged.
-func (rc *resolved) poolKey() string {
-	b, _ := json.Marshal(rc)
+// An error (a field that does not encode) is returned rather than hashed away, so two
+// configurations can never share a fingerprint by accident.
+func (rc *resolved) poolKey() (string, error) {
+	b, err := json.Marshal(rc)
+	if err != nil {
+		return "", fmt.Errorf("fingerprint of the configuration: %w", err)
+	}
 	sum := sha256.Sum256(b)
-	return "x402.facilitator/" + rc.Name + "/" + hex.EncodeToString(sum[:])
+	return "x402.facilitator/" + rc.Name + "/" + hex.EncodeToString(sum[:]), nil
 }
 
 // bundle is one open bundled facilitator and the state a reload must keep.

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 
@@ -47,14 +48,26 @@ func TestFacilitatorConfigResolve(t *testing.T) {
 		if want := filepath.Join(caddy.AppDataDir(), "x402", "eu", "journal.db"); other.JournalPath != want {
 			t.Fatalf("journal path of a named facilitator %q, want %q", other.JournalPath, want)
 		}
-		if rc.poolKey() == other.poolKey() {
+		if mustKey(t, rc) == mustKey(t, other) {
 			t.Fatal("two facilitators share a pool key")
 		}
 		again, _ := (&FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}"}).resolve("eu")
-		if again.poolKey() != other.poolKey() {
+		if mustKey(t, again) != mustKey(t, other) {
 			t.Fatal("the same configuration gave two pool keys: a reload would not reuse the facilitator")
 		}
-		if strings.Contains(other.poolKey(), devKey) || strings.Contains(other.poolKey(), "secret-rpc-token") {
+		for _, fc := range []*FacilitatorConfig{
+			{Networks: net, SignerKey: "{env.X402_T_KEY}", ReceiptTimeout: caddy.Duration(31 * time.Second)},
+			{Networks: net, SignerKey: "{env.X402_T_KEY}", VerdictPoll: &VerdictPollConfig{Interval: caddy.Duration(time.Second), MaxAttempts: 3}},
+		} {
+			changed, err := fc.resolve("eu")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mustKey(t, changed) == mustKey(t, other) {
+				t.Fatalf("a changed configuration %+v kept the pool key: a reload would reuse the old facilitator", fc)
+			}
+		}
+		if strings.Contains(mustKey(t, other), devKey) || strings.Contains(mustKey(t, other), "secret-rpc-token") {
 			t.Fatal("the pool key carries a secret")
 		}
 	})
@@ -156,4 +169,13 @@ func TestMetricsRegisterOnEveryConfigLoad(t *testing.T) {
 			t.Errorf("registry lacks %s; has %v", want, names)
 		}
 	}
+}
+
+func mustKey(t *testing.T, rc *resolved) string {
+	t.Helper()
+	k, err := rc.poolKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }

@@ -58,6 +58,28 @@ func stopCaddy(t *testing.T) {
 }
 
 // do sends a request and returns the response with its body read.
+// afterReload waits until url answers over a fresh connection after an in-process
+// reload: a connection the old server accepted just before it stopped may be closed
+// unanswered (EOF), which is Caddy's reload and not ours. Send only requests that change
+// nothing (no payment header) to url. It returns the answer's status and body.
+func afterReload(t *testing.T, url string) (int, string) {
+	t.Helper()
+	c := &http.Client{Timeout: time.Minute, Transport: &http.Transport{DisableKeepAlives: true}}
+	for attempt := 1; ; attempt++ {
+		res, err := c.Get(url)
+		if err == nil {
+			b, err := io.ReadAll(res.Body)
+			res.Body.Close()
+			if err == nil {
+				return res.StatusCode, string(b)
+			}
+		}
+		if attempt == 5 {
+			t.Fatalf("GET %s after the reload: %v", url, err)
+		}
+	}
+}
+
 func do(t *testing.T, req *http.Request) (*http.Response, string) {
 	t.Helper()
 	// No keep-alive: a reload closes the old server's idle connections.

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
@@ -52,6 +53,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //			pricing_url <url>
 //			approval_ttl <duration>
 //			receipt_timeout <duration>
+//			verdict_poll <interval> <max attempts> [<max delay>]
 //			erc6492_factories <address>...
 //		}
 //	}
@@ -176,6 +178,12 @@ func (fc *FacilitatorConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := durationArg(d, &fc.ReceiptTimeout); err != nil {
 				return err
 			}
+		case "verdict_poll":
+			vp, err := parseVerdictPoll(d)
+			if err != nil {
+				return err
+			}
+			fc.VerdictPoll = vp
 		case "erc6492_factories":
 			args := d.RemainingArgs()
 			if len(args) == 0 {
@@ -265,4 +273,29 @@ func (n *NetworkConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		return d.Err(err.Error())
 	}
 	return nil
+}
+
+// parseVerdictPoll reads `verdict_poll <interval> <max attempts> [<max delay>]`.
+func parseVerdictPoll(d *caddyfile.Dispenser) (*VerdictPollConfig, error) {
+	args := d.RemainingArgs()
+	if len(args) < 2 || len(args) > 3 {
+		return nil, d.ArgErr()
+	}
+	interval, err := caddy.ParseDuration(args[0])
+	if err != nil || interval <= 0 {
+		return nil, d.Errf("verdict_poll interval %q is not a positive duration", args[0])
+	}
+	attempts, err := strconv.Atoi(args[1])
+	if err != nil || attempts <= 0 {
+		return nil, d.Errf("verdict_poll max attempts %q is not a positive integer", args[1])
+	}
+	vp := &VerdictPollConfig{Interval: caddy.Duration(interval), MaxAttempts: attempts}
+	if len(args) == 3 {
+		maxDelay, err := caddy.ParseDuration(args[2])
+		if err != nil || maxDelay <= 0 {
+			return nil, d.Errf("verdict_poll max delay %q is not a positive duration", args[2])
+		}
+		vp.MaxDelay = caddy.Duration(maxDelay)
+	}
+	return vp, nil
 }

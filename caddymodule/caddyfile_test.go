@@ -171,6 +171,7 @@ func TestGlobalOptionCaddyfile(t *testing.T) {
 			pricing_url https://pricing.example/quote
 			approval_ttl 10m
 			receipt_timeout 45s
+			verdict_poll 250ms 8 2s
 			erc6492_factories 0x3333333333333333333333333333333333333333 0x4444444444444444444444444444444444444444
 		}
 		facilitator second {
@@ -193,6 +194,7 @@ func TestGlobalOptionCaddyfile(t *testing.T) {
 			Journal:      &JournalConfig{Type: "postgres", DSN: "{env.PG_DSN}"},
 			GuardianMode: "required", VerdictURL: "https://verdict.example", VerdictKey: "{env.VERDICT_KEY}",
 			PricingURL: "https://pricing.example/quote", ApprovalTTL: ms(600_000), ReceiptTimeout: ms(45_000),
+			VerdictPoll:      &VerdictPollConfig{Interval: ms(250), MaxAttempts: 8, MaxDelay: ms(2000)},
 			ERC6492Factories: []string{"0x3333333333333333333333333333333333333333", "0x4444444444444444444444444444444444444444"},
 		},
 		"second": {
@@ -253,6 +255,9 @@ func TestGlobalOptionCaddyfile(t *testing.T) {
 		{"missing signer key", "x402 {\nfacilitator {\n" + net + "}\n}", "signer_key is required"},
 		{"no network", "x402 {\nfacilitator {\nsigner_key {env.K}\n}\n}", "at least one network"},
 		{"bad guardian mode", "x402 {\nfacilitator {\n" + net + "signer_key {env.K}\nguardian_mode sometimes\n}\n}", "not off, optional or required"},
+		{"verdict_poll without attempts", "x402 {\nfacilitator {\n" + net + "signer_key {env.K}\nverdict_poll 1s\n}\n}", "wrong argument count"},
+		{"verdict_poll zero attempts", "x402 {\nfacilitator {\n" + net + "signer_key {env.K}\nverdict_poll 1s 0\n}\n}", "not a positive integer"},
+		{"verdict_poll negative interval", "x402 {\nfacilitator {\n" + net + "signer_key {env.K}\nverdict_poll -1s 3\n}\n}", "not a positive duration"},
 		{"guardian without verdict url", "x402 {\nfacilitator {\n" + net + "signer_key {env.K}\nguardian_mode optional\n}\n}", "needs verdict_url"},
 		{"unknown store", "x402 {\nfacilitator {\n" + net + "signer_key {env.K}\nstore etcd x\n}\n}", `unknown store "etcd"`},
 		{"redis without url", "x402 {\nfacilitator {\n" + net + "signer_key {env.K}\nstore redis\n}\n}", "wrong argument count"},

@@ -218,6 +218,7 @@ func TestGuardianVerdictsThroughCaddy(t *testing.T) {
 			guardian_mode required
 			verdict_url {env.X402_G_VERDICT_URL}
 			verdict_key {env.X402_G_VERDICT_KEY}
+			verdict_poll 20ms 3 40ms
 		}
 	}
 }
@@ -264,7 +265,7 @@ http://127.0.0.1:%[3]d {
 	// paidRefused sends a fresh payment through the gate and checks the refusal: a 402
 	// whose body names the payer and whose errors are verdict_not_approved, no upstream
 	// call, no money moved, one submit, and the facilitator's log names the status.
-	paidRefused := func(t *testing.T, wantStatus string) {
+	paidRefused := func(t *testing.T, wantStatus string) (guardianReason string) {
 		t.Helper()
 		n, merchantBefore, payerBefore := up.count(), tok.BalanceOf(t, merchant), tok.BalanceOf(t, payer.Address)
 		req, _ := http.NewRequest(http.MethodGet, base+"/api/item", nil)
@@ -274,10 +275,17 @@ http://127.0.0.1:%[3]d {
 			X402Version int    `json:"x402Version"`
 			Error       string `json:"error"`
 			Payer       string `json:"payer"`
+			Guardian    struct {
+				Status string `json:"status"`
+				Reason string `json:"reason"`
+			} `json:"guardian"`
 		}
 		if res.StatusCode != http.StatusPaymentRequired || json.Unmarshal([]byte(body), &rb) != nil ||
 			rb.X402Version != 1 || rb.Error != x402.ReasonVerdictNotApproved.V1() || rb.Payer != payer.Address.Hex() {
 			t.Fatalf("got %d %s; want 402 with error %q and the payer", res.StatusCode, body, x402.ReasonVerdictNotApproved.V1())
+		}
+		if rb.Guardian.Status != wantStatus {
+			t.Fatalf("402 body guardian status %q, want %q: %s", rb.Guardian.Status, wantStatus, body)
 		}
 		pr, err := x402.DecodePaymentRequired(res.Header.Get("PAYMENT-REQUIRED"))
 		if err != nil || pr.Error != x402.ReasonVerdictNotApproved.V2() {
@@ -302,6 +310,7 @@ http://127.0.0.1:%[3]d {
 		if got := awaitVerdictLog(t, runtimeLog, verdicts); got != wantStatus {
 			t.Fatalf("the facilitator logged verdict status %q, want %q", got, wantStatus)
 		}
+		return rb.Guardian.Reason
 	}
 
 	// apiVerify asks the facilitator API under Caddy to /verify a fresh payment and returns
@@ -386,11 +395,25 @@ http://127.0.0.1:%[3]d {
 
 	t.Run("rejected verdict: 402, no upstream, no money moved", func(t *testing.T) {
 		svc.script(guardianVerdict("rejected", "recipient_not_allowed", "payee is not on the allowlist"))
-		paidRefused(t, "rejected")
+		if why := paidRefused(t, "rejected"); why != "payee is not on the allowlist" {
+			t.Fatalf("402 body guardian reason %q, want the verdict's", why)
+		}
 		svc.script(guardianVerdict("rejected", "recipient_not_allowed", "payee is not on the allowlist"))
 		valid, reason, status, why := apiVerify(t)
 		if valid || reason != x402.ReasonVerdictNotApproved.V1() || status != "rejected" || why != "payee is not on the allowlist" {
 			t.Fatalf("/verify = valid %v, invalidReason %q, guardianStatus %q, guardianReason %q; want the rejection and its reason", valid, reason, status, why)
+		}
+	})
+
+	t.Run("verdict still pending at the poll bound: 402 timeout, no upstream, no money moved", func(t *testing.T) {
+		pending := guardianVerdict("pending", "pending", "evaluating")
+		svc.script(pending)
+		if why := paidRefused(t, "timeout"); why == "" {
+			t.Fatal("402 body carries no guardian reason for the timeout")
+		}
+		// verdict_poll 20ms 3: exactly three status reads, then the refusal.
+		if _, reads, _, _ := svc.seen(); reads != 3 {
+			t.Fatalf("the verdict service saw %d status reads, want the bound of 3", reads)
 		}
 	})
 

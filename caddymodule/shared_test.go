@@ -100,6 +100,9 @@ http://127.0.0.1:%d {
 	if activeBundle(t) == first {
 		t.Fatal("a changed facilitator configuration reused the old facilitator")
 	}
+	if status, body := afterReload(t, base+"/api/flaky"); status != http.StatusPaymentRequired {
+		t.Fatalf("unpaid request after the reload: %d %s, want 402", status, body)
+	}
 	n := up.count()
 	req, _ = http.NewRequest(http.MethodGet, base+"/api/flaky", nil)
 	req.Header.Set("X-PAYMENT", flaky)

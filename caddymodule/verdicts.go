@@ -2,10 +2,12 @@ package caddymodule
 
 import (
 	"fmt"
+	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/x402gate/x402gate/facilitator"
+	"github.com/x402gate/x402gate/verdictclient"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -19,8 +21,13 @@ func newVerdicts(rc *resolved, reg *x402.Registry, log *zap.Logger) (facilitator
 	vc, err := facilitator.NewVerdictClient(facilitator.VerdictClientConfig{
 		BaseURL: rc.VerdictURL,
 		APIKey:  rc.VerdictKey,
-		Assets:  reg,
-		Logger:  log,
+		Poll: verdictclient.PollOptions{
+			IntervalMs:  int(rc.PollInterval / time.Millisecond),
+			MaxAttempts: rc.PollAttempts,
+			MaxDelay:    rc.PollMaxDelay,
+		},
+		Assets: reg,
+		Logger: log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("verdict_url/verdict_key: %w", err) // never quotes the key

@@ -46,7 +46,7 @@ func (g *Gate) challenge(ctx context.Context, req *x402.Requirements) *Result {
 			vb.Requirements, fee = &v1, f
 		}
 	}
-	res := g.answer402(req, "", unpaidErrorV1, unpaidErrorV2, vb)
+	res := g.answer402(req, "", unpaidErrorV1, unpaidErrorV2, vb, nil)
 	if res.Kind == KindError {
 		return res
 	}
@@ -55,14 +55,14 @@ func (g *Gate) challenge(ctx context.Context, req *x402.Requirements) *Result {
 }
 
 // answer402 builds a 402 for req: the body's error is errV1 (the reason in the payment's
-// version for a rejection), the header's is errV2.
-func (g *Gate) answer402(req *x402.Requirements, payer, errV1, errV2 string, vb *verificationBody) *Result {
+// version for a rejection), the header's is errV2; guardian, when set, is the verdict.
+func (g *Gate) answer402(req *x402.Requirements, payer, errV1, errV2 string, vb *verificationBody, guardian *Guardian) *Result {
 	v1, err := req.V1(g.reg)
 	if err != nil {
 		g.log.Error("x402 requirement has no v1 form", zap.Error(err))
 		return g.errorResult(nil, 0, http.StatusInternalServerError, x402.ReasonInvalidRequirements, "the route's network has no x402 v1 name")
 	}
-	body := mustJSON(challengeBody{X402Version: x402.Version1, Error: errV1, Accepts: []x402.RequirementsV1{v1}, Payer: payer, Verification: vb})
+	body := mustJSON(challengeBody{X402Version: x402.Version1, Error: errV1, Accepts: []x402.RequirementsV1{v1}, Payer: payer, Verification: vb, Guardian: guardian})
 	pr := &x402.PaymentRequiredV2{
 		X402Version: x402.Version2,
 		Error:       errV2,
@@ -98,14 +98,20 @@ func (g *Gate) displayOf(req *x402.Requirements) display {
 
 // rejected builds a rejected result: a 402 whose body error is the reason in the
 // payment's version and whose PAYMENT-REQUIRED header carries the v2 reason; after a
-// settlement attempt it also carries the failed settle response.
-func (g *Gate) rejected(req *x402.Requirements, p *x402.Payment, reason x402.Reason, msg string, s *Settlement) *Result {
+// settlement attempt it also carries the failed settle response, and after a verdict that
+// did not approve, the verdict's status and reason (guardian).
+func (g *Gate) rejected(req *x402.Requirements, p *x402.Payment, reason x402.Reason, msg string, s *Settlement, guardian *Guardian) *Result {
 	payer := p.Authorization.From.Hex()
-	res := g.answer402(req, payer, reason.For(p.Version), reason.V2(), nil)
+	var shown *Guardian
+	if guardian != nil && ((guardian.Status != "" && guardian.Status != "approved") || guardian.FeeError != "") {
+		shown = guardian
+	}
+	res := g.answer402(req, payer, reason.For(p.Version), reason.V2(), nil, shown)
 	if res.Kind == KindError {
 		return res
 	}
 	res.Kind, res.Reason, res.Message, res.Version, res.Payer = KindRejected, reason, msg, p.Version, payer
+	res.Guardian = guardian
 	if s != nil {
 		res.Settlement = s
 		setResponseHeaders(res.Header, s)

@@ -274,7 +274,7 @@ func paymentHeader(h http.Header) (name, value string, err error) {
 func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header string, p *x402.Payment) *Result {
 	payer := p.Authorization.From.Hex()
 	if err := req.Matches(p); err != nil {
-		return g.rejected(req, p, x402.ReasonOf(err), err.Error(), nil)
+		return g.rejected(req, p, x402.ReasonOf(err), err.Error(), nil, nil)
 	}
 	vin := facilitator.VerifyInput{Payment: p, Requirements: req}
 	if r := g.guardianInput(ctx, in, req, header, p, &vin); r != nil {
@@ -298,8 +298,8 @@ func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header
 				return r
 			}
 		}
-		res := g.rejected(req, p, reason, vr.InvalidMessage, nil)
-		res.Guardian, res.Verification = guardian, vin.VerificationRequirements
+		res := g.rejected(req, p, reason, vr.InvalidMessage, nil, guardian)
+		res.Verification = vin.VerificationRequirements
 		return res
 	}
 	if vr.Payer != "" && !sameAddress(vr.Payer, p.Authorization.From) {
@@ -332,9 +332,7 @@ func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header
 		if reason == "" {
 			reason = x402.ReasonUnexpectedSettle
 		}
-		res := g.rejected(req, p, reason, sr.ErrorMessage, s)
-		res.Guardian = guardian
-		return res
+		return g.rejected(req, p, reason, sr.ErrorMessage, s, guardian)
 	case !isTxHash(sr.Transaction):
 		g.log.Error("x402 facilitator settled without a transaction hash", zap.String("payer", payer))
 		return g.settleUnknown(req, p, s, guardian, "the facilitator reported success without a transaction hash")

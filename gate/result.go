@@ -139,6 +139,9 @@ type challengeBody struct {
 	Accepts      []x402.RequirementsV1 `json:"accepts"`
 	Payer        string                `json:"payer,omitempty"`
 	Verification *verificationBody     `json:"verification,omitempty"`
+	// Guardian carries the verdict of a payment the verdict check refused (its status and
+	// reason), so the payer's agent learns why without asking the facilitator.
+	Guardian *Guardian `json:"guardian,omitempty"`
 }
 
 // verificationBody advertises the verdict check (guardian.advertise): its mode, the fee
