@@ -39,6 +39,10 @@ const (
 	DefaultApprovalTTL    = 5 * time.Minute
 	DefaultReceiptTimeout = 30 * time.Second
 	DefaultBalanceCache   = 30 * time.Second
+	DefaultStuckAfter     = 2 * time.Minute
+	// DefaultMaxFeeFactor: with Config.MaxFeePerGas nil, a settlement's replacements
+	// never offer a fee cap above this multiple of its first transaction's cap.
+	DefaultMaxFeeFactor = 10
 )
 
 // NetworkConfig is one chain the engine verifies and settles on.
@@ -80,6 +84,17 @@ type Config struct {
 	// ReceiptTimeout bounds the wait for a settlement's receipt. Default 30s; after it the
 	// settlement is reported as settlement_pending with its transaction hash.
 	ReceiptTimeout time.Duration
+	// StuckAfter is how long an unmined settlement transaction that is next in the signer's
+	// nonce order may wait before Reconcile replaces it with a fee-bumped one, even though
+	// its fee cap still covers the base fee (a tip too low to be picked). A transaction whose
+	// fee cap is below the base fee is replaced at once. Default 2m; negative: only the
+	// base-fee test applies.
+	StuckAfter time.Duration
+	// MaxFeePerGas is the highest fee cap (wei per gas) a fee-bumped replacement may offer.
+	// Default nil: DefaultMaxFeeFactor (10) times the fee cap of the settlement's first
+	// transaction. A settlement that would need more is left pending and reported with
+	// ReconcileFeeCeiling.
+	MaxFeePerGas *big.Int
 	// ERC6492Factories lists the wallet factories whose ERC-6492 wrapped signatures of
 	// not-yet-deployed wallets are accepted. Default empty: none.
 	ERC6492Factories []common.Address
@@ -200,6 +215,12 @@ func (cfg *Config) check() error {
 	}
 	if cfg.ReceiptTimeout <= 0 {
 		cfg.ReceiptTimeout = DefaultReceiptTimeout
+	}
+	if cfg.StuckAfter == 0 {
+		cfg.StuckAfter = DefaultStuckAfter
+	}
+	if cfg.MaxFeePerGas != nil && cfg.MaxFeePerGas.Sign() <= 0 {
+		return errors.New("facilitator config: max fee per gas must be positive")
 	}
 	if cfg.BalanceCacheTTL <= 0 {
 		cfg.BalanceCacheTTL = DefaultBalanceCache

@@ -27,6 +27,40 @@ var journalSources = map[SettlementState][]SettlementState{
 	StateFailed:    {StatePrepared, StateBroadcast, StateFailed},
 }
 
+// Attempt is one signed transaction of a settlement: the first (Seq 0, the row's TxHash
+// and RawTx) or a fee-bumped replacement (Seq 1, 2, ...) with the same sender nonce and
+// calldata and higher fees. At most one attempt of a row can ever be mined.
+type Attempt struct {
+	Seq       int
+	TxHash    common.Hash
+	RawTx     []byte
+	CreatedAt time.Time
+	// Settled marks the attempt whose receipt closed the row (see UpdateSettled).
+	Settled bool
+}
+
+// ErrAttemptConflict is returned by AddAttempt when the attempt's sequence number is taken
+// (another reconciler bumped the row first) or the row is no longer unfinished. Nothing
+// may be broadcast then.
+var ErrAttemptConflict = errors.New("settlement attempt conflicts with the journal")
+
+// AttemptJournal is a Journal that also records fee-bumped replacements of a settlement's
+// transaction. SQLJournal implements it. The engine bumps fees only when its Journal is an
+// AttemptJournal; with another Journal a stuck transaction is only sent again as it is.
+type AttemptJournal interface {
+	Journal
+	// AddAttempt records replacement a (a.Seq = the previous attempt's Seq + 1) of the
+	// unfinished row of authorizationKey, before a is broadcast. It returns
+	// ErrAttemptConflict when a.Seq is taken or the row is closed, ErrSettlementNotFound
+	// for an unknown key.
+	AddAttempt(ctx context.Context, authorizationKey string, a Attempt) error
+	// Attempts returns every attempt of the row, the first (Seq 0) first.
+	Attempts(ctx context.Context, authorizationKey string) ([]Attempt, error)
+	// UpdateSettled is Update that also records txHash, the attempt whose receipt decided
+	// the row.
+	UpdateSettled(ctx context.Context, authorizationKey string, state SettlementState, reason string, txHash common.Hash) error
+}
+
 // journalMigrationsTable records applied schema versions. It is named for this package so
 // that another component migrating the same PostgreSQL database cannot collide with it.
 const journalMigrationsTable = "facilitator_schema_migrations"
@@ -57,6 +91,22 @@ var journalMigrations = []struct {
 			updated_at        BIGINT NOT NULL
 		)`,
 		`CREATE INDEX settlements_state_created ON settlements (state, created_at)`,
+	}},
+	// Version 2: fee-bumped replacements. The settlements row keeps the first attempt
+	// (sequence 0) in tx_hash and raw_tx; every replacement signed later, same sender
+	// nonce and calldata with higher fees, is one settlement_attempts row (sequence 1, 2,
+	// ...), written before it is broadcast. settled_tx_hash names the attempt whose
+	// receipt closed the row ('' until then, and for rows closed by older builds).
+	{2, []string{
+		`CREATE TABLE settlement_attempts (
+			authorization_key TEXT NOT NULL REFERENCES settlements (authorization_key),
+			seq               BIGINT NOT NULL CHECK (seq > 0),
+			tx_hash           TEXT NOT NULL,
+			raw_tx            {{blob}} NOT NULL,
+			created_at        BIGINT NOT NULL,
+			PRIMARY KEY (authorization_key, seq)
+		)`,
+		`ALTER TABLE settlements ADD COLUMN settled_tx_hash TEXT NOT NULL DEFAULT ''`,
 	}},
 }
 
@@ -203,6 +253,15 @@ func journalAddress(a common.Address) string { return strings.ToLower(a.Hex()) }
 // ErrSettlementNotFound for an unknown key and ErrInvalidTransition for a move the
 // lifecycle forbids (see ErrInvalidTransition).
 func (j *SQLJournal) Update(ctx context.Context, authorizationKey string, state SettlementState, reason string) error {
+	return j.update(ctx, authorizationKey, state, reason, nil)
+}
+
+// UpdateSettled is Update that also records txHash as the attempt that settled the row.
+func (j *SQLJournal) UpdateSettled(ctx context.Context, authorizationKey string, state SettlementState, reason string, txHash common.Hash) error {
+	return j.update(ctx, authorizationKey, state, reason, &txHash)
+}
+
+func (j *SQLJournal) update(ctx context.Context, authorizationKey string, state SettlementState, reason string, settled *common.Hash) error {
 	sources, ok := journalSources[state]
 	if !ok {
 		return fmt.Errorf("journal update %s to %q: %w", authorizationKey, state, ErrInvalidTransition)
@@ -211,9 +270,12 @@ func (j *SQLJournal) Update(ctx context.Context, authorizationKey string, state 
 	for i, src := range sources {
 		in[i] = "'" + string(src) + "'" // our own constants, never input
 	}
-	res, err := j.db.ExecContext(ctx, `UPDATE settlements SET state = $1, reason = $2, updated_at = $3
-		WHERE authorization_key = $4 AND state IN (`+strings.Join(in, ", ")+`)`,
-		string(state), reason, time.Now().UnixMicro(), authorizationKey)
+	set, args := ``, []any{string(state), reason, time.Now().UnixMicro(), authorizationKey}
+	if settled != nil {
+		set, args = `, settled_tx_hash = $5`, append(args, strings.ToLower(settled.Hex()))
+	}
+	res, err := j.db.ExecContext(ctx, `UPDATE settlements SET state = $1, reason = $2, updated_at = $3`+set+`
+		WHERE authorization_key = $4 AND state IN (`+strings.Join(in, ", ")+`)`, args...)
 	if err != nil {
 		return j.fail("update "+authorizationKey, err)
 	}
@@ -233,6 +295,96 @@ func (j *SQLJournal) Update(ctx context.Context, authorizationKey string, state 
 		return j.fail("update "+authorizationKey, err)
 	}
 	return fmt.Errorf("journal update %s from %s to %s: %w", authorizationKey, from, state, ErrInvalidTransition)
+}
+
+// AddAttempt records replacement a of the unfinished row of authorizationKey, before it
+// is broadcast (see AttemptJournal).
+func (j *SQLJournal) AddAttempt(ctx context.Context, authorizationKey string, a Attempt) error {
+	if a.Seq <= 0 {
+		return fmt.Errorf("journal add attempt %s: sequence %d, want > 0", authorizationKey, a.Seq)
+	}
+	if len(a.RawTx) == 0 {
+		return fmt.Errorf("journal add attempt %s: empty raw transaction", authorizationKey)
+	}
+	created := a.CreatedAt
+	if created.IsZero() {
+		created = time.Now()
+	}
+	res, err := j.db.ExecContext(ctx, `INSERT INTO settlement_attempts (authorization_key, seq, tx_hash, raw_tx, created_at)
+		SELECT s.authorization_key, $2, $3, $4, $5 FROM settlements s
+		WHERE s.authorization_key = $1 AND s.state IN ('prepared', 'broadcast')
+		ON CONFLICT (authorization_key, seq) DO NOTHING`,
+		authorizationKey, int64(a.Seq), strings.ToLower(a.TxHash.Hex()), a.RawTx, created.UnixMicro())
+	if err != nil {
+		return j.fail("add attempt "+authorizationKey, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return j.fail("add attempt "+authorizationKey, err)
+	}
+	if n > 0 {
+		return nil
+	}
+	if _, err := j.Get(ctx, authorizationKey); err != nil {
+		return fmt.Errorf("journal add attempt: %w", err)
+	}
+	return fmt.Errorf("journal add attempt %s #%d: %w", authorizationKey, a.Seq, ErrAttemptConflict)
+}
+
+// Attempts returns every attempt of the row of authorizationKey, the first (Seq 0, the
+// row's own transaction) first, or ErrSettlementNotFound.
+func (j *SQLJournal) Attempts(ctx context.Context, authorizationKey string) ([]Attempt, error) {
+	var (
+		txHash, settled string
+		raw             []byte
+		created         int64
+	)
+	err := j.db.QueryRowContext(ctx, `SELECT tx_hash, raw_tx, created_at, settled_tx_hash FROM settlements
+		WHERE authorization_key = $1`, authorizationKey).Scan(&txHash, &raw, &created, &settled)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("journal attempts %s: %w", authorizationKey, ErrSettlementNotFound)
+	}
+	if err != nil {
+		return nil, j.fail("attempts "+authorizationKey, err)
+	}
+	first, err := journalAttempt(0, txHash, raw, created, settled)
+	if err != nil {
+		return nil, fmt.Errorf("journal attempts %s: %w", authorizationKey, err)
+	}
+	out := []Attempt{first}
+	rows, err := j.db.QueryContext(ctx, `SELECT seq, tx_hash, raw_tx, created_at FROM settlement_attempts
+		WHERE authorization_key = $1 ORDER BY seq`, authorizationKey)
+	if err != nil {
+		return nil, j.fail("attempts "+authorizationKey, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var seq int64
+		if err := rows.Scan(&seq, &txHash, &raw, &created); err != nil {
+			return nil, j.fail("attempts "+authorizationKey, err)
+		}
+		a, err := journalAttempt(int(seq), txHash, raw, created, settled)
+		if err != nil {
+			return nil, fmt.Errorf("journal attempts %s: %w", authorizationKey, err)
+		}
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, j.fail("attempts "+authorizationKey, err)
+	}
+	return out, nil
+}
+
+func journalAttempt(seq int, txHash string, raw []byte, created int64, settled string) (Attempt, error) {
+	b, err := journalParseHex(txHash, common.HashLength)
+	if err != nil {
+		return Attempt{}, fmt.Errorf("attempt %d: bad tx_hash: %w", seq, err)
+	}
+	if raw == nil {
+		raw = []byte{}
+	}
+	return Attempt{Seq: seq, TxHash: common.BytesToHash(b), RawTx: raw,
+		CreatedAt: time.UnixMicro(created).UTC(), Settled: settled != "" && settled == txHash}, nil
 }
 
 // Get returns the row of authorizationKey, or ErrSettlementNotFound.
@@ -346,4 +498,4 @@ func journalParseHex(v string, size int) ([]byte, error) {
 	return b, nil
 }
 
-var _ Journal = (*SQLJournal)(nil)
+var _ AttemptJournal = (*SQLJournal)(nil)

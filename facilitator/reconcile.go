@@ -1,12 +1,15 @@
 package facilitator
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"math/big"
 	"sync"
 
 	"github.com/ethereum/go-ethereum"
+	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/core/types"
 	"go.uber.org/zap"
 
@@ -25,6 +28,9 @@ const (
 	ReconcileDropped = "dropped"
 	// ReconcileBadRawTx: the journaled transaction does not decode.
 	ReconcileBadRawTx = "undecodable_raw_tx"
+	// ReconcileFeeCeiling is not a final state: the outcome reason of a row left unfinished
+	// because its transaction needs a fee bump past Config.MaxFeePerGas.
+	ReconcileFeeCeiling = "fee_ceiling"
 )
 
 // ReconcileReport counts what one Reconcile run did.
@@ -33,7 +39,8 @@ type ReconcileReport struct {
 	Confirmed int // closed as confirmed (a receipt with status 1 and the Transfer event)
 	Failed    int // closed as failed (reverted, settled elsewhere, dropped)
 	Resent    int // rows whose signed transaction was sent again, same bytes and hash
-	Pending   int // rows left unfinished: no receipt within ReceiptTimeout, or RPC errors
+	Bumped    int // rows whose transaction was replaced by a fee-bumped one, same nonce and calldata
+	Pending   int // rows left unfinished: no receipt within ReceiptTimeout, fee ceiling, or RPC errors
 	Skipped   int // rows of networks this engine does not serve
 	Outcomes  []ReconcileOutcome
 }
@@ -41,25 +48,34 @@ type ReconcileReport struct {
 // ReconcileOutcome is what Reconcile concluded for one row.
 type ReconcileOutcome struct {
 	AuthorizationKey string
-	TxHash           string
+	TxHash           string          // the attempt whose receipt decided the row, else the latest attempt
 	State            SettlementState // the row's state after this run
 	Reason           string
 }
 
 // Reconcile finishes every settlement the journal holds as prepared or broadcast. New
 // runs it at start; an operator may run it at any time (spec §4.2 /settle rule 3:
-// reconcile the uncertain transaction, never retry blindly). For each row, on the row's
-// network:
+// reconcile the uncertain transaction, never retry blindly). A row may hold several
+// attempts: its first transaction and fee-bumped replacements of it, all with the same
+// sender nonce and calldata, so at most one of them can be mined. For each row, on the
+// row's network:
 //
-//   - a receipt of the journaled transaction exists: confirmed when it has status 1 and
-//     the expected Transfer event, failed otherwise;
+//   - a receipt of any journaled attempt exists: confirmed when it has status 1 and the
+//     expected Transfer event, failed otherwise;
 //   - else the authorization is used on chain: failed, ReconcileSettledElsewhere (some
 //     other transaction paid the payee; ours will never succeed);
 //   - else the sender's mined nonce is past the row's SenderNonce: failed,
 //     ReconcileDropped (the slot went to another transaction; the payer was not charged);
-//   - else the journaled signed transaction is sent again. It is the same transaction
-//     (same bytes, same hash), not a second broadcast of a new one, so the authorization
-//     still moves at most once. Its receipt is awaited for Config.ReceiptTimeout.
+//   - else, when the latest attempt is stuck (its fee cap is below the base fee, or it is
+//     next in the signer's nonce order and older than Config.StuckAfter) and the row was
+//     signed by this engine's key and the Journal is an AttemptJournal: a replacement with
+//     the same nonce and calldata and fees raised by the replacement rule (+10% tip and
+//     cap, cap >= 2*baseFee + tip, at most Config.MaxFeePerGas) is journaled, then
+//     broadcast, and a receipt of any attempt is awaited for Config.ReceiptTimeout. When
+//     the ceiling forbids the bump the row stays unfinished with ReconcileFeeCeiling;
+//   - else the latest attempt is sent again. It is the same transaction (same bytes, same
+//     hash), not a second broadcast of a new one, so the authorization still moves at most
+//     once. Its receipt is awaited for Config.ReceiptTimeout.
 //
 // Rows it cannot decide (RPC errors, no receipt yet) stay unfinished for the next run.
 // The error return is for a journal that cannot be read.
@@ -73,7 +89,7 @@ func (e *Engine) Reconcile(ctx context.Context) (ReconcileReport, error) {
 	type waiting struct {
 		row Settlement
 		c   *chain
-		tx  *types.Transaction
+		p   rowPlan
 	}
 	var wait []waiting
 	for _, row := range rows {
@@ -82,22 +98,24 @@ func (e *Engine) Reconcile(ctx context.Context) (ReconcileReport, error) {
 			rep.Skipped++
 			continue
 		}
-		tx := new(types.Transaction)
-		if err := tx.UnmarshalBinary(row.RawTx); err != nil || tx.Hash() != row.TxHash {
-			e.reconcileClose(ctx, &rep, row, StateFailed, ReconcileBadRawTx)
-			continue
-		}
-		state, reason, err := e.reconcileRow(ctx, c, row, tx)
+		p, err := e.planRow(ctx, c, row)
 		switch {
 		case err != nil:
 			e.logChainErr("reconcile", c, err)
 			rep.Pending++
 			rep.Outcomes = append(rep.Outcomes, ReconcileOutcome{row.AuthorizationKey, row.TxHash.Hex(), row.State, "rpc unavailable"})
-		case state == StateBroadcast:
-			rep.Resent++
-			wait = append(wait, waiting{row, c, tx})
+		case p.state != "":
+			e.reconcileClose(ctx, &rep, row, p.state, p.reason, p.settled)
+		case p.latest == nil:
+			rep.Pending++
+			rep.Outcomes = append(rep.Outcomes, ReconcileOutcome{row.AuthorizationKey, p.latestHash.Hex(), row.State, p.note})
 		default:
-			e.reconcileClose(ctx, &rep, row, state, reason)
+			if p.bumped {
+				rep.Bumped++
+			} else {
+				rep.Resent++
+			}
+			wait = append(wait, waiting{row, c, p})
 		}
 	}
 	var mu sync.Mutex
@@ -106,61 +124,199 @@ func (e *Engine) Reconcile(ctx context.Context) (ReconcileReport, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rcpt, err := w.c.sender.waitReceipt(ctx, w.tx, e.cfg.ReceiptTimeout)
+			rcpt, err := w.c.sender.waitReceipts(ctx, w.p.hashes, w.p.latest, e.cfg.ReceiptTimeout)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
 				rep.Pending++
-				rep.Outcomes = append(rep.Outcomes, ReconcileOutcome{w.row.AuthorizationKey, w.row.TxHash.Hex(), StateBroadcast, string(x402.ReasonSettlementPending)})
+				rep.Outcomes = append(rep.Outcomes, ReconcileOutcome{w.row.AuthorizationKey, w.p.latest.Hash().Hex(), StateBroadcast, string(x402.ReasonSettlementPending)})
 				return
 			}
 			state, reason := receiptState(w.c, rcpt, w.row)
-			e.reconcileClose(ctx, &rep, w.row, state, reason)
+			e.reconcileClose(ctx, &rep, w.row, state, reason, rcpt.TxHash)
 		}()
 	}
 	wg.Wait()
 	e.log.Info("reconcile", zap.Int("checked", rep.Checked), zap.Int("confirmed", rep.Confirmed),
-		zap.Int("failed", rep.Failed), zap.Int("resent", rep.Resent), zap.Int("pending", rep.Pending))
+		zap.Int("failed", rep.Failed), zap.Int("resent", rep.Resent), zap.Int("bumped", rep.Bumped),
+		zap.Int("pending", rep.Pending))
 	return rep, nil
 }
 
-// reconcileRow decides one row. It returns StateBroadcast when the transaction was sent
-// again and its receipt must be awaited.
-func (e *Engine) reconcileRow(ctx context.Context, c *chain, row Settlement, tx *types.Transaction) (SettlementState, string, error) {
-	from, err := types.Sender(types.LatestSignerForChainID(c.net.ChainID), tx)
-	if err != nil {
-		return StateFailed, ReconcileBadRawTx, nil
+// rowPlan is what planRow decided for one row: a final state, or attempts to await, or
+// neither (the row stays unfinished, for note).
+type rowPlan struct {
+	state   SettlementState // final state; "" when the row stays unfinished
+	reason  string
+	settled common.Hash // the attempt whose receipt decided state, if any
+
+	hashes     []common.Hash      // every journaled attempt, oldest first
+	latest     *types.Transaction // the attempt sent (again) whose receipt to await; nil: none
+	latestHash common.Hash        // the latest journaled attempt
+	bumped     bool               // latest is a replacement signed by this run
+	note       string             // why the row stays unfinished without a wait
+}
+
+// planRow decides one row and acts on it: sends its latest attempt again or a fee-bumped
+// replacement (see Reconcile). An error is an RPC or journal failure: the row is left as
+// it is.
+func (e *Engine) planRow(ctx context.Context, c *chain, row Settlement) (rowPlan, error) {
+	first := new(types.Transaction)
+	if err := first.UnmarshalBinary(row.RawTx); err != nil || first.Hash() != row.TxHash {
+		return rowPlan{state: StateFailed, reason: ReconcileBadRawTx}, nil
 	}
-	// Chain state is read before the receipt, so a transaction mined in between shows up
+	from, err := types.Sender(types.LatestSignerForChainID(c.net.ChainID), first)
+	if err != nil {
+		return rowPlan{state: StateFailed, reason: ReconcileBadRawTx}, nil
+	}
+	attempts := []Attempt{{TxHash: row.TxHash, RawTx: row.RawTx, CreatedAt: row.CreatedAt}}
+	aj, _ := e.cfg.Journal.(AttemptJournal)
+	if aj != nil {
+		if attempts, err = aj.Attempts(ctx, row.AuthorizationKey); err != nil {
+			return rowPlan{}, fmt.Errorf("journal attempts: %w", err)
+		}
+	}
+	p := rowPlan{}
+	latest, last := first, attempts[0]
+	for _, a := range attempts {
+		p.hashes = append(p.hashes, a.TxHash)
+		tx := new(types.Transaction)
+		// A replacement is only ever used when it decodes to its journaled hash and keeps
+		// the first transaction's nonce and calldata; its hash is watched regardless.
+		if a.Seq > 0 && tx.UnmarshalBinary(a.RawTx) == nil && tx.Hash() == a.TxHash &&
+			tx.Nonce() == first.Nonce() && bytes.Equal(tx.Data(), first.Data()) {
+			latest, last = tx, a
+		}
+	}
+	p.latestHash = latest.Hash()
+	// Chain state is read before the receipts, so a transaction mined in between shows up
 	// as a receipt rather than as "settled elsewhere" or "dropped".
 	mined, err := c.client.NonceAt(ctx, from, nil)
 	if err != nil {
-		return "", "", c.unavailable("sender nonce", err)
+		return rowPlan{}, c.unavailable("sender nonce", err)
 	}
 	used, err := c.authorizationUsed(ctx, row.Payer, row.Nonce)
 	if err != nil {
-		return "", "", err
+		return rowPlan{}, err
 	}
-	rcpt, err := c.client.TransactionReceipt(ctx, row.TxHash)
+	for i := len(p.hashes) - 1; i >= 0; i-- {
+		rcpt, err := c.client.TransactionReceipt(ctx, p.hashes[i])
+		switch {
+		case err == nil && rcpt != nil:
+			p.state, p.reason = receiptState(c, rcpt, row)
+			p.settled = p.hashes[i]
+			return p, nil
+		case err != nil && !errors.Is(err, ethereum.NotFound):
+			return rowPlan{}, c.unavailable("receipt", err)
+		}
+	}
 	switch {
-	case err == nil && rcpt != nil:
-		state, reason := receiptState(c, rcpt, row)
-		return state, reason, nil
-	case err != nil && !errors.Is(err, ethereum.NotFound):
-		return "", "", c.unavailable("receipt", err)
 	case used:
-		return StateFailed, ReconcileSettledElsewhere, nil
+		p.state, p.reason = StateFailed, ReconcileSettledElsewhere
+		return p, nil
 	case mined > row.SenderNonce:
-		return StateFailed, ReconcileDropped, nil
+		p.state, p.reason = StateFailed, ReconcileDropped
+		return p, nil
 	}
-	if err := c.sender.resend(ctx, tx); err != nil {
-		return "", "", err
+	if aj != nil && from == c.sender.addr {
+		stuck, base, err := e.stuck(ctx, c, latest, last, mined == row.SenderNonce)
+		if err != nil {
+			return rowPlan{}, err
+		}
+		if stuck {
+			return e.bump(ctx, c, aj, row, p, first, latest, last, base)
+		}
 	}
+	if err := c.sender.resend(ctx, latest); err != nil {
+		return rowPlan{}, err
+	}
+	e.markBroadcast(ctx, row, latest)
+	e.log.Info("reconcile: resent journaled transaction", zap.String("payer", row.Payer.Hex()), zap.String("tx", latest.Hash().Hex()))
+	p.latest = latest
+	return p, nil
+}
+
+// stuck reports whether latest, the newest attempt of a row, needs a fee-bumped
+// replacement: its fee cap is below the base fee, or it is next in the signer's nonce
+// order (head) and was journaled at least Config.StuckAfter ago. It returns the base fee.
+func (e *Engine) stuck(ctx context.Context, c *chain, latest *types.Transaction, last Attempt, head bool) (bool, *big.Int, error) {
+	base, err := c.sender.baseFee(ctx)
+	if err != nil {
+		return false, nil, err
+	}
+	if latest.GasFeeCap().Cmp(base) < 0 {
+		return true, base, nil
+	}
+	return head && e.cfg.StuckAfter > 0 && e.now().Sub(last.CreatedAt) >= e.cfg.StuckAfter, base, nil
+}
+
+// bump replaces latest, the newest attempt of row, with a fee-bumped transaction of the
+// same nonce and calldata: journaled (AddAttempt) before it is broadcast.
+func (e *Engine) bump(ctx context.Context, c *chain, aj AttemptJournal, row Settlement, p rowPlan,
+	first, latest *types.Transaction, last Attempt, base *big.Int) (rowPlan, error) {
+	suggested, err := c.client.SuggestGasTipCap(ctx)
+	if err != nil {
+		return rowPlan{}, c.unavailable("suggest gas tip", err)
+	}
+	ceiling := e.cfg.MaxFeePerGas
+	if ceiling == nil {
+		ceiling = new(big.Int).Mul(first.GasFeeCap(), big.NewInt(DefaultMaxFeeFactor))
+	}
+	tip, feeCap, ok := bumpFees(latest.GasTipCap(), latest.GasFeeCap(), suggested, base, ceiling)
+	if !ok {
+		e.log.Warn("reconcile: settlement stuck, fee bump would pass the fee ceiling",
+			zap.String("payer", row.Payer.Hex()), zap.String("tx", latest.Hash().Hex()),
+			zap.Uint64("senderNonce", latest.Nonce()), zap.String("feeCap", latest.GasFeeCap().String()),
+			zap.String("baseFee", base.String()), zap.String("maxFeePerGas", ceiling.String()))
+		// The same bytes again keep the attempt in the node's pool, should fees fall.
+		if err := c.sender.resend(ctx, latest); err != nil {
+			e.logChainErr("reconcile: resend stuck transaction", c, err)
+		}
+		p.note = ReconcileFeeCeiling
+		return p, nil
+	}
+	seq := last.Seq + 1
+	tx, err := c.sender.sendReplacement(ctx, latest, tip, feeCap, func(tx *types.Transaction) error {
+		raw, err := tx.MarshalBinary()
+		if err != nil {
+			return fmt.Errorf("encode replacement: %w", err)
+		}
+		return aj.AddAttempt(ctx, row.AuthorizationKey, Attempt{Seq: seq, TxHash: tx.Hash(), RawTx: raw, CreatedAt: e.now()})
+	})
+	switch {
+	case errors.Is(err, ErrAttemptConflict):
+		// Another reconciler bumped (or closed) the row first: its attempt is theirs to await.
+		p.note = "bumped concurrently"
+		return p, nil
+	case tx == nil && err != nil:
+		return rowPlan{}, err
+	}
+	p.hashes = append(p.hashes, tx.Hash())
+	p.latestHash = tx.Hash()
+	if errors.Is(err, errNotBroadcast) {
+		// Journaled, refused by the node: the row stays for the next run, which starts
+		// from this attempt's fees.
+		e.logChainErr("reconcile: fee bump refused", c, err)
+		p.note = "fee bump refused"
+		return p, nil
+	}
+	if err != nil {
+		e.logChainErr("reconcile: fee bump broadcast", c, err)
+	}
+	e.markBroadcast(ctx, row, tx)
+	e.log.Info("reconcile: fee-bumped stuck transaction", zap.String("payer", row.Payer.Hex()),
+		zap.String("replaced", latest.Hash().Hex()), zap.String("tx", tx.Hash().Hex()),
+		zap.Uint64("senderNonce", tx.Nonce()), zap.Int("attempt", seq),
+		zap.String("feeCap", feeCap.String()), zap.String("tip", tip.String()), zap.String("baseFee", base.String()))
+	p.latest, p.bumped = tx, true
+	return p, nil
+}
+
+// markBroadcast records that row's transaction tx was sent.
+func (e *Engine) markBroadcast(ctx context.Context, row Settlement, tx *types.Transaction) {
 	if err := e.cfg.Journal.Update(ctx, row.AuthorizationKey, StateBroadcast, ""); err != nil {
-		e.log.Error("journal update", zap.String("tx", row.TxHash.Hex()), zap.Error(err))
+		e.log.Error("journal update", zap.String("tx", tx.Hash().Hex()), zap.Error(err))
 	}
-	e.log.Info("reconcile: resent journaled transaction", zap.String("payer", row.Payer.Hex()), zap.String("tx", row.TxHash.Hex()))
-	return StateBroadcast, "", nil
 }
 
 // receiptState maps a receipt of row's transaction to the row's final state.
@@ -172,12 +328,23 @@ func receiptState(c *chain, r *types.Receipt, row Settlement) (SettlementState, 
 	return StateConfirmed, ""
 }
 
-// reconcileClose writes a row's final state and counts it.
-func (e *Engine) reconcileClose(ctx context.Context, rep *ReconcileReport, row Settlement, state SettlementState, reason string) {
-	if err := e.cfg.Journal.Update(ctx, row.AuthorizationKey, state, reason); err != nil {
-		e.log.Error("journal update", zap.String("tx", row.TxHash.Hex()), zap.Error(err))
+// reconcileClose writes a row's final state and counts it. settled is the attempt whose
+// receipt decided it (zero: none), recorded when the Journal is an AttemptJournal.
+func (e *Engine) reconcileClose(ctx context.Context, rep *ReconcileReport, row Settlement, state SettlementState, reason string, settled common.Hash) {
+	var err error
+	if aj, ok := e.cfg.Journal.(AttemptJournal); ok && settled != (common.Hash{}) {
+		err = aj.UpdateSettled(ctx, row.AuthorizationKey, state, reason, settled)
+	} else {
+		err = e.cfg.Journal.Update(ctx, row.AuthorizationKey, state, reason)
+	}
+	hash := row.TxHash
+	if settled != (common.Hash{}) {
+		hash = settled
+	}
+	if err != nil {
+		e.log.Error("journal update", zap.String("tx", hash.Hex()), zap.Error(err))
 		rep.Pending++
-		rep.Outcomes = append(rep.Outcomes, ReconcileOutcome{row.AuthorizationKey, row.TxHash.Hex(), row.State, "journal update failed"})
+		rep.Outcomes = append(rep.Outcomes, ReconcileOutcome{row.AuthorizationKey, hash.Hex(), row.State, "journal update failed"})
 		return
 	}
 	if state == StateConfirmed {
@@ -185,7 +352,7 @@ func (e *Engine) reconcileClose(ctx context.Context, rep *ReconcileReport, row S
 	} else {
 		rep.Failed++
 	}
-	e.log.Info("reconcile: closed", zap.String("payer", row.Payer.Hex()), zap.String("tx", row.TxHash.Hex()),
+	e.log.Info("reconcile: closed", zap.String("payer", row.Payer.Hex()), zap.String("tx", hash.Hex()),
 		zap.String("state", string(state)), zap.String("reason", reason))
-	rep.Outcomes = append(rep.Outcomes, ReconcileOutcome{row.AuthorizationKey, row.TxHash.Hex(), state, reason})
+	rep.Outcomes = append(rep.Outcomes, ReconcileOutcome{row.AuthorizationKey, hash.Hex(), state, reason})
 }

@@ -179,6 +179,92 @@ func (s *sender) resend(ctx context.Context, tx *types.Transaction) error {
 	return s.c.unavailable("resend transaction", err)
 }
 
+// baseFee returns the base fee a transaction must pay to be mined now: the larger of the
+// latest block's and the node's forecast for the next block (eth_feeHistory; ignored
+// when the node does not answer it).
+func (s *sender) baseFee(ctx context.Context) (*big.Int, error) {
+	head, err := s.c.client.HeaderByNumber(ctx, nil)
+	if err != nil {
+		return nil, s.c.unavailable("latest header", err)
+	}
+	base := new(big.Int)
+	if head.BaseFee != nil {
+		base.Set(head.BaseFee)
+	}
+	if h, err := s.c.client.FeeHistory(ctx, 1, nil, nil); err == nil && len(h.BaseFee) > 0 {
+		if next := h.BaseFee[len(h.BaseFee)-1]; next != nil && next.Cmp(base) > 0 {
+			base.Set(next)
+		}
+	}
+	return base, nil
+}
+
+// bumpFees returns the fees of a replacement of a transaction paying oldTip and oldCap:
+// each raised by at least 10% and 1 wei (the replacement rule of geth-like pools), the tip
+// at least the node's suggestion, the cap at least 2*base + tip. A cap past ceiling (nil:
+// none) is lowered to ceiling when that still makes a valid replacement able to pay
+// base; otherwise ok is false and nothing may be sent.
+func bumpFees(oldTip, oldCap, suggestedTip, base, ceiling *big.Int) (tip, feeCap *big.Int, ok bool) {
+	raise := func(v *big.Int) *big.Int {
+		step := new(big.Int).Add(v, big.NewInt(9))
+		step.Div(step, big.NewInt(10)) // ceil(v/10)
+		if step.Sign() == 0 {
+			step.SetInt64(1)
+		}
+		return step.Add(step, v)
+	}
+	minTip, minCap := raise(oldTip), raise(oldCap)
+	tip = new(big.Int).Set(minTip)
+	if suggestedTip != nil && suggestedTip.Cmp(tip) > 0 {
+		tip.Set(suggestedTip)
+	}
+	feeCap = new(big.Int).Add(new(big.Int).Mul(base, big.NewInt(2)), tip)
+	if feeCap.Cmp(minCap) < 0 {
+		feeCap.Set(minCap)
+	}
+	if ceiling != nil && feeCap.Cmp(ceiling) > 0 {
+		feeCap.Set(ceiling)
+		if tip.Cmp(feeCap) > 0 {
+			tip.Set(feeCap)
+		}
+	}
+	ok = feeCap.Cmp(minCap) >= 0 && tip.Cmp(minTip) >= 0 && feeCap.Cmp(base) >= 0
+	return tip, feeCap, ok
+}
+
+// sendReplacement signs a replacement of old, a transaction of this sender: same nonce,
+// gas, target, value and calldata, with the given fees. Like send, it hands the signed
+// replacement to prepare (the journal write) before broadcasting it, and its error wraps
+// errNotBroadcast or errBroadcastUnknown. The sender's nonce counter is not touched: the
+// replacement takes the slot of old, so at most one of them can be mined.
+func (s *sender) sendReplacement(ctx context.Context, old *types.Transaction, tip, feeCap *big.Int, prepare func(*types.Transaction) error) (*types.Transaction, error) {
+	from, err := types.Sender(s.signer, old)
+	if err != nil || from != s.addr {
+		return nil, fmt.Errorf("%w: transaction %s was not signed by this engine's signer", errNotBroadcast, old.Hash().Hex())
+	}
+	if old.To() == nil {
+		return nil, fmt.Errorf("%w: transaction %s creates a contract", errNotBroadcast, old.Hash().Hex())
+	}
+	to := *old.To()
+	tx, err := types.SignNewTx(s.key, s.signer, &types.DynamicFeeTx{
+		ChainID: s.c.net.ChainID, Nonce: old.Nonce(), GasTipCap: tip, GasFeeCap: feeCap,
+		Gas: old.Gas(), To: &to, Value: old.Value(), Data: old.Data(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: sign replacement: %w", errNotBroadcast, err)
+	}
+	if err := prepare(tx); err != nil {
+		return nil, fmt.Errorf("%w: %w", errNotBroadcast, err)
+	}
+	if err := s.c.client.SendTransaction(ctx, tx); err != nil && !isAlreadyKnown(err) {
+		if isRPCReply(err) {
+			return tx, fmt.Errorf("%w: node refused the replacement: %s", errNotBroadcast, s.c.redact(err))
+		}
+		return tx, fmt.Errorf("%w: %w", errBroadcastUnknown, s.c.unavailable("send replacement", err))
+	}
+	return tx, nil
+}
+
 // isAlreadyKnown reports the node's answer to a transaction it already holds.
 func isAlreadyKnown(err error) bool {
 	m := strings.ToLower(err.Error())
@@ -203,18 +289,34 @@ const (
 // A transaction the node no longer knows (dropped from its pool) is sent again, same bytes.
 // It returns ethereum.NotFound when no receipt arrived in time.
 func (s *sender) waitReceipt(ctx context.Context, tx *types.Transaction, timeout time.Duration) (*types.Receipt, error) {
+	return s.waitReceipts(ctx, []common.Hash{tx.Hash()}, tx, timeout)
+}
+
+// waitReceipts is waitReceipt for a settlement with several attempts (fee-bumped
+// replacements of one nonce, at most one of which can be mined): it returns the first
+// receipt of any of hashes. Only latest, the attempt meant to be mined, is sent again
+// when the node no longer knows it.
+func (s *sender) waitReceipts(ctx context.Context, hashes []common.Hash, latest *types.Transaction, timeout time.Duration) (*types.Receipt, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	delay := receiptPollMin
 	lastResend := time.Now()
 	for {
-		r, err := s.c.client.TransactionReceipt(ctx, tx.Hash())
-		if err == nil && r != nil {
-			return r, nil
+		var err error
+		for i := len(hashes) - 1; i >= 0; i-- {
+			var r *types.Receipt
+			r, err = s.c.client.TransactionReceipt(ctx, hashes[i])
+			if err == nil && r != nil {
+				return r, nil
+			}
+			if err != nil && !errors.Is(err, ethereum.NotFound) {
+				break
+			}
 		}
 		if err != nil && !errors.Is(err, ethereum.NotFound) && ctx.Err() == nil {
-			s.log.Debug("receipt poll", zap.String("tx", tx.Hash().Hex()), zap.String("error", s.c.redact(err)))
+			s.log.Debug("receipt poll", zap.String("tx", latest.Hash().Hex()), zap.String("error", s.c.redact(err)))
 		}
+		tx := latest
 		if errors.Is(err, ethereum.NotFound) && time.Since(lastResend) > resendEvery {
 			lastResend = time.Now()
 			if _, _, err := s.c.client.TransactionByHash(ctx, tx.Hash()); errors.Is(err, ethereum.NotFound) {
