@@ -144,16 +144,33 @@ type chain struct {
 // newRedactor returns a replacer that removes the RPC URL, and its host, from error text.
 func newRedactor(rawURL string) *strings.Replacer {
 	pairs := []string{}
-	if rawURL != "" {
-		pairs = append(pairs, rawURL, "<rpc>")
+	add := func(secret, with string) {
+		if secret != "" {
+			pairs = append(pairs, secret, with)
+		}
 	}
+	// Longest forms first: strings.Replacer tries the pairs in order at each position.
+	add(rawURL, "<rpc>")
 	if u, err := url.Parse(rawURL); err == nil && u.Host != "" {
-		pairs = append(pairs, u.Host, "<rpc-host>")
+		// net/http and url.Error print the URL normalised (lower-case scheme) and with the
+		// password masked, so those forms are not rawURL.
+		add(u.String(), "<rpc>")
+		add(u.Redacted(), "<rpc>")
+		add(u.Host, "<rpc-host>")
+		if len(u.EscapedPath()) > 1 {
+			add(u.EscapedPath(), "/<redacted>") // a provider's API key often is a path segment
+		}
+		if len(u.Path) > 1 {
+			add(u.Path, "/<redacted>")
+		}
 		if u.RawQuery != "" {
-			pairs = append(pairs, u.RawQuery, "<redacted>")
+			add(u.RawQuery, "<redacted>")
 		}
 		if u.User != nil {
-			pairs = append(pairs, u.User.String(), "<redacted>")
+			add(u.User.String(), "<redacted>")
+			if pw, ok := u.User.Password(); ok {
+				add(pw, "<redacted>")
+			}
 		}
 	}
 	return strings.NewReplacer(pairs...)

@@ -44,6 +44,10 @@ const (
 // no verificationPayment.
 const FeePaymentMissing = "fee_payment_missing"
 
+// approvalRecordTimeout bounds the write of an approval, which runs even when the /verify
+// caller has gone away.
+const approvalRecordTimeout = 10 * time.Second
+
 // claimMargin is how long past validBefore a settlement claim or verdict marker is kept:
 // after validBefore the token refuses the authorization anyway.
 const claimMargin = 5 * time.Minute
@@ -152,7 +156,12 @@ func (e *Engine) verdictCheck(ctx context.Context, c *checked, in VerifyInput, r
 	}
 	ttl := min(e.cfg.ApprovalTTL, untilValidBefore(c.auth, e.now(), 0))
 	a := Approval{RequestHash: res.RequestHash, RecordedAt: e.now(), ExpiresAt: e.now().Add(ttl)}
-	if err := e.cfg.Store.Record(ctx, c.key, a, ttl); err != nil {
+	// A fee may just have been paid for this verdict: the caller's deadline, which the fee
+	// settlement outlived on its own detached context, must not cost the payer the
+	// approval the fee bought. The write gets a bounded context of its own.
+	recCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), approvalRecordTimeout)
+	defer cancel()
+	if err := e.cfg.Store.Record(recCtx, c.key, a, ttl); err != nil {
 		e.log.Error("record approval", zap.String("payer", c.auth.From.Hex()), zap.String("requestHash", res.RequestHash), zap.Error(err))
 		return deny(x402.ReasonApprovalStoreDown, "approval store unavailable")
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"math/big"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -297,12 +298,23 @@ func TestVerifyWithRPCDownIsClearAndHidesURL(t *testing.T) {
 }
 
 func TestRedactorRemovesRPCURLAndKey(t *testing.T) {
-	url := "https://user:pw@rpc.example.com/v2/SECRETKEY?apikey=SECRET2"
-	r := newRedactor(url)
-	msg := r.Replace(`Post "` + url + `": dial tcp rpc.example.com:443: i/o timeout`)
-	for _, secret := range []string{"SECRETKEY", "SECRET2", "pw@", "rpc.example.com"} {
-		if strings.Contains(msg, secret) {
-			t.Errorf("redacted %q still holds %q", msg, secret)
+	for _, tc := range []struct{ configured, printed string }{
+		{"https://user:pw@rpc.example.com/v2/SECRETKEY?apikey=SECRET2", "https://user:pw@rpc.example.com/v2/SECRETKEY?apikey=SECRET2"},
+		// url.Error masks the password and normalises the scheme: the printed URL is not
+		// the configured one.
+		{"https://user:pwSECRET3@rpc.example.com/v2/SECRETKEY", "https://user:***@rpc.example.com/v2/SECRETKEY"},
+		{"HTTPS://rpc.example.com/v2/SECRETKEY", "https://rpc.example.com/v2/SECRETKEY"},
+	} {
+		r := newRedactor(tc.configured)
+		for _, msg := range []string{
+			r.Replace(`Post "` + tc.printed + `": dial tcp rpc.example.com:443: i/o timeout`),
+			r.Replace((&url.Error{Op: "Post", URL: tc.configured, Err: errors.New("EOF")}).Error()),
+		} {
+			for _, secret := range []string{"SECRETKEY", "SECRET2", "SECRET3", "pw@", "rpc.example.com"} {
+				if strings.Contains(msg, secret) {
+					t.Errorf("%s: redacted %q still holds %q", tc.configured, msg, secret)
+				}
+			}
 		}
 	}
 }
