@@ -415,3 +415,86 @@ func TestJournalAttemptsMigrateOldRows(t *testing.T) {
 		})
 	}
 }
+
+// TestSettleFeeBumpsWhenTheBaseFeeSpikes: the base fee rises above the settlement's fee
+// cap while Settle awaits its receipt; when the wait runs out Settle journals and
+// broadcasts a fee-bumped replacement (same nonce and calldata), awaits it once more, and
+// answers success with the replacement's hash. The payee is paid once.
+func TestSettleFeeBumpsWhenTheBaseFeeSpikes(t *testing.T) {
+	env := newTestEnv(t)
+	cfg := env.config(t)
+	cfg.ReceiptTimeout = 3 * time.Second
+	e := env.engine(t, cfg)
+	aj := cfg.Journal.(AttemptJournal)
+	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
+	signer := env.chain.FacilitatorAccount().Address
+	p, r := env.pay(t, x402.Version2, payer, payee.Address)
+	key := keyOf(p, r).AuthorizationKey()
+	before := env.token.BalanceOf(t, payee.Address)
+
+	env.chain.SetAutomine(t, false)
+	t.Cleanup(func() { env.chain.SetAutomine(t, true) })
+	type result struct {
+		res x402.SettleResponse
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := e.Settle(context.Background(), p, r)
+		done <- result{res, err}
+	}()
+	// waitFor polls cond; the bound only keeps a broken build from hanging.
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("gave up waiting for %s", what)
+			}
+		}
+	}
+	var first *types.Transaction
+	waitFor("the settlement in the pool", func() bool {
+		row, err := cfg.Journal.Get(context.Background(), key)
+		if err != nil || row.State != StateBroadcast {
+			return false
+		}
+		first = decodeTx(t, row.RawTx)
+		return true
+	})
+	base := new(big.Int).Mul(first.GasFeeCap(), big.NewInt(3))
+	env.chain.RPC(t, nil, "anvil_setNextBlockBaseFeePerGas", (*hexutil.Big)(base))
+	env.chain.Mine(t)
+	var as []Attempt
+	waitFor("a replacement in the journal", func() bool {
+		var err error
+		as, err = aj.Attempts(context.Background(), key)
+		return err == nil && len(as) == 2
+	})
+	second := decodeTx(t, as[1].RawTx)
+	checkReplacement(t, env, first, second, base)
+	waitFor("the replacement in the pool", func() bool {
+		_, pending, err := env.chain.Client.TransactionByHash(context.Background(), second.Hash())
+		return err == nil && pending
+	})
+	env.chain.Mine(t)
+	got := <-done
+	if got.err != nil || !got.res.Success || got.res.Transaction != second.Hash().Hex() {
+		t.Fatalf("settle = %+v, %v; want success with the replacement %s", got.res, got.err, second.Hash().Hex())
+	}
+	row, err := cfg.Journal.Get(context.Background(), key)
+	if err != nil || row.State != StateConfirmed {
+		t.Errorf("journal row = %+v, %v; want confirmed", row, err)
+	}
+	if as, err := aj.Attempts(context.Background(), key); err != nil || len(as) != 2 || !as[1].Settled || as[0].Settled {
+		t.Errorf("attempts = %+v, %v; want the replacement settled", as, err)
+	}
+	if d := new(big.Int).Sub(env.token.BalanceOf(t, payee.Address), before); d.Cmp(testAmount) != 0 {
+		t.Errorf("payee received %s, want %s", d, testAmount)
+	}
+	if n := env.signerNonce(t, signer); n != 1 {
+		t.Errorf("signer has %d mined transactions, want 1", n)
+	}
+	if rep, err := e.Reconcile(context.Background()); err != nil || rep.Checked != 0 {
+		t.Errorf("reconcile after = %+v, %v; want nothing to do", rep, err)
+	}
+}

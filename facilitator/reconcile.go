@@ -148,7 +148,8 @@ func (e *Engine) Reconcile(ctx context.Context) (ReconcileReport, error) {
 type rowPlan struct {
 	state   SettlementState // final state; "" when the row stays unfinished
 	reason  string
-	settled common.Hash // the attempt whose receipt decided state, if any
+	settled common.Hash    // the attempt whose receipt decided state, if any
+	receipt *types.Receipt // that receipt
 
 	hashes     []common.Hash      // every journaled attempt, oldest first
 	latest     *types.Transaction // the attempt sent (again) whose receipt to await; nil: none
@@ -204,7 +205,7 @@ func (e *Engine) planRow(ctx context.Context, c *chain, row Settlement) (rowPlan
 		switch {
 		case err == nil && rcpt != nil:
 			p.state, p.reason = receiptState(c, rcpt, row)
-			p.settled = p.hashes[i]
+			p.settled, p.receipt = p.hashes[i], rcpt
 			return p, nil
 		case err != nil && !errors.Is(err, ethereum.NotFound):
 			return rowPlan{}, c.unavailable("receipt", err)

@@ -150,23 +150,67 @@ func (e *Engine) settle(ctx context.Context, p *x402.Payment, r *x402.Requiremen
 
 	rcpt, err := c.chain.sender.waitReceipt(ctx, tx, e.cfg.ReceiptTimeout)
 	if err != nil {
-		return refuse(fail(x402.ReasonSettlementPending, "no receipt yet; the transaction may still be mined"))
+		var latest common.Hash
+		if rcpt, latest = e.settleBump(ctx, c, tx); latest != (common.Hash{}) {
+			res.resp.Transaction, res.resp.TxHash = latest.Hex(), latest.Hex()
+		}
+		if rcpt == nil {
+			return refuse(fail(x402.ReasonSettlementPending, "no receipt yet; the transaction may still be mined"))
+		}
+		res.resp.Transaction, res.resp.TxHash = rcpt.TxHash.Hex(), rcpt.TxHash.Hex()
 	}
 	if f := checkReceipt(c.chain, rcpt, c.auth); f != nil {
-		e.journalUpdate(ctx, c, StateFailed, string(f.reason))
+		e.journalSettled(ctx, c, StateFailed, string(f.reason), rcpt.TxHash)
 		return refuse(f)
 	}
-	e.journalUpdate(ctx, c, StateConfirmed, "")
+	e.journalSettled(ctx, c, StateConfirmed, "", rcpt.TxHash)
 	res.resp.Success = true
-	e.log.Info("settled", zap.String("payer", res.resp.Payer), zap.String("tx", tx.Hash().Hex()),
+	e.log.Info("settled", zap.String("payer", res.resp.Payer), zap.String("tx", rcpt.TxHash.Hex()),
 		zap.String("network", c.chain.net.CAIP2))
 	return res, nil
 }
 
+// settleBump runs after the receipt wait of tx, a settlement's first transaction, ran
+// out. When tx's fee cap is below the base fee, the row is decided as Reconcile would
+// (planRow): a receipt that turned up is returned; a stuck transaction is replaced by a
+// fee-bumped one (journaled first), and a receipt of either is awaited once more for
+// Config.ReceiptTimeout. latest is the newest journaled attempt's hash (zero when nothing
+// changed). Otherwise, or when the row was decided some other way (settled elsewhere,
+// dropped, fee ceiling), it returns no receipt and leaves the row to Reconcile.
+func (e *Engine) settleBump(ctx context.Context, c *checked, tx *types.Transaction) (rcpt *types.Receipt, latest common.Hash) {
+	if _, ok := e.cfg.Journal.(AttemptJournal); !ok {
+		return nil, common.Hash{}
+	}
+	base, err := c.chain.sender.baseFee(ctx)
+	if err != nil || tx.GasFeeCap().Cmp(base) >= 0 {
+		return nil, common.Hash{}
+	}
+	row, err := e.cfg.Journal.Get(ctx, c.key.AuthorizationKey())
+	if err != nil || row.TxHash != tx.Hash() || (row.State != StateBroadcast && row.State != StatePrepared) {
+		return nil, common.Hash{}
+	}
+	p, err := e.planRow(ctx, c.chain, row)
+	switch {
+	case err != nil:
+		e.logChainErr("settle: fee bump", c.chain, err)
+		return nil, common.Hash{}
+	case p.receipt != nil:
+		return p.receipt, common.Hash{}
+	case !p.bumped:
+		return nil, p.latestHash
+	}
+	rcpt, err = c.chain.sender.waitReceipts(ctx, p.hashes, p.latest, e.cfg.ReceiptTimeout)
+	if err != nil {
+		return nil, p.latest.Hash()
+	}
+	return rcpt, p.latest.Hash()
+}
+
 // detachedBound bounds the part of a settle that outlives its caller: a wallet deployment
-// and the settlement, each a send plus a receipt wait.
+// and the settlement, each a send plus a receipt wait, and a fee-bumped replacement's
+// receipt wait.
 func (e *Engine) detachedBound() time.Duration {
-	return 2*e.cfg.ReceiptTimeout + time.Minute
+	return 3*e.cfg.ReceiptTimeout + time.Minute
 }
 
 // consumeApproval applies spec §4.2 /settle rule 1 for the engine's GUARDIAN_MODE. In
@@ -336,6 +380,19 @@ func (e *Engine) journalPrepare(ctx context.Context, c *checked, tx *types.Trans
 		}
 	}
 	return nil
+}
+
+// journalSettled is journalUpdate for a state decided by the receipt of attempt txHash,
+// recorded as the row's settling attempt when the Journal is an AttemptJournal.
+func (e *Engine) journalSettled(ctx context.Context, c *checked, state SettlementState, reason string, txHash common.Hash) {
+	aj, ok := e.cfg.Journal.(AttemptJournal)
+	if !ok {
+		e.journalUpdate(ctx, c, state, reason)
+		return
+	}
+	if err := aj.UpdateSettled(ctx, c.key.AuthorizationKey(), state, reason, txHash); err != nil {
+		e.log.Error("journal update", zap.String("payer", c.auth.From.Hex()), zap.String("state", string(state)), zap.Error(err))
+	}
 }
 
 // journalUpdate records a state change; a failure is logged, since the chain stays the
