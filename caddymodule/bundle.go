@@ -159,6 +159,16 @@ type resolved struct {
 	key *ecdsa.PrivateKey
 }
 
+// placeholderOnly refuses a secret written into the config itself: it would land in the
+// adapted JSON, the admin API (GET /config/) and autosave.json. Secrets are {env.*} or
+// {file.*} placeholders, expanded at provision.
+func placeholderOnly(option, v string) error {
+	if v = strings.TrimSpace(v); v != "" && !strings.HasPrefix(v, "{") {
+		return fmt.Errorf("%s must be an {env.*} or {file.*} placeholder, never the secret itself", option)
+	}
+	return nil
+}
+
 // resolveSecret expands {env.*} and {file.*} placeholders. A file's trailing newline is
 // not part of a secret.
 func resolveSecret(repl *caddy.Replacer, s string) string {
@@ -178,8 +188,13 @@ func (fc *FacilitatorConfig) resolve(name string) (*resolved, error) {
 		}
 		rc.Networks = append(rc.Networks, nc)
 	}
-	if !strings.HasPrefix(strings.TrimSpace(fc.SignerKey), "{") {
-		return nil, errors.New("signer_key must be an {env.*} or {file.*} placeholder, never the key itself")
+	if strings.TrimSpace(fc.SignerKey) == "" {
+		return nil, errors.New("signer_key is required, as an {env.*} or {file.*} placeholder")
+	}
+	for _, sec := range []struct{ option, v string }{{"signer_key", fc.SignerKey}, {"verdict_key", fc.VerdictKey}} {
+		if err := placeholderOnly(sec.option, sec.v); err != nil {
+			return nil, err
+		}
 	}
 	rc.SignerKey = strings.TrimPrefix(resolveSecret(repl, fc.SignerKey), "0x")
 	if rc.SignerKey == "" {

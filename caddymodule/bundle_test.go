@@ -78,6 +78,9 @@ func TestFacilitatorConfigResolve(t *testing.T) {
 		wantErr string
 	}{
 		{"literal signer key", FacilitatorConfig{Networks: net, SignerKey: devKey}, "placeholder"},
+		{"no signer key", FacilitatorConfig{Networks: net}, "signer_key is required"},
+		{"literal verdict key", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", GuardianMode: "required",
+			VerdictURL: "http://127.0.0.1:1", VerdictKey: "verdict-key-written-inline-0123456789"}, "verdict_key must be an {env.*} or {file.*} placeholder"},
 		{"signer key resolves to nothing", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_EMPTY}"}, "empty value"},
 		{"signer key is not hex", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_BADKEY}"}, "not a hex secp256k1 private key"},
 		{"no network", FacilitatorConfig{SignerKey: "{env.X402_T_KEY}"}, "at least one network"},

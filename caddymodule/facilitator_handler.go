@@ -52,6 +52,9 @@ func (f *FacilitatorHandler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("x402_facilitator: %w", err)
 	}
+	if err := placeholderOnly("x402_facilitator: api_key", f.APIKey); err != nil {
+		return err
+	}
 	repl := caddy.NewReplacer()
 	opts := facilitator.HandlerOptions{
 		APIKey:         resolveSecret(repl, f.APIKey),

@@ -151,6 +151,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		if h.Facilitator != "" {
 			return errors.New("x402: facilitator is either bundled or a url, not both")
 		}
+		if err := placeholderOnly("x402: facilitator_key", h.FacilitatorKey); err != nil {
+			return err
+		}
 		key := resolveSecret(caddy.NewReplacer(), h.FacilitatorKey)
 		if h.FacilitatorKey != "" && key == "" {
 			return errors.New("x402: facilitator_key resolved to an empty value")

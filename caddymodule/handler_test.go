@@ -170,6 +170,7 @@ func TestHandlerProvisionErrors(t *testing.T) {
 		{"too many decimals", Handler{Price: "0.0000001", PayTo: payee, Network: "base"}, "more than 6 decimals"},
 		{"fee without a pricing service", Handler{Price: "1", PayTo: payee, Network: "base", Guardian: &GuardianConfig{Advertise: "required", Fee: true}}, "pricing"},
 		{"a key that resolves to nothing", Handler{Price: "1", PayTo: payee, Network: "base", FacilitatorKey: "{env.X402_T_UNSET_KEY}"}, "facilitator_key resolved to an empty value"},
+		{"a key written into the config", Handler{Price: "1", PayTo: payee, Network: "base", FacilitatorKey: "facilitator-key-inline-0123456789"}, "facilitator_key must be an {env.*} or {file.*} placeholder"},
 		{"a bundled name with a url", Handler{Price: "1", PayTo: payee, Network: "base", Facilitator: "main"}, "not both"},
 		{"max_timeout under a second", Handler{Price: "1", PayTo: payee, Network: "base", MaxTimeout: caddy.Duration(time.Millisecond)}, "at least 1s"},
 		{"retries off is accepted", Handler{Price: "1", PayTo: payee, Network: "base", RetryMax: &zero}, ""},
