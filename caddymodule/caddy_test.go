@@ -121,6 +121,7 @@ http://127.0.0.1:%d {
 		"X-PAYMENT":              "secret-v1-payment-eyJ4NDAy",
 		"PAYMENT-SIGNATURE":      "secret-v2-payment-eyJ4NDAy",
 		"X-VERIFICATION-PAYMENT": "secret-fee-payment-eyJ4NDAy",
+		"X-PAYMENT-RETRY":        "secret-retry-token-0003",
 		"x-api-key":              "secret-verdict-api-key-0001",
 		"x-facilitator-key":      "secret-facilitator-key-0002",
 	}

@@ -15,9 +15,9 @@ func init() {
 }
 
 // RedactedHeaders are the request headers the x402_redact encoder deletes from log
-// entries: the payment authorizations and the API keys. Caddy's access log only redacts
+// entries: the payment authorizations, the retry token and the API keys. Caddy's access log only redacts
 // Cookie and Authorization on its own.
-var RedactedHeaders = []string{"X-Payment", "Payment-Signature", "X-Verification-Payment", "X-Api-Key", "X-Facilitator-Key"}
+var RedactedHeaders = []string{"X-Payment", "Payment-Signature", "X-Verification-Payment", "X-Payment-Retry", "X-Api-Key", "X-Facilitator-Key"}
 
 // RedactEncoder (caddy.logging.encoders.x402_redact) is Caddy's filter encoder with a
 // delete filter on request>headers>H for every H of RedactedHeaders. It wraps another
