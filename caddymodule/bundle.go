@@ -71,6 +71,10 @@ type FacilitatorConfig struct {
 	ApprovalTTL caddy.Duration `json:"approval_ttl,omitempty"`
 	// ReceiptTimeout bounds the wait for a settlement receipt. Default: 30s.
 	ReceiptTimeout caddy.Duration `json:"receipt_timeout,omitempty"`
+	// ReconcileInterval is how often the journal's unfinished settlements (a receipt that
+	// came late, a transaction stuck under a risen base fee) are reconciled while Caddy
+	// runs, besides at start. Default: 1m.
+	ReconcileInterval caddy.Duration `json:"reconcile_interval,omitempty"`
 	// ERC6492Factories are the wallet factories whose ERC-6492 signatures are accepted.
 	// Default: none.
 	ERC6492Factories []string `json:"erc6492_factories,omitempty"`
@@ -154,6 +158,7 @@ type resolved struct {
 	PollMaxDelay   time.Duration
 	ApprovalTTL    time.Duration
 	ReceiptTimeout time.Duration
+	Reconcile      time.Duration
 	Factories      []common.Address
 
 	key *ecdsa.PrivateKey
@@ -274,6 +279,15 @@ func (fc *FacilitatorConfig) resolve(name string) (*resolved, error) {
 			return nil, errors.New("verdict_poll interval must be at least 1ms")
 		}
 		rc.PollInterval, rc.PollAttempts, rc.PollMaxDelay = time.Duration(vp.Interval), vp.MaxAttempts, time.Duration(vp.MaxDelay)
+	}
+	rc.Reconcile = time.Duration(fc.ReconcileInterval)
+	switch {
+	case rc.Reconcile < 0:
+		return nil, errors.New("reconcile_interval must not be negative")
+	case rc.Reconcile == 0:
+		rc.Reconcile = defaultReconcileInterval
+	case rc.Reconcile < time.Second:
+		return nil, errors.New("reconcile_interval must be at least 1s")
 	}
 	rc.ApprovalTTL = time.Duration(fc.ApprovalTTL)
 	rc.ReceiptTimeout = time.Duration(fc.ReceiptTimeout)
@@ -414,7 +428,9 @@ type bundle struct {
 	registry   *x402.Registry
 	pricingURL string
 	verdictURL string
-	closers    []func() error
+	// guardianMode is the facilitator's GUARDIAN_MODE, checked against what gates advertise.
+	guardianMode facilitator.GuardianMode
+	closers      []func() error
 }
 
 // openBundle opens the stores, the journal and the engine of rc. On error everything
@@ -490,8 +506,47 @@ func openBundle(rc *resolved, log *zap.Logger) (_ *bundle, err error) {
 	}
 	b.engine = e
 	b.service = meteredFacilitator{next: e}
+	b.guardianMode = rc.GuardianMode
 	b.closers = append(b.closers, func() error { e.Close(); return nil })
+	b.closers = append(b.closers, reconcileEvery(e, rc.Reconcile, log))
 	return b, nil
+}
+
+// defaultReconcileInterval is how often a bundled facilitator reconciles its journal.
+const defaultReconcileInterval = time.Minute
+
+// reconcileEvery runs e.ReconcileIdle every interval until the returned stop is called, which
+// waits for a run in progress. A run is bounded by the interval plus the receipt waits it
+// may make; errors are logged (the journal keeps every row for the next run).
+func reconcileEvery(e *facilitator.Engine, interval time.Duration, log *zap.Logger) (stop func() error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			rep, err := e.ReconcileIdle(ctx)
+			if err != nil {
+				log.Error("periodic reconcile", zap.Error(err))
+				continue
+			}
+			if rep.Checked > 0 {
+				log.Info("periodic reconcile", zap.Int("checked", rep.Checked), zap.Int("confirmed", rep.Confirmed),
+					zap.Int("failed", rep.Failed), zap.Int("resent", rep.Resent), zap.Int("pending", rep.Pending), zap.Int("bumped", rep.Bumped))
+			}
+		}
+	}()
+	return func() error {
+		cancel()
+		<-done
+		return nil
+	}
 }
 
 // Destruct closes the engine, the stores and the journal, in reverse order of opening.

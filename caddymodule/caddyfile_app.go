@@ -54,6 +54,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //			approval_ttl <duration>
 //			receipt_timeout <duration>
 //			verdict_poll <interval> <max attempts> [<max delay>]
+//			reconcile_interval <duration>
 //			erc6492_factories <address>...
 //		}
 //	}
@@ -176,6 +177,10 @@ func (fc *FacilitatorConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 		case "receipt_timeout":
 			if err := durationArg(d, &fc.ReceiptTimeout); err != nil {
+				return err
+			}
+		case "reconcile_interval":
+			if err := durationArg(d, &fc.ReconcileInterval); err != nil {
 				return err
 			}
 		case "verdict_poll":

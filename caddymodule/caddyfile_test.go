@@ -172,6 +172,7 @@ func TestGlobalOptionCaddyfile(t *testing.T) {
 			approval_ttl 10m
 			receipt_timeout 45s
 			verdict_poll 250ms 8 2s
+			reconcile_interval 30s
 			erc6492_factories 0x3333333333333333333333333333333333333333 0x4444444444444444444444444444444444444444
 		}
 		facilitator second {
@@ -194,8 +195,9 @@ func TestGlobalOptionCaddyfile(t *testing.T) {
 			Journal:      &JournalConfig{Type: "postgres", DSN: "{env.PG_DSN}"},
 			GuardianMode: "required", VerdictURL: "https://verdict.example", VerdictKey: "{env.VERDICT_KEY}",
 			PricingURL: "https://pricing.example/quote", ApprovalTTL: ms(600_000), ReceiptTimeout: ms(45_000),
-			VerdictPoll:      &VerdictPollConfig{Interval: ms(250), MaxAttempts: 8, MaxDelay: ms(2000)},
-			ERC6492Factories: []string{"0x3333333333333333333333333333333333333333", "0x4444444444444444444444444444444444444444"},
+			VerdictPoll:       &VerdictPollConfig{Interval: ms(250), MaxAttempts: 8, MaxDelay: ms(2000)},
+			ReconcileInterval: ms(30_000),
+			ERC6492Factories:  []string{"0x3333333333333333333333333333333333333333", "0x4444444444444444444444444444444444444444"},
 		},
 		"second": {
 			Networks:  []NetworkConfig{{Name: "base", RPC: "{env.BASE_RPC}"}},

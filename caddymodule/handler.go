@@ -184,6 +184,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		if err != nil {
 			return fmt.Errorf("x402: %w", err)
 		}
+		if err := checkAdvertise(h.Guardian, b.guardianMode); err != nil {
+			return fmt.Errorf("x402: facilitator %q: %w", b.name, err)
+		}
 		opts.Facilitator, opts.Registry, opts.RetryStore = b.service, b.registry, b.retries
 		if pricingURL == "" {
 			pricingURL = b.pricingURL
@@ -330,3 +333,20 @@ var (
 	_ caddy.CleanerUpper          = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 )
+
+// checkAdvertise refuses a guardian advertisement its bundled facilitator would not keep:
+// a 402 that promises a verdict check no /verify makes misleads the payer's agent.
+// GUARDIAN_MODE off never asks; optional asks only when /verify carries verification
+// requirements, which the gate sends only with the fee on.
+func checkAdvertise(g *GuardianConfig, mode facilitator.GuardianMode) error {
+	if g == nil || g.Advertise == "" {
+		return nil
+	}
+	switch {
+	case mode == facilitator.GuardianOff:
+		return fmt.Errorf("guardian advertise %s, but its guardian_mode is off: no verdict would ever be asked", g.Advertise)
+	case mode == facilitator.GuardianOptional && !g.Fee:
+		return fmt.Errorf("guardian advertise %s with guardian_mode optional needs fee on: without verification requirements no verdict is asked", g.Advertise)
+	}
+	return nil
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/x402gate/x402gate/facilitator"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -188,5 +189,27 @@ func TestHandlerProvisionErrors(t *testing.T) {
 				t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+func TestAdvertiseMustMatchTheFacilitatorsGuardianMode(t *testing.T) {
+	for _, tc := range []struct {
+		g       *GuardianConfig
+		mode    facilitator.GuardianMode
+		wantErr string
+	}{
+		{nil, facilitator.GuardianOff, ""},
+		{&GuardianConfig{}, facilitator.GuardianOff, ""},
+		{&GuardianConfig{Advertise: "required"}, facilitator.GuardianOff, "guardian_mode is off"},
+		{&GuardianConfig{Advertise: "optional", Fee: true}, facilitator.GuardianOff, "guardian_mode is off"},
+		{&GuardianConfig{Advertise: "required"}, facilitator.GuardianOptional, "needs fee on"},
+		{&GuardianConfig{Advertise: "required", Fee: true}, facilitator.GuardianOptional, ""},
+		{&GuardianConfig{Advertise: "required"}, facilitator.GuardianRequired, ""},
+		{&GuardianConfig{Advertise: "optional"}, facilitator.GuardianRequired, ""},
+	} {
+		err := checkAdvertise(tc.g, tc.mode)
+		if (tc.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("checkAdvertise(%+v, %s) = %v, want %q", tc.g, tc.mode, err, tc.wantErr)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/big"
 	"sync"
+	"time"
 
 	"github.com/ethereum/go-ethereum"
 	"github.com/ethereum/go-ethereum/common"
@@ -41,6 +42,7 @@ type ReconcileReport struct {
 	Resent    int // rows whose signed transaction was sent again, same bytes and hash
 	Bumped    int // rows whose transaction was replaced by a fee-bumped one, same nonce and calldata
 	Pending   int // rows left unfinished: no receipt within ReceiptTimeout, fee ceiling, or RPC errors
+	Recent    int // rows ReconcileIdle left alone: a live settle may still own them
 	Skipped   int // rows of networks this engine does not serve
 	Outcomes  []ReconcileOutcome
 }
@@ -80,10 +82,30 @@ type ReconcileOutcome struct {
 // Rows it cannot decide (RPC errors, no receipt yet) stay unfinished for the next run.
 // The error return is for a journal that cannot be read.
 func (e *Engine) Reconcile(ctx context.Context) (ReconcileReport, error) {
+	return e.reconcile(ctx, 0)
+}
+
+// ReconcileIdle is Reconcile for rows no live settle can still own: it leaves alone rows
+// updated within the bound of a settle's detached part (3 x ReceiptTimeout + 1 min), so
+// a periodic run never races a settlement in flight in this or a like-configured
+// instance. Such rows count as Recent.
+func (e *Engine) ReconcileIdle(ctx context.Context) (ReconcileReport, error) {
+	return e.reconcile(ctx, e.detachedBound())
+}
+
+func (e *Engine) reconcile(ctx context.Context, minAge time.Duration) (ReconcileReport, error) {
 	var rep ReconcileReport
-	rows, err := e.cfg.Journal.Unfinished(ctx)
+	all, err := e.cfg.Journal.Unfinished(ctx)
 	if err != nil {
 		return rep, fmt.Errorf("reconcile: read journal: %w", err)
+	}
+	rows := all[:0:0]
+	for _, row := range all {
+		if minAge > 0 && e.now().Sub(row.UpdatedAt) < minAge {
+			rep.Recent++
+			continue
+		}
+		rows = append(rows, row)
 	}
 	rep.Checked = len(rows)
 	type waiting struct {
