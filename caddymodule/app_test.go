@@ -19,6 +19,7 @@ import (
 	"github.com/ethereum/go-ethereum/common/hexutil"
 	"github.com/ethereum/go-ethereum/crypto"
 
+	"github.com/x402gate/x402gate/gate"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -317,22 +318,38 @@ http://127.0.0.1:%[5]d {
 		}
 	})
 
-	t.Run("paid but the upstream failed: the same header passes again without a second charge", func(t *testing.T) {
+	t.Run("paid but the upstream failed: the same header with its retry token passes again without a second charge", func(t *testing.T) {
 		flaky := paymentV1(t, tok, payer, merchant, 10000)
 		req, _ := http.NewRequest(http.MethodGet, base+"/api/flaky", nil)
 		req.Header.Set("X-PAYMENT", flaky)
-		if res, body := do(t, req); res.StatusCode != http.StatusServiceUnavailable {
+		res, body := do(t, req)
+		if res.StatusCode != http.StatusServiceUnavailable {
 			t.Fatalf("first attempt: got %d %q, want the upstream's 503", res.StatusCode, body)
+		}
+		token := res.Header.Get(gate.HeaderPaymentRetry)
+		if len(token) != 64 {
+			t.Fatalf("first attempt: retry token %q, want 64 hex digits", token)
 		}
 		paid := tok.BalanceOf(t, merchant)
 		if paid.Cmp(big.NewInt(20000)) != 0 {
 			t.Fatalf("merchant balance = %s, want 20000 (settled before the upstream ran)", paid)
 		}
 		n := up.count()
+		// The header alone is public once settled (it is in the transaction's calldata):
+		// without the token it is refused, and takes no credit.
 		req, _ = http.NewRequest(http.MethodGet, base+"/api/flaky", nil)
 		req.Header.Set("X-PAYMENT", flaky)
+		if res, body := do(t, req); res.StatusCode != http.StatusPaymentRequired || up.count() != n {
+			t.Fatalf("the header without the token: got %d %q, upstream calls %d -> %d; want 402", res.StatusCode, body, n, up.count())
+		}
+		req, _ = http.NewRequest(http.MethodGet, base+"/api/flaky", nil)
+		req.Header.Set("X-PAYMENT", flaky)
+		req.Header.Set(gate.HeaderPaymentRetry, token)
 		if res, body := do(t, req); res.StatusCode != http.StatusOK || up.count() != n+1 {
 			t.Fatalf("retry: got %d %q, upstream calls %d -> %d", res.StatusCode, body, n, up.count())
+		}
+		if h := up.last(); h.Get(gate.HeaderPaymentRetry) != "" || h.Get("X-PAYMENT") != "" {
+			t.Errorf("the upstream received the retry token or the payment header: %v", h)
 		}
 		if got := tok.BalanceOf(t, merchant); got.Cmp(paid) != 0 {
 			t.Fatalf("merchant balance = %s after the retry, want %s (no second charge)", got, paid)
@@ -396,7 +413,7 @@ http://127.0.0.1:%[5]d {
 		}{
 			{challenges, 1},
 			{valid, 3},     // the paid request, the flaky one and the remote one
-			{nonceUsed, 2}, // the replay and the retry of the flaky one
+			{nonceUsed, 3}, // the replay, the flaky header without its token, and its retry
 			{settled, 3},
 			{amountSeries, 30000},
 			{"caddy_x402_verdict_duration_seconds_count", 1},

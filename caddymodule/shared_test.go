@@ -13,6 +13,7 @@ import (
 	"github.com/ethereum/go-ethereum/crypto"
 	_ "github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/x402gate/x402gate/gate"
 	"github.com/x402gate/x402gate/internal/testenv"
 )
 
@@ -88,8 +89,13 @@ http://127.0.0.1:%d {
 	flaky := paymentV1(t, tok, payer, merchant, 10000)
 	req, _ = http.NewRequest(http.MethodGet, base+"/api/flaky", nil)
 	req.Header.Set("X-PAYMENT", flaky)
-	if res, body := do(t, req); res.StatusCode != http.StatusServiceUnavailable {
+	res, body := do(t, req)
+	if res.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("flaky upstream: %d %s, want 503", res.StatusCode, body)
+	}
+	token := res.Header.Get(gate.HeaderPaymentRetry)
+	if token == "" {
+		t.Fatal("the failed answer carries no retry token")
 	}
 	paid := tok.BalanceOf(t, merchant)
 	if paid.Cmp(big.NewInt(20000)) != 0 {
@@ -106,6 +112,7 @@ http://127.0.0.1:%d {
 	n := up.count()
 	req, _ = http.NewRequest(http.MethodGet, base+"/api/flaky", nil)
 	req.Header.Set("X-PAYMENT", flaky)
+	req.Header.Set(gate.HeaderPaymentRetry, token)
 	if res, body := do(t, req); res.StatusCode != http.StatusOK || up.count() != n+1 {
 		t.Fatalf("retry through the new facilitator: %d %s, upstream calls %d -> %d", res.StatusCode, body, n, up.count())
 	}

@@ -236,7 +236,7 @@ func TestRemoteFacilitator(t *testing.T) {
 }
 
 // TestLogsCarryNoSecrets: the gate's logs name the payer, the reason and the transaction,
-// never a payment header, a signature or the facilitator key.
+// never a payment header, a signature, a retry token or the facilitator key.
 func TestLogsCarryNoSecrets(t *testing.T) {
 	env := newTestEnv(t)
 	const key = "facilitator-secret-key-42"
@@ -255,9 +255,15 @@ func TestLogsCarryNoSecrets(t *testing.T) {
 	c := fetchChallenge(t, url)
 	name, value := env.sign(t, x402.Version2, env.payer, c, tamper{})
 	secrets := []string{key, value}
-	present(t, url, name, value) // settled, upstream 500: retry granted
-	present(t, url, name, value) // retried
-	present(t, url, name, value) // refused
+	first := present(t, url, name, value) // settled, upstream 500: retry granted
+	if !isRetryToken(first.token) {
+		t.Fatalf("first: %+v, want a retry token", first)
+	}
+	secrets = append(secrets, first.token)
+	if a := presentToken(t, url, name, value, first.token); a.status != http.StatusOK { // retried
+		t.Fatalf("retry: %+v", a)
+	}
+	presentToken(t, url, name, value, first.token) // refused
 	bad, badValue := env.sign(t, x402.Version1, env.payer, c, tamper{after: func(sig []byte, _ *x402.AuthorizationJSON, _ *x402.RequirementsV2) { sig[5] ^= 1 }})
 	present(t, url, bad, badValue)
 	secrets = append(secrets, badValue)

@@ -48,8 +48,8 @@ type Input struct {
 	Price string
 	// PayTo overrides Config.PayTo for this request. Default: empty.
 	PayTo string
-	// Header is the request's header: PAYMENT-SIGNATURE, X-PAYMENT and
-	// X-VERIFICATION-PAYMENT are read from it.
+	// Header is the request's header: PAYMENT-SIGNATURE, X-PAYMENT,
+	// X-VERIFICATION-PAYMENT and X-PAYMENT-RETRY are read from it.
 	Header http.Header
 }
 
@@ -294,7 +294,7 @@ func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header
 			reason = x402.ReasonUnexpectedVerify
 		}
 		if retryable(reason) {
-			if r := g.useRetry(ctx, req, p); r != nil {
+			if r := g.useRetry(ctx, in, req, p); r != nil {
 				return r
 			}
 		}
@@ -325,7 +325,7 @@ func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header
 			return g.settleUnknown(req, p, s, guardian, "the settlement is pending; reconcile its transaction before paying again")
 		}
 		if retryable(reason) {
-			if r := g.useRetry(ctx, req, p); r != nil {
+			if r := g.useRetry(ctx, in, req, p); r != nil {
 				return r
 			}
 		}

@@ -51,7 +51,7 @@ func TestChallengeServesBothVersions(t *testing.T) {
 			}
 			for h, want := range map[string]string{
 				"Cache-Control":                 "no-store",
-				"Access-Control-Expose-Headers": "PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-PAYMENT-RESPONSE",
+				"Access-Control-Expose-Headers": "PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-PAYMENT-RESPONSE, X-PAYMENT-RETRY",
 				"Content-Type":                  "application/json",
 			} {
 				if got := res.Header.Get(h); got != want {
@@ -517,8 +517,27 @@ func TestHandleResults(t *testing.T) {
 		t.Fatalf("paid: %+v", res)
 	}
 	env.expectOnChain(t, res.Settlement.Transaction, env.payer.Address)
-	if err := g.ReportUpstream(ctx, res, false); err != nil {
-		t.Errorf("ReportUpstream: %v", err)
+	// A caller of Handle reports the failed upstream itself and passes the token on.
+	token, err := g.ReportUpstream(ctx, res, true)
+	if err != nil || len(token) != 64 {
+		t.Fatalf("ReportUpstream(failed): token %q, %v", token, err)
+	}
+	if again, err := g.ReportUpstream(ctx, res, true); err != nil || again != "" {
+		t.Errorf("a second report of the same attempt: token %q, %v; want no new grant", again, err)
+	}
+	if r := g.Handle(ctx, Input{Resource: "https://shop.example/a", Header: hh}); r.Kind != KindRejected || r.Reason != x402.ReasonNonceUsed {
+		t.Errorf("the header again without the token: %s %s, want rejected %s", r.Kind, r.Reason, x402.ReasonNonceUsed)
+	}
+	hh.Set(HeaderPaymentRetry, token)
+	retry := g.Handle(ctx, Input{Resource: "https://shop.example/a", Header: hh})
+	if retry.Kind != KindSettled || !retry.Retry || retry.Settlement.Transaction != res.Settlement.Transaction {
+		t.Fatalf("the header with the token: %+v, want a settled retry of %s", retry, res.Settlement.Transaction)
+	}
+	if tok, err := g.ReportUpstream(ctx, retry, false); err != nil || tok != "" {
+		t.Errorf("ReportUpstream(retry ok): token %q, %v", tok, err)
+	}
+	if r := g.Handle(ctx, Input{Resource: "https://shop.example/a", Header: hh}); r.Kind != KindRejected {
+		t.Errorf("after a good retry: %s, want rejected", r.Kind)
 	}
 }
 

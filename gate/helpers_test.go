@@ -295,7 +295,8 @@ type upstream struct {
 	mu     sync.Mutex
 	paid   []*Paid
 	script []int
-	// leaked counts requests that reached the upstream still carrying a payment header.
+	// leaked counts requests that reached the upstream still carrying a payment header or
+	// a retry token.
 	leaked atomic.Int32
 }
 
@@ -303,7 +304,7 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	n := int(u.calls.Add(1))
 	p, _ := FromContext(r.Context())
 	if r.Header.Get(x402.HeaderPayment) != "" || r.Header.Get(x402.HeaderPaymentSignature) != "" ||
-		r.Header.Get(HeaderVerificationPayment) != "" {
+		r.Header.Get(HeaderVerificationPayment) != "" || r.Header.Get(HeaderPaymentRetry) != "" {
 		u.leaked.Add(1)
 	}
 	u.mu.Lock()

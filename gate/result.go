@@ -129,7 +129,7 @@ type Guardian struct {
 
 // exposeHeaders lets browser clients on another origin read the x402 headers
 // (DESIGN.md "Wire compatibility").
-const exposeHeaders = "PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-PAYMENT-RESPONSE"
+const exposeHeaders = "PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-PAYMENT-RESPONSE, X-PAYMENT-RETRY"
 
 // challengeBody is the JSON body of a 402: the v1 PaymentRequired (spec §4.3: "Body holds
 // accepts and optional verification"), readable by x402-fetch 1.2.0.

@@ -2,12 +2,15 @@ package gate
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,11 +22,25 @@ import (
 
 // The payment is settled before the upstream runs (DESIGN.md "A paid request"). When the
 // upstream then fails (a status >= 500, a connection failure, a panic), the payer has paid
-// for nothing. The gate grants the payment retry credits: the same payment header,
-// presented again within the grace window, reaches the upstream without a second charge,
-// at most RetryConfig.Max times. The facilitator proves the header is the settled one
-// (its signature checks out and its nonce is used on chain); the credits are kept in a
-// RetryStore, shared through Redis by several instances.
+// for nothing. The gate grants the payment retry credits, bound to a secret retry token
+// that only the paying client receives, in the X-PAYMENT-RETRY header of the failed
+// answer. The same payment header together with that token, presented again within the
+// grace window, reaches the upstream without a second charge, at most RetryConfig.Max
+// times. The facilitator proves the header is the settled one (its signature checks out
+// and its nonce is used on chain); the token proves the presenter is the client that got
+// the failed answer: once settled, the whole signed authorization is public in the
+// transaction's calldata, so the payment header alone proves nothing about who sends it.
+// The credits are kept in a RetryStore, shared through Redis by several instances; the
+// store keeps only the token's SHA-256.
+
+// HeaderPaymentRetry carries the retry token. The gate sets it on the failed answer of a
+// paid request that earned retry credits; the client sends it back, with the same payment
+// header, to retry. It is a secret of the payer: the gate strips it from the request before
+// the upstream and never logs it.
+const HeaderPaymentRetry = "X-PAYMENT-RETRY"
+
+// retryTokenBytes is the entropy of a retry token; it travels as lowercase hex.
+const retryTokenBytes = 32
 
 // maxRetryTTL bounds a grant when the authorization's validBefore is far away.
 const maxRetryTTL = 24 * time.Hour
@@ -32,15 +49,18 @@ const maxRetryTTL = 24 * time.Hour
 // fails closed on it: no credit is used, nothing is proxied.
 var ErrRetryStoreUnavailable = errors.New("retry store unavailable")
 
-// RetryStore keeps the retry credits of paid requests whose upstream failed. Grant and
-// Use are atomic across every process that shares the store.
+// RetryStore keeps the retry credits of paid requests whose upstream failed. Grant, Use
+// and Revoke are atomic across every process that shares the store. tokenHash is the
+// SHA-256 of the grant's retry token; the store keeps only it, never the token.
 type RetryStore interface {
-	// Grant gives key n credits for ttl and keeps data for Use to return. When key holds
-	// a grant already, Grant changes nothing: a retry that fails again earns no credits.
-	Grant(ctx context.Context, key string, n int, ttl time.Duration, data []byte) error
-	// Use atomically takes one credit of key and returns its data. ok is false when key
-	// has none left: never granted, expired, used up or revoked.
-	Use(ctx context.Context, key string) (data []byte, ok bool, err error)
+	// Grant gives key n credits for ttl, bound to tokenHash, and keeps data for Use to
+	// return. granted is false when key holds a grant already: Grant then changes nothing
+	// (a grant is never refilled nor rebound to another token).
+	Grant(ctx context.Context, key string, tokenHash []byte, n int, ttl time.Duration, data []byte) (granted bool, err error)
+	// Use atomically takes one credit of key and returns its data, when tokenHash equals
+	// the grant's (compared in constant time). ok is false, and nothing is taken, when the
+	// hash differs or key has no credit left: never granted, expired, used up or revoked.
+	Use(ctx context.Context, key string, tokenHash []byte) (data []byte, ok bool, err error)
 	// Revoke removes the credits of key.
 	Revoke(ctx context.Context, key string) error
 }
@@ -55,6 +75,35 @@ func retryKey(req *x402.Requirements, p *x402.Payment) string {
 	}
 	sum := sha256.Sum256([]byte(k.String() + "\n" + req.Resource.URL))
 	return "retry:" + hex.EncodeToString(sum[:])
+}
+
+// newRetryToken returns a fresh retry token (hex of 32 random bytes) and its hash.
+func newRetryToken() (token string, hash []byte, err error) {
+	raw := make([]byte, retryTokenBytes)
+	if _, err := rand.Read(raw); err != nil {
+		return "", nil, fmt.Errorf("retry token: %w", err)
+	}
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(raw), sum[:], nil
+}
+
+// retryTokenHash returns the hash of the retry token a request presents; ok is false when
+// it presents none, more than one, or one that is not 64 hex digits.
+func retryTokenHash(h http.Header) (hash []byte, ok bool) {
+	vs := h.Values(HeaderPaymentRetry)
+	if len(vs) != 1 {
+		return nil, false
+	}
+	v := strings.TrimSpace(vs[0])
+	if len(v) != 2*retryTokenBytes {
+		return nil, false
+	}
+	raw, err := hex.DecodeString(v)
+	if err != nil {
+		return nil, false
+	}
+	sum := sha256.Sum256(raw)
+	return sum[:], true
 }
 
 // armRetry prepares the grant of a first settled attempt; ReportUpstream applies it.
@@ -79,14 +128,20 @@ func (g *Gate) armRetry(res *Result, req *x402.Requirements, p *x402.Payment) {
 	res.retryKey, res.retryTTL, res.retryData = retryKey(req, p), int64(ttl/time.Millisecond), data
 }
 
-// useRetry takes a retry credit for a payment the facilitator refused as already settled.
-// It returns nil when there is none, so the refusal stands.
-func (g *Gate) useRetry(ctx context.Context, req *x402.Requirements, p *x402.Payment) *Result {
+// useRetry takes a retry credit for a payment the facilitator refused as already settled,
+// when the request presents the grant's retry token. It returns nil when there is no
+// credit for this payment and token, so the refusal stands: a missing or wrong token
+// consumes and revokes nothing.
+func (g *Gate) useRetry(ctx context.Context, in Input, req *x402.Requirements, p *x402.Payment) *Result {
 	if g.rt.retryMax <= 0 || g.retries == nil {
 		return nil
 	}
+	hash, ok := retryTokenHash(in.Header)
+	if !ok {
+		return nil
+	}
 	key := retryKey(req, p)
-	data, ok, err := g.retries.Use(ctx, key)
+	data, ok, err := g.retries.Use(ctx, key, hash)
 	if err != nil {
 		g.log.Error("x402 retry store unavailable", zap.Error(err))
 		return g.errorResult(req, p.Version, http.StatusServiceUnavailable, ReasonRetryStoreUnavailable, "the retry store is unavailable")
@@ -110,28 +165,37 @@ func (g *Gate) useRetry(ctx context.Context, req *x402.Requirements, p *x402.Pay
 // ReportUpstream tells the gate how the upstream answered a settled request, for callers
 // of Handle (Serve calls it itself). failed is true for a status >= 500, a connection
 // failure or a panic. After a first attempt that failed, the payment earns its retry
-// credits; after a retry that succeeded, its remaining credits are revoked, so a payment
-// buys one good answer. Call it before the failed answer reaches the client, so a quick
-// retry finds its credit. It does nothing for other results.
-func (g *Gate) ReportUpstream(ctx context.Context, res *Result, failed bool) error {
+// credits, bound to a fresh retry token that ReportUpstream returns: send it to the client
+// in the HeaderPaymentRetry header of the failed answer, and nowhere else (no log). Only a
+// retry that presents it is let through. After a retry that succeeded, its remaining
+// credits are revoked, so a payment buys one good answer. Call it before the failed answer
+// reaches the client, so a quick retry finds its credit. It returns "" and does nothing for
+// other results.
+func (g *Gate) ReportUpstream(ctx context.Context, res *Result, failed bool) (retryToken string, err error) {
 	if res == nil || res.Kind != KindSettled || res.retryKey == "" || g.retries == nil {
-		return nil
+		return "", nil
 	}
-	var err error
 	switch {
 	case res.Retry && !failed:
 		err = g.retries.Revoke(ctx, res.retryKey)
 	case !res.Retry && failed:
-		err = g.retries.Grant(ctx, res.retryKey, g.rt.retryMax, time.Duration(res.retryTTL)*time.Millisecond, res.retryData)
-		if err == nil {
+		token, hash, terr := newRetryToken()
+		if terr != nil {
+			g.log.Error("x402 retry token unavailable", zap.Error(terr))
+			return "", fmt.Errorf("gate: report upstream: %w", terr)
+		}
+		var granted bool
+		granted, err = g.retries.Grant(ctx, res.retryKey, hash, g.rt.retryMax, time.Duration(res.retryTTL)*time.Millisecond, res.retryData)
+		if err == nil && granted {
 			g.log.Info("x402 upstream failed after settlement; retry granted", zap.String("payer", res.Payer), zap.Int("retries", g.rt.retryMax))
+			retryToken = token
 		}
 	}
 	if err != nil {
 		g.log.Error("x402 retry store unavailable", zap.Error(err))
-		return fmt.Errorf("gate: report upstream: %w", err)
+		return "", fmt.Errorf("gate: report upstream: %w", err)
 	}
-	return nil
+	return retryToken, nil
 }
 
 // DefaultMemoryRetryEntries bounds a MemoryRetryStore made with NewMemoryRetryStore(0).
@@ -148,6 +212,7 @@ type MemoryRetryStore struct {
 
 type credit struct {
 	n    int
+	hash []byte // SHA-256 of the retry token
 	data []byte
 	exp  time.Time
 }
@@ -162,16 +227,22 @@ func NewMemoryRetryStore(maxEntries int) *MemoryRetryStore {
 	return &MemoryRetryStore{m: map[string]*credit{}, max: maxEntries, now: time.Now}
 }
 
+// errNoTokenHash refuses a grant that no token could unlock, or that any would.
+var errNoTokenHash = errors.New("retry store: a grant needs its token hash")
+
 // Grant implements RetryStore.
-func (s *MemoryRetryStore) Grant(_ context.Context, key string, n int, ttl time.Duration, data []byte) error {
+func (s *MemoryRetryStore) Grant(_ context.Context, key string, tokenHash []byte, n int, ttl time.Duration, data []byte) (bool, error) {
+	if len(tokenHash) == 0 {
+		return false, errNoTokenHash
+	}
 	if n <= 0 || ttl <= 0 {
-		return nil
+		return false, nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
 	if c, ok := s.m[key]; ok && now.Before(c.exp) {
-		return nil
+		return false, nil
 	}
 	if len(s.m) >= s.max {
 		for k, c := range s.m {
@@ -180,15 +251,17 @@ func (s *MemoryRetryStore) Grant(_ context.Context, key string, n int, ttl time.
 			}
 		}
 		if len(s.m) >= s.max {
-			return fmt.Errorf("memory retry store holds %d grants: %w", s.max, ErrRetryStoreUnavailable)
+			return false, fmt.Errorf("memory retry store holds %d grants: %w", s.max, ErrRetryStoreUnavailable)
 		}
 	}
-	s.m[key] = &credit{n: n, data: append([]byte(nil), data...), exp: now.Add(ttl)}
-	return nil
+	s.m[key] = &credit{
+		n: n, hash: append([]byte(nil), tokenHash...), data: append([]byte(nil), data...), exp: now.Add(ttl),
+	}
+	return true, nil
 }
 
 // Use implements RetryStore.
-func (s *MemoryRetryStore) Use(_ context.Context, key string) ([]byte, bool, error) {
+func (s *MemoryRetryStore) Use(_ context.Context, key string, tokenHash []byte) ([]byte, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, ok := s.m[key]
@@ -197,6 +270,9 @@ func (s *MemoryRetryStore) Use(_ context.Context, key string) ([]byte, bool, err
 	}
 	if !s.now().Before(c.exp) {
 		delete(s.m, key)
+		return nil, false, nil
+	}
+	if len(tokenHash) == 0 || subtle.ConstantTimeCompare(c.hash, tokenHash) != 1 {
 		return nil, false, nil
 	}
 	if c.n <= 0 {

@@ -13,21 +13,30 @@ import (
 // given. It matches facilitator.DefaultRedisKeyPrefix, so one Redis holds both.
 const DefaultRedisRetryPrefix = "x402gate:"
 
-// Each script is one atomic step on a hash {n: credits left, d: settlement data}.
+// Each script is one atomic step on a hash {n: credits left, h: SHA-256 of the retry
+// token, d: settlement data}.
 var (
 	// grantScript creates the grant only when the key is absent (a grant is never
-	// refilled), and gives it a lifetime.
+	// refilled nor rebound to another token), and gives it a lifetime. It returns 1 when
+	// it granted.
 	grantScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'n', ARGV[1], 'd', ARGV[3])
+redis.call('HSET', KEYS[1], 'n', ARGV[1], 'h', ARGV[3], 'd', ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1`)
-	// useScript takes one credit when one is left and returns the data; nil otherwise.
+	// useScript takes one credit when one is left and the token hash matches (compared
+	// without an early exit), and returns the data; nil otherwise, taking nothing.
 	useScript = redis.NewScript(`
-local n = tonumber(redis.call('HGET', KEYS[1], 'n'))
-if n == nil or n <= 0 then return false end
+local v = redis.call('HMGET', KEYS[1], 'n', 'h', 'd')
+local n, h, t = tonumber(v[1]), v[2], ARGV[1]
+if n == nil or not h or #t == 0 or #h ~= #t then return false end
+local diff = 0
+for i = 1, #h do
+  diff = bit.bor(diff, bit.bxor(string.byte(h, i), string.byte(t, i)))
+end
+if diff ~= 0 or n <= 0 then return false end
 redis.call('HINCRBY', KEYS[1], 'n', -1)
-return redis.call('HGET', KEYS[1], 'd')`)
+return v[3]`)
 	// revokeScript empties a grant but keeps it until it expires, so it cannot be
 	// granted again.
 	revokeScript = redis.NewScript(`
@@ -37,8 +46,9 @@ return 1`)
 )
 
 // RedisRetryStore is the RetryStore several instances share (DESIGN.md "State and where
-// it lives"). Each operation is one Lua script, so Use takes a credit atomically across
-// every process on the same Redis. Every failure wraps ErrRetryStoreUnavailable.
+// it lives"). Each operation is one Lua script, so Use checks the token hash and takes a
+// credit atomically across every process on the same Redis. Every failure wraps
+// ErrRetryStoreUnavailable.
 type RedisRetryStore struct {
 	client redis.UniversalClient
 	prefix string
@@ -90,20 +100,26 @@ func redisFail(op string, err error) error {
 }
 
 // Grant implements RetryStore.
-func (s *RedisRetryStore) Grant(ctx context.Context, key string, n int, ttl time.Duration, data []byte) error {
+func (s *RedisRetryStore) Grant(ctx context.Context, key string, tokenHash []byte, n int, ttl time.Duration, data []byte) (bool, error) {
+	if len(tokenHash) == 0 {
+		return false, errNoTokenHash
+	}
 	if n <= 0 || ttl < time.Millisecond {
-		return nil
+		return false, nil
 	}
-	err := grantScript.Run(ctx, s.client, []string{s.key(key)}, n, ttl.Milliseconds(), data).Err()
+	r, err := grantScript.Run(ctx, s.client, []string{s.key(key)}, n, ttl.Milliseconds(), tokenHash, data).Int()
 	if err != nil {
-		return redisFail("grant", err)
+		return false, redisFail("grant", err)
 	}
-	return nil
+	return r == 1, nil
 }
 
 // Use implements RetryStore.
-func (s *RedisRetryStore) Use(ctx context.Context, key string) ([]byte, bool, error) {
-	b, err := useScript.Run(ctx, s.client, []string{s.key(key)}).Text()
+func (s *RedisRetryStore) Use(ctx context.Context, key string, tokenHash []byte) ([]byte, bool, error) {
+	if len(tokenHash) == 0 {
+		return nil, false, nil
+	}
+	b, err := useScript.Run(ctx, s.client, []string{s.key(key)}, tokenHash).Text()
 	if errors.Is(err, redis.Nil) {
 		return nil, false, nil
 	}

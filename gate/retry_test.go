@@ -1,9 +1,13 @@
 package gate
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ethereum/go-ethereum/accounts/abi"
+	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/common/hexutil"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/x402gate/x402gate/internal/testenv"
@@ -23,14 +30,34 @@ type paidAnswer struct {
 	status int
 	err    string
 	tx     string
+	token  string // the X-PAYMENT-RETRY header of the answer
+	expose string // its Access-Control-Expose-Headers
 }
 
-// present sends the payment header once and reads the answer.
+// present sends the payment header once, without a retry token, and reads the answer.
 func present(t *testing.T, url, name, value string) paidAnswer {
 	t.Helper()
-	res := get(t, url, name, value)
+	return presentToken(t, url, name, value, "")
+}
+
+// presentToken sends the payment header once with the retry token token (none when
+// empty) and reads the answer.
+func presentToken(t *testing.T, url, name, value, token string) paidAnswer {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(name, value)
+	if token != "" {
+		req.Header.Set(HeaderPaymentRetry, token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
 	body := readBody(t, res)
-	a := paidAnswer{status: res.StatusCode}
+	a := paidAnswer{status: res.StatusCode, token: res.Header.Get(HeaderPaymentRetry), expose: res.Header.Get("Access-Control-Expose-Headers")}
 	if res.StatusCode >= 400 && res.Header.Get("Content-Type") == "application/json" {
 		a.err = errorOf(t, body)
 	}
@@ -44,12 +71,30 @@ func present(t *testing.T, url, name, value string) paidAnswer {
 	return a
 }
 
+// isRetryToken reports whether s looks like a token the gate makes: 64 lowercase hex
+// digits.
+func isRetryToken(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(s)
+	return err == nil && strings.ToLower(s) == s
+}
+
+// hashOf is the SHA-256 of a test token, as the gate hands it to a RetryStore.
+func hashOf(s string) []byte {
+	sum := sha256.Sum256([]byte(s))
+	return sum[:]
+}
+
 const nonceUsed = "invalid_exact_evm_nonce_already_used"
 
-// TestRetryAfterUpstreamFailure: the upstream answers 503 after the payment settled; the
-// same header then reaches the upstream again without a second transfer, with the first
-// settlement's transaction in its response header; once the upstream succeeded, the header
-// is refused.
+// TestRetryAfterUpstreamFailure: the upstream answers 503 after the payment settled, and
+// the failed answer carries a fresh retry token (exposed to browsers); the same header
+// with that token then reaches the upstream again without a second transfer, with the
+// first settlement's transaction in its response header, and neither the header nor the
+// token reaches the upstream; once the upstream succeeded, the header is refused, token
+// or not.
 func TestRetryAfterUpstreamFailure(t *testing.T) {
 	env := newTestEnv(t)
 	for _, version := range []int{x402.Version1, x402.Version2} {
@@ -64,15 +109,24 @@ func TestRetryAfterUpstreamFailure(t *testing.T) {
 			if first.status != http.StatusServiceUnavailable || first.tx == "" {
 				t.Fatalf("first: %+v, want the upstream's 503 with the settlement header", first)
 			}
+			if !isRetryToken(first.token) {
+				t.Fatalf("first: retry token %q, want 64 hex digits", first.token)
+			}
+			if !strings.Contains(first.expose, HeaderPaymentRetry) {
+				t.Errorf("Access-Control-Expose-Headers %q lacks %s", first.expose, HeaderPaymentRetry)
+			}
 			env.expectOnChain(t, first.tx, env.payer.Address)
-			retry := present(t, url, name, value)
+			retry := presentToken(t, url, name, value, first.token)
 			if retry.status != http.StatusOK || retry.tx != first.tx {
 				t.Fatalf("retry: %+v, want 200 with tx %s", retry, first.tx)
+			}
+			if retry.token != "" {
+				t.Errorf("a retry answered with a new token %q", retry.token)
 			}
 			if p := up.lastPaid(); p == nil || !p.Retry || p.Settlement.Transaction != first.tx {
 				t.Errorf("retry Paid = %+v", p)
 			}
-			again := present(t, url, name, value)
+			again := presentToken(t, url, name, value, first.token)
 			wantErr := nonceUsed
 			if version == x402.Version1 {
 				wantErr = "invalid_transaction_state"
@@ -83,13 +137,137 @@ func TestRetryAfterUpstreamFailure(t *testing.T) {
 			if n := up.calls.Load(); n != 2 {
 				t.Errorf("upstream ran %d times, want 2", n)
 			}
+			if n := up.leaked.Load(); n != 0 {
+				t.Errorf("the upstream received a payment header or the retry token %d times", n)
+			}
 			env.expectMoved(t, env.payer.Address, before, 1)
 		})
 	}
 }
 
-// TestRetryAtMostN: with retry.max 2 and an upstream that keeps failing, the header reaches
-// the upstream 1+2 times, then is refused; one transfer in all.
+// TestRetryNeedsTheToken: once settled, the signed authorization is public in the
+// transaction's calldata. An attacker who rebuilds the payment header from it (here a v1
+// X-PAYMENT header, while the payer paid in v2) and presents it after the upstream failed
+// is refused as the nonce is used: without the token, with a wrong one, with a malformed
+// one and with two. Nothing is consumed: with retry.max 1, the payer's one retry with its
+// token still reaches the upstream, without a second charge.
+func TestRetryNeedsTheToken(t *testing.T) {
+	env := newTestEnv(t)
+	cfg := env.config()
+	cfg.Retry.Max = 1
+	up := &upstream{script: []int{http.StatusServiceUnavailable, http.StatusOK}}
+	srv := serve(t, env.gate(t, cfg, Options{}), up)
+	url := srv.URL + "/r"
+	c := fetchChallenge(t, url)
+	name, value := env.sign(t, x402.Version2, env.payer, c, tamper{})
+	before := env.ledger(t, env.payer.Address)
+	first := present(t, url, name, value)
+	if first.status != http.StatusServiceUnavailable || !isRetryToken(first.token) {
+		t.Fatalf("first: %+v, want the upstream's 503 with a retry token", first)
+	}
+
+	forged := headerFromChain(t, env, first.tx, c.v1.Accepts[0].Network)
+	wrong := strings.Repeat("ab", 32)
+	attempts := []struct {
+		name  string
+		set   func(h http.Header)
+		wantE string
+	}{
+		{"no token", func(http.Header) {}, "invalid_transaction_state"},
+		{"a wrong token", func(h http.Header) { h.Set(HeaderPaymentRetry, wrong) }, "invalid_transaction_state"},
+		{"a token that is not hex", func(h http.Header) { h.Set(HeaderPaymentRetry, "zz"+first.token[2:]) }, "invalid_transaction_state"},
+		{"a short token", func(h http.Header) { h.Set(HeaderPaymentRetry, first.token[:32]) }, "invalid_transaction_state"},
+		{"the token twice", func(h http.Header) {
+			h.Add(HeaderPaymentRetry, first.token)
+			h.Add(HeaderPaymentRetry, first.token)
+		}, "invalid_transaction_state"},
+	}
+	for _, a := range attempts {
+		for _, hdr := range []struct{ name, value, wantE string }{
+			{x402.HeaderPayment, forged, a.wantE},
+			{name, value, nonceUsed},
+		} {
+			req, _ := http.NewRequest(http.MethodGet, url, nil)
+			req.Header.Set(hdr.name, hdr.value)
+			a.set(req.Header)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body := readBody(t, res)
+			if res.StatusCode != http.StatusPaymentRequired || errorOf(t, body) != hdr.wantE {
+				t.Errorf("%s with %s: %d %s, want 402 %s", hdr.name, a.name, res.StatusCode, body, hdr.wantE)
+			}
+			if res.Header.Get(HeaderPaymentRetry) != "" {
+				t.Errorf("%s with %s: the refusal carries a retry token", hdr.name, a.name)
+			}
+		}
+	}
+	if n := up.calls.Load(); n != 1 {
+		t.Fatalf("upstream ran %d times before the payer's retry, want 1", n)
+	}
+	retry := presentToken(t, url, name, value, first.token)
+	if retry.status != http.StatusOK || retry.tx != first.tx {
+		t.Fatalf("the payer's retry: %+v, want 200 with tx %s (its credit was taken)", retry, first.tx)
+	}
+	if p := up.lastPaid(); p == nil || !p.Retry {
+		t.Errorf("retry Paid = %+v", p)
+	}
+	// The credit is spent: even the token and the forged header together are refused now.
+	if a := presentToken(t, url, x402.HeaderPayment, forged, first.token); a.status != http.StatusPaymentRequired {
+		t.Errorf("after the good retry, forged header with the token: %+v, want 402", a)
+	}
+	if n := up.leaked.Load(); n != 0 {
+		t.Errorf("the upstream received a payment header or the retry token %d times", n)
+	}
+	env.expectMoved(t, env.payer.Address, before, 1)
+}
+
+// twaABI is the calldata of EIP-3009 transferWithAuthorization(v, r, s), as the
+// facilitator sends it.
+const twaABI = `[{"type":"function","name":"transferWithAuthorization","inputs":[
+ {"name":"from","type":"address"},{"name":"to","type":"address"},{"name":"value","type":"uint256"},
+ {"name":"validAfter","type":"uint256"},{"name":"validBefore","type":"uint256"},{"name":"nonce","type":"bytes32"},
+ {"name":"v","type":"uint8"},{"name":"r","type":"bytes32"},{"name":"s","type":"bytes32"}]}]`
+
+// headerFromChain rebuilds a v1 X-PAYMENT header from the public calldata of the
+// settlement transaction tx, as anyone watching the chain can.
+func headerFromChain(t *testing.T, env *testEnv, tx, network string) string {
+	t.Helper()
+	ctx := context.Background()
+	trx, _, err := env.chain.Client.TransactionByHash(ctx, common.HexToHash(tx))
+	if err != nil {
+		t.Fatalf("transaction %s: %v", tx, err)
+	}
+	parsed, err := abi.JSON(strings.NewReader(twaABI))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := parsed.Methods["transferWithAuthorization"]
+	if len(trx.Data()) < 4 || !bytes.Equal(trx.Data()[:4], m.ID) {
+		t.Fatalf("transaction %s does not call transferWithAuthorization(v, r, s)", tx)
+	}
+	vals, err := m.Inputs.Unpack(trx.Data()[4:])
+	if err != nil {
+		t.Fatalf("calldata: %v", err)
+	}
+	r, sv := vals[7].([32]byte), vals[8].([32]byte)
+	sig := append(append(append([]byte{}, r[:]...), sv[:]...), vals[6].(uint8))
+	a := x402.Authorization{
+		From: vals[0].(common.Address), To: vals[1].(common.Address), Value: vals[2].(*big.Int),
+		ValidAfter: vals[3].(*big.Int), ValidBefore: vals[4].(*big.Int), Nonce: vals[5].([32]byte),
+	}
+	h, err := x402.EncodeHeader(x402.PayloadV1{X402Version: 1, Scheme: x402.SchemeExact, Network: network,
+		Payload: x402.ExactEVMPayload{Signature: hexutil.Encode(sig), Authorization: a.JSON()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// TestRetryAtMostN: with retry.max 2 and an upstream that keeps failing, the header with
+// its token reaches the upstream 1+2 times, then is refused; a retry that fails again
+// earns no new token; one transfer in all.
 func TestRetryAtMostN(t *testing.T) {
 	env := newTestEnv(t)
 	cfg := env.config()
@@ -100,10 +278,17 @@ func TestRetryAtMostN(t *testing.T) {
 	name, value := env.sign(t, x402.Version2, env.payer, fetchChallenge(t, url), tamper{})
 	before := env.ledger(t, env.payer.Address)
 	want := []int{502, 500, 504, http.StatusPaymentRequired, http.StatusPaymentRequired}
+	token := ""
 	for i, w := range want {
-		a := present(t, url, name, value)
+		a := presentToken(t, url, name, value, token)
 		if a.status != w {
 			t.Fatalf("presentation %d: %+v, want %d", i+1, a, w)
+		}
+		if (i == 0) != (a.token != "") {
+			t.Errorf("presentation %d: retry token %q; want one on the first failure only", i+1, a.token)
+		}
+		if i == 0 {
+			token = a.token
 		}
 		if w == http.StatusPaymentRequired && a.err != nonceUsed {
 			t.Errorf("presentation %d: error %q, want %s", i+1, a.err, nonceUsed)
@@ -117,7 +302,9 @@ func TestRetryAtMostN(t *testing.T) {
 
 // TestRetryWhatCountsAsFailure drives Serve with next functions: a connection failure
 // (an error, 502 by default), a panic and a 5xx earn retries; a 4xx, an error mapped to
-// 4xx by ErrorStatus, and a success do not; retry.max < 0 turns retries off.
+// 4xx by ErrorStatus, and a success do not; retry.max < 0 turns retries off. A panic that
+// drops the connection delivers no token, so it cannot be retried; behind a server that
+// recovers it and answers 500, the token arrives and the retry works.
 func TestRetryWhatCountsAsFailure(t *testing.T) {
 	env := newTestEnv(t)
 	errNotFound := errors.New("no such file")
@@ -134,18 +321,20 @@ func TestRetryWhatCountsAsFailure(t *testing.T) {
 	cases := []struct {
 		name    string
 		max     int
+		recover bool // the server recovers a panic and answers 500
 		first   step
 		retried bool
 	}{
-		{"connection failure", 0, func(http.ResponseWriter) error {
+		{"connection failure", 0, false, func(http.ResponseWriter) error {
 			return errors.New("dial tcp 10.0.0.1:80: connect: connection refused")
 		}, true},
-		{"panic", 0, func(http.ResponseWriter) error { panic(http.ErrAbortHandler) }, true},
-		{"500 written", 0, write(500), true},
-		{"404 written", 0, write(404), false},
-		{"error mapped to 404", 0, func(http.ResponseWriter) error { return errNotFound }, false},
-		{"200 written", 0, write(200), false},
-		{"retries off", -1, write(500), false},
+		{"panic recovered by the server", 0, true, func(http.ResponseWriter) error { panic("upstream bug") }, true},
+		{"panic that drops the connection", 0, false, func(http.ResponseWriter) error { panic(http.ErrAbortHandler) }, false},
+		{"500 written", 0, false, write(500), true},
+		{"404 written", 0, false, write(404), false},
+		{"error mapped to 404", 0, false, func(http.ResponseWriter) error { return errNotFound }, false},
+		{"200 written", 0, false, write(200), false},
+		{"retries off", -1, false, write(500), false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -154,13 +343,23 @@ func TestRetryWhatCountsAsFailure(t *testing.T) {
 			g := env.gate(t, cfg, Options{ErrorStatus: errorStatus})
 			var calls atomic.Int32
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				_ = g.Serve(w, r, Input{}, func(w http.ResponseWriter, r *http.Request) error {
+				if tc.recover {
+					defer func() {
+						if recover() != nil {
+							w.WriteHeader(http.StatusInternalServerError)
+						}
+					}()
+				}
+				err := g.Serve(w, r, Input{}, func(w http.ResponseWriter, r *http.Request) error {
 					if calls.Add(1) == 1 {
 						return tc.first(w)
 					}
 					w.WriteHeader(http.StatusOK)
 					return nil
 				})
+				if err != nil { // as Caddy answers a handler's error: its status, headers kept
+					w.WriteHeader(errorStatus(err))
+				}
 			}))
 			srv.Config.ErrorLog = nil
 			defer srv.Close()
@@ -171,10 +370,15 @@ func TestRetryWhatCountsAsFailure(t *testing.T) {
 			// after a panic), which would itself be the retry.
 			req, _ := http.NewRequest(http.MethodPost, url, nil)
 			req.Header.Set(name, value)
-			if res, err := http.DefaultClient.Do(req); err == nil { // a panic drops the connection
+			token := ""
+			if res, err := http.DefaultClient.Do(req); err == nil { // a bare panic drops the connection
 				_ = readBody(t, res)
+				token = res.Header.Get(HeaderPaymentRetry)
 			}
-			a := present(t, url, name, value)
+			if tc.retried != (token != "") {
+				t.Errorf("first answer's retry token %q, want one: %v", token, tc.retried)
+			}
+			a := presentToken(t, url, name, value, token)
 			if tc.retried {
 				if a.status != http.StatusOK || calls.Load() != 2 {
 					t.Errorf("retry: %+v, upstream calls %d; want 200 and 2", a, calls.Load())
@@ -188,7 +392,7 @@ func TestRetryWhatCountsAsFailure(t *testing.T) {
 }
 
 // TestRetryGraceExpires: a grant lives for retry.grace on the store's clock; after it the
-// header is refused.
+// header is refused, token or not.
 func TestRetryGraceExpires(t *testing.T) {
 	env := newTestEnv(t)
 	cfg := env.config()
@@ -201,19 +405,20 @@ func TestRetryGraceExpires(t *testing.T) {
 	srv := serve(t, env.gate(t, cfg, Options{RetryStore: store}), up)
 	url := srv.URL + "/r"
 	name, value := env.sign(t, x402.Version2, env.payer, fetchChallenge(t, url), tamper{})
-	if a := present(t, url, name, value); a.status != 500 {
-		t.Fatalf("first: %+v", a)
+	first := present(t, url, name, value)
+	if first.status != 500 || first.token == "" {
+		t.Fatalf("first: %+v", first)
 	}
 	mu.Lock()
 	clock = clock.Add(59 * time.Second)
 	mu.Unlock()
-	if a := present(t, url, name, value); a.status != 500 {
+	if a := presentToken(t, url, name, value, first.token); a.status != 500 {
 		t.Fatalf("retry within grace: %+v, want the upstream's 500", a)
 	}
 	mu.Lock()
 	clock = clock.Add(2 * time.Second)
 	mu.Unlock()
-	if a := present(t, url, name, value); a.status != http.StatusPaymentRequired || a.err != nonceUsed {
+	if a := presentToken(t, url, name, value, first.token); a.status != http.StatusPaymentRequired || a.err != nonceUsed {
 		t.Fatalf("retry after grace: %+v, want 402", a)
 	}
 	if n := up.calls.Load(); n != 2 {
@@ -221,27 +426,30 @@ func TestRetryGraceExpires(t *testing.T) {
 	}
 }
 
-// TestRetryIsPerResource: a credit earned on one resource does not open another.
+// TestRetryIsPerResource: a credit earned on one resource does not open another, even
+// with its token.
 func TestRetryIsPerResource(t *testing.T) {
 	env := newTestEnv(t)
 	up := &upstream{script: []int{500}}
 	srv := serve(t, env.gate(t, env.config(), Options{}), up)
 	name, value := env.sign(t, x402.Version2, env.payer, fetchChallenge(t, srv.URL+"/a"), tamper{})
-	if a := present(t, srv.URL+"/a", name, value); a.status != 500 {
-		t.Fatalf("first: %+v", a)
+	first := present(t, srv.URL+"/a", name, value)
+	if first.status != 500 || first.token == "" {
+		t.Fatalf("first: %+v", first)
 	}
 	// The v2 payload names /a as its resource, but the gate keys credits on the URL asked.
-	if a := present(t, srv.URL+"/b", name, value); a.status != http.StatusPaymentRequired {
+	if a := presentToken(t, srv.URL+"/b", name, value, first.token); a.status != http.StatusPaymentRequired {
 		t.Fatalf("other resource: %+v, want 402", a)
 	}
-	if a := present(t, srv.URL+"/a", name, value); a.status != http.StatusOK {
+	if a := presentToken(t, srv.URL+"/a", name, value, first.token); a.status != http.StatusOK {
 		t.Fatalf("same resource: %+v, want 200", a)
 	}
 }
 
 // TestRetrySharedThroughRedis: two Gate instances share a RedisRetryStore; a payment whose
-// upstream failed behind one is retried behind the other, without a second transfer, and
-// the N credits are counted across both.
+// upstream failed behind one is retried with its token behind the other, without a second
+// transfer, and the N credits are counted across both. A presentation without the token,
+// or with a wrong one, behind either instance takes nothing.
 func TestRetrySharedThroughRedis(t *testing.T) {
 	env := newTestEnv(t)
 	url := testenv.StartRedis(t)
@@ -265,15 +473,33 @@ func TestRetrySharedThroughRedis(t *testing.T) {
 
 	name, value := env.sign(t, x402.Version2, env.payer, fetchChallenge(t, a.URL+"/r"), tamper{})
 	before := env.ledger(t, env.payer.Address)
+	wrong := strings.Repeat("0f", 32)
 	steps := []struct {
-		srv  *httptest.Server
-		want int
-	}{{a, 500}, {b, 503}, {a, 500}, {b, http.StatusPaymentRequired}, {a, http.StatusPaymentRequired}}
-	var tx string
+		srv   *httptest.Server
+		token string // "first": the token of the first answer
+		want  int
+	}{
+		{a, "", 500}, {b, "", http.StatusPaymentRequired}, {a, wrong, http.StatusPaymentRequired},
+		{b, "first", 503}, {b, wrong, http.StatusPaymentRequired}, {a, "first", 500},
+		{b, "first", http.StatusPaymentRequired}, {a, "first", http.StatusPaymentRequired},
+	}
+	var tx, token string
 	for i, s := range steps {
-		got := present(t, s.srv.URL+"/r", name, value)
+		tok := s.token
+		if tok == "first" {
+			tok = token
+		}
+		got := presentToken(t, s.srv.URL+"/r", name, value, tok)
 		if got.status != s.want {
 			t.Fatalf("step %d: %+v, want %d", i+1, got, s.want)
+		}
+		if i == 0 {
+			token = got.token
+			if !isRetryToken(token) {
+				t.Fatalf("first answer's retry token %q", token)
+			}
+		} else if got.token != "" {
+			t.Errorf("step %d answered with a retry token", i+1)
 		}
 		if s.want >= 500 {
 			if tx == "" {
@@ -287,6 +513,9 @@ func TestRetrySharedThroughRedis(t *testing.T) {
 	if n := up.calls.Load(); n != 3 {
 		t.Errorf("upstream ran %d times, want 3", n)
 	}
+	if n := up.leaked.Load(); n != 0 {
+		t.Errorf("the upstream received a payment header or the retry token %d times", n)
+	}
 	env.expectOnChain(t, tx, env.payer.Address)
 	env.expectMoved(t, env.payer.Address, before, 1)
 
@@ -298,21 +527,23 @@ func TestRetrySharedThroughRedis(t *testing.T) {
 		defer b2.Close()
 		name, value := env.sign(t, x402.Version1, env.payer, fetchChallenge(t, a2.URL+"/s"), tamper{})
 		before := env.ledger(t, env.payer.Address)
-		if got := present(t, a2.URL+"/s", name, value); got.status != 502 {
-			t.Fatalf("first: %+v", got)
+		first := present(t, a2.URL+"/s", name, value)
+		if first.status != 502 || first.token == "" {
+			t.Fatalf("first: %+v", first)
 		}
-		if got := present(t, b2.URL+"/s", name, value); got.status != 200 {
+		if got := presentToken(t, b2.URL+"/s", name, value, first.token); got.status != 200 {
 			t.Fatalf("retry: %+v, want 200", got)
 		}
-		if got := present(t, a2.URL+"/s", name, value); got.status != http.StatusPaymentRequired {
+		if got := presentToken(t, a2.URL+"/s", name, value, first.token); got.status != http.StatusPaymentRequired {
 			t.Fatalf("after a good retry: %+v, want 402", got)
 		}
 		env.expectMoved(t, env.payer.Address, before, 1)
 	})
 }
 
-// TestRetryStoreDownFailsClosed: when Redis is gone, a retry presentation is answered 503
-// retry_store_unavailable and nothing reaches the upstream.
+// TestRetryStoreDownFailsClosed: when Redis is gone, a retry presentation with its token
+// is answered 503 retry_store_unavailable and nothing reaches the upstream; one without a
+// token gets the plain refusal, as it could never be a retry.
 func TestRetryStoreDownFailsClosed(t *testing.T) {
 	env := newTestEnv(t)
 	rs := testenv.StartRedisServer(t, testenv.RedisConfig{})
@@ -325,13 +556,17 @@ func TestRetryStoreDownFailsClosed(t *testing.T) {
 	srv := serve(t, env.gate(t, env.config(), Options{RetryStore: store}), up)
 	url := srv.URL + "/r"
 	name, value := env.sign(t, x402.Version2, env.payer, fetchChallenge(t, url), tamper{})
-	if a := present(t, url, name, value); a.status != 500 {
-		t.Fatalf("first: %+v", a)
+	first := present(t, url, name, value)
+	if first.status != 500 || first.token == "" {
+		t.Fatalf("first: %+v", first)
 	}
 	rs.Stop()
-	a := present(t, url, name, value)
+	a := presentToken(t, url, name, value, first.token)
 	if a.status != http.StatusServiceUnavailable || a.err != "retry_store_unavailable" {
 		t.Fatalf("store down: %+v, want 503 retry_store_unavailable", a)
+	}
+	if a := present(t, url, name, value); a.status != http.StatusPaymentRequired || a.err != nonceUsed {
+		t.Fatalf("store down, no token: %+v, want 402 %s", a, nonceUsed)
 	}
 	if n := up.calls.Load(); n != 1 {
 		t.Errorf("upstream ran %d times, want 1", n)
@@ -349,7 +584,9 @@ func containsSecret(err error, s string) bool {
 }
 
 // TestRetryStores checks both stores' contract: Use takes exactly n credits under
-// concurrency, a grant is never refilled, Revoke empties it, and the grant expires.
+// concurrency and only with the grant's token hash (a wrong one, raced against the right
+// one, takes nothing); a grant is never refilled nor rebound to another hash; Revoke
+// empties it; the grant expires; a grant without a hash is refused.
 func TestRetryStores(t *testing.T) {
 	url := testenv.StartRedis(t)
 	rs, err := OpenRedisRetryStore(t.Context(), url, "test:")
@@ -357,6 +594,7 @@ func TestRetryStores(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rs.Close()
+	good, bad := hashOf("good"), hashOf("bad")
 	for _, tc := range []struct {
 		name  string
 		store RetryStore
@@ -364,21 +602,28 @@ func TestRetryStores(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			s := tc.store
-			if _, ok, err := s.Use(ctx, "none"); ok || err != nil {
+			if _, ok, err := s.Use(ctx, "none", good); ok || err != nil {
 				t.Fatalf("Use of an unknown key: %v %v", ok, err)
 			}
-			if err := s.Grant(ctx, "k", 3, time.Hour, []byte("data")); err != nil {
-				t.Fatal(err)
+			if ok, err := s.Grant(ctx, "k", good, 3, time.Hour, []byte("data")); !ok || err != nil {
+				t.Fatalf("Grant: %v %v", ok, err)
 			}
-			var got atomic.Int32
+			var got, wrong atomic.Int32
 			var wg sync.WaitGroup
-			for i := 0; i < 20; i++ {
+			for i := 0; i < 40; i++ {
+				h := good
+				if i%2 == 1 {
+					h = bad
+				}
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					d, ok, err := s.Use(ctx, "k")
+					d, ok, err := s.Use(ctx, "k", h)
 					if err != nil {
 						t.Error(err)
+					}
+					if ok && bytes.Equal(h, bad) {
+						wrong.Add(1)
 					}
 					if ok {
 						got.Add(1)
@@ -389,34 +634,104 @@ func TestRetryStores(t *testing.T) {
 				}()
 			}
 			wg.Wait()
-			if got.Load() != 3 {
-				t.Fatalf("%d credits taken, want 3", got.Load())
+			if got.Load() != 3 || wrong.Load() != 0 {
+				t.Fatalf("%d credits taken (%d with the wrong hash), want 3 (0)", got.Load(), wrong.Load())
 			}
-			if err := s.Grant(ctx, "k", 3, time.Hour, []byte("data")); err != nil {
-				t.Fatal(err)
+			if ok, err := s.Grant(ctx, "k", bad, 3, time.Hour, []byte("data")); ok || err != nil {
+				t.Fatalf("Grant over a used-up grant: %v %v, want false", ok, err)
 			}
-			if _, ok, _ := s.Use(ctx, "k"); ok {
+			if _, ok, _ := s.Use(ctx, "k", good); ok {
 				t.Error("a used-up grant was refilled")
 			}
-			_ = s.Grant(ctx, "r", 2, time.Hour, []byte("x"))
+			if _, ok, _ := s.Use(ctx, "k", bad); ok {
+				t.Error("a used-up grant was rebound to another token")
+			}
+
+			_, _ = s.Grant(ctx, "w", good, 1, time.Hour, []byte("w"))
+			for _, h := range [][]byte{bad, nil, {}, good[:16]} {
+				if _, ok, err := s.Use(ctx, "w", h); ok || err != nil {
+					t.Errorf("Use with hash %x: %v %v, want nothing", h, ok, err)
+				}
+			}
+			if d, ok, _ := s.Use(ctx, "w", good); !ok || string(d) != "w" {
+				t.Error("wrong hashes took the one credit")
+			}
+
+			_, _ = s.Grant(ctx, "r", good, 2, time.Hour, []byte("x"))
 			if err := s.Revoke(ctx, "r"); err != nil {
 				t.Fatal(err)
 			}
-			_ = s.Grant(ctx, "r", 2, time.Hour, []byte("x"))
-			if _, ok, _ := s.Use(ctx, "r"); ok {
+			_, _ = s.Grant(ctx, "r", good, 2, time.Hour, []byte("x"))
+			if _, ok, _ := s.Use(ctx, "r", good); ok {
 				t.Error("a revoked grant was refilled")
 			}
-			if err := s.Grant(ctx, "zero", 0, time.Hour, nil); err != nil {
-				t.Fatal(err)
+			if ok, err := s.Grant(ctx, "zero", good, 0, time.Hour, nil); ok || err != nil {
+				t.Fatalf("Grant of 0: %v %v", ok, err)
 			}
-			if _, ok, _ := s.Use(ctx, "zero"); ok {
+			if _, ok, _ := s.Use(ctx, "zero", good); ok {
 				t.Error("a grant of 0 credits gave one")
+			}
+			if ok, err := s.Grant(ctx, "nohash", nil, 1, time.Hour, nil); ok || err == nil {
+				t.Errorf("Grant without a token hash: %v %v, want an error", ok, err)
 			}
 		})
 	}
+	t.Run("redis: two clients race one grant", func(t *testing.T) {
+		// Two stores on one Redis, as two instances hold them: the token check and the
+		// decrement are one step, so exactly n right-hash Uses win and no wrong one does.
+		ctx := context.Background()
+		other, err := OpenRedisRetryStore(ctx, url, "test:")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		if ok, err := rs.Grant(ctx, "race", good, 5, time.Hour, []byte("d")); !ok || err != nil {
+			t.Fatalf("Grant: %v %v", ok, err)
+		}
+		if ok, _ := other.Grant(ctx, "race", bad, 5, time.Hour, []byte("d")); ok {
+			t.Fatal("the other instance rebound the grant")
+		}
+		var got, wrong atomic.Int32
+		var wg sync.WaitGroup
+		for i := 0; i < 60; i++ {
+			s := []*RedisRetryStore{rs, other}[i%2]
+			h := good
+			if i%3 == 0 {
+				h = bad
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, ok, err := s.Use(ctx, "race", h)
+				if err != nil {
+					t.Error(err)
+				}
+				if ok {
+					got.Add(1)
+					if bytes.Equal(h, bad) {
+						wrong.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if got.Load() != 5 || wrong.Load() != 0 {
+			t.Fatalf("%d credits taken (%d with the wrong hash), want 5 (0)", got.Load(), wrong.Load())
+		}
+		o, _ := redis.ParseURL(url)
+		c := redis.NewClient(o)
+		defer c.Close()
+		h, err := c.HGet(ctx, "test:race", "h").Bytes()
+		if err != nil || !bytes.Equal(h, good) {
+			t.Errorf("stored h = %x, %v; want the hash only", h, err)
+		}
+		if n, err := c.HGet(ctx, "test:race", "n").Int(); err != nil || n != 0 {
+			t.Errorf("credits left %d, %v; want 0", n, err)
+		}
+	})
 	t.Run("redis ttl", func(t *testing.T) {
 		ctx := context.Background()
-		if err := rs.Grant(ctx, "ttl", 1, 90*time.Second, []byte("x")); err != nil {
+		if _, err := rs.Grant(ctx, "ttl", good, 1, 90*time.Second, []byte("x")); err != nil {
 			t.Fatal(err)
 		}
 		o, _ := redis.ParseURL(url)
@@ -432,19 +747,19 @@ func TestRetryStores(t *testing.T) {
 		clock := time.Unix(1_900_000_000, 0)
 		s := NewMemoryRetryStore(2)
 		s.now = func() time.Time { return clock }
-		_ = s.Grant(ctx, "a", 1, time.Minute, []byte("x"))
-		_ = s.Grant(ctx, "b", 1, 2*time.Minute, []byte("x"))
-		if err := s.Grant(ctx, "c", 1, time.Minute, []byte("x")); !errors.Is(err, ErrRetryStoreUnavailable) {
+		_, _ = s.Grant(ctx, "a", good, 1, time.Minute, []byte("x"))
+		_, _ = s.Grant(ctx, "b", good, 1, 2*time.Minute, []byte("x"))
+		if _, err := s.Grant(ctx, "c", good, 1, time.Minute, []byte("x")); !errors.Is(err, ErrRetryStoreUnavailable) {
 			t.Errorf("full store: %v", err)
 		}
 		clock = clock.Add(time.Minute)
-		if _, ok, _ := s.Use(ctx, "a"); ok {
+		if _, ok, _ := s.Use(ctx, "a", good); ok {
 			t.Error("an expired grant gave a credit")
 		}
-		if err := s.Grant(ctx, "c", 1, time.Minute, []byte("x")); err != nil {
+		if _, err := s.Grant(ctx, "c", good, 1, time.Minute, []byte("x")); err != nil {
 			t.Errorf("grant after expiry freed room: %v", err)
 		}
-		if _, ok, _ := s.Use(ctx, "b"); !ok {
+		if _, ok, _ := s.Use(ctx, "b", good); !ok {
 			t.Error("an unexpired grant gave no credit")
 		}
 	})
@@ -456,10 +771,10 @@ func TestRetryStores(t *testing.T) {
 		s := NewRedisRetryStore(c, "")
 		srv.Stop()
 		ctx := context.Background()
-		if err := s.Grant(ctx, "k", 1, time.Minute, nil); !errors.Is(err, ErrRetryStoreUnavailable) {
+		if _, err := s.Grant(ctx, "k", good, 1, time.Minute, nil); !errors.Is(err, ErrRetryStoreUnavailable) {
 			t.Errorf("Grant: %v", err)
 		}
-		if _, _, err := s.Use(ctx, "k"); !errors.Is(err, ErrRetryStoreUnavailable) {
+		if _, _, err := s.Use(ctx, "k", good); !errors.Is(err, ErrRetryStoreUnavailable) {
 			t.Errorf("Use: %v", err)
 		}
 		if err := s.Revoke(ctx, "k"); !errors.Is(err, ErrRetryStoreUnavailable) {

@@ -43,7 +43,8 @@ func FromContext(ctx context.Context) (*Paid, bool) {
 // next runs, and the request's context carries Paid. Serve watches next: a status >= 500,
 // an error that Options.ErrorStatus maps to >= 500, or a panic counts as an upstream
 // failure and earns the payment its retry credits, granted before the failed answer is
-// passed on (see ReportUpstream). A nil in.Header is r.Header; an empty in.Resource is
+// passed on, with the retry token in its X-PAYMENT-RETRY header (see ReportUpstream; a
+// panic that drops the connection delivers no token, so it cannot be retried). A nil in.Header is r.Header; an empty in.Resource is
 // DefaultResource(r). Serve returns next's error, and re-panics next's panic.
 func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, in Input, next NextFunc) error {
 	if in.Header == nil {
@@ -61,8 +62,9 @@ func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, in Input, next Next
 		return nil
 	}
 	res.SetHeaders(w.Header())
-	// The signed authorizations have done their work: the upstream does not get them, and
-	// no later log line of this request (an upstream's error log, say) can record them.
+	// The signed authorizations and the retry token have done their work: the upstream
+	// does not get them, and no later log line of this request (an upstream's error log,
+	// say) can record them.
 	// Deleting in place also clears them from Caddy's shallow copy of the original request.
 	stripPaymentHeaders(r.Header)
 	ctx := context.WithValue(r.Context(), paidKey{}, &Paid{Settlement: res.Settlement, Guardian: res.Guardian, Retry: res.Retry})
@@ -80,15 +82,16 @@ func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, in Input, next Next
 	return err
 }
 
-// stripPaymentHeaders deletes the headers that carry signed authorizations.
+// stripPaymentHeaders deletes the headers that carry signed authorizations and the retry
+// token.
 func stripPaymentHeaders(h http.Header) {
-	for _, name := range []string{x402.HeaderPaymentSignature, x402.HeaderPayment, HeaderVerificationPayment} {
+	for _, name := range []string{x402.HeaderPaymentSignature, x402.HeaderPayment, HeaderVerificationPayment, HeaderPaymentRetry} {
 		h.Del(name)
 	}
 }
 
 // watchWriter passes a response through and reports an upstream failure before the
-// failed status reaches the client.
+// failed status reaches the client, with the retry token the failure earned.
 type watchWriter struct {
 	http.ResponseWriter
 	g      *Gate
@@ -102,7 +105,10 @@ func (w *watchWriter) report(failed bool) {
 	w.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), reportTimeout)
 		defer cancel()
-		_ = w.g.ReportUpstream(ctx, w.res, failed) // logged by ReportUpstream; fail closed
+		token, _ := w.g.ReportUpstream(ctx, w.res, failed) // logged by ReportUpstream; fail closed
+		if token != "" {
+			w.ResponseWriter.Header().Set(HeaderPaymentRetry, token)
+		}
 	})
 }
 

@@ -74,7 +74,11 @@ func TestServeWriterPassesThrough(t *testing.T) {
 			if res.Header.Get(x402.HeaderPaymentResponseV2) == "" {
 				t.Error("no PAYMENT-RESPONSE")
 			}
-			a := present(t, url, name, value)
+			token := res.Header.Get(HeaderPaymentRetry)
+			if tc.retried != (token != "") {
+				t.Errorf("retry token %q, want one: %v", token, tc.retried)
+			}
+			a := presentToken(t, url, name, value, token)
 			if tc.retried != (a.status == 200) {
 				t.Errorf("retry: %+v, want retried=%v", a, tc.retried)
 			}
