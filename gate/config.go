@@ -119,9 +119,12 @@ type GuardianConfig struct {
 }
 
 // RetryConfig bounds how a paid request whose upstream failed (status >= 500, a
-// connection failure or a panic) may be presented again without a second charge.
+// connection failure or a panic) may be presented again without a second charge: the
+// same payment header together with the retry token of the failed answer
+// (HeaderPaymentRetry).
 type RetryConfig struct {
-	// Max is how many times the same payment header may reach the upstream again. Default
+	// Max is how many times the same payment header, with its retry token, may reach the
+	// upstream again. Default
 	// DefaultRetryMax; a negative value turns retries off.
 	Max int `json:"max,omitempty"`
 	// Grace is how long the retries stay available. Default and upper bound: the
