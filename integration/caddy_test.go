@@ -133,6 +133,7 @@ type gateEnv struct {
 
 	mu          sync.Mutex
 	sentHeaders []string // every payment header value sent, to look for in the logs
+	retryTokens []string // every X-PAYMENT-RETRY token received
 	settled     int      // settlements the tests caused (each moved price)
 }
 
@@ -140,6 +141,20 @@ func (e *gateEnv) sent(h string) {
 	e.mu.Lock()
 	e.sentHeaders = append(e.sentHeaders, h)
 	e.mu.Unlock()
+}
+
+// retryToken returns the X-PAYMENT-RETRY token of a failed paid answer, failing the test
+// when there is none, and records it.
+func (e *gateEnv) retryToken(t *testing.T, r httpResult) string {
+	t.Helper()
+	tok := r.Header.Get("X-PAYMENT-RETRY")
+	if len(tok) != 64 {
+		t.Fatalf("the failed paid answer (status %d) carries retry token %q, want 64 hex digits", r.Status, tok)
+	}
+	e.mu.Lock()
+	e.retryTokens = append(e.retryTokens, tok)
+	e.mu.Unlock()
+	return tok
 }
 
 func (e *gateEnv) settledOne(n int) {
@@ -256,7 +271,7 @@ func testChallenge(t *testing.T, e *gateEnv) {
 		t.Errorf("Cache-Control %q, want no-store", got)
 	}
 	expose := strings.ToUpper(r.Header.Get("Access-Control-Expose-Headers"))
-	for _, h := range []string{"PAYMENT-REQUIRED", "PAYMENT-RESPONSE", "X-PAYMENT-RESPONSE"} {
+	for _, h := range []string{"PAYMENT-REQUIRED", "PAYMENT-RESPONSE", "X-PAYMENT-RESPONSE", "X-PAYMENT-RETRY"} {
 		if !strings.Contains(expose, h) {
 			t.Errorf("Access-Control-Expose-Headers %q lacks %s", expose, h)
 		}
@@ -769,15 +784,36 @@ func testUpstreamFailedRetry(t *testing.T, e *gateEnv, payer testenv.Account) {
 		}
 	}
 
-	second := mustDo(t, http.MethodGet, e.api+path, map[string]string{"X-PAYMENT": header})
+	token := e.retryToken(t, first)
+
+	// The header alone is public once settled (the authorization and its signature are in
+	// the transaction's calldata): without the token, or with another, it is refused as
+	// spent and takes no credit.
+	for _, h := range []map[string]string{
+		{"X-PAYMENT": header},
+		{"X-PAYMENT": header, "X-PAYMENT-RETRY": strings.Repeat("0", 64)},
+	} {
+		if r := mustDo(t, http.MethodGet, e.api+path, h); r.Status != http.StatusPaymentRequired || r.Header.Get("X-PAYMENT-RETRY") != "" {
+			t.Fatalf("the header without its token: status %d, want 402: %s", r.Status, r.Body)
+		}
+	}
+	if n := e.up.count(path); n != 1 {
+		t.Fatalf("the upstream received %s %d times, want 1", path, n)
+	}
+
+	second := mustDo(t, http.MethodGet, e.api+path, map[string]string{"X-PAYMENT": header, "X-PAYMENT-RETRY": token})
 	if second.Status != http.StatusOK {
-		t.Fatalf("retry with the same header: status %d, want 200: %s", second.Status, second.Body)
+		t.Fatalf("retry with the same header and its token: status %d, want 200: %s", second.Status, second.Body)
 	}
 	if n := e.up.count(path); n != 2 {
 		t.Errorf("the upstream received %s %d times, want 2", path, n)
 	}
-	if got := e.up.last(t, path).Header.Get("X-Paid-Tx"); !strings.EqualFold(got, firstTx) {
+	last := e.up.last(t, path).Header
+	if got := last.Get("X-Paid-Tx"); !strings.EqualFold(got, firstTx) {
 		t.Errorf("the retry carried X-Paid-Tx %q, want the first settlement %s", got, firstTx)
+	}
+	if last.Get("X-PAYMENT-RETRY") != "" || last.Get("X-PAYMENT") != "" {
+		t.Errorf("the upstream received the retry token or the payment header")
 	}
 	if h := second.Header.Get("X-PAYMENT-RESPONSE"); h == "" {
 		t.Errorf("the retried response has no X-PAYMENT-RESPONSE")
@@ -785,8 +821,8 @@ func testUpstreamFailedRetry(t *testing.T, e *gateEnv, payer testenv.Account) {
 		t.Errorf("the retried response's payment response %+v, want success with tx %s", sr, firstTx)
 	}
 
-	// The payment bought one good answer: after it, the header is spent.
-	third := mustDo(t, http.MethodGet, e.api+path, map[string]string{"X-PAYMENT": header})
+	// The payment bought one good answer: after it, the header is spent, token or not.
+	third := mustDo(t, http.MethodGet, e.api+path, map[string]string{"X-PAYMENT": header, "X-PAYMENT-RETRY": token})
 	if third.Status != http.StatusPaymentRequired {
 		t.Errorf("the header after a successful retry: status %d, want 402: %s", third.Status, third.Body)
 	}
@@ -801,15 +837,20 @@ func testUpstreamDownRetryMax(t *testing.T, e *gateEnv, payer testenv.Account) {
 	header, _ := goV1Header(t, e.tok, payer, e.payTo)
 	e.sent(header)
 	bal := balances(t, e.tok, payer.Address, e.payTo)
-	// The first attempt settles, then the proxy cannot connect (502); each of the two retry
-	// credits reaches the proxy again without a charge; then the header is spent.
+	// The first attempt settles, then the proxy cannot connect (502: Caddy answers the
+	// handler's error, with the retry token the gate set); each of the two retry credits
+	// reaches the proxy again without a charge; then the header is spent.
+	hdr := map[string]string{"X-PAYMENT": header}
 	for i := 0; i < 3; i++ {
-		r := mustDo(t, http.MethodGet, e.retry+"/report", map[string]string{"X-PAYMENT": header})
+		r := mustDo(t, http.MethodGet, e.retry+"/report", hdr)
 		if r.Status != http.StatusBadGateway {
 			t.Fatalf("attempt %d: status %d, want the proxy's 502: %s", i+1, r.Status, r.Body)
 		}
 		if i == 0 {
 			e.settledOne(1)
+			hdr["X-PAYMENT-RETRY"] = e.retryToken(t, r)
+		} else if r.Header.Get("X-PAYMENT-RETRY") != "" {
+			t.Errorf("attempt %d: a failed retry earned a new token", i+1)
 		}
 		if h := r.Header.Get("X-PAYMENT-RESPONSE"); h == "" {
 			t.Errorf("attempt %d: the 502 after settlement carries no X-PAYMENT-RESPONSE", i+1)
@@ -817,7 +858,7 @@ func testUpstreamDownRetryMax(t *testing.T, e *gateEnv, payer testenv.Account) {
 			t.Errorf("attempt %d: payment response %+v, want the settlement", i+1, sr)
 		}
 	}
-	r := mustDo(t, http.MethodGet, e.retry+"/report", map[string]string{"X-PAYMENT": header})
+	r := mustDo(t, http.MethodGet, e.retry+"/report", hdr)
 	if r.Status != http.StatusPaymentRequired {
 		t.Errorf("after retry_max retries: status %d, want 402: %s", r.Status, r.Body)
 	}
@@ -830,12 +871,14 @@ func testRetryCreditSurvivesReload(t *testing.T, e *gateEnv, payer testenv.Accou
 	header, _ := goV1Header(t, e.tok, payer, e.payTo)
 	e.sent(header)
 	bal := balances(t, e.tok, payer.Address, e.payTo)
-	if r := mustDo(t, http.MethodGet, e.api+path, map[string]string{"X-PAYMENT": header}); r.Status != http.StatusServiceUnavailable {
-		t.Fatalf("first attempt: status %d, want the upstream's 503: %s", r.Status, r.Body)
+	first := mustDo(t, http.MethodGet, e.api+path, map[string]string{"X-PAYMENT": header})
+	if first.Status != http.StatusServiceUnavailable {
+		t.Fatalf("first attempt: status %d, want the upstream's 503: %s", first.Status, first.Body)
 	}
 	e.settledOne(1)
+	token := e.retryToken(t, first)
 	e.caddy.Reload(t, gateCaddyfile("premium data, after the retry credit"))
-	r := mustDo(t, http.MethodGet, e.api+path, map[string]string{"X-PAYMENT": header})
+	r := mustDo(t, http.MethodGet, e.api+path, map[string]string{"X-PAYMENT": header, "X-PAYMENT-RETRY": token})
 	if r.Status != http.StatusOK {
 		t.Errorf("retry after the reload: status %d, want 200 (the credit was lost in the reload): %s", r.Status, r.Body)
 	}
@@ -1064,7 +1107,7 @@ func testAccessLogRedacted(t *testing.T, e *gateEnv) {
 		}
 		for k := range entry.Request.Headers {
 			switch strings.ToLower(k) {
-			case "x-payment", "payment-signature", "x-api-key", "x-facilitator-key":
+			case "x-payment", "payment-signature", "x-payment-retry", "x-api-key", "x-facilitator-key":
 				t.Errorf("the access log keeps the %s request header", k)
 			}
 		}
@@ -1089,6 +1132,38 @@ func testAccessLogRedacted(t *testing.T, e *gateEnv) {
 	}
 	if leaked > 0 {
 		t.Errorf("%d of %d payment header values appear in Caddy's output", leaked, len(sent))
+	}
+	e.mu.Lock()
+	tokens := append([]string(nil), e.retryTokens...)
+	e.mu.Unlock()
+	if len(tokens) == 0 {
+		t.Fatal("no retry token was recorded")
+	}
+	// A retry token may appear only as the access log's record of the failed answer's own
+	// X-Payment-Retry response header (x402_redact deletes it from request headers); no
+	// other log line or field may hold it.
+	// TODO(lead): once x402_redact also deletes resp_headers>X-Payment-Retry, drop the
+	// exception (see /work/notes/readme-retrytoken.md).
+	for _, line := range strings.Split(logs, "\n") {
+		for _, tok := range tokens {
+			if !strings.Contains(strings.ToLower(line), tok) {
+				continue
+			}
+			var entry map[string]any
+			if err := json.Unmarshal([]byte(line), &entry); err != nil {
+				t.Errorf("a retry token appears in a non-JSON output line")
+				continue
+			}
+			if rh, ok := entry["resp_headers"].(map[string]any); ok {
+				if v, ok := rh["X-Payment-Retry"].([]any); ok && len(v) == 1 && v[0] == tok {
+					delete(rh, "X-Payment-Retry")
+				}
+			}
+			rest, _ := json.Marshal(entry)
+			if strings.Contains(strings.ToLower(string(rest)), tok) {
+				t.Errorf("a retry token appears in Caddy's output (logger %v, msg %v) outside the failed answer's response header", entry["logger"], entry["msg"])
+			}
+		}
 	}
 	key := hexutil.Encode(crypto.FromECDSA(e.chain.FacilitatorAccount().Key))
 	if strings.Contains(strings.ToLower(logs), strings.ToLower(key[2:])) {
