@@ -47,6 +47,9 @@ func (e *RedactEncoder) Provision(ctx caddy.Context) error {
 	for _, h := range RedactedHeaders {
 		e.FieldsRaw["request>headers>"+h] = json.RawMessage(`{"filter":"delete"}`)
 	}
+	// The retry token is issued on a failed answer: the access log records it among the
+	// response headers.
+	e.FieldsRaw["resp_headers>X-Payment-Retry"] = json.RawMessage(`{"filter":"delete"}`)
 	return e.FilterEncoder.Provision(ctx)
 }
 
