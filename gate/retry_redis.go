@@ -56,7 +56,9 @@ type RedisRetryStore struct {
 }
 
 // NewRedisRetryStore uses client, which stays the caller's (Close does not close it).
-// An empty prefix means DefaultRedisRetryPrefix.
+// An empty prefix means DefaultRedisRetryPrefix. Give it a client with MaxRetries -1:
+// go-redis resends a command whose reply was lost, and a resent use would take a second
+// credit.
 func NewRedisRetryStore(client redis.UniversalClient, prefix string) *RedisRetryStore {
 	if prefix == "" {
 		prefix = DefaultRedisRetryPrefix
@@ -72,6 +74,9 @@ func OpenRedisRetryStore(ctx context.Context, rawURL, prefix string) (*RedisRetr
 	if err != nil {
 		return nil, errors.New("redis retry store: invalid url: want redis://[user:password@]host:port[/db]")
 	}
+	// A lost reply must be an error (fail closed), never a resent script that takes a
+	// second credit.
+	o.MaxRetries = -1
 	c := redis.NewClient(o)
 	if err := c.Ping(ctx).Err(); err != nil {
 		_ = c.Close()
