@@ -165,12 +165,12 @@ func (g *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("x402: decimals %q is not in 0..36", v)
 			}
 			g.Decimals = n
-		case "max_timeout":
-			if err := durationArg(d, &g.MaxTimeout); err != nil {
-				return err
+		case "max_timeout", "retry_grace":
+			dst := &g.MaxTimeout
+			if opt == "retry_grace" {
+				dst = &g.RetryGrace
 			}
-		case "retry_grace":
-			if err := durationArg(d, &g.RetryGrace); err != nil {
+			if err := durationArg(d, dst); err != nil {
 				return err
 			}
 		case "facilitator":

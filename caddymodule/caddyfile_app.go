@@ -171,16 +171,11 @@ func (fc *FacilitatorConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			default:
 				fc.PricingURL = v
 			}
-		case "approval_ttl":
-			if err := durationArg(d, &fc.ApprovalTTL); err != nil {
-				return err
-			}
-		case "receipt_timeout":
-			if err := durationArg(d, &fc.ReceiptTimeout); err != nil {
-				return err
-			}
-		case "reconcile_interval":
-			if err := durationArg(d, &fc.ReconcileInterval); err != nil {
+		case "approval_ttl", "receipt_timeout", "reconcile_interval":
+			dst := map[string]*caddy.Duration{
+				"approval_ttl": &fc.ApprovalTTL, "receipt_timeout": &fc.ReceiptTimeout, "reconcile_interval": &fc.ReconcileInterval,
+			}[opt]
+			if err := durationArg(d, dst); err != nil {
 				return err
 			}
 		case "verdict_poll":
