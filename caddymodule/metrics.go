@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/x402gate/x402gate/facilitator"
+	"github.com/x402gate/x402gate/gate"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -148,6 +149,24 @@ func (m meteredFacilitator) Settle(ctx context.Context, p *x402.Payment, r *x402
 // Supported implements gate.Facilitator.
 func (m meteredFacilitator) Supported(ctx context.Context) (x402.SupportedResponse, error) {
 	return m.next.Supported(ctx)
+}
+
+// SettlementStatus implements gate.SettlementChecker by passing through to the wrapped
+// facilitator; it fails when that one cannot report a settlement's status (see
+// SupportsSettlementStatus).
+func (m meteredFacilitator) SettlementStatus(ctx context.Context, p *x402.Payment, r *x402.Requirements) (x402.SettleResponse, error) {
+	c, ok := m.next.(gate.SettlementChecker)
+	if !ok {
+		return x402.SettleResponse{}, errors.New("the facilitator cannot report a settlement's status")
+	}
+	return c.SettlementStatus(ctx, p, r)
+}
+
+// SupportsSettlementStatus reports whether the wrapped facilitator can report a
+// settlement's status; the gate grants pending-settlement retries only then.
+func (m meteredFacilitator) SupportsSettlementStatus() bool {
+	_, ok := m.next.(gate.SettlementChecker)
+	return ok
 }
 
 // meteredVerdicts times the verdict service.

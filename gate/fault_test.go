@@ -42,8 +42,12 @@ func TestFacilitatorDownIs502(t *testing.T) {
 }
 
 // TestSettlementPendingIs502WithTx: when the receipt does not come in time, the answer is
-// 502 with the transaction hash in a success:false settle header, the upstream never runs,
-// and the header is not settled again.
+// 502 with the transaction hash in a success:false settle header and a retry token, and
+// the upstream does not run. Re-sent with the token while the transaction is unmined, the
+// header gets 502 settlement_pending again and keeps its credit; once it is mined, the
+// header without the token is refused, with it the upstream runs once (Paid.Retry, the
+// same transaction) and no second transfer happens; after that the header is refused,
+// token or not.
 func TestSettlementPendingIs502WithTx(t *testing.T) {
 	env := newTestEnvWith(t, func(c *facilitator.Config) { c.ReceiptTimeout = time.Second })
 	up := &upstream{}
@@ -52,6 +56,7 @@ func TestSettlementPendingIs502WithTx(t *testing.T) {
 	name, value := env.sign(t, x402.Version2, env.payer, fetchChallenge(t, url), tamper{})
 	before := env.ledger(t, env.payer.Address)
 	env.chain.SetAutomine(t, false)
+	t.Cleanup(func() { env.chain.SetAutomine(t, true) })
 	res := get(t, url, name, value)
 	body := readBody(t, res)
 	if res.StatusCode != http.StatusBadGateway || errorOf(t, body) != "settlement_pending" {
@@ -61,14 +66,40 @@ func TestSettlementPendingIs502WithTx(t *testing.T) {
 	if err != nil || sr.Success || !isTxHash(sr.Transaction) || sr.ErrorReason != "settlement_pending" {
 		t.Fatalf("settle header %+v %v", sr, err)
 	}
+	token := res.Header.Get(HeaderPaymentRetry)
+	if !isRetryToken(token) {
+		t.Fatalf("pending answer: retry token %q, want 64 hex digits", token)
+	}
+	if a := presentToken(t, url, name, value, token); a.status != http.StatusBadGateway || a.err != "settlement_pending" || a.tx != sr.Transaction || a.token != "" {
+		t.Fatalf("with the token before mining: %+v, want 502 settlement_pending with %s and no new token", a, sr.Transaction)
+	}
 	env.chain.SetAutomine(t, true)
 	env.chain.Mine(t)
 	env.expectOnChain(t, sr.Transaction, env.payer.Address)
-	if a := present(t, url, name, value); a.status != http.StatusPaymentRequired {
-		t.Errorf("after the pending settlement mined: %+v, want 402", a)
+	if a := present(t, url, name, value); a.status != http.StatusPaymentRequired || a.err != nonceUsed {
+		t.Errorf("without the token after mining: %+v, want 402 %s", a, nonceUsed)
+	}
+	if a := presentToken(t, url, name, value, strings.Repeat("ab", 32)); a.status != http.StatusPaymentRequired {
+		t.Errorf("with another token after mining: %+v, want 402", a)
 	}
 	if up.calls.Load() != 0 {
-		t.Error("the upstream ran for a pending settlement")
+		t.Fatal("the upstream ran before the pending settlement was confirmed")
+	}
+	a := presentToken(t, url, name, value, token)
+	if a.status != http.StatusOK || a.tx != sr.Transaction {
+		t.Fatalf("with the token after mining: %+v, want 200 with %s", a, sr.Transaction)
+	}
+	if p := up.lastPaid(); p == nil || !p.Retry || p.Settlement.Transaction != sr.Transaction || !p.Settlement.Success {
+		t.Errorf("Paid = %+v, want a retry of %s", p, sr.Transaction)
+	}
+	if a := presentToken(t, url, name, value, token); a.status != http.StatusPaymentRequired || a.err != nonceUsed {
+		t.Errorf("with the token again: %+v, want 402 %s", a, nonceUsed)
+	}
+	if n := up.calls.Load(); n != 1 {
+		t.Errorf("upstream ran %d times, want 1", n)
+	}
+	if n := up.leaked.Load(); n != 0 {
+		t.Errorf("%d requests reached the upstream with a payment header or retry token", n)
 	}
 	env.expectMoved(t, env.payer.Address, before, 1)
 }

@@ -316,13 +316,15 @@ func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header
 	switch {
 	case err != nil:
 		g.log.Error("x402 settle failed", zap.String("payer", payer), zap.String("tx", sr.Transaction), zap.Error(err))
-		return g.settleUnknown(req, p, s, guardian, "the facilitator could not settle the payment; its outcome is unknown, do not retry blindly")
+		return g.grantPending(ctx, req, p, g.settleUnknown(req, p, s, guardian, "the facilitator could not settle the payment; its outcome is unknown, do not retry blindly"))
 	case !sr.Success:
 		reason := x402.ReasonFromWire(sr.ErrorReason)
-		if reason == x402.ReasonSettlementPending {
+		if reason == x402.ReasonSettlementPending || (reason == x402.ReasonUnexpectedSettle && s.Transaction != "") {
 			// Money may have moved: 502 with the transaction hash, so the client can
-			// reconcile instead of paying again (spec §4.2 /settle rule 3).
-			return g.settleUnknown(req, p, s, guardian, "the settlement is pending; reconcile its transaction before paying again")
+			// reconcile instead of paying again (spec §4.2 /settle rule 3). In x402 v1,
+			// settlement_pending travels as unexpected_settle_error: with a transaction
+			// hash, that too is an outcome not known yet.
+			return g.grantPending(ctx, req, p, g.settleUnknown(req, p, s, guardian, "the settlement is pending; reconcile its transaction before paying again"))
 		}
 		if retryable(reason) {
 			if r := g.useRetry(ctx, in, req, p); r != nil {
@@ -335,7 +337,7 @@ func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header
 		return g.rejected(req, p, reason, sr.ErrorMessage, s, guardian)
 	case !isTxHash(sr.Transaction):
 		g.log.Error("x402 facilitator settled without a transaction hash", zap.String("payer", payer))
-		return g.settleUnknown(req, p, s, guardian, "the facilitator reported success without a transaction hash")
+		return g.grantPending(ctx, req, p, g.settleUnknown(req, p, s, guardian, "the facilitator reported success without a transaction hash"))
 	}
 	g.log.Info("x402 payment settled", zap.String("payer", payer), zap.String("tx", sr.Transaction),
 		zap.String("amount", s.Amount), zap.String("network", s.Network))

@@ -81,6 +81,7 @@ type Result struct {
 	retryKey  string // the payment's retry key, when retries are on
 	retryTTL  int64  // grant lifetime in milliseconds (first attempt only)
 	retryData []byte // what a granted retry returns
+	resumed   bool   // a pending settlement found settled on a retry: a first run for ReportUpstream
 }
 
 // display is what the paywall shows beside the requirement.

@@ -61,6 +61,9 @@ type RetryStore interface {
 	// the grant's (compared in constant time). ok is false, and nothing is taken, when the
 	// hash differs or key has no credit left: never granted, expired, used up or revoked.
 	Use(ctx context.Context, key string, tokenHash []byte) (data []byte, ok bool, err error)
+	// Peek is Use that takes nothing: it returns the data of key when tokenHash equals the
+	// grant's and a credit is left.
+	Peek(ctx context.Context, key string, tokenHash []byte) (data []byte, ok bool, err error)
 	// Revoke removes the credits of key.
 	Revoke(ctx context.Context, key string) error
 }
@@ -133,11 +136,22 @@ func (g *Gate) armRetry(res *Result, req *x402.Requirements, p *x402.Payment) {
 // credit for this payment and token, so the refusal stands: a missing or wrong token
 // consumes and revokes nothing.
 func (g *Gate) useRetry(ctx context.Context, in Input, req *x402.Requirements, p *x402.Payment) *Result {
-	if g.rt.retryMax <= 0 || g.retries == nil {
+	if g.retries == nil {
 		return nil
 	}
 	hash, ok := retryTokenHash(in.Header)
 	if !ok {
+		return nil
+	}
+	if r := g.useSettledRetry(ctx, req, p, hash); r != nil {
+		return r
+	}
+	return g.usePending(ctx, req, p, hash)
+}
+
+// useSettledRetry takes a credit granted after the upstream failed.
+func (g *Gate) useSettledRetry(ctx context.Context, req *x402.Requirements, p *x402.Payment, hash []byte) *Result {
+	if g.rt.retryMax <= 0 {
 		return nil
 	}
 	key := retryKey(req, p)
@@ -175,10 +189,11 @@ func (g *Gate) ReportUpstream(ctx context.Context, res *Result, failed bool) (re
 	if res == nil || res.Kind != KindSettled || res.retryKey == "" || g.retries == nil {
 		return "", nil
 	}
+	first := !res.Retry || res.resumed // a resumed pending settlement is the first run
 	switch {
-	case res.Retry && !failed:
+	case !first && !failed:
 		err = g.retries.Revoke(ctx, res.retryKey)
-	case !res.Retry && failed:
+	case first && failed:
 		token, hash, terr := newRetryToken()
 		if terr != nil {
 			g.log.Error("x402 retry token unavailable", zap.Error(terr))
@@ -279,6 +294,17 @@ func (s *MemoryRetryStore) Use(_ context.Context, key string, tokenHash []byte) 
 		return nil, false, nil // kept until it expires, so a new Grant cannot refill it
 	}
 	c.n--
+	return append([]byte(nil), c.data...), true, nil
+}
+
+// Peek implements RetryStore.
+func (s *MemoryRetryStore) Peek(_ context.Context, key string, tokenHash []byte) ([]byte, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.m[key]
+	if !ok || !s.now().Before(c.exp) || len(tokenHash) == 0 || subtle.ConstantTimeCompare(c.hash, tokenHash) != 1 || c.n <= 0 {
+		return nil, false, nil
+	}
 	return append([]byte(nil), c.data...), true, nil
 }
 

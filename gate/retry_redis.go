@@ -37,6 +37,17 @@ end
 if diff ~= 0 or n <= 0 then return false end
 redis.call('HINCRBY', KEYS[1], 'n', -1)
 return v[3]`)
+	// peekScript is useScript that takes nothing.
+	peekScript = redis.NewScript(`
+local v = redis.call('HMGET', KEYS[1], 'n', 'h', 'd')
+local n, h, t = tonumber(v[1]), v[2], ARGV[1]
+if n == nil or not h or #t == 0 or #h ~= #t then return false end
+local diff = 0
+for i = 1, #h do
+  diff = bit.bor(diff, bit.bxor(string.byte(h, i), string.byte(t, i)))
+end
+if diff ~= 0 or n <= 0 then return false end
+return v[3]`)
 	// revokeScript empties a grant but keeps it until it expires, so it cannot be
 	// granted again.
 	revokeScript = redis.NewScript(`
@@ -130,6 +141,21 @@ func (s *RedisRetryStore) Use(ctx context.Context, key string, tokenHash []byte)
 	}
 	if err != nil {
 		return nil, false, redisFail("use", err)
+	}
+	return []byte(b), true, nil
+}
+
+// Peek implements RetryStore.
+func (s *RedisRetryStore) Peek(ctx context.Context, key string, tokenHash []byte) ([]byte, bool, error) {
+	if len(tokenHash) == 0 {
+		return nil, false, nil
+	}
+	b, err := peekScript.Run(ctx, s.client, []string{s.key(key)}, tokenHash).Text()
+	if errors.Is(err, redis.Nil) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, redisFail("peek", err)
 	}
 	return []byte(b), true, nil
 }

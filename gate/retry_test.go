@@ -583,7 +583,8 @@ func containsSecret(err error, s string) bool {
 	return err != nil && strings.Contains(err.Error(), s)
 }
 
-// TestRetryStores checks both stores' contract: Use takes exactly n credits under
+// TestRetryStores checks both stores' contract: Peek takes nothing and answers only the
+// grant's token hash while a credit is left; Use takes exactly n credits under
 // concurrency and only with the grant's token hash (a wrong one, raced against the right
 // one, takes nothing); a grant is never refilled nor rebound to another hash; Revoke
 // empties it; the grant expires; a grant without a hash is refused.
@@ -652,9 +653,23 @@ func TestRetryStores(t *testing.T) {
 				if _, ok, err := s.Use(ctx, "w", h); ok || err != nil {
 					t.Errorf("Use with hash %x: %v %v, want nothing", h, ok, err)
 				}
+				if _, ok, err := s.Peek(ctx, "w", h); ok || err != nil {
+					t.Errorf("Peek with hash %x: %v %v, want nothing", h, ok, err)
+				}
+			}
+			for i := 0; i < 3; i++ {
+				if d, ok, err := s.Peek(ctx, "w", good); !ok || err != nil || string(d) != "w" {
+					t.Fatalf("Peek %d: %q %v %v, want the data", i, d, ok, err)
+				}
 			}
 			if d, ok, _ := s.Use(ctx, "w", good); !ok || string(d) != "w" {
 				t.Error("wrong hashes took the one credit")
+			}
+			if _, ok, err := s.Peek(ctx, "w", good); ok || err != nil {
+				t.Errorf("Peek of a used-up grant: %v %v, want nothing", ok, err)
+			}
+			if _, ok, err := s.Peek(ctx, "none", good); ok || err != nil {
+				t.Errorf("Peek of an unknown key: %v %v, want nothing", ok, err)
 			}
 
 			_, _ = s.Grant(ctx, "r", good, 2, time.Hour, []byte("x"))
