@@ -134,7 +134,8 @@ func (g *Gate) armRetry(res *Result, req *x402.Requirements, p *x402.Payment) {
 // useRetry takes a retry credit for a payment the facilitator refused as already settled,
 // when the request presents the grant's retry token. It returns nil when there is no
 // credit for this payment and token, so the refusal stands: a missing or wrong token
-// consumes and revokes nothing.
+// consumes and revokes nothing. A token of a pending-settlement credit is handled by
+// usePending.
 func (g *Gate) useRetry(ctx context.Context, in Input, req *x402.Requirements, p *x402.Payment) *Result {
 	if g.retries == nil {
 		return nil
