@@ -132,30 +132,26 @@ func (s *RedisRetryStore) Grant(ctx context.Context, key string, tokenHash []byt
 
 // Use implements RetryStore.
 func (s *RedisRetryStore) Use(ctx context.Context, key string, tokenHash []byte) ([]byte, bool, error) {
-	if len(tokenHash) == 0 {
-		return nil, false, nil
-	}
-	b, err := useScript.Run(ctx, s.client, []string{s.key(key)}, tokenHash).Text()
-	if errors.Is(err, redis.Nil) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, redisFail("use", err)
-	}
-	return []byte(b), true, nil
+	return s.runWithToken(ctx, useScript, "use", key, tokenHash)
 }
 
 // Peek implements RetryStore.
 func (s *RedisRetryStore) Peek(ctx context.Context, key string, tokenHash []byte) ([]byte, bool, error) {
+	return s.runWithToken(ctx, peekScript, "peek", key, tokenHash)
+}
+
+// runWithToken runs a script that answers the credit's data when tokenHash matches the
+// grant's, and nil otherwise. Without a token hash nothing is asked.
+func (s *RedisRetryStore) runWithToken(ctx context.Context, script *redis.Script, op, key string, tokenHash []byte) ([]byte, bool, error) {
 	if len(tokenHash) == 0 {
 		return nil, false, nil
 	}
-	b, err := peekScript.Run(ctx, s.client, []string{s.key(key)}, tokenHash).Text()
+	b, err := script.Run(ctx, s.client, []string{s.key(key)}, tokenHash).Text()
 	if errors.Is(err, redis.Nil) {
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, redisFail("peek", err)
+		return nil, false, redisFail(op, err)
 	}
 	return []byte(b), true, nil
 }
