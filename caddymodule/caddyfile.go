@@ -135,25 +135,13 @@ func (g *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("x402: asset %q is not a 0x address", g.Asset)
 			}
 		case "asset_name", "asset_version", "symbol", "description", "mime_type", "facilitator_key", "pricing_url":
-			var v string
-			if err := oneArg(d, &v); err != nil {
+			dst := map[string]*string{
+				"asset_name": &g.AssetName, "asset_version": &g.AssetVersion, "symbol": &g.Symbol,
+				"description": &g.Description, "mime_type": &g.MimeType,
+				"facilitator_key": &g.FacilitatorKey, "pricing_url": &g.PricingURL,
+			}[opt]
+			if err := oneArg(d, dst); err != nil {
 				return err
-			}
-			switch opt {
-			case "asset_name":
-				g.AssetName = v
-			case "asset_version":
-				g.AssetVersion = v
-			case "symbol":
-				g.Symbol = v
-			case "description":
-				g.Description = v
-			case "mime_type":
-				g.MimeType = v
-			case "facilitator_key":
-				g.FacilitatorKey = v
-			default:
-				g.PricingURL = v
 			}
 		case "decimals":
 			var v string

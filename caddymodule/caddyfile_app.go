@@ -159,17 +159,9 @@ func (fc *FacilitatorConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("guardian_mode %q is not off, optional or required", fc.GuardianMode)
 			}
 		case "verdict_url", "verdict_key", "pricing_url":
-			var v string
-			if err := oneArg(d, &v); err != nil {
+			dst := map[string]*string{"verdict_url": &fc.VerdictURL, "verdict_key": &fc.VerdictKey, "pricing_url": &fc.PricingURL}[opt]
+			if err := oneArg(d, dst); err != nil {
 				return err
-			}
-			switch opt {
-			case "verdict_url":
-				fc.VerdictURL = v
-			case "verdict_key":
-				fc.VerdictKey = v
-			default:
-				fc.PricingURL = v
 			}
 		case "approval_ttl", "receipt_timeout", "reconcile_interval":
 			dst := map[string]*caddy.Duration{
