@@ -22,6 +22,7 @@ import (
 
 	"github.com/x402gate/x402gate/facilitator"
 	"github.com/x402gate/x402gate/gate"
+	"github.com/x402gate/x402gate/gate/redisretry"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -421,7 +422,6 @@ func (rc *resolved) poolKey() (string, error) {
 type bundle struct {
 	name       string
 	engine     *facilitator.Engine
-	service    facilitator.Service // engine with metrics, for gates
 	store      facilitator.ApprovalStore
 	journal    *facilitator.SQLJournal
 	retries    gate.RetryStore
@@ -457,7 +457,7 @@ func openBundle(rc *resolved, log *zap.Logger) (_ *bundle, err error) {
 		}
 		b.store = s
 		b.closers = append(b.closers, s.Close)
-		r, err := gate.OpenRedisRetryStore(ctx, rc.StoreURL, "")
+		r, err := redisretry.Open(ctx, rc.StoreURL, "")
 		if err != nil {
 			return nil, fmt.Errorf("retry store: %w", err)
 		}
@@ -505,7 +505,6 @@ func openBundle(rc *resolved, log *zap.Logger) (_ *bundle, err error) {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	b.engine = e
-	b.service = meteredFacilitator{next: e}
 	b.guardianMode = rc.GuardianMode
 	b.closers = append(b.closers, func() error { e.Close(); return nil })
 	b.closers = append(b.closers, reconcileEvery(e, rc.Reconcile, log))

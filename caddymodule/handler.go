@@ -145,7 +145,8 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if g := h.Guardian; g != nil {
 		cfg.Guardian = &gate.GuardianConfig{Advertise: g.Advertise, Fee: g.Fee}
 	}
-	opts := gate.Options{Logger: h.log, ErrorStatus: errorStatus, OnResult: countChallenge}
+	opts := gate.Options{Logger: h.log, ErrorStatus: errorStatus, OnResult: countChallenge,
+		OnVerify: observeVerify, OnSettle: observeSettle}
 	pricingURL := h.PricingURL
 	if h.FacilitatorURL != "" {
 		if h.Facilitator != "" {
@@ -163,7 +164,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		if err != nil {
 			return fmt.Errorf("x402: %w", err)
 		}
-		opts.Facilitator = meteredFacilitator{next: c}
+		opts.Facilitator = c
 		v, _, err := retryPool.LoadOrNew(memoryRetryKey, func() (caddy.Destructor, error) {
 			return memoryRetry{gate.NewMemoryRetryStore(0)}, nil
 		})
@@ -187,7 +188,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		if err := checkAdvertise(h.Guardian, b.guardianMode); err != nil {
 			return fmt.Errorf("x402: facilitator %q: %w", b.name, err)
 		}
-		opts.Facilitator, opts.Registry, opts.RetryStore = b.service, b.registry, b.retries
+		opts.Facilitator, opts.Registry, opts.RetryStore = b.engine, b.registry, b.retries
 		if pricingURL == "" {
 			pricingURL = b.pricingURL
 		}

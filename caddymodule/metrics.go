@@ -66,32 +66,13 @@ func registerMetrics(ctx caddy.Context) error {
 	return nil
 }
 
-// knownReasons bounds the reason label: a remote facilitator may answer any string, and
-// an unbounded label is a cardinality leak.
-var knownReasons = map[x402.Reason]bool{}
-
-func init() {
-	for _, r := range []x402.Reason{
-		x402.ReasonInvalidVersion, x402.ReasonInvalidPayload, x402.ReasonInvalidRequirements,
-		x402.ReasonInvalidScheme, x402.ReasonInvalidNetwork, x402.ReasonNetworkMismatch,
-		x402.ReasonAssetMismatch, x402.ReasonAmountBelowMinimum, x402.ReasonMissingEIP712Domain,
-		x402.ReasonInvalidSignature, x402.ReasonUndeployedWallet, x402.ReasonFactoryNotAllowed,
-		x402.ReasonRecipientMismatch, x402.ReasonValidBefore, x402.ReasonValidAfter,
-		x402.ReasonValueMismatch, x402.ReasonInsufficientFunds, x402.ReasonNonceUsed,
-		x402.ReasonVerdictNotApproved, x402.ReasonApprovalNotFound, x402.ReasonApprovalStoreDown,
-		x402.ReasonChainUnavailable, x402.ReasonDuplicateSettlement, x402.ReasonTransactionFailed,
-		x402.ReasonTransferEventMismatch, x402.ReasonSettlementPending, x402.ReasonUnexpectedVerify,
-		x402.ReasonUnexpectedSettle,
-	} {
-		knownReasons[r] = true
-	}
-}
-
+// reasonLabel is the reason of a refused payment, bounded to the x402 reason registry: a
+// remote facilitator may answer any string, and an unbounded label is a cardinality leak.
 func reasonLabel(wire string) string {
 	if wire == "" {
 		return ""
 	}
-	if r := x402.ReasonFromWire(wire); knownReasons[r] {
+	if r := x402.ReasonFromWire(wire); r.Known() {
 		return string(r)
 	}
 	return "other"
@@ -106,67 +87,34 @@ func networkLabel(r *x402.Requirements) string {
 	return r.Network
 }
 
-// meteredFacilitator records verifications and settlements of the gate's facilitator.
-type meteredFacilitator struct {
-	next facilitator.Service
-}
-
-// Verify implements gate.Facilitator.
-func (m meteredFacilitator) Verify(ctx context.Context, in facilitator.VerifyInput) (x402.VerifyResponse, error) {
-	vr, err := m.next.Verify(ctx, in)
+// observeVerify counts one verification of a gate (gate.Options.OnVerify).
+func observeVerify(ev gate.VerifyEvent) {
 	outcome, reason := "valid", ""
 	switch {
-	case err != nil:
+	case ev.Err != nil:
 		outcome = "error"
-	case !vr.IsValid:
-		outcome, reason = "invalid", reasonLabel(vr.InvalidReason)
+	case !ev.Response.IsValid:
+		outcome, reason = "invalid", reasonLabel(ev.Response.InvalidReason)
 	}
-	verificationsTotal.WithLabelValues(networkLabel(in.Requirements), outcome, reason).Inc()
-	return vr, err
+	verificationsTotal.WithLabelValues(networkLabel(ev.Requirements), outcome, reason).Inc()
 }
 
-// Settle implements gate.Facilitator.
-func (m meteredFacilitator) Settle(ctx context.Context, p *x402.Payment, r *x402.Requirements) (x402.SettleResponse, error) {
-	start := time.Now()
-	sr, err := m.next.Settle(ctx, p, r)
-	network := networkLabel(r)
-	settleDuration.WithLabelValues(network).Observe(time.Since(start).Seconds())
+// observeSettle counts and times one settlement of a gate (gate.Options.OnSettle).
+func observeSettle(ev gate.SettleEvent) {
+	network := networkLabel(ev.Requirements)
+	settleDuration.WithLabelValues(network).Observe(ev.Duration.Seconds())
 	outcome := "success"
 	switch {
-	case err != nil:
+	case ev.Err != nil:
 		outcome = "error"
-	case !sr.Success:
+	case !ev.Response.Success:
 		outcome = "failure"
 	}
 	settlementsTotal.WithLabelValues(network, outcome).Inc()
-	if outcome == "success" && r != nil && r.Amount != nil {
+	if r := ev.Requirements; outcome == "success" && r != nil && r.Amount != nil {
 		f, _ := new(big.Float).SetInt(r.Amount).Float64()
 		settledAmountTotal.WithLabelValues(network, strings.ToLower(r.Asset.Hex())).Add(f)
 	}
-	return sr, err
-}
-
-// Supported implements gate.Facilitator.
-func (m meteredFacilitator) Supported(ctx context.Context) (x402.SupportedResponse, error) {
-	return m.next.Supported(ctx)
-}
-
-// SettlementStatus implements gate.SettlementChecker by passing through to the wrapped
-// facilitator; it fails when that one cannot report a settlement's status (see
-// SupportsSettlementStatus).
-func (m meteredFacilitator) SettlementStatus(ctx context.Context, p *x402.Payment, r *x402.Requirements) (x402.SettleResponse, error) {
-	c, ok := m.next.(gate.SettlementChecker)
-	if !ok {
-		return x402.SettleResponse{}, errors.New("the facilitator cannot report a settlement's status")
-	}
-	return c.SettlementStatus(ctx, p, r)
-}
-
-// SupportsSettlementStatus reports whether the wrapped facilitator can report a
-// settlement's status; the gate grants pending-settlement retries only then.
-func (m meteredFacilitator) SupportsSettlementStatus() bool {
-	_, ok := m.next.(gate.SettlementChecker)
-	return ok
 }
 
 // meteredVerdicts times the verdict service.
@@ -182,7 +130,4 @@ func (m meteredVerdicts) VerifyPayment(ctx context.Context, p *x402.Payment, r *
 	return res, err
 }
 
-var (
-	_ facilitator.Service  = meteredFacilitator{}
-	_ facilitator.Verdicts = meteredVerdicts{}
-)
+var _ facilitator.Verdicts = meteredVerdicts{}

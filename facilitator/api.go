@@ -6,24 +6,12 @@ import (
 	"github.com/x402gate/x402gate/x402"
 )
 
-// VerifyInput is one /verify call in normalised form.
-type VerifyInput struct {
-	Payment      *x402.Payment
-	Requirements *x402.Requirements
-	// VerificationRequirements is the verdict service's fee requirement, when the caller
-	// asks for the verdict check (spec §4.2 /verify); nil otherwise.
-	VerificationRequirements *x402.Requirements
-	// VerificationPayment is the client's second EIP-3009 authorization that pays the
-	// verification fee; nil when no fee applies.
-	VerificationPayment *x402.Payment
-}
-
 // Service is the facilitator's method set. The in-process *Engine and the remote *Client
 // both implement it, so a resource gate can use either. Logical failures come back in the
 // response (IsValid/Success false with a reason in the payment's x402 version); an error
 // return means an exceptional failure (HTTP 500 on the wire).
 type Service interface {
-	Verify(ctx context.Context, in VerifyInput) (x402.VerifyResponse, error)
+	Verify(ctx context.Context, in x402.VerifyInput) (x402.VerifyResponse, error)
 	Settle(ctx context.Context, p *x402.Payment, r *x402.Requirements) (x402.SettleResponse, error)
 	Supported(ctx context.Context) (x402.SupportedResponse, error)
 }

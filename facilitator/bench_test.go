@@ -111,7 +111,7 @@ func BenchmarkVerifyRPC(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		got, err := e.Verify(ctx, VerifyInput{Payment: p, Requirements: r})
+		got, err := e.Verify(ctx, x402.VerifyInput{Payment: p, Requirements: r})
 		if err != nil || !got.IsValid {
 			b.Fatalf("verify = %+v, %v", got, err)
 		}
@@ -127,7 +127,7 @@ func BenchmarkVerifyRPCParallel(b *testing.B) {
 	b.SetParallelism(4)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if got, err := e.Verify(ctx, VerifyInput{Payment: p, Requirements: r}); err != nil || !got.IsValid {
+			if got, err := e.Verify(ctx, x402.VerifyInput{Payment: p, Requirements: r}); err != nil || !got.IsValid {
 				b.Errorf("verify = %+v, %v", got, err)
 				return
 			}
@@ -150,7 +150,7 @@ func BenchmarkVerifyRPCContractWallet(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		got, err := e.Verify(ctx, VerifyInput{Payment: p, Requirements: r})
+		got, err := e.Verify(ctx, x402.VerifyInput{Payment: p, Requirements: r})
 		if err != nil || !got.IsValid {
 			b.Fatalf("verify = %+v, %v", got, err)
 		}

@@ -42,7 +42,7 @@ func settleStuck(t *testing.T, env *testEnv, cfg Config) *stuckSettlement {
 	e := env.engine(t, cfg)
 	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
 	p, r := env.pay(t, x402.Version2, payer, payee.Address)
-	s := &stuckSettlement{env: env, cfg: cfg, e: e, key: keyOf(p, r).AuthorizationKey(), payee: payee.Address,
+	s := &stuckSettlement{env: env, cfg: cfg, e: e, key: x402.KeyOf(p, r).AuthorizationKey(), payee: payee.Address,
 		before: env.token.BalanceOf(t, payee.Address), journal: cfg.Journal.(AttemptJournal)}
 	env.chain.SetAutomine(t, false)
 	t.Cleanup(func() { env.chain.SetAutomine(t, true) })
@@ -429,7 +429,7 @@ func TestSettleFeeBumpsWhenTheBaseFeeSpikes(t *testing.T) {
 	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
 	signer := env.chain.FacilitatorAccount().Address
 	p, r := env.pay(t, x402.Version2, payer, payee.Address)
-	key := keyOf(p, r).AuthorizationKey()
+	key := x402.KeyOf(p, r).AuthorizationKey()
 	before := env.token.BalanceOf(t, payee.Address)
 
 	env.chain.SetAutomine(t, false)

@@ -202,7 +202,7 @@ func (c *Client) requirementsShape(v int, r *x402.Requirements) (any, error) {
 
 // Verify POSTs /verify. A 200 answer is returned as it is; a non-200 answer that carries
 // isValid is returned with an *HTTPError.
-func (c *Client) Verify(ctx context.Context, in VerifyInput) (x402.VerifyResponse, error) {
+func (c *Client) Verify(ctx context.Context, in x402.VerifyInput) (x402.VerifyResponse, error) {
 	var out x402.VerifyResponse
 	v, payload, reqs, err := c.shapes(in.Payment, in.Requirements)
 	if err != nil {
@@ -296,6 +296,13 @@ func (c *Client) Supported(ctx context.Context) (x402.SupportedResponse, error) 
 }
 
 // result maps an answer to the error beside the parsed response: nil for a parsed 200,
+// SettlementStatus implements gate.Facilitator. The facilitator API has no route that
+// reports a settlement's outcome, so a remote facilitator cannot tell: it answers with an
+// error wrapping errors.ErrUnsupported, and a gate grants no pending credits.
+func (c *Client) SettlementStatus(context.Context, *x402.Payment, *x402.Requirements) (x402.SettleResponse, error) {
+	return x402.SettleResponse{}, fmt.Errorf("facilitator client: settlement status: %w", errors.ErrUnsupported)
+}
+
 // ErrMalformedResponse for an unparsable 200, an *HTTPError otherwise.
 func (c *Client) result(op string, reply jsonReply, parsed bool, reason string) error {
 	if reply.status == http.StatusOK {

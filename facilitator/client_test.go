@@ -105,7 +105,7 @@ func TestClientSendsRequestsInThePaymentsOriginalVersion(t *testing.T) {
 				p, r := apiTestPayment(c.v)
 				var err error
 				if op == "verify" {
-					_, err = cl.Verify(context.Background(), VerifyInput{Payment: p, Requirements: r})
+					_, err = cl.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r})
 				} else {
 					_, err = cl.Settle(context.Background(), p, r)
 				}
@@ -176,7 +176,7 @@ func TestClientAnswers(t *testing.T) {
 			switch c.op {
 			case "verify":
 				var resp x402.VerifyResponse
-				resp, err = cl.Verify(context.Background(), VerifyInput{Payment: p, Requirements: r})
+				resp, err = cl.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r})
 				valid = resp.IsValid
 			case "settle":
 				var resp x402.SettleResponse
@@ -209,7 +209,7 @@ func TestClientAnswers(t *testing.T) {
 		f := newRecordingFacilitator(t, answerJSON(500, `{"isValid":false,"invalidReason":"stack trace at db.go:12 key `+apiTestKey+`"}`))
 		cl := newTestClient(t, ClientConfig{URL: f.URL, APIKey: apiTestKey})
 		p, r := apiTestPayment(1)
-		_, err := cl.Verify(context.Background(), VerifyInput{Payment: p, Requirements: r})
+		_, err := cl.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r})
 		assertNoKey(t, err)
 		var he *HTTPError
 		if !errors.As(err, &he) || he.Reason != "" || strings.Contains(err.Error(), "db.go") {
@@ -226,7 +226,7 @@ func TestClientTransportRules(t *testing.T) {
 		})
 		cl := newTestClient(t, ClientConfig{URL: f.URL, APIKey: apiTestKey})
 		p, r := apiTestPayment(2)
-		resp, err := cl.Verify(context.Background(), VerifyInput{Payment: p, Requirements: r})
+		resp, err := cl.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r})
 		if !errors.Is(err, ErrRedirectRefused) || resp.IsValid {
 			t.Fatalf("resp %+v err %v", resp, err)
 		}
@@ -253,7 +253,7 @@ func TestClientTransportRules(t *testing.T) {
 		f := newRecordingFacilitator(t, answerJSON(200, `{"isValid":true,"invalidMessage":"`+strings.Repeat("a", 4096)+`"}`))
 		cl := newTestClient(t, ClientConfig{URL: f.URL, MaxResponseBytes: 1024})
 		p, r := apiTestPayment(2)
-		if _, err := cl.Verify(context.Background(), VerifyInput{Payment: p, Requirements: r}); !errors.Is(err, ErrResponseTooLarge) {
+		if _, err := cl.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r}); !errors.Is(err, ErrResponseTooLarge) {
 			t.Fatalf("err %v", err)
 		}
 	})
@@ -303,7 +303,7 @@ func TestClientTransportRules(t *testing.T) {
 		srv.Close()
 		cl := newTestClient(t, ClientConfig{URL: u + "/secret-path", APIKey: apiTestKey})
 		p, r := apiTestPayment(1)
-		_, err := cl.Verify(context.Background(), VerifyInput{Payment: p, Requirements: r})
+		_, err := cl.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r})
 		if !errors.Is(err, ErrUnreachable) || strings.Contains(err.Error(), "secret-path") {
 			t.Fatalf("err %v", err)
 		}
@@ -349,7 +349,7 @@ func TestClientAgainstHandler(t *testing.T) {
 			t.Cleanup(srv.Close)
 			cl := newTestClient(t, ClientConfig{URL: srv.URL + "/fac/", APIKey: apiTestKey})
 			p, r := apiTestPayment(v)
-			vr, err := cl.Verify(context.Background(), VerifyInput{Payment: p, Requirements: r})
+			vr, err := cl.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r})
 			if err != nil || !vr.IsValid {
 				t.Fatalf("verify %+v %v", vr, err)
 			}
@@ -383,7 +383,7 @@ func TestClientAgainstHandler(t *testing.T) {
 		wrong := "fk_wrong_" + apiTestKey
 		cl := newTestClient(t, ClientConfig{URL: srv.URL, APIKey: wrong})
 		p, r := apiTestPayment(2)
-		_, e1 := cl.Verify(context.Background(), VerifyInput{Payment: p, Requirements: r})
+		_, e1 := cl.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r})
 		_, e2 := cl.Settle(context.Background(), p, r)
 		_, e3 := cl.Supported(context.Background())
 		for _, err := range []error{e1, e2, e3} {
@@ -447,12 +447,12 @@ func TestClientHandlerEngineOnAnvil(t *testing.T) {
 			bad := *p
 			bad.Signature = append([]byte(nil), p.Signature...)
 			bad.Signature[10] ^= 0xff
-			vr, err := cl.Verify(ctx, VerifyInput{Payment: &bad, Requirements: r})
+			vr, err := cl.Verify(ctx, x402.VerifyInput{Payment: &bad, Requirements: r})
 			if err != nil || vr.IsValid || vr.InvalidReason != tc.badSigWhy {
 				t.Fatalf("tampered signature: %+v %v, want isValid false %q", vr, err, tc.badSigWhy)
 			}
 
-			vr, err = cl.Verify(ctx, VerifyInput{Payment: p, Requirements: r})
+			vr, err = cl.Verify(ctx, x402.VerifyInput{Payment: p, Requirements: r})
 			if err != nil || !vr.IsValid || !strings.EqualFold(vr.Payer, tc.payer.Address.Hex()) {
 				t.Fatalf("verify: %+v %v", vr, err)
 			}

@@ -81,7 +81,7 @@ func TestVerifyERC6492OnlyFromAnAllowListedFactory(t *testing.T) {
 			w, p, r := payment(t, version, owner)
 			nonce := env.pendingNonce(t, signer)
 			want := x402.ReasonFactoryNotAllowed.For(version)
-			ver, err := open.Verify(context.Background(), VerifyInput{Payment: p, Requirements: r})
+			ver, err := open.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r})
 			if err != nil || ver.IsValid || ver.InvalidReason != want {
 				t.Fatalf("verify = %+v, %v; want %s", ver, err, want)
 			}
@@ -98,7 +98,7 @@ func TestVerifyERC6492OnlyFromAnAllowListedFactory(t *testing.T) {
 			w, p, r := payment(t, version, stranger)
 			nonce := env.pendingNonce(t, signer)
 			want := x402.ReasonInvalidSignature.For(version)
-			ver, err := allowed.Verify(context.Background(), VerifyInput{Payment: p, Requirements: r})
+			ver, err := allowed.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r})
 			if err != nil || ver.IsValid || ver.InvalidReason != want {
 				t.Fatalf("verify = %+v, %v; want %s", ver, err, want)
 			}
@@ -120,7 +120,7 @@ func TestVerifyERC6492OnlyFromAnAllowListedFactory(t *testing.T) {
 			sig := wrap6492(t, create2Deployer, append(make([]byte, 32), 0x60, 0x00, 0x60, 0x00, 0xfd), randomBytes(t, 65))
 			p := env.payment(version, a, sig, r)
 			want := x402.ReasonUndeployedWallet.For(version)
-			ver, err := allowed.Verify(context.Background(), VerifyInput{Payment: p, Requirements: r})
+			ver, err := allowed.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r})
 			if err != nil || ver.IsValid || ver.InvalidReason != want {
 				t.Fatalf("verify = %+v, %v; want %s", ver, err, want)
 			}
@@ -128,7 +128,7 @@ func TestVerifyERC6492OnlyFromAnAllowListedFactory(t *testing.T) {
 
 		t.Run("allow-listed factory verifies and settles/v"+big.NewInt(int64(version)).String(), func(t *testing.T) {
 			w, p, r := payment(t, version, owner)
-			ver, err := allowed.Verify(context.Background(), VerifyInput{Payment: p, Requirements: r})
+			ver, err := allowed.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r})
 			if err != nil || !ver.IsValid || ver.Payer != w.address.Hex() {
 				t.Fatalf("verify = %+v, %v; want valid with payer %s", ver, err, w.address.Hex())
 			}

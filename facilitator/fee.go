@@ -10,7 +10,7 @@ import (
 // verificationRequirements, the verdict service is paid by a second EIP-3009
 // authorization from the client. On the wire it travels as `verificationPayment` in the
 // /verify body (x402.VerifyRequest.VerificationPayment); in Go it is
-// VerifyInput.VerificationPayment. The engine checks it before asking for a verdict, so a
+// x402.VerifyInput.VerificationPayment. The engine checks it before asking for a verdict, so a
 // verdict is never obtained without a fee that can be paid, and settles it on a terminal
 // verdict (approved or rejected) through the same settle path as a merchant payment, less
 // the approval. A fee that is missing or cannot be settled leaves the /verify invalid,
@@ -19,7 +19,7 @@ import (
 // feeCheck verifies the fee authorization of in before the verdict is asked. It returns
 // the FeeError and the failure for the /verify answer, or "" and nil when the fee can be
 // paid.
-func (e *Engine) feeCheck(ctx context.Context, c *checked, in VerifyInput) (string, *failure) {
+func (e *Engine) feeCheck(ctx context.Context, c *checked, in x402.VerifyInput) (string, *failure) {
 	if in.VerificationPayment == nil {
 		return FeePaymentMissing, fail(x402.ReasonInvalidPayload, "verification fee payment is missing")
 	}
@@ -36,7 +36,7 @@ func (e *Engine) feeCheck(ctx context.Context, c *checked, in VerifyInput) (stri
 // settleFee settles the fee authorization of in. It returns the fee transaction's hash
 // (also when the settlement is pending) and, unless the fee is settled, a FeeError: the
 // reason code of the failure.
-func (e *Engine) settleFee(ctx context.Context, in VerifyInput) (txHash, feeErr string) {
+func (e *Engine) settleFee(ctx context.Context, in x402.VerifyInput) (txHash, feeErr string) {
 	res, err := e.settle(ctx, in.VerificationPayment, in.VerificationRequirements, false)
 	switch {
 	case err != nil:

@@ -16,7 +16,7 @@ type cancelOnClaim struct {
 	cancel func()
 }
 
-func (s cancelOnClaim) Claim(ctx context.Context, k PaymentKey, ttl time.Duration) error {
+func (s cancelOnClaim) Claim(ctx context.Context, k x402.PaymentKey, ttl time.Duration) error {
 	err := s.ApprovalStore.Claim(ctx, k, ttl)
 	if err == nil && k.Amount != nil && k.Amount.Cmp(big.NewInt(1_000)) == 0 { // the fee's claim, not the merchant payment's
 		s.cancel()
@@ -40,7 +40,7 @@ func TestFeePaidAfterTheCallerLeftStillBuysTheApproval(t *testing.T) {
 	p, r := env.pay(t, x402.Version2, payer, payee.Address)
 	feeBefore, payeeBefore := env.token.BalanceOf(t, feePayee.Address), env.token.BalanceOf(t, payee.Address)
 
-	ver, err := e.Verify(ctx, VerifyInput{Payment: p, Requirements: r, VerificationRequirements: fee, VerificationPayment: env.feePayment(t, payer, fee)})
+	ver, err := e.Verify(ctx, x402.VerifyInput{Payment: p, Requirements: r, VerificationRequirements: fee, VerificationPayment: env.feePayment(t, payer, fee)})
 	if err != nil {
 		t.Fatalf("Verify: %v", err)
 	}

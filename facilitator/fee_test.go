@@ -59,7 +59,7 @@ func TestVerifySettlesTheFeeNeverTheMerchantPayment(t *testing.T) {
 					feePay := env.feePayment(t, payer, fee)
 					before := env.balances(t, payer.Address, payee.Address, feePayee.Address)
 
-					ver, err := e.Verify(context.Background(), VerifyInput{Payment: p, Requirements: r,
+					ver, err := e.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r,
 						VerificationRequirements: fee, VerificationPayment: feePay})
 					if err != nil {
 						t.Fatalf("Verify: %v", err)
@@ -95,11 +95,11 @@ func TestVerifySettlesTheFeeNeverTheMerchantPayment(t *testing.T) {
 						t.Error("the fee authorization is not used on chain")
 					}
 					// The fee went through the journal like any settlement.
-					row, err := cfg.Journal.Get(context.Background(), keyOf(feePay, fee).AuthorizationKey())
+					row, err := cfg.Journal.Get(context.Background(), x402.KeyOf(feePay, fee).AuthorizationKey())
 					if err != nil || row.State != StateConfirmed || row.TxHash.Hex() != ver.FeeTxHash {
 						t.Errorf("fee journal row = %+v, %v", row, err)
 					}
-					if _, err := cfg.Journal.Get(context.Background(), keyOf(p, r).AuthorizationKey()); !errors.Is(err, ErrSettlementNotFound) {
+					if _, err := cfg.Journal.Get(context.Background(), x402.KeyOf(p, r).AuthorizationKey()); !errors.Is(err, ErrSettlementNotFound) {
 						t.Errorf("merchant payment journaled at verify: %v", err)
 					}
 
@@ -184,7 +184,7 @@ func TestVerifyBadFeePaymentGivesFeeError(t *testing.T) {
 					cfg.GuardianMode, cfg.Verdicts, cfg.SkipStartupReconcile = mode, verdicts, true
 					e := env.engine(t, cfg)
 					p, r := env.pay(t, version, payer, payee.Address)
-					in := VerifyInput{Payment: p, Requirements: r, VerificationRequirements: fee}
+					in := x402.VerifyInput{Payment: p, Requirements: r, VerificationRequirements: fee}
 					if tc.feeReqs != nil {
 						in.VerificationRequirements = tc.feeReqs()
 					}
@@ -209,7 +209,7 @@ func TestVerifyBadFeePaymentGivesFeeError(t *testing.T) {
 							t.Errorf("balance %d moved: %s -> %s", i, before[i], b)
 						}
 					}
-					if _, err := cfg.Store.Consume(context.Background(), keyOf(p, r)); !errors.Is(err, ErrApprovalNotFound) {
+					if _, err := cfg.Store.Consume(context.Background(), x402.KeyOf(p, r)); !errors.Is(err, ErrApprovalNotFound) {
 						t.Errorf("an approval was recorded: %v", err)
 					}
 				})
@@ -232,7 +232,7 @@ func TestVerifyBadFeePaymentGivesFeeError(t *testing.T) {
 		p, r := env.pay(t, x402.Version2, payer, payee.Address)
 		feePay = env.feePayment(t, payer, fee)
 		before := env.balances(t, payer.Address, feePayee.Address)
-		ver, err := e.Verify(context.Background(), VerifyInput{Payment: p, Requirements: r,
+		ver, err := e.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r,
 			VerificationRequirements: fee, VerificationPayment: feePay})
 		if err != nil {
 			t.Fatalf("Verify: %v", err)
@@ -279,7 +279,7 @@ func TestVerificationFeeTravelsOverHTTP(t *testing.T) {
 			r.Resource = res1
 			before := env.balances(t, payee.Address, feePayee.Address)
 
-			ver, err := cl.Verify(context.Background(), VerifyInput{Payment: p, Requirements: r,
+			ver, err := cl.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r,
 				VerificationRequirements: fee, VerificationPayment: env.feePayment(t, payer, fee)})
 			if err != nil || !ver.IsValid || ver.GuardianStatus != VerdictApproved || ver.FeeTxHash == "" || ver.FeeError != "" {
 				t.Fatalf("verify = %+v, %v; want valid, approved, with feeTxHash", ver, err)
@@ -301,7 +301,7 @@ func TestVerificationFeeTravelsOverHTTP(t *testing.T) {
 			p2, r2 := env.pay(t, version, payer, payee.Address)
 			r2.Resource = res1
 			fee.Resource = x402.ResourceInfo{URL: "https://verdict.example/fee", Description: "verification fee", MimeType: "application/json"}
-			ver, err = cl.Verify(context.Background(), VerifyInput{Payment: p2, Requirements: r2, VerificationRequirements: fee})
+			ver, err = cl.Verify(context.Background(), x402.VerifyInput{Payment: p2, Requirements: r2, VerificationRequirements: fee})
 			if err != nil || ver.IsValid || ver.FeeError != FeePaymentMissing || ver.InvalidReason != x402.ReasonInvalidPayload.For(version) {
 				t.Errorf("verify without fee payment = %+v, %v; want feeError %s", ver, err, FeePaymentMissing)
 			}

@@ -365,7 +365,7 @@ func (h *apiHandler) serveVerify(w http.ResponseWriter, r *http.Request) {
 	}
 	pr, reason, err := h.decodePaymentRequest(m)
 	if err == nil {
-		var in VerifyInput
+		var in x402.VerifyInput
 		in, reason, err = h.verifyInput(m, pr)
 		if err == nil {
 			h.runVerify(r.Context(), w, pr, in)
@@ -377,8 +377,8 @@ func (h *apiHandler) serveVerify(w http.ResponseWriter, r *http.Request) {
 }
 
 // verifyInput adds the optional verification-fee requirement and payment to pr.
-func (h *apiHandler) verifyInput(m map[string]json.RawMessage, pr paymentRequest) (VerifyInput, x402.Reason, error) {
-	in := VerifyInput{Payment: pr.payment, Requirements: pr.reqs}
+func (h *apiHandler) verifyInput(m map[string]json.RawMessage, pr paymentRequest) (x402.VerifyInput, x402.Reason, error) {
+	in := x402.VerifyInput{Payment: pr.payment, Requirements: pr.reqs}
 	feeVersion := pr.version
 	if present(m, "verificationPayment") {
 		p, err := x402.DecodePayloadJSON(m["verificationPayment"], h.opts.Registry)
@@ -397,7 +397,7 @@ func (h *apiHandler) verifyInput(m map[string]json.RawMessage, pr paymentRequest
 	return in, "", nil
 }
 
-func (h *apiHandler) runVerify(ctx context.Context, w http.ResponseWriter, pr paymentRequest, in VerifyInput) {
+func (h *apiHandler) runVerify(ctx context.Context, w http.ResponseWriter, pr paymentRequest, in x402.VerifyInput) {
 	resp, err := h.svc.Verify(ctx, in)
 	if err != nil {
 		h.log.Error("verify failed", zap.String("network", pr.network), zap.Error(err))

@@ -32,16 +32,16 @@ const apiTestKey = "fk_test_5c1e7d0b9a4f"
 // the real engine is exercised end to end in TestClientHandlerEngineOnAnvil.
 type scriptedService struct {
 	mu        sync.Mutex
-	verify    func(VerifyInput) (x402.VerifyResponse, error)
+	verify    func(x402.VerifyInput) (x402.VerifyResponse, error)
 	settle    func(*x402.Payment, *x402.Requirements) (x402.SettleResponse, error)
 	supported func() (x402.SupportedResponse, error)
 	calls     int
-	lastIn    VerifyInput
+	lastIn    x402.VerifyInput
 	lastPay   *x402.Payment
 	lastReqs  *x402.Requirements
 }
 
-func (s *scriptedService) Verify(_ context.Context, in VerifyInput) (x402.VerifyResponse, error) {
+func (s *scriptedService) Verify(_ context.Context, in x402.VerifyInput) (x402.VerifyResponse, error) {
 	s.mu.Lock()
 	s.calls++
 	s.lastIn = in
@@ -418,7 +418,7 @@ func TestHandlerServiceErrorsAre500WithoutDetail(t *testing.T) {
 	for _, v := range []int{1, 2} {
 		wantNetwork := map[int]string{1: "base-sepolia", 2: "eip155:84532"}[v]
 		t.Run(fmt.Sprintf("v%d verify error is 500 unexpected_verify_error", v), func(t *testing.T) {
-			svc := &scriptedService{verify: func(VerifyInput) (x402.VerifyResponse, error) {
+			svc := &scriptedService{verify: func(x402.VerifyInput) (x402.VerifyResponse, error) {
 				return x402.VerifyResponse{}, errors.New(internal)
 			}}
 			status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/verify", "application/json", mustJSON(t, apiTestBody(t, v)), nil)

@@ -69,7 +69,7 @@ func (e *Engine) settle(ctx context.Context, p *x402.Payment, r *x402.Requiremen
 		_, f := e.checkStatic(p, r, e.now())
 		return refuse(f)
 	}
-	key := keyOf(p, r)
+	key := x402.KeyOf(p, r)
 	needMarker := false
 	if withApproval {
 		var f *failure
@@ -217,7 +217,7 @@ func (e *Engine) detachedBound() time.Duration {
 // optional mode a payment with no approval may still settle if it was never sent to the
 // verdict service: needMarker then tells the caller to claim its verdict marker
 // (claimVerdictMarker) before the broadcast.
-func (e *Engine) consumeApproval(ctx context.Context, k PaymentKey) (needMarker bool, f *failure) {
+func (e *Engine) consumeApproval(ctx context.Context, k x402.PaymentKey) (needMarker bool, f *failure) {
 	if e.cfg.GuardianMode == GuardianOff {
 		return false, nil
 	}
@@ -238,7 +238,7 @@ func (e *Engine) consumeApproval(ctx context.Context, k PaymentKey) (needMarker 
 // claimVerdictMarker lets an optional-mode settle without approval go ahead only for a
 // payment never sent to the verdict service. Claiming the marker also stops a later
 // verdict request from racing this settle.
-func (e *Engine) claimVerdictMarker(ctx context.Context, k PaymentKey) *failure {
+func (e *Engine) claimVerdictMarker(ctx context.Context, k x402.PaymentKey) *failure {
 	err := e.cfg.Store.Claim(ctx, markerKey(k), maxClaimTTL)
 	switch {
 	case err == nil:

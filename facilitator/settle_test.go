@@ -47,7 +47,7 @@ func TestSettleMovesExactlyTheValueOnce(t *testing.T) {
 			if n := env.signerNonce(t, signer); n != nonceBefore+1 {
 				t.Errorf("signer sent %d transactions, want 1", n-nonceBefore)
 			}
-			row, err := cfg.Journal.Get(context.Background(), keyOf(p, r).AuthorizationKey())
+			row, err := cfg.Journal.Get(context.Background(), x402.KeyOf(p, r).AuthorizationKey())
 			if err != nil {
 				t.Fatalf("journal: %v", err)
 			}
@@ -63,7 +63,7 @@ func TestSettleMovesExactlyTheValueOnce(t *testing.T) {
 			if again.Success || again.ErrorReason != x402.ReasonNonceUsed.For(tc.version) || again.Transaction != "" {
 				t.Errorf("replayed settle = %+v, want %s", again, x402.ReasonNonceUsed.For(tc.version))
 			}
-			ver, err := e.Verify(context.Background(), VerifyInput{Payment: p, Requirements: r})
+			ver, err := e.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r})
 			if err != nil || ver.IsValid || ver.InvalidReason != x402.ReasonNonceUsed.For(tc.version) {
 				t.Errorf("replayed verify = %+v, %v", ver, err)
 			}
@@ -256,7 +256,7 @@ func TestSettleRedisDownRefusesAndNeverBroadcasts(t *testing.T) {
 	signer := env.chain.FacilitatorAccount().Address
 	p, r := env.pay(t, x402.Version2, payer, payee.Address)
 
-	ver, err := e.Verify(context.Background(), VerifyInput{Payment: p, Requirements: r})
+	ver, err := e.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r})
 	if err != nil || !ver.IsValid {
 		t.Fatalf("verify = %+v, %v", ver, err)
 	}
@@ -294,7 +294,7 @@ func TestSettleReceiptTimeoutIsPendingThenReconciled(t *testing.T) {
 	if res.Success || res.ErrorReason != x402.ReasonSettlementPending.V1() || res.Transaction == "" {
 		t.Fatalf("settle = %+v, want pending with the transaction hash", res)
 	}
-	key := keyOf(p, r).AuthorizationKey()
+	key := x402.KeyOf(p, r).AuthorizationKey()
 	if row, err := cfg.Journal.Get(context.Background(), key); err != nil || row.State != StateBroadcast || row.TxHash.Hex() != res.Transaction {
 		t.Fatalf("journal row = %+v, %v; want broadcast %s", row, err, res.Transaction)
 	}
@@ -339,7 +339,7 @@ func TestSettleCrashAfterJournalIsFinishedByStartupReconcile(t *testing.T) {
 	if res, err := first.Settle(context.Background(), p, r); err == nil || res.Success {
 		t.Fatalf("settle with a crash before broadcast = %+v, %v; want an error", res, err)
 	}
-	key := keyOf(p, r).AuthorizationKey()
+	key := x402.KeyOf(p, r).AuthorizationKey()
 	row, err := j.Get(context.Background(), key)
 	if err != nil || row.State != StatePrepared {
 		t.Fatalf("journal row = %+v, %v; want prepared", row, err)
@@ -420,8 +420,8 @@ func TestReconcileClosesDroppedAndSettledElsewhere(t *testing.T) {
 		t.Fatalf("Reconcile: %v", err)
 	}
 	want := map[string]string{
-		keyOf(pDropped, rDropped).AuthorizationKey(): ReconcileDropped,
-		keyOf(pElse, rElse).AuthorizationKey():       ReconcileSettledElsewhere,
+		x402.KeyOf(pDropped, rDropped).AuthorizationKey(): ReconcileDropped,
+		x402.KeyOf(pElse, rElse).AuthorizationKey():       ReconcileSettledElsewhere,
 	}
 	if rep.Failed != 2 || rep.Resent != 0 {
 		t.Errorf("report = %+v, want two rows failed and none resent", rep)
@@ -460,7 +460,7 @@ func TestRedisDownFailsClosedEverywhere(t *testing.T) {
 
 	for _, version := range []int{x402.Version1, x402.Version2} {
 		p, r := env.pay(t, version, payer, payee.Address)
-		ver, err := engines[GuardianRequired].Verify(context.Background(), VerifyInput{Payment: p, Requirements: r})
+		ver, err := engines[GuardianRequired].Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r})
 		if err != nil || ver.IsValid || ver.InvalidReason != x402.ReasonApprovalStoreDown.For(version) {
 			t.Errorf("v%d required verify = %+v, %v; want %s", version, ver, err, x402.ReasonApprovalStoreDown.For(version))
 		}
@@ -503,7 +503,7 @@ func TestSettleFinishesWhenTheCallerGoesAway(t *testing.T) {
 	if d := new(big.Int).Sub(env.token.BalanceOf(t, payee.Address), before); d.Cmp(testAmount) != 0 {
 		t.Errorf("payee received %s, want %s", d, testAmount)
 	}
-	row, err := cfg.Journal.Get(context.Background(), keyOf(p, r).AuthorizationKey())
+	row, err := cfg.Journal.Get(context.Background(), x402.KeyOf(p, r).AuthorizationKey())
 	if err != nil || row.State != StateConfirmed || row.TxHash.Hex() != res.Transaction {
 		t.Errorf("journal row = %+v, %v; want confirmed %s", row, err, res.Transaction)
 	}

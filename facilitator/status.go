@@ -48,7 +48,7 @@ func (e *Engine) SettlementStatus(ctx context.Context, p *x402.Payment, r *x402.
 	}
 	resp.Network = e.networkName(p.Network, v)
 	resp.Amount = p.Authorization.Value.String()
-	key := keyOf(p, r)
+	key := x402.KeyOf(p, r)
 	row, err := e.cfg.Journal.Get(ctx, key.AuthorizationKey())
 	if errors.Is(err, ErrSettlementNotFound) {
 		return refuse(ReasonNoSettlement, "this facilitator journaled no settlement of the payment")

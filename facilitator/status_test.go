@@ -53,7 +53,7 @@ func TestSettlementStatusPendingThenConfirmed(t *testing.T) {
 	if !res.Success || res.Transaction != tx || res.Payer != p.Authorization.From.Hex() {
 		t.Fatalf("status after mining = %+v; want success with %s", res, tx)
 	}
-	row, err := cfg.Journal.Get(context.Background(), keyOf(p, r).AuthorizationKey())
+	row, err := cfg.Journal.Get(context.Background(), x402.KeyOf(p, r).AuthorizationKey())
 	if err != nil || row.State != StateConfirmed {
 		t.Fatalf("journal row = %+v, %v; want confirmed", row, err)
 	}
@@ -98,7 +98,7 @@ func TestSettlementStatusCancelled(t *testing.T) {
 	if res.Success || res.ErrorReason != x402.ReasonTransactionFailed.V2() {
 		t.Fatalf("status = %+v; want a failure", res)
 	}
-	row, err := cfg.Journal.Get(context.Background(), keyOf(p, r).AuthorizationKey())
+	row, err := cfg.Journal.Get(context.Background(), x402.KeyOf(p, r).AuthorizationKey())
 	if err != nil || row.State != StateFailed || row.Reason != ReconcileSettledElsewhere {
 		t.Fatalf("journal row = %+v, %v; want failed %s", row, err, ReconcileSettledElsewhere)
 	}

@@ -3,44 +3,15 @@ package facilitator
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/big"
-	"strings"
 	"time"
 
 	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/x402gate/x402gate/x402"
 )
 
-// PaymentKey identifies exactly one payment: the spec's "exact payer, payee, amount, asset,
-// network and signed nonce" (spec §3, gateway approval record). Two keys are equal only when
-// every field is; addresses are compared as 20-byte values, so case never matters.
-type PaymentKey struct {
-	Network string // CAIP-2
-	Asset   common.Address
-	Payer   common.Address
-	PayTo   common.Address
-	Amount  *big.Int
-	Nonce   [32]byte
-}
-
-// String is the canonical, lower-case form of k, used as a Redis key suffix and a
-// journal column. It carries no secret.
-func (k PaymentKey) String() string {
-	amount := "0"
-	if k.Amount != nil {
-		amount = k.Amount.String()
-	}
-	return strings.ToLower(fmt.Sprintf("%s:%s:%s:%s:%s:0x%x",
-		k.Network, k.Asset.Hex(), k.Payer.Hex(), k.PayTo.Hex(), amount, k.Nonce[:]))
-}
-
-// AuthorizationKey identifies one EIP-3009 authorization on chain, whatever it pays:
-// the token contract enforces single use per (asset, payer, nonce).
-func (k PaymentKey) AuthorizationKey() string {
-	return strings.ToLower(fmt.Sprintf("%s:%s:%s:0x%x", k.Network, k.Asset.Hex(), k.Payer.Hex(), k.Nonce[:]))
-}
-
-// Approval is a recorded terminal "approved" verdict for one PaymentKey.
+// Approval is a recorded terminal "approved" verdict for one x402.PaymentKey.
 type Approval struct {
 	RequestHash string    `json:"requestHash"`
 	RecordedAt  time.Time `json:"recordedAt"`
@@ -65,13 +36,13 @@ type ApprovalStore interface {
 	// Record stores a for k until ttl elapses. While an earlier approval for k is
 	// unexpired, that one is kept (its ttl is not extended) and Record succeeds: an
 	// approval lives at most ttl from the first approved verdict.
-	Record(ctx context.Context, k PaymentKey, a Approval, ttl time.Duration) error
+	Record(ctx context.Context, k x402.PaymentKey, a Approval, ttl time.Duration) error
 	// Consume atomically removes and returns the unexpired approval for k. It returns
 	// ErrApprovalNotFound when there is none.
-	Consume(ctx context.Context, k PaymentKey) (Approval, error)
+	Consume(ctx context.Context, k x402.PaymentKey) (Approval, error)
 	// Claim atomically marks the authorization of k as being settled, for ttl. Exactly one
 	// of any number of concurrent claims succeeds; the others get ErrAlreadyClaimed.
-	Claim(ctx context.Context, k PaymentKey, ttl time.Duration) error
+	Claim(ctx context.Context, k x402.PaymentKey, ttl time.Duration) error
 	// Close releases the store's connections.
 	Close() error
 }
@@ -90,8 +61,8 @@ const (
 
 // Settlement is one row of the settlement journal.
 type Settlement struct {
-	AuthorizationKey string // PaymentKey.AuthorizationKey(); unique in the journal
-	PaymentKey       string // PaymentKey.String()
+	AuthorizationKey string // x402.PaymentKey.AuthorizationKey(); unique in the journal
+	PaymentKey       string // x402.PaymentKey.String()
 	Network          string
 	Asset            common.Address
 	Payer            common.Address

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
+
+	"github.com/x402gate/x402gate/x402"
 )
 
 // DefaultMemoryStoreSize is the number of approval records, and separately of settlement
@@ -90,7 +92,7 @@ var errMemoryStoreClosed = fmt.Errorf("%w: memory store closed", ErrStoreUnavail
 
 // Record stores a for k until ttl elapses. While an earlier approval for k is unexpired it
 // is kept as it is and Record succeeds, as RedisStore's SET NX does.
-func (s *MemoryStore) Record(ctx context.Context, k PaymentKey, a Approval, ttl time.Duration) error {
+func (s *MemoryStore) Record(ctx context.Context, k x402.PaymentKey, a Approval, ttl time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("record approval: %w", err)
 	}
@@ -112,7 +114,7 @@ func (s *MemoryStore) Record(ctx context.Context, k PaymentKey, a Approval, ttl 
 
 // Consume atomically removes and returns the unexpired approval for k (spec §4.2 /settle
 // rule 1). An expired record is removed too, and reported as ErrApprovalNotFound.
-func (s *MemoryStore) Consume(ctx context.Context, k PaymentKey) (Approval, error) {
+func (s *MemoryStore) Consume(ctx context.Context, k x402.PaymentKey) (Approval, error) {
 	if err := ctx.Err(); err != nil {
 		return Approval{}, fmt.Errorf("consume approval: %w", err)
 	}
@@ -135,7 +137,7 @@ func (s *MemoryStore) Consume(ctx context.Context, k PaymentKey) (Approval, erro
 
 // Claim atomically marks the authorization of k as being settled, for ttl. It returns
 // ErrAlreadyClaimed while an earlier claim is unexpired.
-func (s *MemoryStore) Claim(ctx context.Context, k PaymentKey, ttl time.Duration) error {
+func (s *MemoryStore) Claim(ctx context.Context, k x402.PaymentKey, ttl time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("claim authorization: %w", err)
 	}

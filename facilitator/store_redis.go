@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/x402gate/x402gate/x402"
 )
 
 // DefaultRedisKeyPrefix prefixes every key a RedisStore writes, unless WithKeyPrefix sets
@@ -98,9 +100,13 @@ func (s *RedisStore) fail(op string, err error) error {
 	return fmt.Errorf("redis %s: %w: %s", op, ErrStoreUnavailable, msg)
 }
 
-func (s *RedisStore) approvalKey(k PaymentKey) string { return s.prefix + "approval:" + k.String() }
+func (s *RedisStore) approvalKey(k x402.PaymentKey) string {
+	return s.prefix + "approval:" + k.String()
+}
 
-func (s *RedisStore) claimKey(k PaymentKey) string { return s.prefix + "claim:" + k.AuthorizationKey() }
+func (s *RedisStore) claimKey(k x402.PaymentKey) string {
+	return s.prefix + "claim:" + k.AuthorizationKey()
+}
 
 func checkRedisTTL(ttl time.Duration) error {
 	// PX takes whole milliseconds, and SET without PX never expires.
@@ -112,7 +118,7 @@ func checkRedisTTL(ttl time.Duration) error {
 
 // Record stores a for k until ttl elapses (SET NX PX). While an earlier approval for k is
 // unexpired it is kept as it is and Record succeeds.
-func (s *RedisStore) Record(ctx context.Context, k PaymentKey, a Approval, ttl time.Duration) error {
+func (s *RedisStore) Record(ctx context.Context, k x402.PaymentKey, a Approval, ttl time.Duration) error {
 	if err := checkRedisTTL(ttl); err != nil {
 		return fmt.Errorf("record approval: %w", err)
 	}
@@ -129,7 +135,7 @@ func (s *RedisStore) Record(ctx context.Context, k PaymentKey, a Approval, ttl t
 // Consume atomically removes and returns the unexpired approval for k with GETDEL (spec
 // §4.2 /settle rule 1). When the reply to a GETDEL is lost the approval is gone anyway:
 // the settle fails closed and the payer verifies again.
-func (s *RedisStore) Consume(ctx context.Context, k PaymentKey) (Approval, error) {
+func (s *RedisStore) Consume(ctx context.Context, k x402.PaymentKey) (Approval, error) {
 	b, err := s.client.GetDel(ctx, s.approvalKey(k)).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return Approval{}, ErrApprovalNotFound
@@ -148,7 +154,7 @@ func (s *RedisStore) Consume(ctx context.Context, k PaymentKey) (Approval, error
 // Claim atomically marks the authorization of k as being settled for ttl (SET NX PX). The
 // claim holds a random token, so a claim whose first reply was lost and whose SET was
 // retried by the client is still recognised as ours.
-func (s *RedisStore) Claim(ctx context.Context, k PaymentKey, ttl time.Duration) error {
+func (s *RedisStore) Claim(ctx context.Context, k x402.PaymentKey, ttl time.Duration) error {
 	if err := checkRedisTTL(ttl); err != nil {
 		return fmt.Errorf("claim authorization: %w", err)
 	}

@@ -15,13 +15,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/x402gate/x402gate/internal/testenv"
+	"github.com/x402gate/x402gate/x402"
 )
 
 // testPaymentKey returns a distinct, fully populated key for i.
-func testPaymentKey(i int) PaymentKey {
+func testPaymentKey(i int) x402.PaymentKey {
 	var nonce [32]byte
 	copy(nonce[:], fmt.Sprintf("nonce-%028d", i))
-	return PaymentKey{
+	return x402.PaymentKey{
 		Network: "eip155:84532",
 		Asset:   common.HexToAddress("0x036CbD53842c5426634e7929541eC2318f3dCF7e"),
 		Payer:   common.HexToAddress(fmt.Sprintf("0x%040x", 0xA11CE000+i)),
@@ -151,13 +152,13 @@ var approvalStoreCases = []struct {
 	}},
 	{"an approval matches only the exact payer, payee, amount, asset, network and nonce", func(t *testing.T, s ApprovalStore) {
 		ctx, base := context.Background(), testPaymentKey(5)
-		differ := map[string]func(k *PaymentKey){
-			"payer":   func(k *PaymentKey) { k.Payer[19] ^= 1 },
-			"payee":   func(k *PaymentKey) { k.PayTo[0] ^= 1 },
-			"amount":  func(k *PaymentKey) { k.Amount = new(big.Int).Add(k.Amount, big.NewInt(1)) },
-			"asset":   func(k *PaymentKey) { k.Asset[7] ^= 1 },
-			"network": func(k *PaymentKey) { k.Network = "eip155:8453" },
-			"nonce":   func(k *PaymentKey) { k.Nonce[31] ^= 1 },
+		differ := map[string]func(k *x402.PaymentKey){
+			"payer":   func(k *x402.PaymentKey) { k.Payer[19] ^= 1 },
+			"payee":   func(k *x402.PaymentKey) { k.PayTo[0] ^= 1 },
+			"amount":  func(k *x402.PaymentKey) { k.Amount = new(big.Int).Add(k.Amount, big.NewInt(1)) },
+			"asset":   func(k *x402.PaymentKey) { k.Asset[7] ^= 1 },
+			"network": func(k *x402.PaymentKey) { k.Network = "eip155:8453" },
+			"nonce":   func(k *x402.PaymentKey) { k.Nonce[31] ^= 1 },
 		}
 		if err := s.Record(ctx, base, testApproval("exact"), time.Minute); err != nil {
 			t.Fatal(err)
@@ -468,7 +469,7 @@ func BenchmarkRedisStoreRecordConsume(b *testing.B) {
 func benchmarkStore(b *testing.B, s ApprovalStore) {
 	defer s.Close()
 	ctx, a := context.Background(), testApproval("bench")
-	keys := make([]PaymentKey, 1024)
+	keys := make([]x402.PaymentKey, 1024)
 	for i := range keys {
 		keys[i] = testPaymentKey(i)
 	}

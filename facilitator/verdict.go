@@ -60,7 +60,7 @@ const claimMargin = 5 * time.Minute
 const maxClaimTTL = time.Hour
 
 // verdictApplies reports whether GUARDIAN_MODE asks for a verdict on this /verify.
-func (e *Engine) verdictApplies(in VerifyInput) bool {
+func (e *Engine) verdictApplies(in x402.VerifyInput) bool {
 	switch e.cfg.GuardianMode {
 	case GuardianRequired:
 		return true
@@ -72,7 +72,7 @@ func (e *Engine) verdictApplies(in VerifyInput) bool {
 
 // markerKey is the store key of the "sent to the verdict service" marker of k. It lives
 // beside k's settlement claim but can never collide with it (distinct network prefix).
-func markerKey(k PaymentKey) PaymentKey {
+func markerKey(k x402.PaymentKey) x402.PaymentKey {
 	k.Network = "verdict-marker:" + k.Network
 	return k
 }
@@ -96,7 +96,7 @@ func untilValidBefore(a x402.Authorization, now time.Time, margin time.Duration)
 // the verdict, settles the fee on a terminal verdict, and records an approval for the
 // exact payment when the verdict is approved and any fee was paid. Anything else fails
 // closed with ReasonVerdictNotApproved.
-func (e *Engine) verdictCheck(ctx context.Context, c *checked, in VerifyInput, resp x402.VerifyResponse) x402.VerifyResponse {
+func (e *Engine) verdictCheck(ctx context.Context, c *checked, in x402.VerifyInput, resp x402.VerifyResponse) x402.VerifyResponse {
 	p := c.p
 	v := versionOf(p)
 	deny := func(r x402.Reason, msg string) x402.VerifyResponse {

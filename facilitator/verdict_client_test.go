@@ -165,7 +165,7 @@ func TestVerdictClientDrivesTheEngine(t *testing.T) {
 			e := env.engine(t, cfg)
 
 			p, r := env.pay(t, tc.version, payer, payee.Address)
-			ver, err := e.Verify(context.Background(), VerifyInput{Payment: p, Requirements: r})
+			ver, err := e.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r})
 			if err != nil {
 				t.Fatalf("Verify: %v", err)
 			}

@@ -20,7 +20,7 @@ func TestGuardianOffNeverAsksForAVerdict(t *testing.T) {
 	p, r := env.pay(t, x402.Version2, env.chain.Accounts[1], env.chain.Accounts[2].Address)
 	fee := env.requirements(env.chain.Accounts[7].Address, big.NewInt(1_000))
 
-	ver, err := e.Verify(context.Background(), VerifyInput{Payment: p, Requirements: r, VerificationRequirements: fee})
+	ver, err := e.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r, VerificationRequirements: fee})
 	if err != nil || !ver.IsValid || ver.GuardianStatus != "" || ver.FeeTxHash != "" {
 		t.Fatalf("verify = %+v, %v; want valid without verdict or fee", ver, err)
 	}
@@ -62,7 +62,7 @@ func TestGuardianRequiredSettlesOnlyApprovedPayments(t *testing.T) {
 			e := env.engine(t, c)
 			defer e.Close()
 			p, r := env.pay(t, x402.Version1, payer, payee.Address)
-			ver, err := e.Verify(context.Background(), VerifyInput{Payment: p, Requirements: r})
+			ver, err := e.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r})
 			if err != nil {
 				t.Fatalf("Verify: %v", err)
 			}
@@ -105,7 +105,7 @@ func TestGuardianRequiredApprovalIsConsumedEvenWhenSettlementFails(t *testing.T)
 	e := env.engine(t, cfg)
 	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
 	p, r := env.pay(t, x402.Version2, payer, payee.Address)
-	if ver, err := e.Verify(context.Background(), VerifyInput{Payment: p, Requirements: r}); err != nil || !ver.IsValid {
+	if ver, err := e.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r}); err != nil || !ver.IsValid {
 		t.Fatalf("verify = %+v, %v", ver, err)
 	}
 	// The payer cancels the authorization between verify and settle (sent by account 9).
@@ -118,7 +118,7 @@ func TestGuardianRequiredApprovalIsConsumedEvenWhenSettlementFails(t *testing.T)
 		t.Fatalf("settle = %+v, %v; want nonce used", res, err)
 	}
 	// spec §3: the approval is consumed even if the merchant settlement then fails.
-	if _, err := cfg.Store.Consume(context.Background(), keyOf(p, r)); !errors.Is(err, ErrApprovalNotFound) {
+	if _, err := cfg.Store.Consume(context.Background(), x402.KeyOf(p, r)); !errors.Is(err, ErrApprovalNotFound) {
 		t.Errorf("approval still present after a failed settle: %v", err)
 	}
 }
@@ -142,10 +142,10 @@ func TestApprovalNeverOutlivesTheAuthorization(t *testing.T) {
 			a := env.authorization(t, payer.Address, payee.Address, testAmount)
 			a.ValidBefore = big.NewInt(env.now.Unix() + tc.validBefore)
 			p := env.payment(x402.Version2, a, env.sign(t, payer.Key, a), r)
-			if ver, err := e.Verify(context.Background(), VerifyInput{Payment: p, Requirements: r}); err != nil || !ver.IsValid {
+			if ver, err := e.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r}); err != nil || !ver.IsValid {
 				t.Fatalf("verify = %+v, %v", ver, err)
 			}
-			got, err := cfg.Store.Consume(context.Background(), keyOf(p, r))
+			got, err := cfg.Store.Consume(context.Background(), x402.KeyOf(p, r))
 			if err != nil {
 				t.Fatalf("consume: %v", err)
 			}
@@ -201,7 +201,7 @@ func TestGuardianOptional(t *testing.T) {
 			env, e, fee := optionalEnv(t, tc.verdict)
 			payer, payee, feePayee := env.chain.Accounts[1], env.chain.Accounts[2], env.chain.Accounts[7]
 			p, r := env.pay(t, x402.Version2, payer, payee.Address)
-			in := VerifyInput{Payment: p, Requirements: r}
+			in := x402.VerifyInput{Payment: p, Requirements: r}
 			if tc.askVerdict {
 				in.VerificationRequirements = fee
 			}

@@ -38,7 +38,7 @@ type checked struct {
 	sig   []byte      // the signature the token checks: the inner one of an ERC-6492 wrapper
 	wrap  *erc6492    // set while the signer is an ERC-6492 wallet that is not deployed yet
 	eoa   bool        // ecrecover(hash, sig) == from
-	key   PaymentKey
+	key   x402.PaymentKey
 }
 
 // payer is the payment's from address, or "" when the payment did not parse that far.
@@ -55,19 +55,6 @@ func versionOf(p *x402.Payment) int {
 		return x402.Version1
 	}
 	return x402.Version2
-}
-
-// keyOf is the PaymentKey of p paying r: the spec's exact payer, payee, amount, asset,
-// network and signed nonce (spec §3 gateway approval record).
-func keyOf(p *x402.Payment, r *x402.Requirements) PaymentKey {
-	return PaymentKey{
-		Network: p.Network,
-		Asset:   r.Asset,
-		Payer:   p.Authorization.From,
-		PayTo:   p.Authorization.To,
-		Amount:  p.Authorization.Value,
-		Nonce:   p.Authorization.Nonce,
-	}
 }
 
 // checkStatic runs, in order, every check that needs no RPC: the pins of network, asset
@@ -133,7 +120,7 @@ func (e *Engine) checkStatic(p *x402.Payment, r *x402.Requirements, now time.Tim
 	if err != nil {
 		return nil, fail(x402.ReasonInvalidPayload, "authorization does not hash: %v", err)
 	}
-	ck := &checked{chain: c, p: p, r: r, auth: a, hash: hash, sig: p.Signature, key: keyOf(p, r)}
+	ck := &checked{chain: c, p: p, r: r, auth: a, hash: hash, sig: p.Signature, key: x402.KeyOf(p, r)}
 	w, wrapped, err := parseERC6492(e.abi, p.Signature)
 	if err != nil {
 		return nil, fail(x402.ReasonInvalidSignature, "malformed ERC-6492 signature")
@@ -347,7 +334,7 @@ func invalid(p *x402.Payment, f *failure) x402.VerifyResponse {
 // Logical failures come back as IsValid false with a reason in the payment's x402
 // version; the RPC endpoint being down is ReasonChainUnavailable. The error return is
 // reserved for failures that are not the payment's fault.
-func (e *Engine) Verify(ctx context.Context, in VerifyInput) (x402.VerifyResponse, error) {
+func (e *Engine) Verify(ctx context.Context, in x402.VerifyInput) (x402.VerifyResponse, error) {
 	c, f := e.verifyPayment(ctx, in.Payment, in.Requirements)
 	if f != nil {
 		e.log.Debug("verify refused", zap.String("payer", payerOf(in.Payment)), zap.String("reason", string(f.reason)))

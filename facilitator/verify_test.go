@@ -24,7 +24,7 @@ func TestVerifyAcceptsValidPayment(t *testing.T) {
 	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
 	for _, version := range []int{x402.Version1, x402.Version2} {
 		p, r := env.pay(t, version, payer, payee.Address)
-		got, err := e.Verify(context.Background(), VerifyInput{Payment: p, Requirements: r})
+		got, err := e.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r})
 		if err != nil {
 			t.Fatalf("v%d: %v", version, err)
 		}
@@ -201,7 +201,7 @@ func TestVerifyRefusesWithExactReason(t *testing.T) {
 			}
 			t.Run(c.name+"/v"+big.NewInt(int64(version)).String(), func(t *testing.T) {
 				p, r := c.build(t, version)
-				got, err := e.Verify(context.Background(), VerifyInput{Payment: p, Requirements: r})
+				got, err := e.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r})
 				if err != nil {
 					t.Fatalf("Verify: %v", err)
 				}
@@ -230,14 +230,14 @@ func TestVerifyContractWalletByERC1271(t *testing.T) {
 	r := env.requirements(payee.Address, testAmount)
 	a := env.authorization(t, wallet.Address, payee.Address, testAmount)
 	p := env.payment(x402.Version2, a, env.sign(t, owner.Key, a), r)
-	got, err := e.Verify(context.Background(), VerifyInput{Payment: p, Requirements: r})
+	got, err := e.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r})
 	if err != nil || !got.IsValid {
 		t.Fatalf("verify of the wallet's payment = %+v, %v; want valid", got, err)
 	}
 
 	stranger := env.chain.Accounts[6]
 	bad := env.payment(x402.Version2, a, env.sign(t, stranger.Key, a), r)
-	got, err = e.Verify(context.Background(), VerifyInput{Payment: bad, Requirements: r})
+	got, err = e.Verify(context.Background(), x402.VerifyInput{Payment: bad, Requirements: r})
 	if err != nil || got.IsValid || got.InvalidReason != x402.ReasonInvalidSignature.V2() {
 		t.Fatalf("verify signed by a stranger = %+v, %v; want %s", got, err, x402.ReasonInvalidSignature)
 	}
@@ -268,7 +268,7 @@ func TestVerifyWithRPCDownIsClearAndHidesURL(t *testing.T) {
 		r *x402.Requirements
 	}{{p1, r1}, {p2, r2}} {
 		v := tc.p.Version
-		got, err := e.Verify(context.Background(), VerifyInput{Payment: tc.p, Requirements: tc.r})
+		got, err := e.Verify(context.Background(), x402.VerifyInput{Payment: tc.p, Requirements: tc.r})
 		if err != nil {
 			t.Fatalf("v%d Verify: %v", v, err)
 		}
@@ -291,7 +291,7 @@ func TestVerifyWithRPCDownIsClearAndHidesURL(t *testing.T) {
 				t.Errorf("%q carries the RPC endpoint", s)
 			}
 		}
-		if _, err := cfg.Journal.Get(context.Background(), keyOf(tc.p, tc.r).AuthorizationKey()); !errors.Is(err, ErrSettlementNotFound) {
+		if _, err := cfg.Journal.Get(context.Background(), x402.KeyOf(tc.p, tc.r).AuthorizationKey()); !errors.Is(err, ErrSettlementNotFound) {
 			t.Errorf("v%d: a settlement was journaled with the chain down: %v", v, err)
 		}
 	}
@@ -363,7 +363,7 @@ func TestVerifyAccountWithCodeIsAskedLikeTheTokenAsks(t *testing.T) {
 		own := env.payment(version, a, env.sign(t, account.Key, a), r)
 		nonce := env.pendingNonce(t, signer)
 		want := x402.ReasonInvalidSignature.For(version)
-		ver, err := e.Verify(context.Background(), VerifyInput{Payment: own, Requirements: r})
+		ver, err := e.Verify(context.Background(), x402.VerifyInput{Payment: own, Requirements: r})
 		if err != nil || ver.IsValid || ver.InvalidReason != want {
 			t.Errorf("v%d: verify of the account's own ECDSA signature = %+v, %v; want %s", version, ver, err, want)
 		}
@@ -373,7 +373,7 @@ func TestVerifyAccountWithCodeIsAskedLikeTheTokenAsks(t *testing.T) {
 		}
 
 		delegated := env.payment(version, a, env.sign(t, delegateOwner.Key, a), r)
-		ver, err = e.Verify(context.Background(), VerifyInput{Payment: delegated, Requirements: r})
+		ver, err = e.Verify(context.Background(), x402.VerifyInput{Payment: delegated, Requirements: r})
 		if err != nil || !ver.IsValid {
 			t.Fatalf("v%d: verify of the code's accepted signature = %+v, %v; want valid", version, ver, err)
 		}

@@ -11,7 +11,6 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 	"go.uber.org/zap"
 
-	"github.com/x402gate/x402gate/facilitator"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -57,12 +56,6 @@ type Config struct {
 	// MaxTimeoutSeconds is the validity a client gives its authorization. Default
 	// DefaultMaxTimeoutSeconds.
 	MaxTimeoutSeconds int `json:"maxTimeoutSeconds,omitempty"`
-	// FacilitatorURL is a remote facilitator, used when Options.Facilitator is nil.
-	// Default: empty; then Options.Facilitator is required.
-	FacilitatorURL string `json:"facilitatorUrl,omitempty"`
-	// FacilitatorKey is sent as x-facilitator-key to FacilitatorURL. It is a secret: it is
-	// never logged or put in an error. Default: empty.
-	FacilitatorKey string `json:"facilitatorKey,omitempty"`
 	// Guardian is the verdict-service setting: nil is the spec's "off".
 	Guardian *GuardianConfig `json:"guardian,omitempty"`
 	// Retry lets a paid request whose upstream failed be presented again.
@@ -139,8 +132,8 @@ type PricingFunc func(ctx context.Context, merchant *x402.Requirements) (*x402.R
 
 // Options are the gate's dependencies.
 type Options struct {
-	// Facilitator verifies and settles. Default: a facilitator.Client for
-	// Config.FacilitatorURL; one of the two is required.
+	// Facilitator verifies and settles: the in-process engine, or a remote facilitator's
+	// client (facilitator/httpapi). Required.
 	Facilitator Facilitator
 	// Registry resolves Config.Network and decodes payment headers. It must be the
 	// facilitator's, so a locally configured chain resolves. Default: the built-in networks.
@@ -148,7 +141,7 @@ type Options struct {
 	// Pricing fetches the verification fee. Required when Guardian.Fee is set.
 	Pricing PricingFunc
 	// RetryStore keeps retry credits. Default: an in-process MemoryRetryStore. Several
-	// instances behind one load balancer need a shared RedisRetryStore.
+	// instances behind one load balancer need a shared store (gate/redisretry).
 	RetryStore RetryStore
 	// ErrorStatus maps an error returned by the next handler to the status it stands
 	// for; a status >= 500 counts as an upstream failure. Default: every error is 502.
@@ -163,6 +156,35 @@ type Options struct {
 	// the upstream runs, e.g. to count challenges. It must not modify the result.
 	// Default nil.
 	OnResult func(*Result)
+	// OnVerify, when set, is called after every facilitator verification, e.g. to count
+	// them. It runs on the request's goroutine and must not block. Default nil.
+	OnVerify func(VerifyEvent)
+	// OnSettle, when set, is called after every facilitator settlement, e.g. to count and
+	// time them. It runs on the request's goroutine and must not block. Default nil.
+	OnSettle func(SettleEvent)
+}
+
+// VerifyEvent is one facilitator verification, as Options.OnVerify sees it.
+type VerifyEvent struct {
+	// Requirements is what the payment was verified against; it comes from the route's
+	// configuration, never from the request.
+	Requirements *x402.Requirements
+	// Response is the facilitator's answer; Err is set when it gave none.
+	Response x402.VerifyResponse
+	Err      error
+	// Duration is the time of the call.
+	Duration time.Duration
+}
+
+// SettleEvent is one facilitator settlement, as Options.OnSettle sees it.
+type SettleEvent struct {
+	// Requirements is what the payment settled against.
+	Requirements *x402.Requirements
+	// Response is the facilitator's answer; Err is set when it gave none.
+	Response x402.SettleResponse
+	Err      error
+	// Duration is the time of the call, receipt wait included.
+	Duration time.Duration
 }
 
 // route is a checked Config: the parts of every requirement that do not change per
@@ -286,25 +308,4 @@ func parseAddress(s string) (common.Address, error) {
 		return common.Address{}, errors.New("the zero address cannot be paid")
 	}
 	return a, nil
-}
-
-// newFacilitator picks the facilitator: the one given, or a remote client.
-func newFacilitator(cfg Config, opts Options, reg *x402.Registry) (Facilitator, error) {
-	if opts.Facilitator != nil {
-		return opts.Facilitator, nil
-	}
-	if cfg.FacilitatorURL == "" {
-		return nil, errors.New("gate config: facilitatorUrl or Options.Facilitator is required")
-	}
-	c, err := facilitator.NewClient(facilitator.ClientConfig{
-		URL:           cfg.FacilitatorURL,
-		APIKey:        cfg.FacilitatorKey,
-		Timeout:       cfg.VerifyTimeout,
-		SettleTimeout: cfg.SettleTimeout,
-		Registry:      reg,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("gate config: %w", err)
-	}
-	return c, nil
 }

@@ -4,19 +4,23 @@ import (
 	"log"
 	"net/http"
 
+	"github.com/x402gate/x402gate/facilitator"
 	"github.com/x402gate/x402gate/gate"
 )
 
 // A plain net/http server that charges 0.01 USDC per request under /api/, settled by a
 // remote facilitator before the handler runs.
 func ExampleGate_Middleware() {
+	f, err := facilitator.NewClient(facilitator.ClientConfig{URL: "https://facilitator.example.com"})
+	if err != nil {
+		log.Fatal(err)
+	}
 	g, err := gate.New(gate.Config{
-		Network:        "base-sepolia",
-		PayTo:          "0x209693Bc6afc0C5328bA36FaF03C514EF312287C",
-		Price:          "0.01 USDC",
-		Resource:       gate.ResourceConfig{Description: "premium data", MimeType: "application/json"},
-		FacilitatorURL: "https://facilitator.example.com",
-	}, gate.Options{})
+		Network:  "base-sepolia",
+		PayTo:    "0x209693Bc6afc0C5328bA36FaF03C514EF312287C",
+		Price:    "0.01 USDC",
+		Resource: gate.ResourceConfig{Description: "premium data", MimeType: "application/json"},
+	}, gate.Options{Facilitator: f})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -219,8 +219,7 @@ func TestRemoteFacilitator(t *testing.T) {
 	api := httptest.NewServer(facilitator.NewHandler(env.engine, facilitator.HandlerOptions{APIKey: key, Registry: env.reg}))
 	defer api.Close()
 	cfg := env.config()
-	cfg.FacilitatorURL, cfg.FacilitatorKey = api.URL, key
-	g, err := New(cfg, Options{Registry: env.reg})
+	g, err := New(cfg, Options{Facilitator: remote(t, api.URL, key, env.reg), Registry: env.reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,8 +248,7 @@ func TestRemoteFacilitator(t *testing.T) {
 		}
 	}
 
-	cfg.FacilitatorKey = "wrong-key"
-	bad, err := New(cfg, Options{Registry: env.reg})
+	bad, err := New(cfg, Options{Facilitator: remote(t, api.URL, "wrong-key", env.reg), Registry: env.reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,9 +273,8 @@ func TestLogsCarryNoSecrets(t *testing.T) {
 	defer api.Close()
 	core, logs := observer.New(zapcore.DebugLevel)
 	cfg := env.config()
-	cfg.FacilitatorURL, cfg.FacilitatorKey = api.URL, key
 	up := &upstream{script: []int{500}}
-	g, err := New(cfg, Options{Registry: env.reg, Logger: zap.New(core)})
+	g, err := New(cfg, Options{Facilitator: remote(t, api.URL, key, env.reg), Registry: env.reg, Logger: zap.New(core)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,15 +295,15 @@ func TestLogsCarryNoSecrets(t *testing.T) {
 	bad, badValue := env.sign(t, x402.Version1, env.payer, c, tamper{after: func(sig []byte, _ *x402.AuthorizationJSON, _ *x402.RequirementsV2) { sig[5] ^= 1 }})
 	present(t, url, bad, badValue)
 	secrets = append(secrets, badValue)
-	cfg.FacilitatorKey = "wrong-" + key
-	wrong, err := New(cfg, Options{Registry: env.reg, Logger: zap.New(core)})
+	wrongKey := "wrong-" + key
+	wrong, err := New(cfg, Options{Facilitator: remote(t, api.URL, wrongKey, env.reg), Registry: env.reg, Logger: zap.New(core)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	wsrv := serve(t, wrong, up)
 	_, v3 := env.sign(t, x402.Version2, env.payer, c, tamper{})
 	present(t, wsrv.URL+"/r", name, v3)
-	secrets = append(secrets, v3, cfg.FacilitatorKey)
+	secrets = append(secrets, v3, wrongKey)
 
 	var settled bool
 	for _, e := range logs.All() {
@@ -327,4 +324,14 @@ func TestLogsCarryNoSecrets(t *testing.T) {
 	if !settled {
 		t.Errorf("no settlement log with payer and tx among %d entries", logs.Len())
 	}
+}
+
+// remote is a facilitator client of the facilitator API at url.
+func remote(t *testing.T, url, key string, reg *x402.Registry) *facilitator.Client {
+	t.Helper()
+	c, err := facilitator.NewClient(facilitator.ClientConfig{URL: url, APIKey: key, Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

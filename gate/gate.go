@@ -20,17 +20,24 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/x402gate/x402gate/facilitator"
 	"github.com/x402gate/x402gate/x402"
 )
 
-// Facilitator verifies and settles payments. The in-process *facilitator.Engine and the
-// remote *facilitator.Client both satisfy it. Logical failures come back in the response
-// (IsValid / Success false); an error means the outcome is exceptional or unknown.
+// Facilitator verifies and settles payments (docs/gate.md#facilitator). The in-process
+// *facilitator.Engine and the remote httpapi client both satisfy it. Logical failures come
+// back in the response (IsValid / Success false); an error means the outcome is
+// exceptional or unknown.
 type Facilitator interface {
-	Verify(ctx context.Context, in facilitator.VerifyInput) (x402.VerifyResponse, error)
+	Verify(ctx context.Context, in x402.VerifyInput) (x402.VerifyResponse, error)
 	Settle(ctx context.Context, p *x402.Payment, r *x402.Requirements) (x402.SettleResponse, error)
 	Supported(ctx context.Context) (x402.SupportedResponse, error)
+	// SettlementStatus reports, without broadcasting anything, the outcome of a
+	// settlement the facilitator left unknown: Success true with the transaction hash
+	// when it was settled, Success false with settlement_pending while it is still
+	// unknown, any other reason when it failed. A facilitator that cannot tell (a remote
+	// one: the facilitator API has no such route) returns an error wrapping
+	// errors.ErrUnsupported, and the gate then grants no pending credits.
+	SettlementStatus(ctx context.Context, p *x402.Payment, r *x402.Requirements) (x402.SettleResponse, error)
 }
 
 // HeaderVerificationPayment carries the client's EIP-3009 authorization of the
@@ -62,6 +69,8 @@ type Gate struct {
 	retries     RetryStore
 	errStatus   func(error) int
 	onResult    func(*Result)
+	onVerify    func(VerifyEvent)
+	onSettle    func(SettleEvent)
 	log         *zap.Logger
 	now         func() time.Time
 	verifyTO    time.Duration
@@ -70,8 +79,8 @@ type Gate struct {
 	defaultBody []byte // v1 error string of an unpaid 402
 }
 
-// New checks cfg and returns a Gate. The facilitator is opts.Facilitator, or a remote
-// client of cfg.FacilitatorURL. Errors never carry cfg.FacilitatorKey.
+// New checks cfg and returns a Gate that verifies and settles through
+// opts.Facilitator.
 func New(cfg Config, opts Options) (*Gate, error) {
 	reg := opts.Registry
 	if reg == nil {
@@ -84,13 +93,13 @@ func New(cfg Config, opts Options) (*Gate, error) {
 	if rt.guardian != nil && rt.guardian.Fee && opts.Pricing == nil {
 		return nil, errors.New("gate config: guardian.fee needs a pricing function (Options.Pricing)")
 	}
-	f, err := newFacilitator(cfg, opts, reg)
-	if err != nil {
-		return nil, err
+	f := opts.Facilitator
+	if f == nil {
+		return nil, errors.New("gate: Options.Facilitator is required")
 	}
 	g := &Gate{
 		rt: rt, reg: reg, f: f, pricing: opts.Pricing, retries: opts.RetryStore,
-		errStatus: opts.ErrorStatus, onResult: opts.OnResult, log: opts.Logger, now: opts.Now,
+		errStatus: opts.ErrorStatus, onResult: opts.OnResult, onVerify: opts.OnVerify, onSettle: opts.OnSettle, log: opts.Logger, now: opts.Now,
 		verifyTO: cfg.VerifyTimeout, settleTO: cfg.SettleTimeout, pricingTO: cfg.PricingTimeout,
 	}
 	if g.retries == nil && rt.retryMax > 0 {
@@ -276,13 +285,17 @@ func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header
 	if err := req.Matches(p); err != nil {
 		return g.rejected(req, p, x402.ReasonOf(err), err.Error(), nil, nil)
 	}
-	vin := facilitator.VerifyInput{Payment: p, Requirements: req}
+	vin := x402.VerifyInput{Payment: p, Requirements: req}
 	if r := g.guardianInput(ctx, in, req, header, p, &vin); r != nil {
 		return r
 	}
 	vctx, cancel := context.WithTimeout(ctx, g.verifyTO)
+	start := time.Now()
 	vr, err := g.f.Verify(vctx, vin)
 	cancel()
+	if g.onVerify != nil {
+		g.onVerify(VerifyEvent{Requirements: req, Response: vr, Err: err, Duration: time.Since(start)})
+	}
 	if err != nil {
 		g.log.Warn("x402 verify failed", zap.String("payer", payer), zap.Error(err))
 		return g.errorResult(req, p.Version, http.StatusBadGateway, ReasonFacilitatorUnavailable, "the facilitator could not verify the payment")
@@ -310,8 +323,12 @@ func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header
 	// Settlement is not abandoned when the client goes away: a half-done settle is the
 	// uncertain case spec §4.2 /settle rule 3 warns about. Only SettleTimeout bounds it.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.settleTO)
+	start = time.Now()
 	sr, err := g.f.Settle(sctx, p, req)
 	cancel()
+	if g.onSettle != nil {
+		g.onSettle(SettleEvent{Requirements: req, Response: sr, Err: err, Duration: time.Since(start)})
+	}
 	s := g.settlement(req, p, sr)
 	switch {
 	case err != nil:
@@ -348,7 +365,7 @@ func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header
 
 // guardianInput adds the verification fee to a /verify call according to
 // guardian.advertise. It returns a result when the request must stop here.
-func (g *Gate) guardianInput(ctx context.Context, in Input, req *x402.Requirements, header string, p *x402.Payment, vin *facilitator.VerifyInput) *Result {
+func (g *Gate) guardianInput(ctx context.Context, in Input, req *x402.Requirements, header string, p *x402.Payment, vin *x402.VerifyInput) *Result {
 	gc := g.rt.guardian
 	if gc == nil || !gc.Fee {
 		return nil

@@ -5,12 +5,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"time"
 
 	"go.uber.org/zap"
 
-	"github.com/x402gate/x402gate/facilitator"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -18,32 +18,21 @@ import (
 // settlement_pending, or the settle call failed after a broadcast), the gate answers 502,
 // but the transfer may still be mined: re-sending the same payment header would then be
 // refused (nonce already used) and the payer would have paid for nothing. So, when the
-// facilitator can report a settlement's outcome later (SettlementChecker) and a RetryStore
+// facilitator can report a settlement's outcome later (Facilitator.SettlementStatus) and a RetryStore
 // is configured, the 502 carries a fresh retry token (X-PAYMENT-RETRY) bound to one
 // "pending" credit of the payment. The same payment header with that token is let through
 // once the facilitator reports the settlement confirmed; while it is still pending it gets
 // 502 again and keeps its credit; when the settlement failed (reverted, dropped, or the
 // payer cancelled the authorization) it gets 402 and the credit is revoked.
 
-// SettlementChecker is a Facilitator that reports, without broadcasting anything, the
-// outcome of a settlement it left unknown. The in-process *facilitator.Engine satisfies
-// it. Success true with the transaction hash means the payment was settled; Success false
-// with settlement_pending means it is still unknown; any other reason, that it failed.
-type SettlementChecker interface {
-	SettlementStatus(ctx context.Context, p *x402.Payment, r *x402.Requirements) (x402.SettleResponse, error)
-}
-
-var _ SettlementChecker = (*facilitator.Engine)(nil)
-
-// checker returns the facilitator as a SettlementChecker. A wrapper that implements
-// SettlementStatus for any facilitator it wraps says with SupportsSettlementStatus whether
-// the wrapped one can answer it.
-func (g *Gate) checker() (SettlementChecker, bool) {
-	c, ok := g.f.(SettlementChecker)
-	if s, wraps := g.f.(interface{ SupportsSettlementStatus() bool }); ok && wraps && !s.SupportsSettlementStatus() {
-		return nil, false
-	}
-	return c, ok
+// canReportStatus asks the facilitator for the settlement's status once, and reports
+// whether it can answer such a question at all: a pending credit is worth granting only
+// when its redemption can learn the outcome.
+func (g *Gate) canReportStatus(ctx context.Context, req *x402.Requirements, p *x402.Payment) bool {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.settleTO)
+	defer cancel()
+	_, err := g.f.SettlementStatus(sctx, p, req)
+	return !errors.Is(err, errors.ErrUnsupported)
 }
 
 // creditPending marks the credit of a settlement whose outcome was unknown.
@@ -67,7 +56,7 @@ func pendingKey(req *x402.Requirements, p *x402.Payment) string {
 // credit and its retry token, when the facilitator can check the settlement later and a
 // RetryStore is configured. It returns res.
 func (g *Gate) grantPending(ctx context.Context, req *x402.Requirements, p *x402.Payment, res *Result) *Result {
-	if _, ok := g.checker(); !ok || g.retries == nil || res.Settlement == nil {
+	if g.retries == nil || res.Settlement == nil || !g.canReportStatus(ctx, req, p) {
 		return res
 	}
 	ttl := g.remaining(p) + g.rt.grace
@@ -104,8 +93,7 @@ func (g *Gate) grantPending(ctx context.Context, req *x402.Requirements, p *x402
 // when it failed (revoking it). It returns nil when there is no pending credit for this
 // payment and token.
 func (g *Gate) usePending(ctx context.Context, req *x402.Requirements, p *x402.Payment, hash []byte) *Result {
-	checker, ok := g.checker()
-	if !ok || g.retries == nil {
+	if g.retries == nil {
 		return nil
 	}
 	key := pendingKey(req, p)
@@ -124,7 +112,7 @@ func (g *Gate) usePending(ctx context.Context, req *x402.Requirements, p *x402.P
 	}
 	payer := p.Authorization.From.Hex()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.settleTO)
-	sr, err := checker.SettlementStatus(sctx, p, req)
+	sr, err := g.f.SettlementStatus(sctx, p, req)
 	cancel()
 	s := g.settlement(req, p, sr)
 	if s.Transaction == "" {

@@ -3,6 +3,7 @@ package gate
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -107,12 +108,15 @@ func TestSettlementPendingThenUpstreamFails(t *testing.T) {
 	env.expectMoved(t, env.payer.Address, before, 1)
 }
 
-// TestSettlementPendingWithoutChecker: a facilitator that cannot report a settlement's
-// status (the remote client) earns no retry token: the 502 stands as before.
-func TestSettlementPendingWithoutChecker(t *testing.T) {
+// TestSettlementPendingRemoteFacilitator: a facilitator that cannot report a
+// settlement's status (the remote client: the facilitator API has no status route) earns
+// no retry token: the 502 stands as before.
+func TestSettlementPendingRemoteFacilitator(t *testing.T) {
 	env := newTestEnvWith(t, func(c *facilitator.Config) { c.ReceiptTimeout = time.Second })
+	api := httptest.NewServer(facilitator.NewHandler(env.engine, facilitator.HandlerOptions{Registry: env.reg}))
+	defer api.Close()
 	up := &upstream{}
-	srv := serve(t, env.gate(t, env.config(), Options{Facilitator: noChecker{env.engine}}), up)
+	srv := serve(t, env.gate(t, env.config(), Options{Facilitator: remote(t, api.URL, "", env.reg)}), up)
 	url := srv.URL + "/r"
 	name, value := env.sign(t, x402.Version2, env.payer, fetchChallenge(t, url), tamper{})
 	env.chain.SetAutomine(t, false)
@@ -124,19 +128,4 @@ func TestSettlementPendingWithoutChecker(t *testing.T) {
 	if up.calls.Load() != 0 {
 		t.Error("the upstream ran")
 	}
-}
-
-// noChecker hides the engine's SettlementStatus, as a facilitator without it.
-type noChecker struct{ e *facilitator.Engine }
-
-func (n noChecker) Verify(ctx context.Context, in facilitator.VerifyInput) (x402.VerifyResponse, error) {
-	return n.e.Verify(ctx, in)
-}
-
-func (n noChecker) Settle(ctx context.Context, p *x402.Payment, r *x402.Requirements) (x402.SettleResponse, error) {
-	return n.e.Settle(ctx, p, r)
-}
-
-func (n noChecker) Supported(ctx context.Context) (x402.SupportedResponse, error) {
-	return n.e.Supported(ctx)
 }

@@ -16,7 +16,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/x402gate/x402gate/facilitator"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -69,10 +68,10 @@ type RetryStore interface {
 }
 
 // retryKey identifies one payment of one resource: the exact payer, payee, amount, asset,
-// network and nonce (facilitator.PaymentKey) and the resource URL, hashed so a long URL
+// network and nonce (x402.PaymentKey) and the resource URL, hashed so a long URL
 // makes no long key.
 func retryKey(req *x402.Requirements, p *x402.Payment) string {
-	k := facilitator.PaymentKey{
+	k := x402.PaymentKey{
 		Network: req.Network, Asset: req.Asset, Payer: p.Authorization.From,
 		PayTo: req.PayTo, Amount: req.Amount, Nonce: p.Authorization.Nonce,
 	}

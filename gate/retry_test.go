@@ -21,6 +21,7 @@ import (
 	"github.com/ethereum/go-ethereum/common/hexutil"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/x402gate/x402gate/gate/redisretry"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -446,17 +447,17 @@ func TestRetryIsPerResource(t *testing.T) {
 	}
 }
 
-// TestRetrySharedThroughRedis: two Gate instances share a RedisRetryStore; a payment whose
+// TestRetrySharedThroughRedis: two Gate instances share a redisretry.Store; a payment whose
 // upstream failed behind one is retried with its token behind the other, without a second
 // transfer, and the N credits are counted across both. A presentation without the token,
 // or with a wrong one, behind either instance takes nothing.
 func TestRetrySharedThroughRedis(t *testing.T) {
 	env := newTestEnv(t)
 	url := testenv.StartRedis(t)
-	newStore := func() *RedisRetryStore {
-		s, err := OpenRedisRetryStore(t.Context(), url, "")
+	newStore := func() *redisretry.Store {
+		s, err := redisretry.Open(t.Context(), url, "")
 		if err != nil {
-			t.Fatalf("OpenRedisRetryStore: %v", err)
+			t.Fatalf("redisretry.Open: %v", err)
 		}
 		t.Cleanup(func() { _ = s.Close() })
 		return s
@@ -547,7 +548,7 @@ func TestRetrySharedThroughRedis(t *testing.T) {
 func TestRetryStoreDownFailsClosed(t *testing.T) {
 	env := newTestEnv(t)
 	rs := testenv.StartRedisServer(t, testenv.RedisConfig{})
-	store, err := OpenRedisRetryStore(t.Context(), rs.URL, "")
+	store, err := redisretry.Open(t.Context(), rs.URL, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -571,10 +572,10 @@ func TestRetryStoreDownFailsClosed(t *testing.T) {
 	if n := up.calls.Load(); n != 1 {
 		t.Errorf("upstream ran %d times, want 1", n)
 	}
-	if _, err := OpenRedisRetryStore(t.Context(), "redis://:hunter2@"+rs.Addr+"/0", ""); err == nil || !errors.Is(err, ErrRetryStoreUnavailable) || containsSecret(err, "hunter2") {
+	if _, err := redisretry.Open(t.Context(), "redis://:hunter2@"+rs.Addr+"/0", ""); err == nil || !errors.Is(err, redisretry.ErrUnavailable) || containsSecret(err, "hunter2") {
 		t.Errorf("open a down store: %v", err)
 	}
-	if _, err := OpenRedisRetryStore(t.Context(), "http://:hunter2@x", ""); err == nil || containsSecret(err, "hunter2") {
+	if _, err := redisretry.Open(t.Context(), "http://:hunter2@x", ""); err == nil || containsSecret(err, "hunter2") {
 		t.Errorf("open a bad URL: %v", err)
 	}
 }
@@ -590,7 +591,7 @@ func containsSecret(err error, s string) bool {
 // empties it; the grant expires; a grant without a hash is refused.
 func TestRetryStores(t *testing.T) {
 	url := testenv.StartRedis(t)
-	rs, err := OpenRedisRetryStore(t.Context(), url, "test:")
+	rs, err := redisretry.Open(t.Context(), url, "test:")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -695,7 +696,7 @@ func TestRetryStores(t *testing.T) {
 		// Two stores on one Redis, as two instances hold them: the token check and the
 		// decrement are one step, so exactly n right-hash Uses win and no wrong one does.
 		ctx := context.Background()
-		other, err := OpenRedisRetryStore(ctx, url, "test:")
+		other, err := redisretry.Open(ctx, url, "test:")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -709,7 +710,7 @@ func TestRetryStores(t *testing.T) {
 		var got, wrong atomic.Int32
 		var wg sync.WaitGroup
 		for i := 0; i < 60; i++ {
-			s := []*RedisRetryStore{rs, other}[i%2]
+			s := []*redisretry.Store{rs, other}[i%2]
 			h := good
 			if i%3 == 0 {
 				h = bad
@@ -783,16 +784,16 @@ func TestRetryStores(t *testing.T) {
 		o, _ := redis.ParseURL(srv.URL)
 		c := redis.NewClient(o)
 		defer c.Close()
-		s := NewRedisRetryStore(c, "")
+		s := redisretry.New(c, "")
 		srv.Stop()
 		ctx := context.Background()
-		if _, err := s.Grant(ctx, "k", good, 1, time.Minute, nil); !errors.Is(err, ErrRetryStoreUnavailable) {
+		if _, err := s.Grant(ctx, "k", good, 1, time.Minute, nil); !errors.Is(err, redisretry.ErrUnavailable) {
 			t.Errorf("Grant: %v", err)
 		}
-		if _, _, err := s.Use(ctx, "k", good); !errors.Is(err, ErrRetryStoreUnavailable) {
+		if _, _, err := s.Use(ctx, "k", good); !errors.Is(err, redisretry.ErrUnavailable) {
 			t.Errorf("Use: %v", err)
 		}
-		if err := s.Revoke(ctx, "k"); !errors.Is(err, ErrRetryStoreUnavailable) {
+		if err := s.Revoke(ctx, "k"); !errors.Is(err, redisretry.ErrUnavailable) {
 			t.Errorf("Revoke: %v", err)
 		}
 	})

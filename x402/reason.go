@@ -114,6 +114,13 @@ func (r Reason) For(version int) string {
 	return r.V2()
 }
 
+// Known reports whether r is one of the Reasons above; a wire string a remote party made
+// up is not. Metrics use it to keep their reason label bounded.
+func (r Reason) Known() bool {
+	_, ok := reasonV1[r]
+	return ok
+}
+
 // ReasonFromWire maps a wire reason of either version back to a Reason. A v2 string is
 // returned as it is; a v1 value maps to the first Reason that produces it.
 func ReasonFromWire(s string) Reason {

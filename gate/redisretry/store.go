@@ -1,4 +1,7 @@
-package gate
+// Package redisretry keeps the gate's retry credits in Redis, so several instances
+// behind one load balancer share them (docs/gate.md#retry-credits). It satisfies
+// gate.RetryStore; the gate package itself links no Redis client.
+package redisretry
 
 import (
 	"context"
@@ -9,9 +12,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// DefaultRedisRetryPrefix prefixes every key a RedisRetryStore writes unless another is
-// given. It matches facilitator.DefaultRedisKeyPrefix, so one Redis holds both.
-const DefaultRedisRetryPrefix = "x402gate:"
+// DefaultPrefix prefixes every key a Store writes unless another is given. It matches
+// the approval store's default prefix, so one Redis holds both.
+const DefaultPrefix = "x402gate:"
+
+// ErrUnavailable is wrapped by every failure to reach Redis. The gate fails closed on
+// it: no credit is taken or granted.
+var ErrUnavailable = errors.New("retry store unavailable")
+
+// errNoTokenHash refuses a grant that no token could unlock, or that any would.
+var errNoTokenHash = errors.New("retry store: a grant needs its token hash")
 
 // Each script is one atomic step on a hash {n: credits left, h: SHA-256 of the retry
 // token, d: settlement data}.
@@ -56,31 +66,30 @@ redis.call('HSET', KEYS[1], 'n', 0)
 return 1`)
 )
 
-// RedisRetryStore is the RetryStore several instances share (DESIGN.md "State and where
-// it lives"). Each operation is one Lua script, so Use checks the token hash and takes a
-// credit atomically across every process on the same Redis. Every failure wraps
-// ErrRetryStoreUnavailable.
-type RedisRetryStore struct {
+// Store is the gate.RetryStore several instances share. Each operation is one Lua script,
+// so Use checks the token hash and takes a credit atomically across every process on the same Redis. Every failure wraps
+// ErrUnavailable.
+type Store struct {
 	client redis.UniversalClient
 	prefix string
 	owned  bool
 }
 
-// NewRedisRetryStore uses client, which stays the caller's (Close does not close it).
-// An empty prefix means DefaultRedisRetryPrefix. Give it a client with MaxRetries -1:
+// New uses client, which stays the caller's (Close does not close it).
+// An empty prefix means DefaultPrefix. Give it a client with MaxRetries -1:
 // go-redis resends a command whose reply was lost, and a resent use would take a second
 // credit.
-func NewRedisRetryStore(client redis.UniversalClient, prefix string) *RedisRetryStore {
+func New(client redis.UniversalClient, prefix string) *Store {
 	if prefix == "" {
-		prefix = DefaultRedisRetryPrefix
+		prefix = DefaultPrefix
 	}
-	return &RedisRetryStore{client: client, prefix: prefix}
+	return &Store{client: client, prefix: prefix}
 }
 
-// OpenRedisRetryStore connects to the Redis at rawURL
+// Open connects to the Redis at rawURL
 // (redis://[user:password@]host:port[/db], rediss:// for TLS) and checks it answers
 // PING. Errors never quote the URL, which may hold a password.
-func OpenRedisRetryStore(ctx context.Context, rawURL, prefix string) (*RedisRetryStore, error) {
+func Open(ctx context.Context, rawURL, prefix string) (*Store, error) {
 	o, err := redis.ParseURL(rawURL)
 	if err != nil {
 		return nil, errors.New("redis retry store: invalid url: want redis://[user:password@]host:port[/db]")
@@ -91,32 +100,32 @@ func OpenRedisRetryStore(ctx context.Context, rawURL, prefix string) (*RedisRetr
 	c := redis.NewClient(o)
 	if err := c.Ping(ctx).Err(); err != nil {
 		_ = c.Close()
-		return nil, fmt.Errorf("redis retry store: connect: %w", ErrRetryStoreUnavailable)
+		return nil, fmt.Errorf("redis retry store: connect: %w", ErrUnavailable)
 	}
-	s := NewRedisRetryStore(c, prefix)
+	s := New(c, prefix)
 	s.owned = true
 	return s, nil
 }
 
-// Close closes the connection OpenRedisRetryStore made; it does nothing for a client
-// given to NewRedisRetryStore.
-func (s *RedisRetryStore) Close() error {
+// Close closes the connection Open made; it does nothing for a client
+// given to New.
+func (s *Store) Close() error {
 	if s.owned {
 		return s.client.Close()
 	}
 	return nil
 }
 
-func (s *RedisRetryStore) key(k string) string { return s.prefix + k }
+func (s *Store) key(k string) string { return s.prefix + k }
 
 // redisFail wraps a Redis error. Redis replies quote no password, but go-redis's dial errors
 // can quote the address; that is not secret.
 func redisFail(op string, err error) error {
-	return fmt.Errorf("redis retry %s: %w: %v", op, ErrRetryStoreUnavailable, err)
+	return fmt.Errorf("redis retry %s: %w: %v", op, ErrUnavailable, err)
 }
 
-// Grant implements RetryStore.
-func (s *RedisRetryStore) Grant(ctx context.Context, key string, tokenHash []byte, n int, ttl time.Duration, data []byte) (bool, error) {
+// Grant implements gate.RetryStore.
+func (s *Store) Grant(ctx context.Context, key string, tokenHash []byte, n int, ttl time.Duration, data []byte) (bool, error) {
 	if len(tokenHash) == 0 {
 		return false, errNoTokenHash
 	}
@@ -130,19 +139,19 @@ func (s *RedisRetryStore) Grant(ctx context.Context, key string, tokenHash []byt
 	return r == 1, nil
 }
 
-// Use implements RetryStore.
-func (s *RedisRetryStore) Use(ctx context.Context, key string, tokenHash []byte) ([]byte, bool, error) {
+// Use implements gate.RetryStore.
+func (s *Store) Use(ctx context.Context, key string, tokenHash []byte) ([]byte, bool, error) {
 	return s.runWithToken(ctx, useScript, "use", key, tokenHash)
 }
 
-// Peek implements RetryStore.
-func (s *RedisRetryStore) Peek(ctx context.Context, key string, tokenHash []byte) ([]byte, bool, error) {
+// Peek implements gate.RetryStore.
+func (s *Store) Peek(ctx context.Context, key string, tokenHash []byte) ([]byte, bool, error) {
 	return s.runWithToken(ctx, peekScript, "peek", key, tokenHash)
 }
 
 // runWithToken runs a script that answers the credit's data when tokenHash matches the
 // grant's, and nil otherwise. Without a token hash nothing is asked.
-func (s *RedisRetryStore) runWithToken(ctx context.Context, script *redis.Script, op, key string, tokenHash []byte) ([]byte, bool, error) {
+func (s *Store) runWithToken(ctx context.Context, script *redis.Script, op, key string, tokenHash []byte) ([]byte, bool, error) {
 	if len(tokenHash) == 0 {
 		return nil, false, nil
 	}
@@ -156,8 +165,8 @@ func (s *RedisRetryStore) runWithToken(ctx context.Context, script *redis.Script
 	return []byte(b), true, nil
 }
 
-// Revoke implements RetryStore.
-func (s *RedisRetryStore) Revoke(ctx context.Context, key string) error {
+// Revoke implements gate.RetryStore.
+func (s *Store) Revoke(ctx context.Context, key string) error {
 	if err := revokeScript.Run(ctx, s.client, []string{s.key(key)}).Err(); err != nil {
 		return redisFail("revoke", err)
 	}
