@@ -255,7 +255,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		_, _ = w.Write([]byte(`{"x402Version":1,"error":"missing_host","message":"the request names no host, so no payment requirement can be built"}`))
 		return nil
 	}
-	in := gate.Input{Resource: resource, Header: r.Header}
+	in := gate.Input{Resource: resource, Header: r.Header, Method: r.Method, RequestURI: originalRequestURI(r)}
 	if h.dynPrice {
 		in.Price = repl.ReplaceKnown(h.Price, "")
 	}
@@ -312,6 +312,15 @@ func publicResource(r *http.Request) string {
 		u.Path = "/"
 	}
 	return u.String()
+}
+
+// originalRequestURI is the path and query the client asked for, before any rewrite: a
+// retry credit is bound to it.
+func originalRequestURI(r *http.Request) string {
+	if orig, ok := r.Context().Value(caddyhttp.OriginalRequestCtxKey).(http.Request); ok && orig.URL != nil {
+		return orig.URL.RequestURI()
+	}
+	return r.URL.RequestURI()
 }
 
 func firstValue(s string) string {

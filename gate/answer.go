@@ -167,7 +167,7 @@ func (g *Gate) errorResult(req *x402.Requirements, version int, status int, reas
 // as they are, since no x402 enum names them and clients do not schema-check a 502 or 503.
 func wireReason(reason x402.Reason, v int) string {
 	switch reason {
-	case ReasonPricingUnavailable, ReasonRetryStoreUnavailable, ReasonFacilitatorUnavailable:
+	case ReasonPricingUnavailable, ReasonRetryStoreUnavailable, ReasonRetryInProgress, ReasonFacilitatorUnavailable:
 		return string(reason)
 	}
 	return reason.For(v)

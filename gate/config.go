@@ -26,6 +26,8 @@ const (
 	DefaultVerifyTimeout = 30 * time.Second
 	// DefaultSettleTimeout bounds one facilitator /settle call, receipt wait included.
 	DefaultSettleTimeout = 60 * time.Second
+	// DefaultRetryLease bounds how long one retry holds its payment's credit.
+	DefaultRetryLease = 5 * time.Minute
 	// DefaultPricingTimeout bounds one pricing fetch for the verification fee.
 	DefaultPricingTimeout = 5 * time.Second
 )
@@ -124,6 +126,11 @@ type RetryConfig struct {
 	// authorization's remaining validity (validBefore - now), after which the facilitator
 	// refuses the header anyway.
 	Grace time.Duration `json:"grace,omitempty"`
+	// Lease is how long a retry holds its payment's credit while its upstream runs; no
+	// other retry of the payment gets through meanwhile. The lease ends when the upstream
+	// answers; this bound only matters when an instance dies mid-retry. Default
+	// DefaultRetryLease.
+	Lease time.Duration `json:"lease,omitempty"`
 }
 
 // PricingFunc fetches the verification fee requirement for a merchant requirement (the

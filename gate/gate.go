@@ -58,6 +58,10 @@ type Input struct {
 	// Header is the request's header: PAYMENT-SIGNATURE, X-PAYMENT,
 	// X-VERIFICATION-PAYMENT and X-PAYMENT-RETRY are read from it.
 	Header http.Header
+	// Method and RequestURI (path and query, as the client sent them) bind a retry
+	// credit to the request that earned it. Serve fills them from the request when empty.
+	Method     string
+	RequestURI string
 }
 
 // Gate is a resource gate for one route. It is safe for concurrent use.
@@ -76,6 +80,7 @@ type Gate struct {
 	verifyTO    time.Duration
 	settleTO    time.Duration
 	pricingTO   time.Duration
+	retryLease  time.Duration
 	defaultBody []byte // v1 error string of an unpaid 402
 }
 
@@ -101,6 +106,7 @@ func New(cfg Config, opts Options) (*Gate, error) {
 		rt: rt, reg: reg, f: f, pricing: opts.Pricing, retries: opts.RetryStore,
 		errStatus: opts.ErrorStatus, onResult: opts.OnResult, onVerify: opts.OnVerify, onSettle: opts.OnSettle, log: opts.Logger, now: opts.Now,
 		verifyTO: cfg.VerifyTimeout, settleTO: cfg.SettleTimeout, pricingTO: cfg.PricingTimeout,
+		retryLease: cfg.Retry.Lease,
 	}
 	if g.retries == nil && rt.retryMax > 0 {
 		g.retries = NewMemoryRetryStore(0)
@@ -119,6 +125,9 @@ func New(cfg Config, opts Options) (*Gate, error) {
 	}
 	if g.settleTO <= 0 {
 		g.settleTO = DefaultSettleTimeout
+	}
+	if g.retryLease <= 0 {
+		g.retryLease = DefaultRetryLease
 	}
 	if g.pricingTO <= 0 {
 		g.pricingTO = DefaultPricingTimeout
@@ -333,7 +342,7 @@ func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header
 	switch {
 	case err != nil:
 		g.log.Error("x402 settle failed", zap.String("payer", payer), zap.String("tx", sr.Transaction), zap.Error(err))
-		return g.grantPending(ctx, req, p, g.settleUnknown(req, p, s, guardian, "the facilitator could not settle the payment; its outcome is unknown, do not retry blindly"))
+		return g.grantPending(ctx, in, req, p, g.settleUnknown(req, p, s, guardian, "the facilitator could not settle the payment; its outcome is unknown, do not retry blindly"))
 	case !sr.Success:
 		reason := x402.ReasonFromWire(sr.ErrorReason)
 		if reason == x402.ReasonSettlementPending || (reason == x402.ReasonUnexpectedSettle && s.Transaction != "") {
@@ -341,7 +350,7 @@ func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header
 			// reconcile instead of paying again (spec §4.2 /settle rule 3). In x402 v1,
 			// settlement_pending travels as unexpected_settle_error: with a transaction
 			// hash, that too is an outcome not known yet.
-			return g.grantPending(ctx, req, p, g.settleUnknown(req, p, s, guardian, "the settlement is pending; reconcile its transaction before paying again"))
+			return g.grantPending(ctx, in, req, p, g.settleUnknown(req, p, s, guardian, "the settlement is pending; reconcile its transaction before paying again"))
 		}
 		if retryable(reason) {
 			if r := g.useRetry(ctx, in, req, p); r != nil {
@@ -354,12 +363,12 @@ func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header
 		return g.rejected(req, p, reason, sr.ErrorMessage, s, guardian)
 	case !isTxHash(sr.Transaction):
 		g.log.Error("x402 facilitator settled without a transaction hash", zap.String("payer", payer))
-		return g.grantPending(ctx, req, p, g.settleUnknown(req, p, s, guardian, "the facilitator reported success without a transaction hash"))
+		return g.grantPending(ctx, in, req, p, g.settleUnknown(req, p, s, guardian, "the facilitator reported success without a transaction hash"))
 	}
 	g.log.Info("x402 payment settled", zap.String("payer", payer), zap.String("tx", sr.Transaction),
 		zap.String("amount", s.Amount), zap.String("network", s.Network))
 	res := g.settled(req, p, s, guardian)
-	g.armRetry(res, req, p)
+	g.armRetry(res, in, req, p)
 	return res
 }
 

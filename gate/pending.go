@@ -47,15 +47,15 @@ type pendingCredit struct {
 // pendingKey identifies the pending credit of one payment of one resource; it differs
 // from retryKey, so a pending credit and the upstream-failure credits it may lead to
 // never share a grant.
-func pendingKey(req *x402.Requirements, p *x402.Payment) string {
-	sum := sha256.Sum256([]byte("pending\n" + retryKey(req, p)))
+func pendingKey(in Input, req *x402.Requirements, p *x402.Payment) string {
+	sum := sha256.Sum256([]byte("pending\n" + retryKey(in, req, p)))
 	return "retry-pending:" + hex.EncodeToString(sum[:])
 }
 
 // grantPending gives res, the 502 of a settlement whose outcome is unknown, a pending
 // credit and its retry token, when the facilitator can check the settlement later and a
 // RetryStore is configured. It returns res.
-func (g *Gate) grantPending(ctx context.Context, req *x402.Requirements, p *x402.Payment, res *Result) *Result {
+func (g *Gate) grantPending(ctx context.Context, in Input, req *x402.Requirements, p *x402.Payment, res *Result) *Result {
 	if g.retries == nil || res.Settlement == nil || !g.canReportStatus(ctx, req, p) {
 		return res
 	}
@@ -75,7 +75,7 @@ func (g *Gate) grantPending(ctx context.Context, req *x402.Requirements, p *x402
 		g.log.Error("x402 retry token unavailable", zap.Error(err))
 		return res
 	}
-	granted, err := g.retries.Grant(context.WithoutCancel(ctx), pendingKey(req, p), hash, 1, ttl, data)
+	granted, err := g.retries.Grant(context.WithoutCancel(ctx), pendingKey(in, req, p), hash, 1, ttl, data)
 	if err != nil {
 		g.log.Error("x402 retry store unavailable", zap.Error(err))
 		return res
@@ -92,11 +92,11 @@ func (g *Gate) grantPending(ctx context.Context, req *x402.Requirements, p *x402
 // is confirmed (taking the credit), answers 502 while it is pending (keeping it), and 402
 // when it failed (revoking it). It returns nil when there is no pending credit for this
 // payment and token.
-func (g *Gate) usePending(ctx context.Context, req *x402.Requirements, p *x402.Payment, hash []byte) *Result {
+func (g *Gate) usePending(ctx context.Context, in Input, req *x402.Requirements, p *x402.Payment, hash []byte) *Result {
 	if g.retries == nil {
 		return nil
 	}
-	key := pendingKey(req, p)
+	key := pendingKey(in, req, p)
 	data, ok, err := g.retries.Peek(ctx, key, hash)
 	if err != nil {
 		g.log.Error("x402 retry store unavailable", zap.Error(err))
@@ -125,18 +125,13 @@ func (g *Gate) usePending(ctx context.Context, req *x402.Requirements, p *x402.P
 		s.ErrorReason = ""
 		return g.settleUnknown(req, p, s, nil, "the settlement's outcome is still unknown; retry later with the same retry token")
 	case sr.Success && isTxHash(s.Transaction):
-		_, ok, err := g.retries.Use(ctx, key, hash)
-		if err != nil {
-			g.log.Error("x402 retry store unavailable", zap.Error(err))
-			return g.errorResult(req, p.Version, http.StatusServiceUnavailable, ReasonRetryStoreUnavailable, "the retry store is unavailable")
-		}
-		if !ok {
-			return nil // another request took the credit first
+		if data, r := g.acquire(ctx, key, hash, req, p); data == nil {
+			return r // nil: another request took the credit first
 		}
 		g.log.Info("x402 pending settlement confirmed; paid request proceeds", zap.String("payer", payer), zap.String("tx", s.Transaction))
 		res := g.settled(req, p, s, nil)
 		res.Retry, res.resumed = true, true
-		g.armRetry(res, req, p)
+		g.armRetry(res, in, req, p)
 		return res
 	case sr.Success, reason == x402.ReasonSettlementPending, reason == x402.ReasonUnexpectedSettle, reason == "":
 		// Still unknown (v1 writes settlement_pending as unexpected_settle_error).

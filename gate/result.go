@@ -33,6 +33,9 @@ const (
 	// ReasonRetryStoreUnavailable: the retry store could not be read; the request is not
 	// proxied (fail closed).
 	ReasonRetryStoreUnavailable x402.Reason = "retry_store_unavailable"
+	// ReasonRetryInProgress: another retry of the same payment holds its credit; the
+	// request is not proxied (409, Retry-After).
+	ReasonRetryInProgress x402.Reason = "retry_in_progress"
 	// ReasonFacilitatorUnavailable: the facilitator could not be reached or answered
 	// something no facilitator produces.
 	ReasonFacilitatorUnavailable x402.Reason = "facilitator_unavailable"

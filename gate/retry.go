@@ -48,34 +48,53 @@ const maxRetryTTL = 24 * time.Hour
 // fails closed on it: no credit is used, nothing is proxied.
 var ErrRetryStoreUnavailable = errors.New("retry store unavailable")
 
-// RetryStore keeps the retry credits of paid requests whose upstream failed. Grant, Use
-// and Revoke are atomic across every process that shares the store. tokenHash is the
-// SHA-256 of the grant's retry token; the store keeps only it, never the token.
+// RetryStore keeps the retry credits of paid requests whose upstream failed. Every method
+// is atomic across every process that shares the store. tokenHash is the SHA-256 of the
+// grant's retry token; the store keeps only it, never the token.
 type RetryStore interface {
-	// Grant gives key n credits for ttl, bound to tokenHash, and keeps data for Use to
+	// Grant gives key n credits for ttl, bound to tokenHash, and keeps data for Acquire to
 	// return. granted is false when key holds a grant already: Grant then changes nothing
 	// (a grant is never refilled nor rebound to another token).
 	Grant(ctx context.Context, key string, tokenHash []byte, n int, ttl time.Duration, data []byte) (granted bool, err error)
-	// Use atomically takes one credit of key and returns its data, when tokenHash equals
-	// the grant's (compared in constant time). ok is false, and nothing is taken, when the
-	// hash differs or key has no credit left: never granted, expired, used up or revoked.
-	Use(ctx context.Context, key string, tokenHash []byte) (data []byte, ok bool, err error)
-	// Peek is Use that takes nothing: it returns the data of key when tokenHash equals the
-	// grant's and a credit is left.
+	// Acquire takes one credit of key and holds the grant for lease, and returns its data,
+	// when tokenHash equals the grant's (compared in constant time), a credit is left and
+	// no lease is held. While a lease is held, Acquire answers CreditBusy and takes
+	// nothing, so at most one retry of a payment is in flight. A missing, expired, used-up
+	// or revoked grant, or another token hash, is CreditNone.
+	Acquire(ctx context.Context, key string, tokenHash []byte, lease time.Duration) (data []byte, status CreditStatus, err error)
+	// Peek returns the data of key when tokenHash equals the grant's and a credit is left;
+	// it takes nothing and ignores leases.
 	Peek(ctx context.Context, key string, tokenHash []byte) (data []byte, ok bool, err error)
+	// Release ends the lease of key, so the next retry may take a credit.
+	Release(ctx context.Context, key string) error
 	// Revoke removes the credits of key.
 	Revoke(ctx context.Context, key string) error
 }
 
-// retryKey identifies one payment of one resource: the exact payer, payee, amount, asset,
-// network and nonce (x402.PaymentKey) and the resource URL, hashed so a long URL
-// makes no long key.
-func retryKey(req *x402.Requirements, p *x402.Payment) string {
+// CreditStatus is what RetryStore.Acquire found. It is an int, so a store in another
+// package (gate/redisretry) implements RetryStore without importing gate.
+type CreditStatus = int
+
+// Acquire outcomes.
+const (
+	// CreditNone: no credit for this key and token; nothing was taken.
+	CreditNone CreditStatus = iota
+	// CreditTaken: a credit was taken and the lease is held.
+	CreditTaken
+	// CreditBusy: another retry holds the lease; nothing was taken.
+	CreditBusy
+)
+
+// retryKey identifies one payment of one request: the exact payer, payee, amount,
+// asset, network and nonce (x402.PaymentKey), the resource URL, the method and the request
+// URI (path and query), hashed so a long URL makes no long key. A credit earned by GET
+// /r?a=1 is not spent on POST /r or GET /r?a=2.
+func retryKey(in Input, req *x402.Requirements, p *x402.Payment) string {
 	k := x402.PaymentKey{
 		Network: req.Network, Asset: req.Asset, Payer: p.Authorization.From,
 		PayTo: req.PayTo, Amount: req.Amount, Nonce: p.Authorization.Nonce,
 	}
-	sum := sha256.Sum256([]byte(k.String() + "\n" + req.Resource.URL))
+	sum := sha256.Sum256([]byte(k.String() + "\n" + req.Resource.URL + "\n" + in.Method + " " + in.RequestURI))
 	return "retry:" + hex.EncodeToString(sum[:])
 }
 
@@ -109,7 +128,7 @@ func retryTokenHash(h http.Header) (hash []byte, ok bool) {
 }
 
 // armRetry prepares the grant of a first settled attempt; ReportUpstream applies it.
-func (g *Gate) armRetry(res *Result, req *x402.Requirements, p *x402.Payment) {
+func (g *Gate) armRetry(res *Result, in Input, req *x402.Requirements, p *x402.Payment) {
 	if g.rt.retryMax <= 0 || g.retries == nil {
 		return
 	}
@@ -127,7 +146,7 @@ func (g *Gate) armRetry(res *Result, req *x402.Requirements, p *x402.Payment) {
 	if err != nil {
 		return
 	}
-	res.retryKey, res.retryTTL, res.retryData = retryKey(req, p), int64(ttl/time.Millisecond), data
+	res.retryKey, res.retryTTL, res.retryData = retryKey(in, req, p), int64(ttl/time.Millisecond), data
 }
 
 // useRetry takes a retry credit for a payment the facilitator refused as already settled,
@@ -143,25 +162,22 @@ func (g *Gate) useRetry(ctx context.Context, in Input, req *x402.Requirements, p
 	if !ok {
 		return nil
 	}
-	if r := g.useSettledRetry(ctx, req, p, hash); r != nil {
+	if r := g.useSettledRetry(ctx, in, req, p, hash); r != nil {
 		return r
 	}
-	return g.usePending(ctx, req, p, hash)
+	return g.usePending(ctx, in, req, p, hash)
 }
 
-// useSettledRetry takes a credit granted after the upstream failed.
-func (g *Gate) useSettledRetry(ctx context.Context, req *x402.Requirements, p *x402.Payment, hash []byte) *Result {
+// useSettledRetry takes a credit granted after the upstream failed, and holds its lease
+// while the retry's upstream runs.
+func (g *Gate) useSettledRetry(ctx context.Context, in Input, req *x402.Requirements, p *x402.Payment, hash []byte) *Result {
 	if g.rt.retryMax <= 0 {
 		return nil
 	}
-	key := retryKey(req, p)
-	data, ok, err := g.retries.Use(ctx, key, hash)
-	if err != nil {
-		g.log.Error("x402 retry store unavailable", zap.Error(err))
-		return g.errorResult(req, p.Version, http.StatusServiceUnavailable, ReasonRetryStoreUnavailable, "the retry store is unavailable")
-	}
-	if !ok {
-		return nil
+	key := retryKey(in, req, p)
+	data, r := g.acquire(ctx, key, hash, req, p)
+	if data == nil {
+		return r
 	}
 	var s Settlement
 	if err := json.Unmarshal(data, &s); err != nil || !s.Success || !sameAddress(s.Payer, p.Authorization.From) {
@@ -176,13 +192,37 @@ func (g *Gate) useSettledRetry(ctx context.Context, req *x402.Requirements, p *x
 	return res
 }
 
+// acquire takes a credit of key with its lease. It returns the credit's data, or nil and
+// the answer to give instead: nil when there is no credit (the refusal stands), 409
+// retry_in_progress while another retry of the payment holds the lease, 503 when the
+// store is unavailable.
+func (g *Gate) acquire(ctx context.Context, key string, hash []byte, req *x402.Requirements, p *x402.Payment) ([]byte, *Result) {
+	data, status, err := g.retries.Acquire(ctx, key, hash, g.retryLease)
+	switch {
+	case err != nil:
+		g.log.Error("x402 retry store unavailable", zap.Error(err))
+		return nil, g.errorResult(req, p.Version, http.StatusServiceUnavailable, ReasonRetryStoreUnavailable, "the retry store is unavailable")
+	case status == CreditBusy:
+		res := g.errorResult(req, p.Version, http.StatusConflict, ReasonRetryInProgress, "another retry of this payment is in progress; try again when it has answered")
+		res.Header.Set("Retry-After", "1")
+		return nil, res
+	case status != CreditTaken:
+		return nil, nil
+	}
+	if data == nil {
+		data = []byte{}
+	}
+	return data, nil
+}
+
 // ReportUpstream tells the gate how the upstream answered a settled request, for callers
 // of Handle (Serve calls it itself). failed is true for a status >= 500, a connection
 // failure or a panic. After a first attempt that failed, the payment earns its retry
 // credits, bound to a fresh retry token that ReportUpstream returns: send it to the client
 // in the HeaderPaymentRetry header of the failed answer, and nowhere else (no log). Only a
-// retry that presents it is let through. After a retry that succeeded, its remaining
-// credits are revoked, so a payment buys one good answer. Call it before the failed answer
+// retry that presents it is let through, one at a time (it holds a lease). After a retry
+// that succeeded, its remaining credits are revoked, so a payment buys one good answer;
+// after one that failed, the lease is released for the next retry. Call it before the failed answer
 // reaches the client, so a quick retry finds its credit. It returns "" and does nothing for
 // other results.
 func (g *Gate) ReportUpstream(ctx context.Context, res *Result, failed bool) (retryToken string, err error) {
@@ -193,6 +233,8 @@ func (g *Gate) ReportUpstream(ctx context.Context, res *Result, failed bool) (re
 	switch {
 	case !first && !failed:
 		err = g.retries.Revoke(ctx, res.retryKey)
+	case !first && failed:
+		err = g.retries.Release(ctx, res.retryKey)
 	case first && failed:
 		token, hash, terr := newRetryToken()
 		if terr != nil {
@@ -226,10 +268,11 @@ type MemoryRetryStore struct {
 }
 
 type credit struct {
-	n    int
-	hash []byte // SHA-256 of the retry token
-	data []byte
-	exp  time.Time
+	n     int
+	hash  []byte // SHA-256 of the retry token
+	data  []byte
+	exp   time.Time
+	lease time.Time // a retry holds the grant until then
 }
 
 // NewMemoryRetryStore returns an empty store holding at most maxEntries grants (0 means
@@ -275,26 +318,28 @@ func (s *MemoryRetryStore) Grant(_ context.Context, key string, tokenHash []byte
 	return true, nil
 }
 
-// Use implements RetryStore.
-func (s *MemoryRetryStore) Use(_ context.Context, key string, tokenHash []byte) ([]byte, bool, error) {
+// Acquire implements RetryStore.
+func (s *MemoryRetryStore) Acquire(_ context.Context, key string, tokenHash []byte, lease time.Duration) ([]byte, CreditStatus, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, ok := s.m[key]
 	if !ok {
-		return nil, false, nil
+		return nil, CreditNone, nil
 	}
-	if !s.now().Before(c.exp) {
+	now := s.now()
+	if !now.Before(c.exp) {
 		delete(s.m, key)
-		return nil, false, nil
+		return nil, CreditNone, nil
 	}
-	if len(tokenHash) == 0 || subtle.ConstantTimeCompare(c.hash, tokenHash) != 1 {
-		return nil, false, nil
+	if len(tokenHash) == 0 || subtle.ConstantTimeCompare(c.hash, tokenHash) != 1 || c.n <= 0 {
+		return nil, CreditNone, nil // kept until it expires, so a new Grant cannot refill it
 	}
-	if c.n <= 0 {
-		return nil, false, nil // kept until it expires, so a new Grant cannot refill it
+	if now.Before(c.lease) {
+		return nil, CreditBusy, nil
 	}
 	c.n--
-	return append([]byte(nil), c.data...), true, nil
+	c.lease = now.Add(lease)
+	return append([]byte(nil), c.data...), CreditTaken, nil
 }
 
 // Peek implements RetryStore.
@@ -306,6 +351,16 @@ func (s *MemoryRetryStore) Peek(_ context.Context, key string, tokenHash []byte)
 		return nil, false, nil
 	}
 	return append([]byte(nil), c.data...), true, nil
+}
+
+// Release implements RetryStore.
+func (s *MemoryRetryStore) Release(_ context.Context, key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.m[key]; ok {
+		c.lease = time.Time{}
+	}
+	return nil
 }
 
 // Revoke implements RetryStore. The entry stays, empty, until it expires, so a later

@@ -45,7 +45,13 @@ func present(t *testing.T, url, name, value string) paidAnswer {
 // empty) and reads the answer.
 func presentToken(t *testing.T, url, name, value, token string) paidAnswer {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url, nil)
+	return presentAs(t, http.MethodGet, url, name, value, token)
+}
+
+// presentAs is presentToken with another method.
+func presentAs(t *testing.T, method, url, name, value, token string) paidAnswer {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,7 +385,7 @@ func TestRetryWhatCountsAsFailure(t *testing.T) {
 			if tc.retried != (token != "") {
 				t.Errorf("first answer's retry token %q, want one: %v", token, tc.retried)
 			}
-			a := presentToken(t, url, name, value, token)
+			a := presentAs(t, http.MethodPost, url, name, value, token)
 			if tc.retried {
 				if a.status != http.StatusOK || calls.Load() != 2 {
 					t.Errorf("retry: %+v, upstream calls %d; want 200 and 2", a, calls.Load())
@@ -580,6 +586,18 @@ func TestRetryStoreDownFailsClosed(t *testing.T) {
 	}
 }
 
+// take acquires a credit of key and releases its lease at once, as a retry whose upstream
+// failed does.
+func take(s RetryStore, ctx context.Context, key string, h []byte) ([]byte, bool, error) {
+	d, status, err := s.Acquire(ctx, key, h, time.Minute)
+	if status == CreditTaken {
+		if rerr := s.Release(ctx, key); err == nil {
+			err = rerr
+		}
+	}
+	return d, status == CreditTaken, err
+}
+
 func containsSecret(err error, s string) bool {
 	return err != nil && strings.Contains(err.Error(), s)
 }
@@ -604,54 +622,68 @@ func TestRetryStores(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			s := tc.store
-			if _, ok, err := s.Use(ctx, "none", good); ok || err != nil {
+			if _, ok, err := take(s, ctx, "none", good); ok || err != nil {
 				t.Fatalf("Use of an unknown key: %v %v", ok, err)
 			}
 			if ok, err := s.Grant(ctx, "k", good, 3, time.Hour, []byte("data")); !ok || err != nil {
 				t.Fatalf("Grant: %v %v", ok, err)
 			}
-			var got, wrong atomic.Int32
-			var wg sync.WaitGroup
-			for i := 0; i < 40; i++ {
-				h := good
-				if i%2 == 1 {
-					h = bad
-				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					d, ok, err := s.Use(ctx, "k", h)
-					if err != nil {
-						t.Error(err)
+			// Each round, 40 retries race for the grant, half with the wrong hash: exactly
+			// one right-hash retry takes a credit and holds the lease, the other right-hash
+			// ones find it busy, and no wrong one gets anything. Its release lets the next
+			// round take the next credit, until the 3 credits are used up.
+			for round := range 4 {
+				var got, busy, wrong atomic.Int32
+				var wg sync.WaitGroup
+				for i := 0; i < 40; i++ {
+					h := good
+					if i%2 == 1 {
+						h = bad
 					}
-					if ok && bytes.Equal(h, bad) {
-						wrong.Add(1)
-					}
-					if ok {
-						got.Add(1)
-						if string(d) != "data" {
-							t.Errorf("data %q", d)
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						d, status, err := s.Acquire(ctx, "k", h, time.Minute)
+						if err != nil {
+							t.Error(err)
 						}
-					}
-				}()
-			}
-			wg.Wait()
-			if got.Load() != 3 || wrong.Load() != 0 {
-				t.Fatalf("%d credits taken (%d with the wrong hash), want 3 (0)", got.Load(), wrong.Load())
+						if status != CreditNone && bytes.Equal(h, bad) {
+							wrong.Add(1)
+						}
+						switch status {
+						case CreditTaken:
+							got.Add(1)
+							if string(d) != "data" {
+								t.Errorf("data %q", d)
+							}
+						case CreditBusy:
+							busy.Add(1)
+						}
+					}()
+				}
+				wg.Wait()
+				// The last credit taken leaves none: the others find nothing to wait for.
+				want, wantBusy := []int32{1, 1, 1, 0}[round], []int32{19, 19, 0, 0}[round]
+				if got.Load() != want || wrong.Load() != 0 || busy.Load() != wantBusy {
+					t.Fatalf("round %d: %d credits taken, %d busy, %d answers to the wrong hash; want %d, %d, 0", round, got.Load(), busy.Load(), wrong.Load(), want, wantBusy)
+				}
+				if err := s.Release(ctx, "k"); err != nil {
+					t.Fatal(err)
+				}
 			}
 			if ok, err := s.Grant(ctx, "k", bad, 3, time.Hour, []byte("data")); ok || err != nil {
 				t.Fatalf("Grant over a used-up grant: %v %v, want false", ok, err)
 			}
-			if _, ok, _ := s.Use(ctx, "k", good); ok {
+			if _, ok, _ := take(s, ctx, "k", good); ok {
 				t.Error("a used-up grant was refilled")
 			}
-			if _, ok, _ := s.Use(ctx, "k", bad); ok {
+			if _, ok, _ := take(s, ctx, "k", bad); ok {
 				t.Error("a used-up grant was rebound to another token")
 			}
 
 			_, _ = s.Grant(ctx, "w", good, 1, time.Hour, []byte("w"))
 			for _, h := range [][]byte{bad, nil, {}, good[:16]} {
-				if _, ok, err := s.Use(ctx, "w", h); ok || err != nil {
+				if _, ok, err := take(s, ctx, "w", h); ok || err != nil {
 					t.Errorf("Use with hash %x: %v %v, want nothing", h, ok, err)
 				}
 				if _, ok, err := s.Peek(ctx, "w", h); ok || err != nil {
@@ -663,7 +695,7 @@ func TestRetryStores(t *testing.T) {
 					t.Fatalf("Peek %d: %q %v %v, want the data", i, d, ok, err)
 				}
 			}
-			if d, ok, _ := s.Use(ctx, "w", good); !ok || string(d) != "w" {
+			if d, ok, _ := take(s, ctx, "w", good); !ok || string(d) != "w" {
 				t.Error("wrong hashes took the one credit")
 			}
 			if _, ok, err := s.Peek(ctx, "w", good); ok || err != nil {
@@ -678,13 +710,13 @@ func TestRetryStores(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, _ = s.Grant(ctx, "r", good, 2, time.Hour, []byte("x"))
-			if _, ok, _ := s.Use(ctx, "r", good); ok {
+			if _, ok, _ := take(s, ctx, "r", good); ok {
 				t.Error("a revoked grant was refilled")
 			}
 			if ok, err := s.Grant(ctx, "zero", good, 0, time.Hour, nil); ok || err != nil {
 				t.Fatalf("Grant of 0: %v %v", ok, err)
 			}
-			if _, ok, _ := s.Use(ctx, "zero", good); ok {
+			if _, ok, _ := take(s, ctx, "zero", good); ok {
 				t.Error("a grant of 0 credits gave one")
 			}
 			if ok, err := s.Grant(ctx, "nohash", nil, 1, time.Hour, nil); ok || err == nil {
@@ -693,8 +725,9 @@ func TestRetryStores(t *testing.T) {
 		})
 	}
 	t.Run("redis: two clients race one grant", func(t *testing.T) {
-		// Two stores on one Redis, as two instances hold them: the token check and the
-		// decrement are one step, so exactly n right-hash Uses win and no wrong one does.
+		// Two stores on one Redis, as two instances hold them: the token check, the lease
+		// and the decrement are one step, so exactly one right-hash retry takes a credit
+		// while the lease is held, and no wrong one does.
 		ctx := context.Background()
 		other, err := redisretry.Open(ctx, url, "test:")
 		if err != nil {
@@ -718,11 +751,11 @@ func TestRetryStores(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, ok, err := s.Use(ctx, "race", h)
+				_, status, err := s.Acquire(ctx, "race", h, time.Minute)
 				if err != nil {
 					t.Error(err)
 				}
-				if ok {
+				if status == CreditTaken {
 					got.Add(1)
 					if bytes.Equal(h, bad) {
 						wrong.Add(1)
@@ -731,8 +764,17 @@ func TestRetryStores(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		if got.Load() != 5 || wrong.Load() != 0 {
-			t.Fatalf("%d credits taken (%d with the wrong hash), want 5 (0)", got.Load(), wrong.Load())
+		if got.Load() != 1 || wrong.Load() != 0 {
+			t.Fatalf("%d credits taken at once (%d with the wrong hash), want 1 (0): one lease across instances", got.Load(), wrong.Load())
+		}
+		if err := other.Release(ctx, "race"); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 5 {
+			_, ok, err := take([]*redisretry.Store{rs, other}[i%2], ctx, "race", good)
+			if ok != (i < 4) || err != nil {
+				t.Fatalf("take %d after the release: %v %v", i, ok, err)
+			}
 		}
 		o, _ := redis.ParseURL(url)
 		c := redis.NewClient(o)
@@ -769,13 +811,13 @@ func TestRetryStores(t *testing.T) {
 			t.Errorf("full store: %v", err)
 		}
 		clock = clock.Add(time.Minute)
-		if _, ok, _ := s.Use(ctx, "a", good); ok {
+		if _, ok, _ := take(s, ctx, "a", good); ok {
 			t.Error("an expired grant gave a credit")
 		}
 		if _, err := s.Grant(ctx, "c", good, 1, time.Minute, []byte("x")); err != nil {
 			t.Errorf("grant after expiry freed room: %v", err)
 		}
-		if _, ok, _ := s.Use(ctx, "b", good); !ok {
+		if _, ok, _ := take(s, ctx, "b", good); !ok {
 			t.Error("an unexpired grant gave no credit")
 		}
 	})
@@ -790,7 +832,7 @@ func TestRetryStores(t *testing.T) {
 		if _, err := s.Grant(ctx, "k", good, 1, time.Minute, nil); !errors.Is(err, redisretry.ErrUnavailable) {
 			t.Errorf("Grant: %v", err)
 		}
-		if _, _, err := s.Use(ctx, "k", good); !errors.Is(err, redisretry.ErrUnavailable) {
+		if _, _, err := take(s, ctx, "k", good); !errors.Is(err, redisretry.ErrUnavailable) {
 			t.Errorf("Use: %v", err)
 		}
 		if err := s.Revoke(ctx, "k"); !errors.Is(err, redisretry.ErrUnavailable) {

@@ -53,6 +53,12 @@ func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, in Input, next Next
 	if in.Resource == "" {
 		in.Resource = DefaultResource(r)
 	}
+	if in.Method == "" {
+		in.Method = r.Method
+	}
+	if in.RequestURI == "" {
+		in.RequestURI = r.URL.RequestURI()
+	}
 	res := g.Handle(r.Context(), in)
 	if g.onResult != nil {
 		g.onResult(res)
