@@ -17,14 +17,16 @@ import (
 
 // Settle settles the merchant payment p of r (spec §4.2 /settle), in this order:
 //
-//  1. When the verdict check applies, consume the matching unexpired approval atomically
+//  1. Check the signature, the exact match and the time window; the verdict is not asked
+//     again. A settle refused here touches no approval, so a forged settle naming an
+//     approved payment cannot use it up.
+//  2. When the verdict check applies, consume the matching unexpired approval atomically
 //     before anything is broadcast (spec §4.2 /settle rule 1); it stays consumed whatever
-//     follows (spec §3). GuardianRequired always demands one. GuardianOptional demands one
+//     follows (spec §3), then check the token's state: balance and unused nonce. GuardianRequired always demands one. GuardianOptional demands one
 //     when the payment was sent to the verdict service: /verify leaves a marker before it
 //     asks for a verdict, and a settle that finds no approval claims that marker (in step
 //     4, once the payment proved settleable), so a payment once submitted for a verdict
 //     is never settled without a consumed approval.
-//  2. Verify again: signature, time window, balance, nonce; the verdict is not asked again.
 //  3. Simulate (eth_estimateGas); a revert is mapped to a reason and nothing is sent.
 //  4. Claim the authorization in the ApprovalStore, so concurrent settles on every
 //     instance sharing the store make one broadcast (duplicate_settlement for the others).
@@ -70,15 +72,21 @@ func (e *Engine) settle(ctx context.Context, p *x402.Payment, r *x402.Requiremen
 		return refuse(f)
 	}
 	key := x402.KeyOf(p, r)
+	// The signature and the exact match are checked before the approval is touched: an
+	// unsigned or forged settle naming an approved payment's key must not consume it.
+	// The token's state is read after, so a genuine payment whose settlement then fails
+	// (nonce used, funds short) has consumed its approval all the same.
+	c, f := e.checkSigned(ctx, p, r)
+	if f != nil {
+		return refuse(f)
+	}
 	needMarker := false
 	if withApproval {
-		var f *failure
 		if needMarker, f = e.consumeApproval(ctx, key); f != nil {
 			return refuse(f)
 		}
 	}
-	c, f := e.verifyPayment(ctx, p, r)
-	if f != nil {
+	if f := e.checkTokenState(ctx, c); f != nil {
 		return refuse(f)
 	}
 	var cl call

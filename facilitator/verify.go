@@ -259,6 +259,20 @@ func (e *Engine) check6492(ctx context.Context, c *checked) *failure {
 // (authorizationState and balanceOf, in one RPC batch). A failure to reach the chain is a
 // logical failure with ReasonChainUnavailable.
 func (e *Engine) verifyPayment(ctx context.Context, p *x402.Payment, r *x402.Requirements) (*checked, *failure) {
+	c, f := e.checkSigned(ctx, p, r)
+	if f != nil {
+		return nil, f
+	}
+	if f := e.checkTokenState(ctx, c); f != nil {
+		return nil, f
+	}
+	return c, nil
+}
+
+// checkSigned runs every check of verifyPayment but the token's state: the pins, the
+// exact match with r, the signature (a contract wallet's through the chain) and the time
+// window. A payment that passes was signed by its payer for exactly r.
+func (e *Engine) checkSigned(ctx context.Context, p *x402.Payment, r *x402.Requirements) (*checked, *failure) {
 	now := e.now()
 	c, f := e.checkStatic(p, r, now)
 	if f != nil {
@@ -272,13 +286,19 @@ func (e *Engine) verifyPayment(ctx context.Context, p *x402.Payment, r *x402.Req
 			return nil, f
 		}
 	}
+	return c, nil
+}
+
+// checkTokenState checks the payer's balance and that the nonce is unused, and asks an
+// EOA signer that has code (EIP-7702) to accept the signature as the token would.
+func (e *Engine) checkTokenState(ctx context.Context, c *checked) *failure {
 	bal, used, code, err := c.chain.tokenState(ctx, c.auth.From, c.auth.Nonce)
 	if err != nil {
 		e.logChainErr("verify token state", c.chain, err)
 		if errors.Is(err, errRPCUnavailable) {
-			return nil, fail(x402.ReasonChainUnavailable, "rpc unavailable")
+			return fail(x402.ReasonChainUnavailable, "rpc unavailable")
 		}
-		return nil, fail(x402.ReasonUnexpectedVerify, "token state could not be read")
+		return fail(x402.ReasonUnexpectedVerify, "token state could not be read")
 	}
 	if c.eoa && code {
 		// The signature recovers to from, but from has code (an EIP-7702 delegated account,
@@ -287,20 +307,20 @@ func (e *Engine) verifyPayment(ctx context.Context, p *x402.Payment, r *x402.Req
 		ok, err := c.chain.isValidSignature1271(ctx, c.auth.From, c.hash, c.sig)
 		if err != nil {
 			e.logChainErr("verify signature", c.chain, err)
-			return nil, fail(x402.ReasonChainUnavailable, "rpc unavailable")
+			return fail(x402.ReasonChainUnavailable, "rpc unavailable")
 		}
 		if !ok {
-			return nil, fail(x402.ReasonInvalidSignature, "%s has code and rejects the signature (ERC-1271)", c.auth.From.Hex())
+			return fail(x402.ReasonInvalidSignature, "%s has code and rejects the signature (ERC-1271)", c.auth.From.Hex())
 		}
 		c.eoa = false // settle must use the bytes overload, as for any contract signer
 	}
 	if used {
-		return nil, fail(x402.ReasonNonceUsed, "authorization nonce is already used on chain")
+		return fail(x402.ReasonNonceUsed, "authorization nonce is already used on chain")
 	}
 	if bal.Cmp(c.auth.Value) < 0 {
-		return nil, fail(x402.ReasonInsufficientFunds, "payer balance is below the authorized value")
+		return fail(x402.ReasonInsufficientFunds, "payer balance is below the authorized value")
 	}
-	return c, nil
+	return nil
 }
 
 // logChainErr logs a chain failure with the RPC URL removed.
