@@ -21,10 +21,12 @@ import (
 // Outcomes of a send that did not end in a broadcast.
 var (
 	// errNotBroadcast: the transaction certainly did not reach the node (the journal
-	// write or the node refused it). The sender's nonce was not used.
+	// write failed, the connection was refused) or the node refused it definitely
+	// (isDefiniteRefusal). The sender's nonce was not used.
 	errNotBroadcast = errors.New("transaction not broadcast")
 	// errBroadcastUnknown: the node may or may not have the transaction (a transport
-	// failure during eth_sendRawTransaction). Only a receipt or reconcile can tell.
+	// failure during eth_sendRawTransaction, or an error reply that is not a definite
+	// refusal). Only a receipt or reconcile can tell.
 	errBroadcastUnknown = errors.New("broadcast outcome unknown")
 )
 
@@ -145,7 +147,7 @@ func (s *sender) send(ctx context.Context, cl call, prepare func(*types.Transact
 		}
 	}
 	if err := s.c.client.SendTransaction(ctx, tx); err != nil && !isAlreadyKnown(err) {
-		if isRPCReply(err) {
+		if isRPCReply(err) && isDefiniteRefusal(err) {
 			if isNonceError(err) {
 				s.synced = false
 			}
@@ -257,7 +259,7 @@ func (s *sender) sendReplacement(ctx context.Context, old *types.Transaction, ti
 		return nil, fmt.Errorf("%w: %w", errNotBroadcast, err)
 	}
 	if err := s.c.client.SendTransaction(ctx, tx); err != nil && !isAlreadyKnown(err) {
-		if isRPCReply(err) {
+		if isRPCReply(err) && isDefiniteRefusal(err) {
 			return tx, fmt.Errorf("%w: node refused the replacement: %s", errNotBroadcast, s.c.redact(err))
 		}
 		return tx, fmt.Errorf("%w: %w", errBroadcastUnknown, s.c.unavailable("send replacement", err))
@@ -270,6 +272,35 @@ func isAlreadyKnown(err error) bool {
 	m := strings.ToLower(err.Error())
 	return strings.Contains(m, "already known") || strings.Contains(m, "already imported") ||
 		strings.Contains(m, "known transaction")
+}
+
+// definiteRefusals are the error replies with which a node says it did not take a
+// transaction and never will (go-ethereum's and anvil's transaction pool checks). Any
+// other reply (a timeout forwarding to a sequencer, a proxy's backend error, a message
+// this list does not know) leaves the broadcast's outcome unknown: the journal row then
+// stays open and reconcile decides it by nonce and receipt, because a row marked failed
+// is final, and the transaction may have propagated all the same
+// (docs/facilitator.md#settle-order).
+var definiteRefusals = []string{
+	"nonce too low", "nonce too high", "insufficient funds", "intrinsic gas too low",
+	"exceeds block gas limit", "gas limit reached", "transaction underpriced",
+	"replacement transaction underpriced", "less than block base fee", "fee cap less than",
+	"tip above fee cap", "max priority fee per gas higher than max fee per gas",
+	"invalid sender", "invalid chain id", "only replay-protected", "oversized data",
+	"transaction type not supported", "tx type not supported", "txpool is full",
+	"exceeds the configured cap", "gas uint64 overflow", "negative value",
+}
+
+// isDefiniteRefusal reports a node reply that certainly means the transaction was not
+// taken.
+func isDefiniteRefusal(err error) bool {
+	m := strings.ToLower(err.Error())
+	for _, r := range definiteRefusals {
+		if strings.Contains(m, r) {
+			return true
+		}
+	}
+	return false
 }
 
 // isNonceError reports a node refusal caused by the nonce (our local count is off).

@@ -1,0 +1,90 @@
+package facilitator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/x402gate/x402gate/x402"
+)
+
+// lyingNode forwards every JSON-RPC call to the real node at target, but answers
+// eth_sendRawTransaction with an error reply after forwarding it: the node took the
+// transaction, and the reply says otherwise. L2 nodes that forward to a sequencer answer
+// this way when the forward times out. It is a fault the real node will not produce on
+// demand.
+func lyingNode(t *testing.T, target, message string) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		res, err := http.Post(target, "application/json", bytes.NewReader(body))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		out, _ := io.ReadAll(res.Body)
+		_ = res.Body.Close()
+		var call struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		if json.Unmarshal(body, &call) == nil && call.Method == "eth_sendRawTransaction" {
+			out, _ = json.Marshal(map[string]any{"jsonrpc": "2.0", "id": call.ID,
+				"error": map[string]any{"code": -32000, "message": message}})
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(out)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestAmbiguousNodeRefusalStaysUncertain: a node's error reply that is not a definite
+// refusal (the transaction may have propagated) never marks the journal row failed: the
+// settle answers settlement_pending, and reconcile finds the transfer by its receipt and
+// confirms the row, so the payer is never charged for a payment recorded as failed.
+func TestAmbiguousNodeRefusalStaysUncertain(t *testing.T) {
+	for _, message := range []string{
+		"request timed out while forwarding to the sequencer",
+		"backend error: upstream connect error or disconnect/reset before headers",
+	} {
+		t.Run(message, func(t *testing.T) {
+			env := newTestEnv(t)
+			cfg := env.config(t)
+			cfg.Networks[0].RPCURL = lyingNode(t, env.chain.RPCURL, message)
+			e := env.engine(t, cfg)
+			payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
+			p, r := env.pay(t, x402.Version2, payer, payee.Address)
+			before := env.token.BalanceOf(t, payee.Address)
+			res, err := e.Settle(context.Background(), p, r)
+			if err != nil {
+				t.Fatalf("Settle: %v", err)
+			}
+			if res.Success || x402.ReasonFromWire(res.ErrorReason) != x402.ReasonSettlementPending {
+				t.Fatalf("settle = %+v, want settlement_pending: the outcome is unknown", res)
+			}
+			key := x402.KeyOf(p, r).AuthorizationKey()
+			row, err := cfg.Journal.Get(context.Background(), key)
+			if err != nil || row.State == StateFailed {
+				t.Fatalf("journal row = %+v, %v; want it left for reconcile, not failed", row, err)
+			}
+			if _, err := e.Reconcile(context.Background()); err != nil {
+				t.Fatalf("Reconcile: %v", err)
+			}
+			if row, err := cfg.Journal.Get(context.Background(), key); err != nil || row.State != StateConfirmed {
+				t.Errorf("journal row after reconcile = %+v, %v; want confirmed", row, err)
+			}
+			if d := new(big.Int).Sub(env.token.BalanceOf(t, payee.Address), before); d.Cmp(testAmount) != 0 {
+				t.Errorf("payee received %s, want %s", d, testAmount)
+			}
+			if n := env.signerNonce(t, env.chain.FacilitatorAccount().Address); n != 1 {
+				t.Errorf("signer sent %d transactions, want 1", n)
+			}
+		})
+	}
+}
