@@ -412,9 +412,14 @@ func guardianOf(vr x402.VerifyResponse) *Guardian {
 }
 
 // retryable reports whether a refusal can stem from this very payment having been settled
-// already: then a retry credit may let it through (see useRetry).
+// already: then a retry credit may let it through (see useRetry). A settled payment is
+// refused as a used nonce, as a duplicate while its settlement runs, and as expired once
+// its validBefore is near or past: the facilitator checks the time window before the
+// chain, and after the signature and the match. A retry credit is bound to this exact,
+// correctly signed payment and to its secret token, and lives only as long as its grant,
+// so the time window does not apply to redeeming it (docs/gate.md#retry-credits).
 func retryable(r x402.Reason) bool {
-	return r == x402.ReasonNonceUsed || r == x402.ReasonDuplicateSettlement
+	return r == x402.ReasonNonceUsed || r == x402.ReasonDuplicateSettlement || r == x402.ReasonValidBefore
 }
 
 func sameAddress(s string, a [20]byte) bool {
