@@ -10,6 +10,7 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/crypto"
 
+	"github.com/x402gate/x402gate/internal/redact"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -33,7 +34,7 @@ func offlineEngine(b *testing.B, net x402.Network) *Engine {
 		b.Fatal(err)
 	}
 	e := &Engine{cfg: cfg, log: cfg.Logger, now: cfg.Now, abi: tabi, chains: map[string]*chain{}, factories: map[common.Address]bool{}}
-	c := &chain{cfg: cfg.Networks[0], net: net, abi: tabi, redactor: newRedactor(cfg.Networks[0].RPCURL)}
+	c := &chain{cfg: cfg.Networks[0], net: net, abi: tabi, redactor: redact.URL(cfg.Networks[0].RPCURL, "rpc")}
 	e.chains[net.CAIP2], e.order = c, []*chain{c}
 	return e
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/ethereum/go-ethereum/ethclient"
 	"go.uber.org/zap"
 
+	"github.com/x402gate/x402gate/internal/redact"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -236,7 +237,7 @@ func (cfg *Config) check() error {
 
 // dial connects to one network and checks its chain id.
 func (e *Engine) dial(ctx context.Context, nc NetworkConfig) (*chain, error) {
-	red := newRedactor(nc.RPCURL)
+	red := redact.URL(nc.RPCURL, "rpc")
 	client, err := ethclient.DialContext(ctx, nc.RPCURL)
 	if err != nil {
 		return nil, fmt.Errorf("network %s: dial: %w: %s", nc.Network.CAIP2, errRPCUnavailable, red.Replace(err.Error()))

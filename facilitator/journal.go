@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/x402gate/x402gate/internal/redact"
 )
 
 // ErrInvalidTransition is returned by Update for a move the settlement lifecycle does not
@@ -145,7 +147,7 @@ func newSQLJournal(ctx context.Context, db *sql.DB, d sqlDialect, secret string)
 // fail wraps a database error with op, scrubbing the password from its text and keeping
 // context cancellation visible to errors.Is.
 func (j *SQLJournal) fail(op string, err error) error {
-	msg := redactSecret(err.Error(), j.secret)
+	msg := redact.Secrets(err.Error(), j.secret)
 	for _, ctxErr := range []error{context.Canceled, context.DeadlineExceeded} {
 		if errors.Is(err, ctxErr) {
 			return fmt.Errorf("%s journal %s: %s: %w", j.dialect.name, op, msg, ctxErr)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/x402gate/x402gate/internal/redact"
 )
 
 // DefaultRedisKeyPrefix prefixes every key a RedisStore writes, unless WithKeyPrefix sets
@@ -48,7 +50,7 @@ func NewRedisStore(ctx context.Context, rawURL string, opts ...RedisOption) (*Re
 	if err != nil {
 		// url.Parse errors quote the whole URL, password included: say nothing of it.
 		if strings.HasPrefix(err.Error(), "redis: ") {
-			return nil, fmt.Errorf("redis store: invalid url: %s", redactSecret(err.Error(), urlPassword(rawURL)))
+			return nil, fmt.Errorf("redis store: invalid url: %s", redact.Secrets(err.Error(), redact.URLPassword(rawURL)))
 		}
 		return nil, errors.New("redis store: invalid url: want redis://[user:password@]host:port[/db]")
 	}
@@ -64,32 +66,10 @@ func NewRedisStore(ctx context.Context, rawURL string, opts ...RedisOption) (*Re
 	return s, nil
 }
 
-// urlPassword returns the password of a URL that redis.ParseURL refused, found without
-// url.Parse: the text between the first ':' after "//" and the last '@'.
-func urlPassword(raw string) string {
-	_, rest, ok := strings.Cut(raw, "//")
-	if !ok {
-		return ""
-	}
-	at := strings.LastIndex(rest, "@")
-	if at < 0 {
-		return ""
-	}
-	_, pw, _ := strings.Cut(rest[:at], ":")
-	return pw
-}
-
-func redactSecret(msg, secret string) string {
-	if secret == "" {
-		return msg
-	}
-	return strings.ReplaceAll(msg, secret, "[redacted]")
-}
-
 // fail wraps a Redis failure in ErrStoreUnavailable, keeping context cancellation
 // visible to errors.Is and scrubbing the password from the text.
 func (s *RedisStore) fail(op string, err error) error {
-	msg := redactSecret(err.Error(), s.secret)
+	msg := redact.Secrets(err.Error(), s.secret)
 	for _, ctxErr := range []error{context.Canceled, context.DeadlineExceeded} {
 		if errors.Is(err, ctxErr) {
 			return fmt.Errorf("redis %s: %w: %s: %w", op, ErrStoreUnavailable, msg, ctxErr)
