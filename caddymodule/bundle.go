@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/x402gate/x402gate/facilitator"
+	"github.com/x402gate/x402gate/facilitator/approval"
 	"github.com/x402gate/x402gate/gate"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -121,7 +122,7 @@ type NetworkConfig struct {
 type StoreConfig struct {
 	// Type is "memory" or "redis". Default: memory.
 	Type string `json:"type,omitempty"`
-	// MaxEntries bounds a memory store. Default: facilitator.DefaultMemoryStoreSize.
+	// MaxEntries bounds a memory store. Default: approval.DefaultMemoryStoreSize.
 	MaxEntries int `json:"max_entries,omitempty"`
 	// URL is the Redis URL (placeholder; it may hold a password). Required for redis.
 	URL string `json:"url,omitempty"`
@@ -422,7 +423,7 @@ type bundle struct {
 	name       string
 	engine     *facilitator.Engine
 	service    facilitator.Service // engine with metrics, for gates
-	store      facilitator.ApprovalStore
+	store      approval.Store
 	journal    *facilitator.SQLJournal
 	retries    gate.RetryStore
 	registry   *x402.Registry
@@ -451,7 +452,7 @@ func openBundle(rc *resolved, log *zap.Logger) (_ *bundle, err error) {
 	}
 	switch rc.StoreType {
 	case storeRedis:
-		s, err := facilitator.NewRedisStore(ctx, rc.StoreURL)
+		s, err := approval.NewRedisStore(ctx, rc.StoreURL)
 		if err != nil {
 			return nil, fmt.Errorf("approval store: %w", err)
 		}
@@ -464,7 +465,7 @@ func openBundle(rc *resolved, log *zap.Logger) (_ *bundle, err error) {
 		b.retries = r
 		b.closers = append(b.closers, r.Close)
 	default:
-		s := facilitator.NewMemoryStore(rc.StoreMax)
+		s := approval.NewMemoryStore(rc.StoreMax)
 		b.store = s
 		b.closers = append(b.closers, s.Close)
 		b.retries = gate.NewMemoryRetryStore(0)

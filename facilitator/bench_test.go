@@ -10,6 +10,7 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/crypto"
 
+	"github.com/x402gate/x402gate/facilitator/approval"
 	"github.com/x402gate/x402gate/internal/redact"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -24,7 +25,7 @@ func offlineEngine(b *testing.B, net x402.Network) *Engine {
 	}
 	cfg := Config{
 		Networks:  []NetworkConfig{{Network: net, RPCURL: "http://127.0.0.1:1"}},
-		SignerKey: key, Store: NewMemoryStore(0), Journal: nopJournal{},
+		SignerKey: key, Store: approval.NewMemoryStore(0), Journal: nopJournal{},
 	}
 	if err := cfg.check(); err != nil {
 		b.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/ethereum/go-ethereum/ethclient"
 	"go.uber.org/zap"
 
+	"github.com/x402gate/x402gate/facilitator/approval"
 	"github.com/x402gate/x402gate/internal/redact"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -67,9 +68,9 @@ type Config struct {
 	// engine owns this account's nonce, so each engine instance of a fleet must use its own
 	// key (instances that share a key would race for nonces). Required.
 	SignerKey *ecdsa.PrivateKey
-	// Store holds approvals and settlement claims. Use a RedisStore shared by every
+	// Store holds approvals and settlement claims. Use an approval.RedisStore shared by every
 	// instance of a fleet. Required.
-	Store ApprovalStore
+	Store approval.Store
 	// Journal is the settlement journal. Required.
 	Journal Journal
 	// Verdicts is the verdict service client. Default nil: when GuardianMode requires a

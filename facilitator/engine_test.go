@@ -15,6 +15,7 @@ import (
 	"github.com/ethereum/go-ethereum/crypto"
 	"go.uber.org/zap"
 
+	"github.com/x402gate/x402gate/facilitator/approval"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -53,7 +54,7 @@ func (v *testEnv) config(t testing.TB) Config {
 		t.Fatalf("open journal: %v", err)
 	}
 	t.Cleanup(func() { _ = j.Close() })
-	store := NewMemoryStore(0)
+	store := approval.NewMemoryStore(0)
 	t.Cleanup(func() { _ = store.Close() })
 	return Config{
 		Networks:  []NetworkConfig{{Network: v.net, RPCURL: v.chain.RPCURL}},

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ethereum/go-ethereum/common"
 
+	"github.com/x402gate/x402gate/facilitator/approval"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -209,7 +210,7 @@ func TestVerifyBadFeePaymentGivesFeeError(t *testing.T) {
 							t.Errorf("balance %d moved: %s -> %s", i, before[i], b)
 						}
 					}
-					if _, err := cfg.Store.Consume(context.Background(), keyOf(p, r)); !errors.Is(err, ErrApprovalNotFound) {
+					if _, err := cfg.Store.Consume(context.Background(), keyOf(p, r)); !errors.Is(err, approval.ErrNotFound) {
 						t.Errorf("an approval was recorded: %v", err)
 					}
 				})

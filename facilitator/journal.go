@@ -16,6 +16,61 @@ import (
 	"github.com/x402gate/x402gate/internal/redact"
 )
 
+// SettlementState is the lifecycle of one journaled settlement.
+type SettlementState string
+
+// Settlement states. A row is written as StatePrepared, with the signed transaction and its
+// hash, before anything is broadcast; the outcome is written after.
+const (
+	StatePrepared  SettlementState = "prepared"  // signed, not yet known to be sent
+	StateBroadcast SettlementState = "broadcast" // sent; receipt not yet seen
+	StateConfirmed SettlementState = "confirmed" // receipt with status 1 and a matching Transfer
+	StateFailed    SettlementState = "failed"    // reverted, dropped, or refused before broadcast
+)
+
+// Settlement is one row of the settlement journal.
+type Settlement struct {
+	AuthorizationKey string // PaymentKey.AuthorizationKey(); unique in the journal
+	PaymentKey       string // PaymentKey.String()
+	Network          string
+	Asset            common.Address
+	Payer            common.Address
+	PayTo            common.Address
+	Amount           *big.Int
+	Nonce            [32]byte
+	TxHash           common.Hash
+	RawTx            []byte // the signed transaction, so reconcile can finish it without signing anew
+	SenderNonce      uint64 // the facilitator account's nonce the transaction uses
+	State            SettlementState
+	Reason           string // internal reason code when failed
+	CreatedAt        time.Time
+	UpdatedAt        time.Time
+}
+
+// Errors of a Journal.
+var (
+	// ErrDuplicateSettlement: the journal already holds a settlement for this authorization.
+	ErrDuplicateSettlement = errors.New("settlement already journaled for this authorization")
+	// ErrSettlementNotFound: no row for the authorization key.
+	ErrSettlementNotFound = errors.New("settlement not found")
+)
+
+// Journal is the durable settlement journal: SQLite embedded, PostgreSQL shared. One schema,
+// migrated at Open.
+type Journal interface {
+	// Prepare inserts s in StatePrepared. It returns ErrDuplicateSettlement when a row for
+	// s.AuthorizationKey exists, whatever its state: one authorization is broadcast once.
+	Prepare(ctx context.Context, s Settlement) error
+	// Update moves the row of authorizationKey to state, recording reason.
+	Update(ctx context.Context, authorizationKey string, state SettlementState, reason string) error
+	// Get returns the row of authorizationKey, or ErrSettlementNotFound.
+	Get(ctx context.Context, authorizationKey string) (Settlement, error)
+	// Unfinished returns every row in StatePrepared or StateBroadcast, oldest first.
+	Unfinished(ctx context.Context) ([]Settlement, error)
+	// Close releases the database.
+	Close() error
+}
+
 // ErrInvalidTransition is returned by Update for a move the settlement lifecycle does not
 // allow: nothing returns to StatePrepared, nothing leaves StateConfirmed, and a failed
 // settlement can only turn out confirmed (a receipt found late). Repeating the current

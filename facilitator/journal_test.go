@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,6 +26,56 @@ type journalOpen func() (*SQLJournal, error)
 type journalOpener func(t *testing.T) journalOpen
 
 // mustOpen opens a handle that is closed when t ends.
+// testPaymentKey returns a distinct, fully populated key for i.
+func testPaymentKey(i int) PaymentKey {
+	var nonce [32]byte
+	copy(nonce[:], fmt.Sprintf("nonce-%028d", i))
+	return PaymentKey{
+		Network: "eip155:84532",
+		Asset:   common.HexToAddress("0x036CbD53842c5426634e7929541eC2318f3dCF7e"),
+		Payer:   common.HexToAddress(fmt.Sprintf("0x%040x", 0xA11CE000+i)),
+		PayTo:   common.HexToAddress("0x209693Bc6afc0C5328bA36FaF03C514EF312287C"),
+		Amount:  big.NewInt(10_000),
+		Nonce:   nonce,
+	}
+}
+
+// race runs f n times concurrently, released together, and counts nil results and
+// results matching want; any other error fails the test.
+func race(t *testing.T, n int, want error, f func(i int) error) (wins int) {
+	t.Helper()
+	var (
+		wg     sync.WaitGroup
+		start  = make(chan struct{})
+		won    atomic.Int64
+		mu     sync.Mutex
+		others []error
+	)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			<-start
+			err := f(i)
+			switch {
+			case err == nil:
+				won.Add(1)
+			case errors.Is(err, want):
+			default:
+				mu.Lock()
+				others = append(others, err)
+				mu.Unlock()
+			}
+		}(i)
+	}
+	close(start)
+	wg.Wait()
+	if len(others) > 0 {
+		t.Fatalf("%d unexpected errors, first: %v", len(others), others[0])
+	}
+	return int(won.Load())
+}
+
 func mustOpen(t *testing.T, open journalOpen) *SQLJournal {
 	t.Helper()
 	j, err := open()

@@ -12,6 +12,7 @@ import (
 	"github.com/ethereum/go-ethereum/core/types"
 	"go.uber.org/zap"
 
+	"github.com/x402gate/x402gate/facilitator/approval"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -26,7 +27,7 @@ import (
 //     is never settled without a consumed approval.
 //  2. Verify again: signature, time window, balance, nonce; the verdict is not asked again.
 //  3. Simulate (eth_estimateGas); a revert is mapped to a reason and nothing is sent.
-//  4. Claim the authorization in the ApprovalStore, so concurrent settles on every
+//  4. Claim the authorization in the approval.Store, so concurrent settles on every
 //     instance sharing the store make one broadcast (duplicate_settlement for the others).
 //     A settle refused before this step leaves nothing claimed and may be tried again.
 //  5. Sign with the engine's next nonce, journal the signed transaction, then broadcast.
@@ -226,7 +227,7 @@ func (e *Engine) consumeApproval(ctx context.Context, k PaymentKey) (needMarker 
 	case err == nil:
 		e.log.Info("approval consumed", zap.String("payer", k.Payer.Hex()), zap.String("requestHash", a.RequestHash))
 		return false, nil
-	case !errors.Is(err, ErrApprovalNotFound):
+	case !errors.Is(err, approval.ErrNotFound):
 		e.log.Error("consume approval", zap.String("payer", k.Payer.Hex()), zap.Error(err))
 		return false, fail(x402.ReasonApprovalStoreDown, "approval store unavailable")
 	case e.cfg.GuardianMode == GuardianRequired:
@@ -243,7 +244,7 @@ func (e *Engine) claimVerdictMarker(ctx context.Context, k PaymentKey) *failure 
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrAlreadyClaimed):
+	case errors.Is(err, approval.ErrAlreadyClaimed):
 		return fail(x402.ReasonApprovalNotFound, "payment was sent for a verdict and has no unexpired approval")
 	default:
 		e.log.Error("claim verdict marker", zap.String("payer", k.Payer.Hex()), zap.Error(err))
@@ -257,7 +258,7 @@ func (e *Engine) claim(ctx context.Context, c *checked) *failure {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrAlreadyClaimed):
+	case errors.Is(err, approval.ErrAlreadyClaimed):
 		return fail(x402.ReasonDuplicateSettlement, "this authorization is already being settled")
 	default:
 		e.log.Error("claim authorization", zap.String("payer", c.auth.From.Hex()), zap.Error(err))

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/x402gate/x402gate/facilitator/approval"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -150,7 +151,7 @@ func TestSettleFleetSharingRedisBroadcastsOnce(t *testing.T) {
 	var engines []*Engine
 	for i, s := range signers {
 		cfg := env.config(t)
-		store, err := NewRedisStore(context.Background(), redisURL)
+		store, err := approval.NewRedisStore(context.Background(), redisURL)
 		if err != nil {
 			t.Fatalf("redis store %d: %v", i, err)
 		}
@@ -244,7 +245,7 @@ func TestSettleSixtyFourDistinctPaymentsFromOneSigner(t *testing.T) {
 func TestSettleRedisDownRefusesAndNeverBroadcasts(t *testing.T) {
 	env := newTestEnv(t)
 	redis := testenv.StartRedisServer(t, testenv.RedisConfig{})
-	store, err := NewRedisStore(context.Background(), redis.URL)
+	store, err := approval.NewRedisStore(context.Background(), redis.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,7 +446,7 @@ func TestRedisDownFailsClosedEverywhere(t *testing.T) {
 	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
 	signer := env.chain.FacilitatorAccount().Address
 	redis := testenv.StartRedisServer(t, testenv.RedisConfig{})
-	store, err := NewRedisStore(context.Background(), redis.URL)
+	store, err := approval.NewRedisStore(context.Background(), redis.URL)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/x402gate/x402gate/facilitator"
+	"github.com/x402gate/x402gate/facilitator/approval"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -64,7 +65,7 @@ func newTestEnvWith(t *testing.T, mutate func(*facilitator.Config)) *testEnv {
 		t.Fatalf("open journal: %v", err)
 	}
 	t.Cleanup(func() { _ = j.Close() })
-	store := facilitator.NewMemoryStore(0)
+	store := approval.NewMemoryStore(0)
 	t.Cleanup(func() { _ = store.Close() })
 	cfg := facilitator.Config{
 		Networks:  []facilitator.NetworkConfig{{Network: net, RPCURL: chain.RPCURL}},

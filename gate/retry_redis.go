@@ -10,7 +10,7 @@ import (
 )
 
 // DefaultRedisRetryPrefix prefixes every key a RedisRetryStore writes unless another is
-// given. It matches facilitator.DefaultRedisKeyPrefix, so one Redis holds both.
+// given. It matches approval.DefaultRedisKeyPrefix, so one Redis holds both.
 const DefaultRedisRetryPrefix = "x402gate:"
 
 // Each script is one atomic step on a hash {n: credits left, h: SHA-256 of the retry

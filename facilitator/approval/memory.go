@@ -1,4 +1,4 @@
-package facilitator
+package approval
 
 import (
 	"context"
@@ -23,7 +23,7 @@ const DefaultMaxTTL = time.Hour
 // cache that holds it, so it is refused rather than silently shortened.
 var ErrInvalidTTL = errors.New("approval store: ttl out of range")
 
-// MemoryStore is the embedded ApprovalStore of a single instance: two bounded, expiring
+// MemoryStore is the embedded Store of a single instance: two bounded, expiring
 // LRU caches (golang-lru/v2 expirable), one for approvals and one for claims.
 //
 // Unlike the store the spec describes as the default (spec §4.2 /settle rule 2: "a
@@ -33,7 +33,7 @@ var ErrInvalidTTL = errors.New("approval store: ttl out of range")
 //
 // When the approval cache is full, recording evicts the least recently used approval,
 // whose settle is then refused (fail closed). When the claim cache is full of unexpired
-// claims, Claim refuses with ErrStoreUnavailable instead of evicting a live claim.
+// claims, Claim refuses with ErrUnavailable instead of evicting a live claim.
 type MemoryStore struct {
 	maxTTL time.Duration
 	size   int
@@ -64,7 +64,7 @@ func WithMaxTTL(d time.Duration) MemoryStoreOption {
 	}
 }
 
-// NewMemoryStore returns an in-process ApprovalStore holding at most size approvals and
+// NewMemoryStore returns an in-process Store holding at most size approvals and
 // size claims (DefaultMemoryStoreSize when size <= 0).
 func NewMemoryStore(size int, opts ...MemoryStoreOption) *MemoryStore {
 	if size <= 0 {
@@ -86,11 +86,11 @@ func (s *MemoryStore) checkTTL(ttl time.Duration) error {
 	return nil
 }
 
-var errMemoryStoreClosed = fmt.Errorf("%w: memory store closed", ErrStoreUnavailable)
+var errMemoryStoreClosed = fmt.Errorf("%w: memory store closed", ErrUnavailable)
 
 // Record stores a for k until ttl elapses. While an earlier approval for k is unexpired it
 // is kept as it is and Record succeeds, as RedisStore's SET NX does.
-func (s *MemoryStore) Record(ctx context.Context, k PaymentKey, a Approval, ttl time.Duration) error {
+func (s *MemoryStore) Record(ctx context.Context, k Key, a Approval, ttl time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("record approval: %w", err)
 	}
@@ -111,8 +111,8 @@ func (s *MemoryStore) Record(ctx context.Context, k PaymentKey, a Approval, ttl 
 }
 
 // Consume atomically removes and returns the unexpired approval for k (spec §4.2 /settle
-// rule 1). An expired record is removed too, and reported as ErrApprovalNotFound.
-func (s *MemoryStore) Consume(ctx context.Context, k PaymentKey) (Approval, error) {
+// rule 1). An expired record is removed too, and reported as ErrNotFound.
+func (s *MemoryStore) Consume(ctx context.Context, k Key) (Approval, error) {
 	if err := ctx.Err(); err != nil {
 		return Approval{}, fmt.Errorf("consume approval: %w", err)
 	}
@@ -124,18 +124,18 @@ func (s *MemoryStore) Consume(ctx context.Context, k PaymentKey) (Approval, erro
 	}
 	e, ok := s.approvals.Peek(key)
 	if !ok {
-		return Approval{}, ErrApprovalNotFound
+		return Approval{}, ErrNotFound
 	}
 	s.approvals.Remove(key)
 	if !time.Now().Before(e.expiresAt) {
-		return Approval{}, ErrApprovalNotFound
+		return Approval{}, ErrNotFound
 	}
 	return e.approval, nil
 }
 
 // Claim atomically marks the authorization of k as being settled, for ttl. It returns
 // ErrAlreadyClaimed while an earlier claim is unexpired.
-func (s *MemoryStore) Claim(ctx context.Context, k PaymentKey, ttl time.Duration) error {
+func (s *MemoryStore) Claim(ctx context.Context, k Key, ttl time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("claim authorization: %w", err)
 	}
@@ -156,14 +156,14 @@ func (s *MemoryStore) Claim(ctx context.Context, k PaymentKey, ttl time.Duration
 		// Evicting the oldest claim could let a second settle of that authorization
 		// through; refuse unless the oldest has expired anyway.
 		if _, until, ok := s.claims.GetOldest(); ok && now.Before(until) {
-			return fmt.Errorf("%w: claim table full (%d unexpired claims)", ErrStoreUnavailable, s.size)
+			return fmt.Errorf("%w: claim table full (%d unexpired claims)", ErrUnavailable, s.size)
 		}
 	}
 	s.claims.Add(key, now.Add(ttl))
 	return nil
 }
 
-// Close drops every record and claim. Later calls return ErrStoreUnavailable.
+// Close drops every record and claim. Later calls return ErrUnavailable.
 func (s *MemoryStore) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -176,4 +176,4 @@ func (s *MemoryStore) Close() error {
 	return nil
 }
 
-var _ ApprovalStore = (*MemoryStore)(nil)
+var _ Store = (*MemoryStore)(nil)

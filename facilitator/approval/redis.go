@@ -1,4 +1,4 @@
-package facilitator
+package approval
 
 import (
 	"context"
@@ -19,12 +19,12 @@ import (
 // another.
 const DefaultRedisKeyPrefix = "x402gate:"
 
-// RedisStore is the shared ApprovalStore of several instances (DESIGN "State and where it
+// RedisStore is the shared Store of several instances (DESIGN "State and where it
 // lives"). Record is SET PX, Consume is GETDEL and Claim is SET NX PX, each one command,
 // so consumption and claims are atomic across every process that uses the same Redis
 // (spec §4.2 /settle rule 2). GETDEL needs Redis 6.2 or later.
 //
-// Every failure to reach Redis wraps ErrStoreUnavailable, and callers fail closed on it.
+// Every failure to reach Redis wraps ErrUnavailable, and callers fail closed on it.
 // No error carries the password of the Redis URL.
 type RedisStore struct {
 	client *redis.Client
@@ -44,7 +44,7 @@ func WithKeyPrefix(prefix string) RedisOption {
 // NewRedisStore connects to the Redis at rawURL (redis://[user:password@]host:port[/db],
 // rediss:// for TLS, or unix://; go-redis's ParseURL query options such as dial_timeout
 // apply) and checks it answers PING, so a misconfigured store fails at start, not at the
-// first payment. An unreachable Redis returns an error wrapping ErrStoreUnavailable.
+// first payment. An unreachable Redis returns an error wrapping ErrUnavailable.
 func NewRedisStore(ctx context.Context, rawURL string, opts ...RedisOption) (*RedisStore, error) {
 	o, err := redis.ParseURL(rawURL)
 	if err != nil {
@@ -66,21 +66,21 @@ func NewRedisStore(ctx context.Context, rawURL string, opts ...RedisOption) (*Re
 	return s, nil
 }
 
-// fail wraps a Redis failure in ErrStoreUnavailable, keeping context cancellation
+// fail wraps a Redis failure in ErrUnavailable, keeping context cancellation
 // visible to errors.Is and scrubbing the password from the text.
 func (s *RedisStore) fail(op string, err error) error {
 	msg := redact.Secrets(err.Error(), s.secret)
 	for _, ctxErr := range []error{context.Canceled, context.DeadlineExceeded} {
 		if errors.Is(err, ctxErr) {
-			return fmt.Errorf("redis %s: %w: %s: %w", op, ErrStoreUnavailable, msg, ctxErr)
+			return fmt.Errorf("redis %s: %w: %s: %w", op, ErrUnavailable, msg, ctxErr)
 		}
 	}
-	return fmt.Errorf("redis %s: %w: %s", op, ErrStoreUnavailable, msg)
+	return fmt.Errorf("redis %s: %w: %s", op, ErrUnavailable, msg)
 }
 
-func (s *RedisStore) approvalKey(k PaymentKey) string { return s.prefix + "approval:" + k.String() }
+func (s *RedisStore) approvalKey(k Key) string { return s.prefix + "approval:" + k.String() }
 
-func (s *RedisStore) claimKey(k PaymentKey) string { return s.prefix + "claim:" + k.AuthorizationKey() }
+func (s *RedisStore) claimKey(k Key) string { return s.prefix + "claim:" + k.AuthorizationKey() }
 
 func checkRedisTTL(ttl time.Duration) error {
 	// PX takes whole milliseconds, and SET without PX never expires.
@@ -92,7 +92,7 @@ func checkRedisTTL(ttl time.Duration) error {
 
 // Record stores a for k until ttl elapses (SET NX PX). While an earlier approval for k is
 // unexpired it is kept as it is and Record succeeds.
-func (s *RedisStore) Record(ctx context.Context, k PaymentKey, a Approval, ttl time.Duration) error {
+func (s *RedisStore) Record(ctx context.Context, k Key, a Approval, ttl time.Duration) error {
 	if err := checkRedisTTL(ttl); err != nil {
 		return fmt.Errorf("record approval: %w", err)
 	}
@@ -109,10 +109,10 @@ func (s *RedisStore) Record(ctx context.Context, k PaymentKey, a Approval, ttl t
 // Consume atomically removes and returns the unexpired approval for k with GETDEL (spec
 // §4.2 /settle rule 1). When the reply to a GETDEL is lost the approval is gone anyway:
 // the settle fails closed and the payer verifies again.
-func (s *RedisStore) Consume(ctx context.Context, k PaymentKey) (Approval, error) {
+func (s *RedisStore) Consume(ctx context.Context, k Key) (Approval, error) {
 	b, err := s.client.GetDel(ctx, s.approvalKey(k)).Bytes()
 	if errors.Is(err, redis.Nil) {
-		return Approval{}, ErrApprovalNotFound
+		return Approval{}, ErrNotFound
 	}
 	if err != nil {
 		return Approval{}, s.fail("consume", err)
@@ -120,7 +120,7 @@ func (s *RedisStore) Consume(ctx context.Context, k PaymentKey) (Approval, error
 	var a Approval
 	if err := json.Unmarshal(b, &a); err != nil {
 		// Not ours, or corrupted: it is consumed now, and it approves nothing.
-		return Approval{}, fmt.Errorf("consume approval: malformed record: %w", ErrApprovalNotFound)
+		return Approval{}, fmt.Errorf("consume approval: malformed record: %w", ErrNotFound)
 	}
 	return a, nil
 }
@@ -128,7 +128,7 @@ func (s *RedisStore) Consume(ctx context.Context, k PaymentKey) (Approval, error
 // Claim atomically marks the authorization of k as being settled for ttl (SET NX PX). The
 // claim holds a random token, so a claim whose first reply was lost and whose SET was
 // retried by the client is still recognised as ours.
-func (s *RedisStore) Claim(ctx context.Context, k PaymentKey, ttl time.Duration) error {
+func (s *RedisStore) Claim(ctx context.Context, k Key, ttl time.Duration) error {
 	if err := checkRedisTTL(ttl); err != nil {
 		return fmt.Errorf("claim authorization: %w", err)
 	}
@@ -166,4 +166,4 @@ func (s *RedisStore) Close() error {
 	return nil
 }
 
-var _ ApprovalStore = (*RedisStore)(nil)
+var _ Store = (*RedisStore)(nil)

@@ -1,0 +1,58 @@
+// Package approval holds the facilitator's approval records: the short-lived record of an
+// approved verdict for one exact payment, consumed by its settle, and the claim that lets
+// only one settle of an authorization through. MemoryStore serves one instance, RedisStore
+// several. See docs/facilitator.md#approval-records.
+package approval
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Key identifies the payment an approval record is for; facilitator.PaymentKey is the one in
+// use. The store only compares the two strings, so two keys that render alike are one.
+type Key interface {
+	// String is the exact payment: payer, payee, amount, asset, network and signed nonce.
+	// An approval is recorded and consumed under it.
+	String() string
+	// AuthorizationKey is the EIP-3009 authorization (asset, payer, nonce), whatever it
+	// pays. A settlement claim is held under it.
+	AuthorizationKey() string
+}
+
+// Approval is a recorded terminal "approved" verdict for one Key.
+type Approval struct {
+	RequestHash string    `json:"requestHash"`
+	RecordedAt  time.Time `json:"recordedAt"`
+	ExpiresAt   time.Time `json:"expiresAt"`
+}
+
+// Errors of a Store.
+var (
+	// ErrNotFound: no unexpired approval for the key (never recorded, expired, or
+	// already consumed).
+	ErrNotFound = errors.New("no unexpired approval for this payment")
+	// ErrAlreadyClaimed: another settle holds or held the claim on this authorization.
+	ErrAlreadyClaimed = errors.New("authorization already claimed for settlement")
+	// ErrUnavailable wraps every failure to reach a store; callers fail closed on it.
+	ErrUnavailable = errors.New("approval store unavailable")
+)
+
+// Store holds short-lived approval records and settlement claims. Implementations
+// are safe for concurrent use, and Consume and Claim are atomic across every process that
+// shares the store (spec §4.2 /settle rule 2: we do better than the non-atomic default).
+type Store interface {
+	// Record stores a for k until ttl elapses. While an earlier approval for k is
+	// unexpired, that one is kept (its ttl is not extended) and Record succeeds: an
+	// approval lives at most ttl from the first approved verdict.
+	Record(ctx context.Context, k Key, a Approval, ttl time.Duration) error
+	// Consume atomically removes and returns the unexpired approval for k. It returns
+	// ErrNotFound when there is none.
+	Consume(ctx context.Context, k Key) (Approval, error)
+	// Claim atomically marks the authorization of k as being settled, for ttl. Exactly one
+	// of any number of concurrent claims succeeds; the others get ErrAlreadyClaimed.
+	Claim(ctx context.Context, k Key, ttl time.Duration) error
+	// Close releases the store's connections.
+	Close() error
+}
