@@ -22,6 +22,7 @@ import (
 
 	"github.com/x402gate/x402gate/facilitator"
 	"github.com/x402gate/x402gate/facilitator/approval"
+	"github.com/x402gate/x402gate/facilitator/journal"
 	"github.com/x402gate/x402gate/gate"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -424,7 +425,7 @@ type bundle struct {
 	engine     *facilitator.Engine
 	service    facilitator.Service // engine with metrics, for gates
 	store      approval.Store
-	journal    *facilitator.SQLJournal
+	journal    *journal.DB
 	retries    gate.RetryStore
 	registry   *x402.Registry
 	pricingURL string
@@ -472,13 +473,13 @@ func openBundle(rc *resolved, log *zap.Logger) (_ *bundle, err error) {
 	}
 	switch rc.JournalType {
 	case journalPostgres:
-		j, err := facilitator.OpenPostgresJournal(ctx, rc.JournalDSN)
+		j, err := journal.OpenPostgres(ctx, rc.JournalDSN)
 		if err != nil {
 			return nil, fmt.Errorf("journal: %w", err)
 		}
 		b.journal = j
 	default:
-		j, err := facilitator.OpenSQLiteJournal(ctx, rc.JournalPath)
+		j, err := journal.OpenSQLite(ctx, rc.JournalPath)
 		if err != nil {
 			return nil, fmt.Errorf("journal: %w", err)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/ethereum/go-ethereum/crypto"
 
 	"github.com/x402gate/x402gate/facilitator/approval"
+	"github.com/x402gate/x402gate/facilitator/journal"
 	"github.com/x402gate/x402gate/internal/redact"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -41,7 +42,7 @@ func offlineEngine(b *testing.B, net x402.Network) *Engine {
 }
 
 // nopJournal satisfies Config.check for the offline engine; checkStatic never uses it.
-type nopJournal struct{ Journal }
+type nopJournal struct{ journal.Journal }
 
 // signedPayment is a valid v2 payment of amount from key to payTo on net, as a client
 // signs it (EIP-712 digest, 65-byte signature with v = 27/28).

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/x402gate/x402gate/facilitator/approval"
+	"github.com/x402gate/x402gate/facilitator/journal"
 	"github.com/x402gate/x402gate/internal/redact"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -72,7 +73,7 @@ type Config struct {
 	// instance of a fleet. Required.
 	Store approval.Store
 	// Journal is the settlement journal. Required.
-	Journal Journal
+	Journal journal.Journal
 	// Verdicts is the verdict service client. Default nil: when GuardianMode requires a
 	// verdict, /verify fails closed.
 	Verdicts Verdicts
@@ -112,7 +113,7 @@ type Config struct {
 
 	// beforeBroadcast, when set, runs after the journal row is written and before the
 	// transaction is sent; an error aborts the send. A test seam that simulates a crash.
-	beforeBroadcast func(Settlement) error
+	beforeBroadcast func(journal.Settlement) error
 }
 
 // Engine is the in-process facilitator: it implements Service.

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/x402gate/x402gate/facilitator/approval"
+	"github.com/x402gate/x402gate/facilitator/journal"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -49,7 +50,7 @@ func newTestEnv(t testing.TB, opts ...testenv.AnvilOption) *testEnv {
 // SQLite journal in t's temporary directory.
 func (v *testEnv) config(t testing.TB) Config {
 	t.Helper()
-	j, err := OpenSQLiteJournal(context.Background(), filepath.Join(t.TempDir(), "journal.db"))
+	j, err := journal.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "journal.db"))
 	if err != nil {
 		t.Fatalf("open journal: %v", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/common/hexutil"
 
+	"github.com/x402gate/x402gate/facilitator/journal"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -290,7 +291,7 @@ func TestVerifyWithRPCDownIsClearAndHidesURL(t *testing.T) {
 				t.Errorf("%q carries the RPC endpoint", s)
 			}
 		}
-		if _, err := cfg.Journal.Get(context.Background(), keyOf(tc.p, tc.r).AuthorizationKey()); !errors.Is(err, ErrSettlementNotFound) {
+		if _, err := cfg.Journal.Get(context.Background(), keyOf(tc.p, tc.r).AuthorizationKey()); !errors.Is(err, journal.ErrNotFound) {
 			t.Errorf("v%d: a settlement was journaled with the chain down: %v", v, err)
 		}
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/x402gate/x402gate/facilitator"
 	"github.com/x402gate/x402gate/facilitator/approval"
+	"github.com/x402gate/x402gate/facilitator/journal"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -60,7 +61,7 @@ func newTestEnvWith(t *testing.T, mutate func(*facilitator.Config)) *testEnv {
 	if err := reg.Add(net); err != nil {
 		t.Fatalf("registry: %v", err)
 	}
-	j, err := facilitator.OpenSQLiteJournal(context.Background(), filepath.Join(t.TempDir(), "journal.db"))
+	j, err := journal.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "journal.db"))
 	if err != nil {
 		t.Fatalf("open journal: %v", err)
 	}

@@ -1,0 +1,409 @@
+package journal
+
+import (
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"math/big"
+	"strings"
+	"time"
+
+	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/x402gate/x402gate/internal/sqldb"
+)
+
+// schema is the journal's tables, one migration per version, shared by both drivers.
+// {{blob}} is the binary column type of the dialect. Times are unix microseconds (UTC),
+// which both engines store and order the same way. The version table is named for the
+// facilitator so that another component migrating the same PostgreSQL database cannot
+// collide with it; the lock key is "x402gfac" in ASCII.
+var schema = sqldb.Schema{
+	Table:   "facilitator_schema_migrations",
+	LockKey: 0x7834303267666163,
+	Migrations: []sqldb.Migration{
+		{Version: 1, Statements: []string{
+			`CREATE TABLE settlements (
+			authorization_key TEXT PRIMARY KEY,
+			payment_key       TEXT NOT NULL,
+			network           TEXT NOT NULL,
+			asset             TEXT NOT NULL,
+			payer             TEXT NOT NULL,
+			pay_to            TEXT NOT NULL,
+			amount            TEXT NOT NULL,
+			nonce             TEXT NOT NULL,
+			tx_hash           TEXT NOT NULL,
+			raw_tx            {{blob}} NOT NULL,
+			sender_nonce      BIGINT NOT NULL,
+			state             TEXT NOT NULL CHECK (state IN ('prepared', 'broadcast', 'confirmed', 'failed')),
+			reason            TEXT NOT NULL DEFAULT '',
+			created_at        BIGINT NOT NULL,
+			updated_at        BIGINT NOT NULL
+		)`,
+			`CREATE INDEX settlements_state_created ON settlements (state, created_at)`,
+		}},
+		// Version 2: fee-bumped replacements. The settlements row keeps the first attempt
+		// (sequence 0) in tx_hash and raw_tx; every replacement signed later, same sender
+		// nonce and calldata with higher fees, is one settlement_attempts row (sequence 1, 2,
+		// ...), written before it is broadcast. settled_tx_hash names the attempt whose
+		// receipt closed the row ('' until then, and for rows closed by older builds).
+		{Version: 2, Statements: []string{
+			`CREATE TABLE settlement_attempts (
+			authorization_key TEXT NOT NULL REFERENCES settlements (authorization_key),
+			seq               BIGINT NOT NULL CHECK (seq > 0),
+			tx_hash           TEXT NOT NULL,
+			raw_tx            {{blob}} NOT NULL,
+			created_at        BIGINT NOT NULL,
+			PRIMARY KEY (authorization_key, seq)
+		)`,
+			`ALTER TABLE settlements ADD COLUMN settled_tx_hash TEXT NOT NULL DEFAULT ''`,
+		}},
+	},
+}
+
+// DB is the settlement Journal on database/sql: SQLite (OpenSQLite) for one instance,
+// PostgreSQL (OpenPostgres) shared by several. Its schema is migrated at Open. The unique
+// authorization key makes Prepare the last guard against broadcasting one authorization
+// twice, across every instance that shares the database. No error carries the database
+// password.
+type DB struct {
+	db *sqldb.DB
+}
+
+// OpenSQLite opens (creating it and its parent directory if needed) the SQLite journal at
+// path, the embedded default of a single instance, and migrates its schema. A row Prepare
+// has written survives a crash before the broadcast it guards (see sqldb.OpenSQLite).
+func OpenSQLite(ctx context.Context, path string) (*DB, error) {
+	db, err := sqldb.OpenSQLite(ctx, path)
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	return open(ctx, db)
+}
+
+// OpenPostgres connects to the PostgreSQL database at dsn (a postgres:// URL or key=value
+// string, as pgx parses it), the journal shared by several instances, and migrates its
+// schema. Concurrent Opens of one database are safe: migrations run in one transaction
+// under an advisory lock. No error carries the DSN or its password.
+func OpenPostgres(ctx context.Context, dsn string) (*DB, error) {
+	db, err := sqldb.OpenPostgres(ctx, dsn)
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	return open(ctx, db)
+}
+
+func open(ctx context.Context, db *sqldb.DB) (*DB, error) {
+	if err := db.Migrate(ctx, schema); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	return &DB{db: db}, nil
+}
+
+// fail wraps a database error with op, scrubbing the password from its text and keeping
+// context cancellation visible to errors.Is.
+func (j *DB) fail(op string, err error) error {
+	return fmt.Errorf("%s journal %s: %w", j.db.Dialect.Name, op, j.db.Err(err))
+}
+
+const settlementColumns = `authorization_key, payment_key, network, asset, payer, pay_to, amount, nonce,
+	tx_hash, raw_tx, sender_nonce, state, reason, created_at, updated_at`
+
+// Prepare inserts s in StatePrepared (whatever s.State says), before anything is
+// broadcast. It returns ErrDuplicateSettlement when a row for s.AuthorizationKey exists,
+// whatever its state: one authorization is broadcast once. A zero CreatedAt is now.
+func (j *DB) Prepare(ctx context.Context, s Settlement) error {
+	if s.AuthorizationKey == "" {
+		return errors.New("journal prepare: empty authorization key")
+	}
+	if s.Amount == nil || s.Amount.Sign() < 0 {
+		return fmt.Errorf("journal prepare %s: amount missing or negative", s.AuthorizationKey)
+	}
+	if s.SenderNonce > math.MaxInt64 {
+		return fmt.Errorf("journal prepare %s: sender nonce %d out of range", s.AuthorizationKey, s.SenderNonce)
+	}
+	created := s.CreatedAt
+	if created.IsZero() {
+		created = time.Now()
+	}
+	raw := s.RawTx
+	if raw == nil {
+		raw = []byte{}
+	}
+	res, err := j.db.ExecContext(ctx, `INSERT INTO settlements (`+settlementColumns+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+		ON CONFLICT (authorization_key) DO NOTHING`,
+		s.AuthorizationKey, s.PaymentKey, s.Network,
+		hexAddress(s.Asset), hexAddress(s.Payer), hexAddress(s.PayTo),
+		s.Amount.String(), "0x"+hex.EncodeToString(s.Nonce[:]), strings.ToLower(s.TxHash.Hex()),
+		raw, int64(s.SenderNonce), string(StatePrepared), s.Reason,
+		created.UnixMicro(), created.UnixMicro())
+	if err != nil {
+		return j.fail("prepare "+s.AuthorizationKey, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return j.fail("prepare "+s.AuthorizationKey, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("journal prepare %s: %w", s.AuthorizationKey, ErrDuplicateSettlement)
+	}
+	return nil
+}
+
+func hexAddress(a common.Address) string { return strings.ToLower(a.Hex()) }
+
+// Update moves the row of authorizationKey to state, recording reason. It returns
+// ErrNotFound for an unknown key and ErrInvalidTransition for a move the
+// lifecycle forbids (see ErrInvalidTransition).
+func (j *DB) Update(ctx context.Context, authorizationKey string, state State, reason string) error {
+	return j.update(ctx, authorizationKey, state, reason, nil)
+}
+
+// UpdateSettled is Update that also records txHash as the attempt that settled the row.
+func (j *DB) UpdateSettled(ctx context.Context, authorizationKey string, state State, reason string, txHash common.Hash) error {
+	return j.update(ctx, authorizationKey, state, reason, &txHash)
+}
+
+func (j *DB) update(ctx context.Context, authorizationKey string, state State, reason string, settled *common.Hash) error {
+	sources, ok := transitions[state]
+	if !ok {
+		return fmt.Errorf("journal update %s to %q: %w", authorizationKey, state, ErrInvalidTransition)
+	}
+	in := make([]string, len(sources))
+	for i, src := range sources {
+		in[i] = "'" + string(src) + "'" // our own constants, never input
+	}
+	set, args := ``, []any{string(state), reason, time.Now().UnixMicro(), authorizationKey}
+	if settled != nil {
+		set, args = `, settled_tx_hash = $5`, append(args, strings.ToLower(settled.Hex()))
+	}
+	res, err := j.db.ExecContext(ctx, `UPDATE settlements SET state = $1, reason = $2, updated_at = $3`+set+`
+		WHERE authorization_key = $4 AND state IN (`+strings.Join(in, ", ")+`)`, args...)
+	if err != nil {
+		return j.fail("update "+authorizationKey, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return j.fail("update "+authorizationKey, err)
+	}
+	if n > 0 {
+		return nil
+	}
+	var from string
+	err = j.db.QueryRowContext(ctx, `SELECT state FROM settlements WHERE authorization_key = $1`, authorizationKey).Scan(&from)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("journal update %s: %w", authorizationKey, ErrNotFound)
+	}
+	if err != nil {
+		return j.fail("update "+authorizationKey, err)
+	}
+	return fmt.Errorf("journal update %s from %s to %s: %w", authorizationKey, from, state, ErrInvalidTransition)
+}
+
+// AddAttempt records replacement a of the unfinished row of authorizationKey, before it
+// is broadcast (see Journal).
+func (j *DB) AddAttempt(ctx context.Context, authorizationKey string, a Attempt) error {
+	if a.Seq <= 0 {
+		return fmt.Errorf("journal add attempt %s: sequence %d, want > 0", authorizationKey, a.Seq)
+	}
+	if len(a.RawTx) == 0 {
+		return fmt.Errorf("journal add attempt %s: empty raw transaction", authorizationKey)
+	}
+	created := a.CreatedAt
+	if created.IsZero() {
+		created = time.Now()
+	}
+	res, err := j.db.ExecContext(ctx, `INSERT INTO settlement_attempts (authorization_key, seq, tx_hash, raw_tx, created_at)
+		SELECT s.authorization_key, $2, $3, $4, $5 FROM settlements s
+		WHERE s.authorization_key = $1 AND s.state IN ('prepared', 'broadcast')
+		ON CONFLICT (authorization_key, seq) DO NOTHING`,
+		authorizationKey, int64(a.Seq), strings.ToLower(a.TxHash.Hex()), a.RawTx, created.UnixMicro())
+	if err != nil {
+		return j.fail("add attempt "+authorizationKey, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return j.fail("add attempt "+authorizationKey, err)
+	}
+	if n > 0 {
+		return nil
+	}
+	if _, err := j.Get(ctx, authorizationKey); err != nil {
+		return fmt.Errorf("journal add attempt: %w", err)
+	}
+	return fmt.Errorf("journal add attempt %s #%d: %w", authorizationKey, a.Seq, ErrAttemptConflict)
+}
+
+// Attempts returns every attempt of the row of authorizationKey, the first (Seq 0, the
+// row's own transaction) first, or ErrNotFound.
+func (j *DB) Attempts(ctx context.Context, authorizationKey string) ([]Attempt, error) {
+	var (
+		txHash, settled string
+		raw             []byte
+		created         int64
+	)
+	err := j.db.QueryRowContext(ctx, `SELECT tx_hash, raw_tx, created_at, settled_tx_hash FROM settlements
+		WHERE authorization_key = $1`, authorizationKey).Scan(&txHash, &raw, &created, &settled)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("journal attempts %s: %w", authorizationKey, ErrNotFound)
+	}
+	if err != nil {
+		return nil, j.fail("attempts "+authorizationKey, err)
+	}
+	first, err := attemptOf(0, txHash, raw, created, settled)
+	if err != nil {
+		return nil, fmt.Errorf("journal attempts %s: %w", authorizationKey, err)
+	}
+	out := []Attempt{first}
+	rows, err := j.db.QueryContext(ctx, `SELECT seq, tx_hash, raw_tx, created_at FROM settlement_attempts
+		WHERE authorization_key = $1 ORDER BY seq`, authorizationKey)
+	if err != nil {
+		return nil, j.fail("attempts "+authorizationKey, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var seq int64
+		if err := rows.Scan(&seq, &txHash, &raw, &created); err != nil {
+			return nil, j.fail("attempts "+authorizationKey, err)
+		}
+		a, err := attemptOf(int(seq), txHash, raw, created, settled)
+		if err != nil {
+			return nil, fmt.Errorf("journal attempts %s: %w", authorizationKey, err)
+		}
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, j.fail("attempts "+authorizationKey, err)
+	}
+	return out, nil
+}
+
+func attemptOf(seq int, txHash string, raw []byte, created int64, settled string) (Attempt, error) {
+	b, err := parseHex(txHash, common.HashLength)
+	if err != nil {
+		return Attempt{}, fmt.Errorf("attempt %d: bad tx_hash: %w", seq, err)
+	}
+	if raw == nil {
+		raw = []byte{}
+	}
+	return Attempt{Seq: seq, TxHash: common.BytesToHash(b), RawTx: raw,
+		CreatedAt: time.UnixMicro(created).UTC(), Settled: settled != "" && settled == txHash}, nil
+}
+
+// Get returns the row of authorizationKey, or ErrNotFound.
+func (j *DB) Get(ctx context.Context, authorizationKey string) (Settlement, error) {
+	row := j.db.QueryRowContext(ctx, `SELECT `+settlementColumns+` FROM settlements WHERE authorization_key = $1`, authorizationKey)
+	s, err := scanSettlement(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Settlement{}, fmt.Errorf("journal get %s: %w", authorizationKey, ErrNotFound)
+	}
+	if err != nil {
+		return Settlement{}, j.fail("get "+authorizationKey, err)
+	}
+	return s, nil
+}
+
+// Unfinished returns every row in StatePrepared or StateBroadcast, oldest first (ties in
+// authorization key order), for reconciliation.
+func (j *DB) Unfinished(ctx context.Context) ([]Settlement, error) {
+	rows, err := j.db.QueryContext(ctx, `SELECT `+settlementColumns+` FROM settlements
+		WHERE state IN ('prepared', 'broadcast') ORDER BY created_at, authorization_key`)
+	if err != nil {
+		return nil, j.fail("unfinished", err)
+	}
+	defer rows.Close()
+	var out []Settlement
+	for rows.Next() {
+		s, err := scanSettlement(rows)
+		if err != nil {
+			return nil, j.fail("unfinished", err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, j.fail("unfinished", err)
+	}
+	return out, nil
+}
+
+// Close closes the database.
+func (j *DB) Close() error {
+	if err := j.db.Close(); err != nil {
+		return j.fail("close", err)
+	}
+	return nil
+}
+
+// scanSettlement reads one row of settlementColumns, checking every encoded field.
+func scanSettlement(row interface{ Scan(...any) error }) (Settlement, error) {
+	var (
+		s                                          Settlement
+		asset, payer, payTo, amount, nonce, txHash string
+		state                                      string
+		senderNonce, createdMicros, updatedMicros  int64
+	)
+	if err := row.Scan(&s.AuthorizationKey, &s.PaymentKey, &s.Network, &asset, &payer, &payTo, &amount, &nonce,
+		&txHash, &s.RawTx, &senderNonce, &state, &s.Reason, &createdMicros, &updatedMicros); err != nil {
+		return Settlement{}, err
+	}
+	var err error
+	if s.Asset, err = parseAddress("asset", asset); err != nil {
+		return Settlement{}, err
+	}
+	if s.Payer, err = parseAddress("payer", payer); err != nil {
+		return Settlement{}, err
+	}
+	if s.PayTo, err = parseAddress("pay_to", payTo); err != nil {
+		return Settlement{}, err
+	}
+	var ok bool
+	if s.Amount, ok = new(big.Int).SetString(amount, 10); !ok || s.Amount.Sign() < 0 {
+		return Settlement{}, fmt.Errorf("row %s: bad amount", s.AuthorizationKey)
+	}
+	if b, err := parseHex(nonce, 32); err != nil {
+		return Settlement{}, fmt.Errorf("row %s: bad nonce: %w", s.AuthorizationKey, err)
+	} else {
+		copy(s.Nonce[:], b)
+	}
+	if b, err := parseHex(txHash, common.HashLength); err != nil {
+		return Settlement{}, fmt.Errorf("row %s: bad tx_hash: %w", s.AuthorizationKey, err)
+	} else {
+		s.TxHash = common.BytesToHash(b)
+	}
+	if senderNonce < 0 {
+		return Settlement{}, fmt.Errorf("row %s: negative sender nonce", s.AuthorizationKey)
+	}
+	s.SenderNonce = uint64(senderNonce)
+	s.State = State(state)
+	s.CreatedAt = time.UnixMicro(createdMicros).UTC()
+	s.UpdatedAt = time.UnixMicro(updatedMicros).UTC()
+	if s.RawTx == nil {
+		s.RawTx = []byte{}
+	}
+	return s, nil
+}
+
+func parseAddress(column, v string) (common.Address, error) {
+	if !common.IsHexAddress(v) {
+		return common.Address{}, fmt.Errorf("bad %s address in journal", column)
+	}
+	return common.HexToAddress(v), nil
+}
+
+func parseHex(v string, size int) ([]byte, error) {
+	b, err := hex.DecodeString(strings.TrimPrefix(v, "0x"))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) != size {
+		return nil, fmt.Errorf("%d bytes, want %d", len(b), size)
+	}
+	return b, nil
+}
+
+var _ Journal = (*DB)(nil)
