@@ -21,6 +21,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/x402gate/x402gate/facilitator"
+	"github.com/x402gate/x402gate/facilitator/approval"
+	"github.com/x402gate/x402gate/facilitator/journal"
 	"github.com/x402gate/x402gate/gate"
 	"github.com/x402gate/x402gate/gate/redisretry"
 	"github.com/x402gate/x402gate/x402"
@@ -122,7 +124,7 @@ type NetworkConfig struct {
 type StoreConfig struct {
 	// Type is "memory" or "redis". Default: memory.
 	Type string `json:"type,omitempty"`
-	// MaxEntries bounds a memory store. Default: facilitator.DefaultMemoryStoreSize.
+	// MaxEntries bounds a memory store. Default: approval.DefaultMemoryStoreSize.
 	MaxEntries int `json:"max_entries,omitempty"`
 	// URL is the Redis URL (placeholder; it may hold a password). Required for redis.
 	URL string `json:"url,omitempty"`
@@ -422,8 +424,8 @@ func (rc *resolved) poolKey() (string, error) {
 type bundle struct {
 	name       string
 	engine     *facilitator.Engine
-	store      facilitator.ApprovalStore
-	journal    *facilitator.SQLJournal
+	store      approval.Store
+	journal    *journal.DB
 	retries    gate.RetryStore
 	registry   *x402.Registry
 	pricingURL string
@@ -451,7 +453,7 @@ func openBundle(rc *resolved, log *zap.Logger) (_ *bundle, err error) {
 	}
 	switch rc.StoreType {
 	case storeRedis:
-		s, err := facilitator.NewRedisStore(ctx, rc.StoreURL)
+		s, err := approval.NewRedisStore(ctx, rc.StoreURL)
 		if err != nil {
 			return nil, fmt.Errorf("approval store: %w", err)
 		}
@@ -464,20 +466,20 @@ func openBundle(rc *resolved, log *zap.Logger) (_ *bundle, err error) {
 		b.retries = r
 		b.closers = append(b.closers, r.Close)
 	default:
-		s := facilitator.NewMemoryStore(rc.StoreMax)
+		s := approval.NewMemoryStore(rc.StoreMax)
 		b.store = s
 		b.closers = append(b.closers, s.Close)
 		b.retries = gate.NewMemoryRetryStore(0)
 	}
 	switch rc.JournalType {
 	case journalPostgres:
-		j, err := facilitator.OpenPostgresJournal(ctx, rc.JournalDSN)
+		j, err := journal.OpenPostgres(ctx, rc.JournalDSN)
 		if err != nil {
 			return nil, fmt.Errorf("journal: %w", err)
 		}
 		b.journal = j
 	default:
-		j, err := facilitator.OpenSQLiteJournal(ctx, rc.JournalPath)
+		j, err := journal.OpenSQLite(ctx, rc.JournalPath)
 		if err != nil {
 			return nil, fmt.Errorf("journal: %w", err)
 		}

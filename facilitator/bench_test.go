@@ -10,6 +10,9 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/crypto"
 
+	"github.com/x402gate/x402gate/facilitator/approval"
+	"github.com/x402gate/x402gate/facilitator/journal"
+	"github.com/x402gate/x402gate/internal/redact"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -23,7 +26,7 @@ func offlineEngine(b *testing.B, net x402.Network) *Engine {
 	}
 	cfg := Config{
 		Networks:  []NetworkConfig{{Network: net, RPCURL: "http://127.0.0.1:1"}},
-		SignerKey: key, Store: NewMemoryStore(0), Journal: nopJournal{},
+		SignerKey: key, Store: approval.NewMemoryStore(0), Journal: nopJournal{},
 	}
 	if err := cfg.check(); err != nil {
 		b.Fatal(err)
@@ -33,13 +36,13 @@ func offlineEngine(b *testing.B, net x402.Network) *Engine {
 		b.Fatal(err)
 	}
 	e := &Engine{cfg: cfg, log: cfg.Logger, now: cfg.Now, abi: tabi, chains: map[string]*chain{}, factories: map[common.Address]bool{}}
-	c := &chain{cfg: cfg.Networks[0], net: net, abi: tabi, redactor: newRedactor(cfg.Networks[0].RPCURL)}
+	c := &chain{cfg: cfg.Networks[0], net: net, abi: tabi, redactor: redact.URL(cfg.Networks[0].RPCURL, "rpc")}
 	e.chains[net.CAIP2], e.order = c, []*chain{c}
 	return e
 }
 
 // nopJournal satisfies Config.check for the offline engine; checkStatic never uses it.
-type nopJournal struct{ Journal }
+type nopJournal struct{ journal.Journal }
 
 // signedPayment is a valid v2 payment of amount from key to payTo on net, as a client
 // signs it (EIP-712 digest, 65-byte signature with v = 27/28).

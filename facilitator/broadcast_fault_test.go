@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/x402gate/x402gate/facilitator/journal"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -70,13 +71,13 @@ func TestAmbiguousNodeRefusalStaysUncertain(t *testing.T) {
 			}
 			key := x402.KeyOf(p, r).AuthorizationKey()
 			row, err := cfg.Journal.Get(context.Background(), key)
-			if err != nil || row.State == StateFailed {
+			if err != nil || row.State == journal.StateFailed {
 				t.Fatalf("journal row = %+v, %v; want it left for reconcile, not failed", row, err)
 			}
 			if _, err := e.Reconcile(context.Background()); err != nil {
 				t.Fatalf("Reconcile: %v", err)
 			}
-			if row, err := cfg.Journal.Get(context.Background(), key); err != nil || row.State != StateConfirmed {
+			if row, err := cfg.Journal.Get(context.Background(), key); err != nil || row.State != journal.StateConfirmed {
 				t.Errorf("journal row after reconcile = %+v, %v; want confirmed", row, err)
 			}
 			if d := new(big.Int).Sub(env.token.BalanceOf(t, payee.Address), before); d.Cmp(testAmount) != 0 {

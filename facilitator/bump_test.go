@@ -3,12 +3,8 @@ package facilitator
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"errors"
-	"fmt"
 	"math/big"
-	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +14,7 @@ import (
 	"github.com/ethereum/go-ethereum/common/hexutil"
 	"github.com/ethereum/go-ethereum/core/types"
 
+	"github.com/x402gate/x402gate/facilitator/journal"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -33,7 +30,7 @@ type stuckSettlement struct {
 	first   *types.Transaction
 	payee   common.Address
 	before  *big.Int // the payee's balance before the settlement
-	journal AttemptJournal
+	journal journal.Journal
 }
 
 func settleStuck(t *testing.T, env *testEnv, cfg Config) *stuckSettlement {
@@ -43,7 +40,7 @@ func settleStuck(t *testing.T, env *testEnv, cfg Config) *stuckSettlement {
 	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
 	p, r := env.pay(t, x402.Version2, payer, payee.Address)
 	s := &stuckSettlement{env: env, cfg: cfg, e: e, key: x402.KeyOf(p, r).AuthorizationKey(), payee: payee.Address,
-		before: env.token.BalanceOf(t, payee.Address), journal: cfg.Journal.(AttemptJournal)}
+		before: env.token.BalanceOf(t, payee.Address), journal: cfg.Journal}
 	env.chain.SetAutomine(t, false)
 	t.Cleanup(func() { env.chain.SetAutomine(t, true) })
 	res, err := e.Settle(context.Background(), p, r)
@@ -51,7 +48,7 @@ func settleStuck(t *testing.T, env *testEnv, cfg Config) *stuckSettlement {
 		t.Fatalf("settle = %+v, %v; want settlement_pending", res, err)
 	}
 	row, err := cfg.Journal.Get(context.Background(), s.key)
-	if err != nil || row.State != StateBroadcast || row.TxHash.Hex() != res.Transaction {
+	if err != nil || row.State != journal.StateBroadcast || row.TxHash.Hex() != res.Transaction {
 		t.Fatalf("journal row = %+v, %v; want broadcast %s", row, err, res.Transaction)
 	}
 	s.first = decodeTx(t, row.RawTx)
@@ -82,7 +79,7 @@ func (s *stuckSettlement) spikeBaseFee(t *testing.T, wei *big.Int) {
 	}
 }
 
-func (s *stuckSettlement) attempts(t *testing.T) []Attempt {
+func (s *stuckSettlement) attempts(t *testing.T) []journal.Attempt {
 	t.Helper()
 	as, err := s.journal.Attempts(context.Background(), s.key)
 	if err != nil {
@@ -147,7 +144,7 @@ func TestReconcileFeeBumpsTransactionBelowBaseFee(t *testing.T) {
 			env := newTestEnv(t)
 			cfg := env.config(t)
 			if kind == "postgres" {
-				j, err := OpenPostgresJournal(context.Background(), testenv.StartPostgres(t))
+				j, err := journal.OpenPostgres(context.Background(), testenv.StartPostgres(t))
 				if err != nil {
 					t.Fatalf("postgres journal: %v", err)
 				}
@@ -181,11 +178,11 @@ func TestReconcileFeeBumpsTransactionBelowBaseFee(t *testing.T) {
 			}
 			rep = s.reconcile(t)
 			if rep.Checked != 1 || rep.Confirmed != 1 || rep.Bumped != 0 || len(rep.Outcomes) != 1 ||
-				rep.Outcomes[0].TxHash != second.Hash().Hex() || rep.Outcomes[0].State != StateConfirmed {
+				rep.Outcomes[0].TxHash != second.Hash().Hex() || rep.Outcomes[0].State != journal.StateConfirmed {
 				t.Fatalf("reconcile report = %+v, want the row confirmed by %s", rep, second.Hash().Hex())
 			}
 			row, err := cfg.Journal.Get(context.Background(), s.key)
-			if err != nil || row.State != StateConfirmed || row.TxHash != s.first.Hash() {
+			if err != nil || row.State != journal.StateConfirmed || row.TxHash != s.first.Hash() {
 				t.Errorf("journal row = %+v, %v; want confirmed, first hash kept", row, err)
 			}
 			as = s.attempts(t)
@@ -229,14 +226,14 @@ func TestReconcileFeeCeilingStopsBumping(t *testing.T) {
 
 			rep := s.reconcile(t)
 			if rep.Bumped != 0 || rep.Resent != 0 || rep.Pending != 1 || len(rep.Outcomes) != 1 ||
-				rep.Outcomes[0].Reason != ReconcileFeeCeiling || rep.Outcomes[0].State != StateBroadcast ||
+				rep.Outcomes[0].Reason != ReconcileFeeCeiling || rep.Outcomes[0].State != journal.StateBroadcast ||
 				rep.Outcomes[0].TxHash != s.first.Hash().Hex() {
 				t.Fatalf("reconcile report = %+v, want the row pending with %q", rep, ReconcileFeeCeiling)
 			}
 			if as := s.attempts(t); len(as) != 1 {
 				t.Errorf("attempts = %+v, want only the first transaction", as)
 			}
-			if row, err := s.cfg.Journal.Get(context.Background(), s.key); err != nil || row.State != StateBroadcast {
+			if row, err := s.cfg.Journal.Get(context.Background(), s.key); err != nil || row.State != journal.StateBroadcast {
 				t.Errorf("journal row = %+v, %v; want broadcast", row, err)
 			}
 
@@ -320,102 +317,6 @@ func TestBumpFees(t *testing.T) {
 	}
 }
 
-// TestJournalAttemptsMigrateOldRows: a database written by the version-1 schema (no
-// attempts) is migrated at Open; its rows keep working (one attempt each, closable, and
-// replacements can be added), on both engines. AddAttempt refuses a taken sequence number
-// and a closed row.
-func TestJournalAttemptsMigrateOldRows(t *testing.T) {
-	openers := map[string]func(t *testing.T) func() (*SQLJournal, error){
-		"sqlite": func(t *testing.T) func() (*SQLJournal, error) {
-			path := filepath.Join(t.TempDir(), "journal.db")
-			return func() (*SQLJournal, error) { return OpenSQLiteJournal(context.Background(), path) }
-		},
-		"postgres": func(t *testing.T) func() (*SQLJournal, error) {
-			dsn := testenv.StartPostgres(t)
-			return func() (*SQLJournal, error) { return OpenPostgresJournal(context.Background(), dsn) }
-		},
-	}
-	for _, kind := range []string{"sqlite", "postgres"} {
-		t.Run(kind, func(t *testing.T) {
-			ctx := context.Background()
-			open := openers[kind](t)
-			old, err := open()
-			if err != nil {
-				t.Fatal(err)
-			}
-			// Stand in for the version-1 build: drop what version 2 added.
-			for _, stmt := range []string{
-				`DROP TABLE settlement_attempts`,
-				`ALTER TABLE settlements DROP COLUMN settled_tx_hash`,
-				`DELETE FROM ` + journalMigrationsTable + ` WHERE version = 2`,
-			} {
-				if _, err := old.db.ExecContext(ctx, stmt); err != nil {
-					t.Fatalf("%s: %v", stmt, err)
-				}
-			}
-			rows := []Settlement{testSettlement(1, journalEpoch), testSettlement(2, journalEpoch)}
-			for _, s := range rows {
-				if _, err := old.db.ExecContext(ctx, `INSERT INTO settlements (`+settlementColumns+`)
-					VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'broadcast', '', $12, $12)`,
-					s.AuthorizationKey, s.PaymentKey, s.Network, journalAddress(s.Asset), journalAddress(s.Payer),
-					journalAddress(s.PayTo), s.Amount.String(), fmt.Sprintf("0x%x", s.Nonce), strings.ToLower(s.TxHash.Hex()),
-					s.RawTx, int64(s.SenderNonce), s.CreatedAt.UnixMicro()); err != nil {
-					t.Fatalf("insert version-1 row: %v", err)
-				}
-			}
-			_ = old.Close()
-
-			j, err := open()
-			if err != nil {
-				t.Fatalf("open migrates: %v", err)
-			}
-			t.Cleanup(func() { _ = j.Close() })
-			unfinished, err := j.Unfinished(ctx)
-			if err != nil || len(unfinished) != 2 {
-				t.Fatalf("Unfinished = %d rows, %v; want the 2 old rows", len(unfinished), err)
-			}
-			as, err := j.Attempts(ctx, rows[0].AuthorizationKey)
-			if err != nil || len(as) != 1 || as[0].Seq != 0 || as[0].TxHash != rows[0].TxHash ||
-				!bytes.Equal(as[0].RawTx, rows[0].RawTx) || as[0].Settled || !as[0].CreatedAt.Equal(rows[0].CreatedAt) {
-				t.Fatalf("Attempts of an old row = %+v, %v; want its own transaction only", as, err)
-			}
-			bumped := Attempt{Seq: 1, TxHash: common.HexToHash("0xb1"), RawTx: []byte{0x02, 0x01}, CreatedAt: journalEpoch.Add(time.Minute)}
-			if err := j.AddAttempt(ctx, rows[0].AuthorizationKey, bumped); err != nil {
-				t.Fatalf("AddAttempt: %v", err)
-			}
-			if err := j.AddAttempt(ctx, rows[0].AuthorizationKey, Attempt{Seq: 1, TxHash: common.HexToHash("0xb2"), RawTx: []byte{1}}); !errors.Is(err, ErrAttemptConflict) {
-				t.Errorf("AddAttempt with a taken sequence = %v, want ErrAttemptConflict", err)
-			}
-			if err := j.AddAttempt(ctx, "no such key", Attempt{Seq: 1, TxHash: common.HexToHash("0xb3"), RawTx: []byte{1}}); !errors.Is(err, ErrSettlementNotFound) {
-				t.Errorf("AddAttempt to an unknown row = %v, want ErrSettlementNotFound", err)
-			}
-			if err := j.UpdateSettled(ctx, rows[0].AuthorizationKey, StateConfirmed, "", bumped.TxHash); err != nil {
-				t.Fatalf("UpdateSettled: %v", err)
-			}
-			as, err = j.Attempts(ctx, rows[0].AuthorizationKey)
-			if err != nil || len(as) != 2 || as[0].Settled || !as[1].Settled || as[1].TxHash != bumped.TxHash ||
-				!as[1].CreatedAt.Equal(bumped.CreatedAt) {
-				t.Fatalf("Attempts = %+v, %v; want the replacement second and settled", as, err)
-			}
-			if err := j.AddAttempt(ctx, rows[0].AuthorizationKey, Attempt{Seq: 2, TxHash: common.HexToHash("0xb4"), RawTx: []byte{1}}); !errors.Is(err, ErrAttemptConflict) {
-				t.Errorf("AddAttempt to a confirmed row = %v, want ErrAttemptConflict", err)
-			}
-			// The old way of closing still works and records no attempt.
-			if err := j.Update(ctx, rows[1].AuthorizationKey, StateFailed, ReconcileDropped); err != nil {
-				t.Fatalf("Update: %v", err)
-			}
-			if got, err := j.Get(ctx, rows[1].AuthorizationKey); err != nil || got.State != StateFailed || got.TxHash != rows[1].TxHash {
-				t.Errorf("Get = %+v, %v", got, err)
-			}
-			var settled sql.NullString
-			if err := j.db.QueryRowContext(ctx, `SELECT settled_tx_hash FROM settlements WHERE authorization_key = $1`,
-				rows[1].AuthorizationKey).Scan(&settled); err != nil || settled.String != "" {
-				t.Errorf("settled_tx_hash of a row closed by Update = %q, %v; want empty", settled.String, err)
-			}
-		})
-	}
-}
-
 // TestSettleFeeBumpsWhenTheBaseFeeSpikes: the base fee rises above the settlement's fee
 // cap while Settle awaits its receipt; when the wait runs out Settle journals and
 // broadcasts a fee-bumped replacement (same nonce and calldata), awaits it once more, and
@@ -425,7 +326,7 @@ func TestSettleFeeBumpsWhenTheBaseFeeSpikes(t *testing.T) {
 	cfg := env.config(t)
 	cfg.ReceiptTimeout = 3 * time.Second
 	e := env.engine(t, cfg)
-	aj := cfg.Journal.(AttemptJournal)
+	aj := cfg.Journal
 	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
 	signer := env.chain.FacilitatorAccount().Address
 	p, r := env.pay(t, x402.Version2, payer, payee.Address)
@@ -455,7 +356,7 @@ func TestSettleFeeBumpsWhenTheBaseFeeSpikes(t *testing.T) {
 	var first *types.Transaction
 	waitFor("the settlement in the pool", func() bool {
 		row, err := cfg.Journal.Get(context.Background(), key)
-		if err != nil || row.State != StateBroadcast {
+		if err != nil || row.State != journal.StateBroadcast {
 			return false
 		}
 		first = decodeTx(t, row.RawTx)
@@ -464,7 +365,7 @@ func TestSettleFeeBumpsWhenTheBaseFeeSpikes(t *testing.T) {
 	base := new(big.Int).Mul(first.GasFeeCap(), big.NewInt(3))
 	env.chain.RPC(t, nil, "anvil_setNextBlockBaseFeePerGas", (*hexutil.Big)(base))
 	env.chain.Mine(t)
-	var as []Attempt
+	var as []journal.Attempt
 	waitFor("a replacement in the journal", func() bool {
 		var err error
 		as, err = aj.Attempts(context.Background(), key)
@@ -482,7 +383,7 @@ func TestSettleFeeBumpsWhenTheBaseFeeSpikes(t *testing.T) {
 		t.Fatalf("settle = %+v, %v; want success with the replacement %s", got.res, got.err, second.Hash().Hex())
 	}
 	row, err := cfg.Journal.Get(context.Background(), key)
-	if err != nil || row.State != StateConfirmed {
+	if err != nil || row.State != journal.StateConfirmed {
 		t.Errorf("journal row = %+v, %v; want confirmed", row, err)
 	}
 	if as, err := aj.Attempts(context.Background(), key); err != nil || len(as) != 2 || !as[1].Settled || as[0].Settled {

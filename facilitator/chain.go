@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
-	"net/url"
 	"strings"
 	"sync"
 
@@ -139,41 +138,6 @@ type chain struct {
 	balance      *big.Int // cached native balance of the signer
 	assetBalance *big.Int // cached asset balance of the signer
 	balanceAt    int64    // unix nanos of the cached read
-}
-
-// newRedactor returns a replacer that removes the RPC URL, and its host, from error text.
-func newRedactor(rawURL string) *strings.Replacer {
-	pairs := []string{}
-	add := func(secret, with string) {
-		if secret != "" {
-			pairs = append(pairs, secret, with)
-		}
-	}
-	// Longest forms first: strings.Replacer tries the pairs in order at each position.
-	add(rawURL, "<rpc>")
-	if u, err := url.Parse(rawURL); err == nil && u.Host != "" {
-		// net/http and url.Error print the URL normalised (lower-case scheme) and with the
-		// password masked, so those forms are not rawURL.
-		add(u.String(), "<rpc>")
-		add(u.Redacted(), "<rpc>")
-		add(u.Host, "<rpc-host>")
-		if len(u.EscapedPath()) > 1 {
-			add(u.EscapedPath(), "/<redacted>") // a provider's API key often is a path segment
-		}
-		if len(u.Path) > 1 {
-			add(u.Path, "/<redacted>")
-		}
-		if u.RawQuery != "" {
-			add(u.RawQuery, "<redacted>")
-		}
-		if u.User != nil {
-			add(u.User.String(), "<redacted>")
-			if pw, ok := u.User.Password(); ok {
-				add(pw, "<redacted>")
-			}
-		}
-	}
-	return strings.NewReplacer(pairs...)
 }
 
 // redact returns err's text without the RPC URL, for logs. Callers still never put it in

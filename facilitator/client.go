@@ -1,17 +1,16 @@
 package facilitator
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
 
+	"github.com/x402gate/x402gate/internal/jsonhttp"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -32,15 +31,15 @@ var (
 	ErrUnauthorized = errors.New("facilitator rejected the api key")
 	// ErrRedirectRefused: the facilitator answered with a redirect, which is never followed
 	// (a redirect would carry the key and the payment to another origin).
-	ErrRedirectRefused = errors.New("redirect refused")
+	ErrRedirectRefused = jsonhttp.ErrRedirect
 	// ErrResponseTooLarge: the answer exceeded ClientConfig.MaxResponseBytes.
-	ErrResponseTooLarge = errors.New("response too large")
+	ErrResponseTooLarge = jsonhttp.ErrTooLarge
 	// ErrMalformedResponse: the answer is not the JSON shape of the operation.
 	ErrMalformedResponse = errors.New("malformed facilitator response")
 	// ErrUnreachable: the request could not be sent or its answer not read (connection
 	// refused or reset, a per-call timeout). For /settle the outcome is then unknown: do
 	// not retry it blindly (spec §4.2 /settle rule 3).
-	ErrUnreachable = errors.New("facilitator unreachable")
+	ErrUnreachable = jsonhttp.ErrUnreachable
 )
 
 // HTTPError is an answer with a status other than 200. When the body still carried an
@@ -100,10 +99,9 @@ type ClientConfig struct {
 type Client struct {
 	base          string
 	key           string
-	hc            *http.Client
+	jc            *jsonhttp.Client
 	timeout       time.Duration
 	settleTimeout time.Duration
-	maxBytes      int64
 	reg           *x402.Registry
 }
 
@@ -128,10 +126,8 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	c := &Client{
 		base:          strings.TrimRight(cfg.URL, "/"),
 		key:           cfg.APIKey,
-		hc:            newNoRedirectClient(cfg.HTTPClient),
 		timeout:       cfg.Timeout,
 		settleTimeout: cfg.SettleTimeout,
-		maxBytes:      cfg.MaxResponseBytes,
 		reg:           cfg.Registry,
 	}
 	if c.timeout <= 0 {
@@ -140,9 +136,11 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if c.settleTimeout <= 0 {
 		c.settleTimeout = DefaultSettleTimeout
 	}
-	if c.maxBytes <= 0 {
-		c.maxBytes = DefaultMaxResponseBytes
+	maxBytes := cfg.MaxResponseBytes
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxResponseBytes
 	}
+	c.jc = jsonhttp.New(cfg.HTTPClient, maxBytes, 0)
 	return c, nil
 }
 
@@ -230,7 +228,7 @@ func (c *Client) Verify(ctx context.Context, in x402.VerifyInput) (x402.VerifyRe
 		x402.VerifyResponse
 		IsValid *bool `json:"isValid"`
 	}
-	parsed := json.Unmarshal(reply.body, &wire) == nil && wire.IsValid != nil
+	parsed := json.Unmarshal(reply.Body, &wire) == nil && wire.IsValid != nil
 	if parsed {
 		out = wire.VerifyResponse
 		out.IsValid = *wire.IsValid
@@ -257,7 +255,7 @@ func (c *Client) Settle(ctx context.Context, p *x402.Payment, r *x402.Requiremen
 		x402.SettleResponse
 		Success *bool `json:"success"`
 	}
-	parsed := json.Unmarshal(reply.body, &wire) == nil && wire.Success != nil
+	parsed := json.Unmarshal(reply.Body, &wire) == nil && wire.Success != nil
 	if parsed {
 		out = wire.SettleResponse
 		out.Success = *wire.Success
@@ -284,12 +282,12 @@ func (c *Client) Supported(ctx context.Context) (x402.SupportedResponse, error) 
 		x402.SupportedResponse
 		Kinds *[]x402.SupportedKind `json:"kinds"`
 	}
-	parsed := json.Unmarshal(reply.body, &wire) == nil && wire.Kinds != nil
+	parsed := json.Unmarshal(reply.Body, &wire) == nil && wire.Kinds != nil
 	if parsed {
 		out = wire.SupportedResponse
 		out.Kinds = *wire.Kinds
 	}
-	if reply.status != http.StatusOK {
+	if reply.Status != http.StatusOK {
 		return x402.SupportedResponse{}, c.result("supported", reply, false, "")
 	}
 	return out, c.result("supported", reply, parsed, "")
@@ -304,8 +302,8 @@ func (c *Client) SettlementStatus(context.Context, *x402.Payment, *x402.Requirem
 }
 
 // ErrMalformedResponse for an unparsable 200, an *HTTPError otherwise.
-func (c *Client) result(op string, reply jsonReply, parsed bool, reason string) error {
-	if reply.status == http.StatusOK {
+func (c *Client) result(op string, reply jsonhttp.Response, parsed bool, reason string) error {
+	if reply.Status == http.StatusOK {
 		if !parsed {
 			return fmt.Errorf("facilitator %s: %w", op, ErrMalformedResponse)
 		}
@@ -313,11 +311,11 @@ func (c *Client) result(op string, reply jsonReply, parsed bool, reason string) 
 	}
 	if reason == "" {
 		var e apiError
-		if json.Unmarshal(reply.body, &e) == nil {
+		if json.Unmarshal(reply.Body, &e) == nil {
 			reason = e.Error
 		}
 	}
-	return &HTTPError{Op: op, StatusCode: reply.status, Reason: machineReason(reason, c.key)}
+	return &HTTPError{Op: op, StatusCode: reply.Status, Reason: machineReason(reason, c.key)}
 }
 
 // machineReason keeps s only when it is a short identifier ([a-z0-9_], at most 64
@@ -337,88 +335,21 @@ func machineReason(s, key string) string {
 
 // call sends one request and returns the raw answer. Only transport failures, refused
 // redirects and oversized answers are errors here.
-func (c *Client) call(ctx context.Context, op, method, path string, body any, timeout time.Duration) (jsonReply, error) {
+func (c *Client) call(ctx context.Context, op, method, path string, body any, timeout time.Duration) (jsonhttp.Response, error) {
 	var data []byte
 	if body != nil {
 		var err error
 		if data, err = json.Marshal(body); err != nil {
-			return jsonReply{}, fmt.Errorf("facilitator %s: encode request: %w", op, err)
+			return jsonhttp.Response{}, fmt.Errorf("facilitator %s: encode request: %w", op, err)
 		}
 	}
 	hdr := http.Header{}
 	if c.key != "" {
 		hdr.Set(HeaderFacilitatorKey, c.key)
 	}
-	rctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	reply, err := sendJSON(rctx, c.hc, method, c.base+path, hdr, data, c.maxBytes)
+	reply, err := c.jc.Do(ctx, jsonhttp.Request{Method: method, URL: c.base + path, Header: hdr, Body: data, Timeout: timeout})
 	if err != nil {
-		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, ErrResponseTooLarge) && !errors.Is(err, ErrRedirectRefused) {
-			return jsonReply{}, fmt.Errorf("facilitator %s: %w", op, cerr)
-		}
-		return jsonReply{}, fmt.Errorf("facilitator %s: %w", op, err)
+		return jsonhttp.Response{}, fmt.Errorf("facilitator %s: %w", op, err)
 	}
 	return reply, nil
-}
-
-// jsonReply is an answer read in full.
-type jsonReply struct {
-	status int
-	body   []byte
-}
-
-// newNoRedirectClient returns a copy of hc (a client on http.DefaultTransport when nil)
-// that hands redirects back instead of following them; sendJSON then refuses them.
-func newNoRedirectClient(hc *http.Client) *http.Client {
-	c := &http.Client{}
-	if hc != nil {
-		*c = *hc
-	}
-	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return c
-}
-
-// sendJSON is the JSON transport shared by the Client and the pricing pass-through:
-// redirects refused (ErrRedirectRefused), answers capped at maxBytes
-// (ErrResponseTooLarge), transport failures as ErrUnreachable with the cause but never
-// the URL (which may hold a secret). data, when non-nil, is sent as application/json.
-func sendJSON(ctx context.Context, hc *http.Client, method, rawURL string, hdr http.Header, data []byte, maxBytes int64) (jsonReply, error) {
-	var body io.Reader
-	if data != nil {
-		body = bytes.NewReader(data)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, rawURL, body)
-	if err != nil {
-		return jsonReply{}, errors.New("cannot build request")
-	}
-	for k, vs := range hdr {
-		req.Header[k] = vs
-	}
-	req.Header.Set("Accept", "application/json")
-	if data != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return jsonReply{}, fmt.Errorf("%w: %w", ErrUnreachable, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode >= 300 && resp.StatusCode <= 399 {
-		return jsonReply{}, fmt.Errorf("http %d: %w", resp.StatusCode, ErrRedirectRefused)
-	}
-	if resp.ContentLength > maxBytes {
-		return jsonReply{}, fmt.Errorf("%w (limit %d bytes)", ErrResponseTooLarge, maxBytes)
-	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBytes+1))
-	if err != nil {
-		return jsonReply{}, fmt.Errorf("%w: read answer: %w", ErrUnreachable, err)
-	}
-	if int64(len(b)) > maxBytes {
-		return jsonReply{}, fmt.Errorf("%w (limit %d bytes)", ErrResponseTooLarge, maxBytes)
-	}
-	return jsonReply{status: resp.StatusCode, body: b}, nil
 }

@@ -16,6 +16,9 @@ import (
 	"github.com/ethereum/go-ethereum/ethclient"
 	"go.uber.org/zap"
 
+	"github.com/x402gate/x402gate/facilitator/approval"
+	"github.com/x402gate/x402gate/facilitator/journal"
+	"github.com/x402gate/x402gate/internal/redact"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -66,11 +69,11 @@ type Config struct {
 	// engine owns this account's nonce, so each engine instance of a fleet must use its own
 	// key (instances that share a key would race for nonces). Required.
 	SignerKey *ecdsa.PrivateKey
-	// Store holds approvals and settlement claims. Use a RedisStore shared by every
+	// Store holds approvals and settlement claims. Use an approval.RedisStore shared by every
 	// instance of a fleet. Required.
-	Store ApprovalStore
+	Store approval.Store
 	// Journal is the settlement journal. Required.
-	Journal Journal
+	Journal journal.Journal
 	// Verdicts is the verdict service client. Default nil: when GuardianMode requires a
 	// verdict, /verify fails closed.
 	Verdicts Verdicts
@@ -110,7 +113,7 @@ type Config struct {
 
 	// beforeBroadcast, when set, runs after the journal row is written and before the
 	// transaction is sent; an error aborts the send. A test seam that simulates a crash.
-	beforeBroadcast func(Settlement) error
+	beforeBroadcast func(journal.Settlement) error
 }
 
 // Engine is the in-process facilitator: it implements Service.
@@ -236,7 +239,7 @@ func (cfg *Config) check() error {
 
 // dial connects to one network and checks its chain id.
 func (e *Engine) dial(ctx context.Context, nc NetworkConfig) (*chain, error) {
-	red := newRedactor(nc.RPCURL)
+	red := redact.URL(nc.RPCURL, "rpc")
 	client, err := ethclient.DialContext(ctx, nc.RPCURL)
 	if err != nil {
 		return nil, fmt.Errorf("network %s: dial: %w: %s", nc.Network.CAIP2, errRPCUnavailable, red.Replace(err.Error()))

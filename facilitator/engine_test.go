@@ -15,6 +15,8 @@ import (
 	"github.com/ethereum/go-ethereum/crypto"
 	"go.uber.org/zap"
 
+	"github.com/x402gate/x402gate/facilitator/approval"
+	"github.com/x402gate/x402gate/facilitator/journal"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -48,12 +50,12 @@ func newTestEnv(t testing.TB, opts ...testenv.AnvilOption) *testEnv {
 // SQLite journal in t's temporary directory.
 func (v *testEnv) config(t testing.TB) Config {
 	t.Helper()
-	j, err := OpenSQLiteJournal(context.Background(), filepath.Join(t.TempDir(), "journal.db"))
+	j, err := journal.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "journal.db"))
 	if err != nil {
 		t.Fatalf("open journal: %v", err)
 	}
 	t.Cleanup(func() { _ = j.Close() })
-	store := NewMemoryStore(0)
+	store := approval.NewMemoryStore(0)
 	t.Cleanup(func() { _ = store.Close() })
 	return Config{
 		Networks:  []NetworkConfig{{Network: v.net, RPCURL: v.chain.RPCURL}},

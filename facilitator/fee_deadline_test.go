@@ -6,19 +6,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/x402gate/x402gate/facilitator/approval"
 	"github.com/x402gate/x402gate/x402"
 )
 
 // cancelOnClaim cancels the /verify caller's context right after the fee authorization is
 // claimed: the caller's deadline passes while the fee settlement waits for its receipt.
 type cancelOnClaim struct {
-	ApprovalStore
+	approval.Store
 	cancel func()
 }
 
 func (s cancelOnClaim) Claim(ctx context.Context, k x402.PaymentKey, ttl time.Duration) error {
-	err := s.ApprovalStore.Claim(ctx, k, ttl)
-	if err == nil && k.Amount != nil && k.Amount.Cmp(big.NewInt(1_000)) == 0 { // the fee's claim, not the merchant payment's
+	err := s.Store.Claim(ctx, k, ttl)
+	if pk := k; err == nil && pk.Amount != nil && pk.Amount.Cmp(big.NewInt(1_000)) == 0 { // the fee's claim, not the merchant payment's
 		s.cancel()
 	}
 	return err
@@ -32,7 +33,7 @@ func TestFeePaidAfterTheCallerLeftStillBuysTheApproval(t *testing.T) {
 	cfg := env.config(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg.Store = cancelOnClaim{ApprovalStore: cfg.Store, cancel: cancel}
+	cfg.Store = cancelOnClaim{Store: cfg.Store, cancel: cancel}
 	cfg.GuardianMode, cfg.Verdicts = GuardianRequired, approvedVerdict()
 	e := env.engine(t, cfg)
 	payer, payee, feePayee := env.chain.Accounts[1], env.chain.Accounts[2], env.chain.Accounts[7]

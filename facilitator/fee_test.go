@@ -9,6 +9,8 @@ import (
 
 	"github.com/ethereum/go-ethereum/common"
 
+	"github.com/x402gate/x402gate/facilitator/approval"
+	"github.com/x402gate/x402gate/facilitator/journal"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -96,10 +98,10 @@ func TestVerifySettlesTheFeeNeverTheMerchantPayment(t *testing.T) {
 					}
 					// The fee went through the journal like any settlement.
 					row, err := cfg.Journal.Get(context.Background(), x402.KeyOf(feePay, fee).AuthorizationKey())
-					if err != nil || row.State != StateConfirmed || row.TxHash.Hex() != ver.FeeTxHash {
+					if err != nil || row.State != journal.StateConfirmed || row.TxHash.Hex() != ver.FeeTxHash {
 						t.Errorf("fee journal row = %+v, %v", row, err)
 					}
-					if _, err := cfg.Journal.Get(context.Background(), x402.KeyOf(p, r).AuthorizationKey()); !errors.Is(err, ErrSettlementNotFound) {
+					if _, err := cfg.Journal.Get(context.Background(), x402.KeyOf(p, r).AuthorizationKey()); !errors.Is(err, journal.ErrNotFound) {
 						t.Errorf("merchant payment journaled at verify: %v", err)
 					}
 
@@ -209,7 +211,7 @@ func TestVerifyBadFeePaymentGivesFeeError(t *testing.T) {
 							t.Errorf("balance %d moved: %s -> %s", i, before[i], b)
 						}
 					}
-					if _, err := cfg.Store.Consume(context.Background(), x402.KeyOf(p, r)); !errors.Is(err, ErrApprovalNotFound) {
+					if _, err := cfg.Store.Consume(context.Background(), x402.KeyOf(p, r)); !errors.Is(err, approval.ErrNotFound) {
 						t.Errorf("an approval was recorded: %v", err)
 					}
 				})

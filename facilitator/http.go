@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/x402gate/x402gate/internal/jsonhttp"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -106,7 +107,7 @@ type apiHandler struct {
 	opts    HandlerOptions
 	log     *zap.Logger
 	keyHash [sha256.Size]byte
-	pricing *http.Client
+	pricing *jsonhttp.Client
 }
 
 // NewHandler returns the facilitator HTTP API over svc (spec §4.2):
@@ -140,7 +141,7 @@ func NewHandler(svc Service, opts HandlerOptions) http.Handler {
 	if opts.Registry == nil {
 		opts.Registry = x402.NewRegistry()
 	}
-	h := &apiHandler{svc: svc, opts: opts, log: opts.Logger, pricing: newNoRedirectClient(nil)}
+	h := &apiHandler{svc: svc, opts: opts, log: opts.Logger, pricing: jsonhttp.New(nil, maxPricingResponseBytes, opts.PricingTimeout)}
 	if h.log == nil {
 		h.log = zap.NewNop()
 	}

@@ -9,6 +9,8 @@ import (
 	"net/http"
 
 	"go.uber.org/zap"
+
+	"github.com/x402gate/x402gate/internal/jsonhttp"
 )
 
 // maxPricingResponseBytes caps a pricing service answer: one requirement is under 1 KiB.
@@ -73,17 +75,15 @@ func (h *apiHandler) fetchPricing(ctx context.Context, resource json.RawMessage)
 	if err != nil {
 		return nil, fmt.Errorf("pricing: encode request: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, h.opts.PricingTimeout)
-	defer cancel()
-	reply, err := sendJSON(ctx, h.pricing, http.MethodPost, h.opts.PricingURL, nil, data, maxPricingResponseBytes)
+	reply, err := h.pricing.Do(ctx, jsonhttp.Request{Method: http.MethodPost, URL: h.opts.PricingURL, Body: data})
 	if err != nil {
 		return nil, fmt.Errorf("pricing: %w", err)
 	}
-	if reply.status < 200 || reply.status > 299 {
-		return nil, fmt.Errorf("pricing: http %d", reply.status)
+	if reply.Status < 200 || reply.Status > 299 {
+		return nil, fmt.Errorf("pricing: http %d", reply.Status)
 	}
 	var m map[string]json.RawMessage
-	if json.Unmarshal(reply.body, &m) != nil {
+	if json.Unmarshal(reply.Body, &m) != nil {
 		return nil, fmt.Errorf("pricing: %w", errPricingAnswer)
 	}
 	reqs, ok := m["requirements"]

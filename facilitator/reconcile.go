@@ -14,6 +14,7 @@ import (
 	"github.com/ethereum/go-ethereum/core/types"
 	"go.uber.org/zap"
 
+	"github.com/x402gate/x402gate/facilitator/journal"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -50,8 +51,8 @@ type ReconcileReport struct {
 // ReconcileOutcome is what Reconcile concluded for one row.
 type ReconcileOutcome struct {
 	AuthorizationKey string
-	TxHash           string          // the attempt whose receipt decided the row, else the latest attempt
-	State            SettlementState // the row's state after this run
+	TxHash           string        // the attempt whose receipt decided the row, else the latest attempt
+	State            journal.State // the row's state after this run
 	Reason           string
 }
 
@@ -70,7 +71,7 @@ type ReconcileOutcome struct {
 //     ReconcileDropped (the slot went to another transaction; the payer was not charged);
 //   - else, when the latest attempt is stuck (its fee cap is below the base fee, or it is
 //     next in the signer's nonce order and older than Config.StuckAfter) and the row was
-//     signed by this engine's key and the Journal is an AttemptJournal: a replacement with
+//     signed by this engine's key: a replacement with
 //     the same nonce and calldata and fees raised by the replacement rule (+10% tip and
 //     cap, cap >= 2*baseFee + tip, at most Config.MaxFeePerGas) is journaled, then
 //     broadcast, and a receipt of any attempt is awaited for Config.ReceiptTimeout. When
@@ -109,7 +110,7 @@ func (e *Engine) reconcile(ctx context.Context, minAge time.Duration) (Reconcile
 	}
 	rep.Checked = len(rows)
 	type waiting struct {
-		row Settlement
+		row journal.Settlement
 		c   *chain
 		p   rowPlan
 	}
@@ -151,7 +152,7 @@ func (e *Engine) reconcile(ctx context.Context, minAge time.Duration) (Reconcile
 			defer mu.Unlock()
 			if err != nil {
 				rep.Pending++
-				rep.Outcomes = append(rep.Outcomes, ReconcileOutcome{w.row.AuthorizationKey, w.p.latest.Hash().Hex(), StateBroadcast, string(x402.ReasonSettlementPending)})
+				rep.Outcomes = append(rep.Outcomes, ReconcileOutcome{w.row.AuthorizationKey, w.p.latest.Hash().Hex(), journal.StateBroadcast, string(x402.ReasonSettlementPending)})
 				return
 			}
 			state, reason := receiptState(w.c, rcpt, w.row)
@@ -168,7 +169,7 @@ func (e *Engine) reconcile(ctx context.Context, minAge time.Duration) (Reconcile
 // rowPlan is what planRow decided for one row: a final state, or attempts to await, or
 // neither (the row stays unfinished, for note).
 type rowPlan struct {
-	state   SettlementState // final state; "" when the row stays unfinished
+	state   journal.State // final state; "" when the row stays unfinished
 	reason  string
 	settled common.Hash    // the attempt whose receipt decided state, if any
 	receipt *types.Receipt // that receipt
@@ -183,21 +184,18 @@ type rowPlan struct {
 // planRow decides one row and acts on it: sends its latest attempt again or a fee-bumped
 // replacement (see Reconcile). An error is an RPC or journal failure: the row is left as
 // it is.
-func (e *Engine) planRow(ctx context.Context, c *chain, row Settlement) (rowPlan, error) {
+func (e *Engine) planRow(ctx context.Context, c *chain, row journal.Settlement) (rowPlan, error) {
 	first := new(types.Transaction)
 	if err := first.UnmarshalBinary(row.RawTx); err != nil || first.Hash() != row.TxHash {
-		return rowPlan{state: StateFailed, reason: ReconcileBadRawTx}, nil
+		return rowPlan{state: journal.StateFailed, reason: ReconcileBadRawTx}, nil
 	}
 	from, err := types.Sender(types.LatestSignerForChainID(c.net.ChainID), first)
 	if err != nil {
-		return rowPlan{state: StateFailed, reason: ReconcileBadRawTx}, nil
+		return rowPlan{state: journal.StateFailed, reason: ReconcileBadRawTx}, nil
 	}
-	attempts := []Attempt{{TxHash: row.TxHash, RawTx: row.RawTx, CreatedAt: row.CreatedAt}}
-	aj, _ := e.cfg.Journal.(AttemptJournal)
-	if aj != nil {
-		if attempts, err = aj.Attempts(ctx, row.AuthorizationKey); err != nil {
-			return rowPlan{}, fmt.Errorf("journal attempts: %w", err)
-		}
+	attempts, err := e.cfg.Journal.Attempts(ctx, row.AuthorizationKey)
+	if err != nil {
+		return rowPlan{}, fmt.Errorf("journal attempts: %w", err)
 	}
 	p := rowPlan{}
 	latest, last := first, attempts[0]
@@ -235,19 +233,19 @@ func (e *Engine) planRow(ctx context.Context, c *chain, row Settlement) (rowPlan
 	}
 	switch {
 	case used:
-		p.state, p.reason = StateFailed, ReconcileSettledElsewhere
+		p.state, p.reason = journal.StateFailed, ReconcileSettledElsewhere
 		return p, nil
 	case mined > row.SenderNonce:
-		p.state, p.reason = StateFailed, ReconcileDropped
+		p.state, p.reason = journal.StateFailed, ReconcileDropped
 		return p, nil
 	}
-	if aj != nil && from == c.sender.addr {
+	if from == c.sender.addr {
 		stuck, base, err := e.stuck(ctx, c, latest, last, mined == row.SenderNonce)
 		if err != nil {
 			return rowPlan{}, err
 		}
 		if stuck {
-			return e.bump(ctx, c, aj, row, p, first, latest, last, base)
+			return e.bump(ctx, c, row, p, first, latest, last, base)
 		}
 	}
 	if err := c.sender.resend(ctx, latest); err != nil {
@@ -262,7 +260,7 @@ func (e *Engine) planRow(ctx context.Context, c *chain, row Settlement) (rowPlan
 // stuck reports whether latest, the newest attempt of a row, needs a fee-bumped
 // replacement: its fee cap is below the base fee, or it is next in the signer's nonce
 // order (head) and was journaled at least Config.StuckAfter ago. It returns the base fee.
-func (e *Engine) stuck(ctx context.Context, c *chain, latest *types.Transaction, last Attempt, head bool) (bool, *big.Int, error) {
+func (e *Engine) stuck(ctx context.Context, c *chain, latest *types.Transaction, last journal.Attempt, head bool) (bool, *big.Int, error) {
 	base, err := c.sender.baseFee(ctx)
 	if err != nil {
 		return false, nil, err
@@ -275,8 +273,8 @@ func (e *Engine) stuck(ctx context.Context, c *chain, latest *types.Transaction,
 
 // bump replaces latest, the newest attempt of row, with a fee-bumped transaction of the
 // same nonce and calldata: journaled (AddAttempt) before it is broadcast.
-func (e *Engine) bump(ctx context.Context, c *chain, aj AttemptJournal, row Settlement, p rowPlan,
-	first, latest *types.Transaction, last Attempt, base *big.Int) (rowPlan, error) {
+func (e *Engine) bump(ctx context.Context, c *chain, row journal.Settlement, p rowPlan,
+	first, latest *types.Transaction, last journal.Attempt, base *big.Int) (rowPlan, error) {
 	suggested, err := c.client.SuggestGasTipCap(ctx)
 	if err != nil {
 		return rowPlan{}, c.unavailable("suggest gas tip", err)
@@ -304,10 +302,10 @@ func (e *Engine) bump(ctx context.Context, c *chain, aj AttemptJournal, row Sett
 		if err != nil {
 			return fmt.Errorf("encode replacement: %w", err)
 		}
-		return aj.AddAttempt(ctx, row.AuthorizationKey, Attempt{Seq: seq, TxHash: tx.Hash(), RawTx: raw, CreatedAt: e.now()})
+		return e.cfg.Journal.AddAttempt(ctx, row.AuthorizationKey, journal.Attempt{Seq: seq, TxHash: tx.Hash(), RawTx: raw, CreatedAt: e.now()})
 	})
 	switch {
-	case errors.Is(err, ErrAttemptConflict):
+	case errors.Is(err, journal.ErrAttemptConflict):
 		// Another reconciler bumped (or closed) the row first: its attempt is theirs to await.
 		p.note = "bumped concurrently"
 		return p, nil
@@ -336,27 +334,27 @@ func (e *Engine) bump(ctx context.Context, c *chain, aj AttemptJournal, row Sett
 }
 
 // markBroadcast records that row's transaction tx was sent.
-func (e *Engine) markBroadcast(ctx context.Context, row Settlement, tx *types.Transaction) {
-	if err := e.cfg.Journal.Update(ctx, row.AuthorizationKey, StateBroadcast, ""); err != nil {
+func (e *Engine) markBroadcast(ctx context.Context, row journal.Settlement, tx *types.Transaction) {
+	if err := e.cfg.Journal.Update(ctx, row.AuthorizationKey, journal.StateBroadcast, ""); err != nil {
 		e.log.Error("journal update", zap.String("tx", tx.Hash().Hex()), zap.Error(err))
 	}
 }
 
 // receiptState maps a receipt of row's transaction to the row's final state.
-func receiptState(c *chain, r *types.Receipt, row Settlement) (SettlementState, string) {
+func receiptState(c *chain, r *types.Receipt, row journal.Settlement) (journal.State, string) {
 	a := x402.Authorization{From: row.Payer, To: row.PayTo, Value: row.Amount}
 	if f := checkReceipt(c, r, a); f != nil {
-		return StateFailed, string(f.reason)
+		return journal.StateFailed, string(f.reason)
 	}
-	return StateConfirmed, ""
+	return journal.StateConfirmed, ""
 }
 
 // reconcileClose writes a row's final state and counts it. settled is the attempt whose
-// receipt decided it (zero: none), recorded when the Journal is an AttemptJournal.
-func (e *Engine) reconcileClose(ctx context.Context, rep *ReconcileReport, row Settlement, state SettlementState, reason string, settled common.Hash) {
+// receipt decided it (zero: none), recorded as the row's settling attempt.
+func (e *Engine) reconcileClose(ctx context.Context, rep *ReconcileReport, row journal.Settlement, state journal.State, reason string, settled common.Hash) {
 	var err error
-	if aj, ok := e.cfg.Journal.(AttemptJournal); ok && settled != (common.Hash{}) {
-		err = aj.UpdateSettled(ctx, row.AuthorizationKey, state, reason, settled)
+	if settled != (common.Hash{}) {
+		err = e.cfg.Journal.UpdateSettled(ctx, row.AuthorizationKey, state, reason, settled)
 	} else {
 		err = e.cfg.Journal.Update(ctx, row.AuthorizationKey, state, reason)
 	}
@@ -370,7 +368,7 @@ func (e *Engine) reconcileClose(ctx context.Context, rep *ReconcileReport, row S
 		rep.Outcomes = append(rep.Outcomes, ReconcileOutcome{row.AuthorizationKey, hash.Hex(), row.State, "journal update failed"})
 		return
 	}
-	if state == StateConfirmed {
+	if state == journal.StateConfirmed {
 		rep.Confirmed++
 	} else {
 		rep.Failed++

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/x402gate/x402gate/facilitator/journal"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -16,7 +17,7 @@ import (
 func TestReconcileIdleLeavesRowsALiveSettleMayOwn(t *testing.T) {
 	env := newTestEnv(t)
 	cfg := env.config(t)
-	cfg.beforeBroadcast = func(Settlement) error { return errors.New("simulated crash") }
+	cfg.beforeBroadcast = func(journal.Settlement) error { return errors.New("simulated crash") }
 	first := env.engine(t, cfg)
 	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
 	signer := env.chain.FacilitatorAccount().Address

@@ -12,6 +12,8 @@ import (
 	"github.com/ethereum/go-ethereum/core/types"
 	"go.uber.org/zap"
 
+	"github.com/x402gate/x402gate/facilitator/approval"
+	"github.com/x402gate/x402gate/facilitator/journal"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -28,7 +30,7 @@ import (
 //     4, once the payment proved settleable), so a payment once submitted for a verdict
 //     is never settled without a consumed approval.
 //  3. Simulate (eth_estimateGas); a revert is mapped to a reason and nothing is sent.
-//  4. Claim the authorization in the ApprovalStore, so concurrent settles on every
+//  4. Claim the authorization in the approval.Store, so concurrent settles on every
 //     instance sharing the store make one broadcast (duplicate_settlement for the others).
 //     A settle refused before this step leaves nothing claimed and may be tried again.
 //  5. Sign with the engine's next nonce, journal the signed transaction, then broadcast.
@@ -125,7 +127,7 @@ func (e *Engine) settle(ctx context.Context, p *x402.Payment, r *x402.Requiremen
 		res.resp.Transaction, res.resp.TxHash = tx.Hash().Hex(), tx.Hash().Hex()
 	}
 	switch {
-	case errors.Is(err, ErrDuplicateSettlement):
+	case errors.Is(err, journal.ErrDuplicateSettlement):
 		res.resp.Transaction, res.resp.TxHash = "", ""
 		return refuse(fail(x402.ReasonDuplicateSettlement, "this authorization is already journaled for settlement"))
 	case errors.Is(err, errBroadcastUnknown):
@@ -133,7 +135,7 @@ func (e *Engine) settle(ctx context.Context, p *x402.Payment, r *x402.Requiremen
 		return refuse(fail(x402.ReasonSettlementPending, "broadcast outcome unknown; reconcile before retrying"))
 	case errors.Is(err, errNotBroadcast) && tx != nil:
 		// The journal row exists but the node refused the transaction.
-		e.journalUpdate(ctx, c, StateFailed, "not_broadcast")
+		e.journalUpdate(ctx, c, journal.StateFailed, "not_broadcast")
 		e.logChainErr("broadcast refused", c.chain, err)
 		if errors.Is(err, errRPCUnavailable) {
 			return refuse(fail(x402.ReasonChainUnavailable, "rpc unavailable"))
@@ -152,7 +154,7 @@ func (e *Engine) settle(ctx context.Context, p *x402.Payment, r *x402.Requiremen
 		e.log.Error("settle: journal before broadcast", zap.String("payer", res.resp.Payer), zap.Error(err))
 		return res, fmt.Errorf("settle %s: %w", key.AuthorizationKey(), err)
 	}
-	e.journalUpdate(ctx, c, StateBroadcast, "")
+	e.journalUpdate(ctx, c, journal.StateBroadcast, "")
 	e.log.Info("settlement broadcast", zap.String("payer", res.resp.Payer), zap.String("tx", tx.Hash().Hex()),
 		zap.String("network", c.chain.net.CAIP2), zap.Uint64("senderNonce", tx.Nonce()))
 
@@ -168,10 +170,10 @@ func (e *Engine) settle(ctx context.Context, p *x402.Payment, r *x402.Requiremen
 		res.resp.Transaction, res.resp.TxHash = rcpt.TxHash.Hex(), rcpt.TxHash.Hex()
 	}
 	if f := checkReceipt(c.chain, rcpt, c.auth); f != nil {
-		e.journalSettled(ctx, c, StateFailed, string(f.reason), rcpt.TxHash)
+		e.journalSettled(ctx, c, journal.StateFailed, string(f.reason), rcpt.TxHash)
 		return refuse(f)
 	}
-	e.journalSettled(ctx, c, StateConfirmed, "", rcpt.TxHash)
+	e.journalSettled(ctx, c, journal.StateConfirmed, "", rcpt.TxHash)
 	res.resp.Success = true
 	e.log.Info("settled", zap.String("payer", res.resp.Payer), zap.String("tx", rcpt.TxHash.Hex()),
 		zap.String("network", c.chain.net.CAIP2))
@@ -186,15 +188,12 @@ func (e *Engine) settle(ctx context.Context, p *x402.Payment, r *x402.Requiremen
 // changed). Otherwise, or when the row was decided some other way (settled elsewhere,
 // dropped, fee ceiling), it returns no receipt and leaves the row to Reconcile.
 func (e *Engine) settleBump(ctx context.Context, c *checked, tx *types.Transaction) (rcpt *types.Receipt, latest common.Hash) {
-	if _, ok := e.cfg.Journal.(AttemptJournal); !ok {
-		return nil, common.Hash{}
-	}
 	base, err := c.chain.sender.baseFee(ctx)
 	if err != nil || tx.GasFeeCap().Cmp(base) >= 0 {
 		return nil, common.Hash{}
 	}
 	row, err := e.cfg.Journal.Get(ctx, c.key.AuthorizationKey())
-	if err != nil || row.TxHash != tx.Hash() || (row.State != StateBroadcast && row.State != StatePrepared) {
+	if err != nil || row.TxHash != tx.Hash() || (row.State != journal.StateBroadcast && row.State != journal.StatePrepared) {
 		return nil, common.Hash{}
 	}
 	p, err := e.planRow(ctx, c.chain, row)
@@ -234,7 +233,7 @@ func (e *Engine) consumeApproval(ctx context.Context, k x402.PaymentKey) (needMa
 	case err == nil:
 		e.log.Info("approval consumed", zap.String("payer", k.Payer.Hex()), zap.String("requestHash", a.RequestHash))
 		return false, nil
-	case !errors.Is(err, ErrApprovalNotFound):
+	case !errors.Is(err, approval.ErrNotFound):
 		e.log.Error("consume approval", zap.String("payer", k.Payer.Hex()), zap.Error(err))
 		return false, fail(x402.ReasonApprovalStoreDown, "approval store unavailable")
 	case e.cfg.GuardianMode == GuardianRequired:
@@ -251,7 +250,7 @@ func (e *Engine) claimVerdictMarker(ctx context.Context, k x402.PaymentKey) *fai
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrAlreadyClaimed):
+	case errors.Is(err, approval.ErrAlreadyClaimed):
 		return fail(x402.ReasonApprovalNotFound, "payment was sent for a verdict and has no unexpired approval")
 	default:
 		e.log.Error("claim verdict marker", zap.String("payer", k.Payer.Hex()), zap.Error(err))
@@ -265,7 +264,7 @@ func (e *Engine) claim(ctx context.Context, c *checked) *failure {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrAlreadyClaimed):
+	case errors.Is(err, approval.ErrAlreadyClaimed):
 		return fail(x402.ReasonDuplicateSettlement, "this authorization is already being settled")
 	default:
 		e.log.Error("claim authorization", zap.String("payer", c.auth.From.Hex()), zap.Error(err))
@@ -363,7 +362,7 @@ func (e *Engine) journalPrepare(ctx context.Context, c *checked, tx *types.Trans
 		return fmt.Errorf("encode transaction: %w", err)
 	}
 	now := e.now()
-	s := Settlement{
+	s := journal.Settlement{
 		AuthorizationKey: c.key.AuthorizationKey(),
 		PaymentKey:       c.key.String(),
 		Network:          c.key.Network,
@@ -375,7 +374,7 @@ func (e *Engine) journalPrepare(ctx context.Context, c *checked, tx *types.Trans
 		TxHash:           tx.Hash(),
 		RawTx:            raw,
 		SenderNonce:      tx.Nonce(),
-		State:            StatePrepared,
+		State:            journal.StatePrepared,
 		CreatedAt:        now,
 		UpdatedAt:        now,
 	}
@@ -391,21 +390,16 @@ func (e *Engine) journalPrepare(ctx context.Context, c *checked, tx *types.Trans
 }
 
 // journalSettled is journalUpdate for a state decided by the receipt of attempt txHash,
-// recorded as the row's settling attempt when the Journal is an AttemptJournal.
-func (e *Engine) journalSettled(ctx context.Context, c *checked, state SettlementState, reason string, txHash common.Hash) {
-	aj, ok := e.cfg.Journal.(AttemptJournal)
-	if !ok {
-		e.journalUpdate(ctx, c, state, reason)
-		return
-	}
-	if err := aj.UpdateSettled(ctx, c.key.AuthorizationKey(), state, reason, txHash); err != nil {
+// recorded as the row's settling attempt.
+func (e *Engine) journalSettled(ctx context.Context, c *checked, state journal.State, reason string, txHash common.Hash) {
+	if err := e.cfg.Journal.UpdateSettled(ctx, c.key.AuthorizationKey(), state, reason, txHash); err != nil {
 		e.log.Error("journal update", zap.String("payer", c.auth.From.Hex()), zap.String("state", string(state)), zap.Error(err))
 	}
 }
 
 // journalUpdate records a state change; a failure is logged, since the chain stays the
 // truth and Reconcile repairs the row.
-func (e *Engine) journalUpdate(ctx context.Context, c *checked, state SettlementState, reason string) {
+func (e *Engine) journalUpdate(ctx context.Context, c *checked, state journal.State, reason string) {
 	if err := e.cfg.Journal.Update(ctx, c.key.AuthorizationKey(), state, reason); err != nil {
 		e.log.Error("journal update", zap.String("payer", c.auth.From.Hex()), zap.String("state", string(state)), zap.Error(err))
 	}

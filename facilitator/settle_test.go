@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/x402gate/x402gate/facilitator/approval"
+	"github.com/x402gate/x402gate/facilitator/journal"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -51,7 +53,7 @@ func TestSettleMovesExactlyTheValueOnce(t *testing.T) {
 			if err != nil {
 				t.Fatalf("journal: %v", err)
 			}
-			if row.State != StateConfirmed || row.TxHash.Hex() != res.Transaction || row.SenderNonce != nonceBefore {
+			if row.State != journal.StateConfirmed || row.TxHash.Hex() != res.Transaction || row.SenderNonce != nonceBefore {
 				t.Errorf("journal row = %s %s nonce %d; want confirmed %s nonce %d", row.State, row.TxHash.Hex(), row.SenderNonce, res.Transaction, nonceBefore)
 			}
 
@@ -150,7 +152,7 @@ func TestSettleFleetSharingRedisBroadcastsOnce(t *testing.T) {
 	var engines []*Engine
 	for i, s := range signers {
 		cfg := env.config(t)
-		store, err := NewRedisStore(context.Background(), redisURL)
+		store, err := approval.NewRedisStore(context.Background(), redisURL)
 		if err != nil {
 			t.Fatalf("redis store %d: %v", i, err)
 		}
@@ -182,7 +184,7 @@ func TestSettleFleetSharingRedisBroadcastsOnce(t *testing.T) {
 func TestSettleSixtyFourDistinctPaymentsFromOneSigner(t *testing.T) {
 	env := newTestEnv(t)
 	cfg := env.config(t)
-	j, err := OpenPostgresJournal(context.Background(), testenv.StartPostgres(t))
+	j, err := journal.OpenPostgres(context.Background(), testenv.StartPostgres(t))
 	if err != nil {
 		t.Fatalf("postgres journal: %v", err)
 	}
@@ -244,7 +246,7 @@ func TestSettleSixtyFourDistinctPaymentsFromOneSigner(t *testing.T) {
 func TestSettleRedisDownRefusesAndNeverBroadcasts(t *testing.T) {
 	env := newTestEnv(t)
 	redis := testenv.StartRedisServer(t, testenv.RedisConfig{})
-	store, err := NewRedisStore(context.Background(), redis.URL)
+	store, err := approval.NewRedisStore(context.Background(), redis.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +297,7 @@ func TestSettleReceiptTimeoutIsPendingThenReconciled(t *testing.T) {
 		t.Fatalf("settle = %+v, want pending with the transaction hash", res)
 	}
 	key := x402.KeyOf(p, r).AuthorizationKey()
-	if row, err := cfg.Journal.Get(context.Background(), key); err != nil || row.State != StateBroadcast || row.TxHash.Hex() != res.Transaction {
+	if row, err := cfg.Journal.Get(context.Background(), key); err != nil || row.State != journal.StateBroadcast || row.TxHash.Hex() != res.Transaction {
 		t.Fatalf("journal row = %+v, %v; want broadcast %s", row, err, res.Transaction)
 	}
 
@@ -308,7 +310,7 @@ func TestSettleReceiptTimeoutIsPendingThenReconciled(t *testing.T) {
 	if rep.Checked != 1 || rep.Confirmed != 1 {
 		t.Errorf("reconcile report = %+v, want one row confirmed", rep)
 	}
-	if row, err := cfg.Journal.Get(context.Background(), key); err != nil || row.State != StateConfirmed {
+	if row, err := cfg.Journal.Get(context.Background(), key); err != nil || row.State != journal.StateConfirmed {
 		t.Errorf("journal row = %+v, %v; want confirmed", row, err)
 	}
 	if d := new(big.Int).Sub(env.token.BalanceOf(t, payee.Address), before); d.Cmp(testAmount) != 0 {
@@ -321,7 +323,7 @@ func TestSettleReceiptTimeoutIsPendingThenReconciled(t *testing.T) {
 
 func TestSettleCrashAfterJournalIsFinishedByStartupReconcile(t *testing.T) {
 	env := newTestEnv(t)
-	j, err := OpenPostgresJournal(context.Background(), testenv.StartPostgres(t))
+	j, err := journal.OpenPostgres(context.Background(), testenv.StartPostgres(t))
 	if err != nil {
 		t.Fatalf("postgres journal: %v", err)
 	}
@@ -329,7 +331,7 @@ func TestSettleCrashAfterJournalIsFinishedByStartupReconcile(t *testing.T) {
 	cfg := env.config(t)
 	cfg.Journal = j
 	crash := fmt.Errorf("simulated crash")
-	cfg.beforeBroadcast = func(Settlement) error { return crash }
+	cfg.beforeBroadcast = func(journal.Settlement) error { return crash }
 	first := env.engine(t, cfg)
 	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
 	signer := env.chain.FacilitatorAccount().Address
@@ -341,7 +343,7 @@ func TestSettleCrashAfterJournalIsFinishedByStartupReconcile(t *testing.T) {
 	}
 	key := x402.KeyOf(p, r).AuthorizationKey()
 	row, err := j.Get(context.Background(), key)
-	if err != nil || row.State != StatePrepared {
+	if err != nil || row.State != journal.StatePrepared {
 		t.Fatalf("journal row = %+v, %v; want prepared", row, err)
 	}
 	if n := env.pendingNonce(t, signer); n != 0 {
@@ -357,7 +359,7 @@ func TestSettleCrashAfterJournalIsFinishedByStartupReconcile(t *testing.T) {
 	if rep.Resent != 1 || rep.Confirmed != 1 || len(rep.Outcomes) != 1 || rep.Outcomes[0].TxHash != row.TxHash.Hex() {
 		t.Errorf("startup reconcile = %+v; want the journaled transaction resent and confirmed", rep)
 	}
-	if got, err := j.Get(context.Background(), key); err != nil || got.State != StateConfirmed {
+	if got, err := j.Get(context.Background(), key); err != nil || got.State != journal.StateConfirmed {
 		t.Errorf("journal row = %+v, %v; want confirmed", got, err)
 	}
 	if d := new(big.Int).Sub(env.token.BalanceOf(t, payee.Address), before); d.Cmp(testAmount) != 0 {
@@ -385,7 +387,7 @@ func TestReconcileClosesDroppedAndSettledElsewhere(t *testing.T) {
 	// someone else's transaction.
 	crashOnce := true
 	var mu sync.Mutex
-	cfg.beforeBroadcast = func(Settlement) error {
+	cfg.beforeBroadcast = func(journal.Settlement) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if crashOnce {
@@ -427,7 +429,7 @@ func TestReconcileClosesDroppedAndSettledElsewhere(t *testing.T) {
 		t.Errorf("report = %+v, want two rows failed and none resent", rep)
 	}
 	for _, o := range rep.Outcomes {
-		if want[o.AuthorizationKey] != o.Reason || o.State != StateFailed {
+		if want[o.AuthorizationKey] != o.Reason || o.State != journal.StateFailed {
 			t.Errorf("outcome %+v, want failed with %q", o, want[o.AuthorizationKey])
 		}
 	}
@@ -445,7 +447,7 @@ func TestRedisDownFailsClosedEverywhere(t *testing.T) {
 	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
 	signer := env.chain.FacilitatorAccount().Address
 	redis := testenv.StartRedisServer(t, testenv.RedisConfig{})
-	store, err := NewRedisStore(context.Background(), redis.URL)
+	store, err := approval.NewRedisStore(context.Background(), redis.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -487,7 +489,7 @@ func TestSettleFinishesWhenTheCallerGoesAway(t *testing.T) {
 	cfg := env.config(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg.beforeBroadcast = func(Settlement) error { cancel(); return nil }
+	cfg.beforeBroadcast = func(journal.Settlement) error { cancel(); return nil }
 	e := env.engine(t, cfg)
 	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
 	p, r := env.pay(t, x402.Version2, payer, payee.Address)
@@ -504,7 +506,7 @@ func TestSettleFinishesWhenTheCallerGoesAway(t *testing.T) {
 		t.Errorf("payee received %s, want %s", d, testAmount)
 	}
 	row, err := cfg.Journal.Get(context.Background(), x402.KeyOf(p, r).AuthorizationKey())
-	if err != nil || row.State != StateConfirmed || row.TxHash.Hex() != res.Transaction {
+	if err != nil || row.State != journal.StateConfirmed || row.TxHash.Hex() != res.Transaction {
 		t.Errorf("journal row = %+v, %v; want confirmed %s", row, err, res.Transaction)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/ethereum/go-ethereum/core/types"
 	"go.uber.org/zap"
 
+	"github.com/x402gate/x402gate/facilitator/journal"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -50,7 +51,7 @@ func (e *Engine) SettlementStatus(ctx context.Context, p *x402.Payment, r *x402.
 	resp.Amount = p.Authorization.Value.String()
 	key := x402.KeyOf(p, r)
 	row, err := e.cfg.Journal.Get(ctx, key.AuthorizationKey())
-	if errors.Is(err, ErrSettlementNotFound) {
+	if errors.Is(err, journal.ErrNotFound) {
 		return refuse(ReasonNoSettlement, "this facilitator journaled no settlement of the payment")
 	}
 	if err != nil {
@@ -61,29 +62,25 @@ func (e *Engine) SettlementStatus(ctx context.Context, p *x402.Payment, r *x402.
 	}
 	setTx := func(h common.Hash) { resp.Transaction, resp.TxHash = h.Hex(), h.Hex() }
 	setTx(row.TxHash)
-	aj, _ := e.cfg.Journal.(AttemptJournal)
-	hashes := []common.Hash{row.TxHash}
-	if aj != nil {
-		attempts, err := aj.Attempts(ctx, row.AuthorizationKey)
-		if err != nil {
-			return resp, fmt.Errorf("settlement status: %w", err)
-		}
-		hashes = hashes[:0]
-		for _, a := range attempts {
-			hashes = append(hashes, a.TxHash)
-			if a.Settled {
-				setTx(a.TxHash)
-			}
-		}
-		if row.State != StateConfirmed && row.State != StateFailed {
-			setTx(hashes[len(hashes)-1])
+	attempts, err := e.cfg.Journal.Attempts(ctx, row.AuthorizationKey)
+	if err != nil {
+		return resp, fmt.Errorf("settlement status: %w", err)
+	}
+	hashes := make([]common.Hash, 0, len(attempts))
+	for _, a := range attempts {
+		hashes = append(hashes, a.TxHash)
+		if a.Settled {
+			setTx(a.TxHash)
 		}
 	}
+	if row.State != journal.StateConfirmed && row.State != journal.StateFailed {
+		setTx(hashes[len(hashes)-1])
+	}
 	switch row.State {
-	case StateConfirmed:
+	case journal.StateConfirmed:
 		resp.Success = true
 		return resp, nil
-	case StateFailed:
+	case journal.StateFailed:
 		return refuse(failedReason(row.Reason), "the settlement failed: "+row.Reason)
 	}
 	c, ok := e.chainFor(row.Network)
@@ -101,8 +98,8 @@ func (e *Engine) SettlementStatus(ctx context.Context, p *x402.Payment, r *x402.
 	if settled != (common.Hash{}) {
 		setTx(settled)
 	}
-	if aj != nil && settled != (common.Hash{}) {
-		err = aj.UpdateSettled(ctx, row.AuthorizationKey, state, reason, settled)
+	if settled != (common.Hash{}) {
+		err = e.cfg.Journal.UpdateSettled(ctx, row.AuthorizationKey, state, reason, settled)
 	} else {
 		err = e.cfg.Journal.Update(ctx, row.AuthorizationKey, state, reason)
 	}
@@ -112,7 +109,7 @@ func (e *Engine) SettlementStatus(ctx context.Context, p *x402.Payment, r *x402.
 	}
 	e.log.Info("settlement status: decided", zap.String("payer", resp.Payer), zap.String("tx", resp.Transaction),
 		zap.String("state", string(state)), zap.String("reason", reason))
-	if state == StateConfirmed {
+	if state == journal.StateConfirmed {
 		resp.Success = true
 		return resp, nil
 	}
@@ -122,14 +119,14 @@ func (e *Engine) SettlementStatus(ctx context.Context, p *x402.Payment, r *x402.
 // rowStatus decides an unfinished row from the chain, as Reconcile's planRow does, but
 // acts on nothing: state is "" while no journaled attempt has a receipt and neither the
 // authorization nor the sender nonce was used by another transaction.
-func (e *Engine) rowStatus(ctx context.Context, c *chain, row Settlement, hashes []common.Hash) (state SettlementState, reason string, settled common.Hash, err error) {
+func (e *Engine) rowStatus(ctx context.Context, c *chain, row journal.Settlement, hashes []common.Hash) (state journal.State, reason string, settled common.Hash, err error) {
 	first := new(types.Transaction)
 	if err := first.UnmarshalBinary(row.RawTx); err != nil || first.Hash() != row.TxHash {
-		return StateFailed, ReconcileBadRawTx, common.Hash{}, nil
+		return journal.StateFailed, ReconcileBadRawTx, common.Hash{}, nil
 	}
 	from, err := types.Sender(types.LatestSignerForChainID(c.net.ChainID), first)
 	if err != nil {
-		return StateFailed, ReconcileBadRawTx, common.Hash{}, nil
+		return journal.StateFailed, ReconcileBadRawTx, common.Hash{}, nil
 	}
 	// Chain state is read before the receipts, so a transaction mined in between shows up
 	// as a receipt rather than as "settled elsewhere" or "dropped".
@@ -153,9 +150,9 @@ func (e *Engine) rowStatus(ctx context.Context, c *chain, row Settlement, hashes
 	}
 	switch {
 	case used:
-		return StateFailed, ReconcileSettledElsewhere, common.Hash{}, nil
+		return journal.StateFailed, ReconcileSettledElsewhere, common.Hash{}, nil
 	case mined > row.SenderNonce:
-		return StateFailed, ReconcileDropped, common.Hash{}, nil
+		return journal.StateFailed, ReconcileDropped, common.Hash{}, nil
 	}
 	return "", "", common.Hash{}, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ethereum/go-ethereum/common"
 
+	"github.com/x402gate/x402gate/facilitator/journal"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -54,7 +55,7 @@ func TestSettlementStatusPendingThenConfirmed(t *testing.T) {
 		t.Fatalf("status after mining = %+v; want success with %s", res, tx)
 	}
 	row, err := cfg.Journal.Get(context.Background(), x402.KeyOf(p, r).AuthorizationKey())
-	if err != nil || row.State != StateConfirmed {
+	if err != nil || row.State != journal.StateConfirmed {
 		t.Fatalf("journal row = %+v, %v; want confirmed", row, err)
 	}
 	if res := status(t, e, p, r); !res.Success || res.Transaction != tx {
@@ -99,7 +100,7 @@ func TestSettlementStatusCancelled(t *testing.T) {
 		t.Fatalf("status = %+v; want a failure", res)
 	}
 	row, err := cfg.Journal.Get(context.Background(), x402.KeyOf(p, r).AuthorizationKey())
-	if err != nil || row.State != StateFailed || row.Reason != ReconcileSettledElsewhere {
+	if err != nil || row.State != journal.StateFailed || row.Reason != ReconcileSettledElsewhere {
 		t.Fatalf("journal row = %+v, %v; want failed %s", row, err, ReconcileSettledElsewhere)
 	}
 	env.chain.Mine(t)

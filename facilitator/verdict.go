@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/x402gate/x402gate/facilitator/approval"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -53,7 +54,7 @@ const approvalRecordTimeout = 10 * time.Second
 const claimMargin = 5 * time.Minute
 
 // maxClaimTTL caps claim and marker lifetimes for authorizations valid far into the
-// future. It equals MemoryStore's default maximum TTL, which refuses longer ones. Past
+// future. It equals approval.MemoryStore's default maximum TTL, which refuses longer ones. Past
 // it, the journal (which keeps every row) and the token's authorizationState still refuse
 // a second broadcast; a verdict marker of an authorization valid for more than an hour
 // lapses after an hour, after which optional mode no longer demands its approval.
@@ -120,7 +121,7 @@ func (e *Engine) verdictCheck(ctx context.Context, c *checked, in x402.VerifyInp
 		// The marker makes Settle demand an approval for this payment from now on, even
 		// if the verdict is never recorded (see claimVerdictMarker).
 		err := e.cfg.Store.Claim(ctx, markerKey(c.key), untilValidBefore(c.auth, e.now(), claimMargin))
-		if err != nil && !errors.Is(err, ErrAlreadyClaimed) {
+		if err != nil && !errors.Is(err, approval.ErrAlreadyClaimed) {
 			e.log.Error("record verdict marker", zap.String("payer", c.auth.From.Hex()), zap.Error(err))
 			return deny(x402.ReasonApprovalStoreDown, "approval store unavailable")
 		}
@@ -155,7 +156,7 @@ func (e *Engine) verdictCheck(ctx context.Context, c *checked, in x402.VerifyInp
 		return deny(x402.ReasonInvalidPayload, "verification fee was not settled")
 	}
 	ttl := min(e.cfg.ApprovalTTL, untilValidBefore(c.auth, e.now(), 0))
-	a := Approval{RequestHash: res.RequestHash, RecordedAt: e.now(), ExpiresAt: e.now().Add(ttl)}
+	a := approval.Approval{RequestHash: res.RequestHash, RecordedAt: e.now(), ExpiresAt: e.now().Add(ttl)}
 	// A fee may just have been paid for this verdict: the caller's deadline, which the fee
 	// settlement outlived on its own detached context, must not cost the payer the
 	// approval the fee bought. The write gets a bounded context of its own.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/x402gate/x402gate/facilitator/approval"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -118,7 +119,7 @@ func TestGuardianRequiredApprovalIsConsumedEvenWhenSettlementFails(t *testing.T)
 		t.Fatalf("settle = %+v, %v; want nonce used", res, err)
 	}
 	// spec §3: the approval is consumed even if the merchant settlement then fails.
-	if _, err := cfg.Store.Consume(context.Background(), x402.KeyOf(p, r)); !errors.Is(err, ErrApprovalNotFound) {
+	if _, err := cfg.Store.Consume(context.Background(), x402.KeyOf(p, r)); !errors.Is(err, approval.ErrNotFound) {
 		t.Errorf("approval still present after a failed settle: %v", err)
 	}
 }

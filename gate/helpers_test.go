@@ -21,6 +21,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/x402gate/x402gate/facilitator"
+	"github.com/x402gate/x402gate/facilitator/approval"
+	"github.com/x402gate/x402gate/facilitator/journal"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -59,12 +61,12 @@ func newTestEnvWith(t *testing.T, mutate func(*facilitator.Config)) *testEnv {
 	if err := reg.Add(net); err != nil {
 		t.Fatalf("registry: %v", err)
 	}
-	j, err := facilitator.OpenSQLiteJournal(context.Background(), filepath.Join(t.TempDir(), "journal.db"))
+	j, err := journal.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "journal.db"))
 	if err != nil {
 		t.Fatalf("open journal: %v", err)
 	}
 	t.Cleanup(func() { _ = j.Close() })
-	store := facilitator.NewMemoryStore(0)
+	store := approval.NewMemoryStore(0)
 	t.Cleanup(func() { _ = store.Close() })
 	cfg := facilitator.Config{
 		Networks:  []facilitator.NetworkConfig{{Network: net, RPCURL: chain.RPCURL}},

@@ -1,4 +1,4 @@
-package facilitator
+package approval
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/x402gate/x402gate/internal/redact"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -19,12 +20,12 @@ import (
 // another.
 const DefaultRedisKeyPrefix = "x402gate:"
 
-// RedisStore is the shared ApprovalStore of several instances (DESIGN "State and where it
+// RedisStore is the shared Store of several instances (DESIGN "State and where it
 // lives"). Record is SET PX, Consume is GETDEL and Claim is SET NX PX, each one command,
 // so consumption and claims are atomic across every process that uses the same Redis
 // (spec §4.2 /settle rule 2). GETDEL needs Redis 6.2 or later.
 //
-// Every failure to reach Redis wraps ErrStoreUnavailable, and callers fail closed on it.
+// Every failure to reach Redis wraps ErrUnavailable, and callers fail closed on it.
 // No error carries the password of the Redis URL.
 type RedisStore struct {
 	client *redis.Client
@@ -44,13 +45,13 @@ func WithKeyPrefix(prefix string) RedisOption {
 // NewRedisStore connects to the Redis at rawURL (redis://[user:password@]host:port[/db],
 // rediss:// for TLS, or unix://; go-redis's ParseURL query options such as dial_timeout
 // apply) and checks it answers PING, so a misconfigured store fails at start, not at the
-// first payment. An unreachable Redis returns an error wrapping ErrStoreUnavailable.
+// first payment. An unreachable Redis returns an error wrapping ErrUnavailable.
 func NewRedisStore(ctx context.Context, rawURL string, opts ...RedisOption) (*RedisStore, error) {
 	o, err := redis.ParseURL(rawURL)
 	if err != nil {
 		// url.Parse errors quote the whole URL, password included: say nothing of it.
 		if strings.HasPrefix(err.Error(), "redis: ") {
-			return nil, fmt.Errorf("redis store: invalid url: %s", redactSecret(err.Error(), urlPassword(rawURL)))
+			return nil, fmt.Errorf("redis store: invalid url: %s", redact.Secrets(err.Error(), redact.URLPassword(rawURL)))
 		}
 		return nil, errors.New("redis store: invalid url: want redis://[user:password@]host:port[/db]")
 	}
@@ -66,38 +67,16 @@ func NewRedisStore(ctx context.Context, rawURL string, opts ...RedisOption) (*Re
 	return s, nil
 }
 
-// urlPassword returns the password of a URL that redis.ParseURL refused, found without
-// url.Parse: the text between the first ':' after "//" and the last '@'.
-func urlPassword(raw string) string {
-	_, rest, ok := strings.Cut(raw, "//")
-	if !ok {
-		return ""
-	}
-	at := strings.LastIndex(rest, "@")
-	if at < 0 {
-		return ""
-	}
-	_, pw, _ := strings.Cut(rest[:at], ":")
-	return pw
-}
-
-func redactSecret(msg, secret string) string {
-	if secret == "" {
-		return msg
-	}
-	return strings.ReplaceAll(msg, secret, "[redacted]")
-}
-
-// fail wraps a Redis failure in ErrStoreUnavailable, keeping context cancellation
+// fail wraps a Redis failure in ErrUnavailable, keeping context cancellation
 // visible to errors.Is and scrubbing the password from the text.
 func (s *RedisStore) fail(op string, err error) error {
-	msg := redactSecret(err.Error(), s.secret)
+	msg := redact.Secrets(err.Error(), s.secret)
 	for _, ctxErr := range []error{context.Canceled, context.DeadlineExceeded} {
 		if errors.Is(err, ctxErr) {
-			return fmt.Errorf("redis %s: %w: %s: %w", op, ErrStoreUnavailable, msg, ctxErr)
+			return fmt.Errorf("redis %s: %w: %s: %w", op, ErrUnavailable, msg, ctxErr)
 		}
 	}
-	return fmt.Errorf("redis %s: %w: %s", op, ErrStoreUnavailable, msg)
+	return fmt.Errorf("redis %s: %w: %s", op, ErrUnavailable, msg)
 }
 
 func (s *RedisStore) approvalKey(k x402.PaymentKey) string {
@@ -138,7 +117,7 @@ func (s *RedisStore) Record(ctx context.Context, k x402.PaymentKey, a Approval, 
 func (s *RedisStore) Consume(ctx context.Context, k x402.PaymentKey) (Approval, error) {
 	b, err := s.client.GetDel(ctx, s.approvalKey(k)).Bytes()
 	if errors.Is(err, redis.Nil) {
-		return Approval{}, ErrApprovalNotFound
+		return Approval{}, ErrNotFound
 	}
 	if err != nil {
 		return Approval{}, s.fail("consume", err)
@@ -146,7 +125,7 @@ func (s *RedisStore) Consume(ctx context.Context, k x402.PaymentKey) (Approval, 
 	var a Approval
 	if err := json.Unmarshal(b, &a); err != nil {
 		// Not ours, or corrupted: it is consumed now, and it approves nothing.
-		return Approval{}, fmt.Errorf("consume approval: malformed record: %w", ErrApprovalNotFound)
+		return Approval{}, fmt.Errorf("consume approval: malformed record: %w", ErrNotFound)
 	}
 	return a, nil
 }
@@ -192,4 +171,4 @@ func (s *RedisStore) Close() error {
 	return nil
 }
 
-var _ ApprovalStore = (*RedisStore)(nil)
+var _ Store = (*RedisStore)(nil)

@@ -1,4 +1,4 @@
-package facilitator
+package approval_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/x402gate/x402gate/facilitator/approval"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -32,12 +33,12 @@ func testPaymentKey(i int) x402.PaymentKey {
 	}
 }
 
-func testApproval(tag string) Approval {
+func testApproval(tag string) approval.Approval {
 	now := time.Now().UTC().Truncate(time.Millisecond)
-	return Approval{RequestHash: "0xreq-" + tag, RecordedAt: now, ExpiresAt: now.Add(time.Minute)}
+	return approval.Approval{RequestHash: "0xreq-" + tag, RecordedAt: now, ExpiresAt: now.Add(time.Minute)}
 }
 
-func sameApproval(a, b Approval) bool {
+func sameApproval(a, b approval.Approval) bool {
 	return a.RequestHash == b.RequestHash && a.RecordedAt.Equal(b.RecordedAt) && a.ExpiresAt.Equal(b.ExpiresAt)
 }
 
@@ -89,9 +90,9 @@ func race(t *testing.T, n int, want error, f func(i int) error) (wins int) {
 // record; spec §4.2 /settle rules 1-2).
 var approvalStoreCases = []struct {
 	name string
-	run  func(t *testing.T, s ApprovalStore)
+	run  func(t *testing.T, s approval.Store)
 }{
-	{"a recorded approval is consumed exactly once", func(t *testing.T, s ApprovalStore) {
+	{"a recorded approval is consumed exactly once", func(t *testing.T, s approval.Store) {
 		ctx, k, a := context.Background(), testPaymentKey(1), testApproval("once")
 		if err := s.Record(ctx, k, a, time.Minute); err != nil {
 			t.Fatal(err)
@@ -100,19 +101,19 @@ var approvalStoreCases = []struct {
 		if err != nil || !sameApproval(got, a) {
 			t.Fatalf("first consume = %+v, %v; want %+v", got, err, a)
 		}
-		if _, err := s.Consume(ctx, k); !errors.Is(err, ErrApprovalNotFound) {
-			t.Fatalf("second consume err = %v, want ErrApprovalNotFound", err)
+		if _, err := s.Consume(ctx, k); !errors.Is(err, approval.ErrNotFound) {
+			t.Fatalf("second consume err = %v, want ErrNotFound", err)
 		}
 	}},
-	{"a payment never recorded has no approval", func(t *testing.T, s ApprovalStore) {
-		if _, err := s.Consume(context.Background(), testPaymentKey(2)); !errors.Is(err, ErrApprovalNotFound) {
-			t.Fatalf("err = %v, want ErrApprovalNotFound", err)
+	{"a payment never recorded has no approval", func(t *testing.T, s approval.Store) {
+		if _, err := s.Consume(context.Background(), testPaymentKey(2)); !errors.Is(err, approval.ErrNotFound) {
+			t.Fatalf("err = %v, want ErrNotFound", err)
 		}
 	}},
-	{"recording again keeps the earlier unexpired approval", func(t *testing.T, s ApprovalStore) {
+	{"recording again keeps the earlier unexpired approval", func(t *testing.T, s approval.Store) {
 		ctx, k := context.Background(), testPaymentKey(3)
 		first, second := testApproval("first"), testApproval("second")
-		for _, a := range []Approval{first, second} {
+		for _, a := range []approval.Approval{first, second} {
 			if err := s.Record(ctx, k, a, time.Minute); err != nil {
 				t.Fatal(err)
 			}
@@ -121,11 +122,11 @@ var approvalStoreCases = []struct {
 		if err != nil || !sameApproval(got, first) {
 			t.Fatalf("consume = %+v, %v; want the first record", got, err)
 		}
-		if _, err := s.Consume(ctx, k); !errors.Is(err, ErrApprovalNotFound) {
-			t.Fatalf("second consume: %v, want ErrApprovalNotFound", err)
+		if _, err := s.Consume(ctx, k); !errors.Is(err, approval.ErrNotFound) {
+			t.Fatalf("second consume: %v, want ErrNotFound", err)
 		}
 	}},
-	{"recording after the earlier approval expired stores the new one", func(t *testing.T, s ApprovalStore) {
+	{"recording after the earlier approval expired stores the new one", func(t *testing.T, s approval.Store) {
 		ctx, k, ttl := context.Background(), testPaymentKey(33), 50*time.Millisecond
 		if err := s.Record(ctx, k, testApproval("old"), ttl); err != nil {
 			t.Fatal(err)
@@ -140,17 +141,17 @@ var approvalStoreCases = []struct {
 			t.Fatalf("consume = %+v, %v; want the fresh record", got, err)
 		}
 	}},
-	{"an expired approval is not consumable", func(t *testing.T, s ApprovalStore) {
+	{"an expired approval is not consumable", func(t *testing.T, s approval.Store) {
 		ctx, k, ttl := context.Background(), testPaymentKey(4), 50*time.Millisecond
 		if err := s.Record(ctx, k, testApproval("short"), ttl); err != nil {
 			t.Fatal(err)
 		}
 		waitPast(time.Now(), ttl+10*time.Millisecond)
-		if _, err := s.Consume(ctx, k); !errors.Is(err, ErrApprovalNotFound) {
-			t.Fatalf("consume after ttl err = %v, want ErrApprovalNotFound", err)
+		if _, err := s.Consume(ctx, k); !errors.Is(err, approval.ErrNotFound) {
+			t.Fatalf("consume after ttl err = %v, want ErrNotFound", err)
 		}
 	}},
-	{"an approval matches only the exact payer, payee, amount, asset, network and nonce", func(t *testing.T, s ApprovalStore) {
+	{"an approval matches only the exact payer, payee, amount, asset, network and nonce", func(t *testing.T, s approval.Store) {
 		ctx, base := context.Background(), testPaymentKey(5)
 		differ := map[string]func(k *x402.PaymentKey){
 			"payer":   func(k *x402.PaymentKey) { k.Payer[19] ^= 1 },
@@ -167,8 +168,8 @@ var approvalStoreCases = []struct {
 			k := base
 			k.Amount = new(big.Int).Set(base.Amount)
 			mutate(&k)
-			if _, err := s.Consume(ctx, k); !errors.Is(err, ErrApprovalNotFound) {
-				t.Errorf("key differing in %s: err = %v, want ErrApprovalNotFound", field, err)
+			if _, err := s.Consume(ctx, k); !errors.Is(err, approval.ErrNotFound) {
+				t.Errorf("key differing in %s: err = %v, want ErrNotFound", field, err)
 			}
 		}
 		// Mismatches consumed nothing; address case is not part of the key.
@@ -181,24 +182,24 @@ var approvalStoreCases = []struct {
 			t.Fatalf("exact key with other address case: %v", err)
 		}
 	}},
-	{"50 concurrent consumes of one approval: exactly one gets it", func(t *testing.T, s ApprovalStore) {
+	{"50 concurrent consumes of one approval: exactly one gets it", func(t *testing.T, s approval.Store) {
 		ctx, k := context.Background(), testPaymentKey(6)
 		if err := s.Record(ctx, k, testApproval("race"), time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		wins := race(t, 50, ErrApprovalNotFound, func(int) error { _, err := s.Consume(ctx, k); return err })
+		wins := race(t, 50, approval.ErrNotFound, func(int) error { _, err := s.Consume(ctx, k); return err })
 		if wins != 1 {
 			t.Fatalf("%d consumes succeeded, want 1", wins)
 		}
 	}},
-	{"20 concurrent claims of one authorization: exactly one wins", func(t *testing.T, s ApprovalStore) {
+	{"20 concurrent claims of one authorization: exactly one wins", func(t *testing.T, s approval.Store) {
 		ctx, k := context.Background(), testPaymentKey(7)
-		wins := race(t, 20, ErrAlreadyClaimed, func(int) error { return s.Claim(ctx, k, time.Minute) })
+		wins := race(t, 20, approval.ErrAlreadyClaimed, func(int) error { return s.Claim(ctx, k, time.Minute) })
 		if wins != 1 {
 			t.Fatalf("%d claims won, want 1", wins)
 		}
 	}},
-	{"a claim covers the authorization whatever it pays; another nonce is another authorization", func(t *testing.T, s ApprovalStore) {
+	{"a claim covers the authorization whatever it pays; another nonce is another authorization", func(t *testing.T, s approval.Store) {
 		ctx, k := context.Background(), testPaymentKey(8)
 		if err := s.Claim(ctx, k, time.Minute); err != nil {
 			t.Fatal(err)
@@ -206,7 +207,7 @@ var approvalStoreCases = []struct {
 		samePayerNonce := k
 		samePayerNonce.PayTo[0] ^= 1
 		samePayerNonce.Amount = big.NewInt(1)
-		if err := s.Claim(ctx, samePayerNonce, time.Minute); !errors.Is(err, ErrAlreadyClaimed) {
+		if err := s.Claim(ctx, samePayerNonce, time.Minute); !errors.Is(err, approval.ErrAlreadyClaimed) {
 			t.Fatalf("same (asset, payer, nonce) other payee: err = %v, want ErrAlreadyClaimed", err)
 		}
 		otherNonce := k
@@ -215,12 +216,12 @@ var approvalStoreCases = []struct {
 			t.Fatalf("other nonce: %v", err)
 		}
 	}},
-	{"an expired claim can be claimed again", func(t *testing.T, s ApprovalStore) {
+	{"an expired claim can be claimed again", func(t *testing.T, s approval.Store) {
 		ctx, k, ttl := context.Background(), testPaymentKey(9), 50*time.Millisecond
 		if err := s.Claim(ctx, k, ttl); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Claim(ctx, k, ttl); !errors.Is(err, ErrAlreadyClaimed) {
+		if err := s.Claim(ctx, k, ttl); !errors.Is(err, approval.ErrAlreadyClaimed) {
 			t.Fatalf("claim before expiry err = %v, want ErrAlreadyClaimed", err)
 		}
 		waitPast(time.Now(), ttl+10*time.Millisecond)
@@ -228,15 +229,15 @@ var approvalStoreCases = []struct {
 			t.Fatalf("claim after expiry: %v", err)
 		}
 	}},
-	{"a record or claim that would never expire is refused", func(t *testing.T, s ApprovalStore) {
+	{"a record or claim that would never expire is refused", func(t *testing.T, s approval.Store) {
 		ctx, k := context.Background(), testPaymentKey(10)
-		if err := s.Record(ctx, k, testApproval("forever"), 0); !errors.Is(err, ErrInvalidTTL) {
+		if err := s.Record(ctx, k, testApproval("forever"), 0); !errors.Is(err, approval.ErrInvalidTTL) {
 			t.Errorf("record ttl 0 err = %v, want ErrInvalidTTL", err)
 		}
-		if err := s.Claim(ctx, k, -time.Second); !errors.Is(err, ErrInvalidTTL) {
+		if err := s.Claim(ctx, k, -time.Second); !errors.Is(err, approval.ErrInvalidTTL) {
 			t.Errorf("claim ttl -1s err = %v, want ErrInvalidTTL", err)
 		}
-		if _, err := s.Consume(ctx, k); !errors.Is(err, ErrApprovalNotFound) {
+		if _, err := s.Consume(ctx, k); !errors.Is(err, approval.ErrNotFound) {
 			t.Errorf("refused record is consumable: %v", err)
 		}
 	}},
@@ -245,7 +246,7 @@ var approvalStoreCases = []struct {
 func TestMemoryStore(t *testing.T) {
 	for _, tc := range approvalStoreCases {
 		t.Run(tc.name, func(t *testing.T) {
-			s := NewMemoryStore(0)
+			s := approval.NewMemoryStore(0)
 			t.Cleanup(func() { _ = s.Close() })
 			tc.run(t, s)
 		})
@@ -255,53 +256,53 @@ func TestMemoryStore(t *testing.T) {
 func TestMemoryStoreLimits(t *testing.T) {
 	ctx := context.Background()
 	t.Run("a full claim table refuses rather than evicting a live claim", func(t *testing.T) {
-		s := NewMemoryStore(2)
+		s := approval.NewMemoryStore(2)
 		defer s.Close()
 		for i := 0; i < 2; i++ {
 			if err := s.Claim(ctx, testPaymentKey(i), time.Minute); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if err := s.Claim(ctx, testPaymentKey(2), time.Minute); !errors.Is(err, ErrStoreUnavailable) {
-			t.Fatalf("third claim err = %v, want ErrStoreUnavailable", err)
+		if err := s.Claim(ctx, testPaymentKey(2), time.Minute); !errors.Is(err, approval.ErrUnavailable) {
+			t.Fatalf("third claim err = %v, want ErrUnavailable", err)
 		}
-		if err := s.Claim(ctx, testPaymentKey(0), time.Minute); !errors.Is(err, ErrAlreadyClaimed) {
+		if err := s.Claim(ctx, testPaymentKey(0), time.Minute); !errors.Is(err, approval.ErrAlreadyClaimed) {
 			t.Fatalf("first claim was evicted: err = %v", err)
 		}
 	})
 	t.Run("a full approval table evicts the oldest approval, which then settles nothing", func(t *testing.T) {
-		s := NewMemoryStore(2)
+		s := approval.NewMemoryStore(2)
 		defer s.Close()
 		for i := 0; i < 3; i++ {
 			if err := s.Record(ctx, testPaymentKey(i), testApproval("x"), time.Minute); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if _, err := s.Consume(ctx, testPaymentKey(0)); !errors.Is(err, ErrApprovalNotFound) {
-			t.Fatalf("oldest approval err = %v, want ErrApprovalNotFound", err)
+		if _, err := s.Consume(ctx, testPaymentKey(0)); !errors.Is(err, approval.ErrNotFound) {
+			t.Fatalf("oldest approval err = %v, want ErrNotFound", err)
 		}
 		if _, err := s.Consume(ctx, testPaymentKey(2)); err != nil {
 			t.Fatalf("newest approval: %v", err)
 		}
 	})
 	t.Run("a ttl beyond the maximum is refused", func(t *testing.T) {
-		s := NewMemoryStore(10, WithMaxTTL(time.Minute))
+		s := approval.NewMemoryStore(10, approval.WithMaxTTL(time.Minute))
 		defer s.Close()
-		if err := s.Record(ctx, testPaymentKey(0), testApproval("x"), 2*time.Minute); !errors.Is(err, ErrInvalidTTL) {
+		if err := s.Record(ctx, testPaymentKey(0), testApproval("x"), 2*time.Minute); !errors.Is(err, approval.ErrInvalidTTL) {
 			t.Fatalf("err = %v, want ErrInvalidTTL", err)
 		}
 	})
 	t.Run("a closed store is unavailable", func(t *testing.T) {
-		s := NewMemoryStore(10)
+		s := approval.NewMemoryStore(10)
 		if err := s.Record(ctx, testPaymentKey(0), testApproval("x"), time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		_ = s.Close()
-		if _, err := s.Consume(ctx, testPaymentKey(0)); !errors.Is(err, ErrStoreUnavailable) {
-			t.Fatalf("consume err = %v, want ErrStoreUnavailable", err)
+		if _, err := s.Consume(ctx, testPaymentKey(0)); !errors.Is(err, approval.ErrUnavailable) {
+			t.Fatalf("consume err = %v, want ErrUnavailable", err)
 		}
-		if err := s.Claim(ctx, testPaymentKey(0), time.Minute); !errors.Is(err, ErrStoreUnavailable) {
-			t.Fatalf("claim err = %v, want ErrStoreUnavailable", err)
+		if err := s.Claim(ctx, testPaymentKey(0), time.Minute); !errors.Is(err, approval.ErrUnavailable) {
+			t.Fatalf("claim err = %v, want ErrUnavailable", err)
 		}
 	})
 }
@@ -311,7 +312,7 @@ func TestRedisStore(t *testing.T) {
 	for i, tc := range approvalStoreCases {
 		t.Run(tc.name, func(t *testing.T) {
 			// A prefix per case keeps the cases apart on one server.
-			s, err := NewRedisStore(context.Background(), url, WithKeyPrefix(fmt.Sprintf("case%d:", i)))
+			s, err := approval.NewRedisStore(context.Background(), url, approval.WithKeyPrefix(fmt.Sprintf("case%d:", i)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -324,9 +325,9 @@ func TestRedisStore(t *testing.T) {
 func TestRedisStoreAcrossInstances(t *testing.T) {
 	ctx := context.Background()
 	url := testenv.StartRedis(t)
-	var instances []*RedisStore
+	var instances []*approval.RedisStore
 	for i := 0; i < 3; i++ {
-		s, err := NewRedisStore(ctx, url)
+		s, err := approval.NewRedisStore(ctx, url)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -338,7 +339,7 @@ func TestRedisStoreAcrossInstances(t *testing.T) {
 		if err := instances[0].Record(ctx, k, testApproval("shared"), time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		wins := race(t, 30, ErrApprovalNotFound, func(i int) error {
+		wins := race(t, 30, approval.ErrNotFound, func(i int) error {
 			_, err := instances[i%3].Consume(ctx, k)
 			return err
 		})
@@ -348,13 +349,13 @@ func TestRedisStoreAcrossInstances(t *testing.T) {
 	})
 	t.Run("three instances claiming one authorization: exactly one wins", func(t *testing.T) {
 		k := testPaymentKey(101)
-		wins := race(t, 30, ErrAlreadyClaimed, func(i int) error { return instances[i%3].Claim(ctx, k, time.Minute) })
+		wins := race(t, 30, approval.ErrAlreadyClaimed, func(i int) error { return instances[i%3].Claim(ctx, k, time.Minute) })
 		if wins != 1 {
 			t.Fatalf("%d claims won, want 1", wins)
 		}
 	})
 	t.Run("instances with different key prefixes do not share approvals", func(t *testing.T) {
-		other, err := NewRedisStore(ctx, url, WithKeyPrefix("other:"))
+		other, err := approval.NewRedisStore(ctx, url, approval.WithKeyPrefix("other:"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -363,8 +364,8 @@ func TestRedisStoreAcrossInstances(t *testing.T) {
 		if err := instances[0].Record(ctx, k, testApproval("p"), time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := other.Consume(ctx, k); !errors.Is(err, ErrApprovalNotFound) {
-			t.Fatalf("other prefix err = %v, want ErrApprovalNotFound", err)
+		if _, err := other.Consume(ctx, k); !errors.Is(err, approval.ErrNotFound) {
+			t.Fatalf("other prefix err = %v, want ErrNotFound", err)
 		}
 		if _, err := instances[1].Consume(ctx, k); err != nil {
 			t.Fatalf("same prefix: %v", err)
@@ -378,13 +379,13 @@ func TestRedisStoreAcrossInstances(t *testing.T) {
 		}
 		raw := redis.NewClient(o)
 		defer raw.Close()
-		if err := raw.Set(ctx, DefaultRedisKeyPrefix+"approval:"+k.String(), "{not json", time.Minute).Err(); err != nil {
+		if err := raw.Set(ctx, approval.DefaultRedisKeyPrefix+"approval:"+k.String(), "{not json", time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := instances[0].Consume(ctx, k); !errors.Is(err, ErrApprovalNotFound) {
-			t.Fatalf("err = %v, want ErrApprovalNotFound", err)
+		if _, err := instances[0].Consume(ctx, k); !errors.Is(err, approval.ErrNotFound) {
+			t.Fatalf("err = %v, want ErrNotFound", err)
 		}
-		if n, _ := raw.Exists(ctx, DefaultRedisKeyPrefix+"approval:"+k.String()).Result(); n != 0 {
+		if n, _ := raw.Exists(ctx, approval.DefaultRedisKeyPrefix+"approval:"+k.String()).Result(); n != 0 {
 			t.Fatalf("malformed record still present")
 		}
 	})
@@ -403,7 +404,7 @@ func TestRedisStoreUnavailable(t *testing.T) {
 
 	t.Run("a wrong password fails at start without echoing either password", func(t *testing.T) {
 		const wrong = "wrong-pw-71d0"
-		_, err := NewRedisStore(ctx, strings.Replace(srv.URL, password, wrong, 1))
+		_, err := approval.NewRedisStore(ctx, strings.Replace(srv.URL, password, wrong, 1))
 		if err == nil {
 			t.Fatal("connected with a wrong password")
 		}
@@ -418,7 +419,7 @@ func TestRedisStoreUnavailable(t *testing.T) {
 			"redis://:" + password + "@127.0.0.1:6379/zero",
 			"http://:" + password + "@127.0.0.1:6379",
 		} {
-			_, err := NewRedisStore(ctx, bad)
+			_, err := approval.NewRedisStore(ctx, bad)
 			if err == nil {
 				t.Fatalf("accepted a malformed url")
 			}
@@ -426,7 +427,7 @@ func TestRedisStoreUnavailable(t *testing.T) {
 		}
 	})
 
-	s, err := NewRedisStore(ctx, srv.URL)
+	s, err := approval.NewRedisStore(ctx, srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,13 +442,13 @@ func TestRedisStoreUnavailable(t *testing.T) {
 		"record":  func() error { return s.Record(ctx, k, testApproval("after"), time.Minute) },
 		"consume": func() error { _, err := s.Consume(ctx, k); return err },
 		"claim":   func() error { return s.Claim(ctx, k, time.Minute) },
-		"connect": func() error { _, err := NewRedisStore(ctx, srv.URL); return err },
+		"connect": func() error { _, err := approval.NewRedisStore(ctx, srv.URL); return err },
 	}
 	for name, op := range ops {
 		t.Run("with redis down, "+name+" fails closed", func(t *testing.T) {
 			err := op()
-			if !errors.Is(err, ErrStoreUnavailable) {
-				t.Fatalf("err = %v, want ErrStoreUnavailable", err)
+			if !errors.Is(err, approval.ErrUnavailable) {
+				t.Fatalf("err = %v, want ErrUnavailable", err)
 			}
 			noPassword(t, err)
 		})
@@ -455,18 +456,18 @@ func TestRedisStoreUnavailable(t *testing.T) {
 }
 
 func BenchmarkMemoryStoreRecordConsume(b *testing.B) {
-	benchmarkStore(b, NewMemoryStore(0))
+	benchmarkStore(b, approval.NewMemoryStore(0))
 }
 
 func BenchmarkRedisStoreRecordConsume(b *testing.B) {
-	s, err := NewRedisStore(context.Background(), testenv.StartRedis(b))
+	s, err := approval.NewRedisStore(context.Background(), testenv.StartRedis(b))
 	if err != nil {
 		b.Fatal(err)
 	}
 	benchmarkStore(b, s)
 }
 
-func benchmarkStore(b *testing.B, s ApprovalStore) {
+func benchmarkStore(b *testing.B, s approval.Store) {
 	defer s.Close()
 	ctx, a := context.Background(), testApproval("bench")
 	keys := make([]x402.PaymentKey, 1024)

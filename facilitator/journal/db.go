@@ -1,4 +1,4 @@
-package facilitator
+package journal
 
 import (
 	"context"
@@ -12,68 +12,21 @@ import (
 	"time"
 
 	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/x402gate/x402gate/internal/sqldb"
 )
 
-// ErrInvalidTransition is returned by Update for a move the settlement lifecycle does not
-// allow: nothing returns to StatePrepared, nothing leaves StateConfirmed, and a failed
-// settlement can only turn out confirmed (a receipt found late). Repeating the current
-// state is allowed, so two reconcilers may record the same outcome.
-var ErrInvalidTransition = errors.New("settlement state transition not allowed")
-
-// journalSources lists, for each target state, the states Update may move from.
-var journalSources = map[SettlementState][]SettlementState{
-	StateBroadcast: {StatePrepared, StateBroadcast},
-	StateConfirmed: {StatePrepared, StateBroadcast, StateFailed, StateConfirmed},
-	StateFailed:    {StatePrepared, StateBroadcast, StateFailed},
-}
-
-// Attempt is one signed transaction of a settlement: the first (Seq 0, the row's TxHash
-// and RawTx) or a fee-bumped replacement (Seq 1, 2, ...) with the same sender nonce and
-// calldata and higher fees. At most one attempt of a row can ever be mined.
-type Attempt struct {
-	Seq       int
-	TxHash    common.Hash
-	RawTx     []byte
-	CreatedAt time.Time
-	// Settled marks the attempt whose receipt closed the row (see UpdateSettled).
-	Settled bool
-}
-
-// ErrAttemptConflict is returned by AddAttempt when the attempt's sequence number is taken
-// (another reconciler bumped the row first) or the row is no longer unfinished. Nothing
-// may be broadcast then.
-var ErrAttemptConflict = errors.New("settlement attempt conflicts with the journal")
-
-// AttemptJournal is a Journal that also records fee-bumped replacements of a settlement's
-// transaction. SQLJournal implements it. The engine bumps fees only when its Journal is an
-// AttemptJournal; with another Journal a stuck transaction is only sent again as it is.
-type AttemptJournal interface {
-	Journal
-	// AddAttempt records replacement a (a.Seq = the previous attempt's Seq + 1) of the
-	// unfinished row of authorizationKey, before a is broadcast. It returns
-	// ErrAttemptConflict when a.Seq is taken or the row is closed, ErrSettlementNotFound
-	// for an unknown key.
-	AddAttempt(ctx context.Context, authorizationKey string, a Attempt) error
-	// Attempts returns every attempt of the row, the first (Seq 0) first.
-	Attempts(ctx context.Context, authorizationKey string) ([]Attempt, error)
-	// UpdateSettled is Update that also records txHash, the attempt whose receipt decided
-	// the row.
-	UpdateSettled(ctx context.Context, authorizationKey string, state SettlementState, reason string, txHash common.Hash) error
-}
-
-// journalMigrationsTable records applied schema versions. It is named for this package so
-// that another component migrating the same PostgreSQL database cannot collide with it.
-const journalMigrationsTable = "facilitator_schema_migrations"
-
-// journalMigrations is the schema, one entry per version, shared by both drivers. {{blob}}
-// is the binary column type of the dialect. Times are unix microseconds (UTC), which both
-// engines store and order the same way.
-var journalMigrations = []struct {
-	version int64
-	stmts   []string
-}{
-	{1, []string{
-		`CREATE TABLE settlements (
+// schema is the journal's tables, one migration per version, shared by both drivers.
+// {{blob}} is the binary column type of the dialect. Times are unix microseconds (UTC),
+// which both engines store and order the same way. The version table is named for the
+// facilitator so that another component migrating the same PostgreSQL database cannot
+// collide with it; the lock key is "x402gfac" in ASCII.
+var schema = sqldb.Schema{
+	Table:   "facilitator_schema_migrations",
+	LockKey: 0x7834303267666163,
+	Migrations: []sqldb.Migration{
+		{Version: 1, Statements: []string{
+			`CREATE TABLE settlements (
 			authorization_key TEXT PRIMARY KEY,
 			payment_key       TEXT NOT NULL,
 			network           TEXT NOT NULL,
@@ -90,15 +43,15 @@ var journalMigrations = []struct {
 			created_at        BIGINT NOT NULL,
 			updated_at        BIGINT NOT NULL
 		)`,
-		`CREATE INDEX settlements_state_created ON settlements (state, created_at)`,
-	}},
-	// Version 2: fee-bumped replacements. The settlements row keeps the first attempt
-	// (sequence 0) in tx_hash and raw_tx; every replacement signed later, same sender
-	// nonce and calldata with higher fees, is one settlement_attempts row (sequence 1, 2,
-	// ...), written before it is broadcast. settled_tx_hash names the attempt whose
-	// receipt closed the row ('' until then, and for rows closed by older builds).
-	{2, []string{
-		`CREATE TABLE settlement_attempts (
+			`CREATE INDEX settlements_state_created ON settlements (state, created_at)`,
+		}},
+		// Version 2: fee-bumped replacements. The settlements row keeps the first attempt
+		// (sequence 0) in tx_hash and raw_tx; every replacement signed later, same sender
+		// nonce and calldata with higher fees, is one settlement_attempts row (sequence 1, 2,
+		// ...), written before it is broadcast. settled_tx_hash names the attempt whose
+		// receipt closed the row ('' until then, and for rows closed by older builds).
+		{Version: 2, Statements: []string{
+			`CREATE TABLE settlement_attempts (
 			authorization_key TEXT NOT NULL REFERENCES settlements (authorization_key),
 			seq               BIGINT NOT NULL CHECK (seq > 0),
 			tx_hash           TEXT NOT NULL,
@@ -106,100 +59,55 @@ var journalMigrations = []struct {
 			created_at        BIGINT NOT NULL,
 			PRIMARY KEY (authorization_key, seq)
 		)`,
-		`ALTER TABLE settlements ADD COLUMN settled_tx_hash TEXT NOT NULL DEFAULT ''`,
-	}},
+			`ALTER TABLE settlements ADD COLUMN settled_tx_hash TEXT NOT NULL DEFAULT ''`,
+		}},
+	},
 }
 
-// sqlDialect is what differs between the two engines.
-type sqlDialect struct {
-	name     string
-	blobType string
-	// lock serialises migrations across processes inside tx; nil when BEGIN already does.
-	lock func(ctx context.Context, tx *sql.Tx) error
+// DB is the settlement Journal on database/sql: SQLite (OpenSQLite) for one instance,
+// PostgreSQL (OpenPostgres) shared by several. Its schema is migrated at Open. The unique
+// authorization key makes Prepare the last guard against broadcasting one authorization
+// twice, across every instance that shares the database. No error carries the database
+// password.
+type DB struct {
+	db *sqldb.DB
 }
 
-// SQLJournal is the settlement Journal on database/sql: SQLite (OpenSQLiteJournal) for one
-// instance, PostgreSQL (OpenPostgresJournal) shared by several. Its schema is migrated at
-// Open. The unique authorization key makes Prepare the last guard against broadcasting
-// one authorization twice, across every instance that shares the database. No error
-// carries the database password.
-type SQLJournal struct {
-	db      *sql.DB
-	dialect sqlDialect
-	secret  string
-}
-
-func newSQLJournal(ctx context.Context, db *sql.DB, d sqlDialect, secret string) (*SQLJournal, error) {
-	j := &SQLJournal{db: db, dialect: d, secret: secret}
-	if err := db.PingContext(ctx); err != nil {
-		_ = db.Close()
-		return nil, j.fail("open", err)
+// OpenSQLite opens (creating it and its parent directory if needed) the SQLite journal at
+// path, the embedded default of a single instance, and migrates its schema. A row Prepare
+// has written survives a crash before the broadcast it guards (see sqldb.OpenSQLite).
+func OpenSQLite(ctx context.Context, path string) (*DB, error) {
+	db, err := sqldb.OpenSQLite(ctx, path)
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
 	}
-	if err := j.migrate(ctx); err != nil {
-		_ = db.Close()
-		return nil, err
+	return open(ctx, db)
+}
+
+// OpenPostgres connects to the PostgreSQL database at dsn (a postgres:// URL or key=value
+// string, as pgx parses it), the journal shared by several instances, and migrates its
+// schema. Concurrent Opens of one database are safe: migrations run in one transaction
+// under an advisory lock. No error carries the DSN or its password.
+func OpenPostgres(ctx context.Context, dsn string) (*DB, error) {
+	db, err := sqldb.OpenPostgres(ctx, dsn)
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
 	}
-	return j, nil
+	return open(ctx, db)
+}
+
+func open(ctx context.Context, db *sqldb.DB) (*DB, error) {
+	if err := db.Migrate(ctx, schema); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	return &DB{db: db}, nil
 }
 
 // fail wraps a database error with op, scrubbing the password from its text and keeping
 // context cancellation visible to errors.Is.
-func (j *SQLJournal) fail(op string, err error) error {
-	msg := redactSecret(err.Error(), j.secret)
-	for _, ctxErr := range []error{context.Canceled, context.DeadlineExceeded} {
-		if errors.Is(err, ctxErr) {
-			return fmt.Errorf("%s journal %s: %s: %w", j.dialect.name, op, msg, ctxErr)
-		}
-	}
-	return fmt.Errorf("%s journal %s: %s", j.dialect.name, op, msg)
-}
-
-// migrate applies the missing schema versions in one transaction, under the dialect's
-// lock, so concurrent Opens of one database apply each version once. It refuses a
-// database migrated by a newer build.
-func (j *SQLJournal) migrate(ctx context.Context) error {
-	tx, err := j.db.BeginTx(ctx, nil)
-	if err != nil {
-		return j.fail("migrate", err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	if j.dialect.lock != nil {
-		if err := j.dialect.lock(ctx, tx); err != nil {
-			return j.fail("migrate lock", err)
-		}
-	}
-	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+journalMigrationsTable+` (
-		version    BIGINT PRIMARY KEY,
-		applied_at BIGINT NOT NULL
-	)`); err != nil {
-		return j.fail("migrate", err)
-	}
-	var current int64
-	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM `+journalMigrationsTable).Scan(&current); err != nil {
-		return j.fail("migrate", err)
-	}
-	latest := journalMigrations[len(journalMigrations)-1].version
-	if current > latest {
-		return fmt.Errorf("%s journal migrate: schema version %d is newer than this build's %d", j.dialect.name, current, latest)
-	}
-	for _, m := range journalMigrations {
-		if m.version <= current {
-			continue
-		}
-		for _, stmt := range m.stmts {
-			if _, err := tx.ExecContext(ctx, strings.ReplaceAll(stmt, "{{blob}}", j.dialect.blobType)); err != nil {
-				return j.fail(fmt.Sprintf("migrate to version %d", m.version), err)
-			}
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO `+journalMigrationsTable+` (version, applied_at) VALUES ($1, $2)`,
-			m.version, time.Now().UnixMicro()); err != nil {
-			return j.fail("migrate", err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return j.fail("migrate", err)
-	}
-	return nil
+func (j *DB) fail(op string, err error) error {
+	return fmt.Errorf("%s journal %s: %w", j.db.Dialect.Name, op, j.db.Err(err))
 }
 
 const settlementColumns = `authorization_key, payment_key, network, asset, payer, pay_to, amount, nonce,
@@ -208,7 +116,7 @@ const settlementColumns = `authorization_key, payment_key, network, asset, payer
 // Prepare inserts s in StatePrepared (whatever s.State says), before anything is
 // broadcast. It returns ErrDuplicateSettlement when a row for s.AuthorizationKey exists,
 // whatever its state: one authorization is broadcast once. A zero CreatedAt is now.
-func (j *SQLJournal) Prepare(ctx context.Context, s Settlement) error {
+func (j *DB) Prepare(ctx context.Context, s Settlement) error {
 	if s.AuthorizationKey == "" {
 		return errors.New("journal prepare: empty authorization key")
 	}
@@ -230,7 +138,7 @@ func (j *SQLJournal) Prepare(ctx context.Context, s Settlement) error {
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
 		ON CONFLICT (authorization_key) DO NOTHING`,
 		s.AuthorizationKey, s.PaymentKey, s.Network,
-		journalAddress(s.Asset), journalAddress(s.Payer), journalAddress(s.PayTo),
+		hexAddress(s.Asset), hexAddress(s.Payer), hexAddress(s.PayTo),
 		s.Amount.String(), "0x"+hex.EncodeToString(s.Nonce[:]), strings.ToLower(s.TxHash.Hex()),
 		raw, int64(s.SenderNonce), string(StatePrepared), s.Reason,
 		created.UnixMicro(), created.UnixMicro())
@@ -247,22 +155,22 @@ func (j *SQLJournal) Prepare(ctx context.Context, s Settlement) error {
 	return nil
 }
 
-func journalAddress(a common.Address) string { return strings.ToLower(a.Hex()) }
+func hexAddress(a common.Address) string { return strings.ToLower(a.Hex()) }
 
 // Update moves the row of authorizationKey to state, recording reason. It returns
-// ErrSettlementNotFound for an unknown key and ErrInvalidTransition for a move the
+// ErrNotFound for an unknown key and ErrInvalidTransition for a move the
 // lifecycle forbids (see ErrInvalidTransition).
-func (j *SQLJournal) Update(ctx context.Context, authorizationKey string, state SettlementState, reason string) error {
+func (j *DB) Update(ctx context.Context, authorizationKey string, state State, reason string) error {
 	return j.update(ctx, authorizationKey, state, reason, nil)
 }
 
 // UpdateSettled is Update that also records txHash as the attempt that settled the row.
-func (j *SQLJournal) UpdateSettled(ctx context.Context, authorizationKey string, state SettlementState, reason string, txHash common.Hash) error {
+func (j *DB) UpdateSettled(ctx context.Context, authorizationKey string, state State, reason string, txHash common.Hash) error {
 	return j.update(ctx, authorizationKey, state, reason, &txHash)
 }
 
-func (j *SQLJournal) update(ctx context.Context, authorizationKey string, state SettlementState, reason string, settled *common.Hash) error {
-	sources, ok := journalSources[state]
+func (j *DB) update(ctx context.Context, authorizationKey string, state State, reason string, settled *common.Hash) error {
+	sources, ok := transitions[state]
 	if !ok {
 		return fmt.Errorf("journal update %s to %q: %w", authorizationKey, state, ErrInvalidTransition)
 	}
@@ -289,7 +197,7 @@ func (j *SQLJournal) update(ctx context.Context, authorizationKey string, state 
 	var from string
 	err = j.db.QueryRowContext(ctx, `SELECT state FROM settlements WHERE authorization_key = $1`, authorizationKey).Scan(&from)
 	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("journal update %s: %w", authorizationKey, ErrSettlementNotFound)
+		return fmt.Errorf("journal update %s: %w", authorizationKey, ErrNotFound)
 	}
 	if err != nil {
 		return j.fail("update "+authorizationKey, err)
@@ -298,8 +206,8 @@ func (j *SQLJournal) update(ctx context.Context, authorizationKey string, state 
 }
 
 // AddAttempt records replacement a of the unfinished row of authorizationKey, before it
-// is broadcast (see AttemptJournal).
-func (j *SQLJournal) AddAttempt(ctx context.Context, authorizationKey string, a Attempt) error {
+// is broadcast (see Journal).
+func (j *DB) AddAttempt(ctx context.Context, authorizationKey string, a Attempt) error {
 	if a.Seq <= 0 {
 		return fmt.Errorf("journal add attempt %s: sequence %d, want > 0", authorizationKey, a.Seq)
 	}
@@ -332,8 +240,8 @@ func (j *SQLJournal) AddAttempt(ctx context.Context, authorizationKey string, a 
 }
 
 // Attempts returns every attempt of the row of authorizationKey, the first (Seq 0, the
-// row's own transaction) first, or ErrSettlementNotFound.
-func (j *SQLJournal) Attempts(ctx context.Context, authorizationKey string) ([]Attempt, error) {
+// row's own transaction) first, or ErrNotFound.
+func (j *DB) Attempts(ctx context.Context, authorizationKey string) ([]Attempt, error) {
 	var (
 		txHash, settled string
 		raw             []byte
@@ -342,12 +250,12 @@ func (j *SQLJournal) Attempts(ctx context.Context, authorizationKey string) ([]A
 	err := j.db.QueryRowContext(ctx, `SELECT tx_hash, raw_tx, created_at, settled_tx_hash FROM settlements
 		WHERE authorization_key = $1`, authorizationKey).Scan(&txHash, &raw, &created, &settled)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("journal attempts %s: %w", authorizationKey, ErrSettlementNotFound)
+		return nil, fmt.Errorf("journal attempts %s: %w", authorizationKey, ErrNotFound)
 	}
 	if err != nil {
 		return nil, j.fail("attempts "+authorizationKey, err)
 	}
-	first, err := journalAttempt(0, txHash, raw, created, settled)
+	first, err := attemptOf(0, txHash, raw, created, settled)
 	if err != nil {
 		return nil, fmt.Errorf("journal attempts %s: %w", authorizationKey, err)
 	}
@@ -363,7 +271,7 @@ func (j *SQLJournal) Attempts(ctx context.Context, authorizationKey string) ([]A
 		if err := rows.Scan(&seq, &txHash, &raw, &created); err != nil {
 			return nil, j.fail("attempts "+authorizationKey, err)
 		}
-		a, err := journalAttempt(int(seq), txHash, raw, created, settled)
+		a, err := attemptOf(int(seq), txHash, raw, created, settled)
 		if err != nil {
 			return nil, fmt.Errorf("journal attempts %s: %w", authorizationKey, err)
 		}
@@ -375,8 +283,8 @@ func (j *SQLJournal) Attempts(ctx context.Context, authorizationKey string) ([]A
 	return out, nil
 }
 
-func journalAttempt(seq int, txHash string, raw []byte, created int64, settled string) (Attempt, error) {
-	b, err := journalParseHex(txHash, common.HashLength)
+func attemptOf(seq int, txHash string, raw []byte, created int64, settled string) (Attempt, error) {
+	b, err := parseHex(txHash, common.HashLength)
 	if err != nil {
 		return Attempt{}, fmt.Errorf("attempt %d: bad tx_hash: %w", seq, err)
 	}
@@ -387,12 +295,12 @@ func journalAttempt(seq int, txHash string, raw []byte, created int64, settled s
 		CreatedAt: time.UnixMicro(created).UTC(), Settled: settled != "" && settled == txHash}, nil
 }
 
-// Get returns the row of authorizationKey, or ErrSettlementNotFound.
-func (j *SQLJournal) Get(ctx context.Context, authorizationKey string) (Settlement, error) {
+// Get returns the row of authorizationKey, or ErrNotFound.
+func (j *DB) Get(ctx context.Context, authorizationKey string) (Settlement, error) {
 	row := j.db.QueryRowContext(ctx, `SELECT `+settlementColumns+` FROM settlements WHERE authorization_key = $1`, authorizationKey)
 	s, err := scanSettlement(row)
 	if errors.Is(err, sql.ErrNoRows) {
-		return Settlement{}, fmt.Errorf("journal get %s: %w", authorizationKey, ErrSettlementNotFound)
+		return Settlement{}, fmt.Errorf("journal get %s: %w", authorizationKey, ErrNotFound)
 	}
 	if err != nil {
 		return Settlement{}, j.fail("get "+authorizationKey, err)
@@ -402,7 +310,7 @@ func (j *SQLJournal) Get(ctx context.Context, authorizationKey string) (Settleme
 
 // Unfinished returns every row in StatePrepared or StateBroadcast, oldest first (ties in
 // authorization key order), for reconciliation.
-func (j *SQLJournal) Unfinished(ctx context.Context) ([]Settlement, error) {
+func (j *DB) Unfinished(ctx context.Context) ([]Settlement, error) {
 	rows, err := j.db.QueryContext(ctx, `SELECT `+settlementColumns+` FROM settlements
 		WHERE state IN ('prepared', 'broadcast') ORDER BY created_at, authorization_key`)
 	if err != nil {
@@ -424,7 +332,7 @@ func (j *SQLJournal) Unfinished(ctx context.Context) ([]Settlement, error) {
 }
 
 // Close closes the database.
-func (j *SQLJournal) Close() error {
+func (j *DB) Close() error {
 	if err := j.db.Close(); err != nil {
 		return j.fail("close", err)
 	}
@@ -444,25 +352,25 @@ func scanSettlement(row interface{ Scan(...any) error }) (Settlement, error) {
 		return Settlement{}, err
 	}
 	var err error
-	if s.Asset, err = journalParseAddress("asset", asset); err != nil {
+	if s.Asset, err = parseAddress("asset", asset); err != nil {
 		return Settlement{}, err
 	}
-	if s.Payer, err = journalParseAddress("payer", payer); err != nil {
+	if s.Payer, err = parseAddress("payer", payer); err != nil {
 		return Settlement{}, err
 	}
-	if s.PayTo, err = journalParseAddress("pay_to", payTo); err != nil {
+	if s.PayTo, err = parseAddress("pay_to", payTo); err != nil {
 		return Settlement{}, err
 	}
 	var ok bool
 	if s.Amount, ok = new(big.Int).SetString(amount, 10); !ok || s.Amount.Sign() < 0 {
 		return Settlement{}, fmt.Errorf("row %s: bad amount", s.AuthorizationKey)
 	}
-	if b, err := journalParseHex(nonce, 32); err != nil {
+	if b, err := parseHex(nonce, 32); err != nil {
 		return Settlement{}, fmt.Errorf("row %s: bad nonce: %w", s.AuthorizationKey, err)
 	} else {
 		copy(s.Nonce[:], b)
 	}
-	if b, err := journalParseHex(txHash, common.HashLength); err != nil {
+	if b, err := parseHex(txHash, common.HashLength); err != nil {
 		return Settlement{}, fmt.Errorf("row %s: bad tx_hash: %w", s.AuthorizationKey, err)
 	} else {
 		s.TxHash = common.BytesToHash(b)
@@ -471,7 +379,7 @@ func scanSettlement(row interface{ Scan(...any) error }) (Settlement, error) {
 		return Settlement{}, fmt.Errorf("row %s: negative sender nonce", s.AuthorizationKey)
 	}
 	s.SenderNonce = uint64(senderNonce)
-	s.State = SettlementState(state)
+	s.State = State(state)
 	s.CreatedAt = time.UnixMicro(createdMicros).UTC()
 	s.UpdatedAt = time.UnixMicro(updatedMicros).UTC()
 	if s.RawTx == nil {
@@ -480,14 +388,14 @@ func scanSettlement(row interface{ Scan(...any) error }) (Settlement, error) {
 	return s, nil
 }
 
-func journalParseAddress(column, v string) (common.Address, error) {
+func parseAddress(column, v string) (common.Address, error) {
 	if !common.IsHexAddress(v) {
 		return common.Address{}, fmt.Errorf("bad %s address in journal", column)
 	}
 	return common.HexToAddress(v), nil
 }
 
-func journalParseHex(v string, size int) ([]byte, error) {
+func parseHex(v string, size int) ([]byte, error) {
 	b, err := hex.DecodeString(strings.TrimPrefix(v, "0x"))
 	if err != nil {
 		return nil, err
@@ -498,4 +406,4 @@ func journalParseHex(v string, size int) ([]byte, error) {
 	return b, nil
 }
 
-var _ AttemptJournal = (*SQLJournal)(nil)
+var _ Journal = (*DB)(nil)

@@ -1,4 +1,4 @@
-package facilitator
+package approval
 
 import (
 	"context"
@@ -25,7 +25,7 @@ const DefaultMaxTTL = time.Hour
 // cache that holds it, so it is refused rather than silently shortened.
 var ErrInvalidTTL = errors.New("approval store: ttl out of range")
 
-// MemoryStore is the embedded ApprovalStore of a single instance: two bounded, expiring
+// MemoryStore is the embedded Store of a single instance: two bounded, expiring
 // LRU caches (golang-lru/v2 expirable), one for approvals and one for claims.
 //
 // Unlike the store the spec describes as the default (spec §4.2 /settle rule 2: "a
@@ -35,7 +35,7 @@ var ErrInvalidTTL = errors.New("approval store: ttl out of range")
 //
 // When the approval cache is full, recording evicts the least recently used approval,
 // whose settle is then refused (fail closed). When the claim cache is full of unexpired
-// claims, Claim refuses with ErrStoreUnavailable instead of evicting a live claim.
+// claims, Claim refuses with ErrUnavailable instead of evicting a live claim.
 type MemoryStore struct {
 	maxTTL time.Duration
 	size   int
@@ -66,7 +66,7 @@ func WithMaxTTL(d time.Duration) MemoryStoreOption {
 	}
 }
 
-// NewMemoryStore returns an in-process ApprovalStore holding at most size approvals and
+// NewMemoryStore returns an in-process Store holding at most size approvals and
 // size claims (DefaultMemoryStoreSize when size <= 0).
 func NewMemoryStore(size int, opts ...MemoryStoreOption) *MemoryStore {
 	if size <= 0 {
@@ -88,7 +88,7 @@ func (s *MemoryStore) checkTTL(ttl time.Duration) error {
 	return nil
 }
 
-var errMemoryStoreClosed = fmt.Errorf("%w: memory store closed", ErrStoreUnavailable)
+var errMemoryStoreClosed = fmt.Errorf("%w: memory store closed", ErrUnavailable)
 
 // Record stores a for k until ttl elapses. While an earlier approval for k is unexpired it
 // is kept as it is and Record succeeds, as RedisStore's SET NX does.
@@ -113,7 +113,7 @@ func (s *MemoryStore) Record(ctx context.Context, k x402.PaymentKey, a Approval,
 }
 
 // Consume atomically removes and returns the unexpired approval for k (spec §4.2 /settle
-// rule 1). An expired record is removed too, and reported as ErrApprovalNotFound.
+// rule 1). An expired record is removed too, and reported as ErrNotFound.
 func (s *MemoryStore) Consume(ctx context.Context, k x402.PaymentKey) (Approval, error) {
 	if err := ctx.Err(); err != nil {
 		return Approval{}, fmt.Errorf("consume approval: %w", err)
@@ -126,11 +126,11 @@ func (s *MemoryStore) Consume(ctx context.Context, k x402.PaymentKey) (Approval,
 	}
 	e, ok := s.approvals.Peek(key)
 	if !ok {
-		return Approval{}, ErrApprovalNotFound
+		return Approval{}, ErrNotFound
 	}
 	s.approvals.Remove(key)
 	if !time.Now().Before(e.expiresAt) {
-		return Approval{}, ErrApprovalNotFound
+		return Approval{}, ErrNotFound
 	}
 	return e.approval, nil
 }
@@ -158,14 +158,14 @@ func (s *MemoryStore) Claim(ctx context.Context, k x402.PaymentKey, ttl time.Dur
 		// Evicting the oldest claim could let a second settle of that authorization
 		// through; refuse unless the oldest has expired anyway.
 		if _, until, ok := s.claims.GetOldest(); ok && now.Before(until) {
-			return fmt.Errorf("%w: claim table full (%d unexpired claims)", ErrStoreUnavailable, s.size)
+			return fmt.Errorf("%w: claim table full (%d unexpired claims)", ErrUnavailable, s.size)
 		}
 	}
 	s.claims.Add(key, now.Add(ttl))
 	return nil
 }
 
-// Close drops every record and claim. Later calls return ErrStoreUnavailable.
+// Close drops every record and claim. Later calls return ErrUnavailable.
 func (s *MemoryStore) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -178,4 +178,4 @@ func (s *MemoryStore) Close() error {
 	return nil
 }
 
-var _ ApprovalStore = (*MemoryStore)(nil)
+var _ Store = (*MemoryStore)(nil)

@@ -1,7 +1,9 @@
-package facilitator
+package journal
 
 import (
+	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math/big"
@@ -9,6 +11,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,13 +22,49 @@ import (
 
 // journalOpen opens a new handle on one database; several handles stand for several
 // instances.
-type journalOpen func() (*SQLJournal, error)
+type journalOpen func() (*DB, error)
 
 // journalOpener gives each case a fresh, empty database.
 type journalOpener func(t *testing.T) journalOpen
 
+// race runs f n times concurrently, released together, and counts nil results and
+// results matching want; any other error fails the test.
+func race(t *testing.T, n int, want error, f func(i int) error) (wins int) {
+	t.Helper()
+	var (
+		wg     sync.WaitGroup
+		start  = make(chan struct{})
+		won    atomic.Int64
+		mu     sync.Mutex
+		others []error
+	)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			<-start
+			err := f(i)
+			switch {
+			case err == nil:
+				won.Add(1)
+			case errors.Is(err, want):
+			default:
+				mu.Lock()
+				others = append(others, err)
+				mu.Unlock()
+			}
+		}(i)
+	}
+	close(start)
+	wg.Wait()
+	if len(others) > 0 {
+		t.Fatalf("%d unexpected errors, first: %v", len(others), others[0])
+	}
+	return int(won.Load())
+}
+
 // mustOpen opens a handle that is closed when t ends.
-func mustOpen(t *testing.T, open journalOpen) *SQLJournal {
+func mustOpen(t *testing.T, open journalOpen) *DB {
 	t.Helper()
 	j, err := open()
 	if err != nil {
@@ -35,24 +74,33 @@ func mustOpen(t *testing.T, open journalOpen) *SQLJournal {
 	return j
 }
 
+// testSettlement returns a distinct, fully populated row for i, keyed as
+// x402.PaymentKey keys it.
 func testSettlement(i int, created time.Time) Settlement {
-	k := testPaymentKey(i)
+	var nonce [32]byte
+	copy(nonce[:], fmt.Sprintf("nonce-%028d", i))
+	network := "eip155:84532"
+	asset := common.HexToAddress("0x036CbD53842c5426634e7929541eC2318f3dCF7e")
+	payer := common.HexToAddress(fmt.Sprintf("0x%040x", 0xA11CE000+i))
+	payTo := common.HexToAddress("0x209693Bc6afc0C5328bA36FaF03C514EF312287C")
+	amount := big.NewInt(10_000)
 	return Settlement{
-		AuthorizationKey: k.AuthorizationKey(),
-		PaymentKey:       k.String(),
-		Network:          k.Network,
-		Asset:            k.Asset,
-		Payer:            k.Payer,
-		PayTo:            k.PayTo,
-		Amount:           new(big.Int).Set(k.Amount),
-		Nonce:            k.Nonce,
-		TxHash:           common.HexToHash(fmt.Sprintf("0x%064x", 0xbeef0000+i)),
-		RawTx:            []byte{0x02, 0xf8, byte(i), 0x00, 0xff},
-		SenderNonce:      uint64(1<<40 + i),
-		State:            StatePrepared,
-		Reason:           "",
-		CreatedAt:        created.UTC().Truncate(time.Microsecond),
-		UpdatedAt:        created.UTC().Truncate(time.Microsecond),
+		AuthorizationKey: strings.ToLower(fmt.Sprintf("%s:%s:%s:0x%x", network, asset.Hex(), payer.Hex(), nonce[:])),
+		PaymentKey: strings.ToLower(fmt.Sprintf("%s:%s:%s:%s:%s:0x%x",
+			network, asset.Hex(), payer.Hex(), payTo.Hex(), amount, nonce[:])),
+		Network:     network,
+		Asset:       asset,
+		Payer:       payer,
+		PayTo:       payTo,
+		Amount:      amount,
+		Nonce:       nonce,
+		TxHash:      common.HexToHash(fmt.Sprintf("0x%064x", 0xbeef0000+i)),
+		RawTx:       []byte{0x02, 0xf8, byte(i), 0x00, 0xff},
+		SenderNonce: uint64(1<<40 + i),
+		State:       StatePrepared,
+		Reason:      "",
+		CreatedAt:   created.UTC().Truncate(time.Microsecond),
+		UpdatedAt:   created.UTC().Truncate(time.Microsecond),
 	}
 }
 
@@ -86,8 +134,8 @@ var journalCases = []struct {
 	}},
 	{"an unknown authorization is not found", func(t *testing.T, open journalOpen) {
 		j := mustOpen(t, open)
-		if _, err := j.Get(context.Background(), "eip155:84532:0xnope"); !errors.Is(err, ErrSettlementNotFound) {
-			t.Fatalf("err = %v, want ErrSettlementNotFound", err)
+		if _, err := j.Get(context.Background(), "eip155:84532:0xnope"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("err = %v, want ErrNotFound", err)
 		}
 	}},
 	{"one authorization is journaled once, even after its settlement failed", func(t *testing.T, open journalOpen) {
@@ -117,7 +165,7 @@ var journalCases = []struct {
 		}
 	}},
 	{"20 concurrent prepares of one authorization on 3 handles: exactly one succeeds", func(t *testing.T, open journalOpen) {
-		handles := []*SQLJournal{mustOpen(t, open), mustOpen(t, open), mustOpen(t, open)}
+		handles := []*DB{mustOpen(t, open), mustOpen(t, open), mustOpen(t, open)}
 		s := testSettlement(3, journalEpoch)
 		wins := race(t, 20, ErrDuplicateSettlement, func(i int) error {
 			attempt := s
@@ -132,7 +180,7 @@ var journalCases = []struct {
 		j, ctx := mustOpen(t, open), context.Background()
 		steps := []struct {
 			key    int
-			to     SettlementState
+			to     State
 			reason string
 			want   error
 		}{
@@ -147,8 +195,8 @@ var journalCases = []struct {
 			{11, StateBroadcast, "", ErrInvalidTransition},
 			{11, StateConfirmed, "receipt found late", nil},
 			{12, StateConfirmed, "", nil}, // receipt seen before the broadcast was recorded
-			{13, SettlementState("mined"), "", ErrInvalidTransition},
-			{99, StateBroadcast, "", ErrSettlementNotFound},
+			{13, State("mined"), "", ErrInvalidTransition},
+			{99, StateBroadcast, "", ErrNotFound},
 		}
 		for _, i := range []int{10, 11, 12, 13} {
 			if err := j.Prepare(ctx, testSettlement(i, journalEpoch)); err != nil {
@@ -178,7 +226,7 @@ var journalCases = []struct {
 		rows := []struct {
 			key   int
 			age   time.Duration
-			state SettlementState
+			state State
 		}{
 			{20, 3 * time.Minute, StatePrepared},
 			{21, 5 * time.Minute, StateBroadcast},
@@ -231,16 +279,16 @@ var journalCases = []struct {
 			}
 		}
 		var n, versions int
-		if err := j.db.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(DISTINCT version) FROM `+journalMigrationsTable).Scan(&n, &versions); err != nil {
+		if err := j.db.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(DISTINCT version) FROM `+schema.Table).Scan(&n, &versions); err != nil {
 			t.Fatal(err)
 		}
-		if n != len(journalMigrations) || versions != n {
-			t.Fatalf("%d migration rows (%d versions), want %d", n, versions, len(journalMigrations))
+		if n != len(schema.Migrations) || versions != n {
+			t.Fatalf("%d migration rows (%d versions), want %d", n, versions, len(schema.Migrations))
 		}
 	}},
 	{"concurrent opens of a new database all migrate it", func(t *testing.T, open journalOpen) {
 		var wg sync.WaitGroup
-		handles := make([]*SQLJournal, 4)
+		handles := make([]*DB, 4)
 		errs := make([]error, 4)
 		for i := range handles {
 			wg.Add(1)
@@ -262,7 +310,7 @@ var journalCases = []struct {
 	}},
 	{"a database migrated by a newer build is refused", func(t *testing.T, open journalOpen) {
 		j := mustOpen(t, open)
-		if _, err := j.db.Exec(`INSERT INTO ` + journalMigrationsTable + ` (version, applied_at) VALUES (9999, 0)`); err != nil {
+		if _, err := j.db.Exec(`INSERT INTO ` + schema.Table + ` (version, applied_at) VALUES (9999, 0)`); err != nil {
 			t.Fatal(err)
 		}
 		_ = j.Close()
@@ -280,7 +328,7 @@ var journalCases = []struct {
 		if err := j.Prepare(context.Background(), s); err == nil {
 			t.Fatal("prepared a settlement without an amount")
 		}
-		if _, err := j.Get(context.Background(), s.AuthorizationKey); !errors.Is(err, ErrSettlementNotFound) {
+		if _, err := j.Get(context.Background(), s.AuthorizationKey); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("refused row was written: %v", err)
 		}
 	}},
@@ -295,7 +343,7 @@ func runJournalSuite(t *testing.T, opener journalOpener) {
 func TestSQLiteJournal(t *testing.T) {
 	runJournalSuite(t, func(t *testing.T) journalOpen {
 		path := filepath.Join(t.TempDir(), "nested", "dir", "journal?#.db")
-		return func() (*SQLJournal, error) { return OpenSQLiteJournal(context.Background(), path) }
+		return func() (*DB, error) { return OpenSQLite(context.Background(), path) }
 	})
 }
 
@@ -305,7 +353,7 @@ func TestPostgresJournal(t *testing.T) {
 	runJournalSuite(t, func(t *testing.T) journalOpen {
 		n++
 		dsn := srv.CreateDatabase(t, fmt.Sprintf("journal_case_%d", n))
-		return func() (*SQLJournal, error) { return OpenPostgresJournal(context.Background(), dsn) }
+		return func() (*DB, error) { return OpenPostgres(context.Background(), dsn) }
 	})
 }
 
@@ -336,12 +384,12 @@ func TestPostgresJournalKeepsPasswordOutOfErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name+" fails without echoing the password", func(t *testing.T) {
-			_, err := OpenPostgresJournal(ctx, tc.dsn)
+			_, err := OpenPostgres(ctx, tc.dsn)
 			noSecret(t, err, wrong, password)
 		})
 	}
 
-	j, err := OpenPostgresJournal(ctx, srv.DSN)
+	j, err := OpenPostgres(ctx, srv.DSN)
 	if err != nil {
 		t.Fatalf("open with the right password: %v", err)
 	}
@@ -354,7 +402,7 @@ func TestPostgresJournalKeepsPasswordOutOfErrors(t *testing.T) {
 }
 
 func BenchmarkJournalPrepareSQLite(b *testing.B) {
-	j, err := OpenSQLiteJournal(context.Background(), filepath.Join(b.TempDir(), "journal.db"))
+	j, err := OpenSQLite(context.Background(), filepath.Join(b.TempDir(), "journal.db"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -366,5 +414,101 @@ func BenchmarkJournalPrepareSQLite(b *testing.B) {
 		if err := j.Prepare(ctx, s); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestJournalAttemptsMigrateOldRows: a database written by the version-1 schema (no
+// attempts) is migrated at Open; its rows keep working (one attempt each, closable, and
+// replacements can be added), on both engines. AddAttempt refuses a taken sequence number
+// and a closed row.
+func TestJournalAttemptsMigrateOldRows(t *testing.T) {
+	openers := map[string]func(t *testing.T) func() (*DB, error){
+		"sqlite": func(t *testing.T) func() (*DB, error) {
+			path := filepath.Join(t.TempDir(), "journal.db")
+			return func() (*DB, error) { return OpenSQLite(context.Background(), path) }
+		},
+		"postgres": func(t *testing.T) func() (*DB, error) {
+			dsn := testenv.StartPostgres(t)
+			return func() (*DB, error) { return OpenPostgres(context.Background(), dsn) }
+		},
+	}
+	for _, kind := range []string{"sqlite", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			ctx := context.Background()
+			open := openers[kind](t)
+			old, err := open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Stand in for the version-1 build: drop what version 2 added.
+			for _, stmt := range []string{
+				`DROP TABLE settlement_attempts`,
+				`ALTER TABLE settlements DROP COLUMN settled_tx_hash`,
+				`DELETE FROM ` + schema.Table + ` WHERE version = 2`,
+			} {
+				if _, err := old.db.ExecContext(ctx, stmt); err != nil {
+					t.Fatalf("%s: %v", stmt, err)
+				}
+			}
+			rows := []Settlement{testSettlement(1, journalEpoch), testSettlement(2, journalEpoch)}
+			for _, s := range rows {
+				if _, err := old.db.ExecContext(ctx, `INSERT INTO settlements (`+settlementColumns+`)
+					VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'broadcast', '', $12, $12)`,
+					s.AuthorizationKey, s.PaymentKey, s.Network, hexAddress(s.Asset), hexAddress(s.Payer),
+					hexAddress(s.PayTo), s.Amount.String(), fmt.Sprintf("0x%x", s.Nonce), strings.ToLower(s.TxHash.Hex()),
+					s.RawTx, int64(s.SenderNonce), s.CreatedAt.UnixMicro()); err != nil {
+					t.Fatalf("insert version-1 row: %v", err)
+				}
+			}
+			_ = old.Close()
+
+			j, err := open()
+			if err != nil {
+				t.Fatalf("open migrates: %v", err)
+			}
+			t.Cleanup(func() { _ = j.Close() })
+			unfinished, err := j.Unfinished(ctx)
+			if err != nil || len(unfinished) != 2 {
+				t.Fatalf("Unfinished = %d rows, %v; want the 2 old rows", len(unfinished), err)
+			}
+			as, err := j.Attempts(ctx, rows[0].AuthorizationKey)
+			if err != nil || len(as) != 1 || as[0].Seq != 0 || as[0].TxHash != rows[0].TxHash ||
+				!bytes.Equal(as[0].RawTx, rows[0].RawTx) || as[0].Settled || !as[0].CreatedAt.Equal(rows[0].CreatedAt) {
+				t.Fatalf("Attempts of an old row = %+v, %v; want its own transaction only", as, err)
+			}
+			bumped := Attempt{Seq: 1, TxHash: common.HexToHash("0xb1"), RawTx: []byte{0x02, 0x01}, CreatedAt: journalEpoch.Add(time.Minute)}
+			if err := j.AddAttempt(ctx, rows[0].AuthorizationKey, bumped); err != nil {
+				t.Fatalf("AddAttempt: %v", err)
+			}
+			if err := j.AddAttempt(ctx, rows[0].AuthorizationKey, Attempt{Seq: 1, TxHash: common.HexToHash("0xb2"), RawTx: []byte{1}}); !errors.Is(err, ErrAttemptConflict) {
+				t.Errorf("AddAttempt with a taken sequence = %v, want ErrAttemptConflict", err)
+			}
+			if err := j.AddAttempt(ctx, "no such key", Attempt{Seq: 1, TxHash: common.HexToHash("0xb3"), RawTx: []byte{1}}); !errors.Is(err, ErrNotFound) {
+				t.Errorf("AddAttempt to an unknown row = %v, want ErrNotFound", err)
+			}
+			if err := j.UpdateSettled(ctx, rows[0].AuthorizationKey, StateConfirmed, "", bumped.TxHash); err != nil {
+				t.Fatalf("UpdateSettled: %v", err)
+			}
+			as, err = j.Attempts(ctx, rows[0].AuthorizationKey)
+			if err != nil || len(as) != 2 || as[0].Settled || !as[1].Settled || as[1].TxHash != bumped.TxHash ||
+				!as[1].CreatedAt.Equal(bumped.CreatedAt) {
+				t.Fatalf("Attempts = %+v, %v; want the replacement second and settled", as, err)
+			}
+			if err := j.AddAttempt(ctx, rows[0].AuthorizationKey, Attempt{Seq: 2, TxHash: common.HexToHash("0xb4"), RawTx: []byte{1}}); !errors.Is(err, ErrAttemptConflict) {
+				t.Errorf("AddAttempt to a confirmed row = %v, want ErrAttemptConflict", err)
+			}
+			// The old way of closing still works and records no attempt.
+			if err := j.Update(ctx, rows[1].AuthorizationKey, StateFailed, "dropped"); err != nil {
+				t.Fatalf("Update: %v", err)
+			}
+			if got, err := j.Get(ctx, rows[1].AuthorizationKey); err != nil || got.State != StateFailed || got.TxHash != rows[1].TxHash {
+				t.Errorf("Get = %+v, %v", got, err)
+			}
+			var settled sql.NullString
+			if err := j.db.QueryRowContext(ctx, `SELECT settled_tx_hash FROM settlements WHERE authorization_key = $1`,
+				rows[1].AuthorizationKey).Scan(&settled); err != nil || settled.String != "" {
+				t.Errorf("settled_tx_hash of a row closed by Update = %q, %v; want empty", settled.String, err)
+			}
+		})
 	}
 }

@@ -1,0 +1,49 @@
+// Package approval holds the facilitator's approval records: the short-lived record of an
+// approved verdict for one exact payment, consumed by its settle, and the claim that lets
+// only one settle of an authorization through. MemoryStore serves one instance, RedisStore
+// several. See docs/facilitator.md#approval-records.
+package approval
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/x402gate/x402gate/x402"
+)
+
+// Approval is a recorded terminal "approved" verdict for one x402.PaymentKey.
+type Approval struct {
+	RequestHash string    `json:"requestHash"`
+	RecordedAt  time.Time `json:"recordedAt"`
+	ExpiresAt   time.Time `json:"expiresAt"`
+}
+
+// Errors of a Store.
+var (
+	// ErrNotFound: no unexpired approval for the key (never recorded, expired, or
+	// already consumed).
+	ErrNotFound = errors.New("no unexpired approval for this payment")
+	// ErrAlreadyClaimed: another settle holds or held the claim on this authorization.
+	ErrAlreadyClaimed = errors.New("authorization already claimed for settlement")
+	// ErrUnavailable wraps every failure to reach a store; callers fail closed on it.
+	ErrUnavailable = errors.New("approval store unavailable")
+)
+
+// Store holds short-lived approval records and settlement claims. Implementations
+// are safe for concurrent use, and Consume and Claim are atomic across every process that
+// shares the store (spec §4.2 /settle rule 2: we do better than the non-atomic default).
+type Store interface {
+	// Record stores a for k until ttl elapses. While an earlier approval for k is
+	// unexpired, that one is kept (its ttl is not extended) and Record succeeds: an
+	// approval lives at most ttl from the first approved verdict.
+	Record(ctx context.Context, k x402.PaymentKey, a Approval, ttl time.Duration) error
+	// Consume atomically removes and returns the unexpired approval for k. It returns
+	// ErrNotFound when there is none.
+	Consume(ctx context.Context, k x402.PaymentKey) (Approval, error)
+	// Claim atomically marks the authorization of k as being settled, for ttl. Exactly one
+	// of any number of concurrent claims succeeds; the others get ErrAlreadyClaimed.
+	Claim(ctx context.Context, k x402.PaymentKey, ttl time.Duration) error
+	// Close releases the store's connections.
+	Close() error
+}

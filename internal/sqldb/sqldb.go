@@ -1,0 +1,127 @@
+// Package sqldb opens SQLite and PostgreSQL databases behind database/sql, migrates a
+// caller's schema in numbered versions, and keeps the database password out of every error
+// text. It knows no table but the one that records applied versions, which the caller names.
+package sqldb
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+
+	"github.com/x402gate/x402gate/internal/redact"
+)
+
+// Dialect is what differs between the two engines. Queries use $1, $2, ... placeholders,
+// which both drivers accept.
+type Dialect struct {
+	// Name is "sqlite" or "postgres".
+	Name string
+	// BlobType is the binary column type: BLOB or BYTEA.
+	BlobType string
+	// lock serialises migrations across processes inside tx; nil when BEGIN already does.
+	lock func(ctx context.Context, tx *sql.Tx, key int64) error
+}
+
+// The dialects of OpenSQLite and OpenPostgres.
+var (
+	SQLite   = Dialect{Name: "sqlite", BlobType: "BLOB"}
+	Postgres = Dialect{Name: "postgres", BlobType: "BYTEA", lock: func(ctx context.Context, tx *sql.Tx, key int64) error {
+		_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, key)
+		return err
+	}}
+)
+
+// DB is an open database and its dialect. Its methods are database/sql's.
+type DB struct {
+	*sql.DB
+	Dialect Dialect
+	secret  string // the password, scrubbed from every error text
+}
+
+// sqliteBusyTimeoutMillis is how long a write waits for another connection's write lock
+// before it fails with SQLITE_BUSY.
+const sqliteBusyTimeoutMillis = 10_000
+
+// OpenSQLite opens (creating it and its parent directory if needed) the SQLite database at
+// path and checks it answers. The database runs in WAL mode with synchronous=FULL, so a
+// committed row survives a crash; a write waits up to 10 s for the write lock; foreign keys
+// are enforced; transactions begin IMMEDIATE.
+func OpenSQLite(ctx context.Context, path string) (*DB, error) {
+	if path == "" {
+		return nil, errors.New("sqlite: empty path")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	// A file: URI, so a path holding '?' or '#' stays a path.
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", sqliteBusyTimeoutMillis))
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(FULL)")
+	q.Add("_pragma", "foreign_keys(1)")
+	q.Set("_txlock", "immediate")
+	dsn := (&url.URL{Scheme: "file", Path: abs}).String() + "?" + q.Encode()
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	return ping(ctx, &DB{DB: db, Dialect: SQLite})
+}
+
+// OpenPostgres connects to the PostgreSQL database at dsn (a postgres:// URL or key=value
+// string, as pgx parses it) and checks it answers. No error carries the DSN or its
+// password.
+func OpenPostgres(ctx context.Context, dsn string) (*DB, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		// pgx quotes the DSN, redacted only on a best-effort basis: say nothing of it.
+		return nil, errors.New("postgres: invalid dsn: want postgres://user[:password]@host:port/db[?sslmode=...]")
+	}
+	return ping(ctx, &DB{DB: stdlib.OpenDB(*cfg), Dialect: Postgres, secret: cfg.Password})
+}
+
+func ping(ctx context.Context, db *DB) (*DB, error) {
+	if err := db.PingContext(ctx); err != nil {
+		_ = db.DB.Close()
+		return nil, fmt.Errorf("%s open: %w", db.Dialect.Name, db.Err(err))
+	}
+	return db, nil
+}
+
+// Err returns err with the database password scrubbed from its text, for wrapping with
+// the caller's context. errors.Is still finds context.Canceled and
+// context.DeadlineExceeded in it, and nothing else of err: a driver's error can quote the
+// DSN. Err(nil) is nil.
+func (db *DB) Err(err error) error {
+	if err == nil {
+		return nil
+	}
+	e := &scrubbedError{msg: redact.Secrets(err.Error(), db.secret)}
+	for _, ctxErr := range []error{context.Canceled, context.DeadlineExceeded} {
+		if errors.Is(err, ctxErr) {
+			e.ctxErr = ctxErr
+		}
+	}
+	return e
+}
+
+// scrubbedError is a driver error reduced to its scrubbed text.
+type scrubbedError struct {
+	msg    string
+	ctxErr error
+}
+
+func (e *scrubbedError) Error() string { return e.msg }
+func (e *scrubbedError) Unwrap() error { return e.ctxErr }
