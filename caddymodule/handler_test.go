@@ -167,8 +167,8 @@ func TestHandlerProvisionErrors(t *testing.T) {
 		wantErr string
 	}{
 		{"a symbol that is not the asset's", Handler{Price: "0.01 EUR", PayTo: payee, Network: "base-sepolia"}, `unit "EUR"`},
-		{"a network the remote facilitator cannot know", Handler{Price: "1", PayTo: payee, Network: "devnet"}, "not configured"},
-		{"a non-default asset without its EIP-712 domain", Handler{Price: "1 base", PayTo: payee, Network: "base", Asset: token}, "EIP-712 name and version are required"},
+		{"a network the remote facilitator cannot know", Handler{Price: "1", PayTo: payee, Network: "devnet"}, `network: "devnet" is not one of base, base-sepolia`},
+		{"a non-default asset without its EIP-712 domain", Handler{Price: "1 base", PayTo: payee, Network: "base", Asset: token}, "EIP-712 asset_name and asset_version are required"},
 		{"too many decimals", Handler{Price: "0.0000001", PayTo: payee, Network: "base"}, "more than 6 decimals"},
 		{"fee without a pricing service", Handler{Price: "1", PayTo: payee, Network: "base", Guardian: &GuardianConfig{Advertise: "required", Fee: true}}, "pricing"},
 		{"a key that resolves to nothing", Handler{Price: "1", PayTo: payee, Network: "base", FacilitatorKey: "{env.X402_T_UNSET_KEY}"}, "facilitator_key resolved to an empty value"},
