@@ -49,7 +49,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.log = ctx.Logger()
 	a.bundles = map[string]*bundle{}
 	if err := registerMetrics(ctx); err != nil {
-		return fmt.Errorf("x402: registering metrics: %w", err)
+		return fmt.Errorf("registering metrics: %w", err)
 	}
 	names := make([]string, 0, len(a.Facilitators))
 	for name := range a.Facilitators {
@@ -59,21 +59,21 @@ func (a *App) Provision(ctx caddy.Context) error {
 	for _, name := range names {
 		fc := a.Facilitators[name]
 		if fc == nil {
-			return fmt.Errorf("x402: facilitator %q: empty configuration", name)
+			return fmt.Errorf("facilitator %q: empty configuration", name)
 		}
 		rc, err := fc.resolve(name)
 		if err != nil {
-			return fmt.Errorf("x402: facilitator %q: %w", name, err)
+			return fmt.Errorf("facilitator %q: %w", name, err)
 		}
 		key, err := rc.poolKey()
 		if err != nil {
-			return fmt.Errorf("x402: facilitator %q: %w", name, err)
+			return fmt.Errorf("facilitator %q: %w", name, err)
 		}
 		v, loaded, err := bundles.LoadOrNew(key, func() (caddy.Destructor, error) {
 			return openBundle(rc, a.log.With(zap.String("facilitator", name)))
 		})
 		if err != nil {
-			return fmt.Errorf("x402: facilitator %q: %w", name, err)
+			return fmt.Errorf("facilitator %q: %w", name, err)
 		}
 		a.keys = append(a.keys, key)
 		b := v.(*bundle)
@@ -86,8 +86,28 @@ func (a *App) Provision(ctx caddy.Context) error {
 	return nil
 }
 
-// Start implements caddy.App; the facilitators are ready after Provision.
-func (a *App) Start() error { return nil }
+// Validate checks every facilitator's configuration (FacilitatorConfig.Validate), as the
+// Caddyfile adapter does.
+func (a *App) Validate() error {
+	for name, fc := range a.Facilitators {
+		if fc == nil {
+			return fmt.Errorf("facilitator %q: empty configuration", name)
+		}
+		if err := fc.Validate(); err != nil {
+			return fmt.Errorf("facilitator %q: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// Start implements caddy.App: it starts each facilitator's periodic reconcile, once per
+// facilitator however many configs share it.
+func (a *App) Start() error {
+	for _, b := range a.bundles {
+		b.startReconcile()
+	}
+	return nil
+}
 
 // Stop implements caddy.App; the shared state is released in Cleanup.
 func (a *App) Stop() error { return nil }
@@ -121,5 +141,6 @@ func (a *App) bundle(name string) (*bundle, error) {
 var (
 	_ caddy.App          = (*App)(nil)
 	_ caddy.Provisioner  = (*App)(nil)
+	_ caddy.Validator    = (*App)(nil)
 	_ caddy.CleanerUpper = (*App)(nil)
 )

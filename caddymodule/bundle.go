@@ -8,11 +8,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/big"
-	"net/url"
 	"path/filepath"
-	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -35,14 +33,6 @@ var bundles = caddy.NewUsagePool()
 // openTimeout bounds opening one facilitator: dialling RPCs, Redis, the database, and the
 // startup reconcile.
 const openTimeout = 2 * time.Minute
-
-// Store and journal types.
-const (
-	storeMemory     = "memory"
-	storeRedis      = "redis"
-	journalSQLite   = "sqlite"
-	journalPostgres = "postgres"
-)
 
 // FacilitatorConfig configures one bundled facilitator. Secrets (signer_key, verdict_key,
 // rpc, store url, journal dsn) are {env.*} or {file.*} placeholders, expanded in
@@ -169,10 +159,10 @@ type resolved struct {
 
 // placeholderOnly refuses a secret written into the config itself: it would land in the
 // adapted JSON, the admin API (GET /config/) and autosave.json. Secrets are {env.*} or
-// {file.*} placeholders, expanded at provision.
+// {file.*} placeholders, expanded at provision (docs/caddy.md#secrets).
 func placeholderOnly(option, v string) error {
 	if v = strings.TrimSpace(v); v != "" && !strings.HasPrefix(v, "{") {
-		return fmt.Errorf("%s must be an {env.*} or {file.*} placeholder, never the secret itself", option)
+		return &facilitator.SettingsError{Option: option, Err: errors.New("must be an {env.*} or {file.*} placeholder, never the secret itself")}
 	}
 	return nil
 }
@@ -183,137 +173,113 @@ func resolveSecret(repl *caddy.Replacer, s string) string {
 	return strings.TrimSpace(repl.ReplaceKnown(s, ""))
 }
 
-func (fc *FacilitatorConfig) resolve(name string) (*resolved, error) {
-	repl := caddy.NewReplacer()
-	rc := &resolved{Name: name}
-	if len(fc.Networks) == 0 {
-		return nil, errors.New("at least one network is required")
+// settings is fc as the facilitator package states its configuration, placeholders
+// unexpanded.
+func (fc *FacilitatorConfig) settings() facilitator.Settings {
+	s := facilitator.Settings{
+		SignerKey:         fc.SignerKey,
+		GuardianMode:      facilitator.GuardianMode(fc.GuardianMode),
+		VerdictURL:        fc.VerdictURL,
+		PricingURL:        fc.PricingURL,
+		ApprovalTTL:       time.Duration(fc.ApprovalTTL),
+		ReceiptTimeout:    time.Duration(fc.ReceiptTimeout),
+		ReconcileInterval: time.Duration(fc.ReconcileInterval),
+		ERC6492Factories:  fc.ERC6492Factories,
 	}
-	for i := range fc.Networks {
-		nc, err := fc.Networks[i].resolve(repl)
+	for _, n := range fc.Networks {
+		s.Networks = append(s.Networks, facilitator.NetworkSettings(n))
+	}
+	if st := fc.Store; st != nil {
+		s.StoreType, s.StoreMaxEntries, s.StoreURL = st.Type, st.MaxEntries, st.URL
+	}
+	if j := fc.Journal; j != nil {
+		s.JournalType, s.JournalPath, s.JournalDSN = j.Type, j.Path, j.DSN
+	}
+	if vp := fc.VerdictPoll; vp != nil {
+		s.PollInterval, s.PollAttempts, s.PollMaxDelay = time.Duration(vp.Interval), vp.MaxAttempts, time.Duration(vp.MaxDelay)
+	}
+	return s
+}
+
+// Validate checks fc without I/O: its secrets are placeholders, and the rest obeys
+// facilitator.Settings.Validate. The Caddyfile adapter calls it too.
+func (fc *FacilitatorConfig) Validate() error {
+	for _, sec := range []struct{ option, v string }{{"signer_key", fc.SignerKey}, {"verdict_key", fc.VerdictKey}} {
+		if err := placeholderOnly(sec.option, sec.v); err != nil {
+			return err
+		}
+	}
+	return fc.settings().Validate()
+}
+
+func (fc *FacilitatorConfig) resolve(name string) (*resolved, error) {
+	if err := fc.Validate(); err != nil {
+		return nil, err
+	}
+	repl := caddy.NewReplacer()
+	s := fc.settings()
+	s.SignerKey = strings.TrimPrefix(resolveSecret(repl, s.SignerKey), "0x")
+	if s.SignerKey == "" {
+		return nil, errors.New("signer_key resolved to an empty value")
+	}
+	for i := range s.Networks {
+		s.Networks[i].RPC = resolveSecret(repl, s.Networks[i].RPC)
+	}
+	s.StoreURL = resolveSecret(repl, s.StoreURL)
+	s.JournalDSN = resolveSecret(repl, s.JournalDSN)
+	s.JournalPath = repl.ReplaceKnown(s.JournalPath, "")
+	s.VerdictURL = repl.ReplaceKnown(s.VerdictURL, "")
+	s.PricingURL = repl.ReplaceKnown(s.PricingURL, "")
+	// Expanded, a value may be empty or malformed where its placeholder was not.
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	if err := s.ValidateURLs(); err != nil {
+		return nil, err
+	}
+	rc := &resolved{
+		Name:           name,
+		SignerKey:      s.SignerKey,
+		StoreType:      facilitator.StoreMemory,
+		StoreMax:       s.StoreMaxEntries,
+		JournalType:    facilitator.JournalSQLite,
+		JournalPath:    s.JournalPath,
+		GuardianMode:   s.GuardianMode,
+		VerdictURL:     s.VerdictURL,
+		VerdictKey:     resolveSecret(repl, fc.VerdictKey),
+		PricingURL:     s.PricingURL,
+		PollInterval:   s.PollInterval,
+		PollAttempts:   s.PollAttempts,
+		PollMaxDelay:   s.PollMaxDelay,
+		ApprovalTTL:    s.ApprovalTTL,
+		ReceiptTimeout: s.ReceiptTimeout,
+		Reconcile:      s.Reconcile(),
+		Factories:      s.Factories(),
+	}
+	for _, n := range s.Networks {
+		nc, err := n.NetworkConfig(n.RPC)
 		if err != nil {
 			return nil, err
 		}
 		rc.Networks = append(rc.Networks, nc)
-	}
-	if strings.TrimSpace(fc.SignerKey) == "" {
-		return nil, errors.New("signer_key is required, as an {env.*} or {file.*} placeholder")
-	}
-	for _, sec := range []struct{ option, v string }{{"signer_key", fc.SignerKey}, {"verdict_key", fc.VerdictKey}} {
-		if err := placeholderOnly(sec.option, sec.v); err != nil {
-			return nil, err
-		}
-	}
-	rc.SignerKey = strings.TrimPrefix(resolveSecret(repl, fc.SignerKey), "0x")
-	if rc.SignerKey == "" {
-		return nil, errors.New("signer_key resolved to an empty value")
 	}
 	k, err := crypto.HexToECDSA(rc.SignerKey)
 	if err != nil {
 		return nil, errors.New("signer_key is not a hex secp256k1 private key") // never quote it
 	}
 	rc.key = k
-
-	rc.StoreType = storeMemory
-	if s := fc.Store; s != nil {
-		switch s.Type {
-		case "", storeMemory:
-			if s.MaxEntries < 0 {
-				return nil, errors.New("store memory: max entries must not be negative")
-			}
-			rc.StoreMax = s.MaxEntries
-		case storeRedis:
-			rc.StoreType = storeRedis
-			if rc.StoreURL, err = requiredSecret(repl, s.URL, "store redis: url"); err != nil {
-				return nil, err
-			}
-		default:
-			return nil, fmt.Errorf("store: unknown type %q (want memory or redis)", s.Type)
-		}
+	if s.StoreType == facilitator.StoreRedis {
+		rc.StoreType, rc.StoreMax, rc.StoreURL = facilitator.StoreRedis, 0, s.StoreURL
 	}
-	rc.JournalType = journalSQLite
-	var jc JournalConfig
-	if fc.Journal != nil {
-		jc = *fc.Journal
+	if s.JournalType == facilitator.JournalPostgres {
+		rc.JournalType, rc.JournalPath, rc.JournalDSN = facilitator.JournalPostgres, "", s.JournalDSN
+	} else if rc.JournalPath == "" {
+		rc.JournalPath = defaultJournalPath(name)
 	}
-	switch jc.Type {
-	case "", journalSQLite:
-		rc.JournalPath = repl.ReplaceKnown(jc.Path, "")
-		if rc.JournalPath == "" {
-			rc.JournalPath = defaultJournalPath(name)
-		}
-	case journalPostgres:
-		rc.JournalType = journalPostgres
-		if rc.JournalDSN, err = requiredSecret(repl, jc.DSN, "journal postgres: dsn"); err != nil {
-			return nil, err
-		}
-	default:
-		return nil, fmt.Errorf("journal: unknown type %q (want sqlite or postgres)", jc.Type)
-	}
-	switch m := facilitator.GuardianMode(fc.GuardianMode); m {
-	case "", facilitator.GuardianOff:
+	if rc.GuardianMode == "" {
 		rc.GuardianMode = facilitator.GuardianOff
-	case facilitator.GuardianOptional, facilitator.GuardianRequired:
-		rc.GuardianMode = m
-	default:
-		return nil, fmt.Errorf("guardian_mode %q is not off, optional or required", fc.GuardianMode)
-	}
-	rc.VerdictURL = repl.ReplaceKnown(fc.VerdictURL, "")
-	rc.VerdictKey = resolveSecret(repl, fc.VerdictKey)
-	rc.PricingURL = repl.ReplaceKnown(fc.PricingURL, "")
-	if rc.GuardianMode != facilitator.GuardianOff && rc.VerdictURL == "" {
-		// Fail closed: a guardian mode without a verdict service would refuse or,
-		// worse, wave through every payment.
-		return nil, fmt.Errorf("guardian_mode %s needs verdict_url", rc.GuardianMode)
-	}
-	for _, u := range []struct{ name, v string }{{"verdict_url", rc.VerdictURL}, {"pricing_url", rc.PricingURL}} {
-		if u.v == "" {
-			continue
-		}
-		if p, err := url.Parse(u.v); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-			return nil, fmt.Errorf("%s must be an absolute http(s) url", u.name)
-		}
-	}
-	if vp := fc.VerdictPoll; vp != nil {
-		if vp.Interval < 0 || vp.MaxAttempts < 0 || vp.MaxDelay < 0 {
-			return nil, errors.New("verdict_poll values must not be negative")
-		}
-		if vp.Interval > 0 && vp.Interval < caddy.Duration(time.Millisecond) {
-			return nil, errors.New("verdict_poll interval must be at least 1ms")
-		}
-		rc.PollInterval, rc.PollAttempts, rc.PollMaxDelay = time.Duration(vp.Interval), vp.MaxAttempts, time.Duration(vp.MaxDelay)
-	}
-	rc.Reconcile = time.Duration(fc.ReconcileInterval)
-	switch {
-	case rc.Reconcile < 0:
-		return nil, errors.New("reconcile_interval must not be negative")
-	case rc.Reconcile == 0:
-		rc.Reconcile = defaultReconcileInterval
-	case rc.Reconcile < time.Second:
-		return nil, errors.New("reconcile_interval must be at least 1s")
-	}
-	rc.ApprovalTTL = time.Duration(fc.ApprovalTTL)
-	rc.ReceiptTimeout = time.Duration(fc.ReceiptTimeout)
-	if rc.ApprovalTTL < 0 || rc.ReceiptTimeout < 0 {
-		return nil, errors.New("approval_ttl and receipt_timeout must not be negative")
-	}
-	for _, f := range fc.ERC6492Factories {
-		if !common.IsHexAddress(f) {
-			return nil, fmt.Errorf("erc6492_factories: %q is not an address", f)
-		}
-		rc.Factories = append(rc.Factories, common.HexToAddress(f))
 	}
 	return rc, nil
-}
-
-// requiredSecret resolves the connection string of a remote store or journal (which may
-// hold a password); what names it in the error when it resolves to nothing.
-func requiredSecret(repl *caddy.Replacer, raw, what string) (string, error) {
-	v := resolveSecret(repl, raw)
-	if v == "" {
-		return "", errors.New(what + " is required")
-	}
-	return v, nil
 }
 
 // defaultJournalPath is the SQLite journal in Caddy's data dir.
@@ -324,86 +290,20 @@ func defaultJournalPath(name string) string {
 	return filepath.Join(caddy.AppDataDir(), "x402", name, "journal.db")
 }
 
-// builtinNetworks resolves the names every config knows.
-var builtinNetworks = x402.NewRegistry()
-
-func (n *NetworkConfig) resolve(repl *caddy.Replacer) (facilitator.NetworkConfig, error) {
-	if n.Name == "" {
-		return facilitator.NetworkConfig{}, errors.New("network: a name is required")
-	}
-	net, err := n.network()
-	if err != nil {
-		return facilitator.NetworkConfig{}, err
-	}
-	nc := facilitator.NetworkConfig{Network: net, RPCURL: resolveSecret(repl, n.RPC)}
-	if nc.RPCURL == "" {
-		return facilitator.NetworkConfig{}, fmt.Errorf("network %s: rpc is required", n.Name)
-	}
-	if n.MinAmount != "" {
-		m, ok := new(big.Int).SetString(n.MinAmount, 10)
-		if !ok || m.Sign() < 0 {
-			return facilitator.NetworkConfig{}, fmt.Errorf("network %s: min_amount %q is not a non-negative integer of base units", n.Name, n.MinAmount)
+// registry is the networks of fc, as gates that use it resolve them: nothing else, so a
+// gate naming a network this facilitator does not serve is refused when it is configured.
+func (fc *FacilitatorConfig) registry() (*x402.Registry, error) {
+	reg := new(x402.Registry)
+	for _, n := range fc.Networks {
+		net, err := facilitator.NetworkSettings(n).Network()
+		if err != nil {
+			return nil, err
 		}
-		nc.MinAmount = m
-	}
-	return nc, nil
-}
-
-// network builds the x402.Network of n, without secrets, so the Caddyfile adapter can
-// check names too.
-func (n *NetworkConfig) network() (x402.Network, error) {
-	net, builtin := builtinNetworks.Lookup(n.Name)
-	if !builtin {
-		id := n.ChainID
-		if s, ok := strings.CutPrefix(n.Name, "eip155:"); ok {
-			id, _ = strconv.ParseUint(s, 10, 64)
-		} else if v, err := strconv.ParseUint(n.Name, 10, 64); err == nil {
-			id = v
+		if err := reg.Add(net); err != nil {
+			return nil, err
 		}
-		if id == 0 {
-			return x402.Network{}, fmt.Errorf("network %q is not built in (base, base-sepolia): chain_id is required", n.Name)
-		}
-		net = x402.Network{Name: n.Name, ChainID: new(big.Int).SetUint64(id), CAIP2: "eip155:" + strconv.FormatUint(id, 10)}
-		if strings.HasPrefix(n.Name, "eip155:") {
-			net.Name = strconv.FormatUint(id, 10)
-		}
-	} else if n.ChainID != 0 && new(big.Int).SetUint64(n.ChainID).Cmp(net.ChainID) != 0 {
-		return x402.Network{}, fmt.Errorf("network %s: chain_id %d is not the built-in network's %s", n.Name, n.ChainID, net.ChainID)
 	}
-	if n.Decimals < 0 || n.Decimals > 36 {
-		return x402.Network{}, fmt.Errorf("network %s: decimals %d out of range 0..36", n.Name, n.Decimals)
-	}
-	if n.Asset != "" {
-		if !common.IsHexAddress(n.Asset) || !strings.HasPrefix(n.Asset, "0x") {
-			return x402.Network{}, fmt.Errorf("network %s: asset %q is not a 0x address", n.Name, n.Asset)
-		}
-		a := common.HexToAddress(n.Asset)
-		if a != net.USDC.Address {
-			if n.AssetName == "" {
-				return x402.Network{}, fmt.Errorf("network %s: asset_name (the token's EIP-712 name) is required with a non-default asset", n.Name)
-			}
-			version := net.USDC.Version
-			if version == "" {
-				version = "2"
-			}
-			net.USDC = x402.Asset{Address: a, Name: n.AssetName, Version: version, Decimals: 6, Symbol: "USDC"}
-		}
-	} else if !builtin {
-		return x402.Network{}, fmt.Errorf("network %s: asset is required for a network that is not built in", n.Name)
-	}
-	if n.AssetName != "" {
-		net.USDC.Name = n.AssetName
-	}
-	if n.AssetVersion != "" {
-		net.USDC.Version = n.AssetVersion
-	}
-	if n.Decimals != 0 {
-		net.USDC.Decimals = n.Decimals
-	}
-	if n.Symbol != "" {
-		net.USDC.Symbol = n.Symbol
-	}
-	return net, nil
+	return reg, nil
 }
 
 // poolKey identifies the facilitator by name and a fingerprint of its resolved
@@ -428,11 +328,17 @@ type bundle struct {
 	journal    *journal.DB
 	retries    gate.RetryStore
 	registry   *x402.Registry
+	served     *x402.Registry // only the networks this facilitator serves, for gates' checks
 	pricingURL string
 	verdictURL string
 	// guardianMode is the facilitator's GUARDIAN_MODE, checked against what gates advertise.
 	guardianMode facilitator.GuardianMode
-	closers      []func() error
+	reconcile    time.Duration
+	// reconcileOnce starts the periodic reconcile; the mutex guards closers against
+	// startReconcile and Destruct running at once.
+	reconcileOnce sync.Once
+	mu            sync.Mutex
+	closers       []func() error
 }
 
 // openBundle opens the stores, the journal and the engine of rc. On error everything
@@ -446,13 +352,17 @@ func openBundle(rc *resolved, log *zap.Logger) (_ *bundle, err error) {
 			_ = b.Destruct()
 		}
 	}()
+	b.served = new(x402.Registry)
 	for _, nc := range rc.Networks {
 		if err := b.registry.Add(nc.Network); err != nil {
 			return nil, err
 		}
+		if err := b.served.Add(nc.Network); err != nil {
+			return nil, err
+		}
 	}
 	switch rc.StoreType {
-	case storeRedis:
+	case facilitator.StoreRedis:
 		s, err := approval.NewRedisStore(ctx, rc.StoreURL)
 		if err != nil {
 			return nil, fmt.Errorf("approval store: %w", err)
@@ -472,7 +382,7 @@ func openBundle(rc *resolved, log *zap.Logger) (_ *bundle, err error) {
 		b.retries = gate.NewMemoryRetryStore(0)
 	}
 	switch rc.JournalType {
-	case journalPostgres:
+	case facilitator.JournalPostgres:
 		j, err := journal.OpenPostgres(ctx, rc.JournalDSN)
 		if err != nil {
 			return nil, fmt.Errorf("journal: %w", err)
@@ -509,50 +419,39 @@ func openBundle(rc *resolved, log *zap.Logger) (_ *bundle, err error) {
 	b.engine = e
 	b.guardianMode = rc.GuardianMode
 	b.closers = append(b.closers, func() error { e.Close(); return nil })
-	b.closers = append(b.closers, reconcileEvery(e, rc.Reconcile, log))
+	b.reconcile = rc.Reconcile
 	return b, nil
 }
 
-// defaultReconcileInterval is how often a bundled facilitator reconciles its journal.
-const defaultReconcileInterval = time.Minute
-
-// reconcileEvery runs e.ReconcileIdle every interval until the returned stop is called, which
-// waits for a run in progress. A run is bounded by the interval plus the receipt waits it
-// may make; errors are logged (the journal keeps every row for the next run).
-func reconcileEvery(e *facilitator.Engine, interval time.Duration, log *zap.Logger) (stop func() error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			rep, err := e.ReconcileIdle(ctx)
-			if err != nil {
-				log.Error("periodic reconcile", zap.Error(err))
-				continue
-			}
-			if rep.Checked > 0 {
-				log.Info("periodic reconcile", zap.Int("checked", rep.Checked), zap.Int("confirmed", rep.Confirmed),
-					zap.Int("failed", rep.Failed), zap.Int("resent", rep.Resent), zap.Int("pending", rep.Pending), zap.Int("bumped", rep.Bumped))
-			}
+// startReconcile starts the engine's periodic reconcile once per bundle, however many
+// configs share it; Destruct stops it. The app calls it from Start, so `caddy validate`,
+// which only provisions, starts nothing.
+func (b *bundle) startReconcile() {
+	b.reconcileOnce.Do(func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.closers == nil {
+			return // destructed
 		}
-	}()
-	return func() error {
-		cancel()
-		<-done
-		return nil
-	}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			b.engine.RunReconcile(ctx, b.reconcile)
+		}()
+		b.closers = append(b.closers, func() error {
+			cancel()
+			<-done
+			return nil
+		})
+	})
 }
 
 // Destruct closes the engine, the stores and the journal, in reverse order of opening.
 // The UsagePool calls it when the last config holding the facilitator is cleaned up.
 func (b *bundle) Destruct() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	var errs []error
 	for i := len(b.closers) - 1; i >= 0; i-- {
 		if err := b.closers[i](); err != nil {

@@ -35,7 +35,7 @@ func TestFacilitatorConfigResolve(t *testing.T) {
 		if rc.Networks[0].RPCURL != "https://rpc.example/v1/secret-rpc-token-777" || rc.key == nil {
 			t.Fatalf("rpc %q, key set %v", rc.Networks[0].RPCURL, rc.key != nil)
 		}
-		if rc.StoreType != storeMemory || rc.JournalType != journalSQLite || rc.GuardianMode != facilitator.GuardianOff {
+		if rc.StoreType != facilitator.StoreMemory || rc.JournalType != facilitator.JournalSQLite || rc.GuardianMode != facilitator.GuardianOff {
 			t.Fatalf("defaults: store %s journal %s guardian %s", rc.StoreType, rc.JournalType, rc.GuardianMode)
 		}
 		if want := filepath.Join(caddy.AppDataDir(), "x402", "journal.db"); rc.JournalPath != want {
@@ -78,21 +78,21 @@ func TestFacilitatorConfigResolve(t *testing.T) {
 		wantErr string
 	}{
 		{"literal signer key", FacilitatorConfig{Networks: net, SignerKey: devKey}, "placeholder"},
-		{"no signer key", FacilitatorConfig{Networks: net}, "signer_key is required"},
+		{"no signer key", FacilitatorConfig{Networks: net}, "signer_key: is required"},
 		{"literal verdict key", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", GuardianMode: "required",
-			VerdictURL: "http://127.0.0.1:1", VerdictKey: "verdict-key-written-inline-0123456789"}, "verdict_key must be an {env.*} or {file.*} placeholder"},
+			VerdictURL: "http://127.0.0.1:1", VerdictKey: "verdict-key-written-inline-0123456789"}, "verdict_key: must be an {env.*} or {file.*} placeholder"},
 		{"signer key resolves to nothing", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_EMPTY}"}, "empty value"},
 		{"signer key is not hex", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_BADKEY}"}, "not a hex secp256k1 private key"},
-		{"no network", FacilitatorConfig{SignerKey: "{env.X402_T_KEY}"}, "at least one network"},
-		{"rpc resolves to nothing", FacilitatorConfig{Networks: []NetworkConfig{{Name: "base", RPC: "{env.X402_T_EMPTY}"}}, SignerKey: "{env.X402_T_KEY}"}, "rpc is required"},
+		{"no network", FacilitatorConfig{SignerKey: "{env.X402_T_KEY}"}, "network: at least one is required"},
+		{"rpc resolves to nothing", FacilitatorConfig{Networks: []NetworkConfig{{Name: "base", RPC: "{env.X402_T_EMPTY}"}}, SignerKey: "{env.X402_T_KEY}"}, "network base: rpc: is required"},
 		{"guardian required without verdict url", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", GuardianMode: "required"}, "needs verdict_url"},
 		{"guardian optional without verdict url", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", GuardianMode: "optional"}, "needs verdict_url"},
 		{"unknown guardian mode", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", GuardianMode: "strict"}, "not off, optional or required"},
-		{"relative verdict url", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", VerdictURL: "verdict.local"}, "verdict_url must be an absolute"},
-		{"redis without url", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", Store: &StoreConfig{Type: "redis", URL: "{env.X402_T_EMPTY}"}}, "url is required"},
-		{"postgres without dsn", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", Journal: &JournalConfig{Type: "postgres"}}, "dsn is required"},
+		{"relative verdict url", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", VerdictURL: "verdict.local"}, "verdict_url: must be an absolute"},
+		{"redis without url", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", Store: &StoreConfig{Type: "redis", URL: "{env.X402_T_EMPTY}"}}, "store: redis needs its url"},
+		{"postgres without dsn", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", Journal: &JournalConfig{Type: "postgres"}}, "journal: postgres needs its dsn"},
 		{"unknown store", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", Store: &StoreConfig{Type: "etcd"}}, "unknown type"},
-		{"bad factory", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", ERC6492Factories: []string{"0x12"}}, "not an address"},
+		{"bad factory", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", ERC6492Factories: []string{"0x12"}}, "is not a 0x-hex address"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := tc.fc.resolve("default")

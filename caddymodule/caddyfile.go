@@ -2,6 +2,8 @@ package caddymodule
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -9,9 +11,10 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/ethereum/go-ethereum/common"
 
+	"github.com/x402gate/x402gate/facilitator"
 	"github.com/x402gate/x402gate/gate"
+	"github.com/x402gate/x402gate/x402"
 )
 
 func init() {
@@ -25,45 +28,44 @@ func init() {
 	httpcaddyfile.RegisterDirectiveOrder("x402_facilitator", httpcaddyfile.Before, "reverse_proxy")
 }
 
-// parseHandler parses the x402 directive and checks its network against the x402
-// global option of the same Caddyfile.
+// parseHandler parses the x402 directive and checks it against the networks and the
+// guardian_mode of its facilitator, declared in the x402 global option of the same
+// Caddyfile (the built-in networks for a remote facilitator).
 func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 	g := new(Handler)
 	if err := g.UnmarshalCaddyfile(h.Dispenser); err != nil {
 		return nil, err
 	}
-	known := builtinNetworks
-	if g.FacilitatorURL != "" {
-		// A gate in front of a remote facilitator knows the built-in networks only.
-		if _, ok := known.Lookup(g.Network); !ok {
-			return nil, h.Errf("x402: network %q is not built in (base, base-sepolia); a remote facilitator needs one of them", g.Network)
+	var reg *x402.Registry
+	var mode facilitator.GuardianMode
+	if g.FacilitatorURL == "" {
+		var app App
+		if opt, ok := h.Option("x402").(httpcaddyfile.App); ok {
+			if err := json.Unmarshal(opt.Value, &app); err != nil {
+				return nil, err
+			}
 		}
-		return g, nil
-	}
-	var app App
-	if opt, ok := h.Option("x402").(httpcaddyfile.App); ok {
-		if err := json.Unmarshal(opt.Value, &app); err != nil {
-			return nil, err
+		name := g.Facilitator
+		if name == "" {
+			name = DefaultFacilitatorName
 		}
-	}
-	name := g.Facilitator
-	if name == "" {
-		name = DefaultFacilitatorName
-	}
-	fc, ok := app.Facilitators[name]
-	if !ok {
-		return nil, h.Errf("x402: no bundled facilitator %q: declare it in the global option `x402 { facilitator %s { ... } }`", name, name)
-	}
-	for _, nc := range fc.Networks {
-		n, err := nc.network()
+		fc, ok := app.Facilitators[name]
+		if !ok {
+			return nil, g.lines.errAt(h.Dispenser, "facilitator", fmt.Errorf("no bundled facilitator %q: declare it in the global option `x402 { facilitator %s { ... } }`", name, name))
+		}
+		r, err := fc.registry()
 		if err != nil {
-			return nil, h.Err(err.Error())
+			return nil, h.WrapErr(err) // checked where the global option is parsed
 		}
-		if m, ok := known.Lookup(g.Network); (ok && m.CAIP2 == n.CAIP2) || g.Network == nc.Name || g.Network == n.Name || g.Network == n.CAIP2 || g.Network == n.ChainID.String() {
-			return g, nil
+		reg, mode = r, facilitator.GuardianMode(fc.GuardianMode)
+		if mode == "" {
+			mode = facilitator.GuardianOff
 		}
 	}
-	return nil, h.Errf("x402: network %q is not one of facilitator %q's networks", g.Network, name)
+	if err := g.validate(reg, mode); err != nil {
+		return nil, g.lines.errAt(h.Dispenser, optionOf(err), err)
+	}
+	return g, nil
 }
 
 // UnmarshalCaddyfile sets up the gate from Caddyfile tokens. Syntax:
@@ -96,8 +98,10 @@ func (g *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if err := blockOnly(d); err != nil {
 		return err
 	}
+	g.lines = optionTokens{"": d.Token()}
 	for d.NextBlock(0) {
 		opt := d.Val()
+		g.lines.set(opt, d)
 		switch opt {
 		case "price":
 			args := d.RemainingArgs()
@@ -105,23 +109,9 @@ func (g *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			g.Price = strings.Join(args, " ")
-			if !strings.Contains(g.Price, "{") {
-				// The asset's decimals and symbol are known at Provision, which checks
-				// them; here the form and the sign are checked.
-				symbol := ""
-				if len(args) == 2 && !strings.EqualFold(args[1], "base") {
-					symbol = args[1]
-				}
-				if _, err := gate.ParsePrice(g.Price, 36, symbol); err != nil {
-					return d.Errf("x402: %v", err)
-				}
-			}
 		case "pay_to":
 			if err := oneArg(d, &g.PayTo); err != nil {
 				return err
-			}
-			if !strings.Contains(g.PayTo, "{") && !isAddress(g.PayTo) {
-				return d.Errf("x402: pay_to %q is not a 0x address", g.PayTo)
 			}
 		case "network":
 			if err := oneArg(d, &g.Network); err != nil {
@@ -130,9 +120,6 @@ func (g *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "asset":
 			if err := oneArg(d, &g.Asset); err != nil {
 				return err
-			}
-			if !isAddress(g.Asset) {
-				return d.Errf("x402: asset %q is not a 0x address", g.Asset)
 			}
 		case "asset_name", "asset_version", "symbol", "description", "mime_type", "facilitator_key", "pricing_url":
 			dst := map[string]*string{
@@ -149,8 +136,8 @@ func (g *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 || n > 36 {
-				return d.Errf("x402: decimals %q is not in 0..36", v)
+			if err != nil {
+				return d.Errf("decimals %q is not an integer", v)
 			}
 			g.Decimals = n
 		case "max_timeout", "retry_grace":
@@ -173,7 +160,7 @@ func (g *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			case len(args) == 1 && (strings.HasPrefix(args[0], "http://") || strings.HasPrefix(args[0], "https://")):
 				g.FacilitatorURL = args[0]
 			default:
-				return d.Errf("x402: facilitator wants `bundled [<name>]` or an http(s) url")
+				return d.Errf("facilitator wants `bundled [<name>]` or an http(s) url")
 			}
 		case "guardian":
 			if err := g.unmarshalGuardian(d); err != nil {
@@ -185,23 +172,13 @@ func (g *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 {
-				return d.Errf("x402: retry_max %q is not a non-negative integer", v)
+			if err != nil {
+				return d.Errf("retry_max %q is not an integer", v)
 			}
 			g.RetryMax = &n
 		default:
-			return d.Errf("x402: unrecognized subdirective %q", opt)
+			return d.Errf("unrecognized subdirective %q", opt)
 		}
-	}
-	switch {
-	case g.PayTo == "":
-		return d.Err("x402: pay_to is required")
-	case g.Price == "":
-		return d.Err("x402: price is required")
-	case g.Network == "":
-		return d.Err("x402: network is required")
-	case g.FacilitatorKey != "" && g.FacilitatorURL == "":
-		return d.Err("x402: facilitator_key is only for a remote facilitator url")
 	}
 	return nil
 }
@@ -209,7 +186,7 @@ func (g *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 func (g *Handler) unmarshalGuardian(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		if d.Val() != "off" || d.NextArg() {
-			return d.Errf("x402: guardian wants `off` or a block")
+			return d.Errf("guardian wants `off` or a block")
 		}
 		g.Guardian = nil
 		return nil
@@ -223,9 +200,6 @@ func (g *Handler) unmarshalGuardian(d *caddyfile.Dispenser) error {
 		}
 		switch opt {
 		case "advertise":
-			if v != gate.AdvertiseRequired && v != gate.AdvertiseOptional {
-				return d.Errf("x402: guardian advertise %q is not required or optional", v)
-			}
 			gc.Advertise = v
 		case "fee":
 			switch v {
@@ -234,10 +208,10 @@ func (g *Handler) unmarshalGuardian(d *caddyfile.Dispenser) error {
 			case "off":
 				gc.Fee = false
 			default:
-				return d.Errf("x402: guardian fee %q is not on or off", v)
+				return d.Errf("guardian fee %q is not on or off", v)
 			}
 		default:
-			return d.Errf("x402: unrecognized guardian option %q", opt)
+			return d.Errf("unrecognized guardian option %q", opt)
 		}
 	}
 	g.Guardian = gc
@@ -262,8 +236,10 @@ func (f *FacilitatorHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if err := blockOnly(d); err != nil {
 		return err
 	}
+	lines := optionTokens{"": d.Token()}
 	for d.NextBlock(0) {
 		opt := d.Val()
+		lines.set(opt, d)
 		args := d.RemainingArgs()
 		switch opt {
 		case "facilitator":
@@ -281,17 +257,20 @@ func (f *FacilitatorHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			f.APIKey = args[0]
 		case "health_detail":
 			if len(args) != 1 || (args[0] != "on" && args[0] != "off") {
-				return d.Errf("x402_facilitator: health_detail wants on or off")
+				return d.Errf("health_detail wants on or off")
 			}
 			f.HealthDetail = args[0] == "on"
 		case "strip_prefix":
-			if len(args) != 1 || !strings.HasPrefix(args[0], "/") {
-				return d.Errf("x402_facilitator: strip_prefix wants a path starting with /")
+			if len(args) != 1 {
+				return d.ArgErr()
 			}
 			f.StripPrefix = args[0]
 		default:
-			return d.Errf("x402_facilitator: unrecognized subdirective %q", opt)
+			return d.Errf("unrecognized subdirective %q", opt)
 		}
+	}
+	if err := f.Validate(); err != nil {
+		return lines.errAt(d, optionOf(err), err)
 	}
 	return nil
 }
@@ -330,8 +309,45 @@ func durationArg(d *caddyfile.Dispenser, dst *caddy.Duration) error {
 	return nil
 }
 
-func isAddress(s string) bool {
-	return strings.HasPrefix(s, "0x") && common.IsHexAddress(s)
+// optionTokens remembers where a block sets each option, so a check made once the block
+// is read (a Validate) points at the offending option's line, not at the closing brace.
+type optionTokens map[string]caddyfile.Token
+
+// set records the current token as where option is set.
+func (o optionTokens) set(option string, d *caddyfile.Dispenser) { o[option] = d.Token() }
+
+// errAt wraps err with the file and line of option. When the block does not set it (a
+// required option that is missing), the line is that of its network ("<network>/network")
+// for a network's option, else the block's own (""), else d's current token.
+func (o optionTokens) errAt(d *caddyfile.Dispenser, option string, err error) error {
+	tok, ok := o[option]
+	if net, _, isNet := strings.Cut(option, "/"); !ok && isNet {
+		tok, ok = o[net+"/network"]
+	}
+	if !ok {
+		tok, ok = o[""]
+	}
+	if !ok {
+		return d.WrapErr(err)
+	}
+	at := caddyfile.NewDispenser([]caddyfile.Token{tok})
+	at.Next()
+	return at.WrapErr(err)
+}
+
+// optionOf is the option a configuration error names, as its Caddyfile spells it:
+// "<network>/<option>" for an option of a facilitator's network.
+func optionOf(err error) string {
+	if ce, ok := errors.AsType[*gate.ConfigError](err); ok {
+		return ce.Option
+	}
+	if se, ok := errors.AsType[*facilitator.SettingsError](err); ok {
+		if se.Network != "" {
+			return se.Network + "/" + se.Option
+		}
+		return se.Option
+	}
+	return ""
 }
 
 // Interface guards

@@ -3,14 +3,14 @@ package caddymodule
 import (
 	"encoding/json"
 	"fmt"
-	"math/big"
 	"strconv"
-	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+
+	"github.com/x402gate/x402gate/facilitator"
 )
 
 // The x402 global option (the x402 app). Registered in caddyfile.go.
@@ -77,14 +77,12 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return d.Errf("facilitator %q is declared twice", name)
 		}
 		fc := new(FacilitatorConfig)
-		if err := fc.unmarshalCaddyfile(d); err != nil {
+		lines := optionTokens{"": d.Token()}
+		if err := fc.unmarshalCaddyfile(d, lines); err != nil {
 			return err
 		}
-		if fc.SignerKey == "" {
-			return d.Errf("facilitator %q: signer_key is required", name)
-		}
-		if len(fc.Networks) == 0 {
-			return d.Errf("facilitator %q: at least one network is required", name)
+		if err := fc.Validate(); err != nil {
+			return lines.errAt(d, optionOf(err), fmt.Errorf("facilitator %q: %w", name, err))
 		}
 		if a.Facilitators == nil {
 			a.Facilitators = map[string]*FacilitatorConfig{}
@@ -94,21 +92,20 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-func (fc *FacilitatorConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
+func (fc *FacilitatorConfig) unmarshalCaddyfile(d *caddyfile.Dispenser, lines optionTokens) error {
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		opt := d.Val()
+		if opt != "network" {
+			lines.set(opt, d)
+		}
 		switch opt {
 		case "network":
 			var n NetworkConfig
 			if err := oneArg(d, &n.Name); err != nil {
 				return err
 			}
-			for _, prev := range fc.Networks {
-				if prev.Name == n.Name {
-					return d.Errf("network %q is listed twice", n.Name)
-				}
-			}
-			if err := n.unmarshalCaddyfile(d); err != nil {
+			lines.set(n.Name+"/network", d) // the last one: a duplicate is reported there
+			if err := n.unmarshalCaddyfile(d, lines); err != nil {
 				return err
 			}
 			fc.Networks = append(fc.Networks, n)
@@ -116,17 +113,14 @@ func (fc *FacilitatorConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := oneArg(d, &fc.SignerKey); err != nil {
 				return err
 			}
-			if !strings.HasPrefix(fc.SignerKey, "{") {
-				return d.Err("signer_key must be an {env.*} or {file.*} placeholder, never the key itself")
-			}
 		case "store":
-			args, err := kindArgs(d, "store", storeMemory, storeRedis)
+			args, err := kindArgs(d, "store", facilitator.StoreMemory, facilitator.StoreRedis)
 			if err != nil {
 				return err
 			}
 			s := &StoreConfig{Type: args[0]}
 			switch {
-			case args[0] == storeRedis:
+			case args[0] == facilitator.StoreRedis:
 				s.URL = args[1]
 			case len(args) == 2:
 				n, err := strconv.Atoi(args[1])
@@ -137,13 +131,13 @@ func (fc *FacilitatorConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			fc.Store = s
 		case "journal":
-			args, err := kindArgs(d, "journal", journalSQLite, journalPostgres)
+			args, err := kindArgs(d, "journal", facilitator.JournalSQLite, facilitator.JournalPostgres)
 			if err != nil {
 				return err
 			}
 			j := &JournalConfig{Type: args[0]}
 			switch {
-			case args[0] == journalPostgres:
+			case args[0] == facilitator.JournalPostgres:
 				j.DSN = args[1]
 			case len(args) == 2:
 				j.Path = args[1]
@@ -152,11 +146,6 @@ func (fc *FacilitatorConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "guardian_mode":
 			if err := oneArg(d, &fc.GuardianMode); err != nil {
 				return err
-			}
-			switch fc.GuardianMode {
-			case "off", "optional", "required":
-			default:
-				return d.Errf("guardian_mode %q is not off, optional or required", fc.GuardianMode)
 			}
 		case "verdict_url", "verdict_key", "pricing_url":
 			dst := map[string]*string{"verdict_url": &fc.VerdictURL, "verdict_key": &fc.VerdictKey, "pricing_url": &fc.PricingURL}[opt]
@@ -181,19 +170,9 @@ func (fc *FacilitatorConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if len(args) == 0 {
 				return d.ArgErr()
 			}
-			for _, a := range args {
-				if !isAddress(a) {
-					return d.Errf("erc6492_factories: %q is not a 0x address", a)
-				}
-			}
 			fc.ERC6492Factories = append(fc.ERC6492Factories, args...)
 		default:
 			return d.Errf("unrecognized facilitator option %q", opt)
-		}
-	}
-	if fc.GuardianMode == "optional" || fc.GuardianMode == "required" {
-		if fc.VerdictURL == "" {
-			return d.Errf("guardian_mode %s needs verdict_url", fc.GuardianMode)
 		}
 	}
 	return nil
@@ -216,9 +195,10 @@ func kindArgs(d *caddyfile.Dispenser, what, local, remote string) ([]string, err
 	}
 }
 
-func (n *NetworkConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
+func (n *NetworkConfig) unmarshalCaddyfile(d *caddyfile.Dispenser, lines optionTokens) error {
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		opt := d.Val()
+		lines.set(n.Name+"/"+opt, d)
 		var v string
 		if err := oneArg(d, &v); err != nil {
 			return err
@@ -233,9 +213,6 @@ func (n *NetworkConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "rpc":
 			n.RPC = v
 		case "asset":
-			if !isAddress(v) {
-				return d.Errf("network %s: asset %q is not a 0x address", n.Name, v)
-			}
 			n.Asset = v
 		case "asset_name":
 			n.AssetName = v
@@ -243,26 +220,17 @@ func (n *NetworkConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			n.AssetVersion = v
 		case "decimals":
 			dec, err := strconv.Atoi(v)
-			if err != nil || dec < 0 || dec > 36 {
-				return d.Errf("network %s: decimals %q is not in 0..36", n.Name, v)
+			if err != nil {
+				return d.Errf("network %s: decimals %q is not an integer", n.Name, v)
 			}
 			n.Decimals = dec
 		case "symbol":
 			n.Symbol = v
 		case "min_amount":
-			if m, ok := new(big.Int).SetString(v, 10); !ok || m.Sign() < 0 {
-				return d.Errf("network %s: min_amount %q is not a non-negative integer of base units", n.Name, v)
-			}
 			n.MinAmount = v
 		default:
 			return d.Errf("unrecognized network option %q", opt)
 		}
-	}
-	if n.RPC == "" {
-		return d.Errf("network %s: rpc is required", n.Name)
-	}
-	if _, err := n.network(); err != nil {
-		return d.Err(err.Error())
 	}
 	return nil
 }

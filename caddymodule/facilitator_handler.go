@@ -1,8 +1,10 @@
 package caddymodule
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -46,13 +48,10 @@ func (FacilitatorHandler) CaddyModule() caddy.ModuleInfo {
 func (f *FacilitatorHandler) Provision(ctx caddy.Context) error {
 	appIface, err := ctx.App("x402")
 	if err != nil {
-		return fmt.Errorf("x402_facilitator: loading the x402 app: %w", err)
+		return fmt.Errorf("loading the x402 app: %w", err)
 	}
 	b, err := appIface.(*App).bundle(f.Facilitator)
 	if err != nil {
-		return fmt.Errorf("x402_facilitator: %w", err)
-	}
-	if err := placeholderOnly("x402_facilitator: api_key", f.APIKey); err != nil {
 		return err
 	}
 	repl := caddy.NewReplacer()
@@ -66,13 +65,21 @@ func (f *FacilitatorHandler) Provision(ctx caddy.Context) error {
 	}
 	if f.APIKey != "" && opts.APIKey == "" {
 		// Fail closed: a key placeholder that expands to nothing must not open the API.
-		return fmt.Errorf("x402_facilitator: api_key resolved to an empty value")
+		return errors.New("api_key resolved to an empty value")
 	}
 	if f.HealthDetail {
 		opts.HealthInfo = facilitator.EngineHealthInfo(b.engine)
 	}
 	f.api = facilitator.NewHandler(b.engine, opts)
 	return nil
+}
+
+// Validate checks the handler's options; the Caddyfile adapter calls it too.
+func (f *FacilitatorHandler) Validate() error {
+	if f.StripPrefix != "" && !strings.HasPrefix(f.StripPrefix, "/") {
+		return &facilitator.SettingsError{Option: "strip_prefix", Err: errors.New("wants a path starting with /")}
+	}
+	return placeholderOnly("api_key", f.APIKey)
 }
 
 // ServeHTTP serves the facilitator API.
@@ -84,5 +91,6 @@ func (f *FacilitatorHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, _
 // Interface guards
 var (
 	_ caddy.Provisioner           = (*FacilitatorHandler)(nil)
+	_ caddy.Validator             = (*FacilitatorHandler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*FacilitatorHandler)(nil)
 )

@@ -72,11 +72,12 @@ type Handler struct {
 	// remaining validity.
 	RetryGrace caddy.Duration `json:"retry_grace,omitempty"`
 
-	gate     *gate.Gate
-	log      *zap.Logger
-	retryKey string // retryPool key held by a remote-facilitator handler
-	dynPrice bool
-	dynPayTo bool
+	gate         *gate.Gate
+	log          *zap.Logger
+	retryKey     string                   // retryPool key held by a remote-facilitator handler
+	reg          *x402.Registry           // the facilitator's networks; nil: the built-in ones
+	guardianMode facilitator.GuardianMode // a bundled facilitator's; empty for a remote one
+	lines        optionTokens             // where the Caddyfile sets each option
 }
 
 // GuardianConfig is the route's guardian setting (spec §4.3 guardian {advertise, fee}).
@@ -105,11 +106,12 @@ type memoryRetry struct{ *gate.MemoryRetryStore }
 
 func (memoryRetry) Destruct() error { return nil }
 
-// Provision finds the facilitator and builds the gate.
-func (h *Handler) Provision(ctx caddy.Context) error {
-	h.log = ctx.Logger()
-	if err := registerMetrics(ctx); err != nil {
-		return fmt.Errorf("x402: registering metrics: %w", err)
+// gateConfig is h as gate.Config. A price or pay_to that holds placeholders comes with
+// each request instead.
+func (h *Handler) gateConfig() (gate.Config, error) {
+	retryMax, err := gate.RetryMax(h.RetryMax)
+	if err != nil {
+		return gate.Config{}, err
 	}
 	cfg := gate.Config{
 		Network: h.Network,
@@ -117,90 +119,126 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			Decimals: h.Decimals, Symbol: h.Symbol},
 		Resource:          gate.ResourceConfig{Description: h.Description, MimeType: h.MimeType},
 		MaxTimeoutSeconds: int(time.Duration(h.MaxTimeout) / time.Second),
-		Retry:             gate.RetryConfig{Grace: time.Duration(h.RetryGrace)},
+		Retry:             gate.RetryConfig{Max: retryMax, Grace: time.Duration(h.RetryGrace)},
+		PerRequestPrice:   hasPlaceholder(h.Price),
+		PerRequestPayTo:   hasPlaceholder(h.PayTo),
 	}
 	if h.MaxTimeout != 0 && cfg.MaxTimeoutSeconds <= 0 {
-		return errors.New("x402: max_timeout must be at least 1s")
+		return gate.Config{}, &gate.ConfigError{Option: "max_timeout", Err: errors.New("must be at least 1s")}
 	}
-	h.dynPrice, h.dynPayTo = strings.Contains(h.Price, "{"), strings.Contains(h.PayTo, "{")
-	if !h.dynPrice {
+	if !cfg.PerRequestPrice {
 		cfg.Price = h.Price
 	}
-	if !h.dynPayTo {
+	if !cfg.PerRequestPayTo {
 		cfg.PayTo = h.PayTo
-	}
-	if h.Price == "" || h.PayTo == "" {
-		return errors.New("x402: price and pay_to are required")
-	}
-	if h.RetryMax != nil {
-		switch n := *h.RetryMax; {
-		case n < 0:
-			return errors.New("x402: retry_max must not be negative")
-		case n == 0:
-			cfg.Retry.Max = -1 // gate: negative turns retries off
-		default:
-			cfg.Retry.Max = n
-		}
 	}
 	if g := h.Guardian; g != nil {
 		cfg.Guardian = &gate.GuardianConfig{Advertise: g.Advertise, Fee: g.Fee}
+	}
+	return cfg, nil
+}
+
+func hasPlaceholder(s string) bool { return strings.Contains(s, "{") }
+
+// Validate checks the gate's configuration against the networks of its facilitator (the
+// built-in ones for a remote facilitator, or before Provision). The Caddyfile adapter
+// runs the same checks, so a mistake fails at `caddy adapt` with its line.
+func (h *Handler) Validate() error {
+	return h.validate(h.reg, h.guardianMode)
+}
+
+// validate checks h against reg and, for a bundled facilitator whose mode is known, the
+// facilitator's guardian_mode. Errors are *gate.ConfigError or *facilitator.SettingsError.
+func (h *Handler) validate(reg *x402.Registry, mode facilitator.GuardianMode) error {
+	switch {
+	case h.FacilitatorURL != "" && h.Facilitator != "":
+		return &gate.ConfigError{Option: "facilitator", Err: errors.New("is either bundled or a url, not both")}
+	case h.FacilitatorKey != "" && h.FacilitatorURL == "":
+		return &gate.ConfigError{Option: "facilitator_key", Err: errors.New("is only for a remote facilitator url")}
+	}
+	if err := placeholderOnly("facilitator_key", h.FacilitatorKey); err != nil {
+		return err
+	}
+	cfg, err := h.gateConfig()
+	if err != nil {
+		return err
+	}
+	if err := cfg.Validate(reg); err != nil {
+		return err
+	}
+	if g := h.Guardian; g != nil && mode != "" {
+		if err := mode.CheckAdvertise(g.Advertise, g.Fee); err != nil {
+			return &gate.ConfigError{Option: "guardian", Err: err}
+		}
+	}
+	return nil
+}
+
+// Provision finds the facilitator, checks the configuration against it and builds the
+// gate.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	h.log = ctx.Logger()
+	if err := registerMetrics(ctx); err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
 	}
 	opts := gate.Options{Logger: h.log, ErrorStatus: errorStatus, OnResult: countChallenge,
 		OnVerify: observeVerify, OnSettle: observeSettle}
 	pricingURL := h.PricingURL
 	if h.FacilitatorURL != "" {
-		if h.Facilitator != "" {
-			return errors.New("x402: facilitator is either bundled or a url, not both")
-		}
-		if err := placeholderOnly("x402: facilitator_key", h.FacilitatorKey); err != nil {
+		if err := h.provisionRemote(&opts); err != nil {
 			return err
 		}
-		key := resolveSecret(caddy.NewReplacer(), h.FacilitatorKey)
-		if h.FacilitatorKey != "" && key == "" {
-			return errors.New("x402: facilitator_key resolved to an empty value")
-		}
-		opts.Registry = x402.NewRegistry()
-		c, err := facilitator.NewClient(facilitator.ClientConfig{URL: h.FacilitatorURL, APIKey: key, Registry: opts.Registry})
-		if err != nil {
-			return fmt.Errorf("x402: %w", err)
-		}
-		opts.Facilitator = c
-		v, _, err := retryPool.LoadOrNew(memoryRetryKey, func() (caddy.Destructor, error) {
-			return memoryRetry{gate.NewMemoryRetryStore(0)}, nil
-		})
-		if err != nil {
-			return fmt.Errorf("x402: retry store: %w", err)
-		}
-		h.retryKey = memoryRetryKey
-		opts.RetryStore = v.(memoryRetry).MemoryRetryStore
 	} else {
-		if h.FacilitatorKey != "" {
-			return errors.New("x402: facilitator_key is only for a remote facilitator url")
-		}
 		appIface, err := ctx.App("x402")
 		if err != nil {
-			return fmt.Errorf("x402: loading the x402 app: %w", err)
+			return fmt.Errorf("loading the x402 app: %w", err)
 		}
 		b, err := appIface.(*App).bundle(h.Facilitator)
 		if err != nil {
-			return fmt.Errorf("x402: %w", err)
+			return err
 		}
-		if err := checkAdvertise(h.Guardian, b.guardianMode); err != nil {
-			return fmt.Errorf("x402: facilitator %q: %w", b.name, err)
-		}
+		h.reg, h.guardianMode = b.served, b.guardianMode
 		opts.Facilitator, opts.Registry, opts.RetryStore = b.engine, b.registry, b.retries
 		if pricingURL == "" {
 			pricingURL = b.pricingURL
 		}
 	}
+	if err := h.Validate(); err != nil {
+		return err
+	}
 	if pricingURL != "" {
 		opts.Pricing = pricingFunc(caddy.NewReplacer().ReplaceKnown(pricingURL, ""), opts.Registry)
 	}
+	cfg, _ := h.gateConfig() // checked by Validate
 	g, err := gate.New(cfg, opts)
 	if err != nil {
-		return fmt.Errorf("x402: %w", err)
+		return err
 	}
 	h.gate = g
+	return nil
+}
+
+// provisionRemote sets opts up for the remote facilitator at FacilitatorURL, with the
+// in-process retry store that such handlers share.
+func (h *Handler) provisionRemote(opts *gate.Options) error {
+	key := resolveSecret(caddy.NewReplacer(), h.FacilitatorKey)
+	if h.FacilitatorKey != "" && key == "" {
+		return errors.New("facilitator_key resolved to an empty value")
+	}
+	opts.Registry = x402.NewRegistry()
+	c, err := facilitator.NewClient(facilitator.ClientConfig{URL: h.FacilitatorURL, APIKey: key, Registry: opts.Registry})
+	if err != nil {
+		return err
+	}
+	opts.Facilitator = c
+	v, _, err := retryPool.LoadOrNew(memoryRetryKey, func() (caddy.Destructor, error) {
+		return memoryRetry{gate.NewMemoryRetryStore(0)}, nil
+	})
+	if err != nil {
+		return fmt.Errorf("retry store: %w", err)
+	}
+	h.retryKey = memoryRetryKey
+	opts.RetryStore = v.(memoryRetry).MemoryRetryStore
 	return nil
 }
 
@@ -248,18 +286,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	resource := publicResource(r)
 	if resource == "" {
-		// HTTP/1.0 without Host: there is no public URL to name in the requirement.
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		w.WriteHeader(http.StatusBadRequest)
-		_, _ = w.Write([]byte(`{"x402Version":1,"error":"missing_host","message":"the request names no host, so no payment requirement can be built"}`))
-		return nil
+		// HTTP/1.0 without Host: there is no public URL to name in the requirement. A Caddy
+		// error, so handle_errors can style it (docs/caddy.md#errors).
+		return caddyhttp.Error(http.StatusBadRequest, errMissingHost)
 	}
 	in := gate.Input{Resource: resource, Header: r.Header, Method: r.Method, RequestURI: originalRequestURI(r)}
-	if h.dynPrice {
+	if hasPlaceholder(h.Price) {
 		in.Price = repl.ReplaceKnown(h.Price, "")
 	}
-	if h.dynPayTo {
+	if hasPlaceholder(h.PayTo) {
 		in.PayTo = repl.ReplaceKnown(h.PayTo, "")
 	}
 	return h.gate.Serve(w, r, in, func(w http.ResponseWriter, r *http.Request) error {
@@ -337,26 +372,14 @@ func validHost(h string) bool {
 	return err == nil && u.Host == h
 }
 
+// errMissingHost is the error of a request without Host; its text starts with the
+// machine-readable reason, {http.error.message} in handle_errors.
+var errMissingHost = errors.New("missing_host: the request names no host, so no payment requirement can be built")
+
 // Interface guards
 var (
+	_ caddy.Validator             = (*Handler)(nil)
 	_ caddy.Provisioner           = (*Handler)(nil)
 	_ caddy.CleanerUpper          = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 )
-
-// checkAdvertise refuses a guardian advertisement its bundled facilitator would not keep:
-// a 402 that promises a verdict check no /verify makes misleads the payer's agent.
-// GUARDIAN_MODE off never asks; optional asks only when /verify carries verification
-// requirements, which the gate sends only with the fee on.
-func checkAdvertise(g *GuardianConfig, mode facilitator.GuardianMode) error {
-	if g == nil || g.Advertise == "" {
-		return nil
-	}
-	switch {
-	case mode == facilitator.GuardianOff:
-		return fmt.Errorf("guardian advertise %s, but its guardian_mode is off: no verdict would ever be asked", g.Advertise)
-	case mode == facilitator.GuardianOptional && !g.Fee:
-		return fmt.Errorf("guardian advertise %s with guardian_mode optional needs fee on: without verification requirements no verdict is asked", g.Advertise)
-	}
-	return nil
-}

@@ -2,7 +2,6 @@ package gate
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/big"
 	"strings"
@@ -69,6 +68,10 @@ type Config struct {
 	SettleTimeout time.Duration `json:"settleTimeout,omitempty"`
 	// PricingTimeout bounds a fetch of the verification fee. Default DefaultPricingTimeout.
 	PricingTimeout time.Duration `json:"pricingTimeout,omitempty"`
+	// PerRequestPrice and PerRequestPayTo say that every request brings its price or payee
+	// in Input, so Validate does not require Price or PayTo. Default false.
+	PerRequestPrice bool `json:"-"`
+	PerRequestPayTo bool `json:"-"`
 }
 
 // AssetConfig is the token a route is paid in, with its EIP-712 domain.
@@ -211,30 +214,81 @@ type route struct {
 	grace    time.Duration
 }
 
-// checkConfig validates cfg against reg and fills in defaults.
+// ConfigError is a Config that Validate refuses. Option is the name of the offending
+// setting as a configuration file spells it (price, pay_to, network, asset, asset_name,
+// decimals, max_timeout, guardian, retry_max, retry_grace), so an adapter can point at
+// the line that sets it (docs/caddy.md).
+type ConfigError struct {
+	Option string
+	Err    error
+}
+
+func (e *ConfigError) Error() string { return e.Option + ": " + e.Err.Error() }
+
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+func configErr(option string, format string, args ...any) error {
+	return &ConfigError{Option: option, Err: fmt.Errorf(format, args...)}
+}
+
+// Validate checks cfg without I/O against reg, the networks its facilitator serves (nil:
+// the built-in ones). Besides every check of New it requires Price and PayTo, unless
+// PerRequestPrice or PerRequestPayTo say each request brings them: a configuration
+// file that names no price has a mistake in it, not a free route. Errors are
+// *ConfigError (docs/gate.md#configuration).
+func (cfg Config) Validate(reg *x402.Registry) error {
+	switch {
+	case cfg.Price == "" && !cfg.PerRequestPrice:
+		return configErr("price", "is required")
+	case cfg.PayTo == "" && !cfg.PerRequestPayTo:
+		return configErr("pay_to", "is required")
+	}
+	if reg == nil {
+		reg = x402.NewRegistry()
+	}
+	_, err := checkConfig(cfg, reg)
+	return err
+}
+
+// RetryMax is RetryConfig.Max for a configured retry_max, where nil leaves the default
+// and 0 turns retries off (docs/gate.md#retries).
+func RetryMax(configured *int) (int, error) {
+	switch {
+	case configured == nil:
+		return 0, nil
+	case *configured < 0:
+		return 0, configErr("retry_max", "%d must not be negative (0 turns retries off)", *configured)
+	case *configured == 0:
+		return -1, nil
+	}
+	return *configured, nil
+}
+
+// checkConfig validates cfg against reg and fills in defaults. Its errors are
+// *ConfigError.
 func checkConfig(cfg Config, reg *x402.Registry) (*route, error) {
 	if cfg.Network == "" {
-		return nil, errors.New("gate config: network is required")
+		return nil, configErr("network", "is required")
 	}
 	n, ok := reg.Lookup(cfg.Network)
 	if !ok {
-		return nil, fmt.Errorf("gate config: network %q is not configured", cfg.Network)
+		return nil, configErr("network", "%q is not one of %s", cfg.Network, strings.Join(reg.Names(), ", "))
 	}
 	rt := &route{network: n, resource: cfg.Resource, timeout: cfg.MaxTimeoutSeconds}
 	if err := rt.setAsset(cfg.Asset); err != nil {
 		return nil, err
 	}
 	if cfg.PayTo != "" {
-		a, err := parseAddress(cfg.PayTo)
+		a, err := x402.ParseAddress(cfg.PayTo)
 		if err != nil {
-			return nil, fmt.Errorf("gate config: payTo: %w", err)
+			return nil, &ConfigError{Option: "pay_to", Err: err}
 		}
 		rt.payTo = a
 	}
 	if cfg.Price != "" {
 		p, err := ParsePrice(cfg.Price, rt.decimals, rt.symbol)
 		if err != nil {
-			return nil, fmt.Errorf("gate config: %w", err)
+			return nil, &ConfigError{Option: "price", Err: err}
 		}
 		rt.price = p
 	}
@@ -242,13 +296,13 @@ func checkConfig(cfg Config, reg *x402.Registry) (*route, error) {
 	case rt.timeout == 0:
 		rt.timeout = DefaultMaxTimeoutSeconds
 	case rt.timeout < 0:
-		return nil, fmt.Errorf("gate config: maxTimeoutSeconds %d must be positive", rt.timeout)
+		return nil, configErr("max_timeout", "%ds must be positive", rt.timeout)
 	}
 	if g := cfg.Guardian; g != nil {
 		switch g.Advertise {
 		case "", AdvertiseRequired, AdvertiseOptional:
 		default:
-			return nil, fmt.Errorf("gate config: guardian.advertise %q is not %q or %q", g.Advertise, AdvertiseRequired, AdvertiseOptional)
+			return nil, configErr("guardian", "advertise %q is not %s or %s", g.Advertise, AdvertiseRequired, AdvertiseOptional)
 		}
 		gc := *g
 		rt.guardian = &gc
@@ -258,7 +312,7 @@ func checkConfig(cfg Config, reg *x402.Registry) (*route, error) {
 		rt.retryMax = DefaultRetryMax
 	}
 	if cfg.Retry.Grace < 0 {
-		return nil, errors.New("gate config: retry.grace must not be negative")
+		return nil, configErr("retry_grace", "must not be negative")
 	}
 	rt.grace = cfg.Retry.Grace
 	return rt, nil
@@ -268,9 +322,9 @@ func (rt *route) setAsset(a AssetConfig) error {
 	usdc := rt.network.USDC
 	rt.asset = usdc.Address
 	if a.Address != "" {
-		addr, err := parseAddress(a.Address)
+		addr, err := x402.ParseAddress(a.Address)
 		if err != nil {
-			return fmt.Errorf("gate config: asset.address: %w", err)
+			return &ConfigError{Option: "asset", Err: err}
 		}
 		rt.asset = addr
 	}
@@ -290,29 +344,12 @@ func (rt *route) setAsset(a AssetConfig) error {
 		}
 	}
 	if name == "" || version == "" {
-		return fmt.Errorf("gate config: asset %s is not the network's default: its EIP-712 name and version are required", rt.asset.Hex())
+		return configErr("asset", "%s is not the network's default: its EIP-712 asset_name and asset_version are required", rt.asset.Hex())
 	}
-	if decimals < 0 || decimals > 36 {
-		return fmt.Errorf("gate config: asset.decimals %d out of range 0..36", decimals)
+	if decimals < 0 || decimals > x402.MaxDecimals {
+		return configErr("decimals", "%d is not in 0..%d", decimals, x402.MaxDecimals)
 	}
 	rt.extra = map[string]any{"name": name, "version": version}
 	rt.decimals, rt.symbol = decimals, symbol
 	return nil
-}
-
-// parseAddress reads a 20-byte 0x-hex address. A mixed-case address must carry a valid
-// EIP-55 checksum, so a typo in a payee is caught at start, not after money moved.
-func parseAddress(s string) (common.Address, error) {
-	if !common.IsHexAddress(s) || !strings.HasPrefix(s, "0x") {
-		return common.Address{}, fmt.Errorf("%q is not a 0x-hex address", s)
-	}
-	a := common.HexToAddress(s)
-	lower, upper := strings.ToLower(s[2:]), strings.ToUpper(s[2:])
-	if s[2:] != lower && s[2:] != upper && a.Hex() != s {
-		return common.Address{}, fmt.Errorf("%q fails its EIP-55 checksum", s)
-	}
-	if a == (common.Address{}) {
-		return common.Address{}, errors.New("the zero address cannot be paid")
-	}
-	return a, nil
 }

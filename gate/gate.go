@@ -93,7 +93,7 @@ func New(cfg Config, opts Options) (*Gate, error) {
 	}
 	rt, err := checkConfig(cfg, reg)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("gate config: %w", err)
 	}
 	if rt.guardian != nil && rt.guardian.Fee && opts.Pricing == nil {
 		return nil, errors.New("gate config: guardian.fee needs a pricing function (Options.Pricing)")
@@ -157,7 +157,7 @@ func (g *Gate) Requirements(_ context.Context, in Input) (*x402.Requirements, er
 	}
 	payTo := rt.payTo
 	if in.PayTo != "" {
-		a, err := parseAddress(in.PayTo)
+		a, err := x402.ParseAddress(in.PayTo)
 		if err != nil {
 			return nil, fmt.Errorf("gate: payTo: %w", err)
 		}

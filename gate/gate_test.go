@@ -551,19 +551,19 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		mutate func(*Config)
 		want   string
 	}{
-		{"no network", func(c *Config) { c.Network = "" }, "network is required"},
-		{"unknown network", func(c *Config) { c.Network = "solana" }, `network "solana" is not configured`},
-		{"bad payTo", func(c *Config) { c.PayTo = "0x1234" }, "payTo"},
+		{"no network", func(c *Config) { c.Network = "" }, "network: is required"},
+		{"unknown network", func(c *Config) { c.Network = "solana" }, `network: "solana" is not one of base, base-sepolia`},
+		{"bad payTo", func(c *Config) { c.PayTo = "0x1234" }, "pay_to: "},
 		{"payTo checksum", func(c *Config) { c.PayTo = "0x209693bc6afc0C5328bA36FaF03C514EF312287C" }, "EIP-55"},
 		{"zero payTo", func(c *Config) { c.PayTo = "0x0000000000000000000000000000000000000000" }, "zero address"},
 		{"negative price", func(c *Config) { c.Price = "-0.01" }, "invalid price"},
 		{"zero price", func(c *Config) { c.Price = "0" }, "must be positive"},
 		{"wrong unit", func(c *Config) { c.Price = "0.01 EURC" }, `unit "EURC"`},
-		{"negative timeout", func(c *Config) { c.MaxTimeoutSeconds = -1 }, "maxTimeoutSeconds"},
-		{"guardian advertise", func(c *Config) { c.Guardian = &GuardianConfig{Advertise: "always"} }, "guardian.advertise"},
+		{"negative timeout", func(c *Config) { c.MaxTimeoutSeconds = -1 }, "max_timeout: "},
+		{"guardian advertise", func(c *Config) { c.Guardian = &GuardianConfig{Advertise: "always"} }, `guardian: advertise "always"`},
 		{"fee without pricing", func(c *Config) { c.Guardian = &GuardianConfig{Fee: true} }, "pricing"},
-		{"foreign asset without domain", func(c *Config) { c.Asset.Address = "0x1111111111111111111111111111111111111111" }, "EIP-712 name and version"},
-		{"negative grace", func(c *Config) { c.Retry.Grace = -1 }, "retry.grace"},
+		{"foreign asset without domain", func(c *Config) { c.Asset.Address = "0x1111111111111111111111111111111111111111" }, "EIP-712 asset_name and asset_version"},
+		{"negative grace", func(c *Config) { c.Retry.Grace = -1 }, "retry_grace: "},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

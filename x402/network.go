@@ -1,8 +1,10 @@
 package x402
 
 import (
+	"errors"
 	"fmt"
 	"math/big"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,6 +40,14 @@ var (
 		Name: "base-sepolia", CAIP2: "eip155:84532", ChainID: big.NewInt(84532),
 		USDC: Asset{Address: common.HexToAddress("0x036CbD53842c5426634e7929541eC2318f3dCF7e"), Name: "USDC", Version: "2", Decimals: 6, Symbol: "USDC"},
 	}
+)
+
+// Defaults of a token configured by its address alone: Circle's FiatToken, whose
+// EIP-712 domain version is "2" on every chain (docs/facilitator.md#networks).
+const (
+	DefaultAssetVersion  = "2"
+	DefaultAssetDecimals = 6
+	DefaultAssetSymbol   = "USDC"
 )
 
 // Registry resolves networks by v1 name, CAIP-2 id or chain id. The zero value is empty;
@@ -119,6 +129,18 @@ func (r *Registry) Lookup(id string) (Network, bool) {
 	return Network{}, false
 }
 
+// Names returns the v1 names of the registered networks, sorted.
+func (r *Registry) Names() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.byName))
+	for name := range r.byName {
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out
+}
+
 // Networks returns every registered network.
 func (r *Registry) Networks() []Network {
 	r.mu.RLock()
@@ -128,4 +150,22 @@ func (r *Registry) Networks() []Network {
 		out = append(out, n)
 	}
 	return out
+}
+
+// ParseAddress reads a configured 20-byte 0x-hex address (a payee, a token, a factory). A
+// mixed-case address must carry a valid EIP-55 checksum, so a typo is caught at start,
+// not after money moved; the zero address is refused (docs/gate.md#configuration).
+func ParseAddress(s string) (common.Address, error) {
+	if !common.IsHexAddress(s) || !strings.HasPrefix(s, "0x") {
+		return common.Address{}, fmt.Errorf("%q is not a 0x-hex address", s)
+	}
+	a := common.HexToAddress(s)
+	lower, upper := strings.ToLower(s[2:]), strings.ToUpper(s[2:])
+	if s[2:] != lower && s[2:] != upper && a.Hex() != s {
+		return common.Address{}, fmt.Errorf("%q fails its EIP-55 checksum (want %s)", s, a.Hex())
+	}
+	if a == (common.Address{}) {
+		return common.Address{}, errors.New("the zero address cannot be used")
+	}
+	return a, nil
 }

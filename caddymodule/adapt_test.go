@@ -1,0 +1,196 @@
+package caddymodule
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+)
+
+var updateGolden = flag.Bool("update", false, "rewrite the JSON half of testdata/*.caddyfiletest from the adapter's output")
+
+// goldenSeparator splits a .caddyfiletest into its Caddyfile and its adapted JSON, as in
+// Caddy's caddytest/integration/caddyfile_adapt.
+const goldenSeparator = "----------"
+
+// TestCaddyfileAdapt pins the config surface (docs/caddy.md): every testdata/*.caddyfiletest
+// is a Caddyfile and the JSON `caddy adapt` makes of it. A change to an option's name, its
+// JSON key or its default shows up here as a diff.
+func TestCaddyfileAdapt(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "*.caddyfiletest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no testdata/*.caddyfiletest")
+	}
+	for _, file := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(file), ".caddyfiletest"), func(t *testing.T) {
+			raw, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			caddyfileText, wantJSON, ok := strings.Cut(string(raw), "\n"+goldenSeparator+"\n")
+			if !ok {
+				t.Fatalf("%s has no %q line", file, goldenSeparator)
+			}
+			out, warnings, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfileText+"\n"), map[string]any{"filename": file})
+			if err != nil {
+				t.Fatalf("adapt: %v", err)
+			}
+			for _, w := range warnings {
+				t.Errorf("adapt warning: %s", w)
+			}
+			got, err := indentJSON(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if *updateGolden {
+				if err := os.WriteFile(file, []byte(caddyfileText+"\n"+goldenSeparator+"\n"+got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := indentJSON([]byte(wantJSON))
+			if err != nil {
+				t.Fatalf("the expected JSON does not parse: %v", err)
+			}
+			if got != want {
+				t.Errorf("adapted JSON differs (go test -run TestCaddyfileAdapt -update rewrites it)\n got:\n%s\nwant:\n%s", got, want)
+			}
+		})
+	}
+}
+
+// indentJSON normalises JSON: compacted, then indented with tabs, with a final newline.
+func indentJSON(b []byte) (string, error) {
+	var compact, out bytes.Buffer
+	if err := json.Compact(&compact, b); err != nil {
+		return "", err
+	}
+	if err := json.Indent(&out, compact.Bytes(), "", "\t"); err != nil {
+		return "", err
+	}
+	return out.String() + "\n", nil
+}
+
+// adaptGlobal is the x402 global option the adapt-time error cases share: a facilitator
+// "default" on base-sepolia and devnet, and one "off" whose guardian_mode is off.
+const adaptGlobal = `{
+	x402 {
+		facilitator {
+			network base-sepolia {
+				rpc {env.BASE_SEPOLIA_RPC}
+			}
+			network devnet {
+				chain_id 31337
+				rpc http://127.0.0.1:8545
+				asset 0x5FbDB2315678afecb367f032d93F642f64180aa3
+				asset_name "Test Token"
+			}
+			signer_key {env.X402_SIGNER}
+			guardian_mode required
+			verdict_url https://verdict.example
+		}
+		facilitator off {
+			network base-sepolia {
+				rpc {env.BASE_SEPOLIA_RPC}
+			}
+			signer_key {env.X402_SIGNER_OFF}
+		}
+	}
+}
+`
+
+// TestAdaptErrors: every mistake that needs no I/O fails `caddy adapt`, names the option
+// as the Caddyfile spells it and points at the line that sets it (marked "# <-" here), or
+// at the block that lacks it.
+func TestAdaptErrors(t *testing.T) {
+	site := func(body string) string {
+		return adaptGlobal + "\nexample.com {\n\tx402 {\n" + body + "\t}\n}\n"
+	}
+	const good = "\t\tprice 0.01\n\t\tpay_to 0x1111111111111111111111111111111111111111\n\t\tnetwork base-sepolia\n"
+	route := func(replace, with string) string {
+		return site(strings.Replace(good, replace, with, 1))
+	}
+	facilitator := func(body string) string {
+		return "{\n\tx402 {\n\t\tfacilitator {\n" + body + "\t\t}\n\t}\n}\n"
+	}
+	const net = "\t\t\tnetwork base-sepolia {\n\t\t\t\trpc {env.RPC}\n\t\t\t}\n"
+	for _, tc := range []struct {
+		name, caddyfile, wantErr string
+	}{
+		{"pay_to failing its EIP-55 checksum", route("0x1111111111111111111111111111111111111111", "0x5aaeb6053F3E94C9b9A09f33669435E7Ef1BeAed # <-"), "pay_to: \"0x5aaeb6053F3E94C9b9A09f33669435E7Ef1BeAed\" fails its EIP-55 checksum (want 0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed)"},
+		{"pay_to is the zero address", route("0x1111111111111111111111111111111111111111", "0x0000000000000000000000000000000000000000 # <-"), "pay_to: the zero address cannot be used"},
+		{"pay_to is not an address", route("0x1111111111111111111111111111111111111111", "0x1234 # <-"), `pay_to: "0x1234" is not a 0x-hex address`},
+		{"a price unit that is not the asset's", route("price 0.01", "price 0.01 DAI # <-"), `price: price "0.01 DAI": unit "DAI" is not USDC or base`},
+		{"more decimals than the asset has", route("price 0.01", "price 0.0000001 USDC # <-"), `price: price "0.0000001 USDC"`},
+		{"a price of zero", route("price 0.01", "price 0 # <-"), "must be positive"},
+		{"a network the facilitator does not serve", route("network base-sepolia", "network polygon # <-"), `network: "polygon" is not one of base-sepolia, devnet`},
+		{"a remote facilitator on a network that is not built in", route("network base-sepolia", "network devnet # <-\n\t\tfacilitator https://f.example"), `network: "devnet" is not one of base, base-sepolia`},
+		{"an asset failing its EIP-55 checksum", route("network base-sepolia", "network base-sepolia\n\t\tasset 0x036cbD53842c5426634e7929541eC2318f3dCF7e # <-"), "asset: \"0x036cbD53842c5426634e7929541eC2318f3dCF7e\" fails its EIP-55 checksum"},
+		{"a foreign asset without its EIP-712 domain", route("network base-sepolia", "network base-sepolia\n\t\tasset 0x2222222222222222222222222222222222222222 # <-"), "asset: 0x2222222222222222222222222222222222222222 is not the network's default: its EIP-712 asset_name and asset_version are required"},
+		{"decimals over 36", route("network base-sepolia", "network base-sepolia\n\t\tasset 0x2222222222222222222222222222222222222222\n\t\tasset_name T\n\t\tasset_version 1\n\t\tdecimals 40 # <-"), "decimals: 40 is not in 0..36"},
+		{"price is required", site("\t\tpay_to 0x1111111111111111111111111111111111111111\n\t\tnetwork base-sepolia\n"), "price: is required"},
+		{"network is required", site("\t\tprice 0.01\n\t\tpay_to 0x1111111111111111111111111111111111111111\n"), "network: is required"},
+		{"an unknown guardian advertisement", route("network base-sepolia", "network base-sepolia\n\t\tguardian { # <-\n\t\t\tadvertise always\n\t\t}"), `guardian: advertise "always" is not required or optional`},
+		{"a guardian advertisement its facilitator would not keep", route("network base-sepolia", "network base-sepolia\n\t\tfacilitator bundled off\n\t\tguardian { # <-\n\t\t\tadvertise required\n\t\t}"), "guardian: advertise required, but the facilitator's guardian_mode is off"},
+		{"facilitator_key without a url", route("network base-sepolia", "network base-sepolia\n\t\tfacilitator_key {env.K} # <-"), "facilitator_key: is only for a remote facilitator url"},
+		{"facilitator_key written into the config", route("network base-sepolia", "network base-sepolia\n\t\tfacilitator https://f.example\n\t\tfacilitator_key inline-key # <-"), "facilitator_key: must be an {env.*} or {file.*} placeholder"},
+		{"a bundled facilitator that is not declared", route("network base-sepolia", "network base-sepolia\n\t\tfacilitator bundled nope # <-"), `no bundled facilitator "nope"`},
+		{"a negative retry_max", route("network base-sepolia", "network base-sepolia\n\t\tretry_max -1 # <-"), "retry_max: -1 must not be negative"},
+		{"max_timeout under a second", route("network base-sepolia", "network base-sepolia\n\t\tmax_timeout 500ms # <-"), "max_timeout: must be at least 1s"},
+
+		{"an unknown guardian_mode", facilitator(net + "\t\t\tsigner_key {env.K}\n\t\t\tguardian_mode sometimes # <-\n"), `guardian_mode: "sometimes" is not off, optional or required`},
+		{"guardian_mode without verdict_url", facilitator(net + "\t\t\tsigner_key {env.K}\n\t\t\tguardian_mode optional # <-\n"), "guardian_mode: optional needs verdict_url"},
+		{"signer_key written into the config", facilitator(net + "\t\t\tsigner_key ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80 # <-\n"), "signer_key: must be an {env.*} or {file.*} placeholder"},
+		{"signer_key is required", "{\n\tx402 {\n\t\tfacilitator { # <-\n" + net + "\t\t}\n\t}\n}\n", "signer_key: is required"},
+		{"rpc is required", facilitator("\t\t\tnetwork base-sepolia # <-\n\t\t\tsigner_key {env.K}\n"), "network base-sepolia: rpc: is required"},
+		{"a negative min_amount", facilitator("\t\t\tnetwork base-sepolia {\n\t\t\t\trpc {env.RPC}\n\t\t\t\tmin_amount -5 # <-\n\t\t\t}\n\t\t\tsigner_key {env.K}\n"), `network base-sepolia: min_amount: "-5" is not a non-negative integer`},
+		{"network decimals over 36", facilitator("\t\t\tnetwork base-sepolia {\n\t\t\t\trpc {env.RPC}\n\t\t\t\tdecimals 37 # <-\n\t\t\t}\n\t\t\tsigner_key {env.K}\n"), "network base-sepolia: decimals: 37 is not in 0..36"},
+		{"a chain_id that is not the built-in network's", facilitator("\t\t\tnetwork base {\n\t\t\t\trpc {env.RPC}\n\t\t\t\tchain_id 1 # <-\n\t\t\t}\n\t\t\tsigner_key {env.K}\n"), "network base: chain_id: 1 is not the built-in network's 8453"},
+		{"a network that is not built in, without chain_id", facilitator("\t\t\tnetwork polygon { # <-\n\t\t\t\trpc {env.RPC}\n\t\t\t}\n\t\t\tsigner_key {env.K}\n"), "network polygon: chain_id: is required for a network that is not one of base, base-sepolia"},
+		{"a network asset failing its EIP-55 checksum", facilitator("\t\t\tnetwork base {\n\t\t\t\trpc {env.RPC}\n\t\t\t\tasset 0x833589fcd6eDb6E08f4c7C32D4f71b54bdA02913 # <-\n\t\t\t}\n\t\t\tsigner_key {env.K}\n"), "network base: asset: \"0x833589fcd6eDb6E08f4c7C32D4f71b54bdA02913\" fails its EIP-55 checksum"},
+		{"a network listed twice", facilitator(net + "\t\t\tnetwork base-sepolia { # <-\n\t\t\t\trpc {env.RPC}\n\t\t\t}\n\t\t\tsigner_key {env.K}\n"), "network base-sepolia: network: is listed twice"},
+		{"a factory that is not an address", facilitator(net + "\t\t\tsigner_key {env.K}\n\t\t\terc6492_factories 0x12 # <-\n"), `erc6492_factories: "0x12" is not a 0x-hex address`},
+		{"reconcile_interval under a second", facilitator(net + "\t\t\tsigner_key {env.K}\n\t\t\treconcile_interval 10ms # <-\n"), "reconcile_interval: must be at least 1s"},
+
+		{"api_key written into the config", adaptGlobal + ":4021 {\n\tx402_facilitator {\n\t\tapi_key inline-key # <-\n\t}\n}\n", "api_key: must be an {env.*} or {file.*} placeholder"},
+		{"a relative strip_prefix", adaptGlobal + ":4021 {\n\tx402_facilitator {\n\t\tstrip_prefix facilitator # <-\n\t}\n}\n", "strip_prefix: wants a path starting with /"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wantLine := 0
+			for i, l := range strings.Split(tc.caddyfile, "\n") {
+				if strings.HasSuffix(l, "# <-") {
+					wantLine = i + 1
+				}
+			}
+			if wantLine == 0 {
+				for i, l := range strings.Split(tc.caddyfile, "\n") {
+					if strings.TrimSpace(l) == "x402 {" && strings.HasPrefix(l, "\tx402") { // the directive that lacks an option
+						wantLine = i + 1
+					}
+				}
+			}
+			_, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(tc.caddyfile), nil)
+			if err == nil {
+				t.Fatalf("adapt succeeded; want an error containing %q", tc.wantErr)
+			}
+			if !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("error = %v\nwant one containing %q", err, tc.wantErr)
+			}
+			if at := fmt.Sprintf("Caddyfile:%d", wantLine); !strings.Contains(err.Error(), at) {
+				t.Errorf("error = %v\nwant it at %s", err, at)
+			}
+			if strings.Contains(err.Error(), "x402: gate config") || strings.Contains(err.Error(), "payTo") {
+				t.Errorf("error = %v: it repeats a prefix or uses a JSON name", err)
+			}
+		})
+	}
+}

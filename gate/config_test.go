@@ -1,0 +1,63 @@
+package gate
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/x402gate/x402gate/x402"
+)
+
+// TestConfigValidate: a configuration file's mistakes are found without I/O, and each
+// error names the option as the file spells it.
+func TestConfigValidate(t *testing.T) {
+	base := Config{Network: "base-sepolia", PayTo: "0x209693Bc6afc0C5328bA36FaF03C514EF312287C", Price: "0.01"}
+	for _, tc := range []struct {
+		name       string
+		mutate     func(*Config)
+		wantOption string
+	}{
+		{"a valid route", func(*Config) {}, ""},
+		{"price is required", func(c *Config) { c.Price = "" }, "price"},
+		{"pay_to is required", func(c *Config) { c.PayTo = "" }, "pay_to"},
+		{"a per-request price and payee need neither", func(c *Config) { c.Price, c.PayTo, c.PerRequestPrice, c.PerRequestPayTo = "", "", true, true }, ""},
+		{"an unknown network", func(c *Config) { c.Network = "polygon" }, "network"},
+		{"an unknown price unit", func(c *Config) { c.Price = "0.01 DAI" }, "price"},
+		{"more decimals than the asset has", func(c *Config) { c.Price = "0.0000001 USDC" }, "price"},
+		{"a pay_to failing its EIP-55 checksum", func(c *Config) { c.PayTo = "0x209693bc6afc0C5328bA36FaF03C514EF312287C" }, "pay_to"},
+		{"the zero address", func(c *Config) { c.PayTo = "0x0000000000000000000000000000000000000000" }, "pay_to"},
+		{"an asset failing its EIP-55 checksum", func(c *Config) { c.Asset.Address = "0x036cbD53842c5426634e7929541eC2318f3dCF7e" }, "asset"},
+		{"decimals over 36", func(c *Config) {
+			c.Asset = AssetConfig{Address: "0x1111111111111111111111111111111111111111", Name: "T", Version: "1", Decimals: 37}
+		}, "decimals"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := base
+			tc.mutate(&cfg)
+			err := cfg.Validate(x402.NewRegistry())
+			if tc.wantOption == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			ce, ok := errors.AsType[*ConfigError](err)
+			if !ok || ce.Option != tc.wantOption {
+				t.Fatalf("Validate() = %v, want a ConfigError of option %q", err, tc.wantOption)
+			}
+		})
+	}
+}
+
+func TestRetryMax(t *testing.T) {
+	zero, three, neg := 0, 3, -1
+	for _, tc := range []struct {
+		in   *int
+		want int
+		err  bool
+	}{{nil, 0, false}, {&zero, -1, false}, {&three, 3, false}, {&neg, 0, true}} {
+		got, err := RetryMax(tc.in)
+		if got != tc.want || (err != nil) != tc.err {
+			t.Errorf("RetryMax(%v) = %d, %v; want %d, error %v", tc.in, got, err, tc.want, tc.err)
+		}
+	}
+}
