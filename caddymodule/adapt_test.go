@@ -81,7 +81,8 @@ func indentJSON(b []byte) (string, error) {
 }
 
 // adaptGlobal is the x402 global option the adapt-time error cases share: a facilitator
-// "default" on base-sepolia and devnet, and one "off" whose guardian_mode is off.
+// "default" on base-sepolia and devnet, one "off" whose guardian_mode is off, and one
+// "optional".
 const adaptGlobal = `{
 	x402 {
 		facilitator {
@@ -103,6 +104,15 @@ const adaptGlobal = `{
 				rpc {env.BASE_SEPOLIA_RPC}
 			}
 			signer_key {env.X402_SIGNER_OFF}
+		}
+		facilitator optional {
+			network base-sepolia {
+				rpc {env.BASE_SEPOLIA_RPC}
+			}
+			signer_key {env.X402_SIGNER_OPTIONAL}
+			guardian_mode optional
+			verdict_url https://verdict.example
+			pricing_url https://pricing.example
 		}
 	}
 }
@@ -140,6 +150,7 @@ func TestAdaptErrors(t *testing.T) {
 		{"price is required", site("\t\tpay_to 0x1111111111111111111111111111111111111111\n\t\tnetwork base-sepolia\n"), "price: is required"},
 		{"network is required", site("\t\tprice 0.01\n\t\tpay_to 0x1111111111111111111111111111111111111111\n"), "network: is required"},
 		{"an unknown guardian advertisement", route("network base-sepolia", "network base-sepolia\n\t\tguardian { # <-\n\t\t\tadvertise always\n\t\t}"), `guardian: advertise "always" is not required or optional`},
+		{"advertise required to a facilitator in guardian_mode optional", route("network base-sepolia", "network base-sepolia\n\t\tfacilitator bundled optional\n\t\tguardian { # <-\n\t\t\tadvertise required\n\t\t\tfee on\n\t\t}"), "guardian: advertise required needs the facilitator's guardian_mode required"},
 		{"a guardian advertisement its facilitator would not keep", route("network base-sepolia", "network base-sepolia\n\t\tfacilitator bundled off\n\t\tguardian { # <-\n\t\t\tadvertise required\n\t\t}"), "guardian: advertise required, but the facilitator's guardian_mode is off"},
 		{"facilitator_key without a url", route("network base-sepolia", "network base-sepolia\n\t\tfacilitator_key {env.K} # <-"), "facilitator_key: is only for a remote facilitator url"},
 		{"facilitator_key written into the config", route("network base-sepolia", "network base-sepolia\n\t\tfacilitator https://f.example\n\t\tfacilitator_key inline-key # <-"), "facilitator_key: must be an {env.*} or {file.*} placeholder"},

@@ -15,8 +15,10 @@ func TestGuardianModeKeepsWhatAGateAdvertises(t *testing.T) {
 		{GuardianOff, "", false, ""},
 		{GuardianOff, "required", false, "guardian_mode is off"},
 		{GuardianOff, "optional", true, "guardian_mode is off"},
-		{GuardianOptional, "required", false, "needs fee on"},
-		{GuardianOptional, "required", true, ""},
+		{GuardianOptional, "required", false, "needs the facilitator's guardian_mode required"},
+		{GuardianOptional, "required", true, "needs the facilitator's guardian_mode required"},
+		{GuardianOptional, "optional", false, "needs fee on"},
+		{GuardianOptional, "optional", true, ""},
 		{GuardianRequired, "required", false, ""},
 		{GuardianRequired, "optional", false, ""},
 	} {
