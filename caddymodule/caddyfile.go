@@ -72,7 +72,10 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //
 //	x402 [<matcher>] {
 //		price <amount> [<SYMBOL>] | <n> base
+//		price_min <amount> [<SYMBOL>] | <n> base
+//		price_max <amount> [<SYMBOL>] | <n> base
 //		pay_to <address>
+//		pay_to_allowed <address>...
 //		network <name>
 //		asset <address>
 //		asset_name <eip712 name>
@@ -93,7 +96,8 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //		retry_grace <duration>
 //	}
 //
-// price and pay_to may hold placeholders, expanded per request.
+// price and pay_to may hold placeholders, expanded per request; then price_min (and
+// optionally price_max) or pay_to_allowed must bound what a request may bring.
 func (g *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if err := blockOnly(d); err != nil {
 		return err
@@ -103,12 +107,18 @@ func (g *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		opt := d.Val()
 		g.lines.set(opt, d)
 		switch opt {
-		case "price":
+		case "price", "price_min", "price_max":
 			args := d.RemainingArgs()
 			if len(args) == 0 || len(args) > 2 {
 				return d.ArgErr()
 			}
-			g.Price = strings.Join(args, " ")
+			*map[string]*string{"price": &g.Price, "price_min": &g.PriceMin, "price_max": &g.PriceMax}[opt] = strings.Join(args, " ")
+		case "pay_to_allowed":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.ArgErr()
+			}
+			g.PayToAllowed = append(g.PayToAllowed, args...)
 		case "pay_to":
 			if err := oneArg(d, &g.PayTo); err != nil {
 				return err

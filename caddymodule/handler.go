@@ -71,6 +71,14 @@ type Handler struct {
 	// RetryGrace is how long those retries stay available. Default: the authorization's
 	// remaining validity.
 	RetryGrace caddy.Duration `json:"retry_grace,omitempty"`
+	// PriceMin and PriceMax bound a Price that holds placeholders, in Price's grammar; a
+	// request price outside them is answered 500 and never proxied. PriceMin is required
+	// with a placeholder price. Default: none.
+	PriceMin string `json:"price_min,omitempty"`
+	PriceMax string `json:"price_max,omitempty"`
+	// PayToAllowed lists the payees a PayTo with placeholders may expand to; required
+	// with such a PayTo. Default: none.
+	PayToAllowed []string `json:"pay_to_allowed,omitempty"`
 
 	gate         *gate.Gate
 	log          *zap.Logger
@@ -122,6 +130,9 @@ func (h *Handler) gateConfig() (gate.Config, error) {
 		Retry:             gate.RetryConfig{Max: retryMax, Grace: time.Duration(h.RetryGrace)},
 		PerRequestPrice:   hasPlaceholder(h.Price),
 		PerRequestPayTo:   hasPlaceholder(h.PayTo),
+		PriceMin:          h.PriceMin,
+		PriceMax:          h.PriceMax,
+		PayToAllowed:      h.PayToAllowed,
 	}
 	if h.MaxTimeout != 0 && cfg.MaxTimeoutSeconds <= 0 {
 		return gate.Config{}, &gate.ConfigError{Option: "max_timeout", Err: errors.New("must be at least 1s")}

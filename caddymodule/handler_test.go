@@ -122,7 +122,8 @@ func provisionRemote(t *testing.T, h *Handler) error {
 }
 
 func TestHandlerExpandsPriceAndPayToPerRequest(t *testing.T) {
-	h := &Handler{Price: "{http.request.header.X-Quote} base", PayTo: "{http.request.header.X-Payee}", Network: "base-sepolia"}
+	h := &Handler{Price: "{http.request.header.X-Quote} base", PayTo: "{http.request.header.X-Payee}", Network: "base-sepolia",
+		PriceMin: "5 base", PriceMax: "10000 base", PayToAllowed: []string{payee}}
 	if err := provisionRemote(t, h); err != nil {
 		t.Fatal(err)
 	}
@@ -135,6 +136,9 @@ func TestHandlerExpandsPriceAndPayToPerRequest(t *testing.T) {
 		{"another quoted price", "7", payee, http.StatusPaymentRequired, "7"},
 		{"a price that does not parse is a route error, not a free pass", "-3", payee, http.StatusInternalServerError, ""},
 		{"a payee that is not an address", "10", "nobody", http.StatusInternalServerError, ""},
+		{"a client-chosen price below price_min", "1", payee, http.StatusInternalServerError, ""},
+		{"a price above price_max", "10001", payee, http.StatusInternalServerError, ""},
+		{"a payee not in pay_to_allowed", "10", token, http.StatusInternalServerError, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := httptest.NewRequest(http.MethodGet, "http://shop.example/api/x", nil)

@@ -2,6 +2,7 @@ package gate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/big"
 	"strings"
@@ -68,8 +69,20 @@ type Config struct {
 	SettleTimeout time.Duration `json:"settleTimeout,omitempty"`
 	// PricingTimeout bounds a fetch of the verification fee. Default DefaultPricingTimeout.
 	PricingTimeout time.Duration `json:"pricingTimeout,omitempty"`
+	// PriceMin and PriceMax bound a price that a request brings (Input.Price), in
+	// ParsePrice's grammar. A per-request price comes from a placeholder that a client
+	// may be able to influence, so PriceMin is required with PerRequestPrice, and a
+	// request price outside the bounds is refused (500 invalid_payment_requirements,
+	// nothing proxied). Default: none; then Input.Price is refused.
+	PriceMin string `json:"priceMin,omitempty"`
+	PriceMax string `json:"priceMax,omitempty"`
+	// PayToAllowed lists the payees a request may bring (Input.PayTo); required with
+	// PerRequestPayTo, so a client can never make the route pay itself. Default: none;
+	// then Input.PayTo is refused.
+	PayToAllowed []string `json:"payToAllowed,omitempty"`
 	// PerRequestPrice and PerRequestPayTo say that every request brings its price or payee
-	// in Input, so Validate does not require Price or PayTo. Default false.
+	// in Input, so Validate does not require Price or PayTo, but requires PriceMin or
+	// PayToAllowed. Default false.
 	PerRequestPrice bool `json:"-"`
 	PerRequestPayTo bool `json:"-"`
 }
@@ -207,6 +220,9 @@ type route struct {
 	symbol   string
 	payTo    common.Address // zero when unset
 	price    *big.Int       // nil when unset
+	priceMin *big.Int       // nil: no per-request price is accepted
+	priceMax *big.Int       // nil: no upper bound
+	payTos   map[common.Address]bool
 	resource ResourceConfig
 	timeout  int
 	guardian *GuardianConfig
@@ -242,6 +258,10 @@ func (cfg Config) Validate(reg *x402.Registry) error {
 		return configErr("price", "is required")
 	case cfg.PayTo == "" && !cfg.PerRequestPayTo:
 		return configErr("pay_to", "is required")
+	case cfg.PerRequestPrice && cfg.PriceMin == "":
+		return configErr("price", "holds a placeholder, so price_min is required: a per-request price must be bounded, or a client could set its own")
+	case cfg.PerRequestPayTo && len(cfg.PayToAllowed) == 0:
+		return configErr("pay_to", "holds a placeholder, so pay_to_allowed is required: list the payees a request may name, or a client could pay itself")
 	}
 	if reg == nil {
 		reg = x402.NewRegistry()
@@ -292,6 +312,9 @@ func checkConfig(cfg Config, reg *x402.Registry) (*route, error) {
 		}
 		rt.price = p
 	}
+	if err := rt.setBounds(cfg); err != nil {
+		return nil, err
+	}
 	switch {
 	case rt.timeout == 0:
 		rt.timeout = DefaultMaxTimeoutSeconds
@@ -316,6 +339,67 @@ func checkConfig(cfg Config, reg *x402.Registry) (*route, error) {
 	}
 	rt.grace = cfg.Retry.Grace
 	return rt, nil
+}
+
+// setBounds checks the bounds of per-request prices and payees.
+func (rt *route) setBounds(cfg Config) error {
+	for _, b := range []struct {
+		option, v string
+		dst       **big.Int
+	}{{"price_min", cfg.PriceMin, &rt.priceMin}, {"price_max", cfg.PriceMax, &rt.priceMax}} {
+		if b.v == "" {
+			continue
+		}
+		p, err := ParsePrice(b.v, rt.decimals, rt.symbol)
+		if err != nil {
+			return &ConfigError{Option: b.option, Err: err}
+		}
+		*b.dst = p
+	}
+	switch {
+	case rt.priceMax != nil && rt.priceMin == nil:
+		return configErr("price_max", "needs price_min")
+	case rt.priceMax != nil && rt.priceMax.Cmp(rt.priceMin) < 0:
+		return configErr("price_max", "%s is below price_min %s", cfg.PriceMax, cfg.PriceMin)
+	}
+	for _, s := range cfg.PayToAllowed {
+		a, err := x402.ParseAddress(s)
+		if err != nil {
+			return &ConfigError{Option: "pay_to_allowed", Err: err}
+		}
+		if rt.payTos == nil {
+			rt.payTos = map[common.Address]bool{}
+		}
+		rt.payTos[a] = true
+	}
+	return nil
+}
+
+// requestPrice parses a price a request brings and checks it against the bounds.
+func (rt *route) requestPrice(s string) (*big.Int, error) {
+	if rt.priceMin == nil {
+		return nil, errors.New("gate: a per-request price needs price_min")
+	}
+	p, err := ParsePrice(s, rt.decimals, rt.symbol)
+	if err != nil {
+		return nil, fmt.Errorf("gate: %w", err)
+	}
+	if p.Cmp(rt.priceMin) < 0 || (rt.priceMax != nil && p.Cmp(rt.priceMax) > 0) {
+		return nil, fmt.Errorf("gate: the request's price %s is outside [price_min, price_max]", p)
+	}
+	return p, nil
+}
+
+// requestPayTo parses a payee a request brings and checks it against the allow-list.
+func (rt *route) requestPayTo(s string) (common.Address, error) {
+	a, err := x402.ParseAddress(s)
+	if err != nil {
+		return common.Address{}, fmt.Errorf("gate: pay_to: %w", err)
+	}
+	if !rt.payTos[a] {
+		return common.Address{}, fmt.Errorf("gate: the request's payee %s is not in pay_to_allowed", a.Hex())
+	}
+	return a, nil
 }
 
 func (rt *route) setAsset(a AssetConfig) error {

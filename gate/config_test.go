@@ -19,7 +19,16 @@ func TestConfigValidate(t *testing.T) {
 		{"a valid route", func(*Config) {}, ""},
 		{"price is required", func(c *Config) { c.Price = "" }, "price"},
 		{"pay_to is required", func(c *Config) { c.PayTo = "" }, "pay_to"},
-		{"a per-request price and payee need neither", func(c *Config) { c.Price, c.PayTo, c.PerRequestPrice, c.PerRequestPayTo = "", "", true, true }, ""},
+		{"a per-request price and payee need neither, but their bounds", func(c *Config) {
+			c.Price, c.PayTo, c.PerRequestPrice, c.PerRequestPayTo = "", "", true, true
+			c.PriceMin, c.PriceMax, c.PayToAllowed = "0.001", "0.1", []string{"0x209693Bc6afc0C5328bA36FaF03C514EF312287C"}
+		}, ""},
+		{"a per-request price needs price_min", func(c *Config) { c.Price, c.PerRequestPrice = "", true }, "price"},
+		{"a per-request payee needs pay_to_allowed", func(c *Config) { c.PayTo, c.PerRequestPayTo = "", true }, "pay_to"},
+		{"price_max below price_min", func(c *Config) { c.PriceMin, c.PriceMax = "0.1", "0.01" }, "price_max"},
+		{"price_max without price_min", func(c *Config) { c.PriceMax = "0.1" }, "price_max"},
+		{"price_min in a unit that is not the asset's", func(c *Config) { c.PriceMin = "1 DAI" }, "price_min"},
+		{"pay_to_allowed with a bad checksum", func(c *Config) { c.PayToAllowed = []string{"0x209693bc6afc0C5328bA36FaF03C514EF312287C"} }, "pay_to_allowed"},
 		{"an unknown network", func(c *Config) { c.Network = "polygon" }, "network"},
 		{"an unknown price unit", func(c *Config) { c.Price = "0.01 DAI" }, "price"},
 		{"more decimals than the asset has", func(c *Config) { c.Price = "0.0000001 USDC" }, "price"},

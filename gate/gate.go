@@ -146,9 +146,9 @@ func (g *Gate) Requirements(_ context.Context, in Input) (*x402.Requirements, er
 	}
 	price := rt.price
 	if in.Price != "" {
-		p, err := ParsePrice(in.Price, rt.decimals, rt.symbol)
+		p, err := rt.requestPrice(in.Price)
 		if err != nil {
-			return nil, fmt.Errorf("gate: %w", err)
+			return nil, err
 		}
 		price = p
 	}
@@ -157,9 +157,9 @@ func (g *Gate) Requirements(_ context.Context, in Input) (*x402.Requirements, er
 	}
 	payTo := rt.payTo
 	if in.PayTo != "" {
-		a, err := x402.ParseAddress(in.PayTo)
+		a, err := rt.requestPayTo(in.PayTo)
 		if err != nil {
-			return nil, fmt.Errorf("gate: payTo: %w", err)
+			return nil, err
 		}
 		payTo = a
 	}

@@ -435,8 +435,10 @@ func TestConcurrentRequestsOneHeader(t *testing.T) {
 // ctx(request)): a per-request price and payee, and a public resource URL.
 func TestMiddlewarePerRequestMappers(t *testing.T) {
 	env := newTestEnv(t)
-	g := env.gate(t, env.config(), Options{})
 	vip := testenv.NewAccount(t).Address
+	cfg := env.config()
+	cfg.PriceMin, cfg.PriceMax, cfg.PayToAllowed = "1000 base", "0.01", []string{vip.Hex()}
+	g := env.gate(t, cfg, Options{})
 	up := &upstream{}
 	h := g.Middleware(MiddlewareOptions{
 		Resource: func(r *http.Request) string { return "https://api.example.com" + r.URL.Path },
@@ -474,6 +476,65 @@ func TestMiddlewarePerRequestMappers(t *testing.T) {
 	}
 	if up.calls.Load() != 0 {
 		t.Error("the upstream ran")
+	}
+}
+
+// TestPerRequestPriceAndPayeeBounds: a price or payee that a request brings (a
+// placeholder a client may influence) is held to price_min, price_max and
+// pay_to_allowed. Outside them the answer is 500 invalid_payment_requirements, a paid
+// request included, and the upstream never runs; a route without bounds takes no
+// per-request price or payee at all.
+func TestPerRequestPriceAndPayeeBounds(t *testing.T) {
+	env := newTestEnv(t)
+	vip := testenv.NewAccount(t).Address
+	bounded := env.config()
+	bounded.PriceMin, bounded.PriceMax, bounded.PayToAllowed = "1000 base", "0.01", []string{vip.Hex()}
+	up := &upstream{}
+	for _, tc := range []struct {
+		name         string
+		cfg          Config
+		price, payTo string
+		want         int
+	}{
+		{"a price within the bounds", bounded, "5000 base", "", http.StatusPaymentRequired},
+		{"price_min itself", bounded, "1000 base", "", http.StatusPaymentRequired},
+		{"a client-chosen price of 1 base unit", bounded, "1 base", "", http.StatusInternalServerError},
+		{"a price over price_max", bounded, "0.02", "", http.StatusInternalServerError},
+		{"an allowed payee", bounded, "", vip.Hex(), http.StatusPaymentRequired},
+		{"a payee not in the list", bounded, "", env.payer.Address.Hex(), http.StatusInternalServerError},
+		{"a price on a route without bounds", env.config(), "5000 base", "", http.StatusInternalServerError},
+		{"a payee on a route without an allow-list", env.config(), "", vip.Hex(), http.StatusInternalServerError},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := env.gate(t, tc.cfg, Options{})
+			srv := httptest.NewServer(g.Middleware(MiddlewareOptions{
+				Price: func(*http.Request) string { return tc.price },
+				PayTo: func(*http.Request) string { return tc.payTo },
+			})(up))
+			defer srv.Close()
+			res := get(t, srv.URL+"/x", "", "")
+			body := readBody(t, res)
+			if res.StatusCode != tc.want {
+				t.Fatalf("status %d, want %d; body %s", res.StatusCode, tc.want, body)
+			}
+			if tc.want == http.StatusInternalServerError && errorOf(t, body) != "invalid_payment_requirements" {
+				t.Errorf("body %s, want invalid_payment_requirements", body)
+			}
+			if tc.want != http.StatusInternalServerError {
+				return
+			}
+			// A paid request is refused the same way, before anything is verified.
+			c := fetchChallenge(t, serve(t, env.gate(t, env.config(), Options{}), up).URL+"/x")
+			name, value := env.sign(t, x402.Version2, env.payer, c, tamper{})
+			res = get(t, srv.URL+"/x", name, value)
+			_ = readBody(t, res)
+			if res.StatusCode != http.StatusInternalServerError {
+				t.Errorf("paid: status %d, want 500", res.StatusCode)
+			}
+		})
+	}
+	if n := up.calls.Load(); n != 0 {
+		t.Errorf("the upstream ran %d times", n)
 	}
 }
 
