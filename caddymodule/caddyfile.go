@@ -238,7 +238,7 @@ func parseFacilitatorHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandle
 //
 //	x402_facilitator [<matcher>] {
 //		facilitator [<name>]
-//		api_key <placeholder>
+//		api_key <placeholder> | off
 //		health_detail on|off
 //		strip_prefix <path>
 //	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
 
 	"github.com/x402gate/x402gate/facilitator"
 )
@@ -23,8 +24,10 @@ type FacilitatorHandler struct {
 	// Facilitator names the bundled facilitator of the x402 app. Default: "default".
 	Facilitator string `json:"facilitator,omitempty"`
 	// APIKey is FACILITATOR_API_KEY, an {env.*} or {file.*} placeholder expanded in
-	// Provision. When set, every route but GET /health requires the x-facilitator-key
-	// header with this value. Default: none, the API is open.
+	// Provision: every route but GET /health requires the x-facilitator-key header with
+	// this value. Required: an open API lets anyone make the facilitator pay gas. The
+	// value "off" serves an open API deliberately (a preview server), with a warning
+	// logged at start.
 	APIKey string `json:"api_key,omitempty"`
 	// HealthDetail turns on the detailed GET /health (signer, networks, balances).
 	// Default: false.
@@ -55,15 +58,22 @@ func (f *FacilitatorHandler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	repl := caddy.NewReplacer()
+	key := ""
+	if f.APIKey == APIKeyOff {
+		ctx.Logger().Warn("the facilitator API is open (api_key off): anyone who reaches it can make the facilitator verify and settle, and pay the gas",
+			zap.String("facilitator", b.name))
+	} else {
+		key = resolveSecret(repl, f.APIKey)
+	}
 	opts := facilitator.HandlerOptions{
-		APIKey:         resolveSecret(repl, f.APIKey),
+		APIKey:         key,
 		PathPrefix:     f.StripPrefix,
 		Registry:       b.registry,
 		PricingURL:     b.pricingURL,
 		HealthDetailed: f.HealthDetail,
 		Logger:         ctx.Logger(),
 	}
-	if f.APIKey != "" && opts.APIKey == "" {
+	if f.APIKey != APIKeyOff && opts.APIKey == "" {
 		// Fail closed: a key placeholder that expands to nothing must not open the API.
 		return errors.New("api_key resolved to an empty value")
 	}
@@ -74,10 +84,18 @@ func (f *FacilitatorHandler) Provision(ctx caddy.Context) error {
 	return nil
 }
 
+// APIKeyOff is the api_key that serves an open facilitator API on purpose.
+const APIKeyOff = "off"
+
 // Validate checks the handler's options; the Caddyfile adapter calls it too.
 func (f *FacilitatorHandler) Validate() error {
-	if f.StripPrefix != "" && !strings.HasPrefix(f.StripPrefix, "/") {
+	switch {
+	case f.StripPrefix != "" && !strings.HasPrefix(f.StripPrefix, "/"):
 		return &facilitator.SettingsError{Option: "strip_prefix", Err: errors.New("wants a path starting with /")}
+	case f.APIKey == "":
+		return &facilitator.SettingsError{Option: "api_key", Err: errors.New("is required: without it anyone can make the facilitator settle and pay the gas; write `api_key off` to serve an open API on purpose")}
+	case f.APIKey == APIKeyOff:
+		return nil
 	}
 	return placeholderOnly("api_key", f.APIKey)
 }

@@ -236,7 +236,9 @@ http://127.0.0.1:%[3]d {
 		reverse_proxy %[6]s
 	}
 	handle_path /facilitator/* {
-		x402_facilitator
+		x402_facilitator {
+			api_key off
+		}
 	}
 	respond "free"
 }`, runtimeLog, tok.Address.Hex(), port, accessLog, merchant.Hex(), strings.TrimPrefix(upSrv.URL, "http://")))
@@ -440,6 +442,10 @@ http://127.0.0.1:%[3]d {
 		}
 		if bytes.Contains(rt, []byte(guardianTestKey)) {
 			t.Error("Caddy's log carries the verdict key")
+		}
+		// The facilitator API of this config is open on purpose (api_key off): said at start.
+		if !bytes.Contains(rt, []byte("the facilitator API is open (api_key off)")) {
+			t.Error("Caddy's log does not warn that the facilitator API is open")
 		}
 		acc, err := os.ReadFile(accessLog)
 		if err != nil || !bytes.Contains(acc, []byte("/api/item")) {
