@@ -98,44 +98,44 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //
 // price and pay_to may hold placeholders, expanded per request; then price_min (and
 // optionally price_max) or pay_to_allowed must bound what a request may bring.
-func (g *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if err := blockOnly(d); err != nil {
 		return err
 	}
-	g.lines = optionTokens{"": d.Token()}
+	h.lines = optionTokens{"": d.Token()}
 	for d.NextBlock(0) {
 		opt := d.Val()
-		g.lines.set(opt, d)
+		h.lines.set(opt, d)
 		switch opt {
 		case "price", "price_min", "price_max":
 			args := d.RemainingArgs()
 			if len(args) == 0 || len(args) > 2 {
 				return d.ArgErr()
 			}
-			*map[string]*string{"price": &g.Price, "price_min": &g.PriceMin, "price_max": &g.PriceMax}[opt] = strings.Join(args, " ")
+			*map[string]*string{"price": &h.Price, "price_min": &h.PriceMin, "price_max": &h.PriceMax}[opt] = strings.Join(args, " ")
 		case "pay_to_allowed":
 			args := d.RemainingArgs()
 			if len(args) == 0 {
 				return d.ArgErr()
 			}
-			g.PayToAllowed = append(g.PayToAllowed, args...)
+			h.PayToAllowed = append(h.PayToAllowed, args...)
 		case "pay_to":
-			if err := oneArg(d, &g.PayTo); err != nil {
+			if err := oneArg(d, &h.PayTo); err != nil {
 				return err
 			}
 		case "network":
-			if err := oneArg(d, &g.Network); err != nil {
+			if err := oneArg(d, &h.Network); err != nil {
 				return err
 			}
 		case "asset":
-			if err := oneArg(d, &g.Asset); err != nil {
+			if err := oneArg(d, &h.Asset); err != nil {
 				return err
 			}
 		case "asset_name", "asset_version", "symbol", "description", "mime_type", "facilitator_key", "pricing_url":
 			dst := map[string]*string{
-				"asset_name": &g.AssetName, "asset_version": &g.AssetVersion, "symbol": &g.Symbol,
-				"description": &g.Description, "mime_type": &g.MimeType,
-				"facilitator_key": &g.FacilitatorKey, "pricing_url": &g.PricingURL,
+				"asset_name": &h.AssetName, "asset_version": &h.AssetVersion, "symbol": &h.Symbol,
+				"description": &h.Description, "mime_type": &h.MimeType,
+				"facilitator_key": &h.FacilitatorKey, "pricing_url": &h.PricingURL,
 			}[opt]
 			if err := oneArg(d, dst); err != nil {
 				return err
@@ -149,11 +149,11 @@ func (g *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err != nil {
 				return d.Errf("decimals %q is not an integer", v)
 			}
-			g.Decimals = n
+			h.Decimals = n
 		case "max_timeout", "retry_grace":
-			dst := &g.MaxTimeout
+			dst := &h.MaxTimeout
 			if opt == "retry_grace" {
-				dst = &g.RetryGrace
+				dst = &h.RetryGrace
 			}
 			if err := durationArg(d, dst); err != nil {
 				return err
@@ -165,15 +165,15 @@ func (g *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			case args[0] == "bundled":
 				if len(args) == 2 {
-					g.Facilitator = args[1]
+					h.Facilitator = args[1]
 				}
 			case len(args) == 1 && (strings.HasPrefix(args[0], "http://") || strings.HasPrefix(args[0], "https://")):
-				g.FacilitatorURL = args[0]
+				h.FacilitatorURL = args[0]
 			default:
 				return d.Errf("facilitator wants `bundled [<name>]` or an http(s) url")
 			}
 		case "guardian":
-			if err := g.unmarshalGuardian(d); err != nil {
+			if err := h.unmarshalGuardian(d); err != nil {
 				return err
 			}
 		case "retry_max":
@@ -185,7 +185,7 @@ func (g *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err != nil {
 				return d.Errf("retry_max %q is not an integer", v)
 			}
-			g.RetryMax = &n
+			h.RetryMax = &n
 		default:
 			return d.Errf("unrecognized subdirective %q", opt)
 		}
@@ -193,12 +193,12 @@ func (g *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-func (g *Handler) unmarshalGuardian(d *caddyfile.Dispenser) error {
+func (h *Handler) unmarshalGuardian(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		if d.Val() != "off" || d.NextArg() {
 			return d.Errf("guardian wants `off` or a block")
 		}
-		g.Guardian = nil
+		h.Guardian = nil
 		return nil
 	}
 	gc := new(GuardianConfig)
@@ -224,7 +224,7 @@ func (g *Handler) unmarshalGuardian(d *caddyfile.Dispenser) error {
 			return d.Errf("unrecognized guardian option %q", opt)
 		}
 	}
-	g.Guardian = gc
+	h.Guardian = gc
 	return nil
 }
 

@@ -27,7 +27,7 @@ const (
 func (g *Gate) challenge(ctx context.Context, req *x402.Requirements) *Result {
 	var vb *verificationBody
 	var fee *x402.Requirements
-	if gc := g.rt.guardian; gc != nil && gc.Advertise != "" {
+	if gc := g.route.guardian; gc != nil && gc.Advertise != "" {
 		f, err := g.VerificationRequirements(ctx, req)
 		if err != nil {
 			g.log.Warn("x402 verification fee unavailable", zap.Error(err))
@@ -89,8 +89,8 @@ func (g *Gate) answer402(req *x402.Requirements, payer, errV1, errV2 string, vb 
 }
 
 func (g *Gate) displayOf(req *x402.Requirements) display {
-	d := display{price: FormatAmount(req.Amount, g.rt.decimals), symbol: g.rt.symbol, network: g.rt.network.Name}
-	if g.rt.symbol == "" && g.rt.decimals == 0 {
+	d := display{price: FormatAmount(req.Amount, g.route.decimals), symbol: g.route.symbol, network: g.route.network.Name}
+	if g.route.symbol == "" && g.route.decimals == 0 {
 		d.symbol = "base units"
 	}
 	return d
@@ -182,7 +182,7 @@ func (g *Gate) settlement(req *x402.Requirements, p *x402.Payment, sr x402.Settl
 		Transaction: sr.Transaction,
 		Amount:      bigString(req.Amount),
 		Network:     req.Network,
-		NetworkName: g.rt.network.Name,
+		NetworkName: g.route.network.Name,
 		Asset:       req.Asset.Hex(),
 		PayTo:       req.PayTo.Hex(),
 		Version:     p.Version,

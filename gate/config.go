@@ -210,9 +210,9 @@ type SettleEvent struct {
 	Duration time.Duration
 }
 
-// route is a checked Config: the parts of every requirement that do not change per
+// routeConfig is a checked Config: the parts of every requirement that do not change per
 // request.
-type route struct {
+type routeConfig struct {
 	network  x402.Network
 	asset    common.Address
 	extra    map[string]any
@@ -286,7 +286,7 @@ func RetryMax(configured *int) (int, error) {
 
 // checkConfig validates cfg against reg and fills in defaults. Its errors are
 // *ConfigError.
-func checkConfig(cfg Config, reg *x402.Registry) (*route, error) {
+func checkConfig(cfg Config, reg *x402.Registry) (*routeConfig, error) {
 	if cfg.Network == "" {
 		return nil, configErr("network", "is required")
 	}
@@ -294,8 +294,8 @@ func checkConfig(cfg Config, reg *x402.Registry) (*route, error) {
 	if !ok {
 		return nil, configErr("network", "%q is not one of %s", cfg.Network, strings.Join(reg.Names(), ", "))
 	}
-	rt := &route{network: n, resource: cfg.Resource, timeout: cfg.MaxTimeoutSeconds}
-	if err := rt.setAsset(cfg.Asset); err != nil {
+	route := &routeConfig{network: n, resource: cfg.Resource, timeout: cfg.MaxTimeoutSeconds}
+	if err := route.setAsset(cfg.Asset); err != nil {
 		return nil, err
 	}
 	if cfg.PayTo != "" {
@@ -303,23 +303,23 @@ func checkConfig(cfg Config, reg *x402.Registry) (*route, error) {
 		if err != nil {
 			return nil, &ConfigError{Option: "pay_to", Err: err}
 		}
-		rt.payTo = a
+		route.payTo = a
 	}
 	if cfg.Price != "" {
-		p, err := ParsePrice(cfg.Price, rt.decimals, rt.symbol)
+		p, err := ParsePrice(cfg.Price, route.decimals, route.symbol)
 		if err != nil {
 			return nil, &ConfigError{Option: "price", Err: err}
 		}
-		rt.price = p
+		route.price = p
 	}
-	if err := rt.setBounds(cfg); err != nil {
+	if err := route.setBounds(cfg); err != nil {
 		return nil, err
 	}
 	switch {
-	case rt.timeout == 0:
-		rt.timeout = DefaultMaxTimeoutSeconds
-	case rt.timeout < 0:
-		return nil, configErr("max_timeout", "%ds must be positive", rt.timeout)
+	case route.timeout == 0:
+		route.timeout = DefaultMaxTimeoutSeconds
+	case route.timeout < 0:
+		return nil, configErr("max_timeout", "%ds must be positive", route.timeout)
 	}
 	if g := cfg.Guardian; g != nil {
 		switch g.Advertise {
@@ -328,38 +328,38 @@ func checkConfig(cfg Config, reg *x402.Registry) (*route, error) {
 			return nil, configErr("guardian", "advertise %q is not %s or %s", g.Advertise, AdvertiseRequired, AdvertiseOptional)
 		}
 		gc := *g
-		rt.guardian = &gc
+		route.guardian = &gc
 	}
-	rt.retryMax = cfg.Retry.Max
-	if rt.retryMax == 0 {
-		rt.retryMax = DefaultRetryMax
+	route.retryMax = cfg.Retry.Max
+	if route.retryMax == 0 {
+		route.retryMax = DefaultRetryMax
 	}
 	if cfg.Retry.Grace < 0 {
 		return nil, configErr("retry_grace", "must not be negative")
 	}
-	rt.grace = cfg.Retry.Grace
-	return rt, nil
+	route.grace = cfg.Retry.Grace
+	return route, nil
 }
 
 // setBounds checks the bounds of per-request prices and payees.
-func (rt *route) setBounds(cfg Config) error {
+func (route *routeConfig) setBounds(cfg Config) error {
 	for _, b := range []struct {
 		option, v string
 		dst       **big.Int
-	}{{"price_min", cfg.PriceMin, &rt.priceMin}, {"price_max", cfg.PriceMax, &rt.priceMax}} {
+	}{{"price_min", cfg.PriceMin, &route.priceMin}, {"price_max", cfg.PriceMax, &route.priceMax}} {
 		if b.v == "" {
 			continue
 		}
-		p, err := ParsePrice(b.v, rt.decimals, rt.symbol)
+		p, err := ParsePrice(b.v, route.decimals, route.symbol)
 		if err != nil {
 			return &ConfigError{Option: b.option, Err: err}
 		}
 		*b.dst = p
 	}
 	switch {
-	case rt.priceMax != nil && rt.priceMin == nil:
+	case route.priceMax != nil && route.priceMin == nil:
 		return configErr("price_max", "needs price_min")
-	case rt.priceMax != nil && rt.priceMax.Cmp(rt.priceMin) < 0:
+	case route.priceMax != nil && route.priceMax.Cmp(route.priceMin) < 0:
 		return configErr("price_max", "%s is below price_min %s", cfg.PriceMax, cfg.PriceMin)
 	}
 	for _, s := range cfg.PayToAllowed {
@@ -367,53 +367,53 @@ func (rt *route) setBounds(cfg Config) error {
 		if err != nil {
 			return &ConfigError{Option: "pay_to_allowed", Err: err}
 		}
-		if rt.payTos == nil {
-			rt.payTos = map[common.Address]bool{}
+		if route.payTos == nil {
+			route.payTos = map[common.Address]bool{}
 		}
-		rt.payTos[a] = true
+		route.payTos[a] = true
 	}
 	return nil
 }
 
 // requestPrice parses a price a request brings and checks it against the bounds.
-func (rt *route) requestPrice(s string) (*big.Int, error) {
-	if rt.priceMin == nil {
+func (route *routeConfig) requestPrice(s string) (*big.Int, error) {
+	if route.priceMin == nil {
 		return nil, errors.New("gate: a per-request price needs price_min")
 	}
-	p, err := ParsePrice(s, rt.decimals, rt.symbol)
+	p, err := ParsePrice(s, route.decimals, route.symbol)
 	if err != nil {
 		return nil, fmt.Errorf("gate: %w", err)
 	}
-	if p.Cmp(rt.priceMin) < 0 || (rt.priceMax != nil && p.Cmp(rt.priceMax) > 0) {
+	if p.Cmp(route.priceMin) < 0 || (route.priceMax != nil && p.Cmp(route.priceMax) > 0) {
 		return nil, fmt.Errorf("gate: the request's price %s is outside [price_min, price_max]", p)
 	}
 	return p, nil
 }
 
 // requestPayTo parses a payee a request brings and checks it against the allow-list.
-func (rt *route) requestPayTo(s string) (common.Address, error) {
+func (route *routeConfig) requestPayTo(s string) (common.Address, error) {
 	a, err := x402.ParseAddress(s)
 	if err != nil {
 		return common.Address{}, fmt.Errorf("gate: pay_to: %w", err)
 	}
-	if !rt.payTos[a] {
+	if !route.payTos[a] {
 		return common.Address{}, fmt.Errorf("gate: the request's payee %s is not in pay_to_allowed", a.Hex())
 	}
 	return a, nil
 }
 
-func (rt *route) setAsset(a AssetConfig) error {
-	usdc := rt.network.USDC
-	rt.asset = usdc.Address
+func (route *routeConfig) setAsset(a AssetConfig) error {
+	usdc := route.network.USDC
+	route.asset = usdc.Address
 	if a.Address != "" {
 		addr, err := x402.ParseAddress(a.Address)
 		if err != nil {
 			return &ConfigError{Option: "asset", Err: err}
 		}
-		rt.asset = addr
+		route.asset = addr
 	}
 	name, version, decimals, symbol := a.Name, a.Version, a.Decimals, a.Symbol
-	if rt.asset == usdc.Address {
+	if route.asset == usdc.Address {
 		if name == "" {
 			name = usdc.Name
 		}
@@ -428,12 +428,12 @@ func (rt *route) setAsset(a AssetConfig) error {
 		}
 	}
 	if name == "" || version == "" {
-		return configErr("asset", "%s is not the network's default: its EIP-712 asset_name and asset_version are required", rt.asset.Hex())
+		return configErr("asset", "%s is not the network's default: its EIP-712 asset_name and asset_version are required", route.asset.Hex())
 	}
 	if decimals < 0 || decimals > x402.MaxDecimals {
 		return configErr("decimals", "%d is not in 0..%d", decimals, x402.MaxDecimals)
 	}
-	rt.extra = map[string]any{"name": name, "version": version}
-	rt.decimals, rt.symbol = decimals, symbol
+	route.extra = map[string]any{"name": name, "version": version}
+	route.decimals, route.symbol = decimals, symbol
 	return nil
 }

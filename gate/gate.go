@@ -66,22 +66,22 @@ type Input struct {
 
 // Gate is a resource gate for one route. It is safe for concurrent use.
 type Gate struct {
-	rt          *route
-	reg         *x402.Registry
-	f           Facilitator
-	pricing     PricingFunc
-	retries     RetryStore
-	errStatus   func(error) int
-	onResult    func(*Result)
-	onVerify    func(VerifyEvent)
-	onSettle    func(SettleEvent)
-	log         *zap.Logger
-	now         func() time.Time
-	verifyTO    time.Duration
-	settleTO    time.Duration
-	pricingTO   time.Duration
-	retryLease  time.Duration
-	defaultBody []byte // v1 error string of an unpaid 402
+	route          *routeConfig
+	reg            *x402.Registry
+	f              Facilitator
+	pricing        PricingFunc
+	retries        RetryStore
+	errStatus      func(error) int
+	onResult       func(*Result)
+	onVerify       func(VerifyEvent)
+	onSettle       func(SettleEvent)
+	log            *zap.Logger
+	now            func() time.Time
+	verifyTimeout  time.Duration
+	settleTimeout  time.Duration
+	pricingTimeout time.Duration
+	retryLease     time.Duration
+	defaultBody    []byte // v1 error string of an unpaid 402
 }
 
 // New checks cfg and returns a Gate that verifies and settles through
@@ -91,11 +91,11 @@ func New(cfg Config, opts Options) (*Gate, error) {
 	if reg == nil {
 		reg = x402.NewRegistry()
 	}
-	rt, err := checkConfig(cfg, reg)
+	route, err := checkConfig(cfg, reg)
 	if err != nil {
 		return nil, fmt.Errorf("gate config: %w", err)
 	}
-	if rt.guardian != nil && rt.guardian.Fee && opts.Pricing == nil {
+	if route.guardian != nil && route.guardian.Fee && opts.Pricing == nil {
 		return nil, errors.New("gate config: guardian.fee needs a pricing function (Options.Pricing)")
 	}
 	f := opts.Facilitator
@@ -103,12 +103,12 @@ func New(cfg Config, opts Options) (*Gate, error) {
 		return nil, errors.New("gate: Options.Facilitator is required")
 	}
 	g := &Gate{
-		rt: rt, reg: reg, f: f, pricing: opts.Pricing, retries: opts.RetryStore,
+		route: route, reg: reg, f: f, pricing: opts.Pricing, retries: opts.RetryStore,
 		errStatus: opts.ErrorStatus, onResult: opts.OnResult, onVerify: opts.OnVerify, onSettle: opts.OnSettle, log: opts.Logger, now: opts.Now,
-		verifyTO: cfg.VerifyTimeout, settleTO: cfg.SettleTimeout, pricingTO: cfg.PricingTimeout,
+		verifyTimeout: cfg.VerifyTimeout, settleTimeout: cfg.SettleTimeout, pricingTimeout: cfg.PricingTimeout,
 		retryLease: cfg.Retry.Lease,
 	}
-	if g.retries == nil && rt.retryMax > 0 {
+	if g.retries == nil && route.retryMax > 0 {
 		g.retries = NewMemoryRetryStore(0)
 	}
 	if g.errStatus == nil {
@@ -120,17 +120,17 @@ func New(cfg Config, opts Options) (*Gate, error) {
 	if g.now == nil {
 		g.now = time.Now
 	}
-	if g.verifyTO <= 0 {
-		g.verifyTO = DefaultVerifyTimeout
+	if g.verifyTimeout <= 0 {
+		g.verifyTimeout = DefaultVerifyTimeout
 	}
-	if g.settleTO <= 0 {
-		g.settleTO = DefaultSettleTimeout
+	if g.settleTimeout <= 0 {
+		g.settleTimeout = DefaultSettleTimeout
 	}
 	if g.retryLease <= 0 {
 		g.retryLease = DefaultRetryLease
 	}
-	if g.pricingTO <= 0 {
-		g.pricingTO = DefaultPricingTimeout
+	if g.pricingTimeout <= 0 {
+		g.pricingTimeout = DefaultPricingTimeout
 	}
 	return g, nil
 }
@@ -140,13 +140,13 @@ func New(cfg Config, opts Options) (*Gate, error) {
 // and the price and payee of in or else of the Config. An error means the route is
 // misconfigured for this request (no price or payee, or a bad override).
 func (g *Gate) Requirements(_ context.Context, in Input) (*x402.Requirements, error) {
-	rt := g.rt
+	route := g.route
 	if err := checkResourceURL(in.Resource); err != nil {
 		return nil, err
 	}
-	price := rt.price
+	price := route.price
 	if in.Price != "" {
-		p, err := rt.requestPrice(in.Price)
+		p, err := route.requestPrice(in.Price)
 		if err != nil {
 			return nil, err
 		}
@@ -155,9 +155,9 @@ func (g *Gate) Requirements(_ context.Context, in Input) (*x402.Requirements, er
 	if price == nil {
 		return nil, errors.New("gate: no price is configured for this request")
 	}
-	payTo := rt.payTo
+	payTo := route.payTo
 	if in.PayTo != "" {
-		a, err := rt.requestPayTo(in.PayTo)
+		a, err := route.requestPayTo(in.PayTo)
 		if err != nil {
 			return nil, err
 		}
@@ -168,18 +168,18 @@ func (g *Gate) Requirements(_ context.Context, in Input) (*x402.Requirements, er
 	}
 	return &x402.Requirements{
 		Scheme:            x402.SchemeExact,
-		Network:           rt.network.CAIP2,
+		Network:           route.network.CAIP2,
 		Amount:            price,
-		Asset:             rt.asset,
+		Asset:             route.asset,
 		PayTo:             payTo,
-		MaxTimeoutSeconds: rt.timeout,
+		MaxTimeoutSeconds: route.timeout,
 		Resource: x402.ResourceInfo{
 			URL:         in.Resource,
-			Description: rt.resource.Description,
-			MimeType:    rt.resource.MimeType,
+			Description: route.resource.Description,
+			MimeType:    route.resource.MimeType,
 		},
-		OutputSchema: rt.resource.OutputSchema,
-		Extra:        rt.extra,
+		OutputSchema: route.resource.OutputSchema,
+		Extra:        route.extra,
 	}, nil
 }
 
@@ -202,10 +202,10 @@ func checkResourceURL(s string) error {
 // or charges no fee, or when the pricing service says no fee applies. An error means the
 // pricing service failed; callers fail closed.
 func (g *Gate) VerificationRequirements(ctx context.Context, merchant *x402.Requirements) (*x402.Requirements, error) {
-	if g.rt.guardian == nil || !g.rt.guardian.Fee || merchant == nil {
+	if g.route.guardian == nil || !g.route.guardian.Fee || merchant == nil {
 		return nil, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, g.pricingTO)
+	ctx, cancel := context.WithTimeout(ctx, g.pricingTimeout)
 	defer cancel()
 	fee, err := g.pricing(ctx, merchant)
 	if err != nil {
@@ -231,7 +231,7 @@ func (g *Gate) CheckSupported(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("gate: facilitator /supported: %w", err)
 	}
-	n := g.rt.network
+	n := g.route.network
 	var v1, v2 bool
 	for _, k := range s.Kinds {
 		if k.Scheme != x402.SchemeExact {
@@ -298,7 +298,7 @@ func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header
 	if r := g.guardianInput(ctx, in, req, header, p, &vin); r != nil {
 		return r
 	}
-	vctx, cancel := context.WithTimeout(ctx, g.verifyTO)
+	vctx, cancel := context.WithTimeout(ctx, g.verifyTimeout)
 	start := time.Now()
 	vr, err := g.f.Verify(vctx, vin)
 	cancel()
@@ -331,7 +331,7 @@ func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header
 
 	// Settlement is not abandoned when the client goes away: a half-done settle is the
 	// uncertain case spec §4.2 /settle rule 3 warns about. Only SettleTimeout bounds it.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.settleTO)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.settleTimeout)
 	start = time.Now()
 	sr, err := g.f.Settle(sctx, p, req)
 	cancel()
@@ -375,7 +375,7 @@ func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header
 // guardianInput adds the verification fee to a /verify call according to
 // guardian.advertise. It returns a result when the request must stop here.
 func (g *Gate) guardianInput(ctx context.Context, in Input, req *x402.Requirements, header string, p *x402.Payment, vin *x402.VerifyInput) *Result {
-	gc := g.rt.guardian
+	gc := g.route.guardian
 	if gc == nil || !gc.Fee {
 		return nil
 	}

@@ -653,8 +653,8 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		if r.Asset != x402.BaseSepolia.USDC.Address || r.Extra["name"] != "USDC" || r.MaxTimeoutSeconds != DefaultMaxTimeoutSeconds || r.Amount.Int64() != 10_000 {
 			t.Errorf("requirements %+v", r)
 		}
-		if g.rt.retryMax != DefaultRetryMax {
-			t.Errorf("retry max %d", g.rt.retryMax)
+		if g.route.retryMax != DefaultRetryMax {
+			t.Errorf("retry max %d", g.route.retryMax)
 		}
 		if _, ok := g.retries.(*MemoryRetryStore); !ok {
 			t.Errorf("default retry store %T", g.retries)

@@ -29,7 +29,7 @@ import (
 // whether it can answer such a question at all: a pending credit is worth granting only
 // when its redemption can learn the outcome.
 func (g *Gate) canReportStatus(ctx context.Context, req *x402.Requirements, p *x402.Payment) bool {
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.settleTO)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.settleTimeout)
 	defer cancel()
 	_, err := g.f.SettlementStatus(sctx, p, req)
 	return !errors.Is(err, errors.ErrUnsupported)
@@ -59,7 +59,7 @@ func (g *Gate) grantPending(ctx context.Context, in Input, req *x402.Requirement
 	if g.retries == nil || res.Settlement == nil || !g.canReportStatus(ctx, req, p) {
 		return res
 	}
-	ttl := g.remaining(p) + g.rt.grace
+	ttl := g.remaining(p) + g.route.grace
 	if ttl > maxRetryTTL {
 		ttl = maxRetryTTL
 	}
@@ -111,7 +111,7 @@ func (g *Gate) usePending(ctx context.Context, in Input, req *x402.Requirements,
 		return g.errorResult(req, p.Version, http.StatusServiceUnavailable, ReasonRetryStoreUnavailable, "the retry store is unavailable")
 	}
 	payer := p.Authorization.From.Hex()
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.settleTO)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.settleTimeout)
 	sr, err := g.f.SettlementStatus(sctx, p, req)
 	cancel()
 	s := g.settlement(req, p, sr)

@@ -129,12 +129,12 @@ func retryTokenHash(h http.Header) (hash []byte, ok bool) {
 
 // armRetry prepares the grant of a first settled attempt; ReportUpstream applies it.
 func (g *Gate) armRetry(res *Result, in Input, req *x402.Requirements, p *x402.Payment) {
-	if g.rt.retryMax <= 0 || g.retries == nil {
+	if g.route.retryMax <= 0 || g.retries == nil {
 		return
 	}
 	ttl := g.remaining(p)
-	if g.rt.grace > 0 && g.rt.grace < ttl {
-		ttl = g.rt.grace
+	if g.route.grace > 0 && g.route.grace < ttl {
+		ttl = g.route.grace
 	}
 	if ttl > maxRetryTTL {
 		ttl = maxRetryTTL
@@ -171,7 +171,7 @@ func (g *Gate) useRetry(ctx context.Context, in Input, req *x402.Requirements, p
 // useSettledRetry takes a credit granted after the upstream failed, and holds its lease
 // while the retry's upstream runs.
 func (g *Gate) useSettledRetry(ctx context.Context, in Input, req *x402.Requirements, p *x402.Payment, hash []byte) *Result {
-	if g.rt.retryMax <= 0 {
+	if g.route.retryMax <= 0 {
 		return nil
 	}
 	key := retryKey(in, req, p)
@@ -242,9 +242,9 @@ func (g *Gate) ReportUpstream(ctx context.Context, res *Result, failed bool) (re
 			return "", fmt.Errorf("gate: report upstream: %w", terr)
 		}
 		var granted bool
-		granted, err = g.retries.Grant(ctx, res.retryKey, hash, g.rt.retryMax, time.Duration(res.retryTTL)*time.Millisecond, res.retryData)
+		granted, err = g.retries.Grant(ctx, res.retryKey, hash, g.route.retryMax, time.Duration(res.retryTTL)*time.Millisecond, res.retryData)
 		if err == nil && granted {
-			g.log.Info("x402 upstream failed after settlement; retry granted", zap.String("payer", res.Payer), zap.Int("retries", g.rt.retryMax))
+			g.log.Info("x402 upstream failed after settlement; retry granted", zap.String("payer", res.Payer), zap.Int("retries", g.route.retryMax))
 			retryToken = token
 		}
 	}
