@@ -333,7 +333,9 @@ type bundle struct {
 	verdictURL string
 	// guardianMode is the facilitator's GUARDIAN_MODE, checked against what gates advertise.
 	guardianMode facilitator.GuardianMode
-	reconcile    time.Duration
+	// verifyTimeout is the deadline its gates give one /verify (verifyTimeout).
+	verifyTimeout time.Duration
+	reconcile     time.Duration
 	// reconcileOnce starts the periodic reconcile; the mutex guards closers against
 	// startReconcile and Destruct running at once.
 	reconcileOnce sync.Once
@@ -418,6 +420,7 @@ func openBundle(rc *resolved, log *zap.Logger) (_ *bundle, err error) {
 	}
 	b.engine = e
 	b.guardianMode = rc.GuardianMode
+	b.verifyTimeout = verifyTimeout(rc)
 	b.closers = append(b.closers, func() error { e.Close(); return nil })
 	b.reconcile = rc.Reconcile
 	return b, nil

@@ -195,6 +195,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	opts := gate.Options{Logger: h.log, ErrorStatus: errorStatus, OnResult: countChallenge,
 		OnVerify: observeVerify, OnSettle: observeSettle}
 	pricingURL := h.PricingURL
+	verify := gate.DefaultVerifyTimeout
 	if h.FacilitatorURL != "" {
 		if err := h.provisionRemote(&opts); err != nil {
 			return err
@@ -208,7 +209,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		if err != nil {
 			return err
 		}
-		h.reg, h.guardianMode = b.served, b.guardianMode
+		h.reg, h.guardianMode, verify = b.served, b.guardianMode, b.verifyTimeout
 		opts.Facilitator, opts.Registry, opts.RetryStore = b.engine, b.registry, b.retries
 		if pricingURL == "" {
 			pricingURL = b.pricingURL
@@ -221,6 +222,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		opts.Pricing = pricingFunc(caddy.NewReplacer().ReplaceKnown(pricingURL, ""), opts.Registry)
 	}
 	cfg, _ := h.gateConfig() // checked by Validate
+	cfg.VerifyTimeout = verify
+	if verify > gate.DefaultVerifyTimeout {
+		h.log.Info("x402 verify deadline covers the verdict poll", zap.Duration("verify_timeout", verify))
+	}
 	g, err := gate.New(cfg, opts)
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"time"
 )
@@ -93,6 +94,19 @@ func (o PollOptions) Delay(n int, retryAfter time.Duration) time.Duration {
 		d = o.MaxDelay
 	}
 	return d
+}
+
+// Bound is the longest Await waits between its status reads with o: the sum of every
+// delay at its longest (jitter only shortens them; a Retry-After is capped at MaxDelay
+// too). The requests themselves come on top, each bounded by the client's timeout.
+func (o PollOptions) Bound() time.Duration {
+	o = o.normalized()
+	o.Jitter = func() float64 { return math.Nextafter(1, 0) }
+	var total time.Duration
+	for n := 1; n < o.MaxAttempts; n++ {
+		total += o.Delay(n, 0)
+	}
+	return total
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

@@ -147,3 +147,21 @@ func TestPollBoundLastAttemptDecides(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestPollBound: the default schedule waits at most about 87 s between its 20 reads 
+// 2, 4, then 5 s seventeen times... less the jitter), and Bound says so; a custom one sums
+// its own delays.
+func TestPollBound(t *testing.T) {
+	for _, tc := range []struct {
+		opts PollOptions
+		want time.Duration
+	}{
+		{PollOptions{}, 87 * time.Second},
+		{PollOptions{IntervalMs: 100, MaxAttempts: 4, MaxDelay: time.Second}, 700 * time.Millisecond},
+		{PollOptions{MaxAttempts: 1}, 0},
+	} {
+		if got := tc.opts.Bound(); got < tc.want-time.Millisecond || got > tc.want {
+			t.Errorf("%+v.Bound() = %v, want %v", tc.opts, got, tc.want)
+		}
+	}
+}
