@@ -148,7 +148,7 @@ func TestPollBoundLastAttemptDecides(t *testing.T) {
 	}
 }
 
-// TestPollBound: the default schedule waits at most about 87 s between its 20 reads 
+// TestPollBound: the default schedule waits at most about 87 s between its 20 reads
 // 2, 4, then 5 s seventeen times... less the jitter), and Bound says so; a custom one sums
 // its own delays.
 func TestPollBound(t *testing.T) {
