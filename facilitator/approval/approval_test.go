@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -484,5 +485,28 @@ func benchmarkStore(b *testing.B, s approval.Store) {
 		if _, err := s.Consume(ctx, k); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestMemoryStoreLeaksNoGoroutine: a reload that changes a facilitator opens a new
+// MemoryStore and closes the old one; 50 such cycles must leave no goroutine behind.
+func TestMemoryStoreLeaksNoGoroutine(t *testing.T) {
+	settle := func() int {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+		return runtime.NumGoroutine()
+	}
+	before := settle()
+	for range 50 {
+		s := approval.NewMemoryStore(0)
+		if err := s.Claim(context.Background(), testPaymentKey(1), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := settle(); after > before+2 {
+		t.Errorf("50 open/close cycles left %d goroutines (from %d to %d)", after-before, before, after)
 	}
 }

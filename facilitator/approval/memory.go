@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/golang-lru/v2/expirable"
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 
 	"github.com/x402gate/x402gate/x402"
 )
@@ -25,8 +25,11 @@ const DefaultMaxTTL = time.Hour
 // cache that holds it, so it is refused rather than silently shortened.
 var ErrInvalidTTL = errors.New("approval store: ttl out of range")
 
-// MemoryStore is the embedded Store of a single instance: two bounded, expiring
-// LRU caches (golang-lru/v2 expirable), one for approvals and one for claims.
+// MemoryStore is the embedded Store of a single instance: two bounded LRU caches
+// (golang-lru/v2 simplelru), one for approvals and one for claims, whose entries carry
+// their own expiry. It starts no goroutine, so a store that a reload drops leaks
+// nothing; expired entries are dropped when read, and expired claims when the claim
+// table is full.
 //
 // Unlike the store the spec describes as the default (spec §4.2 /settle rule 2: "a
 // non-atomic read then delete"), every operation runs under one mutex, so Consume is a
@@ -42,12 +45,11 @@ type MemoryStore struct {
 
 	mu        sync.Mutex
 	closed    bool
-	approvals *expirable.LRU[string, memApproval]
-	claims    *expirable.LRU[string, time.Time] // authorization key -> claim expiry
+	approvals *simplelru.LRU[string, memApproval]
+	claims    *simplelru.LRU[string, time.Time] // authorization key -> claim expiry
 }
 
-// memApproval carries the record's own expiry: the expirable cache has one TTL for all
-// entries, so each entry is checked against its own deadline on read.
+// memApproval carries the record's own expiry, checked on read.
 type memApproval struct {
 	approval  Approval
 	expiresAt time.Time
@@ -57,7 +59,7 @@ type memApproval struct {
 type MemoryStoreOption func(*MemoryStore)
 
 // WithMaxTTL sets the longest TTL the store accepts for a record or a claim. Default
-// DefaultMaxTTL. The caches drop every entry at this age whatever its own TTL.
+// DefaultMaxTTL.
 func WithMaxTTL(d time.Duration) MemoryStoreOption {
 	return func(s *MemoryStore) {
 		if d > 0 {
@@ -76,8 +78,9 @@ func NewMemoryStore(size int, opts ...MemoryStoreOption) *MemoryStore {
 	for _, o := range opts {
 		o(s)
 	}
-	s.approvals = expirable.NewLRU[string, memApproval](size, nil, s.maxTTL)
-	s.claims = expirable.NewLRU[string, time.Time](size, nil, s.maxTTL)
+	// simplelru.NewLRU fails only for a size <= 0, excluded above.
+	s.approvals, _ = simplelru.NewLRU[string, memApproval](size, nil)
+	s.claims, _ = simplelru.NewLRU[string, time.Time](size, nil)
 	return s
 }
 
@@ -155,9 +158,14 @@ func (s *MemoryStore) Claim(ctx context.Context, k x402.PaymentKey, ttl time.Dur
 		return ErrAlreadyClaimed
 	}
 	if s.claims.Len() >= s.size {
-		// Evicting the oldest claim could let a second settle of that authorization
-		// through; refuse unless the oldest has expired anyway.
-		if _, until, ok := s.claims.GetOldest(); ok && now.Before(until) {
+		// Evicting a live claim could let a second settle of that authorization through:
+		// drop the expired ones, and refuse when none has expired.
+		for _, k := range s.claims.Keys() {
+			if until, ok := s.claims.Peek(k); ok && !now.Before(until) {
+				s.claims.Remove(k)
+			}
+		}
+		if s.claims.Len() >= s.size {
 			return fmt.Errorf("%w: claim table full (%d unexpired claims)", ErrUnavailable, s.size)
 		}
 	}
