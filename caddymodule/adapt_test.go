@@ -162,6 +162,10 @@ func TestAdaptErrors(t *testing.T) {
 		{"max_timeout under a second", route("network base-sepolia", "network base-sepolia\n\t\tmax_timeout 500ms # <-"), "max_timeout: must be at least 1s"},
 
 		{"an unknown guardian_mode", facilitator(net + "\t\t\tsigner_key {env.K}\n\t\t\tguardian_mode sometimes # <-\n"), `guardian_mode: "sometimes" is not off, optional or required`},
+		{"an rpc url with its key in the clear", facilitator("\t\t\tnetwork base-sepolia {\n\t\t\t\trpc https://base-sepolia.g.alchemy.com/v2/a1B2c3D4e5F6g7H8i9J0 # <-\n\t\t\t}\n\t\t\tsigner_key {env.K}\n"), "rpc: carries a key-looking path segment; give the secret as an {env.*} or {file.*} placeholder"},
+		{"a redis url with its password in the clear", facilitator(net + "\t\t\tsigner_key {env.K}\n\t\t\tstore redis redis://:hunter2@127.0.0.1:6379/0 # <-\n"), "store: carries a password in its user info"},
+		{"a postgres dsn with its password in the clear", facilitator(net + "\t\t\tsigner_key {env.K}\n\t\t\tjournal postgres postgres://x402:hunter2@db.example/x402 # <-\n"), "journal: carries a password in its user info"},
+		{"a placeholder followed by the secret itself", facilitator(net + "\t\t\tsigner_key {env.UNSET}deadbeefdeadbeefdeadbeef # <-\n"), "signer_key: must be an {env.*} or {file.*} placeholder"},
 		{"guardian_mode without verdict_url", facilitator(net + "\t\t\tsigner_key {env.K}\n\t\t\tguardian_mode optional # <-\n"), "guardian_mode: optional needs verdict_url"},
 		{"signer_key written into the config", facilitator(net + "\t\t\tsigner_key ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80 # <-\n"), "signer_key: must be an {env.*} or {file.*} placeholder"},
 		{"signer_key is required", "{\n\tx402 {\n\t\tfacilitator { # <-\n" + net + "\t\t}\n\t}\n}\n", "signer_key: is required"},

@@ -23,6 +23,7 @@ import (
 	"github.com/x402gate/x402gate/facilitator/journal"
 	"github.com/x402gate/x402gate/gate"
 	"github.com/x402gate/x402gate/gate/redisretry"
+	"github.com/x402gate/x402gate/internal/redact"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -161,7 +162,7 @@ type resolved struct {
 // adapted JSON, the admin API (GET /config/) and autosave.json. Secrets are {env.*} or
 // {file.*} placeholders, expanded at provision (docs/caddy.md#secrets).
 func placeholderOnly(option, v string) error {
-	if v = strings.TrimSpace(v); v != "" && !strings.HasPrefix(v, "{") {
+	if v = strings.TrimSpace(v); v != "" && !redact.IsPlaceholder(v) {
 		return &facilitator.SettingsError{Option: option, Err: errors.New("must be an {env.*} or {file.*} placeholder, never the secret itself")}
 	}
 	return nil
@@ -209,7 +210,11 @@ func (fc *FacilitatorConfig) Validate() error {
 			return err
 		}
 	}
-	return fc.settings().Validate()
+	s := fc.settings()
+	if err := s.ValidateSecrets(); err != nil {
+		return err
+	}
+	return s.Validate()
 }
 
 func (fc *FacilitatorConfig) resolve(name string) (*resolved, error) {

@@ -112,6 +112,10 @@ func TestOpenBundleFailsClosedWithoutLeakingSecrets(t *testing.T) {
 	isolateCaddy(t)
 	t.Setenv("X402_T_KEY", devKey)
 	t.Setenv("X402_T_VKEY", "short")
+	// Secrets come through placeholders (a literal one is refused before any I/O); the
+	// errors of what they open must not quote them either.
+	t.Setenv("X402_T_SECRET_RPC", "http://127.0.0.1:1/secret-rpc-token-777")
+	t.Setenv("X402_T_SECRET_REDIS", "redis://:redis-secret-pw@127.0.0.1:1/0")
 	dir := t.TempDir()
 	for _, tc := range []struct {
 		name    string
@@ -119,17 +123,17 @@ func TestOpenBundleFailsClosedWithoutLeakingSecrets(t *testing.T) {
 		wantErr string
 	}{
 		{"unreachable rpc", FacilitatorConfig{
-			Networks:  []NetworkConfig{{Name: "base-sepolia", RPC: "http://127.0.0.1:1/secret-rpc-token-777"}},
+			Networks:  []NetworkConfig{{Name: "base-sepolia", RPC: "{env.X402_T_SECRET_RPC}"}},
 			SignerKey: "{env.X402_T_KEY}", Journal: &JournalConfig{Path: filepath.Join(dir, "a.db")},
 		}, "engine"},
 		{"verdict key too short", FacilitatorConfig{
-			Networks:  []NetworkConfig{{Name: "base-sepolia", RPC: "http://127.0.0.1:1/secret-rpc-token-777"}},
+			Networks:  []NetworkConfig{{Name: "base-sepolia", RPC: "{env.X402_T_SECRET_RPC}"}},
 			SignerKey: "{env.X402_T_KEY}", Journal: &JournalConfig{Path: filepath.Join(dir, "b.db")},
 			GuardianMode: "required", VerdictURL: "http://127.0.0.1:1", VerdictKey: "{env.X402_T_VKEY}",
 		}, "verdict_url/verdict_key"},
 		{"unreachable redis", FacilitatorConfig{
-			Networks:  []NetworkConfig{{Name: "base-sepolia", RPC: "http://127.0.0.1:1/secret-rpc-token-777"}},
-			SignerKey: "{env.X402_T_KEY}", Store: &StoreConfig{Type: "redis", URL: "redis://:redis-secret-pw@127.0.0.1:1/0"},
+			Networks:  []NetworkConfig{{Name: "base-sepolia", RPC: "{env.X402_T_SECRET_RPC}"}},
+			SignerKey: "{env.X402_T_KEY}", Store: &StoreConfig{Type: "redis", URL: "{env.X402_T_SECRET_REDIS}"},
 		}, "approval store"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ethereum/go-ethereum/common"
 
+	"github.com/x402gate/x402gate/internal/redact"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -217,6 +218,31 @@ func (s Settings) Factories() []common.Address {
 		out = append(out, common.HexToAddress(f))
 	}
 	return out
+}
+
+// ValidateSecrets checks s as written in a configuration, before its placeholders are
+// expanded: an RPC URL, a Redis URL or a PostgreSQL DSN must keep its credential in an
+// {env.*} or {file.*} placeholder. Its errors are *SettingsError.
+func (s Settings) ValidateSecrets() error {
+	for _, n := range s.Networks {
+		if err := literalSecret(n.Name, "rpc", n.RPC); err != nil {
+			return err
+		}
+	}
+	if err := literalSecret("", "store", s.StoreURL); err != nil {
+		return err
+	}
+	return literalSecret("", "journal", s.JournalDSN)
+}
+
+// literalSecret refuses a URL or DSN written with its credential in the clear: it would
+// land in the adapted configuration, the admin API and autosave.json
+// (docs/caddy.md#secrets). The error never quotes the value.
+func literalSecret(network, option, v string) error {
+	if why := redact.LiteralCredential(v); why != "" {
+		return settingErr(network, option, "carries %s; give the secret as an {env.*} or {file.*} placeholder", why)
+	}
+	return nil
 }
 
 // Validate checks n without I/O. Its errors are *SettingsError.
