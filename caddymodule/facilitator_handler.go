@@ -10,6 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/x402gate/x402gate/facilitator"
+	"github.com/x402gate/x402gate/facilitator/httpapi"
 )
 
 func init() {
@@ -55,7 +56,7 @@ func (f *FacilitatorHandler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	repl := caddy.NewReplacer()
-	opts := facilitator.HandlerOptions{
+	opts := httpapi.HandlerOptions{
 		APIKey:         resolveSecret(repl, f.APIKey),
 		PathPrefix:     f.StripPrefix,
 		Registry:       b.registry,
@@ -68,9 +69,9 @@ func (f *FacilitatorHandler) Provision(ctx caddy.Context) error {
 		return errors.New("api_key resolved to an empty value")
 	}
 	if f.HealthDetail {
-		opts.HealthInfo = facilitator.EngineHealthInfo(b.engine)
+		opts.HealthInfo = httpapi.EngineHealthInfo(b.engine)
 	}
-	f.api = facilitator.NewHandler(b.engine, opts)
+	f.api = httpapi.NewHandler(b.engine, opts)
 	return nil
 }
 

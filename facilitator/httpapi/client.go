@@ -1,4 +1,4 @@
-package facilitator
+package httpapi
 
 import (
 	"context"
@@ -94,8 +94,9 @@ type ClientConfig struct {
 	Registry *x402.Registry
 }
 
-// Client is a remote facilitator reached over HTTP. It implements Service, so a resource
-// gate uses it or the in-process engine alike. It is safe for concurrent use.
+// Client is a remote facilitator reached over HTTP (docs/facilitator.md#api). It satisfies
+// gate.Facilitator, so a resource gate uses it or the in-process engine alike. It is safe
+// for concurrent use.
 type Client struct {
 	base          string
 	key           string
@@ -104,8 +105,6 @@ type Client struct {
 	settleTimeout time.Duration
 	reg           *x402.Registry
 }
-
-var _ Service = (*Client)(nil)
 
 // NewClient checks cfg and returns a Client. Errors never quote the URL, which could hold
 // a secret.
@@ -293,7 +292,6 @@ func (c *Client) Supported(ctx context.Context) (x402.SupportedResponse, error) 
 	return out, c.result("supported", reply, parsed, "")
 }
 
-// result maps an answer to the error beside the parsed response: nil for a parsed 200,
 // SettlementStatus implements gate.Facilitator. The facilitator API has no route that
 // reports a settlement's outcome, so a remote facilitator cannot tell: it answers with an
 // error wrapping errors.ErrUnsupported, and a gate grants no pending credits.
@@ -301,6 +299,7 @@ func (c *Client) SettlementStatus(context.Context, *x402.Payment, *x402.Requirem
 	return x402.SettleResponse{}, fmt.Errorf("facilitator client: settlement status: %w", errors.ErrUnsupported)
 }
 
+// result maps an answer to the error beside the parsed response: nil for a parsed 200,
 // ErrMalformedResponse for an unparsable 200, an *HTTPError otherwise.
 func (c *Client) result(op string, reply jsonhttp.Response, parsed bool, reason string) error {
 	if reply.Status == http.StatusOK {

@@ -1,4 +1,9 @@
-package facilitator
+// Package httpapi is the facilitator's HTTP API (docs/facilitator.md#api): NewHandler
+// serves a facilitator engine as POST /verify, /settle, /verification/quote and GET
+// /supported, /health, and Client is the remote facilitator that calls such a server.
+// It sits beside the engine, not in it: it imports package facilitator, never the other
+// way round.
+package httpapi
 
 import (
 	"bytes"
@@ -88,6 +93,21 @@ type apiError struct {
 	Message string `json:"message,omitempty"`
 }
 
+// Backend is what NewHandler serves: the engine's verify, settle and supported. Logical
+// failures come back in the response (IsValid / Success false, with a reason in the
+// payment's x402 version); an error is an exceptional failure, HTTP 500 on the wire
+// (docs/facilitator.md#api).
+//
+// It is the part of gate.Facilitator that the API has routes for (no SettlementStatus),
+// defined here because this package cannot import gate (gate's tests import it), and so
+// that the handler's tests can script faults with a three-method fake. *facilitator.Engine
+// satisfies it; detailed health comes through HandlerOptions.HealthInfo.
+type Backend interface {
+	Verify(ctx context.Context, in x402.VerifyInput) (x402.VerifyResponse, error)
+	Settle(ctx context.Context, p *x402.Payment, r *x402.Requirements) (x402.SettleResponse, error)
+	Supported(ctx context.Context) (x402.SupportedResponse, error)
+}
+
 type apiRoute struct {
 	method string
 	open   bool // served without the API key (only /health, spec §5.6)
@@ -103,14 +123,14 @@ var apiRoutes = map[string]apiRoute{
 }
 
 type apiHandler struct {
-	svc     Service
+	backend Backend
 	opts    HandlerOptions
 	log     *zap.Logger
 	keyHash [sha256.Size]byte
 	pricing *jsonhttp.Client
 }
 
-// NewHandler returns the facilitator HTTP API over svc (spec §4.2):
+// NewHandler returns the facilitator HTTP API over backend (spec §4.2):
 //
 //	POST /verify               {x402Version?, paymentPayload, paymentRequirements, verificationRequirements?, verificationPayment?}
 //	POST /settle               {x402Version?, paymentPayload, paymentRequirements}
@@ -128,9 +148,9 @@ type apiHandler struct {
 // payment's business: a payload or requirement that does not decode, or an unsupported
 // x402Version, is a logical failure, HTTP 200 with isValid:false / success:false and the
 // reason in the request's x402 version, as the reference facilitators answer
-// (research/x402.md §1.5). A non-nil error from svc is 500 with unexpected_verify_error /
+// (research/x402.md §1.5). A non-nil error from backend is 500 with unexpected_verify_error /
 // unexpected_settle_error and no detail (the error is logged).
-func NewHandler(svc Service, opts HandlerOptions) http.Handler {
+func NewHandler(backend Backend, opts HandlerOptions) http.Handler {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -141,7 +161,7 @@ func NewHandler(svc Service, opts HandlerOptions) http.Handler {
 	if opts.Registry == nil {
 		opts.Registry = x402.NewRegistry()
 	}
-	h := &apiHandler{svc: svc, opts: opts, log: opts.Logger, pricing: jsonhttp.New(nil, maxPricingResponseBytes, opts.PricingTimeout)}
+	h := &apiHandler{backend: backend, opts: opts, log: opts.Logger, pricing: jsonhttp.New(nil, maxPricingResponseBytes, opts.PricingTimeout)}
 	if h.log == nil {
 		h.log = zap.NewNop()
 	}
@@ -248,9 +268,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeAPIError(w http.ResponseWriter, status int, e apiError) { writeJSON(w, status, e) }
 
-// serveSupported answers GET /supported with svc.Supported.
+// serveSupported answers GET /supported with backend.Supported.
 func (h *apiHandler) serveSupported(w http.ResponseWriter, r *http.Request) {
-	s, err := h.svc.Supported(r.Context())
+	s, err := h.backend.Supported(r.Context())
 	if err != nil {
 		h.log.Error("supported failed", zap.Error(err))
 		writeAPIError(w, http.StatusInternalServerError, apiError{Error: "unexpected_error"})
@@ -399,7 +419,7 @@ func (h *apiHandler) verifyInput(m map[string]json.RawMessage, pr paymentRequest
 }
 
 func (h *apiHandler) runVerify(ctx context.Context, w http.ResponseWriter, pr paymentRequest, in x402.VerifyInput) {
-	resp, err := h.svc.Verify(ctx, in)
+	resp, err := h.backend.Verify(ctx, in)
 	if err != nil {
 		h.log.Error("verify failed", zap.String("network", pr.network), zap.Error(err))
 		writeJSON(w, http.StatusInternalServerError, x402.VerifyResponse{
@@ -442,7 +462,7 @@ func (h *apiHandler) serveSettle(w http.ResponseWriter, r *http.Request) {
 			Success: false, ErrorReason: reason.For(pr.version)}, pr.network))
 		return
 	}
-	resp, err := h.svc.Settle(r.Context(), pr.payment, pr.reqs)
+	resp, err := h.backend.Settle(r.Context(), pr.payment, pr.reqs)
 	if err != nil {
 		h.log.Error("settle failed", zap.String("network", pr.network), zap.String("tx", resp.Transaction), zap.Error(err))
 		writeJSON(w, http.StatusInternalServerError, newSettleBody(x402.SettleResponse{

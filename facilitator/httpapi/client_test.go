@@ -1,4 +1,4 @@
-package facilitator
+package httpapi
 
 import (
 	"context"
@@ -344,7 +344,7 @@ func TestNewClientRefusesUnsafeConfig(t *testing.T) {
 func TestClientAgainstHandler(t *testing.T) {
 	for _, v := range []int{1, 2} {
 		t.Run(fmt.Sprintf("v%d payment round-trips through client and handler", v), func(t *testing.T) {
-			svc := &scriptedService{}
+			svc := &scriptedBackend{}
 			srv := httptest.NewServer(NewHandler(svc, HandlerOptions{APIKey: apiTestKey, PathPrefix: "/fac"}))
 			t.Cleanup(srv.Close)
 			cl := newTestClient(t, ClientConfig{URL: srv.URL + "/fac/", APIKey: apiTestKey})
@@ -377,7 +377,7 @@ func TestClientAgainstHandler(t *testing.T) {
 		})
 	}
 	t.Run("a wrong key is ErrUnauthorized on every operation and never in the error", func(t *testing.T) {
-		svc := &scriptedService{}
+		svc := &scriptedBackend{}
 		srv := httptest.NewServer(NewHandler(svc, HandlerOptions{APIKey: apiTestKey}))
 		t.Cleanup(srv.Close)
 		wrong := "fk_wrong_" + apiTestKey
@@ -397,7 +397,7 @@ func TestClientAgainstHandler(t *testing.T) {
 		}
 	})
 	t.Run("a service failure reaches the client as the 500 result plus an HTTPError", func(t *testing.T) {
-		svc := &scriptedService{settle: func(*x402.Payment, *x402.Requirements) (x402.SettleResponse, error) {
+		svc := &scriptedBackend{settle: func(*x402.Payment, *x402.Requirements) (x402.SettleResponse, error) {
 			return x402.SettleResponse{}, errors.New("nonce manager wedged")
 		}}
 		srv := httptest.NewServer(NewHandler(svc, HandlerOptions{}))
@@ -418,15 +418,11 @@ func TestClientAgainstHandler(t *testing.T) {
 // balances on chain are the judge.
 func TestClientHandlerEngineOnAnvil(t *testing.T) {
 	env := newTestEnv(t)
-	e := env.engine(t, env.config(t))
-	reg := x402.NewRegistry()
-	if err := reg.Add(env.net); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(NewHandler(e, HandlerOptions{APIKey: apiTestKey, Registry: reg,
+	e := env.engine(t, nil)
+	srv := httptest.NewServer(NewHandler(e, HandlerOptions{APIKey: apiTestKey, Registry: env.reg,
 		HealthDetailed: true, HealthInfo: EngineHealthInfo(e)}))
 	t.Cleanup(srv.Close)
-	cl := newTestClient(t, ClientConfig{URL: srv.URL, APIKey: apiTestKey, Registry: reg})
+	cl := newTestClient(t, ClientConfig{URL: srv.URL, APIKey: apiTestKey, Registry: env.reg})
 	ctx := context.Background()
 	payTo := env.chain.Accounts[5].Address
 
@@ -442,7 +438,6 @@ func TestClientHandlerEngineOnAnvil(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, r := env.pay(t, tc.version, tc.payer, payTo)
-			r.Resource = x402.ResourceInfo{URL: "https://api.example.com/premium", Description: "premium", MimeType: "application/json"}
 
 			bad := *p
 			bad.Signature = append([]byte(nil), p.Signature...)

@@ -1,4 +1,4 @@
-package facilitator
+package httpapi
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/x402gate/x402gate/facilitator"
 )
 
 // healthInfoTimeout bounds the HealthInfo callback. The engine answers it from cached
@@ -63,7 +65,7 @@ type HealthBalances struct {
 // EngineHealthInfo adapts e.Info to HandlerOptions.HealthInfo. Info answers from the
 // engine's balance cache, so a detailed health request reads the chain at most once per
 // Config.BalanceCacheTTL.
-func EngineHealthInfo(e *Engine) func(context.Context) (HealthDetails, error) {
+func EngineHealthInfo(e *facilitator.Engine) func(context.Context) (HealthDetails, error) {
 	return func(ctx context.Context) (HealthDetails, error) {
 		info := e.Info(ctx)
 		d := HealthDetails{
