@@ -38,13 +38,13 @@ var (
 	ErrMalformedResponse = errors.New("malformed facilitator response")
 	// ErrUnreachable: the request could not be sent or its answer not read (connection
 	// refused or reset, a per-call timeout). For /settle the outcome is then unknown: do
-	// not retry it blindly (spec §4.2 /settle rule 3).
+	// not retry it blindly (docs/facilitator.md#settle).
 	ErrUnreachable = jsonhttp.ErrUnreachable
 )
 
 // HTTPError is an answer with a status other than 200. When the body still carried an
 // x402 result (isValid / success, as a facilitator's 500 does), the Client returns that
-// result beside this error, as the reference clients do (research/x402.md §1.5, §3.3).
+// result beside this error, as the reference x402 clients do (docs/facilitator.md#api).
 type HTTPError struct {
 	// Op is "verify", "settle" or "supported".
 	Op string
@@ -144,7 +144,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 }
 
 // clientRequest is the body of /verify and /settle as the Client sends it: every part
-// in the payment's original version shape (research/x402.md §3.7 step 3).
+// in the payment's original version shape (docs/facilitator.md#wire-compatibility).
 type clientRequest struct {
 	X402Version              int `json:"x402Version"`
 	PaymentPayload           any `json:"paymentPayload"`

@@ -28,16 +28,17 @@ import (
 const (
 	// DefaultMaxBodyBytes caps a request body of the facilitator API.
 	DefaultMaxBodyBytes = 64 << 10
-	// DefaultPricingTimeout bounds one call to the pricing service (the spec leaves the
-	// default unshown, spec §8).
+	// DefaultPricingTimeout bounds one call to the pricing service
+	// (docs/facilitator.md#verification-quote).
 	DefaultPricingTimeout = 5 * time.Second
 )
 
-// HeaderFacilitatorKey is the request header that carries FACILITATOR_API_KEY (spec §5.6).
+// HeaderFacilitatorKey is the request header that carries FACILITATOR_API_KEY
+// (docs/facilitator.md#api-key).
 const HeaderFacilitatorKey = "x-facilitator-key"
 
-// HandlerOptions configure NewHandler. The zero value serves an open API (no key), as the
-// preview server does without FACILITATOR_API_KEY (spec §5.6).
+// HandlerOptions configure NewHandler. The zero value serves an open API (no key), as a
+// facilitator without FACILITATOR_API_KEY does (docs/facilitator.md#api-key).
 type HandlerOptions struct {
 	// APIKey is FACILITATOR_API_KEY. When set, every route except GET /health requires
 	// the x-facilitator-key header with exactly this value, compared in constant time; a
@@ -58,7 +59,8 @@ type HandlerOptions struct {
 	PricingURL string
 	// PricingTimeout bounds one pricing call. Default: DefaultPricingTimeout.
 	PricingTimeout time.Duration
-	// HealthDetailed turns on detailed GET /health (spec §4.2: "when explicitly enabled").
+	// HealthDetailed turns on detailed GET /health, which is off unless explicitly enabled
+	// (docs/facilitator.md#health).
 	// Default: false, {"status":"ok"} with no RPC read.
 	HealthDetailed bool
 	// HealthInfo supplies the detailed health fields, from cached balances. It is called
@@ -110,7 +112,7 @@ type Backend interface {
 
 type apiRoute struct {
 	method string
-	open   bool // served without the API key (only /health, spec §5.6)
+	open   bool // served without the API key (only /health, docs/facilitator.md#api-key)
 	serve  func(*apiHandler, http.ResponseWriter, *http.Request)
 }
 
@@ -130,7 +132,7 @@ type apiHandler struct {
 	pricing *jsonhttp.Client
 }
 
-// NewHandler returns the facilitator HTTP API over backend (spec §4.2):
+// NewHandler returns the facilitator HTTP API over backend (docs/facilitator.md#api):
 //
 //	POST /verify               {x402Version?, paymentPayload, paymentRequirements, verificationRequirements?, verificationPayment?}
 //	POST /settle               {x402Version?, paymentPayload, paymentRequirements}
@@ -141,15 +143,15 @@ type apiHandler struct {
 // The paths are relative to the handler's root: mount it with PathPrefix, http.StripPrefix,
 // or Caddy's handle_path. HEAD is answered for the GET routes.
 //
-// Status rules. The body envelope is the API's business: a body that is not a JSON
-// object, or lacks paymentPayload or paymentRequirements (absent or null), is 400
+// Status rules. The body envelope is the API's business: a body that is not a JSON object,
+// or lacks paymentPayload or paymentRequirements (absent or null), is 400
 // {"error":"invalid_request","reason","message"}; a body over MaxBodyBytes is 413; a
 // Content-Type other than application/json is 415. What is inside the envelope is the
 // payment's business: a payload or requirement that does not decode, or an unsupported
 // x402Version, is a logical failure, HTTP 200 with isValid:false / success:false and the
-// reason in the request's x402 version, as the reference facilitators answer
-// (research/x402.md §1.5). A non-nil error from backend is 500 with unexpected_verify_error /
-// unexpected_settle_error and no detail (the error is logged).
+// reason in the request's x402 version, as the reference x402 facilitators answer
+// (docs/facilitator.md#api). A non-nil error from backend is 500 with
+// unexpected_verify_error / unexpected_settle_error and no detail (the error is logged).
 func NewHandler(backend Backend, opts HandlerOptions) http.Handler {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
@@ -204,8 +206,8 @@ func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	route.serve(h, w, r)
 }
 
-// authorized checks x-facilitator-key in constant time (spec §5.6). Both sides are
-// hashed first so that the comparison does not leak the key's length either.
+// authorized checks x-facilitator-key in constant time (docs/facilitator.md#api-key). Both
+// sides are hashed first so that the comparison does not leak the key's length either.
 func (h *apiHandler) authorized(r *http.Request) bool {
 	if h.opts.APIKey == "" {
 		return true
@@ -361,9 +363,9 @@ func peekString(raw json.RawMessage, key string) string {
 	return s
 }
 
-// networkFor renders a known network in the form of x402 version v: the v1 name for v1,
-// the CAIP-2 id otherwise (research/x402.md §3.7 step 4). An unknown network is "", so
-// client input that did not decode is never echoed.
+// networkFor renders a known network in the form of x402 version v: the v1 name for v1, the
+// CAIP-2 id otherwise (docs/facilitator.md#wire-compatibility). An unknown network is "",
+// so client input that did not decode is never echoed.
 func (h *apiHandler) networkFor(v int, id string) string {
 	if id == "" {
 		return ""
@@ -378,7 +380,7 @@ func (h *apiHandler) networkFor(v int, id string) string {
 	return n.CAIP2
 }
 
-// serveVerify answers POST /verify (spec §4.2).
+// serveVerify answers POST /verify (docs/facilitator.md#verify).
 func (h *apiHandler) serveVerify(w http.ResponseWriter, r *http.Request) {
 	m, ok := h.readJSONBody(w, r)
 	if !ok || !h.requireFields(w, m) {
@@ -430,8 +432,8 @@ func (h *apiHandler) runVerify(ctx context.Context, w http.ResponseWriter, pr pa
 }
 
 // settleBody is the wire form of a settle answer: txHash is always present beside
-// transaction, with the same value (DESIGN.md "Wire compatibility": clients read
-// transaction, the spec names txHash).
+// transaction, with the same value: clients read transaction, the facilitator API names
+// txHash (docs/facilitator.md#wire-compatibility).
 type settleBody struct {
 	x402.SettleResponse
 	TxHash string `json:"txHash"`
@@ -447,9 +449,9 @@ func newSettleBody(resp x402.SettleResponse, network string) settleBody {
 	return settleBody{SettleResponse: resp, TxHash: resp.Transaction}
 }
 
-// serveSettle answers POST /settle (spec §4.2). A 500 carries the transaction hash when
-// the engine returned one with its error: a broadcast whose outcome is unknown must be
-// reconciled, never blindly retried (spec §4.2 /settle rule 3), and the hash is public.
+// serveSettle answers POST /settle (docs/facilitator.md#settle). A 500 carries the
+// transaction hash when the engine returned one with its error: a broadcast whose outcome
+// is unknown must be reconciled, never blindly retried, and the hash is public.
 func (h *apiHandler) serveSettle(w http.ResponseWriter, r *http.Request) {
 	m, ok := h.readJSONBody(w, r)
 	if !ok || !h.requireFields(w, m) {
