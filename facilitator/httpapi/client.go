@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"time"
@@ -74,8 +75,9 @@ func (e *HTTPError) Unwrap() error {
 
 // ClientConfig configures NewClient.
 type ClientConfig struct {
-	// URL is the facilitator's base URL (http or https); "/verify" etc. are appended. A
-	// trailing slash is removed. It must not carry user info, a query or a fragment.
+	// URL is the facilitator's base URL; "/verify" etc. are appended. A trailing slash is
+	// removed. It must not carry user info, a query or a fragment. It is https, or plain
+	// http to a loopback host (127.0.0.0/8, ::1, localhost) unless InsecureHTTP is set.
 	URL string
 	// APIKey is sent as x-facilitator-key on every call when set. Default: empty.
 	APIKey string
@@ -92,6 +94,11 @@ type ClientConfig struct {
 	// Registry renders networks in the v1 shape; it must know every network the gate
 	// uses. Default: nil, the built-in networks.
 	Registry *x402.Registry
+	// InsecureHTTP allows a plain http URL to a host that is not loopback. Over plain http
+	// anyone on the path reads the API key and can forge a settlement's success:true, so
+	// only set it on a network that is itself trusted (docs/facilitator.md#remote-facilitator).
+	// Default: false.
+	InsecureHTTP bool
 }
 
 // Client is a remote facilitator reached over HTTP (docs/facilitator.md#api). It satisfies
@@ -112,6 +119,10 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, errors.New("facilitator client: url must be an absolute http or https url")
+	}
+	if u.Scheme == "http" && !cfg.InsecureHTTP && !loopbackHost(u.Hostname()) {
+		return nil, errors.New("facilitator client: a plain http url must name a loopback host " +
+			"(127.0.0.0/8, ::1, localhost); use https, or allow insecure http explicitly")
 	}
 	if u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.ForceQuery {
 		return nil, errors.New("facilitator client: url must not carry user info, a query or a fragment; give the key as APIKey")
@@ -141,6 +152,16 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}
 	c.jc = jsonhttp.New(cfg.HTTPClient, maxBytes, 0)
 	return c, nil
+}
+
+// loopbackHost reports whether host is localhost or a loopback address. A name other than
+// localhost is never resolved: what DNS answers is up to the network the URL avoids trusting.
+func loopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // clientRequest is the body of /verify and /settle as the Client sends it: every part

@@ -338,6 +338,50 @@ func TestNewClientRefusesUnsafeConfig(t *testing.T) {
 	}
 }
 
+// TestNewClientPlainHTTPOnlyToLoopback: over plain http a network attacker reads
+// x-facilitator-key and can forge success:true, so NewClient takes an http URL only when
+// its host is this machine, or when ClientConfig.InsecureHTTP says so explicitly
+// (docs/facilitator.md#remote-facilitator).
+func TestNewClientPlainHTTPOnlyToLoopback(t *testing.T) {
+	cases := []struct {
+		name     string
+		url      string
+		insecure bool
+		accepted bool
+	}{
+		{"https to a remote host is accepted", "https://facilitator.example", false, true},
+		{"http to a remote host is refused", "http://facilitator.example", false, false},
+		{"http to a remote host with a port and path is refused", "http://facilitator.example:4021/x402", false, false},
+		{"http to a private address is refused", "http://10.0.0.7:4021", false, false},
+		{"http to the unspecified address is refused", "http://0.0.0.0:4021", false, false},
+		{"http to a name that starts like localhost is refused", "http://localhost.facilitator.example", false, false},
+		{"http to a name that starts like a loopback address is refused", "http://127.0.0.1.facilitator.example", false, false},
+		{"http to 127.0.0.1 is accepted", "http://127.0.0.1:4021", false, true},
+		{"http to anywhere in 127.0.0.0/8 is accepted", "http://127.8.9.10", false, true},
+		{"http to ::1 is accepted", "http://[::1]:4021", false, true},
+		{"http to localhost is accepted", "http://localhost:4021", false, true},
+		{"http to LOCALHOST is accepted", "http://LOCALHOST:4021", false, true},
+		{"http to a remote host is accepted with InsecureHTTP", "http://facilitator.example", true, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := NewClient(ClientConfig{URL: c.url, APIKey: apiTestKey, InsecureHTTP: c.insecure})
+			if c.accepted && err != nil {
+				t.Fatalf("refused: %v", err)
+			}
+			if !c.accepted {
+				if err == nil {
+					t.Fatal("accepted")
+				}
+				assertNoKey(t, err)
+				if strings.Contains(err.Error(), c.url) {
+					t.Fatalf("error echoes the URL: %v", err)
+				}
+			}
+		})
+	}
+}
+
 // TestClientAgainstHandler runs the Client against NewHandler, so the two halves of the
 // wire agree: what the Client sends decodes to the same payment in the handler, and what
 // the handler answers parses in the Client.
