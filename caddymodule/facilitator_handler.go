@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/x402gate/x402gate/facilitator"
+	"github.com/x402gate/x402gate/facilitator/httpapi"
 )
 
 func init() {
@@ -65,7 +66,7 @@ func (f *FacilitatorHandler) Provision(ctx caddy.Context) error {
 	} else {
 		key = resolveSecret(repl, f.APIKey)
 	}
-	opts := facilitator.HandlerOptions{
+	opts := httpapi.HandlerOptions{
 		APIKey:         key,
 		PathPrefix:     f.StripPrefix,
 		Registry:       b.registry,
@@ -78,9 +79,9 @@ func (f *FacilitatorHandler) Provision(ctx caddy.Context) error {
 		return errors.New("api_key resolved to an empty value")
 	}
 	if f.HealthDetail {
-		opts.HealthInfo = facilitator.EngineHealthInfo(b.engine)
+		opts.HealthInfo = httpapi.EngineHealthInfo(b.engine)
 	}
-	f.api = facilitator.NewHandler(b.engine, opts)
+	f.api = httpapi.NewHandler(b.engine, opts)
 	return nil
 }
 

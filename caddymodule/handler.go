@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/x402gate/x402gate/facilitator"
+	"github.com/x402gate/x402gate/facilitator/httpapi"
 	"github.com/x402gate/x402gate/gate"
 	"github.com/x402gate/x402gate/verdictclient"
 	"github.com/x402gate/x402gate/x402"
@@ -242,7 +243,7 @@ func (h *Handler) provisionRemote(opts *gate.Options) error {
 		return errors.New("facilitator_key resolved to an empty value")
 	}
 	opts.Registry = x402.NewRegistry()
-	c, err := facilitator.NewClient(facilitator.ClientConfig{URL: h.FacilitatorURL, APIKey: key, Registry: opts.Registry})
+	c, err := httpapi.NewClient(httpapi.ClientConfig{URL: h.FacilitatorURL, APIKey: key, Registry: opts.Registry})
 	if err != nil {
 		return err
 	}

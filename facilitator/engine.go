@@ -116,7 +116,10 @@ type Config struct {
 	beforeBroadcast func(journal.Settlement) error
 }
 
-// Engine is the in-process facilitator: it implements Service.
+// Engine is the in-process facilitator. It satisfies gate.Facilitator, so a resource gate
+// runs on it directly, and httpapi.Backend, so httpapi.NewHandler serves it over HTTP
+// (docs/facilitator.md#api). The guards sit in gate's tests, since this package imports
+// neither.
 type Engine struct {
 	cfg       Config
 	log       *zap.Logger
@@ -128,8 +131,6 @@ type Engine struct {
 	factories map[common.Address]bool
 	lastRecon ReconcileReport
 }
-
-var _ Service = (*Engine)(nil)
 
 // New checks cfg, dials every network's RPC endpoint, checks that each reports the
 // configured chain id and, unless cfg.SkipStartupReconcile, runs Reconcile to finish

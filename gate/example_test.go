@@ -4,14 +4,14 @@ import (
 	"log"
 	"net/http"
 
-	"github.com/x402gate/x402gate/facilitator"
+	"github.com/x402gate/x402gate/facilitator/httpapi"
 	"github.com/x402gate/x402gate/gate"
 )
 
 // A plain net/http server that charges 0.01 USDC per request under /api/, settled by a
 // remote facilitator before the handler runs.
 func ExampleGate_Middleware() {
-	f, err := facilitator.NewClient(facilitator.ClientConfig{URL: "https://facilitator.example.com"})
+	f, err := httpapi.NewClient(httpapi.ClientConfig{URL: "https://facilitator.example.com"})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/x402gate/x402gate/facilitator"
+	"github.com/x402gate/x402gate/facilitator/httpapi"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -210,13 +211,13 @@ func TestGuardianAdvertised(t *testing.T) {
 }
 
 // TestRemoteFacilitator runs the gate against the facilitator's HTTP API (a real
-// facilitator.Client, an x-facilitator-key, the engine behind facilitator.NewHandler):
+// httpapi.Client, an x-facilitator-key, the engine behind httpapi.NewHandler):
 // both versions settle, a bad signature keeps its exact reason across the wire, and a
 // wrong key fails closed.
 func TestRemoteFacilitator(t *testing.T) {
 	env := newTestEnv(t)
 	const key = "facilitator-key-for-tests"
-	api := httptest.NewServer(facilitator.NewHandler(env.engine, facilitator.HandlerOptions{APIKey: key, Registry: env.reg}))
+	api := httptest.NewServer(httpapi.NewHandler(env.engine, httpapi.HandlerOptions{APIKey: key, Registry: env.reg}))
 	defer api.Close()
 	cfg := env.config()
 	g, err := New(cfg, Options{Facilitator: remote(t, api.URL, key, env.reg), Registry: env.reg})
@@ -269,7 +270,7 @@ func TestRemoteFacilitator(t *testing.T) {
 func TestLogsCarryNoSecrets(t *testing.T) {
 	env := newTestEnv(t)
 	const key = "facilitator-secret-key-42"
-	api := httptest.NewServer(facilitator.NewHandler(env.engine, facilitator.HandlerOptions{APIKey: key, Registry: env.reg}))
+	api := httptest.NewServer(httpapi.NewHandler(env.engine, httpapi.HandlerOptions{APIKey: key, Registry: env.reg}))
 	defer api.Close()
 	core, logs := observer.New(zapcore.DebugLevel)
 	cfg := env.config()
@@ -327,9 +328,9 @@ func TestLogsCarryNoSecrets(t *testing.T) {
 }
 
 // remote is a facilitator client of the facilitator API at url.
-func remote(t *testing.T, url, key string, reg *x402.Registry) *facilitator.Client {
+func remote(t *testing.T, url, key string, reg *x402.Registry) *httpapi.Client {
 	t.Helper()
-	c, err := facilitator.NewClient(facilitator.ClientConfig{URL: url, APIKey: key, Registry: reg})
+	c, err := httpapi.NewClient(httpapi.ClientConfig{URL: url, APIKey: key, Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

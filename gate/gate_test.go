@@ -16,7 +16,7 @@ import (
 	"github.com/ethereum/go-ethereum/common/hexutil"
 	"github.com/ethereum/go-ethereum/crypto"
 
-	"github.com/x402gate/x402gate/facilitator"
+	"github.com/x402gate/x402gate/facilitator/httpapi"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -662,7 +662,7 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	})
 }
 
-// deadFacilitator is a real facilitator.Client of a port nothing listens on.
+// deadFacilitator is a real httpapi.Client of a port nothing listens on.
 func deadFacilitator(t *testing.T, reg *x402.Registry) Facilitator {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -671,7 +671,7 @@ func deadFacilitator(t *testing.T, reg *x402.Registry) Facilitator {
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close()
-	c, err := facilitator.NewClient(facilitator.ClientConfig{URL: "http://" + addr, Registry: reg})
+	c, err := httpapi.NewClient(httpapi.ClientConfig{URL: "http://" + addr, Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,9 +22,17 @@ import (
 
 	"github.com/x402gate/x402gate/facilitator"
 	"github.com/x402gate/x402gate/facilitator/approval"
+	"github.com/x402gate/x402gate/facilitator/httpapi"
 	"github.com/x402gate/x402gate/facilitator/journal"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
+)
+
+// The facilitators a gate runs on (docs/gate.md#facilitator). The guards sit here because
+// neither package may import gate: gate's tests import both.
+var (
+	_ Facilitator = (*facilitator.Engine)(nil)
+	_ Facilitator = (*httpapi.Client)(nil)
 )
 
 // testPrice is what the test routes charge: 0.01 USDC, 10000 base units.

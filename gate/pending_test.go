@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/x402gate/x402gate/facilitator"
+	"github.com/x402gate/x402gate/facilitator/httpapi"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -113,7 +114,7 @@ func TestSettlementPendingThenUpstreamFails(t *testing.T) {
 // no retry token: the 502 stands as before.
 func TestSettlementPendingRemoteFacilitator(t *testing.T) {
 	env := newTestEnvWith(t, func(c *facilitator.Config) { c.ReceiptTimeout = time.Second })
-	api := httptest.NewServer(facilitator.NewHandler(env.engine, facilitator.HandlerOptions{Registry: env.reg}))
+	api := httptest.NewServer(httpapi.NewHandler(env.engine, httpapi.HandlerOptions{Registry: env.reg}))
 	defer api.Close()
 	up := &upstream{}
 	srv := serve(t, env.gate(t, env.config(), Options{Facilitator: remote(t, api.URL, "", env.reg)}), up)

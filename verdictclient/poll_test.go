@@ -151,18 +151,6 @@ func TestPollBoundLastAttemptDecides(t *testing.T) {
 // TestPollBound: the default schedule waits at most 87 s between its 20 reads (1, 2 and
 // 4 s, then 5 s sixteen times; jitter only shortens them), and Bound says so; a custom one
 // sums its own delays.
-func TestPollBoundLastAttemptDecides(t *testing.T) {
-	s := newScript(t).on(routeStatus("0xabc"), statusReply(503), envelope(pendingVerdict()))
-	_, err := s.client(t).Await(t.Context(), "0xabc", fast(3))
-	var pb *PollBoundError
-	if !errors.As(err, &pb) || pb.Last != nil || pb.Attempts != 3 {
-		t.Fatalf("err = %v", err)
-	}
-}
-
-// TestPollBound: the default schedule waits at most about 87 s between its 20 reads
-// 2, 4, then 5 s seventeen times... less the jitter), and Bound says so; a custom one sums
-// its own delays.
 func TestPollBound(t *testing.T) {
 	for _, tc := range []struct {
 		opts PollOptions

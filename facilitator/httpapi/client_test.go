@@ -1,4 +1,4 @@
-package facilitator
+package httpapi
 
 import (
 	"context"
@@ -338,13 +338,57 @@ func TestNewClientRefusesUnsafeConfig(t *testing.T) {
 	}
 }
 
+// TestNewClientPlainHTTPOnlyToLoopback: over plain http a network attacker reads
+// x-facilitator-key and can forge success:true, so NewClient takes an http URL only when
+// its host is this machine, or when ClientConfig.InsecureHTTP says so explicitly
+// (docs/facilitator.md#remote-facilitator).
+func TestNewClientPlainHTTPOnlyToLoopback(t *testing.T) {
+	cases := []struct {
+		name     string
+		url      string
+		insecure bool
+		accepted bool
+	}{
+		{"https to a remote host is accepted", "https://facilitator.example", false, true},
+		{"http to a remote host is refused", "http://facilitator.example", false, false},
+		{"http to a remote host with a port and path is refused", "http://facilitator.example:4021/x402", false, false},
+		{"http to a private address is refused", "http://10.0.0.7:4021", false, false},
+		{"http to the unspecified address is refused", "http://0.0.0.0:4021", false, false},
+		{"http to a name that starts like localhost is refused", "http://localhost.facilitator.example", false, false},
+		{"http to a name that starts like a loopback address is refused", "http://127.0.0.1.facilitator.example", false, false},
+		{"http to 127.0.0.1 is accepted", "http://127.0.0.1:4021", false, true},
+		{"http to anywhere in 127.0.0.0/8 is accepted", "http://127.8.9.10", false, true},
+		{"http to ::1 is accepted", "http://[::1]:4021", false, true},
+		{"http to localhost is accepted", "http://localhost:4021", false, true},
+		{"http to LOCALHOST is accepted", "http://LOCALHOST:4021", false, true},
+		{"http to a remote host is accepted with InsecureHTTP", "http://facilitator.example", true, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := NewClient(ClientConfig{URL: c.url, APIKey: apiTestKey, InsecureHTTP: c.insecure})
+			if c.accepted && err != nil {
+				t.Fatalf("refused: %v", err)
+			}
+			if !c.accepted {
+				if err == nil {
+					t.Fatal("accepted")
+				}
+				assertNoKey(t, err)
+				if strings.Contains(err.Error(), c.url) {
+					t.Fatalf("error echoes the URL: %v", err)
+				}
+			}
+		})
+	}
+}
+
 // TestClientAgainstHandler runs the Client against NewHandler, so the two halves of the
 // wire agree: what the Client sends decodes to the same payment in the handler, and what
 // the handler answers parses in the Client.
 func TestClientAgainstHandler(t *testing.T) {
 	for _, v := range []int{1, 2} {
 		t.Run(fmt.Sprintf("v%d payment round-trips through client and handler", v), func(t *testing.T) {
-			svc := &scriptedService{}
+			svc := &scriptedBackend{}
 			srv := httptest.NewServer(NewHandler(svc, HandlerOptions{APIKey: apiTestKey, PathPrefix: "/fac"}))
 			t.Cleanup(srv.Close)
 			cl := newTestClient(t, ClientConfig{URL: srv.URL + "/fac/", APIKey: apiTestKey})
@@ -377,7 +421,7 @@ func TestClientAgainstHandler(t *testing.T) {
 		})
 	}
 	t.Run("a wrong key is ErrUnauthorized on every operation and never in the error", func(t *testing.T) {
-		svc := &scriptedService{}
+		svc := &scriptedBackend{}
 		srv := httptest.NewServer(NewHandler(svc, HandlerOptions{APIKey: apiTestKey}))
 		t.Cleanup(srv.Close)
 		wrong := "fk_wrong_" + apiTestKey
@@ -397,7 +441,7 @@ func TestClientAgainstHandler(t *testing.T) {
 		}
 	})
 	t.Run("a service failure reaches the client as the 500 result plus an HTTPError", func(t *testing.T) {
-		svc := &scriptedService{settle: func(*x402.Payment, *x402.Requirements) (x402.SettleResponse, error) {
+		svc := &scriptedBackend{settle: func(*x402.Payment, *x402.Requirements) (x402.SettleResponse, error) {
 			return x402.SettleResponse{}, errors.New("nonce manager wedged")
 		}}
 		srv := httptest.NewServer(NewHandler(svc, HandlerOptions{}))
@@ -418,15 +462,11 @@ func TestClientAgainstHandler(t *testing.T) {
 // balances on chain are the judge.
 func TestClientHandlerEngineOnAnvil(t *testing.T) {
 	env := newTestEnv(t)
-	e := env.engine(t, env.config(t))
-	reg := x402.NewRegistry()
-	if err := reg.Add(env.net); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(NewHandler(e, HandlerOptions{APIKey: apiTestKey, Registry: reg,
+	e := env.engine(t, nil)
+	srv := httptest.NewServer(NewHandler(e, HandlerOptions{APIKey: apiTestKey, Registry: env.reg,
 		HealthDetailed: true, HealthInfo: EngineHealthInfo(e)}))
 	t.Cleanup(srv.Close)
-	cl := newTestClient(t, ClientConfig{URL: srv.URL, APIKey: apiTestKey, Registry: reg})
+	cl := newTestClient(t, ClientConfig{URL: srv.URL, APIKey: apiTestKey, Registry: env.reg})
 	ctx := context.Background()
 	payTo := env.chain.Accounts[5].Address
 
@@ -442,7 +482,6 @@ func TestClientHandlerEngineOnAnvil(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, r := env.pay(t, tc.version, tc.payer, payTo)
-			r.Resource = x402.ResourceInfo{URL: "https://api.example.com/premium", Description: "premium", MimeType: "application/json"}
 
 			bad := *p
 			bad.Signature = append([]byte(nil), p.Signature...)

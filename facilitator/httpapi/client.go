@@ -1,4 +1,4 @@
-package facilitator
+package httpapi
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"time"
@@ -38,13 +39,13 @@ var (
 	ErrMalformedResponse = errors.New("malformed facilitator response")
 	// ErrUnreachable: the request could not be sent or its answer not read (connection
 	// refused or reset, a per-call timeout). For /settle the outcome is then unknown: do
-	// not retry it blindly (spec §4.2 /settle rule 3).
+	// not retry it blindly (docs/facilitator.md#settle).
 	ErrUnreachable = jsonhttp.ErrUnreachable
 )
 
 // HTTPError is an answer with a status other than 200. When the body still carried an
 // x402 result (isValid / success, as a facilitator's 500 does), the Client returns that
-// result beside this error, as the reference clients do (research/x402.md §1.5, §3.3).
+// result beside this error, as the reference x402 clients do (docs/facilitator.md#api).
 type HTTPError struct {
 	// Op is "verify", "settle" or "supported".
 	Op string
@@ -74,8 +75,9 @@ func (e *HTTPError) Unwrap() error {
 
 // ClientConfig configures NewClient.
 type ClientConfig struct {
-	// URL is the facilitator's base URL (http or https); "/verify" etc. are appended. A
-	// trailing slash is removed. It must not carry user info, a query or a fragment.
+	// URL is the facilitator's base URL; "/verify" etc. are appended. A trailing slash is
+	// removed. It must not carry user info, a query or a fragment. It is https, or plain
+	// http to a loopback host (127.0.0.0/8, ::1, localhost) unless InsecureHTTP is set.
 	URL string
 	// APIKey is sent as x-facilitator-key on every call when set. Default: empty.
 	APIKey string
@@ -92,10 +94,16 @@ type ClientConfig struct {
 	// Registry renders networks in the v1 shape; it must know every network the gate
 	// uses. Default: nil, the built-in networks.
 	Registry *x402.Registry
+	// InsecureHTTP allows a plain http URL to a host that is not loopback. Over plain http
+	// anyone on the path reads the API key and can forge a settlement's success:true, so
+	// only set it on a network that is itself trusted (docs/facilitator.md#remote-facilitator).
+	// Default: false.
+	InsecureHTTP bool
 }
 
-// Client is a remote facilitator reached over HTTP. It implements Service, so a resource
-// gate uses it or the in-process engine alike. It is safe for concurrent use.
+// Client is a remote facilitator reached over HTTP (docs/facilitator.md#api). It satisfies
+// gate.Facilitator, so a resource gate uses it or the in-process engine alike. It is safe
+// for concurrent use.
 type Client struct {
 	base          string
 	key           string
@@ -105,14 +113,16 @@ type Client struct {
 	reg           *x402.Registry
 }
 
-var _ Service = (*Client)(nil)
-
 // NewClient checks cfg and returns a Client. Errors never quote the URL, which could hold
 // a secret.
 func NewClient(cfg ClientConfig) (*Client, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, errors.New("facilitator client: url must be an absolute http or https url")
+	}
+	if u.Scheme == "http" && !cfg.InsecureHTTP && !loopbackHost(u.Hostname()) {
+		return nil, errors.New("facilitator client: a plain http url must name a loopback host " +
+			"(127.0.0.0/8, ::1, localhost); use https, or allow insecure http explicitly")
 	}
 	if u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.ForceQuery {
 		return nil, errors.New("facilitator client: url must not carry user info, a query or a fragment; give the key as APIKey")
@@ -144,8 +154,18 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	return c, nil
 }
 
+// loopbackHost reports whether host is localhost or a loopback address. A name other than
+// localhost is never resolved: what DNS answers is up to the network the URL avoids trusting.
+func loopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}
+
 // clientRequest is the body of /verify and /settle as the Client sends it: every part
-// in the payment's original version shape (research/x402.md §3.7 step 3).
+// in the payment's original version shape (docs/facilitator.md#wire-compatibility).
 type clientRequest struct {
 	X402Version              int `json:"x402Version"`
 	PaymentPayload           any `json:"paymentPayload"`
@@ -293,7 +313,6 @@ func (c *Client) Supported(ctx context.Context) (x402.SupportedResponse, error) 
 	return out, c.result("supported", reply, parsed, "")
 }
 
-// result maps an answer to the error beside the parsed response: nil for a parsed 200,
 // SettlementStatus implements gate.Facilitator. The facilitator API has no route that
 // reports a settlement's outcome, so a remote facilitator cannot tell: it answers with an
 // error wrapping errors.ErrUnsupported, and a gate grants no pending credits.
@@ -301,6 +320,7 @@ func (c *Client) SettlementStatus(context.Context, *x402.Payment, *x402.Requirem
 	return x402.SettleResponse{}, fmt.Errorf("facilitator client: settlement status: %w", errors.ErrUnsupported)
 }
 
+// result maps an answer to the error beside the parsed response: nil for a parsed 200,
 // ErrMalformedResponse for an unparsable 200, an *HTTPError otherwise.
 func (c *Client) result(op string, reply jsonhttp.Response, parsed bool, reason string) error {
 	if reply.Status == http.StatusOK {

@@ -1,4 +1,4 @@
-package facilitator
+package httpapi
 
 import (
 	"bytes"
@@ -22,8 +22,7 @@ const reasonInvalidResource = "invalid_resource"
 var errPricingAnswer = errors.New("pricing answer is not {requirements: object or null}")
 
 // quoteBody is both the request of POST /verification/quote and what is sent on to the
-// pricing service: {resource: PaymentRequirements} (spec §4.2, §4.3
-// fetchVerificationRequirements).
+// pricing service: {resource: PaymentRequirements} (docs/facilitator.md#verification-quote).
 type quoteBody struct {
 	Resource json.RawMessage `json:"resource"`
 }
@@ -33,11 +32,12 @@ type quoteAnswer struct {
 	Requirements json.RawMessage `json:"requirements"`
 }
 
-// serveQuote answers POST /verification/quote (spec §4.2). It is a pass-through: the
-// gateway computes no fee. Without a resource it is 400; without a pricing URL the answer
-// is {"requirements": null}; when pricing is unreachable, answers non-2xx, redirects,
-// is too large or malformed, the answer is 502 {"error":"pricing_unavailable"} and no
-// upstream detail reaches the caller (it is logged, without the answer's body).
+// serveQuote answers POST /verification/quote (docs/facilitator.md#verification-quote). It
+// is a pass-through: the gateway computes no fee. Without a resource it is 400; without a
+// pricing URL the answer is {"requirements": null}; when pricing is unreachable, answers
+// non-2xx, redirects, is too large or malformed, the answer is 502
+// {"error":"pricing_unavailable"} and no upstream detail reaches the caller (it is logged,
+// without the answer's body).
 func (h *apiHandler) serveQuote(w http.ResponseWriter, r *http.Request) {
 	m, ok := h.readJSONBody(w, r)
 	if !ok {
@@ -67,9 +67,9 @@ func (h *apiHandler) serveQuote(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, quoteAnswer{Requirements: reqs})
 }
 
-// fetchPricing POSTs {resource} to the pricing service and returns its requirements
-// (a JSON object) or null. Any status but 2xx is an error (spec §4.3: "Non-2xx responses
-// throw"). Errors carry the status or the transport cause, never the answer's body.
+// fetchPricing POSTs {resource} to the pricing service and returns its requirements (a JSON
+// object) or null. Any status but 2xx is an error (docs/facilitator.md#verification-quote).
+// Errors carry the status or the transport cause, never the answer's body.
 func (h *apiHandler) fetchPricing(ctx context.Context, resource json.RawMessage) (json.RawMessage, error) {
 	data, err := json.Marshal(quoteBody{Resource: resource})
 	if err != nil {

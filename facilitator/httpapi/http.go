@@ -1,4 +1,9 @@
-package facilitator
+// Package httpapi is the facilitator's HTTP API (docs/facilitator.md#api): NewHandler
+// serves a facilitator engine as POST /verify, /settle, /verification/quote and GET
+// /supported, /health, and Client is the remote facilitator that calls such a server.
+// It sits beside the engine, not in it: it imports package facilitator, never the other
+// way round.
+package httpapi
 
 import (
 	"bytes"
@@ -23,16 +28,17 @@ import (
 const (
 	// DefaultMaxBodyBytes caps a request body of the facilitator API.
 	DefaultMaxBodyBytes = 64 << 10
-	// DefaultPricingTimeout bounds one call to the pricing service (the spec leaves the
-	// default unshown, spec §8).
+	// DefaultPricingTimeout bounds one call to the pricing service
+	// (docs/facilitator.md#verification-quote).
 	DefaultPricingTimeout = 5 * time.Second
 )
 
-// HeaderFacilitatorKey is the request header that carries FACILITATOR_API_KEY (spec §5.6).
+// HeaderFacilitatorKey is the request header that carries FACILITATOR_API_KEY
+// (docs/facilitator.md#api-key).
 const HeaderFacilitatorKey = "x-facilitator-key"
 
-// HandlerOptions configure NewHandler. The zero value serves an open API (no key), as the
-// preview server does without FACILITATOR_API_KEY (spec §5.6).
+// HandlerOptions configure NewHandler. The zero value serves an open API (no key), as a
+// facilitator without FACILITATOR_API_KEY does (docs/facilitator.md#api-key).
 type HandlerOptions struct {
 	// APIKey is FACILITATOR_API_KEY. When set, every route except GET /health requires
 	// the x-facilitator-key header with exactly this value, compared in constant time; a
@@ -53,7 +59,8 @@ type HandlerOptions struct {
 	PricingURL string
 	// PricingTimeout bounds one pricing call. Default: DefaultPricingTimeout.
 	PricingTimeout time.Duration
-	// HealthDetailed turns on detailed GET /health (spec §4.2: "when explicitly enabled").
+	// HealthDetailed turns on detailed GET /health, which is off unless explicitly enabled
+	// (docs/facilitator.md#health).
 	// Default: false, {"status":"ok"} with no RPC read.
 	HealthDetailed bool
 	// HealthInfo supplies the detailed health fields, from cached balances. It is called
@@ -88,9 +95,24 @@ type apiError struct {
 	Message string `json:"message,omitempty"`
 }
 
+// Backend is what NewHandler serves: the engine's verify, settle and supported. Logical
+// failures come back in the response (IsValid / Success false, with a reason in the
+// payment's x402 version); an error is an exceptional failure, HTTP 500 on the wire
+// (docs/facilitator.md#api).
+//
+// It is the part of gate.Facilitator that the API has routes for (no SettlementStatus),
+// defined here because this package cannot import gate (gate's tests import it), and so
+// that the handler's tests can script faults with a three-method fake. *facilitator.Engine
+// satisfies it; detailed health comes through HandlerOptions.HealthInfo.
+type Backend interface {
+	Verify(ctx context.Context, in x402.VerifyInput) (x402.VerifyResponse, error)
+	Settle(ctx context.Context, p *x402.Payment, r *x402.Requirements) (x402.SettleResponse, error)
+	Supported(ctx context.Context) (x402.SupportedResponse, error)
+}
+
 type apiRoute struct {
 	method string
-	open   bool // served without the API key (only /health, spec §5.6)
+	open   bool // served without the API key (only /health, docs/facilitator.md#api-key)
 	serve  func(*apiHandler, http.ResponseWriter, *http.Request)
 }
 
@@ -103,14 +125,14 @@ var apiRoutes = map[string]apiRoute{
 }
 
 type apiHandler struct {
-	svc     Service
+	backend Backend
 	opts    HandlerOptions
 	log     *zap.Logger
 	keyHash [sha256.Size]byte
 	pricing *jsonhttp.Client
 }
 
-// NewHandler returns the facilitator HTTP API over svc (spec §4.2):
+// NewHandler returns the facilitator HTTP API over backend (docs/facilitator.md#api):
 //
 //	POST /verify               {x402Version?, paymentPayload, paymentRequirements, verificationRequirements?, verificationPayment?}
 //	POST /settle               {x402Version?, paymentPayload, paymentRequirements}
@@ -121,16 +143,16 @@ type apiHandler struct {
 // The paths are relative to the handler's root: mount it with PathPrefix, http.StripPrefix,
 // or Caddy's handle_path. HEAD is answered for the GET routes.
 //
-// Status rules. The body envelope is the API's business: a body that is not a JSON
-// object, or lacks paymentPayload or paymentRequirements (absent or null), is 400
+// Status rules. The body envelope is the API's business: a body that is not a JSON object,
+// or lacks paymentPayload or paymentRequirements (absent or null), is 400
 // {"error":"invalid_request","reason","message"}; a body over MaxBodyBytes is 413; a
 // Content-Type other than application/json is 415. What is inside the envelope is the
 // payment's business: a payload or requirement that does not decode, or an unsupported
 // x402Version, is a logical failure, HTTP 200 with isValid:false / success:false and the
-// reason in the request's x402 version, as the reference facilitators answer
-// (research/x402.md §1.5). A non-nil error from svc is 500 with unexpected_verify_error /
-// unexpected_settle_error and no detail (the error is logged).
-func NewHandler(svc Service, opts HandlerOptions) http.Handler {
+// reason in the request's x402 version, as the reference x402 facilitators answer
+// (docs/facilitator.md#api). A non-nil error from backend is 500 with
+// unexpected_verify_error / unexpected_settle_error and no detail (the error is logged).
+func NewHandler(backend Backend, opts HandlerOptions) http.Handler {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -141,7 +163,7 @@ func NewHandler(svc Service, opts HandlerOptions) http.Handler {
 	if opts.Registry == nil {
 		opts.Registry = x402.NewRegistry()
 	}
-	h := &apiHandler{svc: svc, opts: opts, log: opts.Logger, pricing: jsonhttp.New(nil, maxPricingResponseBytes, opts.PricingTimeout)}
+	h := &apiHandler{backend: backend, opts: opts, log: opts.Logger, pricing: jsonhttp.New(nil, maxPricingResponseBytes, opts.PricingTimeout)}
 	if h.log == nil {
 		h.log = zap.NewNop()
 	}
@@ -184,8 +206,8 @@ func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	route.serve(h, w, r)
 }
 
-// authorized checks x-facilitator-key in constant time (spec §5.6). Both sides are
-// hashed first so that the comparison does not leak the key's length either.
+// authorized checks x-facilitator-key in constant time (docs/facilitator.md#api-key). Both
+// sides are hashed first so that the comparison does not leak the key's length either.
 func (h *apiHandler) authorized(r *http.Request) bool {
 	if h.opts.APIKey == "" {
 		return true
@@ -248,9 +270,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeAPIError(w http.ResponseWriter, status int, e apiError) { writeJSON(w, status, e) }
 
-// serveSupported answers GET /supported with svc.Supported.
+// serveSupported answers GET /supported with backend.Supported.
 func (h *apiHandler) serveSupported(w http.ResponseWriter, r *http.Request) {
-	s, err := h.svc.Supported(r.Context())
+	s, err := h.backend.Supported(r.Context())
 	if err != nil {
 		h.log.Error("supported failed", zap.Error(err))
 		writeAPIError(w, http.StatusInternalServerError, apiError{Error: "unexpected_error"})
@@ -341,9 +363,9 @@ func peekString(raw json.RawMessage, key string) string {
 	return s
 }
 
-// networkFor renders a known network in the form of x402 version v: the v1 name for v1,
-// the CAIP-2 id otherwise (research/x402.md §3.7 step 4). An unknown network is "", so
-// client input that did not decode is never echoed.
+// networkFor renders a known network in the form of x402 version v: the v1 name for v1, the
+// CAIP-2 id otherwise (docs/facilitator.md#wire-compatibility). An unknown network is "",
+// so client input that did not decode is never echoed.
 func (h *apiHandler) networkFor(v int, id string) string {
 	if id == "" {
 		return ""
@@ -358,7 +380,7 @@ func (h *apiHandler) networkFor(v int, id string) string {
 	return n.CAIP2
 }
 
-// serveVerify answers POST /verify (spec §4.2).
+// serveVerify answers POST /verify (docs/facilitator.md#verify).
 func (h *apiHandler) serveVerify(w http.ResponseWriter, r *http.Request) {
 	m, ok := h.readJSONBody(w, r)
 	if !ok || !h.requireFields(w, m) {
@@ -399,7 +421,7 @@ func (h *apiHandler) verifyInput(m map[string]json.RawMessage, pr paymentRequest
 }
 
 func (h *apiHandler) runVerify(ctx context.Context, w http.ResponseWriter, pr paymentRequest, in x402.VerifyInput) {
-	resp, err := h.svc.Verify(ctx, in)
+	resp, err := h.backend.Verify(ctx, in)
 	if err != nil {
 		h.log.Error("verify failed", zap.String("network", pr.network), zap.Error(err))
 		writeJSON(w, http.StatusInternalServerError, x402.VerifyResponse{
@@ -410,8 +432,8 @@ func (h *apiHandler) runVerify(ctx context.Context, w http.ResponseWriter, pr pa
 }
 
 // settleBody is the wire form of a settle answer: txHash is always present beside
-// transaction, with the same value (DESIGN.md "Wire compatibility": clients read
-// transaction, the spec names txHash).
+// transaction, with the same value: clients read transaction, the facilitator API names
+// txHash (docs/facilitator.md#wire-compatibility).
 type settleBody struct {
 	x402.SettleResponse
 	TxHash string `json:"txHash"`
@@ -427,9 +449,9 @@ func newSettleBody(resp x402.SettleResponse, network string) settleBody {
 	return settleBody{SettleResponse: resp, TxHash: resp.Transaction}
 }
 
-// serveSettle answers POST /settle (spec §4.2). A 500 carries the transaction hash when
-// the engine returned one with its error: a broadcast whose outcome is unknown must be
-// reconciled, never blindly retried (spec §4.2 /settle rule 3), and the hash is public.
+// serveSettle answers POST /settle (docs/facilitator.md#settle). A 500 carries the
+// transaction hash when the engine returned one with its error: a broadcast whose outcome
+// is unknown must be reconciled, never blindly retried, and the hash is public.
 func (h *apiHandler) serveSettle(w http.ResponseWriter, r *http.Request) {
 	m, ok := h.readJSONBody(w, r)
 	if !ok || !h.requireFields(w, m) {
@@ -442,7 +464,7 @@ func (h *apiHandler) serveSettle(w http.ResponseWriter, r *http.Request) {
 			Success: false, ErrorReason: reason.For(pr.version)}, pr.network))
 		return
 	}
-	resp, err := h.svc.Settle(r.Context(), pr.payment, pr.reqs)
+	resp, err := h.backend.Settle(r.Context(), pr.payment, pr.reqs)
 	if err != nil {
 		h.log.Error("settle failed", zap.String("network", pr.network), zap.String("tx", resp.Transaction), zap.Error(err))
 		writeJSON(w, http.StatusInternalServerError, newSettleBody(x402.SettleResponse{

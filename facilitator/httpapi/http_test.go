@@ -1,4 +1,4 @@
-package facilitator
+package httpapi
 
 import (
 	"bytes"
@@ -27,10 +27,10 @@ import (
 // an answer, an error or a log line.
 const apiTestKey = "fk_test_5c1e7d0b9a4f"
 
-// scriptedService is a Service whose answers a test scripts. It is used to inject faults
+// scriptedBackend is a Backend whose answers a test scripts. It is used to inject faults
 // (errors, specific answers) and to count how often the HTTP layer reached the service;
 // the real engine is exercised end to end in TestClientHandlerEngineOnAnvil.
-type scriptedService struct {
+type scriptedBackend struct {
 	mu        sync.Mutex
 	verify    func(x402.VerifyInput) (x402.VerifyResponse, error)
 	settle    func(*x402.Payment, *x402.Requirements) (x402.SettleResponse, error)
@@ -41,7 +41,7 @@ type scriptedService struct {
 	lastReqs  *x402.Requirements
 }
 
-func (s *scriptedService) Verify(_ context.Context, in x402.VerifyInput) (x402.VerifyResponse, error) {
+func (s *scriptedBackend) Verify(_ context.Context, in x402.VerifyInput) (x402.VerifyResponse, error) {
 	s.mu.Lock()
 	s.calls++
 	s.lastIn = in
@@ -52,7 +52,7 @@ func (s *scriptedService) Verify(_ context.Context, in x402.VerifyInput) (x402.V
 	return s.verify(in)
 }
 
-func (s *scriptedService) Settle(_ context.Context, p *x402.Payment, r *x402.Requirements) (x402.SettleResponse, error) {
+func (s *scriptedBackend) Settle(_ context.Context, p *x402.Payment, r *x402.Requirements) (x402.SettleResponse, error) {
 	s.mu.Lock()
 	s.calls++
 	s.lastPay, s.lastReqs = p, r
@@ -63,7 +63,7 @@ func (s *scriptedService) Settle(_ context.Context, p *x402.Payment, r *x402.Req
 	return s.settle(p, r)
 }
 
-func (s *scriptedService) Supported(context.Context) (x402.SupportedResponse, error) {
+func (s *scriptedBackend) Supported(context.Context) (x402.SupportedResponse, error) {
 	s.mu.Lock()
 	s.calls++
 	s.mu.Unlock()
@@ -76,7 +76,7 @@ func (s *scriptedService) Supported(context.Context) (x402.SupportedResponse, er
 	return s.supported()
 }
 
-func (s *scriptedService) callCount() int {
+func (s *scriptedBackend) callCount() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.calls
@@ -223,7 +223,7 @@ func TestHandlerAPIKeyGuardsEveryRouteButHealth(t *testing.T) {
 	for _, rt := range routes {
 		for _, k := range keys {
 			t.Run(rt.name+" "+k.name, func(t *testing.T) {
-				svc := &scriptedService{}
+				svc := &scriptedBackend{}
 				core, logs := observer.New(zapcore.DebugLevel)
 				h := NewHandler(svc, HandlerOptions{APIKey: apiTestKey, Logger: zap.New(core)})
 				status, _, body := apiDo(t, h, rt.method, rt.path, "application/json", rt.body, k.hdr)
@@ -250,14 +250,14 @@ func TestHandlerAPIKeyGuardsEveryRouteButHealth(t *testing.T) {
 		}
 	}
 	t.Run("health is open without the key", func(t *testing.T) {
-		h := NewHandler(&scriptedService{}, HandlerOptions{APIKey: apiTestKey})
+		h := NewHandler(&scriptedBackend{}, HandlerOptions{APIKey: apiTestKey})
 		status, _, body := apiDo(t, h, http.MethodGet, "/health", "", "", nil)
 		if status != http.StatusOK || strings.TrimSpace(body) != `{"status":"ok"}` {
 			t.Fatalf("health: %d %s", status, body)
 		}
 	})
 	t.Run("without FACILITATOR_API_KEY the routes are open", func(t *testing.T) {
-		h := NewHandler(&scriptedService{}, HandlerOptions{})
+		h := NewHandler(&scriptedBackend{}, HandlerOptions{})
 		if status, _, body := apiDo(t, h, http.MethodPost, "/verify", "application/json", verifyBody, nil); status != http.StatusOK {
 			t.Fatalf("verify without key: %d %s", status, body)
 		}
@@ -289,7 +289,7 @@ func TestHandlerRefusesBadEnvelopes(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			svc := &scriptedService{}
+			svc := &scriptedBackend{}
 			h := NewHandler(svc, HandlerOptions{})
 			status, hdr, body := apiDo(t, h, http.MethodPost, c.path, c.contentType, c.body, nil)
 			if status != c.status {
@@ -311,13 +311,13 @@ func TestHandlerRefusesBadEnvelopes(t *testing.T) {
 		})
 	}
 	t.Run("a JSON content type with charset is accepted", func(t *testing.T) {
-		h := NewHandler(&scriptedService{}, HandlerOptions{})
+		h := NewHandler(&scriptedBackend{}, HandlerOptions{})
 		if status, _, body := apiDo(t, h, http.MethodPost, "/verify", "application/json; charset=utf-8", valid, nil); status != 200 {
 			t.Fatalf("%d %s", status, body)
 		}
 	})
 	t.Run("MaxBodyBytes is configurable", func(t *testing.T) {
-		h := NewHandler(&scriptedService{}, HandlerOptions{MaxBodyBytes: 100})
+		h := NewHandler(&scriptedBackend{}, HandlerOptions{MaxBodyBytes: 100})
 		if status, _, body := apiDo(t, h, http.MethodPost, "/verify", "application/json", valid, nil); status != 413 {
 			t.Fatalf("%d %s", status, body)
 		}
@@ -374,7 +374,7 @@ func TestHandlerPaymentThatDoesNotDecodeIsALogicalFailure(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run("verify "+c.name, func(t *testing.T) {
-			svc := &scriptedService{}
+			svc := &scriptedBackend{}
 			status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/verify", "application/json", c.body, nil)
 			if status != http.StatusOK {
 				t.Fatalf("status %d: %s", status, body)
@@ -391,7 +391,7 @@ func TestHandlerPaymentThatDoesNotDecodeIsALogicalFailure(t *testing.T) {
 			}
 		})
 		t.Run("settle "+c.name, func(t *testing.T) {
-			svc := &scriptedService{}
+			svc := &scriptedBackend{}
 			status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/settle", "application/json", c.body, nil)
 			if status != http.StatusOK {
 				t.Fatalf("status %d: %s", status, body)
@@ -413,12 +413,12 @@ func TestHandlerPaymentThatDoesNotDecodeIsALogicalFailure(t *testing.T) {
 	}
 }
 
-func TestHandlerServiceErrorsAre500WithoutDetail(t *testing.T) {
+func TestHandlerBackendErrorsAre500WithoutDetail(t *testing.T) {
 	const internal = "dial tcp 10.0.0.7:8545: connection refused; rpc key sk_internal"
 	for _, v := range []int{1, 2} {
 		wantNetwork := map[int]string{1: "base-sepolia", 2: "eip155:84532"}[v]
 		t.Run(fmt.Sprintf("v%d verify error is 500 unexpected_verify_error", v), func(t *testing.T) {
-			svc := &scriptedService{verify: func(x402.VerifyInput) (x402.VerifyResponse, error) {
+			svc := &scriptedBackend{verify: func(x402.VerifyInput) (x402.VerifyResponse, error) {
 				return x402.VerifyResponse{}, errors.New(internal)
 			}}
 			status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/verify", "application/json", mustJSON(t, apiTestBody(t, v)), nil)
@@ -430,7 +430,7 @@ func TestHandlerServiceErrorsAre500WithoutDetail(t *testing.T) {
 			}
 		})
 		t.Run(fmt.Sprintf("v%d settle error is 500 unexpected_settle_error with network in the request's format", v), func(t *testing.T) {
-			svc := &scriptedService{settle: func(*x402.Payment, *x402.Requirements) (x402.SettleResponse, error) {
+			svc := &scriptedBackend{settle: func(*x402.Payment, *x402.Requirements) (x402.SettleResponse, error) {
 				return x402.SettleResponse{}, errors.New(internal)
 			}}
 			status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/settle", "application/json", mustJSON(t, apiTestBody(t, v)), nil)
@@ -444,7 +444,7 @@ func TestHandlerServiceErrorsAre500WithoutDetail(t *testing.T) {
 		})
 	}
 	t.Run("supported error is 500 without detail", func(t *testing.T) {
-		svc := &scriptedService{supported: func() (x402.SupportedResponse, error) { return x402.SupportedResponse{}, errors.New(internal) }}
+		svc := &scriptedBackend{supported: func() (x402.SupportedResponse, error) { return x402.SupportedResponse{}, errors.New(internal) }}
 		status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodGet, "/supported", "", "", nil)
 		if status != 500 || strings.Contains(body, "10.0.0.7") || strings.Contains(body, "sk_internal") {
 			t.Fatalf("%d %s", status, body)
@@ -452,7 +452,7 @@ func TestHandlerServiceErrorsAre500WithoutDetail(t *testing.T) {
 	})
 	t.Run("a settle error that comes with a broadcast hash keeps the hash for reconciliation", func(t *testing.T) {
 		tx := "0x" + strings.Repeat("cd", 32)
-		svc := &scriptedService{settle: func(*x402.Payment, *x402.Requirements) (x402.SettleResponse, error) {
+		svc := &scriptedBackend{settle: func(*x402.Payment, *x402.Requirements) (x402.SettleResponse, error) {
 			return x402.SettleResponse{Transaction: tx}, errors.New(internal)
 		}}
 		status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/settle", "application/json", mustJSON(t, apiTestBody(t, 2)), nil)
@@ -480,7 +480,7 @@ func TestHandlerSettleAnswerCarriesTransactionAndTxHash(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			svc := &scriptedService{settle: func(*x402.Payment, *x402.Requirements) (x402.SettleResponse, error) { return c.resp, nil }}
+			svc := &scriptedBackend{settle: func(*x402.Payment, *x402.Requirements) (x402.SettleResponse, error) { return c.resp, nil }}
 			status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/settle", "application/json", mustJSON(t, apiTestBody(t, c.v)), nil)
 			m := decodeMap(t, body)
 			if status != 200 || m["success"] != true || m["transaction"] != tx || m["txHash"] != tx || m["network"] != c.wantNetwork {
@@ -489,7 +489,7 @@ func TestHandlerSettleAnswerCarriesTransactionAndTxHash(t *testing.T) {
 		})
 	}
 	t.Run("a logical settle failure is 200 with empty transaction and txHash", func(t *testing.T) {
-		svc := &scriptedService{settle: func(*x402.Payment, *x402.Requirements) (x402.SettleResponse, error) {
+		svc := &scriptedBackend{settle: func(*x402.Payment, *x402.Requirements) (x402.SettleResponse, error) {
 			return x402.SettleResponse{Success: false, ErrorReason: "insufficient_funds"}, nil
 		}}
 		status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/settle", "application/json", mustJSON(t, apiTestBody(t, 1)), nil)
@@ -500,10 +500,10 @@ func TestHandlerSettleAnswerCarriesTransactionAndTxHash(t *testing.T) {
 	})
 }
 
-func TestHandlerPassesDecodedPaymentToService(t *testing.T) {
+func TestHandlerPassesDecodedPaymentToBackend(t *testing.T) {
 	for _, v := range []int{1, 2} {
 		t.Run(fmt.Sprintf("v%d verify with a verification fee", v), func(t *testing.T) {
-			svc := &scriptedService{}
+			svc := &scriptedBackend{}
 			p, r := apiTestPayment(v)
 			fee, feeReq := apiTestPayment(v)
 			fee.Authorization.Value = big.NewInt(500)
@@ -534,7 +534,7 @@ func TestHandlerPassesDecodedPaymentToService(t *testing.T) {
 		})
 	}
 	t.Run("a verification payment that does not decode is invalid_payload", func(t *testing.T) {
-		svc := &scriptedService{}
+		svc := &scriptedBackend{}
 		m := apiTestBody(t, 2)
 		m["verificationPayment"] = map[string]any{"x402Version": 2}
 		status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/verify", "application/json", mustJSON(t, m), nil)
@@ -564,7 +564,7 @@ func TestHandlerRouting(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			h := NewHandler(&scriptedService{}, HandlerOptions{PathPrefix: c.prefix})
+			h := NewHandler(&scriptedBackend{}, HandlerOptions{PathPrefix: c.prefix})
 			status, hdr, body := apiDo(t, h, c.method, c.path, "", "", nil)
 			if status != c.status {
 				t.Fatalf("status %d, want %d: %s", status, c.status, body)
@@ -609,7 +609,7 @@ func TestHandlerHealth(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var calls atomic.Int32
-			svc := &scriptedService{}
+			svc := &scriptedBackend{}
 			h := NewHandler(svc, HandlerOptions{APIKey: apiTestKey, HealthDetailed: c.detailed,
 				HealthInfo: func(context.Context) (HealthDetails, error) {
 					calls.Add(1)
@@ -632,15 +632,15 @@ func TestHandlerHealth(t *testing.T) {
 	}
 }
 
-func TestHandlerSupportedPassesServiceAnswer(t *testing.T) {
-	svc := &scriptedService{}
+func TestHandlerSupportedPassesBackendAnswer(t *testing.T) {
+	svc := &scriptedBackend{}
 	status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodGet, "/supported", "", "", nil)
 	want, _ := svc.Supported(context.Background())
 	if status != 200 || strings.TrimSpace(body) != mustJSON(t, want) {
 		t.Fatalf("%d %s", status, body)
 	}
 	t.Run("empty lists are [] and {} rather than null", func(t *testing.T) {
-		svc := &scriptedService{supported: func() (x402.SupportedResponse, error) { return x402.SupportedResponse{}, nil }}
+		svc := &scriptedBackend{supported: func() (x402.SupportedResponse, error) { return x402.SupportedResponse{}, nil }}
 		_, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodGet, "/supported", "", "", nil)
 		if strings.TrimSpace(body) != `{"kinds":[],"extensions":[],"signers":{}}` {
 			t.Fatalf("%s", body)
@@ -701,7 +701,7 @@ func TestHandlerVerificationQuote(t *testing.T) {
 			}
 			core, logs := observer.New(zapcore.DebugLevel)
 			opts.Logger = zap.New(core)
-			h := NewHandler(&scriptedService{}, opts)
+			h := NewHandler(&scriptedBackend{}, opts)
 			status, _, body := apiDo(t, h, http.MethodPost, "/verification/quote", "application/json", c.body,
 				map[string]string{HeaderFacilitatorKey: apiTestKey})
 			if status != c.status {

@@ -1,4 +1,4 @@
-package facilitator
+package httpapi
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/x402gate/x402gate/facilitator"
 )
 
 // healthInfoTimeout bounds the HealthInfo callback. The engine answers it from cached
@@ -14,10 +16,10 @@ import (
 const healthInfoTimeout = 5 * time.Second
 
 // HealthDetails is what GET /health adds to {"status":"ok"} when detailed health is
-// explicitly enabled (spec §4.2 /health: "network, chain, scheme, asset, facilitator address
-// and balances, and the verdict service URL"; the spec leaves the field names unshown, so
-// these JSON names are ours). It carries no secret: no RPC URL (which often embeds a
-// provider key), no API key. Example:
+// explicitly enabled (docs/facilitator.md#health: network, chain, scheme, asset,
+// facilitator address and balances, and the verdict service URL; the JSON names are ours).
+// It carries no secret: no RPC URL (which often embeds a provider key), no API key.
+// Example:
 //
 //	{"status":"ok","facilitatorAddress":"0xf39F…","guardianMode":"off",
 //	 "verdictServiceUrl":"https://verdict.example",
@@ -46,8 +48,8 @@ type HealthNetwork struct {
 	Scheme string `json:"scheme"`
 	// Asset is the EIP-3009 token address (0x-hex).
 	Asset string `json:"asset"`
-	// Balances are the facilitator account's balances there, read from a cache (spec
-	// §4.2: "Balance reads are cached").
+	// Balances are the facilitator account's balances there, read from a cache
+	// (docs/facilitator.md#health).
 	Balances HealthBalances `json:"balances"`
 }
 
@@ -63,7 +65,7 @@ type HealthBalances struct {
 // EngineHealthInfo adapts e.Info to HandlerOptions.HealthInfo. Info answers from the
 // engine's balance cache, so a detailed health request reads the chain at most once per
 // Config.BalanceCacheTTL.
-func EngineHealthInfo(e *Engine) func(context.Context) (HealthDetails, error) {
+func EngineHealthInfo(e *facilitator.Engine) func(context.Context) (HealthDetails, error) {
 	return func(ctx context.Context) (HealthDetails, error) {
 		info := e.Info(ctx)
 		d := HealthDetails{
@@ -90,10 +92,10 @@ type healthBody struct {
 	*HealthDetails
 }
 
-// serveHealth answers GET /health (spec §4.2). The default answer is {"status":"ok"} and
-// touches nothing else: no RPC, no store, no callback. Detailed health, when explicitly
-// enabled, adds HealthInfo's answer; when the callback fails, the answer is 503
-// {"status":"degraded"} with no detail (the error is logged).
+// serveHealth answers GET /health (docs/facilitator.md#health). The default answer is
+// {"status":"ok"} and touches nothing else: no RPC, no store, no callback. Detailed health,
+// when explicitly enabled, adds HealthInfo's answer; when the callback fails, the answer is
+// 503 {"status":"degraded"} with no detail (the error is logged).
 func (h *apiHandler) serveHealth(w http.ResponseWriter, r *http.Request) {
 	if !h.opts.HealthDetailed || h.opts.HealthInfo == nil {
 		writeJSON(w, http.StatusOK, healthBody{Status: "ok"})

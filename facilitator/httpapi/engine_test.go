@@ -1,0 +1,182 @@
+package httpapi
+
+import (
+	"context"
+	"math/big"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+
+	"github.com/ethereum/go-ethereum/common"
+	"go.uber.org/zap"
+
+	"github.com/x402gate/x402gate/facilitator"
+	"github.com/x402gate/x402gate/facilitator/approval"
+	"github.com/x402gate/x402gate/facilitator/journal"
+	"github.com/x402gate/x402gate/internal/testenv"
+	"github.com/x402gate/x402gate/x402"
+)
+
+// testAmount is the price of the test payments: 0.01 USDC.
+var testAmount = big.NewInt(10_000)
+
+// testEnv is one anvil chain with our token, and a registry that knows it as
+// base-sepolia: the real parts that the API's end-to-end tests serve an engine on.
+type testEnv struct {
+	chain *testenv.Chain
+	token *testenv.Token
+	net   x402.Network
+	reg   *x402.Registry
+}
+
+func newTestEnv(t *testing.T) *testEnv {
+	t.Helper()
+	chain, token := testenv.StartChainWithToken(t)
+	net := x402.Network{
+		Name: x402.BaseSepolia.Name, CAIP2: x402.BaseSepolia.CAIP2, ChainID: new(big.Int).Set(chain.ChainID),
+		USDC: x402.Asset{Address: token.Address, Name: token.Name, Version: token.Version, Decimals: 6, Symbol: "USDC"},
+	}
+	reg := x402.NewRegistry()
+	if err := reg.Add(net); err != nil {
+		t.Fatalf("registry: %v", err)
+	}
+	return &testEnv{chain: chain, token: token, net: net, reg: reg}
+}
+
+// engine starts a facilitator.Engine on the env's chain, with account 0 as signer, a
+// MemoryStore and an SQLite journal, as the bundled facilitator runs; mutate, when not
+// nil, changes its config first. Everything is closed when t ends.
+func (v *testEnv) engine(t *testing.T, mutate func(*facilitator.Config)) *facilitator.Engine {
+	t.Helper()
+	j, err := journal.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "journal.db"))
+	if err != nil {
+		t.Fatalf("open journal: %v", err)
+	}
+	t.Cleanup(func() { _ = j.Close() })
+	store := approval.NewMemoryStore(0)
+	t.Cleanup(func() { _ = store.Close() })
+	cfg := facilitator.Config{
+		Networks:  []facilitator.NetworkConfig{{Network: v.net, RPCURL: v.chain.RPCURL}},
+		SignerKey: v.chain.FacilitatorAccount().Key,
+		Store:     store,
+		Journal:   j,
+		Logger:    zap.NewNop(),
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	e, err := facilitator.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("facilitator.New: %v", err)
+	}
+	t.Cleanup(e.Close)
+	return e
+}
+
+// requirements asks amount of the token paid to payTo, with the resource a v1
+// requirement needs on the wire.
+func (v *testEnv) requirements(payTo common.Address, amount *big.Int) *x402.Requirements {
+	return &x402.Requirements{
+		Scheme:            x402.SchemeExact,
+		Network:           v.net.CAIP2,
+		Amount:            new(big.Int).Set(amount),
+		Asset:             v.token.Address,
+		PayTo:             payTo,
+		MaxTimeoutSeconds: 600,
+		Resource:          x402.ResourceInfo{URL: "https://api.example.com/premium", Description: "premium", MimeType: "application/json"},
+		Extra:             map[string]any{"name": v.token.Name, "version": v.token.Version},
+	}
+}
+
+// payment is payer's signed authorization of r, in the given x402 version.
+func (v *testEnv) payment(t *testing.T, version int, payer testenv.Account, r *x402.Requirements) *x402.Payment {
+	t.Helper()
+	a := v.token.NewAuthorization(t, payer.Address, r.PayTo, r.Amount)
+	p := &x402.Payment{
+		Version:       version,
+		Scheme:        x402.SchemeExact,
+		Network:       r.Network,
+		Signature:     v.token.SignAuthorization(t, payer.Key, a),
+		Authorization: x402.Authorization(a),
+	}
+	if version == x402.Version2 {
+		acc := *r
+		acc.Amount = new(big.Int).Set(r.Amount)
+		p.Accepted = &acc
+	}
+	return p
+}
+
+// pay is a valid payment of testAmount from payer to payTo, and its requirements.
+func (v *testEnv) pay(t *testing.T, version int, payer testenv.Account, payTo common.Address) (*x402.Payment, *x402.Requirements) {
+	t.Helper()
+	r := v.requirements(payTo, testAmount)
+	return v.payment(t, version, payer, r), r
+}
+
+// balances are the token balances of addrs, in order.
+func (v *testEnv) balances(t *testing.T, addrs ...common.Address) []*big.Int {
+	t.Helper()
+	out := make([]*big.Int, len(addrs))
+	for i, a := range addrs {
+		out[i] = v.token.BalanceOf(t, a)
+	}
+	return out
+}
+
+// approvingVerdicts is a verdict service that approves every payment: the fee path needs
+// a terminal verdict, and the verdict service is not what these tests are about.
+type approvingVerdicts struct{}
+
+func (approvingVerdicts) VerifyPayment(context.Context, *x402.Payment, *x402.Requirements) (facilitator.VerdictResult, error) {
+	return facilitator.VerdictResult{Approved: true, Status: facilitator.VerdictApproved, Reason: "allowed", RequestHash: "0xreq"}, nil
+}
+
+// TestVerificationFeeTravelsOverHTTP is the fee path with real parts end to end: Client ->
+// NewHandler -> Engine (GUARDIAN_MODE optional) -> anvil. The fee authorization travels as
+// verificationPayment beside verificationRequirements in the /verify body; the answer
+// carries feeTxHash; the merchant payment moves only at /settle.
+func TestVerificationFeeTravelsOverHTTP(t *testing.T) {
+	for _, version := range []int{x402.Version1, x402.Version2} {
+		t.Run("v"+big.NewInt(int64(version)).String(), func(t *testing.T) {
+			env := newTestEnv(t)
+			e := env.engine(t, func(c *facilitator.Config) {
+				c.GuardianMode, c.Verdicts = facilitator.GuardianOptional, approvingVerdicts{}
+			})
+			srv := httptest.NewServer(NewHandler(e, HandlerOptions{APIKey: apiTestKey, Registry: env.reg}))
+			t.Cleanup(srv.Close)
+			cl := newTestClient(t, ClientConfig{URL: srv.URL, APIKey: apiTestKey, Registry: env.reg})
+			payer, payee, feePayee := env.chain.Accounts[1], env.chain.Accounts[2], env.chain.Accounts[7]
+			// The verification fee: 0.001 USDC paid to account 7.
+			fee := env.requirements(feePayee.Address, big.NewInt(1_000))
+			p, r := env.pay(t, version, payer, payee.Address)
+			before := env.balances(t, payee.Address, feePayee.Address)
+
+			ver, err := cl.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r,
+				VerificationRequirements: fee, VerificationPayment: env.payment(t, x402.Version2, payer, fee)})
+			if err != nil || !ver.IsValid || ver.GuardianStatus != facilitator.VerdictApproved || ver.FeeTxHash == "" || ver.FeeError != "" {
+				t.Fatalf("verify = %+v, %v; want valid, approved, with feeTxHash", ver, err)
+			}
+			mid := env.balances(t, payee.Address, feePayee.Address)
+			if mid[0].Cmp(before[0]) != 0 || new(big.Int).Sub(mid[1], before[1]).Int64() != 1_000 {
+				t.Fatalf("after verify: payee %s -> %s, fee payee %s -> %s; want only the fee moved", before[0], mid[0], before[1], mid[1])
+			}
+			res, err := cl.Settle(context.Background(), p, r)
+			if err != nil || !res.Success {
+				t.Fatalf("settle = %+v, %v", res, err)
+			}
+			if d := new(big.Int).Sub(env.token.BalanceOf(t, payee.Address), mid[0]); d.Cmp(testAmount) != 0 {
+				t.Errorf("payee received %s at settle, want %s", d, testAmount)
+			}
+
+			// Without the fee payment, feeError says so over the wire too. The fee
+			// requirement then travels in the merchant payment's version.
+			p2, r2 := env.pay(t, version, payer, payee.Address)
+			fee.Resource = x402.ResourceInfo{URL: "https://verdict.example/fee", Description: "verification fee", MimeType: "application/json"}
+			ver, err = cl.Verify(context.Background(), x402.VerifyInput{Payment: p2, Requirements: r2, VerificationRequirements: fee})
+			if err != nil || ver.IsValid || ver.FeeError != facilitator.FeePaymentMissing || ver.InvalidReason != x402.ReasonInvalidPayload.For(version) {
+				t.Errorf("verify without fee payment = %+v, %v; want feeError %s", ver, err, facilitator.FeePaymentMissing)
+			}
+		})
+	}
+}
