@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/x402gate/x402gate/verdict"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -67,15 +68,15 @@ type GuardianResult struct {
 // §2.5): outcome, reasonCode and humanReason always; the rest when the service sent them.
 type GuardianVerdict struct {
 	// Outcome is approved or rejected.
-	Outcome Outcome `json:"outcome"`
+	Outcome verdict.Outcome `json:"outcome"`
 	// ReasonCode is allowed, or a violation code, possibly one this package does not know.
-	ReasonCode ReasonCode `json:"reasonCode"`
+	ReasonCode verdict.ReasonCode `json:"reasonCode"`
 	// HumanReason is the service's explanation.
 	HumanReason string `json:"humanReason"`
 	// Checks are the per-check results.
-	Checks []Check `json:"checks,omitempty"`
+	Checks []verdict.Check `json:"checks,omitempty"`
 	// Evidence is what the service decoded and observed.
-	Evidence *Evidence `json:"evidence,omitempty"`
+	Evidence *verdict.Evidence `json:"evidence,omitempty"`
 	// PolicyVersion is the evaluated policy's version, when resolved.
 	PolicyVersion *int64 `json:"policyVersion,omitempty"`
 	// USDNotional is the action's notional in USD, when priced.
@@ -153,7 +154,7 @@ func (g *Guardian) VerifyPayment(ctx context.Context, p *x402.Payment, r *x402.R
 // reconciles by trace id (retrying the lookup within opts) and continues with the found
 // transaction; it never submits twice.
 func (g *Guardian) Verify(ctx context.Context, in PaymentInput, opts PollOptions) (GuardianResult, error) {
-	act, from, err := NewPaymentAction(in.Payment, in.Requirements)
+	act, from, err := verdict.NewPaymentAction(in.Payment, in.Requirements)
 	if err != nil {
 		return failed(err, "", nil), err
 	}
@@ -189,10 +190,10 @@ func (g *Guardian) Verify(ctx context.Context, in PaymentInput, opts PollOptions
 }
 
 // fromVerdict turns a terminal verdict into a result.
-func fromVerdict(v *Verdict, hash string, keys []string) GuardianResult {
+func fromVerdict(v *verdict.Verdict, hash string, keys []string) GuardianResult {
 	// Service text is passed on to callers that log it (guardianReason, GuardianVerdict),
 	// so every string in it loses the keys of this call (spec §5.5).
-	checks := make([]Check, len(v.Checks))
+	checks := make([]verdict.Check, len(v.Checks))
 	for i, c := range v.Checks {
 		c.HumanReason = scrub(c.HumanReason, keys)
 		if c.TriggeringPolicyField != nil {
@@ -201,7 +202,7 @@ func fromVerdict(v *Verdict, hash string, keys []string) GuardianResult {
 		}
 		checks[i] = c
 	}
-	ev := Evidence{
+	ev := verdict.Evidence{
 		DecodedAction: scrubTree(v.Evidence.DecodedAction, keys).(map[string]any),
 		Observations:  scrubTree(v.Evidence.Observations, keys).(map[string]any),
 		Sources:       scrubTree(v.Evidence.Sources, keys).([]any),
@@ -313,7 +314,7 @@ func (g *Guardian) Wrap(base VerifyFn, opts PollOptions) VerifyFn { return WithV
 func WithVerdicts(base VerifyFn, v Verdicts, opts PollOptions) VerifyFn {
 	return func(ctx context.Context, p *x402.Payment, r *x402.Requirements) (x402.VerifyResponse, error) {
 		if base == nil || v == nil {
-			return x402.VerifyResponse{}, &InputError{Field: "withGuardian", Problem: "base verifier and verdict source are required"}
+			return x402.VerifyResponse{}, &verdict.InputError{Field: "withGuardian", Problem: "base verifier and verdict source are required"}
 		}
 		res, err := base(ctx, p, r)
 		if err != nil || !res.IsValid {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/ethereum/go-ethereum/common"
 
+	"github.com/x402gate/x402gate/internal/testenv"
+	"github.com/x402gate/x402gate/verdict"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -71,13 +73,13 @@ func (s *script) submitBody(t *testing.T, i int) map[string]any {
 // right status, and the POST is sent exactly once.
 func TestVerifyPaymentFailsClosed(t *testing.T) {
 	h := "0xfeedbeef"
-	unknownOutcome := approvedVerdict()
+	unknownOutcome := testenv.ApprovedVerdict()
 	unknownOutcome["outcome"] = "allowed"
-	inconsistent := approvedVerdict()
+	inconsistent := testenv.ApprovedVerdict()
 	inconsistent["reasonCode"] = "venue_not_allowed"
-	approvedWithFailedCheck := approvedVerdict()
+	approvedWithFailedCheck := testenv.ApprovedVerdict()
 	checkAt(approvedWithFailedCheck, 0)["status"] = "failed"
-	pendingWithPolicy := pendingVerdict()
+	pendingWithPolicy := testenv.PendingVerdict()
 	pendingWithPolicy["policyVersion"] = 4
 	cases := []struct {
 		name       string
@@ -88,10 +90,10 @@ func TestVerifyPaymentFailsClosed(t *testing.T) {
 		wantGETs   int
 		wantReason string // substring of Reason
 	}{
-		{"approved verdict approves", []reply{created(h)}, []reply{envelope(approvedVerdict())}, 5, GuardianApproved, 1, "payment within policy"},
-		{"approved after pending and null", []reply{created(h)}, []reply{{body: `{"verdict":null}`}, envelope(pendingVerdict()), envelope(approvedVerdict())}, 5, GuardianApproved, 3, "payment within policy"},
-		{"rejected verdict is not approval", []reply{created(h)}, []reply{envelope(rejectedVerdict(CheckRecipient, ReasonRecipientNotAllowed))}, 5, GuardianRejected, 1, "payee is not on the allowlist"},
-		{"pending at the polling bound is a timeout", []reply{created(h)}, []reply{envelope(pendingVerdict())}, 4, GuardianTimeout, 4, h},
+		{"approved verdict approves", []reply{created(h)}, []reply{envelope(testenv.ApprovedVerdict())}, 5, GuardianApproved, 1, "payment within policy"},
+		{"approved after pending and null", []reply{created(h)}, []reply{{body: `{"verdict":null}`}, envelope(testenv.PendingVerdict()), envelope(testenv.ApprovedVerdict())}, 5, GuardianApproved, 3, "payment within policy"},
+		{"rejected verdict is not approval", []reply{created(h)}, []reply{envelope(testenv.RejectedVerdict(verdict.CheckRecipient, verdict.ReasonRecipientNotAllowed))}, 5, GuardianRejected, 1, "payee is not on the allowlist"},
+		{"pending at the polling bound is a timeout", []reply{created(h)}, []reply{envelope(testenv.PendingVerdict())}, 4, GuardianTimeout, 4, h},
 		{"verdict missing at the polling bound is a timeout", []reply{created(h)}, []reply{{body: `{"status":"PENDING"}`}}, 3, GuardianTimeout, 3, h},
 		{"malformed json is an error", []reply{created(h)}, []reply{{body: `{"verdict":{"outcome":"approved"`}}, 5, GuardianError, 1, h},
 		{"unknown outcome is an error", []reply{created(h)}, []reply{envelope(unknownOutcome)}, 5, GuardianError, 1, "unknown outcome"},
@@ -146,7 +148,7 @@ func TestVerifyPaymentFailsClosed(t *testing.T) {
 
 func TestVerifyPaymentUnknownReasonCodePassesThrough(t *testing.T) {
 	s := newScript(t).on(routeSubmit, created("0x1")).
-		on(routeStatus("0x1"), envelope(rejectedVerdict(CheckSanctions, "sanctioned_by_new_list")))
+		on(routeStatus("0x1"), envelope(testenv.RejectedVerdict(verdict.CheckSanctions, "sanctioned_by_new_list")))
 	res, err := s.guardian(t).Verify(t.Context(), paymentInput(), fast(3))
 	if err != nil || res.Approved || res.Status != GuardianRejected {
 		t.Fatalf("result = %+v, %v", res, err)
@@ -158,7 +160,7 @@ func TestVerifyPaymentUnknownReasonCodePassesThrough(t *testing.T) {
 
 func TestVerifyPaymentContextEnds(t *testing.T) {
 	t.Run("deadline while pending is a timeout", func(t *testing.T) {
-		s := newScript(t).on(routeSubmit, created("0x1")).on(routeStatus("0x1"), envelope(pendingVerdict()))
+		s := newScript(t).on(routeSubmit, created("0x1")).on(routeStatus("0x1"), envelope(testenv.PendingVerdict()))
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		opts := fast(10)
@@ -189,7 +191,7 @@ func TestVerifyPaymentContextEnds(t *testing.T) {
 }
 
 func TestVerifyPaymentBuildsTheSubmit(t *testing.T) {
-	s := newScript(t).on(routeSubmit, created("0x1")).on(routeStatus("0x1"), envelope(approvedVerdict()))
+	s := newScript(t).on(routeSubmit, created("0x1")).on(routeStatus("0x1"), envelope(testenv.ApprovedVerdict()))
 	if _, err := s.guardian(t).Verify(t.Context(), paymentInput(), fast(2)); err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +235,7 @@ func TestVerifyPaymentInvalidInputIsAnErrorWithoutRequests(t *testing.T) {
 			in := paymentInput()
 			tc.mut(&in)
 			res, err := s.guardian(t).Verify(t.Context(), in, fast(2))
-			var ie *InputError
+			var ie *verdict.InputError
 			if !errors.As(err, &ie) || ie.Field != tc.field {
 				t.Fatalf("err = %v, want an InputError on %s", err, tc.field)
 			}
@@ -254,9 +256,9 @@ func TestVerifyPaymentInvalidInputIsAnErrorWithoutRequests(t *testing.T) {
 }
 
 func TestVerifyPaymentOneShot(t *testing.T) {
-	s := newScript(t).on(routeSubmit, created("0x1")).on(routeStatus("0x1"), envelope(approvedVerdict()))
+	s := newScript(t).on(routeSubmit, created("0x1")).on(routeStatus("0x1"), envelope(testenv.ApprovedVerdict()))
 	res, err := VerifyPayment(t.Context(), paymentInput(), GuardianConfig{BaseURL: s.srv.URL + "/", APIKey: testKey}, fast(2))
-	if err != nil || !res.Approved || res.Status != GuardianApproved || res.Verdict.ReasonCode != ReasonAllowed {
+	if err != nil || !res.Approved || res.Status != GuardianApproved || res.Verdict.ReasonCode != verdict.ReasonAllowed {
 		t.Fatalf("= %+v, %v", res, err)
 	}
 }
@@ -284,7 +286,7 @@ func TestPromptOverride(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newScript(t).on(routeSubmit, created("0x1")).on(routeStatus("0x1"), envelope(approvedVerdict()))
+			s := newScript(t).on(routeSubmit, created("0x1")).on(routeStatus("0x1"), envelope(testenv.ApprovedVerdict()))
 			g := s.guardian(t, func(c *GuardianConfig) { c.AllowPromptOverride = tc.allow })
 			in := paymentInput()
 			in.ArbiterUserPrompt = tc.input
@@ -339,7 +341,7 @@ func TestUncertainSubmitIsReconciledNeverResent(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newScript(t).on(routeSubmit, tc.submit).on(routeReconcile, tc.reconcile...).
-				on(routeStatus("0xfound"), envelope(approvedVerdict()))
+				on(routeStatus("0xfound"), envelope(testenv.ApprovedVerdict()))
 			res, err := s.guardian(t).Verify(t.Context(), paymentInput(), fast(3))
 			if err != nil {
 				t.Fatal(err)
@@ -372,7 +374,7 @@ func TestUncertainSubmitIsReconciledNeverResent(t *testing.T) {
 func TestReconcileProcedure(t *testing.T) {
 	s := newScript(t).on(routeSubmit, statusReply(504)).
 		on(routeReconcile, reply{body: `{"transactions":[{"id":"t1","requestHash":"0xfound","description":"Pay","status":"PENDING"}]}`}).
-		on(routeStatus("0xfound"), envelope(approvedVerdict()))
+		on(routeStatus("0xfound"), envelope(testenv.ApprovedVerdict()))
 	c := s.client(t)
 	req := paymentSubmit()
 	req.TraceID = "agent-run-42-step-7"
@@ -459,15 +461,15 @@ func TestWithGuardian(t *testing.T) {
 		wantRequests int
 		wantErr      error
 	}{
-		{"invalid base result is kept without calling the service", invalid, []reply{envelope(approvedVerdict())}, "",
+		{"invalid base result is kept without calling the service", invalid, []reply{envelope(testenv.ApprovedVerdict())}, "",
 			false, "invalid_exact_evm_payload_signature", "", "", 0, nil},
-		{"base error is kept without calling the service", failing, []reply{envelope(approvedVerdict())}, "",
+		{"base error is kept without calling the service", failing, []reply{envelope(testenv.ApprovedVerdict())}, "",
 			false, "", "", "", 0, baseErr},
-		{"valid and approved stays valid", valid, []reply{envelope(approvedVerdict())}, "",
+		{"valid and approved stays valid", valid, []reply{envelope(testenv.ApprovedVerdict())}, "",
 			true, "", GuardianApproved, "payment within policy", 2, nil},
-		{"valid but rejected becomes invalid", valid, []reply{envelope(rejectedVerdict(CheckRecipient, ReasonRecipientNotAllowed))}, "",
+		{"valid but rejected becomes invalid", valid, []reply{envelope(testenv.RejectedVerdict(verdict.CheckRecipient, verdict.ReasonRecipientNotAllowed))}, "",
 			false, "verdict_not_approved", GuardianRejected, "payee is not on the allowlist", 2, nil},
-		{"valid but pending at the bound becomes invalid", valid, []reply{envelope(pendingVerdict())}, "",
+		{"valid but pending at the bound becomes invalid", valid, []reply{envelope(testenv.PendingVerdict())}, "",
 			false, "verdict_not_approved", GuardianTimeout, h, 4, nil},
 		{"valid but malformed verdict becomes invalid", valid, []reply{{body: `{"verdict":1}`}}, "",
 			false, "verdict_not_approved", GuardianError, h, 2, nil},
