@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/x402gate/x402gate/verdict"
 	"github.com/x402gate/x402gate/verdictclient"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -128,25 +129,25 @@ func TestVerdictClientDrivesTheEngine(t *testing.T) {
 		status      func() (int, string)
 		version     int
 		wantValid   bool
-		wantStatus  string
+		wantStatus  verdict.GuardianStatus
 		wantReason  string // substring of guardianReason
 		wantGETs    int
 		wantMessage string
 	}{
 		{"approved verdict: valid, and settle pays the payee", vcEnvelope(vcVerdict("approved", "allowed", "payment within policy")),
-			x402.Version2, true, VerdictApproved, "payment within policy", 1, ""},
+			x402.Version2, true, verdict.GuardianApproved, "payment within policy", 1, ""},
 		{"approved verdict in x402 v1", vcEnvelope(vcVerdict("approved", "allowed", "payment within policy")),
-			x402.Version1, true, VerdictApproved, "payment within policy", 1, ""},
+			x402.Version1, true, verdict.GuardianApproved, "payment within policy", 1, ""},
 		{"rejected verdict: invalid, settle refused", vcEnvelope(vcVerdict("rejected", "recipient_not_allowed", "payee is not on the allowlist")),
-			x402.Version2, false, VerdictRejected, "payee is not on the allowlist", 1, "verdict is rejected"},
+			x402.Version2, false, verdict.GuardianRejected, "payee is not on the allowlist", 1, "verdict is rejected"},
 		{"pending at the polling bound: timeout", vcEnvelope(vcVerdict("pending", "pending", "evaluating")),
-			x402.Version2, false, VerdictTimeout, "0xreq1", 3, "verdict is timeout"},
+			x402.Version2, false, verdict.GuardianTimeout, "0xreq1", 3, "verdict is timeout"},
 		{"malformed verdict: error", func() (int, string) { return http.StatusOK, `{"verdict":{"schemaVersion":1,"outcome":"approved"` },
-			x402.Version1, false, VerdictError, "0xreq1", 1, "verdict is error"},
+			x402.Version1, false, verdict.GuardianError, "0xreq1", 1, "verdict is error"},
 		{"inconsistent verdict (approved, violation code): error", vcEnvelope(vcVerdict("approved", "recipient_not_allowed", "ok")),
-			x402.Version2, false, VerdictError, "reasonCode", 1, "verdict is error"},
+			x402.Version2, false, verdict.GuardianError, "reasonCode", 1, "verdict is error"},
 		{"service that stays unavailable: error", func() (int, string) { return http.StatusServiceUnavailable, `{"statusCode":503}` },
-			x402.Version2, false, VerdictError, "503", 3, "verdict is error"},
+			x402.Version2, false, verdict.GuardianError, "503", 3, "verdict is error"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -169,7 +170,7 @@ func TestVerdictClientDrivesTheEngine(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Verify: %v", err)
 			}
-			if ver.IsValid != tc.wantValid || ver.GuardianStatus != tc.wantStatus || !strings.Contains(ver.GuardianReason, tc.wantReason) {
+			if ver.IsValid != tc.wantValid || ver.GuardianStatus != string(tc.wantStatus) || !strings.Contains(ver.GuardianReason, tc.wantReason) {
 				t.Fatalf("verify = %+v; want valid=%v guardianStatus=%s guardianReason containing %q", ver, tc.wantValid, tc.wantStatus, tc.wantReason)
 			}
 			if !tc.wantValid && (ver.InvalidReason != x402.ReasonVerdictNotApproved.For(tc.version) || ver.InvalidMessage != tc.wantMessage) {
@@ -241,7 +242,7 @@ func TestVerdictClientUnbuildableAction(t *testing.T) {
 	p := &x402.Payment{Version: x402.Version2, Scheme: x402.SchemeExact, Network: "eip155:1"}
 	r := &x402.Requirements{Scheme: x402.SchemeExact, Network: "eip155:1"}
 	res, err := vc.VerifyPayment(context.Background(), p, r)
-	if !errors.Is(err, verdictclient.ErrInvalidInput) || res.Approved || res.Status != VerdictError {
+	if !errors.Is(err, verdictclient.ErrInvalidInput) || res.Approved || res.Status != verdict.GuardianError {
 		t.Fatalf("= %+v, %v", res, err)
 	}
 	if posts, gets := svc.counts(); posts+gets != 0 {

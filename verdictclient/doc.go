@@ -10,7 +10,7 @@
 //
 // To check an x402 payment (what a facilitator does before it records an approval):
 //
-//	g, err := verdictclient.NewGuardian(verdictclient.GuardianConfig{
+//	g, err := verdictclient.NewGuardian(verdictclient.GuardianOptions{
 //		BaseURL: "https://verdicts.example",
 //		APIKey:  os.Getenv("VERDICT_API_KEY"),
 //	})
@@ -21,8 +21,7 @@
 //	}
 //
 // To wrap an existing x402 verifier so that a valid payment stays valid only when the
-// verdict approves it, use WithGuardian (or Guardian.Wrap, or WithVerdicts with any
-// Verdicts implementation).
+// verdict approves it, use WithGuardian (or Guardian.Wrap).
 //
 // For any other action, use the low-level Client:
 //
@@ -126,7 +125,7 @@
 // service sends back is kept out of error messages, and the call's keys are removed
 // from every string a GuardianResult passes on (reason, humanReason, checks, evidence).
 //
-// The spec's GuardianConfig.apiKey is a fallback for "a payer key" carried with the
+// The spec's GuardianConfig.apiKey (GuardianOptions.APIKey) is a fallback for "a payer key" carried with the
 // payment (§2.5, §5.7). This package deliberately does not read a key from the payment
 // payload: the payload passes through merchants, proxies and their logs, and a secret
 // there is already leaked. A payer's own key is given by the caller in

@@ -70,7 +70,7 @@ func promptFor(a verdict.PaymentAction, override string, allow bool, reg *x402.R
 
 // PromptFromPayment returns the unsigned arbiterUserPrompt a payer may attach to an x402
 // v2 payload as extensions.guardian.arbiterUserPrompt, or "". It is used only when
-// GuardianConfig.AllowPromptOverride is set: the text is not covered by the payment
+// GuardianOptions.AllowPromptOverride is set: the text is not covered by the payment
 // signature, so anyone relaying the payload can change it.
 func PromptFromPayment(p *x402.Payment) string {
 	if p == nil {

@@ -168,9 +168,9 @@ func (s *script) client(t *testing.T) *Client {
 }
 
 // guardian returns a Guardian for the script's server.
-func (s *script) guardian(t *testing.T, mut ...func(*GuardianConfig)) *Guardian {
+func (s *script) guardian(t *testing.T, mut ...func(*GuardianOptions)) *Guardian {
 	t.Helper()
-	cfg := GuardianConfig{BaseURL: s.srv.URL, APIKey: testKey}
+	cfg := GuardianOptions{BaseURL: s.srv.URL, APIKey: testKey}
 	for _, m := range mut {
 		m(&cfg)
 	}

@@ -57,20 +57,20 @@ func TestAPIKeyNeverLeaks(t *testing.T) {
 		on(routeStatus("0xc"), echo).
 		on(routeStatus("0xe"), envelope(leakyReason))
 	core, logs := observer.New(zapcore.DebugLevel)
-	g := s.guardian(t, func(c *GuardianConfig) { c.Logger = zap.New(core) })
+	g := s.guardian(t, func(c *GuardianOptions) { c.Logger = zap.New(core) })
 
 	var outputs []string
 	runs := []struct {
 		name string
 		key  string // PaymentInput.APIKey
-		want GuardianStatus
+		want verdict.GuardianStatus
 	}{
-		{"approved after transient failures", "", GuardianApproved},
-		{"uncertain submit reconciled, rejected", "", GuardianRejected},
-		{"status 401 echoing the key", "", GuardianError},
-		{"submit 401 echoing the key", "", GuardianError},
-		{"payer key, humanReason quoting both keys", payerKey, GuardianRejected},
-		{"uncertain submit, not created", "", GuardianError},
+		{"approved after transient failures", "", verdict.GuardianApproved},
+		{"uncertain submit reconciled, rejected", "", verdict.GuardianRejected},
+		{"status 401 echoing the key", "", verdict.GuardianError},
+		{"submit 401 echoing the key", "", verdict.GuardianError},
+		{"payer key, humanReason quoting both keys", payerKey, verdict.GuardianRejected},
+		{"uncertain submit, not created", "", verdict.GuardianError},
 	}
 	for _, r := range runs {
 		in := paymentInput()
@@ -189,11 +189,11 @@ func TestKeyInRequestIsRefused(t *testing.T) {
 	})
 	t.Run("a payer key in the prompt override", func(t *testing.T) {
 		s := newScript(t).on(routeSubmit, created("0xa"))
-		g := s.guardian(t, func(c *GuardianConfig) { c.AllowPromptOverride = true })
+		g := s.guardian(t, func(c *GuardianOptions) { c.AllowPromptOverride = true })
 		in := paymentInput()
 		in.APIKey, in.ArbiterUserPrompt = payerKey, "pay with "+payerKey
 		res, _ := g.Verify(t.Context(), in, fast(2))
-		if res.Approved || res.Status != GuardianError || strings.Contains(res.Reason, payerKey) || len(s.requests()) != 0 {
+		if res.Approved || res.Status != verdict.GuardianError || strings.Contains(res.Reason, payerKey) || len(s.requests()) != 0 {
 			t.Fatalf("result %+v, %d requests", res, len(s.requests()))
 		}
 	})
