@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/verdict"
 	"github.com/x402gate/x402gate/verdictclient"
 	"github.com/x402gate/x402gate/x402"
@@ -77,39 +78,10 @@ func (s *verdictService) counts() (posts, gets int) {
 	return s.posts, s.gets
 }
 
-// vcVerdict is a valid verdict of outcome with reasonCode code; a rejection comes from
-// a failed recipient check.
-func vcVerdict(outcome, code, human string) map[string]any {
-	recipient := map[string]any{"checkId": "recipient", "status": "passed", "code": nil, "humanReason": "payee allowed"}
-	var policy any = 7
-	switch outcome {
-	case "rejected":
-		recipient["status"], recipient["code"], recipient["humanReason"] = "failed", code, human
-	case "pending":
-		policy = nil
-	}
-	return map[string]any{
-		"schemaVersion": 1, "outcome": outcome, "reasonCode": code, "humanReason": human,
-		"triggeringPolicyField": nil,
-		"checks": []any{
-			map[string]any{"checkId": "chain", "status": "passed", "code": nil, "humanReason": "Base Sepolia allowed"},
-			recipient,
-		},
-		"evidence":      map[string]any{"decodedAction": map[string]any{"protocol": "payment", "chainId": 84532}, "observations": map[string]any{}, "sources": []any{}},
-		"policyVersion": policy, "latencyMs": 3,
-		"dataFreshness": map[string]any{"overall": "fresh", "sources": []any{}},
-		"trust":         map[string]any{"level": "high", "notes": nil},
-		"redaction":     map[string]any{"redacted": false, "fields": []any{}},
-		"usdNotional":   0.01, "timestamp": "2026-11-23T10:00:00Z",
-	}
-}
-
-func vcEnvelope(v map[string]any) func() (int, string) {
-	b, err := json.Marshal(map[string]any{"verdict": v})
-	if err != nil {
-		panic(err)
-	}
-	return func() (int, string) { return http.StatusOK, string(b) }
+// vcEnvelope answers the approval-status GET with testenv.Verdict(outcome, code, human).
+func vcEnvelope(outcome, code, human string) func() (int, string) {
+	body := testenv.VerdictEnvelope(testenv.Verdict(outcome, code, human))
+	return func() (int, string) { return http.StatusOK, body }
 }
 
 // TestVerdictClientDrivesTheEngine runs a real Engine on anvil in GUARDIAN_MODE required
@@ -134,17 +106,17 @@ func TestVerdictClientDrivesTheEngine(t *testing.T) {
 		wantGETs    int
 		wantMessage string
 	}{
-		{"approved verdict: valid, and settle pays the payee", vcEnvelope(vcVerdict("approved", "allowed", "payment within policy")),
+		{"approved verdict: valid, and settle pays the payee", vcEnvelope("approved", "allowed", "payment within policy"),
 			x402.Version2, true, verdict.GuardianApproved, "payment within policy", 1, ""},
-		{"approved verdict in x402 v1", vcEnvelope(vcVerdict("approved", "allowed", "payment within policy")),
+		{"approved verdict in x402 v1", vcEnvelope("approved", "allowed", "payment within policy"),
 			x402.Version1, true, verdict.GuardianApproved, "payment within policy", 1, ""},
-		{"rejected verdict: invalid, settle refused", vcEnvelope(vcVerdict("rejected", "recipient_not_allowed", "payee is not on the allowlist")),
+		{"rejected verdict: invalid, settle refused", vcEnvelope("rejected", "recipient_not_allowed", "payee is not on the allowlist"),
 			x402.Version2, false, verdict.GuardianRejected, "payee is not on the allowlist", 1, "verdict is rejected"},
-		{"pending at the polling bound: timeout", vcEnvelope(vcVerdict("pending", "pending", "evaluating")),
+		{"pending at the polling bound: timeout", vcEnvelope("pending", "pending", "evaluating"),
 			x402.Version2, false, verdict.GuardianTimeout, "0xreq1", 3, "verdict is timeout"},
 		{"malformed verdict: error", func() (int, string) { return http.StatusOK, `{"verdict":{"schemaVersion":1,"outcome":"approved"` },
 			x402.Version1, false, verdict.GuardianError, "0xreq1", 1, "verdict is error"},
-		{"inconsistent verdict (approved, violation code): error", vcEnvelope(vcVerdict("approved", "recipient_not_allowed", "ok")),
+		{"inconsistent verdict (approved, violation code): error", vcEnvelope("approved", "recipient_not_allowed", "ok"),
 			x402.Version2, false, verdict.GuardianError, "reasonCode", 1, "verdict is error"},
 		{"service that stays unavailable: error", func() (int, string) { return http.StatusServiceUnavailable, `{"statusCode":503}` },
 			x402.Version2, false, verdict.GuardianError, "503", 3, "verdict is error"},
@@ -234,7 +206,7 @@ func TestVerdictClientDrivesTheEngine(t *testing.T) {
 // A payment that cannot become a PaymentAction (a network the spec's adapter does not
 // map) is an error from VerifyPayment and a non-approved result, without a request.
 func TestVerdictClientUnbuildableAction(t *testing.T) {
-	svc := newVerdictService(t, vcEnvelope(vcVerdict("approved", "allowed", "ok")))
+	svc := newVerdictService(t, vcEnvelope("approved", "allowed", "ok"))
 	vc, err := NewVerdictClient(VerdictClientConfig{BaseURL: svc.srv.URL, APIKey: vcTestKey})
 	if err != nil {
 		t.Fatal(err)
