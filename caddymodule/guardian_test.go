@@ -100,36 +100,11 @@ func (s *scriptedVerdicts) seen() (submits []map[string]any, gets int, keys []st
 	return append([]map[string]any(nil), s.submits...), s.gets, append([]string(nil), s.keys...), s.bearer
 }
 
-// guardianVerdict is a valid spec §1 verdict of outcome with reasonCode code; a rejection
-// comes from a failed recipient check.
+// guardianVerdict answers the approval-status GET with testenv.Verdict(outcome, code,
+// human).
 func guardianVerdict(outcome, code, human string) func() (int, string) {
-	recipient := map[string]any{"checkId": "recipient", "status": "passed", "code": nil, "humanReason": "payee allowed"}
-	var policy any = 7
-	switch outcome {
-	case "rejected":
-		recipient["status"], recipient["code"], recipient["humanReason"] = "failed", code, human
-	case "pending":
-		policy = nil
-	}
-	v := map[string]any{
-		"schemaVersion": 1, "outcome": outcome, "reasonCode": code, "humanReason": human,
-		"triggeringPolicyField": nil,
-		"checks": []any{
-			map[string]any{"checkId": "chain", "status": "passed", "code": nil, "humanReason": "Base Sepolia allowed"},
-			recipient,
-		},
-		"evidence":      map[string]any{"decodedAction": map[string]any{"protocol": "payment", "chainId": 84532}, "observations": map[string]any{}, "sources": []any{}},
-		"policyVersion": policy, "latencyMs": 3,
-		"dataFreshness": map[string]any{"overall": "fresh", "sources": []any{}},
-		"trust":         map[string]any{"level": "high", "notes": nil},
-		"redaction":     map[string]any{"redacted": false, "fields": []any{}},
-		"usdNotional":   0.01, "timestamp": "2026-11-23T10:00:00Z",
-	}
-	b, err := json.Marshal(map[string]any{"verdict": v})
-	if err != nil {
-		panic(err)
-	}
-	return func() (int, string) { return http.StatusOK, string(b) }
+	body := testenv.VerdictEnvelope(testenv.Verdict(outcome, code, human))
+	return func() (int, string) { return http.StatusOK, body }
 }
 
 // verdictLogStatuses returns the status field of every "verdict" entry the bundled

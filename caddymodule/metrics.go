@@ -12,6 +12,7 @@ import (
 
 	"github.com/x402gate/x402gate/facilitator"
 	"github.com/x402gate/x402gate/gate"
+	"github.com/x402gate/x402gate/verdict"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -123,7 +124,7 @@ type meteredVerdicts struct {
 }
 
 // VerifyPayment implements facilitator.Verdicts.
-func (m meteredVerdicts) VerifyPayment(ctx context.Context, p *x402.Payment, r *x402.Requirements) (facilitator.VerdictResult, error) {
+func (m meteredVerdicts) VerifyPayment(ctx context.Context, p *x402.Payment, r *x402.Requirements) (verdict.GuardianResult, error) {
 	start := time.Now()
 	res, err := m.next.VerifyPayment(ctx, p, r)
 	verdictDuration.Observe(time.Since(start).Seconds())

@@ -18,6 +18,7 @@ import (
 	"github.com/x402gate/x402gate/facilitator/approval"
 	"github.com/x402gate/x402gate/facilitator/journal"
 	"github.com/x402gate/x402gate/internal/testenv"
+	"github.com/x402gate/x402gate/verdict"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -159,18 +160,18 @@ func (v *testEnv) pendingNonce(t testing.TB, addr common.Address) uint64 {
 // fakeVerdicts scripts verdicts: the fault injection the verdict service will not produce
 // on demand. It counts calls.
 type fakeVerdicts struct {
-	res   VerdictResult
+	res   verdict.GuardianResult
 	err   error
 	calls atomic.Int32
 }
 
-func (f *fakeVerdicts) VerifyPayment(ctx context.Context, p *x402.Payment, r *x402.Requirements) (VerdictResult, error) {
+func (f *fakeVerdicts) VerifyPayment(ctx context.Context, p *x402.Payment, r *x402.Requirements) (verdict.GuardianResult, error) {
 	f.calls.Add(1)
 	return f.res, f.err
 }
 
 func approvedVerdict() *fakeVerdicts {
-	return &fakeVerdicts{res: VerdictResult{Approved: true, Status: VerdictApproved, Reason: "allowed", RequestHash: "0xreq"}}
+	return &fakeVerdicts{res: verdict.GuardianResult{Approved: true, Status: verdict.GuardianApproved, Reason: "allowed", RequestHash: "0xreq"}}
 }
 
 func TestNewRefusesIncompleteConfig(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"github.com/x402gate/x402gate/facilitator/approval"
 	"github.com/x402gate/x402gate/facilitator/journal"
 	"github.com/x402gate/x402gate/internal/testenv"
+	"github.com/x402gate/x402gate/verdict"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -21,7 +22,7 @@ type hookVerdicts struct {
 	hook func()
 }
 
-func (h *hookVerdicts) VerifyPayment(ctx context.Context, p *x402.Payment, r *x402.Requirements) (VerdictResult, error) {
+func (h *hookVerdicts) VerifyPayment(ctx context.Context, p *x402.Payment, r *x402.Requirements) (verdict.GuardianResult, error) {
 	h.hook()
 	return h.fakeVerdicts.VerifyPayment(ctx, p, r)
 }
@@ -44,13 +45,13 @@ func (v *testEnv) balances(t *testing.T, addrs ...common.Address) []*big.Int {
 func TestVerifySettlesTheFeeNeverTheMerchantPayment(t *testing.T) {
 	for _, mode := range []GuardianMode{GuardianOptional, GuardianRequired} {
 		for _, version := range []int{x402.Version1, x402.Version2} {
-			for _, verdict := range []string{VerdictApproved, VerdictRejected} {
-				t.Run(string(mode)+"/v"+big.NewInt(int64(version)).String()+"/"+verdict, func(t *testing.T) {
+			for _, outcome := range []verdict.GuardianStatus{verdict.GuardianApproved, verdict.GuardianRejected} {
+				t.Run(string(mode)+"/v"+big.NewInt(int64(version)).String()+"/"+string(outcome), func(t *testing.T) {
 					env := newTestEnv(t)
 					cfg := env.config(t)
 					verdicts := approvedVerdict()
-					if verdict == VerdictRejected {
-						verdicts = &fakeVerdicts{res: VerdictResult{Status: VerdictRejected, Reason: "policy_denied"}}
+					if outcome == verdict.GuardianRejected {
+						verdicts = &fakeVerdicts{res: verdict.GuardianResult{Status: verdict.GuardianRejected, Reason: "policy_denied"}}
 					}
 					cfg.GuardianMode, cfg.Verdicts = mode, verdicts
 					e := env.engine(t, cfg)
@@ -65,10 +66,10 @@ func TestVerifySettlesTheFeeNeverTheMerchantPayment(t *testing.T) {
 					if err != nil {
 						t.Fatalf("Verify: %v", err)
 					}
-					if ver.GuardianStatus != verdict || ver.FeeError != "" || ver.FeeTxHash == "" {
-						t.Fatalf("verify = %+v, want guardianStatus %s and a feeTxHash", ver, verdict)
+					if ver.GuardianStatus != string(outcome) || ver.FeeError != "" || ver.FeeTxHash == "" {
+						t.Fatalf("verify = %+v, want guardianStatus %s and a feeTxHash", ver, outcome)
 					}
-					if wantValid := verdict == VerdictApproved; ver.IsValid != wantValid {
+					if wantValid := outcome == verdict.GuardianApproved; ver.IsValid != wantValid {
 						t.Fatalf("verify = %+v, want isValid %v", ver, wantValid)
 					}
 					if !ver.IsValid && ver.InvalidReason != x402.ReasonVerdictNotApproved.For(version) {
@@ -109,7 +110,7 @@ func TestVerifySettlesTheFeeNeverTheMerchantPayment(t *testing.T) {
 					if err != nil {
 						t.Fatalf("Settle: %v", err)
 					}
-					if verdict == VerdictApproved {
+					if outcome == verdict.GuardianApproved {
 						if !res.Success || res.Transaction == ver.FeeTxHash {
 							t.Fatalf("settle = %+v", res)
 						}
@@ -238,7 +239,7 @@ func TestVerifyBadFeePaymentGivesFeeError(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Verify: %v", err)
 		}
-		if ver.IsValid || ver.GuardianStatus != VerdictApproved || ver.FeeError != x402.ReasonNonceUsed.V2() ||
+		if ver.IsValid || ver.GuardianStatus != string(verdict.GuardianApproved) || ver.FeeError != x402.ReasonNonceUsed.V2() ||
 			ver.InvalidReason != x402.ReasonInvalidPayload.V2() {
 			t.Fatalf("verify = %+v, want invalid, approved verdict, feeError %s", ver, x402.ReasonNonceUsed)
 		}

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/x402gate/x402gate/facilitator/approval"
+	"github.com/x402gate/x402gate/verdict"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -18,28 +19,8 @@ import (
 // or an unreachable service is a non-approved result (or an error, which the engine
 // treats the same way).
 type Verdicts interface {
-	VerifyPayment(ctx context.Context, p *x402.Payment, r *x402.Requirements) (VerdictResult, error)
+	VerifyPayment(ctx context.Context, p *x402.Payment, r *x402.Requirements) (verdict.GuardianResult, error)
 }
-
-// VerdictResult is the spec's GuardianResult, reduced to what the engine needs.
-type VerdictResult struct {
-	// Approved is true only when the terminal verdict outcome is "approved".
-	Approved bool
-	// Status is one of VerdictApproved, VerdictRejected, VerdictTimeout, VerdictError.
-	Status string
-	// Reason is the human-readable verdict or failure reason; it carries no secret.
-	Reason string
-	// RequestHash is the verdict service's request identifier, when one was created.
-	RequestHash string
-}
-
-// GuardianResult statuses (spec §2.5).
-const (
-	VerdictApproved = "approved"
-	VerdictRejected = "rejected"
-	VerdictTimeout  = "timeout"
-	VerdictError    = "error"
-)
 
 // FeePaymentMissing is the FeeError of a /verify that owes a verification fee but carries
 // no verificationPayment.
@@ -107,7 +88,7 @@ func (e *Engine) verdictCheck(ctx context.Context, c *checked, in x402.VerifyInp
 		return resp
 	}
 	if e.cfg.Verdicts == nil {
-		resp.GuardianStatus, resp.GuardianReason = VerdictError, "verdict service is not configured"
+		resp.GuardianStatus, resp.GuardianReason = string(verdict.GuardianError), "verdict service is not configured"
 		return deny(x402.ReasonVerdictNotApproved, "verdict required but no verdict service is configured")
 	}
 	feeOwed := in.VerificationRequirements != nil
@@ -129,28 +110,28 @@ func (e *Engine) verdictCheck(ctx context.Context, c *checked, in x402.VerifyInp
 	res, err := e.cfg.Verdicts.VerifyPayment(ctx, p, c.r)
 	if err != nil {
 		e.log.Warn("verdict check failed", zap.String("payer", c.auth.From.Hex()), zap.Error(err))
-		res = VerdictResult{Status: VerdictError, Reason: "verdict service error"}
+		res = verdict.GuardianResult{Status: verdict.GuardianError, Reason: "verdict service error"}
 	}
-	approved := res.Approved && res.Status == VerdictApproved
+	approved := res.Approved && res.Status == verdict.GuardianApproved
 	switch {
 	case approved:
-	case res.Status == VerdictRejected || res.Status == VerdictTimeout || res.Status == VerdictError:
+	case res.Status == verdict.GuardianRejected || res.Status == verdict.GuardianTimeout || res.Status == verdict.GuardianError:
 	default: // inconsistent or unknown: not an approval (spec §1.5)
-		res.Status = VerdictError
+		res.Status = verdict.GuardianError
 	}
-	resp.GuardianStatus, resp.GuardianReason = res.Status, res.Reason
+	resp.GuardianStatus, resp.GuardianReason = string(res.Status), res.Reason
 	e.log.Info("verdict", zap.String("payer", c.auth.From.Hex()), zap.String("requestHash", res.RequestHash),
-		zap.String("status", res.Status))
+		zap.String("status", string(res.Status)))
 
 	feeOK := !feeOwed
-	if feeOwed && (res.Status == VerdictApproved || res.Status == VerdictRejected) {
+	if feeOwed && (res.Status == verdict.GuardianApproved || res.Status == verdict.GuardianRejected) {
 		// spec §4.2 /verify: the fee is settled on a terminal verdict, through the same
 		// settle path as any payment but without approval consumption.
 		resp.FeeTxHash, resp.FeeError = e.settleFee(ctx, in)
 		feeOK = resp.FeeError == ""
 	}
 	if !approved {
-		return deny(x402.ReasonVerdictNotApproved, "verdict is "+res.Status)
+		return deny(x402.ReasonVerdictNotApproved, "verdict is "+string(res.Status))
 	}
 	if !feeOK {
 		return deny(x402.ReasonInvalidPayload, "verification fee was not settled")

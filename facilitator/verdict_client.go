@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/x402gate/x402gate/verdict"
 	"github.com/x402gate/x402gate/verdictclient"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -56,7 +57,7 @@ var _ Verdicts = (*VerdictClient)(nil)
 
 // NewVerdictClient validates cfg and returns a VerdictClient. Errors never quote the key.
 func NewVerdictClient(cfg VerdictClientConfig) (*VerdictClient, error) {
-	g, err := verdictclient.NewGuardian(verdictclient.GuardianConfig{
+	g, err := verdictclient.NewGuardian(verdictclient.GuardianOptions{
 		BaseURL:             cfg.BaseURL,
 		APIKey:              cfg.APIKey,
 		Timeout:             cfg.Timeout,
@@ -74,22 +75,16 @@ func NewVerdictClient(cfg VerdictClientConfig) (*VerdictClient, error) {
 	return &VerdictClient{g: g, poll: cfg.Poll}, nil
 }
 
-// VerifyPayment asks the verdict service about p and maps the GuardianResult to a
-// VerdictResult. Approved is set only for an approved terminal verdict. Every failure of
-// the service (pending at the bound, rejected, malformed, unavailable) is a non-approved
-// result with a nil error; the error is non-nil only when p and r cannot become a
+// VerifyPayment asks the verdict service about p and returns its GuardianResult.
+// Approved is set only for an approved terminal verdict. Every failure of the service
+// (pending at the bound, rejected, malformed, unavailable) is a non-approved result with a nil error; the error is non-nil only when p and r cannot become a
 // PaymentAction (for example a network other than Base or Base Sepolia), and the result
 // is then a non-approved "error" as well.
-func (c *VerdictClient) VerifyPayment(ctx context.Context, p *x402.Payment, r *x402.Requirements) (VerdictResult, error) {
-	res, err := c.g.VerifyPayment(ctx, p, r, c.poll)
-	out := VerdictResult{
-		Approved:    res.Approved && res.Status == verdictclient.GuardianApproved,
-		Status:      string(res.Status),
-		Reason:      res.Reason,
-		RequestHash: res.RequestHash,
-	}
+func (c *VerdictClient) VerifyPayment(ctx context.Context, p *x402.Payment, r *x402.Requirements) (verdict.GuardianResult, error) {
+	out, err := c.g.VerifyPayment(ctx, p, r, c.poll)
+	out.Approved = out.Approved && out.Status == verdict.GuardianApproved
 	if out.Status == "" {
-		out.Status = VerdictError
+		out.Status = verdict.GuardianError
 	}
 	if err != nil {
 		return out, fmt.Errorf("verdict check: %w", err)

@@ -16,6 +16,8 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/x402gate/x402gate/internal/testenv"
+	"github.com/x402gate/x402gate/verdict"
 	"github.com/x402gate/x402gate/verdictclient"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -76,39 +78,10 @@ func (s *verdictService) counts() (posts, gets int) {
 	return s.posts, s.gets
 }
 
-// vcVerdict is a valid verdict of outcome with reasonCode code; a rejection comes from
-// a failed recipient check.
-func vcVerdict(outcome, code, human string) map[string]any {
-	recipient := map[string]any{"checkId": "recipient", "status": "passed", "code": nil, "humanReason": "payee allowed"}
-	var policy any = 7
-	switch outcome {
-	case "rejected":
-		recipient["status"], recipient["code"], recipient["humanReason"] = "failed", code, human
-	case "pending":
-		policy = nil
-	}
-	return map[string]any{
-		"schemaVersion": 1, "outcome": outcome, "reasonCode": code, "humanReason": human,
-		"triggeringPolicyField": nil,
-		"checks": []any{
-			map[string]any{"checkId": "chain", "status": "passed", "code": nil, "humanReason": "Base Sepolia allowed"},
-			recipient,
-		},
-		"evidence":      map[string]any{"decodedAction": map[string]any{"protocol": "payment", "chainId": 84532}, "observations": map[string]any{}, "sources": []any{}},
-		"policyVersion": policy, "latencyMs": 3,
-		"dataFreshness": map[string]any{"overall": "fresh", "sources": []any{}},
-		"trust":         map[string]any{"level": "high", "notes": nil},
-		"redaction":     map[string]any{"redacted": false, "fields": []any{}},
-		"usdNotional":   0.01, "timestamp": "2026-11-23T10:00:00Z",
-	}
-}
-
-func vcEnvelope(v map[string]any) func() (int, string) {
-	b, err := json.Marshal(map[string]any{"verdict": v})
-	if err != nil {
-		panic(err)
-	}
-	return func() (int, string) { return http.StatusOK, string(b) }
+// vcEnvelope answers the approval-status GET with testenv.Verdict(outcome, code, human).
+func vcEnvelope(outcome, code, human string) func() (int, string) {
+	body := testenv.VerdictEnvelope(testenv.Verdict(outcome, code, human))
+	return func() (int, string) { return http.StatusOK, body }
 }
 
 // TestVerdictClientDrivesTheEngine runs a real Engine on anvil in GUARDIAN_MODE required
@@ -128,25 +101,25 @@ func TestVerdictClientDrivesTheEngine(t *testing.T) {
 		status      func() (int, string)
 		version     int
 		wantValid   bool
-		wantStatus  string
+		wantStatus  verdict.GuardianStatus
 		wantReason  string // substring of guardianReason
 		wantGETs    int
 		wantMessage string
 	}{
-		{"approved verdict: valid, and settle pays the payee", vcEnvelope(vcVerdict("approved", "allowed", "payment within policy")),
-			x402.Version2, true, VerdictApproved, "payment within policy", 1, ""},
-		{"approved verdict in x402 v1", vcEnvelope(vcVerdict("approved", "allowed", "payment within policy")),
-			x402.Version1, true, VerdictApproved, "payment within policy", 1, ""},
-		{"rejected verdict: invalid, settle refused", vcEnvelope(vcVerdict("rejected", "recipient_not_allowed", "payee is not on the allowlist")),
-			x402.Version2, false, VerdictRejected, "payee is not on the allowlist", 1, "verdict is rejected"},
-		{"pending at the polling bound: timeout", vcEnvelope(vcVerdict("pending", "pending", "evaluating")),
-			x402.Version2, false, VerdictTimeout, "0xreq1", 3, "verdict is timeout"},
+		{"approved verdict: valid, and settle pays the payee", vcEnvelope("approved", "allowed", "payment within policy"),
+			x402.Version2, true, verdict.GuardianApproved, "payment within policy", 1, ""},
+		{"approved verdict in x402 v1", vcEnvelope("approved", "allowed", "payment within policy"),
+			x402.Version1, true, verdict.GuardianApproved, "payment within policy", 1, ""},
+		{"rejected verdict: invalid, settle refused", vcEnvelope("rejected", "recipient_not_allowed", "payee is not on the allowlist"),
+			x402.Version2, false, verdict.GuardianRejected, "payee is not on the allowlist", 1, "verdict is rejected"},
+		{"pending at the polling bound: timeout", vcEnvelope("pending", "pending", "evaluating"),
+			x402.Version2, false, verdict.GuardianTimeout, "0xreq1", 3, "verdict is timeout"},
 		{"malformed verdict: error", func() (int, string) { return http.StatusOK, `{"verdict":{"schemaVersion":1,"outcome":"approved"` },
-			x402.Version1, false, VerdictError, "0xreq1", 1, "verdict is error"},
-		{"inconsistent verdict (approved, violation code): error", vcEnvelope(vcVerdict("approved", "recipient_not_allowed", "ok")),
-			x402.Version2, false, VerdictError, "reasonCode", 1, "verdict is error"},
+			x402.Version1, false, verdict.GuardianError, "0xreq1", 1, "verdict is error"},
+		{"inconsistent verdict (approved, violation code): error", vcEnvelope("approved", "recipient_not_allowed", "ok"),
+			x402.Version2, false, verdict.GuardianError, "reasonCode", 1, "verdict is error"},
 		{"service that stays unavailable: error", func() (int, string) { return http.StatusServiceUnavailable, `{"statusCode":503}` },
-			x402.Version2, false, VerdictError, "503", 3, "verdict is error"},
+			x402.Version2, false, verdict.GuardianError, "503", 3, "verdict is error"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -169,7 +142,7 @@ func TestVerdictClientDrivesTheEngine(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Verify: %v", err)
 			}
-			if ver.IsValid != tc.wantValid || ver.GuardianStatus != tc.wantStatus || !strings.Contains(ver.GuardianReason, tc.wantReason) {
+			if ver.IsValid != tc.wantValid || ver.GuardianStatus != string(tc.wantStatus) || !strings.Contains(ver.GuardianReason, tc.wantReason) {
 				t.Fatalf("verify = %+v; want valid=%v guardianStatus=%s guardianReason containing %q", ver, tc.wantValid, tc.wantStatus, tc.wantReason)
 			}
 			if !tc.wantValid && (ver.InvalidReason != x402.ReasonVerdictNotApproved.For(tc.version) || ver.InvalidMessage != tc.wantMessage) {
@@ -233,7 +206,7 @@ func TestVerdictClientDrivesTheEngine(t *testing.T) {
 // A payment that cannot become a PaymentAction (a network the spec's adapter does not
 // map) is an error from VerifyPayment and a non-approved result, without a request.
 func TestVerdictClientUnbuildableAction(t *testing.T) {
-	svc := newVerdictService(t, vcEnvelope(vcVerdict("approved", "allowed", "ok")))
+	svc := newVerdictService(t, vcEnvelope("approved", "allowed", "ok"))
 	vc, err := NewVerdictClient(VerdictClientConfig{BaseURL: svc.srv.URL, APIKey: vcTestKey})
 	if err != nil {
 		t.Fatal(err)
@@ -241,7 +214,7 @@ func TestVerdictClientUnbuildableAction(t *testing.T) {
 	p := &x402.Payment{Version: x402.Version2, Scheme: x402.SchemeExact, Network: "eip155:1"}
 	r := &x402.Requirements{Scheme: x402.SchemeExact, Network: "eip155:1"}
 	res, err := vc.VerifyPayment(context.Background(), p, r)
-	if !errors.Is(err, verdictclient.ErrInvalidInput) || res.Approved || res.Status != VerdictError {
+	if !errors.Is(err, verdictclient.ErrInvalidInput) || res.Approved || res.Status != verdict.GuardianError {
 		t.Fatalf("= %+v, %v", res, err)
 	}
 	if posts, gets := svc.counts(); posts+gets != 0 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/x402gate/x402gate/facilitator/approval"
 	"github.com/x402gate/x402gate/internal/testenv"
+	"github.com/x402gate/x402gate/verdict"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -43,17 +44,17 @@ func TestGuardianRequiredSettlesOnlyApprovedPayments(t *testing.T) {
 		name       string
 		verdicts   Verdicts
 		wantValid  bool
-		wantStatus string
+		wantStatus verdict.GuardianStatus
 	}{
-		{"approved verdict records an approval", approvedVerdict(), true, VerdictApproved},
-		{"rejected verdict", &fakeVerdicts{res: VerdictResult{Status: VerdictRejected, Reason: "sanctioned_address"}}, false, VerdictRejected},
-		{"verdict polling timed out", &fakeVerdicts{res: VerdictResult{Status: VerdictTimeout}}, false, VerdictTimeout},
-		{"verdict service error", &fakeVerdicts{res: VerdictResult{Status: VerdictError}}, false, VerdictError},
-		{"verdict client returned an error", &fakeVerdicts{err: errors.New("connection reset")}, false, VerdictError},
-		{"approved flag with a rejected status", &fakeVerdicts{res: VerdictResult{Approved: true, Status: VerdictRejected}}, false, VerdictRejected},
-		{"approved status without the approved flag", &fakeVerdicts{res: VerdictResult{Status: VerdictApproved}}, false, VerdictError},
-		{"unknown status", &fakeVerdicts{res: VerdictResult{Status: "pending"}}, false, VerdictError},
-		{"no verdict service configured", nil, false, VerdictError},
+		{"approved verdict records an approval", approvedVerdict(), true, verdict.GuardianApproved},
+		{"rejected verdict", &fakeVerdicts{res: verdict.GuardianResult{Status: verdict.GuardianRejected, Reason: "sanctioned_address"}}, false, verdict.GuardianRejected},
+		{"verdict polling timed out", &fakeVerdicts{res: verdict.GuardianResult{Status: verdict.GuardianTimeout}}, false, verdict.GuardianTimeout},
+		{"verdict service error", &fakeVerdicts{res: verdict.GuardianResult{Status: verdict.GuardianError}}, false, verdict.GuardianError},
+		{"verdict client returned an error", &fakeVerdicts{err: errors.New("connection reset")}, false, verdict.GuardianError},
+		{"approved flag with a rejected status", &fakeVerdicts{res: verdict.GuardianResult{Approved: true, Status: verdict.GuardianRejected}}, false, verdict.GuardianRejected},
+		{"approved status without the approved flag", &fakeVerdicts{res: verdict.GuardianResult{Status: verdict.GuardianApproved}}, false, verdict.GuardianError},
+		{"unknown status", &fakeVerdicts{res: verdict.GuardianResult{Status: "pending"}}, false, verdict.GuardianError},
+		{"no verdict service configured", nil, false, verdict.GuardianError},
 	}
 	cfg := env.config(t)
 	for _, tc := range cases {
@@ -67,7 +68,7 @@ func TestGuardianRequiredSettlesOnlyApprovedPayments(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Verify: %v", err)
 			}
-			if ver.IsValid != tc.wantValid || ver.GuardianStatus != tc.wantStatus {
+			if ver.IsValid != tc.wantValid || ver.GuardianStatus != string(tc.wantStatus) {
 				t.Fatalf("verify = %+v; want valid=%v guardianStatus=%q", ver, tc.wantValid, tc.wantStatus)
 			}
 			if !tc.wantValid && ver.InvalidReason != x402.ReasonVerdictNotApproved.V1() {
@@ -189,10 +190,10 @@ func TestGuardianOptional(t *testing.T) {
 		{name: "approved verdict settles the fee and records an approval",
 			verdict: approvedVerdict(), askVerdict: true, withFee: true, wantCalls: 1, wantValid: true, wantFeePaid: true},
 		{name: "rejected verdict still settles the fee; the payment can never settle",
-			verdict: &fakeVerdicts{res: VerdictResult{Status: VerdictRejected}}, askVerdict: true, withFee: true,
+			verdict: &fakeVerdicts{res: verdict.GuardianResult{Status: verdict.GuardianRejected}}, askVerdict: true, withFee: true,
 			wantCalls: 1, wantFeePaid: true, wantSettle: x402.ReasonApprovalNotFound.V2()},
 		{name: "verdict timeout is not terminal: no fee, no settle",
-			verdict: &fakeVerdicts{res: VerdictResult{Status: VerdictTimeout}}, askVerdict: true, withFee: true,
+			verdict: &fakeVerdicts{res: verdict.GuardianResult{Status: verdict.GuardianTimeout}}, askVerdict: true, withFee: true,
 			wantCalls: 1, wantSettle: x402.ReasonApprovalNotFound.V2()},
 		{name: "missing fee payment: no verdict is asked",
 			verdict: approvedVerdict(), askVerdict: true, wantFeeErr: FeePaymentMissing},

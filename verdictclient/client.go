@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/x402gate/x402gate/verdict"
 )
 
 // MinAPIKeyLength is the shortest API key New accepts. The client refuses to send any
@@ -58,7 +60,7 @@ func New(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	if cfg.Timeout < 0 {
-		return nil, &InputError{Field: "config.timeout", Problem: "must not be negative"}
+		return nil, &verdict.InputError{Field: "config.timeout", Problem: "must not be negative"}
 	}
 	t := newJSONTransport(cfg.HTTPClient, cfg.Timeout)
 	if cfg.Logger != nil {
@@ -96,30 +98,30 @@ func checkURL(raw, field string) (string, error) {
 	u, err := url.Parse(strings.TrimSpace(raw))
 	switch {
 	case raw == "":
-		return "", &InputError{Field: field, Problem: "is required"}
+		return "", &verdict.InputError{Field: field, Problem: "is required"}
 	case err != nil:
-		return "", &InputError{Field: field, Problem: "is not a url"}
+		return "", &verdict.InputError{Field: field, Problem: "is not a url"}
 	case u.Scheme != "http" && u.Scheme != "https":
-		return "", &InputError{Field: field, Problem: "must be an http or https url"}
+		return "", &verdict.InputError{Field: field, Problem: "must be an http or https url"}
 	case u.Host == "":
-		return "", &InputError{Field: field, Problem: "has no host"}
+		return "", &verdict.InputError{Field: field, Problem: "has no host"}
 	case u.User != nil:
-		return "", &InputError{Field: field, Problem: "must not carry user info; credentials travel only in headers"}
+		return "", &verdict.InputError{Field: field, Problem: "must not carry user info; credentials travel only in headers"}
 	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
-		return "", &InputError{Field: field, Problem: "must not have a query or fragment"}
+		return "", &verdict.InputError{Field: field, Problem: "must not have a query or fragment"}
 	}
 	return u.String(), nil
 }
 
 func checkAPIKey(key, field string) error {
 	if key == "" {
-		return &InputError{Field: field, Problem: "is required"}
+		return &verdict.InputError{Field: field, Problem: "is required"}
 	}
 	if len(key) < MinAPIKeyLength {
-		return &InputError{Field: field, Problem: fmt.Sprintf("must be at least %d characters", MinAPIKeyLength)}
+		return &verdict.InputError{Field: field, Problem: fmt.Sprintf("must be at least %d characters", MinAPIKeyLength)}
 	}
 	if !printableASCII(key) {
-		return &InputError{Field: field, Problem: "must be visible ascii characters"}
+		return &verdict.InputError{Field: field, Problem: "must be visible ascii characters"}
 	}
 	return nil
 }
@@ -160,36 +162,36 @@ type submitWire struct {
 // encode validates r and returns the JSON body and the trace id it carries.
 func (r SubmitRequest) encode() ([]byte, string, error) {
 	if strings.TrimSpace(r.EscrowAddress) == "" {
-		return nil, "", &InputError{Field: "escrowAddress", Problem: "is required"}
+		return nil, "", &verdict.InputError{Field: "escrowAddress", Problem: "is required"}
 	}
 	if strings.TrimSpace(r.Prompt) == "" {
-		return nil, "", &InputError{Field: "prompt", Problem: "must be non-empty"}
+		return nil, "", &verdict.InputError{Field: "prompt", Problem: "must be non-empty"}
 	}
 	tx, err := json.Marshal(r.ProposedTx)
 	if err != nil {
-		return nil, "", &InputError{Field: "proposedTx", Problem: "cannot be encoded as json"}
+		return nil, "", &verdict.InputError{Field: "proposedTx", Problem: "cannot be encoded as json"}
 	}
-	tree, err := parseStrict(tx)
+	tree, err := verdict.ParseJSON(tx)
 	obj, ok := tree.(map[string]any)
 	if err != nil || !ok {
-		return nil, "", &InputError{Field: "proposedTx", Problem: "must be a json object"}
+		return nil, "", &verdict.InputError{Field: "proposedTx", Problem: "must be a json object"}
 	}
 	if p, ok := obj["protocol"].(string); !ok || p == "" {
-		return nil, "", &InputError{Field: "proposedTx.protocol", Problem: "must be a non-empty string"}
+		return nil, "", &verdict.InputError{Field: "proposedTx.protocol", Problem: "must be a non-empty string"}
 	}
 	if _, ok := obj["chainId"].(json.Number); !ok {
-		return nil, "", &InputError{Field: "proposedTx.chainId", Problem: "must be a number"}
+		return nil, "", &verdict.InputError{Field: "proposedTx.chainId", Problem: "must be a number"}
 	}
 	trace := r.TraceID
 	if trace == "" {
 		trace = newTraceID()
 	} else if len(trace) < 8 || len(trace) > 128 || !printableASCII(trace) {
-		return nil, "", &InputError{Field: "traceId", Problem: "must be 8 to 128 visible ascii characters"}
+		return nil, "", &verdict.InputError{Field: "traceId", Problem: "must be 8 to 128 visible ascii characters"}
 	}
 	md := make(map[string]any, len(r.Metadata)+1)
 	for k, v := range r.Metadata {
 		if k == "traceId" {
-			return nil, "", &InputError{Field: "metadata.traceId", Problem: "is reserved; set SubmitRequest.TraceID"}
+			return nil, "", &verdict.InputError{Field: "metadata.traceId", Problem: "is reserved; set SubmitRequest.TraceID"}
 		}
 		md[k] = v
 	}
@@ -204,7 +206,7 @@ func (r SubmitRequest) encode() ([]byte, string, error) {
 		Arbiter:            "policy", // spec §4.1: clients send policy explicitly
 	})
 	if err != nil {
-		return nil, "", &InputError{Field: "metadata", Problem: "cannot be encoded as json"}
+		return nil, "", &verdict.InputError{Field: "metadata", Problem: "cannot be encoded as json"}
 	}
 	return body, trace, nil
 }
@@ -225,7 +227,7 @@ func newTraceID() string {
 //   - *UncertainSubmitError for everything else (429, 5xx, network failure, the
 //     context ending mid-request, a redirect, an unreadable or non-201 success): the
 //     transaction may exist. Call Reconcile with its TraceID before anything else.
-func (c *Client) Submit(ctx context.Context, req SubmitRequest) (*Transaction, error) {
+func (c *Client) Submit(ctx context.Context, req SubmitRequest) (*verdict.Transaction, error) {
 	body, trace, err := req.encode()
 	if err != nil {
 		return nil, err
@@ -235,7 +237,7 @@ func (c *Client) Submit(ctx context.Context, req SubmitRequest) (*Transaction, e
 	}
 	ans, err := c.t.do(ctx, call{op: "submit", method: http.MethodPost, url: c.base + "/transactions", body: body, apiKey: c.apiKey})
 	if err != nil {
-		var ie *InputError
+		var ie *verdict.InputError
 		if errors.As(err, &ie) {
 			return nil, err
 		}
@@ -251,7 +253,7 @@ func (c *Client) Submit(ctx context.Context, req SubmitRequest) (*Transaction, e
 	if ans.status != http.StatusCreated {
 		return nil, c.uncertain(trace, &StatusError{Op: "submit", Status: ans.status})
 	}
-	tx, err := parseTransaction(ans.body, trace)
+	tx, err := verdict.ParseTransaction(ans.body, trace)
 	if err != nil {
 		return nil, c.uncertain(trace, err)
 	}
@@ -270,9 +272,9 @@ func (c *Client) uncertain(trace string, cause error) error {
 // (spec §4.1, §2.2). A nil Envelope.Verdict means no verdict yet. Errors: *StatusError
 // (400, 401, 403, 404 stop; 429 and 5xx are transient), ErrNetwork (transient),
 // *ValidationError (never approval), or the context's error.
-func (c *Client) Status(ctx context.Context, requestHash string) (*Envelope, error) {
+func (c *Client) Status(ctx context.Context, requestHash string) (*verdict.Envelope, error) {
 	if requestHash == "" || len(requestHash) > 512 || !printableASCII(requestHash) {
-		return nil, &InputError{Field: "requestHash", Problem: "must be 1 to 512 visible ascii characters"}
+		return nil, &verdict.InputError{Field: "requestHash", Problem: "must be 1 to 512 visible ascii characters"}
 	}
 	u := c.base + "/transactions/" + url.PathEscape(requestHash) + "/approval-status"
 	ans, err := c.t.do(ctx, call{op: "approval status", method: http.MethodGet, url: u, apiKey: c.apiKey, requestHash: requestHash})
@@ -282,7 +284,7 @@ func (c *Client) Status(ctx context.Context, requestHash string) (*Envelope, err
 	if ans.status != http.StatusOK {
 		return nil, &StatusError{Op: "approval status", Status: ans.status, RequestHash: requestHash}
 	}
-	return ParseEnvelope(ans.body, requestHash)
+	return verdict.ParseEnvelope(ans.body, requestHash)
 }
 
 // Reconcile settles an uncertain submit: it asks GET /transactions?traceId={traceID}
@@ -294,9 +296,9 @@ func (c *Client) Status(ctx context.Context, requestHash string) (*Envelope, err
 // The lookup route is x402gate's extension of the spec (which has no idempotency key);
 // x402gate's own verdict service implements it and refuses a second transaction with the
 // same trace id (409).
-func (c *Client) Reconcile(ctx context.Context, traceID string) (*Transaction, error) {
+func (c *Client) Reconcile(ctx context.Context, traceID string) (*verdict.Transaction, error) {
 	if len(traceID) < 8 || len(traceID) > 128 || !printableASCII(traceID) {
-		return nil, &InputError{Field: "traceId", Problem: "must be 8 to 128 visible ascii characters"}
+		return nil, &verdict.InputError{Field: "traceId", Problem: "must be 8 to 128 visible ascii characters"}
 	}
 	op := "reconcile trace " + traceID
 	ans, err := c.t.do(ctx, call{op: op, method: http.MethodGet, url: c.base + "/transactions?traceId=" + url.QueryEscape(traceID), apiKey: c.apiKey})
@@ -308,7 +310,7 @@ func (c *Client) Reconcile(ctx context.Context, traceID string) (*Transaction, e
 		return nil, err
 	}
 	v := validator{op: op}
-	tree, err := parseStrict(ans.body)
+	tree, err := verdict.ParseJSON(ans.body)
 	if err != nil {
 		return nil, v.fail("", "malformed json: "+err.Error())
 	}
@@ -328,7 +330,7 @@ func (c *Client) Reconcile(ctx context.Context, traceID string) (*Transaction, e
 	if err != nil {
 		return nil, v.fail("transactions[0]", "cannot be re-encoded")
 	}
-	tx, err := parseTransaction(rec, traceID)
+	tx, err := verdict.ParseTransaction(rec, traceID)
 	if err != nil {
 		return nil, v.fail("transactions[0].requestHash", "must be a non-empty string")
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/x402gate/x402gate/verdict"
 )
 
 // Sentinel errors. Every error this package returns wraps at least one of them, so a
@@ -44,14 +46,12 @@ var (
 	// ErrContentType means a successful answer did not declare a JSON content type.
 	ErrContentType = errors.New("response is not application/json")
 
-	// ErrInvalidResponse is a malformed or inconsistent answer: bad JSON, an unknown
-	// outcome, a reasonCode that disagrees with the outcome, a missing requestHash. It is
-	// never an approval (spec §1.5). Returned as *ValidationError.
-	ErrInvalidResponse = errors.New("invalid response from verdict service")
-	// ErrInvalidInput is a caller-side problem found before anything is sent: a payment
-	// that cannot become a PaymentAction, an empty prompt, a bad configuration. Returned as
-	// *InputError.
-	ErrInvalidInput = errors.New("invalid input")
+	// ErrInvalidResponse is verdict.ErrInvalidResponse: a malformed or inconsistent
+	// answer, returned as *verdict.ValidationError. It is never an approval.
+	ErrInvalidResponse = verdict.ErrInvalidResponse
+	// ErrInvalidInput is verdict.ErrInvalidInput: caller input refused before anything
+	// was sent, returned as *verdict.InputError.
+	ErrInvalidInput = verdict.ErrInvalidInput
 
 	// ErrUncertainSubmit means a POST /transactions may or may not have created a
 	// transaction (429, 5xx, network failure, an unreadable 201). Never resubmit blindly:
@@ -121,49 +121,6 @@ func statusSentinel(code int) error {
 	}
 }
 
-// ValidationError is an answer that failed strict validation (spec §2, §7). Field is a
-// JSON path such as "verdict.checks[2].status"; Problem says which rule failed. Neither
-// quotes a value from the answer.
-type ValidationError struct {
-	// Op names the operation whose answer was invalid.
-	Op string
-	// RequestHash is the transaction concerned, when known.
-	RequestHash string
-	// Field is the JSON path of the offending field ("" for the document itself).
-	Field string
-	// Problem names the broken rule.
-	Problem string
-}
-
-// Error returns a non-sensitive message naming the requestHash, the field and the rule.
-func (e *ValidationError) Error() string {
-	s := e.Op + ": invalid response"
-	if e.RequestHash != "" {
-		s += " for request " + e.RequestHash
-	}
-	if e.Field != "" {
-		s += ": " + e.Field
-	}
-	return s + ": " + e.Problem
-}
-
-// Unwrap returns ErrInvalidResponse.
-func (e *ValidationError) Unwrap() error { return ErrInvalidResponse }
-
-// InputError is caller input refused before anything was sent.
-type InputError struct {
-	// Field names the offending input, e.g. "payment.authorization.value".
-	Field string
-	// Problem names the broken rule.
-	Problem string
-}
-
-// Error returns the field and the rule.
-func (e *InputError) Error() string { return "invalid input: " + e.Field + ": " + e.Problem }
-
-// Unwrap returns ErrInvalidInput.
-func (e *InputError) Unwrap() error { return ErrInvalidInput }
-
 // UncertainSubmitError reports a POST /transactions whose outcome is unknown. TraceID is
 // the value sent as metadata.traceId; pass it to Client.Reconcile to learn whether the
 // transaction exists before doing anything else.
@@ -221,4 +178,21 @@ func IsTransient(err error) bool {
 		return false
 	}
 	return errors.Is(err, ErrRateLimited) || errors.Is(err, ErrServerError) || errors.Is(err, ErrNetwork)
+}
+
+// validator builds *verdict.ValidationError values for one answer of the client's own
+// routes (reconcile, pricing).
+type validator struct{ op string }
+
+func (v validator) fail(field, problem string) error {
+	return &verdict.ValidationError{Op: v.op, Field: field, Problem: problem}
+}
+
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] <= 0x20 || s[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
 }

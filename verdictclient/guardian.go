@@ -9,11 +9,14 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/x402gate/x402gate/verdict"
 	"github.com/x402gate/x402gate/x402"
 )
 
-// GuardianConfig configures the high-level helpers (spec §2.5).
-type GuardianConfig struct {
+// GuardianOptions configures the high-level helpers: the client side of the verdict
+// service that docs/verdict.md#gateway-types calls GuardianConfig (not to be confused
+// with gate.GuardianConfig, a route's guardian setting).
+type GuardianOptions struct {
 	// BaseURL is the verdict service's base URL; a trailing slash is removed. Required.
 	BaseURL string
 	// APIKey is the fallback verdict-service key, used when the call brings no payer key
@@ -36,54 +39,6 @@ type GuardianConfig struct {
 	Logger *zap.Logger
 }
 
-// GuardianStatus is the status of a GuardianResult.
-type GuardianStatus string
-
-// Guardian statuses (spec §2.5).
-const (
-	GuardianApproved GuardianStatus = "approved" // terminal verdict, outcome approved
-	GuardianRejected GuardianStatus = "rejected" // terminal verdict, outcome rejected
-	GuardianTimeout  GuardianStatus = "timeout"  // still pending at the polling bound or the context deadline
-	GuardianError    GuardianStatus = "error"    // anything else: refused, malformed, unavailable, cancelled
-)
-
-// GuardianResult is the outcome of VerifyPayment (spec §2.5). Only Approved matters for
-// the decision; the rest explains it.
-type GuardianResult struct {
-	// Approved is true only when the terminal verdict's outcome is approved.
-	Approved bool `json:"approved"`
-	// Status is approved, rejected, timeout or error.
-	Status GuardianStatus `json:"status"`
-	// Reason is a non-sensitive, human-readable verdict or failure reason. It names the
-	// requestHash (or the trace id) when one is known and never contains an API key.
-	Reason string `json:"reason,omitempty"`
-	// Verdict is set for terminal verdicts. Unknown reasonCode values pass through.
-	Verdict *GuardianVerdict `json:"verdict,omitempty"`
-	// RequestHash identifies the transaction for logs, when one was created.
-	RequestHash string `json:"requestHash,omitempty"`
-}
-
-// GuardianVerdict is the part of a terminal verdict a GuardianResult carries (spec
-// §2.5): outcome, reasonCode and humanReason always; the rest when the service sent them.
-type GuardianVerdict struct {
-	// Outcome is approved or rejected.
-	Outcome Outcome `json:"outcome"`
-	// ReasonCode is allowed, or a violation code, possibly one this package does not know.
-	ReasonCode ReasonCode `json:"reasonCode"`
-	// HumanReason is the service's explanation.
-	HumanReason string `json:"humanReason"`
-	// Checks are the per-check results.
-	Checks []Check `json:"checks,omitempty"`
-	// Evidence is what the service decoded and observed.
-	Evidence *Evidence `json:"evidence,omitempty"`
-	// PolicyVersion is the evaluated policy's version, when resolved.
-	PolicyVersion *int64 `json:"policyVersion,omitempty"`
-	// USDNotional is the action's notional in USD, when priced.
-	USDNotional *float64 `json:"usdNotional,omitempty"`
-	// Timestamp is when the verdict was made.
-	Timestamp time.Time `json:"timestamp"`
-}
-
 // PaymentInput is the input of a verification: the payment and what it pays for, plus
 // two optional fields that are not part of the signed payment.
 type PaymentInput struct {
@@ -94,18 +49,10 @@ type PaymentInput struct {
 	// ArbiterUserPrompt replaces the derived prompt when AllowPromptOverride is set.
 	ArbiterUserPrompt string
 	// APIKey is the payer's own verdict-service key for this call; empty means
-	// GuardianConfig.APIKey. It is used only in the x-api-key header. It is taken from
+	// GuardianOptions.APIKey. It is used only in the x-api-key header. It is taken from
 	// the caller, never from the payment payload, which travels through merchants and
 	// proxies and so must not carry a secret.
 	APIKey string
-}
-
-// Verdicts is what a payment verifier needs from the verdict service: a fail-closed
-// verdict for one payment. *Guardian implements it.
-type Verdicts interface {
-	// VerifyPayment returns a GuardianResult; the error is non-nil only when the payment
-	// cannot become a PaymentAction, and the result is then a non-approved "error".
-	VerifyPayment(ctx context.Context, p *x402.Payment, r *x402.Requirements, opts PollOptions) (GuardianResult, error)
 }
 
 // VerifyFn verifies one x402 payment and returns an x402 verify result; an error means
@@ -121,7 +68,7 @@ type Guardian struct {
 }
 
 // NewGuardian validates cfg and returns a Guardian. Errors are *InputError.
-func NewGuardian(cfg GuardianConfig) (*Guardian, error) {
+func NewGuardian(cfg GuardianOptions) (*Guardian, error) {
 	c, err := New(Config{BaseURL: cfg.BaseURL, APIKey: cfg.APIKey, Timeout: cfg.Timeout, HTTPClient: cfg.HTTPClient, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
@@ -136,10 +83,10 @@ func NewGuardian(cfg GuardianConfig) (*Guardian, error) {
 // Client returns the Guardian's low-level client.
 func (g *Guardian) Client() *Client { return g.client }
 
-// VerifyPayment implements Verdicts for the facilitator: it verifies p against r with the
+// VerifyPayment is what the facilitator calls: it verifies p against r with the
 // configured key, taking an arbiterUserPrompt from the payload's guardian extension
 // (PromptFromPayment) when overrides are allowed.
-func (g *Guardian) VerifyPayment(ctx context.Context, p *x402.Payment, r *x402.Requirements, opts PollOptions) (GuardianResult, error) {
+func (g *Guardian) VerifyPayment(ctx context.Context, p *x402.Payment, r *x402.Requirements, opts PollOptions) (verdict.GuardianResult, error) {
 	return g.Verify(ctx, PaymentInput{Payment: p, Requirements: r, ArbiterUserPrompt: PromptFromPayment(p)}, opts)
 }
 
@@ -152,8 +99,8 @@ func (g *Guardian) VerifyPayment(ctx context.Context, p *x402.Payment, r *x402.R
 // a caller that ignores the error still fails closed. After an uncertain submit it
 // reconciles by trace id (retrying the lookup within opts) and continues with the found
 // transaction; it never submits twice.
-func (g *Guardian) Verify(ctx context.Context, in PaymentInput, opts PollOptions) (GuardianResult, error) {
-	act, from, err := NewPaymentAction(in.Payment, in.Requirements)
+func (g *Guardian) Verify(ctx context.Context, in PaymentInput, opts PollOptions) (verdict.GuardianResult, error) {
+	act, from, err := verdict.NewPaymentAction(in.Payment, in.Requirements)
 	if err != nil {
 		return failed(err, "", nil), err
 	}
@@ -189,10 +136,10 @@ func (g *Guardian) Verify(ctx context.Context, in PaymentInput, opts PollOptions
 }
 
 // fromVerdict turns a terminal verdict into a result.
-func fromVerdict(v *Verdict, hash string, keys []string) GuardianResult {
+func fromVerdict(v *verdict.Verdict, hash string, keys []string) verdict.GuardianResult {
 	// Service text is passed on to callers that log it (guardianReason, GuardianVerdict),
 	// so every string in it loses the keys of this call (spec §5.5).
-	checks := make([]Check, len(v.Checks))
+	checks := make([]verdict.Check, len(v.Checks))
 	for i, c := range v.Checks {
 		c.HumanReason = scrub(c.HumanReason, keys)
 		if c.TriggeringPolicyField != nil {
@@ -201,12 +148,12 @@ func fromVerdict(v *Verdict, hash string, keys []string) GuardianResult {
 		}
 		checks[i] = c
 	}
-	ev := Evidence{
+	ev := verdict.Evidence{
 		DecodedAction: scrubTree(v.Evidence.DecodedAction, keys).(map[string]any),
 		Observations:  scrubTree(v.Evidence.Observations, keys).(map[string]any),
 		Sources:       scrubTree(v.Evidence.Sources, keys).([]any),
 	}
-	gv := &GuardianVerdict{
+	gv := &verdict.GuardianVerdict{
 		Outcome: v.Outcome, ReasonCode: v.ReasonCode, HumanReason: scrub(v.HumanReason, keys),
 		Checks: checks, Evidence: &ev, PolicyVersion: v.PolicyVersion,
 		USDNotional: v.USDNotional, Timestamp: v.Timestamp,
@@ -215,28 +162,28 @@ func fromVerdict(v *Verdict, hash string, keys []string) GuardianResult {
 	if reason == "" {
 		reason = string(v.ReasonCode)
 	}
-	res := GuardianResult{Verdict: gv, RequestHash: hash, Reason: scrub(reason, keys)}
+	res := verdict.GuardianResult{Verdict: gv, RequestHash: hash, Reason: scrub(reason, keys)}
 	if v.Approved() {
-		res.Approved, res.Status = true, GuardianApproved
+		res.Approved, res.Status = true, verdict.GuardianApproved
 	} else {
-		res.Status = GuardianRejected
+		res.Status = verdict.GuardianRejected
 	}
 	return res
 }
 
 // failed turns an error into a non-approved result.
-func failed(err error, hash string, keys []string) GuardianResult {
-	st := GuardianError
+func failed(err error, hash string, keys []string) verdict.GuardianResult {
+	st := verdict.GuardianError
 	var pb *PollBoundError
 	switch {
 	case errors.As(err, &pb):
 		if pb.Last == nil { // still pending; a service that kept failing is an error
-			st = GuardianTimeout
+			st = verdict.GuardianTimeout
 		}
 	case errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrNetwork):
-		st = GuardianTimeout // the caller's deadline, not a per-request timeout
+		st = verdict.GuardianTimeout // the caller's deadline, not a per-request timeout
 	}
-	return GuardianResult{Status: st, Reason: scrub(err.Error(), keys), RequestHash: hash}
+	return verdict.GuardianResult{Status: st, Reason: scrub(err.Error(), keys), RequestHash: hash}
 }
 
 // scrub removes any key from s. Errors of this package never contain one; this guards
@@ -282,7 +229,7 @@ func scrubTree(x any, keys []string) any {
 // VerifyPayment is the one-shot form of Guardian.Verify (spec §4.3 verifyPayment): it
 // builds a Guardian from cfg and verifies in. An invalid cfg is reported like an action
 // that cannot be built: an "error" result and an *InputError.
-func VerifyPayment(ctx context.Context, in PaymentInput, cfg GuardianConfig, opts PollOptions) (GuardianResult, error) {
+func VerifyPayment(ctx context.Context, in PaymentInput, cfg GuardianOptions, opts PollOptions) (verdict.GuardianResult, error) {
 	g, err := NewGuardian(cfg)
 	if err != nil {
 		return failed(err, "", nil), err
@@ -292,39 +239,36 @@ func VerifyPayment(ctx context.Context, in PaymentInput, cfg GuardianConfig, opt
 
 // WithGuardian wraps base with a verdict check (spec §4.3 withGuardian). Errors are an
 // invalid cfg (*InputError).
-func WithGuardian(base VerifyFn, cfg GuardianConfig, opts PollOptions) (VerifyFn, error) {
+func WithGuardian(base VerifyFn, cfg GuardianOptions, opts PollOptions) (VerifyFn, error) {
 	g, err := NewGuardian(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return WithVerdicts(base, g, opts), nil
+	return g.Wrap(base, opts), nil
 }
 
-// Wrap is WithVerdicts(base, g, opts).
-func (g *Guardian) Wrap(base VerifyFn, opts PollOptions) VerifyFn { return WithVerdicts(base, g, opts) }
-
-// WithVerdicts wraps base with a verdict check from v:
+// Wrap wraps base with a verdict check from g:
 //   - base's error, or a base result that is not valid, is returned as it is, and the
 //     verdict service is not called;
 //   - a valid base result stays valid only if the verdict is approved; otherwise IsValid
 //     becomes false with InvalidReason x402.ReasonVerdictNotApproved (the facilitator maps
 //     it to the payment's x402 version);
 //   - GuardianStatus and GuardianReason are set whenever the service was consulted.
-func WithVerdicts(base VerifyFn, v Verdicts, opts PollOptions) VerifyFn {
+func (g *Guardian) Wrap(base VerifyFn, opts PollOptions) VerifyFn {
 	return func(ctx context.Context, p *x402.Payment, r *x402.Requirements) (x402.VerifyResponse, error) {
-		if base == nil || v == nil {
-			return x402.VerifyResponse{}, &InputError{Field: "withGuardian", Problem: "base verifier and verdict source are required"}
+		if base == nil || g == nil {
+			return x402.VerifyResponse{}, &verdict.InputError{Field: "withGuardian", Problem: "base verifier and verdict source are required"}
 		}
 		res, err := base(ctx, p, r)
 		if err != nil || !res.IsValid {
 			return res, err
 		}
-		gr, _ := v.VerifyPayment(ctx, p, r, opts) // the result already fails closed on error
+		gr, _ := g.VerifyPayment(ctx, p, r, opts) // the result already fails closed on error
 		if gr.Status == "" {
-			gr.Status = GuardianError
+			gr.Status = verdict.GuardianError
 		}
 		res.GuardianStatus, res.GuardianReason = string(gr.Status), gr.Reason
-		if !gr.Approved || gr.Status != GuardianApproved {
+		if !gr.Approved || gr.Status != verdict.GuardianApproved {
 			res.IsValid = false
 			res.InvalidReason = string(x402.ReasonVerdictNotApproved)
 		}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/ethereum/go-ethereum/common"
 
+	"github.com/x402gate/x402gate/internal/testenv"
+	"github.com/x402gate/x402gate/verdict"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -71,45 +73,45 @@ func (s *script) submitBody(t *testing.T, i int) map[string]any {
 // right status, and the POST is sent exactly once.
 func TestVerifyPaymentFailsClosed(t *testing.T) {
 	h := "0xfeedbeef"
-	unknownOutcome := approvedVerdict()
+	unknownOutcome := testenv.ApprovedVerdict()
 	unknownOutcome["outcome"] = "allowed"
-	inconsistent := approvedVerdict()
+	inconsistent := testenv.ApprovedVerdict()
 	inconsistent["reasonCode"] = "venue_not_allowed"
-	approvedWithFailedCheck := approvedVerdict()
+	approvedWithFailedCheck := testenv.ApprovedVerdict()
 	checkAt(approvedWithFailedCheck, 0)["status"] = "failed"
-	pendingWithPolicy := pendingVerdict()
+	pendingWithPolicy := testenv.PendingVerdict()
 	pendingWithPolicy["policyVersion"] = 4
 	cases := []struct {
 		name       string
 		submit     []reply
 		status     []reply
 		attempts   int
-		want       GuardianStatus
+		want       verdict.GuardianStatus
 		wantGETs   int
 		wantReason string // substring of Reason
 	}{
-		{"approved verdict approves", []reply{created(h)}, []reply{envelope(approvedVerdict())}, 5, GuardianApproved, 1, "payment within policy"},
-		{"approved after pending and null", []reply{created(h)}, []reply{{body: `{"verdict":null}`}, envelope(pendingVerdict()), envelope(approvedVerdict())}, 5, GuardianApproved, 3, "payment within policy"},
-		{"rejected verdict is not approval", []reply{created(h)}, []reply{envelope(rejectedVerdict(CheckRecipient, ReasonRecipientNotAllowed))}, 5, GuardianRejected, 1, "payee is not on the allowlist"},
-		{"pending at the polling bound is a timeout", []reply{created(h)}, []reply{envelope(pendingVerdict())}, 4, GuardianTimeout, 4, h},
-		{"verdict missing at the polling bound is a timeout", []reply{created(h)}, []reply{{body: `{"status":"PENDING"}`}}, 3, GuardianTimeout, 3, h},
-		{"malformed json is an error", []reply{created(h)}, []reply{{body: `{"verdict":{"outcome":"approved"`}}, 5, GuardianError, 1, h},
-		{"unknown outcome is an error", []reply{created(h)}, []reply{envelope(unknownOutcome)}, 5, GuardianError, 1, "unknown outcome"},
-		{"inconsistent reasonCode is an error", []reply{created(h)}, []reply{envelope(inconsistent)}, 5, GuardianError, 1, "reasonCode"},
-		{"approved with a failed check is an error", []reply{created(h)}, []reply{envelope(approvedWithFailedCheck)}, 5, GuardianError, 1, "failed check"},
-		{"pending with a policyVersion is an error", []reply{created(h)}, []reply{envelope(pendingWithPolicy)}, 5, GuardianError, 1, "policyVersion"},
-		{"service that stays 503 is an error at the bound", []reply{created(h)}, []reply{statusReply(503)}, 4, GuardianError, 4, "503"},
-		{"service that stays 429 is an error at the bound", []reply{created(h)}, []reply{statusReply(429)}, 3, GuardianError, 3, "429"},
-		{"service that stays unreachable is an error at the bound", []reply{created(h)}, []reply{{hangUp: true}}, 3, GuardianError, 3, "network failure"},
-		{"status 401 stops", []reply{created(h)}, []reply{statusReply(401)}, 5, GuardianError, 1, "401"},
-		{"status 403 stops", []reply{created(h)}, []reply{statusReply(403)}, 5, GuardianError, 1, "403"},
-		{"status 404 stops", []reply{created(h)}, []reply{statusReply(404)}, 5, GuardianError, 1, "404"},
-		{"submit 400 stops", []reply{statusReply(400)}, nil, 5, GuardianError, 0, "400"},
-		{"submit 401 stops", []reply{statusReply(401)}, nil, 5, GuardianError, 0, "401"},
-		{"submit 403 stops", []reply{statusReply(403)}, nil, 5, GuardianError, 0, "403"},
-		{"submit 201 without requestHash and nothing to reconcile", []reply{{status: 201, body: `{"id":"x"}`}}, nil, 3, GuardianError, 0, "trace id"},
-		{"oversized verdict is an error", []reply{created(h)}, []reply{{oversize: MaxResponseBytes + 1}}, 5, GuardianError, 1, "too large"},
-		{"redirected status is an error", []reply{created(h)}, []reply{{status: 302, header: map[string]string{"Location": "/"}}}, 5, GuardianError, 1, "302"},
+		{"approved verdict approves", []reply{created(h)}, []reply{envelope(testenv.ApprovedVerdict())}, 5, verdict.GuardianApproved, 1, "payment within policy"},
+		{"approved after pending and null", []reply{created(h)}, []reply{{body: `{"verdict":null}`}, envelope(testenv.PendingVerdict()), envelope(testenv.ApprovedVerdict())}, 5, verdict.GuardianApproved, 3, "payment within policy"},
+		{"rejected verdict is not approval", []reply{created(h)}, []reply{envelope(testenv.RejectedVerdict(verdict.CheckRecipient, verdict.ReasonRecipientNotAllowed))}, 5, verdict.GuardianRejected, 1, "payee is not on the allowlist"},
+		{"pending at the polling bound is a timeout", []reply{created(h)}, []reply{envelope(testenv.PendingVerdict())}, 4, verdict.GuardianTimeout, 4, h},
+		{"verdict missing at the polling bound is a timeout", []reply{created(h)}, []reply{{body: `{"status":"PENDING"}`}}, 3, verdict.GuardianTimeout, 3, h},
+		{"malformed json is an error", []reply{created(h)}, []reply{{body: `{"verdict":{"outcome":"approved"`}}, 5, verdict.GuardianError, 1, h},
+		{"unknown outcome is an error", []reply{created(h)}, []reply{envelope(unknownOutcome)}, 5, verdict.GuardianError, 1, "unknown outcome"},
+		{"inconsistent reasonCode is an error", []reply{created(h)}, []reply{envelope(inconsistent)}, 5, verdict.GuardianError, 1, "reasonCode"},
+		{"approved with a failed check is an error", []reply{created(h)}, []reply{envelope(approvedWithFailedCheck)}, 5, verdict.GuardianError, 1, "failed check"},
+		{"pending with a policyVersion is an error", []reply{created(h)}, []reply{envelope(pendingWithPolicy)}, 5, verdict.GuardianError, 1, "policyVersion"},
+		{"service that stays 503 is an error at the bound", []reply{created(h)}, []reply{statusReply(503)}, 4, verdict.GuardianError, 4, "503"},
+		{"service that stays 429 is an error at the bound", []reply{created(h)}, []reply{statusReply(429)}, 3, verdict.GuardianError, 3, "429"},
+		{"service that stays unreachable is an error at the bound", []reply{created(h)}, []reply{{hangUp: true}}, 3, verdict.GuardianError, 3, "network failure"},
+		{"status 401 stops", []reply{created(h)}, []reply{statusReply(401)}, 5, verdict.GuardianError, 1, "401"},
+		{"status 403 stops", []reply{created(h)}, []reply{statusReply(403)}, 5, verdict.GuardianError, 1, "403"},
+		{"status 404 stops", []reply{created(h)}, []reply{statusReply(404)}, 5, verdict.GuardianError, 1, "404"},
+		{"submit 400 stops", []reply{statusReply(400)}, nil, 5, verdict.GuardianError, 0, "400"},
+		{"submit 401 stops", []reply{statusReply(401)}, nil, 5, verdict.GuardianError, 0, "401"},
+		{"submit 403 stops", []reply{statusReply(403)}, nil, 5, verdict.GuardianError, 0, "403"},
+		{"submit 201 without requestHash and nothing to reconcile", []reply{{status: 201, body: `{"id":"x"}`}}, nil, 3, verdict.GuardianError, 0, "trace id"},
+		{"oversized verdict is an error", []reply{created(h)}, []reply{{oversize: MaxResponseBytes + 1}}, 5, verdict.GuardianError, 1, "too large"},
+		{"redirected status is an error", []reply{created(h)}, []reply{{status: 302, header: map[string]string{"Location": "/"}}}, 5, verdict.GuardianError, 1, "302"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -127,13 +129,13 @@ func TestVerifyPaymentFailsClosed(t *testing.T) {
 			if n := s.count(routeStatus(h)); n != tc.wantGETs {
 				t.Fatalf("GET sent %d times, want %d", n, tc.wantGETs)
 			}
-			if res.Status != tc.want || res.Approved != (tc.want == GuardianApproved) {
+			if res.Status != tc.want || res.Approved != (tc.want == verdict.GuardianApproved) {
 				t.Fatalf("result = %+v, want status %s", res, tc.want)
 			}
 			if !strings.Contains(res.Reason, tc.wantReason) {
 				t.Fatalf("reason %q does not contain %q", res.Reason, tc.wantReason)
 			}
-			terminal := tc.want == GuardianApproved || tc.want == GuardianRejected
+			terminal := tc.want == verdict.GuardianApproved || tc.want == verdict.GuardianRejected
 			if (res.Verdict != nil) != terminal {
 				t.Fatalf("verdict attached = %v, want %v", res.Verdict != nil, terminal)
 			}
@@ -146,9 +148,9 @@ func TestVerifyPaymentFailsClosed(t *testing.T) {
 
 func TestVerifyPaymentUnknownReasonCodePassesThrough(t *testing.T) {
 	s := newScript(t).on(routeSubmit, created("0x1")).
-		on(routeStatus("0x1"), envelope(rejectedVerdict(CheckSanctions, "sanctioned_by_new_list")))
+		on(routeStatus("0x1"), envelope(testenv.RejectedVerdict(verdict.CheckSanctions, "sanctioned_by_new_list")))
 	res, err := s.guardian(t).Verify(t.Context(), paymentInput(), fast(3))
-	if err != nil || res.Approved || res.Status != GuardianRejected {
+	if err != nil || res.Approved || res.Status != verdict.GuardianRejected {
 		t.Fatalf("result = %+v, %v", res, err)
 	}
 	if res.Verdict == nil || res.Verdict.ReasonCode != "sanctioned_by_new_list" || res.Verdict.ReasonCode.Known() {
@@ -158,13 +160,13 @@ func TestVerifyPaymentUnknownReasonCodePassesThrough(t *testing.T) {
 
 func TestVerifyPaymentContextEnds(t *testing.T) {
 	t.Run("deadline while pending is a timeout", func(t *testing.T) {
-		s := newScript(t).on(routeSubmit, created("0x1")).on(routeStatus("0x1"), envelope(pendingVerdict()))
+		s := newScript(t).on(routeSubmit, created("0x1")).on(routeStatus("0x1"), envelope(testenv.PendingVerdict()))
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		opts := fast(10)
 		opts.Sleep = func(context.Context, time.Duration) error { return context.DeadlineExceeded }
 		res, _ := s.guardian(t).Verify(ctx, paymentInput(), opts)
-		if res.Status != GuardianTimeout || res.Approved {
+		if res.Status != verdict.GuardianTimeout || res.Approved {
 			t.Fatalf("result = %+v", res)
 		}
 	})
@@ -173,7 +175,7 @@ func TestVerifyPaymentContextEnds(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 		defer cancel()
 		res, _ := s.guardian(t).Verify(ctx, paymentInput(), fast(10))
-		if res.Status != GuardianTimeout || res.Approved || s.count(routeStatus("0x1")) != 1 {
+		if res.Status != verdict.GuardianTimeout || res.Approved || s.count(routeStatus("0x1")) != 1 {
 			t.Fatalf("result = %+v after %d GETs", res, s.count(routeStatus("0x1")))
 		}
 	})
@@ -182,14 +184,14 @@ func TestVerifyPaymentContextEnds(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
 		res, _ := s.guardian(t).Verify(ctx, paymentInput(), fast(3))
-		if res.Status != GuardianError || res.Approved || s.count(routeSubmit) != 0 {
+		if res.Status != verdict.GuardianError || res.Approved || s.count(routeSubmit) != 0 {
 			t.Fatalf("result = %+v, %d POSTs", res, s.count(routeSubmit))
 		}
 	})
 }
 
 func TestVerifyPaymentBuildsTheSubmit(t *testing.T) {
-	s := newScript(t).on(routeSubmit, created("0x1")).on(routeStatus("0x1"), envelope(approvedVerdict()))
+	s := newScript(t).on(routeSubmit, created("0x1")).on(routeStatus("0x1"), envelope(testenv.ApprovedVerdict()))
 	if _, err := s.guardian(t).Verify(t.Context(), paymentInput(), fast(2)); err != nil {
 		t.Fatal(err)
 	}
@@ -233,11 +235,11 @@ func TestVerifyPaymentInvalidInputIsAnErrorWithoutRequests(t *testing.T) {
 			in := paymentInput()
 			tc.mut(&in)
 			res, err := s.guardian(t).Verify(t.Context(), in, fast(2))
-			var ie *InputError
+			var ie *verdict.InputError
 			if !errors.As(err, &ie) || ie.Field != tc.field {
 				t.Fatalf("err = %v, want an InputError on %s", err, tc.field)
 			}
-			if res.Approved || res.Status != GuardianError {
+			if res.Approved || res.Status != verdict.GuardianError {
 				t.Fatalf("result = %+v; an unbuildable action must still fail closed", res)
 			}
 			if len(s.requests()) != 0 {
@@ -246,17 +248,17 @@ func TestVerifyPaymentInvalidInputIsAnErrorWithoutRequests(t *testing.T) {
 		})
 	}
 	t.Run("one-shot VerifyPayment with an invalid config", func(t *testing.T) {
-		res, err := VerifyPayment(t.Context(), paymentInput(), GuardianConfig{BaseURL: "ftp://x", APIKey: testKey}, PollOptions{})
-		if !errors.Is(err, ErrInvalidInput) || res.Approved || res.Status != GuardianError {
+		res, err := VerifyPayment(t.Context(), paymentInput(), GuardianOptions{BaseURL: "ftp://x", APIKey: testKey}, PollOptions{})
+		if !errors.Is(err, ErrInvalidInput) || res.Approved || res.Status != verdict.GuardianError {
 			t.Fatalf("= %+v, %v", res, err)
 		}
 	})
 }
 
 func TestVerifyPaymentOneShot(t *testing.T) {
-	s := newScript(t).on(routeSubmit, created("0x1")).on(routeStatus("0x1"), envelope(approvedVerdict()))
-	res, err := VerifyPayment(t.Context(), paymentInput(), GuardianConfig{BaseURL: s.srv.URL + "/", APIKey: testKey}, fast(2))
-	if err != nil || !res.Approved || res.Status != GuardianApproved || res.Verdict.ReasonCode != ReasonAllowed {
+	s := newScript(t).on(routeSubmit, created("0x1")).on(routeStatus("0x1"), envelope(testenv.ApprovedVerdict()))
+	res, err := VerifyPayment(t.Context(), paymentInput(), GuardianOptions{BaseURL: s.srv.URL + "/", APIKey: testKey}, fast(2))
+	if err != nil || !res.Approved || res.Status != verdict.GuardianApproved || res.Verdict.ReasonCode != verdict.ReasonAllowed {
 		t.Fatalf("= %+v, %v", res, err)
 	}
 }
@@ -284,8 +286,8 @@ func TestPromptOverride(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newScript(t).on(routeSubmit, created("0x1")).on(routeStatus("0x1"), envelope(approvedVerdict()))
-			g := s.guardian(t, func(c *GuardianConfig) { c.AllowPromptOverride = tc.allow })
+			s := newScript(t).on(routeSubmit, created("0x1")).on(routeStatus("0x1"), envelope(testenv.ApprovedVerdict()))
+			g := s.guardian(t, func(c *GuardianOptions) { c.AllowPromptOverride = tc.allow })
 			in := paymentInput()
 			in.ArbiterUserPrompt = tc.input
 			if tc.ext != "" {
@@ -321,25 +323,25 @@ func TestUncertainSubmitIsReconciledNeverResent(t *testing.T) {
 		name          string
 		submit        reply
 		reconcile     []reply
-		want          GuardianStatus
+		want          verdict.GuardianStatus
 		wantLookups   int
 		wantReason    string
 		wantStatusGET int
 	}{
-		{"503, then found: polls the found request", statusReply(503), []reply{found}, GuardianApproved, 1, "", 1},
-		{"429, then found", statusReply(429), []reply{found}, GuardianApproved, 1, "", 1},
-		{"network failure, lookup 503 then found", reply{hangUp: true}, []reply{statusReply(503), found}, GuardianApproved, 2, "", 1},
-		{"unreadable 201, then found", reply{status: 201, body: `{"requestHash":`}, []reply{found}, GuardianApproved, 1, "", 1},
-		{"500, nothing created: error, not resubmitted", statusReply(500), []reply{{body: `{"transactions":[]}`}}, GuardianError, 1, "no transaction with this trace id", 0},
-		{"502, lookup unsupported: error", statusReply(502), []reply{statusReply(404)}, GuardianError, 1, "does not support trace id lookup", 0},
-		{"503, lookup keeps failing: error at the bound", statusReply(503), []reply{statusReply(503)}, GuardianError, 3, "gave up after 3 attempts", 0},
-		{"503, two records for one trace id: error", statusReply(503), []reply{{body: `{"transactions":[{"requestHash":"0xa"},{"requestHash":"0xb"}]}`}}, GuardianError, 1, "more than one", 0},
-		{"503, lookup 401: error", statusReply(503), []reply{statusReply(401)}, GuardianError, 1, "401", 0},
+		{"503, then found: polls the found request", statusReply(503), []reply{found}, verdict.GuardianApproved, 1, "", 1},
+		{"429, then found", statusReply(429), []reply{found}, verdict.GuardianApproved, 1, "", 1},
+		{"network failure, lookup 503 then found", reply{hangUp: true}, []reply{statusReply(503), found}, verdict.GuardianApproved, 2, "", 1},
+		{"unreadable 201, then found", reply{status: 201, body: `{"requestHash":`}, []reply{found}, verdict.GuardianApproved, 1, "", 1},
+		{"500, nothing created: error, not resubmitted", statusReply(500), []reply{{body: `{"transactions":[]}`}}, verdict.GuardianError, 1, "no transaction with this trace id", 0},
+		{"502, lookup unsupported: error", statusReply(502), []reply{statusReply(404)}, verdict.GuardianError, 1, "does not support trace id lookup", 0},
+		{"503, lookup keeps failing: error at the bound", statusReply(503), []reply{statusReply(503)}, verdict.GuardianError, 3, "gave up after 3 attempts", 0},
+		{"503, two records for one trace id: error", statusReply(503), []reply{{body: `{"transactions":[{"requestHash":"0xa"},{"requestHash":"0xb"}]}`}}, verdict.GuardianError, 1, "more than one", 0},
+		{"503, lookup 401: error", statusReply(503), []reply{statusReply(401)}, verdict.GuardianError, 1, "401", 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newScript(t).on(routeSubmit, tc.submit).on(routeReconcile, tc.reconcile...).
-				on(routeStatus("0xfound"), envelope(approvedVerdict()))
+				on(routeStatus("0xfound"), envelope(testenv.ApprovedVerdict()))
 			res, err := s.guardian(t).Verify(t.Context(), paymentInput(), fast(3))
 			if err != nil {
 				t.Fatal(err)
@@ -353,7 +355,7 @@ func TestUncertainSubmitIsReconciledNeverResent(t *testing.T) {
 			if n := s.count(routeStatus("0xfound")); n != tc.wantStatusGET {
 				t.Fatalf("status GETs = %d, want %d", n, tc.wantStatusGET)
 			}
-			if res.Status != tc.want || res.Approved != (tc.want == GuardianApproved) || !strings.Contains(res.Reason, tc.wantReason) {
+			if res.Status != tc.want || res.Approved != (tc.want == verdict.GuardianApproved) || !strings.Contains(res.Reason, tc.wantReason) {
 				t.Fatalf("result = %+v, want %s with reason containing %q", res, tc.want, tc.wantReason)
 			}
 			// The lookup asks for the trace id the submit carried.
@@ -372,7 +374,7 @@ func TestUncertainSubmitIsReconciledNeverResent(t *testing.T) {
 func TestReconcileProcedure(t *testing.T) {
 	s := newScript(t).on(routeSubmit, statusReply(504)).
 		on(routeReconcile, reply{body: `{"transactions":[{"id":"t1","requestHash":"0xfound","description":"Pay","status":"PENDING"}]}`}).
-		on(routeStatus("0xfound"), envelope(approvedVerdict()))
+		on(routeStatus("0xfound"), envelope(testenv.ApprovedVerdict()))
 	c := s.client(t)
 	req := paymentSubmit()
 	req.TraceID = "agent-run-42-step-7"
@@ -454,25 +456,25 @@ func TestWithGuardian(t *testing.T) {
 		network      string
 		wantValid    bool
 		wantReason   string
-		wantGuardian GuardianStatus
+		wantGuardian verdict.GuardianStatus
 		wantGReason  string
 		wantRequests int
 		wantErr      error
 	}{
-		{"invalid base result is kept without calling the service", invalid, []reply{envelope(approvedVerdict())}, "",
+		{"invalid base result is kept without calling the service", invalid, []reply{envelope(testenv.ApprovedVerdict())}, "",
 			false, "invalid_exact_evm_payload_signature", "", "", 0, nil},
-		{"base error is kept without calling the service", failing, []reply{envelope(approvedVerdict())}, "",
+		{"base error is kept without calling the service", failing, []reply{envelope(testenv.ApprovedVerdict())}, "",
 			false, "", "", "", 0, baseErr},
-		{"valid and approved stays valid", valid, []reply{envelope(approvedVerdict())}, "",
-			true, "", GuardianApproved, "payment within policy", 2, nil},
-		{"valid but rejected becomes invalid", valid, []reply{envelope(rejectedVerdict(CheckRecipient, ReasonRecipientNotAllowed))}, "",
-			false, "verdict_not_approved", GuardianRejected, "payee is not on the allowlist", 2, nil},
-		{"valid but pending at the bound becomes invalid", valid, []reply{envelope(pendingVerdict())}, "",
-			false, "verdict_not_approved", GuardianTimeout, h, 4, nil},
+		{"valid and approved stays valid", valid, []reply{envelope(testenv.ApprovedVerdict())}, "",
+			true, "", verdict.GuardianApproved, "payment within policy", 2, nil},
+		{"valid but rejected becomes invalid", valid, []reply{envelope(testenv.RejectedVerdict(verdict.CheckRecipient, verdict.ReasonRecipientNotAllowed))}, "",
+			false, "verdict_not_approved", verdict.GuardianRejected, "payee is not on the allowlist", 2, nil},
+		{"valid but pending at the bound becomes invalid", valid, []reply{envelope(testenv.PendingVerdict())}, "",
+			false, "verdict_not_approved", verdict.GuardianTimeout, h, 4, nil},
 		{"valid but malformed verdict becomes invalid", valid, []reply{{body: `{"verdict":1}`}}, "",
-			false, "verdict_not_approved", GuardianError, h, 2, nil},
+			false, "verdict_not_approved", verdict.GuardianError, h, 2, nil},
 		{"valid but the action cannot be built becomes invalid", valid, nil, "eip155:1",
-			false, "verdict_not_approved", GuardianError, "paymentRequirements.network", 0, nil},
+			false, "verdict_not_approved", verdict.GuardianError, "paymentRequirements.network", 0, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -480,7 +482,7 @@ func TestWithGuardian(t *testing.T) {
 			if tc.status != nil {
 				s.on(routeStatus(h), tc.status...)
 			}
-			verify, err := WithGuardian(tc.base, GuardianConfig{BaseURL: s.srv.URL, APIKey: testKey}, fast(3))
+			verify, err := WithGuardian(tc.base, GuardianOptions{BaseURL: s.srv.URL, APIKey: testKey}, fast(3))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -507,7 +509,7 @@ func TestWithGuardian(t *testing.T) {
 		})
 	}
 	t.Run("invalid config", func(t *testing.T) {
-		if _, err := WithGuardian(valid, GuardianConfig{BaseURL: "https://v.example"}, PollOptions{}); !errors.Is(err, ErrInvalidInput) {
+		if _, err := WithGuardian(valid, GuardianOptions{BaseURL: "https://v.example"}, PollOptions{}); !errors.Is(err, ErrInvalidInput) {
 			t.Fatalf("err = %v", err)
 		}
 	})

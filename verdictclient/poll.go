@@ -7,6 +7,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"time"
+
+	"github.com/x402gate/x402gate/verdict"
 )
 
 // Polling defaults (spec §8 for the interval and attempts; the delay cap is ours).
@@ -165,8 +167,8 @@ func (o PollOptions) run(ctx context.Context, read func() (bool, error)) (int, e
 // (*ValidationError), a redirect or oversized answer stop at once; a used-up bound
 // returns *PollBoundError (Last nil: still pending; Last set: the service stayed
 // unavailable); an ended context returns an error wrapping ctx.Err().
-func (c *Client) Await(ctx context.Context, requestHash string, opts PollOptions) (*Verdict, error) {
-	var v *Verdict
+func (c *Client) Await(ctx context.Context, requestHash string, opts PollOptions) (*verdict.Verdict, error) {
+	var v *verdict.Verdict
 	n, last, err := opts.run(ctx, func() (bool, error) {
 		env, err := c.Status(ctx, requestHash)
 		if err != nil {
@@ -189,8 +191,8 @@ func (c *Client) Await(ctx context.Context, requestHash string, opts PollOptions
 }
 
 // reconcileWithin retries Reconcile within the poll bound on transient failures.
-func (c *Client) reconcileWithin(ctx context.Context, traceID string, opts PollOptions) (*Transaction, error) {
-	var tx *Transaction
+func (c *Client) reconcileWithin(ctx context.Context, traceID string, opts PollOptions) (*verdict.Transaction, error) {
+	var tx *verdict.Transaction
 	n, last, err := opts.run(ctx, func() (bool, error) {
 		var err error
 		tx, err = c.Reconcile(ctx, traceID)

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/x402gate/x402gate/internal/testenv"
 )
 
 // sleeps records the waits of a schedule instead of sleeping.
@@ -97,9 +99,9 @@ func TestAwaitRespectsMaxAttempts(t *testing.T) {
 		lastNil  bool // PollBoundError.Last nil: still pending (timeout)
 		lastIs   error
 	}{
-		{"pending with the default bound", envelope(pendingVerdict()), 0, 20, true, nil},
+		{"pending with the default bound", envelope(testenv.PendingVerdict()), 0, 20, true, nil},
 		{"null verdict, 7 attempts", reply{body: `{"verdict":null}`}, 7, 7, true, nil},
-		{"one attempt means no retry", envelope(pendingVerdict()), 1, 1, true, nil},
+		{"one attempt means no retry", envelope(testenv.PendingVerdict()), 1, 1, true, nil},
 		{"503 forever, 4 attempts", statusReply(503), 4, 4, false, ErrServerError},
 		{"429 forever, 5 attempts", statusReply(429).withHeader("Retry-After", "1"), 5, 5, false, ErrRateLimited},
 		{"connection dropped forever, 6 attempts", reply{hangUp: true}, 6, 6, false, ErrNetwork},
@@ -140,7 +142,7 @@ func TestAwaitRespectsMaxAttempts(t *testing.T) {
 // A transient failure followed by a pending verdict at the bound is a timeout, not an
 // error: only the final attempt decides.
 func TestPollBoundLastAttemptDecides(t *testing.T) {
-	s := newScript(t).on(routeStatus("0xabc"), statusReply(503), envelope(pendingVerdict()))
+	s := newScript(t).on(routeStatus("0xabc"), statusReply(503), envelope(testenv.PendingVerdict()))
 	_, err := s.client(t).Await(t.Context(), "0xabc", fast(3))
 	var pb *PollBoundError
 	if !errors.As(err, &pb) || pb.Last != nil || pb.Attempts != 3 {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"time"
+
+	"github.com/x402gate/x402gate/verdict"
 )
 
 // FetchVerificationRequirements asks the pricing service for the verification fee of a
@@ -23,13 +25,13 @@ func FetchVerificationRequirements[T any](ctx context.Context, pricingURL string
 		return nil, err
 	}
 	if timeout < 0 {
-		return nil, &InputError{Field: "timeout", Problem: "must not be negative"}
+		return nil, &verdict.InputError{Field: "timeout", Problem: "must not be negative"}
 	}
 	body, err := json.Marshal(struct {
 		Resource T `json:"resource"`
 	}{resource})
 	if err != nil {
-		return nil, &InputError{Field: "resource", Problem: "cannot be encoded as json"}
+		return nil, &verdict.InputError{Field: "resource", Problem: "cannot be encoded as json"}
 	}
 	t := newJSONTransport(nil, timeout)
 	ans, err := t.do(ctx, call{op: "pricing", method: http.MethodPost, url: u, body: body})
@@ -37,7 +39,7 @@ func FetchVerificationRequirements[T any](ctx context.Context, pricingURL string
 		return nil, err
 	}
 	v := validator{op: "pricing"}
-	tree, err := parseStrict(ans.body)
+	tree, err := verdict.ParseJSON(ans.body)
 	if err != nil {
 		return nil, v.fail("", "malformed json: "+err.Error())
 	}

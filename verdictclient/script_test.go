@@ -1,7 +1,6 @@
 package verdictclient
 
 import (
-	"encoding/json"
 	"io"
 	"maps"
 	"net/http"
@@ -11,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/x402gate/x402gate/internal/testenv"
 )
 
 // testKey is the API key of every test; no test output may contain it.
@@ -167,9 +168,9 @@ func (s *script) client(t *testing.T) *Client {
 }
 
 // guardian returns a Guardian for the script's server.
-func (s *script) guardian(t *testing.T, mut ...func(*GuardianConfig)) *Guardian {
+func (s *script) guardian(t *testing.T, mut ...func(*GuardianOptions)) *Guardian {
 	t.Helper()
-	cfg := GuardianConfig{BaseURL: s.srv.URL, APIKey: testKey}
+	cfg := GuardianOptions{BaseURL: s.srv.URL, APIKey: testKey}
 	for _, m := range mut {
 		m(&cfg)
 	}
@@ -193,90 +194,9 @@ func created(hash string) reply {
 
 // ---- verdict fixtures ----
 
-var allChecks = []CheckID{
-	CheckVenue, CheckChain, CheckContractSelector, CheckAsset, CheckRecipient, CheckSide,
-	CheckSlippageGuard, CheckExecutionPriceBound, CheckLeverage, CheckSanctions,
-	CheckSinkRecipient, CheckPerTxCap,
-}
-
-// approvedVerdict is a complete, valid approved verdict as a mutable JSON tree.
-func approvedVerdict() map[string]any {
-	checks := make([]any, 0, len(allChecks))
-	for i, id := range allChecks {
-		st := "passed"
-		if i%3 == 2 {
-			st = "not_checked"
-		}
-		checks = append(checks, map[string]any{
-			"checkId": string(id), "status": st, "code": nil,
-			"humanReason": "check " + string(id) + " " + st, "triggeringPolicyField": nil,
-		})
-	}
-	return map[string]any{
-		"schemaVersion":         1,
-		"outcome":               "approved",
-		"reasonCode":            "allowed",
-		"humanReason":           "payment within policy",
-		"triggeringPolicyField": nil,
-		"checks":                checks,
-		"evidence": map[string]any{
-			"decodedAction": map[string]any{"protocol": "payment", "chainId": 84532, "kind": "x402.exact",
-				"payTo": "0x209693Bc6afc0C5328bA36FaF03C514EF312287C", "amount": "10000"},
-			"observations": map[string]any{"per_tx_cap": map[string]any{"observed": 0.01, "expected": 5}},
-			"sources":      []any{map[string]any{"name": "ofac-sdn", "asOf": "2026-01-01T00:00:00Z"}},
-		},
-		"policyVersion": 3,
-		"latencyMs":     4,
-		"dataFreshness": map[string]any{"overall": "mixed", "sources": []any{
-			map[string]any{"name": "ofac-sdn", "status": "cached"}, map[string]any{"name": "pricing", "status": "fresh"}}},
-		"trust":       map[string]any{"level": "high", "notes": nil},
-		"redaction":   map[string]any{"redacted": true, "fields": []any{"metadata.environment"}},
-		"usdNotional": 0.01,
-		"timestamp":   "2026-03-01T12:00:00.123Z",
-	}
-}
-
-// rejectedVerdict is a valid rejection by one failed check with its table code.
-func rejectedVerdict(id CheckID, code ReasonCode) map[string]any {
-	v := approvedVerdict()
-	v["outcome"], v["reasonCode"] = "rejected", string(code)
-	v["humanReason"] = "payee is not on the allowlist"
-	v["triggeringPolicyField"] = "recipients.allowed"
-	for _, c := range v["checks"].([]any) {
-		cm := c.(map[string]any)
-		if cm["checkId"] == string(id) {
-			cm["status"], cm["code"] = "failed", string(code)
-		}
-	}
-	return v
-}
-
-// pendingVerdict is a valid pending verdict.
-func pendingVerdict() map[string]any {
-	v := approvedVerdict()
-	v["outcome"], v["reasonCode"], v["policyVersion"] = "pending", "pending", nil
-	return v
-}
-
-// clone deep-copies a fixture through JSON.
-func clone(m map[string]any) map[string]any {
-	b, _ := json.Marshal(m)
-	var out map[string]any
-	_ = json.Unmarshal(b, &out)
-	return out
-}
-
-func mustJSON(v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err)
-	}
-	return string(b)
-}
-
 // envelope wraps a verdict in an approval-status body.
 func envelope(v map[string]any) reply {
-	return reply{body: `{"status":"PENDING","verdict":` + mustJSON(v) + `}`}
+	return reply{body: `{"status":"PENDING","verdict":` + testenv.VerdictJSON(v) + `}`}
 }
 
 // withHeader returns rp with one more header.
@@ -291,3 +211,5 @@ func (rp reply) withHeader(k, v string) reply {
 func statusReply(code int) reply {
 	return reply{status: code, body: `{"statusCode":` + strconv.Itoa(code) + `,"message":"scripted","error":"x"}`}
 }
+
+func checkAt(v map[string]any, i int) map[string]any { return v["checks"].([]any)[i].(map[string]any) }

@@ -11,6 +11,9 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/x402gate/x402gate/internal/testenv"
+	"github.com/x402gate/x402gate/verdict"
 )
 
 // payerKey is a second key (a payer's own, PaymentInput.APIKey).
@@ -40,7 +43,7 @@ func logText(t *testing.T, logs *observer.ObservedLogs) string {
 // a URL, a body, metadata, an error, a result or a log entry.
 func TestAPIKeyNeverLeaks(t *testing.T) {
 	echo := reply{status: 401, body: `{"statusCode":401,"message":"bad key ` + testKey + `","error":"Unauthorized"}`}
-	leakyReason := rejectedVerdict(CheckRecipient, ReasonRecipientNotAllowed)
+	leakyReason := testenv.RejectedVerdict(verdict.CheckRecipient, verdict.ReasonRecipientNotAllowed)
 	leakyReason["humanReason"] = "key " + testKey + " and " + payerKey + " are not allowed"
 	checkAt(leakyReason, 4)["humanReason"] = "recipient paid with " + testKey
 	checkAt(leakyReason, 4)["triggeringPolicyField"] = "keys." + payerKey
@@ -49,25 +52,25 @@ func TestAPIKeyNeverLeaks(t *testing.T) {
 	s := newScript(t).
 		on(routeSubmit, created("0xa"), statusReply(503), created("0xc"), echo, created("0xe"), reply{hangUp: true}).
 		on(routeReconcile, statusReply(500), reply{body: `{"transactions":[{"requestHash":"0xb"}]}`}, reply{body: `{"transactions":[]}`}).
-		on(routeStatus("0xa"), statusReply(429), statusReply(500), reply{hangUp: true}, envelope(pendingVerdict()), envelope(approvedVerdict())).
-		on(routeStatus("0xb"), envelope(rejectedVerdict(CheckRecipient, ReasonRecipientNotAllowed))).
+		on(routeStatus("0xa"), statusReply(429), statusReply(500), reply{hangUp: true}, envelope(testenv.PendingVerdict()), envelope(testenv.ApprovedVerdict())).
+		on(routeStatus("0xb"), envelope(testenv.RejectedVerdict(verdict.CheckRecipient, verdict.ReasonRecipientNotAllowed))).
 		on(routeStatus("0xc"), echo).
 		on(routeStatus("0xe"), envelope(leakyReason))
 	core, logs := observer.New(zapcore.DebugLevel)
-	g := s.guardian(t, func(c *GuardianConfig) { c.Logger = zap.New(core) })
+	g := s.guardian(t, func(c *GuardianOptions) { c.Logger = zap.New(core) })
 
 	var outputs []string
 	runs := []struct {
 		name string
 		key  string // PaymentInput.APIKey
-		want GuardianStatus
+		want verdict.GuardianStatus
 	}{
-		{"approved after transient failures", "", GuardianApproved},
-		{"uncertain submit reconciled, rejected", "", GuardianRejected},
-		{"status 401 echoing the key", "", GuardianError},
-		{"submit 401 echoing the key", "", GuardianError},
-		{"payer key, humanReason quoting both keys", payerKey, GuardianRejected},
-		{"uncertain submit, not created", "", GuardianError},
+		{"approved after transient failures", "", verdict.GuardianApproved},
+		{"uncertain submit reconciled, rejected", "", verdict.GuardianRejected},
+		{"status 401 echoing the key", "", verdict.GuardianError},
+		{"submit 401 echoing the key", "", verdict.GuardianError},
+		{"payer key, humanReason quoting both keys", payerKey, verdict.GuardianRejected},
+		{"uncertain submit, not created", "", verdict.GuardianError},
 	}
 	for _, r := range runs {
 		in := paymentInput()
@@ -186,11 +189,11 @@ func TestKeyInRequestIsRefused(t *testing.T) {
 	})
 	t.Run("a payer key in the prompt override", func(t *testing.T) {
 		s := newScript(t).on(routeSubmit, created("0xa"))
-		g := s.guardian(t, func(c *GuardianConfig) { c.AllowPromptOverride = true })
+		g := s.guardian(t, func(c *GuardianOptions) { c.AllowPromptOverride = true })
 		in := paymentInput()
 		in.APIKey, in.ArbiterUserPrompt = payerKey, "pay with "+payerKey
 		res, _ := g.Verify(t.Context(), in, fast(2))
-		if res.Approved || res.Status != GuardianError || strings.Contains(res.Reason, payerKey) || len(s.requests()) != 0 {
+		if res.Approved || res.Status != verdict.GuardianError || strings.Contains(res.Reason, payerKey) || len(s.requests()) != 0 {
 			t.Fatalf("result %+v, %d requests", res, len(s.requests()))
 		}
 	})

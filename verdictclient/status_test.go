@@ -6,13 +6,16 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/x402gate/x402gate/internal/testenv"
+	"github.com/x402gate/x402gate/verdict"
 )
 
 func paymentSubmit() SubmitRequest {
 	return SubmitRequest{
 		EscrowAddress: "0x857b06519E91e3A54538791bDbb0E22373e36b66",
 		Prompt:        "Pay 0.01 USDC to 0x209693Bc6afc0C5328bA36FaF03C514EF312287C",
-		ProposedTx: PaymentAction{Protocol: ProtocolPayment, Rail: RailX402, ChainID: 84532,
+		ProposedTx: verdict.PaymentAction{Protocol: verdict.ProtocolPayment, Rail: verdict.RailX402, ChainID: 84532,
 			PayTo: "0x209693Bc6afc0C5328bA36FaF03C514EF312287C", Asset: "0x036CbD53842c5426634e7929541eC2318f3dCF7e", Amount: "10000"},
 	}
 }
@@ -76,7 +79,7 @@ func TestSubmitStatusTable(t *testing.T) {
 // spec §7, Status column: 400/401/403/404 stop after one GET; 429, 5xx and network
 // failures are retried within the bound and then the verdict is read.
 func TestStatusTable(t *testing.T) {
-	approved := envelope(approvedVerdict())
+	approved := envelope(testenv.ApprovedVerdict())
 	cases := []struct {
 		name     string
 		replies  []reply
@@ -86,7 +89,7 @@ func TestStatusTable(t *testing.T) {
 		{"200: validate and return the terminal verdict", []reply{approved}, nil, 1},
 		{"200 missing verdict: poll again", []reply{{body: `{}`}, approved}, nil, 2},
 		{"200 null verdict: poll again", []reply{{body: `{"verdict":null}`}, approved}, nil, 2},
-		{"200 pending verdict: poll again", []reply{envelope(pendingVerdict()), approved}, nil, 2},
+		{"200 pending verdict: poll again", []reply{envelope(testenv.PendingVerdict()), approved}, nil, 2},
 		{"200 malformed: stop, not approved", []reply{{body: `{"verdict":`}, approved}, ErrInvalidResponse, 1},
 		{"400: stop", []reply{statusReply(400), approved}, ErrBadRequest, 1},
 		{"401: stop and re-authenticate", []reply{statusReply(401), approved}, ErrUnauthorized, 1},
@@ -99,7 +102,7 @@ func TestStatusTable(t *testing.T) {
 		{"503: retry GET within the bound", []reply{statusReply(503), approved}, nil, 2},
 		{"network failure: retry GET within the bound", []reply{{hangUp: true}, approved}, nil, 2},
 		{"3xx: redirect refused, stop", []reply{{status: 307, header: map[string]string{"Location": "/x"}}, approved}, ErrRedirect, 1},
-		{"200 as text/plain: stop", []reply{{body: mustJSON(map[string]any{"verdict": approvedVerdict()}), contentType: "text/plain"}}, ErrContentType, 1},
+		{"200 as text/plain: stop", []reply{{body: testenv.VerdictJSON(map[string]any{"verdict": testenv.ApprovedVerdict()}), contentType: "text/plain"}}, ErrContentType, 1},
 		{"204: unexpected, stop", []reply{{status: 204}}, ErrUnexpectedStatus, 1},
 	}
 	for _, tc := range cases {
@@ -204,7 +207,7 @@ func TestStatusSingleReadTable(t *testing.T) {
 		transient bool
 		verdict   bool
 	}{
-		{"200 with a verdict", envelope(approvedVerdict()), nil, false, true},
+		{"200 with a verdict", envelope(testenv.ApprovedVerdict()), nil, false, true},
 		{"200 without a verdict", reply{body: `{}`}, nil, false, false},
 		{"200 malformed", reply{body: `{"verdict":[`}, ErrInvalidResponse, false, false},
 		{"400", statusReply(400), ErrBadRequest, false, false},

@@ -14,6 +14,8 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/x402gate/x402gate/verdict"
 )
 
 // MaxResponseBytes caps every answer the shared JSON transport reads: 1 MiB. A verdict
@@ -105,7 +107,7 @@ func (t *jsonTransport) send(ctx context.Context, c call) (*answer, int, error) 
 	}
 	// spec §5.5: the key never travels in a URL or a body, whatever the caller put there.
 	if c.apiKey != "" && (strings.Contains(c.url, c.apiKey) || bytes.Contains(c.body, []byte(c.apiKey))) {
-		return nil, 0, &InputError{Field: "request", Problem: "the api key appears in the request url or body; refusing to send"}
+		return nil, 0, &verdict.InputError{Field: "request", Problem: "the api key appears in the request url or body; refusing to send"}
 	}
 	rctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
@@ -115,7 +117,7 @@ func (t *jsonTransport) send(ctx context.Context, c call) (*answer, int, error) 
 	}
 	req, err := http.NewRequestWithContext(rctx, c.method, c.url, body)
 	if err != nil {
-		return nil, 0, &InputError{Field: "url", Problem: "cannot build request"}
+		return nil, 0, &verdict.InputError{Field: "url", Problem: "cannot build request"}
 	}
 	if body == nil {
 		// net/http silently resends an idempotent request without a body when a reused

@@ -8,10 +8,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/x402gate/x402gate/internal/testenv"
 )
 
 func TestTransportRefusesRedirects(t *testing.T) {
-	target := newScript(t).on(routeStatus("0xabc"), envelope(approvedVerdict()))
+	target := newScript(t).on(routeStatus("0xabc"), envelope(testenv.ApprovedVerdict()))
 	for _, code := range []int{301, 302, 303, 307, 308} {
 		t.Run(strconv.Itoa(code), func(t *testing.T) {
 			s := newScript(t).on(routeStatus("0xabc"), reply{status: code, header: map[string]string{
@@ -62,7 +64,7 @@ func TestTransportCapsResponseSize(t *testing.T) {
 }
 
 func TestTransportRequiresJSONContentType(t *testing.T) {
-	body := `{"verdict":` + mustJSON(approvedVerdict()) + `}`
+	body := `{"verdict":` + testenv.VerdictJSON(testenv.ApprovedVerdict()) + `}`
 	cases := []struct {
 		ct string
 		ok bool
@@ -109,7 +111,7 @@ func TestSlowResponseIsCancelledByTheContext(t *testing.T) {
 		}
 	})
 	t.Run("cancel during a backoff wait", func(t *testing.T) {
-		s := newScript(t).on(routeStatus("0xabc"), envelope(pendingVerdict()))
+		s := newScript(t).on(routeStatus("0xabc"), envelope(testenv.PendingVerdict()))
 		ctx, cancel := context.WithCancel(t.Context())
 		opts := PollOptions{IntervalMs: 1, MaxAttempts: 10, Sleep: func(ctx context.Context, d time.Duration) error {
 			cancel()
@@ -135,7 +137,7 @@ func TestSlowResponseIsCancelledByTheContext(t *testing.T) {
 		}
 	})
 	t.Run("per-request timeout is a transient network failure", func(t *testing.T) {
-		s := newScript(t).on(routeStatus("0xabc"), reply{block: true}, envelope(approvedVerdict()))
+		s := newScript(t).on(routeStatus("0xabc"), reply{block: true}, envelope(testenv.ApprovedVerdict()))
 		c, err := New(Config{BaseURL: s.srv.URL, APIKey: testKey, Timeout: 30 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/x402gate/x402gate/facilitator/approval"
 	"github.com/x402gate/x402gate/facilitator/journal"
 	"github.com/x402gate/x402gate/internal/testenv"
+	"github.com/x402gate/x402gate/verdict"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -128,8 +129,8 @@ func (v *testEnv) balances(t *testing.T, addrs ...common.Address) []*big.Int {
 // a terminal verdict, and the verdict service is not what these tests are about.
 type approvingVerdicts struct{}
 
-func (approvingVerdicts) VerifyPayment(context.Context, *x402.Payment, *x402.Requirements) (facilitator.VerdictResult, error) {
-	return facilitator.VerdictResult{Approved: true, Status: facilitator.VerdictApproved, Reason: "allowed", RequestHash: "0xreq"}, nil
+func (approvingVerdicts) VerifyPayment(context.Context, *x402.Payment, *x402.Requirements) (verdict.GuardianResult, error) {
+	return verdict.GuardianResult{Approved: true, Status: verdict.GuardianApproved, Reason: "allowed", RequestHash: "0xreq"}, nil
 }
 
 // TestVerificationFeeTravelsOverHTTP is the fee path with real parts end to end: Client ->
@@ -154,7 +155,7 @@ func TestVerificationFeeTravelsOverHTTP(t *testing.T) {
 
 			ver, err := cl.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r,
 				VerificationRequirements: fee, VerificationPayment: env.payment(t, x402.Version2, payer, fee)})
-			if err != nil || !ver.IsValid || ver.GuardianStatus != facilitator.VerdictApproved || ver.FeeTxHash == "" || ver.FeeError != "" {
+			if err != nil || !ver.IsValid || ver.GuardianStatus != string(verdict.GuardianApproved) || ver.FeeTxHash == "" || ver.FeeError != "" {
 				t.Fatalf("verify = %+v, %v; want valid, approved, with feeTxHash", ver, err)
 			}
 			mid := env.balances(t, payee.Address, feePayee.Address)

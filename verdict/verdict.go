@@ -1,7 +1,8 @@
-package verdictclient
+package verdict
 
 import (
 	"encoding/json"
+	"strconv"
 	"time"
 )
 
@@ -247,4 +248,69 @@ type Transaction struct {
 	TraceID string
 	// Raw is the record as received, for fields this package does not name.
 	Raw json.RawMessage
+}
+
+// Consistent checks vd against the verdict consistency rules
+// (docs/verdict.md#consistency-rules): approved has reasonCode allowed and no failed
+// check, pending has reasonCode pending and no policyVersion, rejected has a violation
+// code, which (unless it is cross-cutting) a failed check carries. A broken rule is a
+// *ValidationError whose Field is relative to the verdict, e.g. "reasonCode". Every
+// verdict ParseVerdict or ParseEnvelope returns is consistent.
+func (vd *Verdict) Consistent() error {
+	if field, problem := vd.inconsistency(); problem != "" {
+		return &ValidationError{Op: "verdict", Field: field, Problem: problem}
+	}
+	return nil
+}
+
+// inconsistency applies the four verdict consistency rules, plus the two that follow
+// from "inconsistent required verdict fields" (docs/verdict.md#consistency-rules): an
+// approved verdict has no failed check, and a pending one has no policyVersion. It
+// returns the field, relative to the verdict, and the broken rule; problem is "" when
+// vd is consistent.
+func (vd *Verdict) inconsistency() (field, problem string) {
+	rc := vd.ReasonCode
+	switch vd.Outcome {
+	case OutcomeApproved:
+		if rc != ReasonAllowed { // rule 1
+			return "reasonCode", "an approved verdict must have reasonCode allowed"
+		}
+		for i := range vd.Checks {
+			if vd.Checks[i].Status == CheckFailed {
+				return "checks[" + strconv.Itoa(i) + "].status", "an approved verdict cannot contain a failed check"
+			}
+		}
+	case OutcomePending:
+		if rc != ReasonPending { // rule 2
+			return "reasonCode", "a pending verdict must have reasonCode pending"
+		}
+		if vd.PolicyVersion != nil {
+			return "policyVersion", "must be null while the verdict is pending"
+		}
+	case OutcomeRejected:
+		if rc == ReasonAllowed || rc == ReasonPending { // rule 3
+			return "reasonCode", "a rejected verdict must have a violation code"
+		}
+		if rc.CrossCutting() { // rule 4 exception
+			return "", ""
+		}
+		for i := range vd.Checks { // rule 4
+			c := &vd.Checks[i]
+			if c.Status != CheckFailed {
+				continue
+			}
+			if c.Code != nil && *c.Code == rc {
+				return "", ""
+			}
+			if c.Code == nil {
+				for _, code := range checkCodes[c.CheckID] {
+					if code == rc {
+						return "", ""
+					}
+				}
+			}
+		}
+		return "reasonCode", "a rejected verdict's reasonCode must match the code of a failed check"
+	}
+	return "", ""
 }

@@ -1,9 +1,11 @@
-package verdictclient
+package verdict
 
 import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/x402gate/x402gate/internal/testenv"
 )
 
 // check returns the i-th check object of a fixture.
@@ -16,35 +18,35 @@ func TestVerdictValidationAcceptsValidVerdicts(t *testing.T) {
 		outcome Outcome
 		reason  ReasonCode
 	}{
-		{"approved with reasonCode allowed", approvedVerdict, OutcomeApproved, ReasonAllowed},
-		{"pending with reasonCode pending and null policyVersion", pendingVerdict, OutcomePending, ReasonPending},
+		{"approved with reasonCode allowed", testenv.ApprovedVerdict, OutcomeApproved, ReasonAllowed},
+		{"pending with reasonCode pending and null policyVersion", testenv.PendingVerdict, OutcomePending, ReasonPending},
 		{"rejected code matches the failed check's code", func() map[string]any {
-			return rejectedVerdict(CheckRecipient, ReasonRecipientNotAllowed)
+			return testenv.RejectedVerdict(CheckRecipient, ReasonRecipientNotAllowed)
 		}, OutcomeRejected, ReasonRecipientNotAllowed},
 		{"rejected code matches a failed check with null code through the check table", func() map[string]any {
-			v := rejectedVerdict(CheckSanctions, ReasonSanctionedAddress)
+			v := testenv.RejectedVerdict(CheckSanctions, ReasonSanctionedAddress)
 			checkAt(v, 9)["code"] = nil
 			return v
 		}, OutcomeRejected, ReasonSanctionedAddress},
 		{"per_tx_cap may fail with data_unavailable", func() map[string]any {
-			return rejectedVerdict(CheckPerTxCap, ReasonDataUnavailable)
+			return testenv.RejectedVerdict(CheckPerTxCap, ReasonDataUnavailable)
 		}, OutcomeRejected, ReasonDataUnavailable},
 		{"cross-cutting decode_failure needs no failed check", func() map[string]any {
-			v := approvedVerdict()
+			v := testenv.ApprovedVerdict()
 			v["outcome"], v["reasonCode"], v["policyVersion"] = "rejected", "decode_failure", nil
 			v["checks"] = []any{}
 			return v
 		}, OutcomeRejected, ReasonDecodeFailure},
 		{"cross-cutting data_unavailable needs no failed check", func() map[string]any {
-			v := approvedVerdict()
+			v := testenv.ApprovedVerdict()
 			v["outcome"], v["reasonCode"] = "rejected", "data_unavailable"
 			return v
 		}, OutcomeRejected, ReasonDataUnavailable},
 		{"unknown reasonCode passes through when a failed check carries it", func() map[string]any {
-			return rejectedVerdict(CheckRecipient, "recipient_on_watchlist")
+			return testenv.RejectedVerdict(CheckRecipient, "recipient_on_watchlist")
 		}, OutcomeRejected, "recipient_on_watchlist"},
 		{"nullable members may be absent", func() map[string]any {
-			v := approvedVerdict()
+			v := testenv.ApprovedVerdict()
 			delete(v, "triggeringPolicyField")
 			delete(v, "policyVersion")
 			delete(v, "usdNotional")
@@ -54,20 +56,20 @@ func TestVerdictValidationAcceptsValidVerdicts(t *testing.T) {
 			return v
 		}, OutcomeApproved, ReasonAllowed},
 		{"unknown extra members are allowed", func() map[string]any {
-			v := approvedVerdict()
+			v := testenv.ApprovedVerdict()
 			v["futureField"] = map[string]any{"x": 1}
 			checkAt(v, 1)["weight"] = 2
 			return v
 		}, OutcomeApproved, ReasonAllowed},
 		{"timestamp with an offset", func() map[string]any {
-			v := approvedVerdict()
+			v := testenv.ApprovedVerdict()
 			v["timestamp"] = "2026-03-01T12:00:00+02:00"
 			return v
 		}, OutcomeApproved, ReasonAllowed},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			v, err := ParseVerdict([]byte(mustJSON(tc.verdict())), "0xhash")
+			v, err := ParseVerdict([]byte(testenv.VerdictJSON(tc.verdict())), "0xhash")
 			if err != nil {
 				t.Fatalf("ParseVerdict: %v", err)
 			}
@@ -83,14 +85,14 @@ func TestVerdictValidationAcceptsValidVerdicts(t *testing.T) {
 
 func TestVerdictValidationRejectsBrokenRules(t *testing.T) {
 	mut := func(f func(v map[string]any)) string {
-		v := approvedVerdict()
+		v := testenv.ApprovedVerdict()
 		f(v)
-		return mustJSON(v)
+		return testenv.VerdictJSON(v)
 	}
 	rej := func(f func(v map[string]any)) string {
-		v := rejectedVerdict(CheckRecipient, ReasonRecipientNotAllowed)
+		v := testenv.RejectedVerdict(CheckRecipient, ReasonRecipientNotAllowed)
 		f(v)
-		return mustJSON(v)
+		return testenv.VerdictJSON(v)
 	}
 	cases := []struct {
 		name  string
@@ -99,13 +101,13 @@ func TestVerdictValidationRejectsBrokenRules(t *testing.T) {
 	}{
 		{"malformed json", `{"schemaVersion":1,`, ""},
 		{"not an object", `[1]`, "verdict"},
-		{"trailing data after the verdict", mustJSON(approvedVerdict()) + ` {}`, ""},
-		{"duplicate outcome key", strings.Replace(mustJSON(approvedVerdict()), `"outcome":"approved"`, `"outcome":"rejected","outcome":"approved"`, 1), ""},
-		{"outcome key in another case does not count", strings.Replace(mustJSON(approvedVerdict()), `"outcome":`, `"Outcome":`, 1), "verdict.outcome"},
+		{"trailing data after the verdict", testenv.VerdictJSON(testenv.ApprovedVerdict()) + ` {}`, ""},
+		{"duplicate outcome key", strings.Replace(testenv.VerdictJSON(testenv.ApprovedVerdict()), `"outcome":"approved"`, `"outcome":"rejected","outcome":"approved"`, 1), ""},
+		{"outcome key in another case does not count", strings.Replace(testenv.VerdictJSON(testenv.ApprovedVerdict()), `"outcome":`, `"Outcome":`, 1), "verdict.outcome"},
 		{"schemaVersion missing", mut(func(v map[string]any) { delete(v, "schemaVersion") }), "verdict.schemaVersion"},
 		{"schemaVersion 2", mut(func(v map[string]any) { v["schemaVersion"] = 2 }), "verdict.schemaVersion"},
 		{"schemaVersion as a string", mut(func(v map[string]any) { v["schemaVersion"] = "1" }), "verdict.schemaVersion"},
-		{"schemaVersion 1.0 is not the integer literal", strings.Replace(mustJSON(approvedVerdict()), `"schemaVersion":1`, `"schemaVersion":1.0`, 1), "verdict.schemaVersion"},
+		{"schemaVersion 1.0 is not the integer literal", strings.Replace(testenv.VerdictJSON(testenv.ApprovedVerdict()), `"schemaVersion":1`, `"schemaVersion":1.0`, 1), "verdict.schemaVersion"},
 		{"unknown outcome", mut(func(v map[string]any) { v["outcome"] = "APPROVED" }), "verdict.outcome"},
 		{"outcome missing", mut(func(v map[string]any) { delete(v, "outcome") }), "verdict.outcome"},
 		{"outcome null", mut(func(v map[string]any) { v["outcome"] = nil }), "verdict.outcome"},
@@ -188,7 +190,7 @@ func TestVerdictValidationRejectsBrokenRules(t *testing.T) {
 }
 
 func TestEnvelopeValidation(t *testing.T) {
-	approved := mustJSON(approvedVerdict())
+	approved := testenv.VerdictJSON(testenv.ApprovedVerdict())
 	cases := []struct {
 		name        string
 		body        string
@@ -229,10 +231,10 @@ func TestEnvelopeValidation(t *testing.T) {
 // returns obeys the consistency rules (spec §2.3), so that no malformed answer can ever
 // come out as an approval.
 func FuzzParseEnvelope(f *testing.F) {
-	f.Add([]byte(`{"verdict":` + mustJSON(approvedVerdict()) + `}`))
-	f.Add([]byte(`{"verdict":` + mustJSON(rejectedVerdict(CheckRecipient, ReasonRecipientNotAllowed)) + `}`))
-	f.Add([]byte(`{"verdict":` + mustJSON(rejectedVerdict(CheckPerTxCap, ReasonDataUnavailable)) + `}`))
-	f.Add([]byte(`{"verdict":` + mustJSON(pendingVerdict()) + `}`))
+	f.Add([]byte(`{"verdict":` + testenv.VerdictJSON(testenv.ApprovedVerdict()) + `}`))
+	f.Add([]byte(`{"verdict":` + testenv.VerdictJSON(testenv.RejectedVerdict(CheckRecipient, ReasonRecipientNotAllowed)) + `}`))
+	f.Add([]byte(`{"verdict":` + testenv.VerdictJSON(testenv.RejectedVerdict(CheckPerTxCap, ReasonDataUnavailable)) + `}`))
+	f.Add([]byte(`{"verdict":` + testenv.VerdictJSON(testenv.PendingVerdict()) + `}`))
 	f.Add([]byte(`{"verdict":null}`))
 	f.Add([]byte(`{"verdict":{"schemaVersion":1,"outcome":"approved","reasonCode":"allowed"}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {

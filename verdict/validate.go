@@ -1,4 +1,4 @@
-package verdictclient
+package verdict
 
 import (
 	"encoding/json"
@@ -39,9 +39,9 @@ func ParseVerdict(body []byte, requestHash string) (*Verdict, error) {
 	return v.verdict(tree, "verdict")
 }
 
-// parseTransaction validates a 201 body: an object with a non-empty string requestHash
+// ParseTransaction validates a 201 body: an object with a non-empty string requestHash
 // (spec §4.1 POST rule 3). Other fields are taken when they are strings.
-func parseTransaction(body []byte, traceID string) (*Transaction, error) {
+func ParseTransaction(body []byte, traceID string) (*Transaction, error) {
 	v := validator{op: "submit"}
 	obj, err := v.parseObject(body)
 	if err != nil {
@@ -77,9 +77,9 @@ func (v validator) fail(field, problem string) error {
 	return &ValidationError{Op: v.op, RequestHash: v.hash, Field: field, Problem: problem}
 }
 
-// parse strictly decodes a whole body (parseStrict).
+// parse strictly decodes a whole body (ParseJSON).
 func (v validator) parse(body []byte) (any, error) {
-	tree, err := parseStrict(body)
+	tree, err := ParseJSON(body)
 	if err != nil {
 		return nil, v.fail("", "malformed json: "+err.Error())
 	}
@@ -172,60 +172,10 @@ func (v validator) verdict(raw any, path string) (*Verdict, error) {
 	if out.Timestamp, err = time.Parse(time.RFC3339Nano, ts); err != nil {
 		return nil, v.fail(path+".timestamp", "must be an RFC 3339 (ISO 8601) timestamp")
 	}
-	if err := v.consistent(out, path); err != nil {
-		return nil, err
+	if field, problem := out.inconsistency(); problem != "" {
+		return nil, v.fail(path+"."+field, problem)
 	}
 	return out, nil
-}
-
-// consistent applies the four verdict consistency rules of spec §2.3, plus the two that
-// follow from "inconsistent required verdict fields" (spec §1.5): an approved verdict
-// has no failed check, and a pending one has no policyVersion (spec §9.3).
-func (v validator) consistent(vd *Verdict, path string) error {
-	rc := vd.ReasonCode
-	switch vd.Outcome {
-	case OutcomeApproved:
-		if rc != ReasonAllowed { // rule 1
-			return v.fail(path+".reasonCode", "an approved verdict must have reasonCode allowed")
-		}
-		for i := range vd.Checks {
-			if vd.Checks[i].Status == CheckFailed {
-				return v.fail(path+".checks["+strconv.Itoa(i)+"].status", "an approved verdict cannot contain a failed check")
-			}
-		}
-	case OutcomePending:
-		if rc != ReasonPending { // rule 2
-			return v.fail(path+".reasonCode", "a pending verdict must have reasonCode pending")
-		}
-		if vd.PolicyVersion != nil {
-			return v.fail(path+".policyVersion", "must be null while the verdict is pending")
-		}
-	case OutcomeRejected:
-		if rc == ReasonAllowed || rc == ReasonPending { // rule 3
-			return v.fail(path+".reasonCode", "a rejected verdict must have a violation code")
-		}
-		if rc.CrossCutting() { // rule 4 exception
-			return nil
-		}
-		for i := range vd.Checks { // rule 4
-			c := &vd.Checks[i]
-			if c.Status != CheckFailed {
-				continue
-			}
-			if c.Code != nil && *c.Code == rc {
-				return nil
-			}
-			if c.Code == nil {
-				for _, code := range checkCodes[c.CheckID] {
-					if code == rc {
-						return nil
-					}
-				}
-			}
-		}
-		return v.fail(path+".reasonCode", "a rejected verdict's reasonCode must match the code of a failed check")
-	}
-	return nil
 }
 
 func (v validator) checks(obj map[string]any, path string) ([]Check, error) {

@@ -1,4 +1,4 @@
-package verdictclient
+package verdict
 
 import (
 	"encoding/json"
@@ -108,41 +108,28 @@ func TestNewPaymentActionValidation(t *testing.T) {
 	})
 }
 
-func TestDefaultPrompt(t *testing.T) {
-	sep, base := x402.BaseSepolia.USDC.Address.Hex(), x402.Base.USDC.Address.Hex()
-	other := "0x1111111111111111111111111111111111111111"
-	cases := []struct {
-		name string
-		act  PaymentAction
-		want string
-	}{
-		{"0.01 USDC on Base Sepolia with a resource", PaymentAction{ChainID: 84532, PayTo: "0xP", Asset: sep, Amount: "10000", Resource: "https://r.example/a"},
-			"Pay 0.01 USDC to 0xP for https://r.example/a"},
-		{"1 USDC on Base", PaymentAction{ChainID: 8453, PayTo: "0xP", Asset: base, Amount: "1000000"}, "Pay 1 USDC to 0xP"},
-		{"one base unit", PaymentAction{ChainID: 8453, PayTo: "0xP", Asset: base, Amount: "1"}, "Pay 0.000001 USDC to 0xP"},
-		{"large amount", PaymentAction{ChainID: 8453, PayTo: "0xP", Asset: base, Amount: "123456789012"}, "Pay 123456.789012 USDC to 0xP"},
-		{"Base USDC address named on Base Sepolia is not USDC there", PaymentAction{ChainID: 84532, PayTo: "0xP", Asset: base, Amount: "5"},
-			"Pay 5 base units of token " + base + " to 0xP"},
-		{"another token", PaymentAction{ChainID: 8453, PayTo: "0xP", Asset: other, Amount: "42", Resource: "https://r.example/b"},
-			"Pay 42 base units of token " + other + " to 0xP for https://r.example/b"},
+var (
+	testPayer = common.HexToAddress("0x857b06519E91e3A54538791bDbb0E22373e36b66")
+	testPayee = common.HexToAddress("0x209693Bc6afc0C5328bA36FaF03C514EF312287C")
+)
+
+const testResource = "https://shop.example/report"
+
+// testPayment is a 0.01 USDC payment from testPayer to testPayee on network (CAIP-2 or
+// v1 name), with its requirements.
+func testPayment(network string) (*x402.Payment, *x402.Requirements) {
+	asset := x402.BaseSepolia.USDC.Address
+	if network == x402.Base.CAIP2 || network == x402.Base.Name {
+		asset = x402.Base.USDC.Address
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := DefaultPrompt(tc.act, nil); got != tc.want {
-				t.Fatalf("prompt = %q, want %q", got, tc.want)
-			}
-		})
+	r := &x402.Requirements{
+		Scheme: x402.SchemeExact, Network: network, Amount: big.NewInt(10_000), Asset: asset, PayTo: testPayee,
+		MaxTimeoutSeconds: 60, Resource: x402.ResourceInfo{URL: testResource},
 	}
-	t.Run("a registry names other tokens", func(t *testing.T) {
-		reg := &x402.Registry{}
-		n := x402.BaseSepolia
-		n.USDC = x402.Asset{Address: common.HexToAddress(other), Name: "Test Dollar", Version: "1", Decimals: 2}
-		if err := reg.Add(n); err != nil {
-			t.Fatal(err)
-		}
-		got := DefaultPrompt(PaymentAction{ChainID: 84532, PayTo: "0xP", Asset: common.HexToAddress(other).Hex(), Amount: "250"}, reg)
-		if got != "Pay 2.5 Test Dollar to 0xP" {
-			t.Fatalf("prompt = %q", got)
-		}
-	})
+	p := &x402.Payment{
+		Version: x402.Version2, Scheme: x402.SchemeExact, Network: network,
+		Authorization: x402.Authorization{From: testPayer, To: testPayee, Value: big.NewInt(10_000),
+			ValidAfter: big.NewInt(0), ValidBefore: big.NewInt(1 << 40)},
+	}
+	return p, r
 }

@@ -1,4 +1,4 @@
-package verdictclient
+package verdict
 
 import (
 	"bytes"
@@ -7,10 +7,12 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/x402gate/x402gate/internal/testenv"
 )
 
 // reference decodes data as encoding/json does (json.Decoder with UseNumber), the
-// behaviour parseStrict must match apart from its extra rules.
+// behaviour ParseJSON must match apart from its extra rules.
 func reference(data []byte) (any, error) {
 	if !json.Valid(data) {
 		return nil, errSyntax
@@ -24,12 +26,12 @@ func reference(data []byte) (any, error) {
 	return v, nil
 }
 
-// FuzzParseStrict checks parseStrict against encoding/json: whatever parseStrict
+// FuzzParseStrict checks ParseJSON against encoding/json: whatever ParseJSON
 // accepts, encoding/json accepts and decodes to the same tree; whatever it refuses that
 // encoding/json accepts is refused for one of its extra rules (a duplicate key, depth).
 func FuzzParseStrict(f *testing.F) {
 	for _, s := range []string{
-		mustJSON(map[string]any{"verdict": approvedVerdict()}),
+		testenv.VerdictJSON(map[string]any{"verdict": testenv.ApprovedVerdict()}),
 		`{"verdict":null}`, `{}`, `[]`, `null`, `true`, `false`, `0`, `-0.5e+10`, `1E-7`, `"x"`,
 		`{"a":1,"a":2}`, `{"a":"\u0061","\u0061":1}`, `"\ud83d\ude00 \u00e9 é \/ \b\f\n\r\t"`, "\"\xff\xfe\"",
 		`{"a" : [ 1 , 2 ] , "b" : { } }`, ` {"a":1} `, `{"a":1} x`, `01`, `1.`, `.5`, `-`, `[1,]`, `{"a":1,}`,
@@ -39,11 +41,11 @@ func FuzzParseStrict(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		got, err := parseStrict(data)
+		got, err := ParseJSON(data)
 		want, rerr := reference(data)
 		if err == nil {
 			if rerr != nil {
-				t.Fatalf("parseStrict accepted what encoding/json refuses (%v): %q", rerr, data)
+				t.Fatalf("ParseJSON accepted what encoding/json refuses (%v): %q", rerr, data)
 			}
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("trees differ for %q:\n got %#v\nwant %#v", data, got, want)
@@ -51,7 +53,7 @@ func FuzzParseStrict(f *testing.F) {
 			return
 		}
 		if rerr == nil && !errors.Is(err, errDuplicateKey) && !errors.Is(err, errTooDeep) {
-			t.Fatalf("parseStrict refused valid json (%v): %q", err, data)
+			t.Fatalf("ParseJSON refused valid json (%v): %q", err, data)
 		}
 	})
 }
@@ -73,9 +75,9 @@ func TestParseStrictRules(t *testing.T) {
 		{`   `, errUnexpectedEnd},
 	}
 	for _, tc := range cases {
-		_, err := parseStrict([]byte(tc.in))
+		_, err := ParseJSON([]byte(tc.in))
 		if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
-			t.Errorf("parseStrict(%.40q) = %v, want %v", tc.in, err, tc.want)
+			t.Errorf("ParseJSON(%.40q) = %v, want %v", tc.in, err, tc.want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package verdictclient
+package verdict
 
 import (
 	"encoding/json"
@@ -18,7 +18,7 @@ var (
 	errSyntax        = errors.New("invalid json syntax")
 )
 
-// parseStrict decodes data into a tree of map[string]any, []any, string, json.Number,
+// ParseJSON decodes data into a tree of map[string]any, []any, string, json.Number,
 // bool and nil, more strictly than encoding/json does for structs:
 //
 //   - keys match exactly: encoding/json would let "Outcome" or "OUTCOME" fill an
@@ -32,7 +32,7 @@ var (
 // json.Decoder with UseNumber (FuzzParseStrict checks both). It is a single pass over
 // the bytes: about ten times faster than walking json.Decoder.Token, which matters
 // because every poll validates a whole verdict (BenchmarkValidateVerdict).
-func parseStrict(data []byte) (any, error) {
+func ParseJSON(data []byte) (any, error) {
 	p := jsonParser{data: data}
 	v, err := p.value(0)
 	if err != nil {
