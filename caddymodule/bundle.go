@@ -28,7 +28,7 @@ import (
 )
 
 // bundles holds the open facilitators, shared by every config that uses the same
-// configuration (research/caddy.md §1.6).
+// configuration (docs/caddy.md#configuration).
 var bundles = caddy.NewUsagePool()
 
 // openTimeout bounds opening one facilitator: dialling RPCs, Redis, the database, and the

@@ -22,7 +22,7 @@ func init() {
 	httpcaddyfile.RegisterHandlerDirective("x402", parseHandler)
 	// A security gate fails closed: after forward_auth puts it before every handle and
 	// route block, so `handle /api/* { reverse_proxy … }` can never be reached unpaid
-	// (research/caddy.md §1.3).
+	// (docs/caddy.md#configuration).
 	httpcaddyfile.RegisterDirectiveOrder("x402", httpcaddyfile.After, "forward_auth")
 	httpcaddyfile.RegisterHandlerDirective("x402_facilitator", parseFacilitatorHandler)
 	httpcaddyfile.RegisterDirectiveOrder("x402_facilitator", httpcaddyfile.Before, "reverse_proxy")

@@ -29,7 +29,7 @@ import (
 // line and no response body may carry it.
 const guardianTestKey = "vk-guardian-caddy-0123456789abcdef"
 
-// scriptedVerdicts is an httptest verdict service (spec §4.1): POST /transactions creates
+// scriptedVerdicts is an httptest verdict service (docs/verdict.md#envelope): POST /transactions creates
 // request "0xreq<n>", GET /transactions/0xreq<n>/approval-status answers with the
 // current script. It records the key and body of every request. A real verdict service
 // cannot be made to answer malformed JSON or stay pending on demand; that is why it is
@@ -151,7 +151,7 @@ func awaitVerdictLog(t *testing.T, logFile string, n int) string {
 // verdict_key comes from {env.*}, an x402 route in front of a recording upstream, and the
 // facilitator API. Only an approved verdict lets a payment settle and reach the upstream;
 // a rejected or malformed verdict is a 402 that moves no money and never calls the
-// upstream (spec §1.4–1.5, §4.3). The verdict key reaches the service in x-api-key only:
+// upstream (docs/verdict.md#fail-closed). The verdict key reaches the service in x-api-key only:
 // never Caddy's logs, never a response body.
 func TestGuardianVerdictsThroughCaddy(t *testing.T) {
 	chain, tok := testenv.StartChainWithToken(t)
@@ -291,7 +291,7 @@ http://127.0.0.1:%[3]d {
 	}
 
 	// apiVerify asks the facilitator API under Caddy to /verify a fresh payment and returns
-	// its answer: the guardian status and reason travel in the /verify body (spec §4.2).
+	// its answer: the guardian status and reason travel in the /verify body (docs/facilitator.md#api).
 	apiVerify := func(t *testing.T) (isValid bool, invalidReason, guardianStatus, guardianReason string) {
 		t.Helper()
 		h := paymentV1(t, tok, payer, merchant, 10000)
@@ -354,9 +354,9 @@ http://127.0.0.1:%[3]d {
 			}
 		}
 		if bearer != 0 {
-			t.Fatalf("%d verdict requests carried an Authorization header besides the key (spec §5.2)", bearer)
+			t.Fatalf("%d verdict requests carried an Authorization header besides the key (docs/verdict.md#secrets)", bearer)
 		}
-		// The submit is the spec §2.5 PaymentAction of this payment.
+		// The submit is the docs/verdict.md#paymentaction of this payment.
 		sub := submits[0]
 		ptx, _ := sub["proposedTx"].(map[string]any)
 		if ptx["protocol"] != "payment" || ptx["rail"] != "x402" || ptx["chainId"] != float64(84532) ||

@@ -26,7 +26,7 @@ func init() {
 }
 
 // Handler is the x402 resource gate (http.handlers.x402): an unpaid request gets a 402
-// challenge, a paid one is verified and settled before the next handler runs (DESIGN.md
+// challenge, a paid one is verified and settled before the next handler runs (docs/README.md
 // "A paid request"). On success it sets {http.x402.payer}, {http.x402.tx},
 // {http.x402.amount} and {http.x402.network}; a rejected or failed payment never reaches
 // the next handler.
@@ -89,7 +89,7 @@ type Handler struct {
 	lines        optionTokens             // where the Caddyfile sets each option
 }
 
-// GuardianConfig is the route's guardian setting (spec §4.3 guardian {advertise, fee}).
+// GuardianConfig is the route's guardian setting (docs/gate.md#guardian {advertise, fee}).
 type GuardianConfig struct {
 	// Advertise is "required" or "optional". Default: nothing advertised.
 	Advertise string `json:"advertise,omitempty"`
@@ -279,8 +279,8 @@ func errorStatus(err error) int {
 	return http.StatusInternalServerError
 }
 
-// pricingFunc asks the pricing service for the verification fee of a requirement (spec
-// §4.3 fetchVerificationRequirements), in the v2 wire form.
+// pricingFunc asks the pricing service for the verification fee of a requirement (docs/gate.md#results
+// ), in the v2 wire form.
 func pricingFunc(pricingURL string, reg *x402.Registry) gate.PricingFunc {
 	return func(ctx context.Context, merchant *x402.Requirements) (*x402.Requirements, error) {
 		fee, err := verdictclient.FetchVerificationRequirements(ctx, pricingURL, merchant.V2(), 0)

@@ -17,7 +17,7 @@ import (
 )
 
 // The collectors live at package level and are registered on the registry of every config
-// load (research/caddy.md §1.9): values survive reloads, and a handler used in several
+// load (docs/caddy.md#metrics): values survive reloads, and a handler used in several
 // sites never registers twice. No label carries a payer, a key or a request value.
 var (
 	challengesTotal = prometheus.NewCounter(prometheus.CounterOpts{

@@ -21,7 +21,7 @@ import (
 
 // tokenABIJSON is the minimal ABI of the EIP-3009 token functions the engine calls, and of
 // ERC-1271 isValidSignature. The product carries its own copy so it never depends on test
-// artifacts (research/x402.md §1.8 lists the selectors).
+// artifacts (docs/protocol.md#eip-712-and-eip-3009 lists the selectors).
 const tokenABIJSON = `[
 {"type":"function","name":"transferWithAuthorization","stateMutability":"nonpayable","outputs":[],"inputs":[
  {"name":"from","type":"address"},{"name":"to","type":"address"},{"name":"value","type":"uint256"},
@@ -53,7 +53,7 @@ const (
 // erc1271Magic is the value isValidSignature returns for a valid signature (ERC-1271).
 var erc1271Magic = [4]byte{0x16, 0x26, 0xba, 0x7e}
 
-// erc6492Suffix ends every ERC-6492 wrapped signature (research/x402.md §1.8).
+// erc6492Suffix ends every ERC-6492 wrapped signature (docs/protocol.md#eip-712-and-eip-3009).
 var erc6492Suffix = common.FromHex("0x6492649264926492649264926492649264926492649264926492649264926492")
 
 // tokenABI holds the parsed ABI and the methods the engine packs.
@@ -323,7 +323,7 @@ func callArg(to common.Address, data []byte) map[string]any {
 
 // transferCalldata packs transferWithAuthorization for a: the (v,r,s) overload for an EOA
 // signature (vrs), the bytes overload for a contract wallet's signature of any length
-// (research/x402.md §2.4: EOAs use v,r,s for tokens that lack the bytes overload).
+// (docs/facilitator.md#verify: EOAs use v,r,s for tokens that lack the bytes overload).
 func (c *chain) transferCalldata(a x402.Authorization, sig []byte, vrs bool) ([]byte, error) {
 	m := c.abi.transferBytes
 	args := []any{a.From, a.To, a.Value, a.ValidAfter, a.ValidBefore, a.Nonce}
@@ -374,7 +374,7 @@ const (
 // the factory call fails. When the transfer fails it reverts with the token's revert data,
 // so the node's error names the token's reason. This is the check of an ERC-6492
 // signature of a wallet not deployed yet: deploy, then let the token run its own
-// ERC-1271 check, in one simulated call (research/x402.md §2.2 step 10 does the same with
+// ERC-1271 check, in one simulated call (docs/facilitator.md#verify step 10 does the same with
 // Multicall3, which a chain need not have).
 func erc6492SimCode(factory, token common.Address, factoryData, transferData []byte) []byte {
 	// build assembles the program for the given data offsets and jump targets, and

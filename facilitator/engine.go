@@ -1,6 +1,6 @@
 // Package facilitator verifies and settles x402 "exact" payments (EIP-3009
 // transferWithAuthorization) on EVM chains, consults the policy verdict service according
-// to GUARDIAN_MODE, and journals every settlement before it is broadcast (spec §4.2).
+// to GUARDIAN_MODE, and journals every settlement before it is broadcast (docs/facilitator.md#api).
 package facilitator
 
 import (
@@ -25,7 +25,7 @@ import (
 // GuardianMode is the GUARDIAN_MODE setting: when /verify consults the verdict service.
 type GuardianMode string
 
-// GUARDIAN_MODE values (DESIGN.md "Caddy surface").
+// GUARDIAN_MODE values (docs/caddy.md#modules).
 const (
 	// GuardianOff never consults the verdict service; /settle needs no approval.
 	GuardianOff GuardianMode = "off"
@@ -274,7 +274,7 @@ func (e *Engine) StartupReconcile() ReconcileReport { return e.lastRecon }
 
 // Supported lists a v1 kind (v1 network name) and a v2 kind (CAIP-2 id) of scheme "exact"
 // for every configured network, and the signer address under "eip155:*"
-// (research/x402.md §3.4).
+// (docs/facilitator.md#api).
 func (e *Engine) Supported(ctx context.Context) (x402.SupportedResponse, error) {
 	resp := x402.SupportedResponse{
 		Kinds:      []x402.SupportedKind{},
@@ -307,7 +307,7 @@ type NetworkInfo struct {
 	AssetBalance string `json:"assetBalance,omitempty"`
 }
 
-// EngineInfo is what detailed /health may show (spec §4.2 /health): networks, the
+// EngineInfo is what detailed /health may show (docs/facilitator.md#api): networks, the
 // facilitator address and its cached balances, the verdict service URL. It carries no
 // RPC URL and no key.
 type EngineInfo struct {

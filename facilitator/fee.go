@@ -6,7 +6,7 @@ import (
 	"github.com/x402gate/x402gate/x402"
 )
 
-// The verification fee (spec §4.2 /verify): when a /verify carries
+// The verification fee (docs/facilitator.md#verify): when a /verify carries
 // verificationRequirements, the verdict service is paid by a second EIP-3009
 // authorization from the client. On the wire it travels as `verificationPayment` in the
 // /verify body (x402.VerifyRequest.VerificationPayment); in Go it is

@@ -37,7 +37,7 @@ func (v *testEnv) balances(t *testing.T, addrs ...common.Address) []*big.Int {
 	return out
 }
 
-// TestVerifySettlesTheFeeNeverTheMerchantPayment: spec §4.2 /verify. With
+// TestVerifySettlesTheFeeNeverTheMerchantPayment: docs/facilitator.md#verify. With
 // verificationRequirements and a terminal verdict, /verify settles the quoted fee (the
 // fee moves, feeTxHash names its mined transaction) and never the merchant payment (the
 // merchant's payee receives nothing and the merchant authorization stays unused until

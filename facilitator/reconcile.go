@@ -57,7 +57,7 @@ type ReconcileOutcome struct {
 }
 
 // Reconcile finishes every settlement the journal holds as prepared or broadcast. New
-// runs it at start; an operator may run it at any time (spec §4.2 /settle rule 3:
+// runs it at start; an operator may run it at any time (docs/facilitator.md#settle-order rule 3:
 // reconcile the uncertain transaction, never retry blindly). A row may hold several
 // attempts: its first transaction and fee-bumped replacements of it, all with the same
 // sender nonce and calldata, so at most one of them can be mined. For each row, on the

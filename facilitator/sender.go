@@ -39,7 +39,7 @@ const (
 
 // sender signs and broadcasts the facilitator's transactions on one chain. It owns the
 // signer account's nonce: read once from the node's pending nonce, then counted locally
-// under a mutex, so concurrent settlements never race for a nonce (DESIGN.md "A paid
+// under a mutex, so concurrent settlements never race for a nonce (docs/README.md "A paid
 // request" step 3). The lock covers signing, the journal write and the broadcast only;
 // receipts are awaited outside it, so transactions are pipelined. After a nonce error or
 // an uncertain broadcast the next send reads the pending nonce again.

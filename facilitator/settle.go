@@ -17,14 +17,14 @@ import (
 	"github.com/x402gate/x402gate/x402"
 )
 
-// Settle settles the merchant payment p of r (spec §4.2 /settle), in this order:
+// Settle settles the merchant payment p of r (docs/facilitator.md#settle-order), in this order:
 //
 //  1. Check the signature, the exact match and the time window; the verdict is not asked
 //     again. A settle refused here touches no approval, so a forged settle naming an
 //     approved payment cannot use it up.
 //  2. When the verdict check applies, consume the matching unexpired approval atomically
-//     before anything is broadcast (spec §4.2 /settle rule 1); it stays consumed whatever
-//     follows (spec §3), then check the token's state: balance and unused nonce. GuardianRequired always demands one. GuardianOptional demands one
+//     before anything is broadcast (docs/facilitator.md#settle-order rule 1); it stays consumed whatever
+//     follows (docs/facilitator.md#approval-records), then check the token's state: balance and unused nonce. GuardianRequired always demands one. GuardianOptional demands one
 //     when the payment was sent to the verdict service: /verify leaves a marker before it
 //     asks for a verdict, and a settle that finds no approval claims that marker (in step
 //     4, once the payment proved settleable), so a payment once submitted for a verdict
@@ -220,7 +220,7 @@ func (e *Engine) detachedBound() time.Duration {
 	return 3*e.cfg.ReceiptTimeout + time.Minute
 }
 
-// consumeApproval applies spec §4.2 /settle rule 1 for the engine's GUARDIAN_MODE. In
+// consumeApproval applies docs/facilitator.md#settle-order rule 1 for the engine's GUARDIAN_MODE. In
 // optional mode a payment with no approval may still settle if it was never sent to the
 // verdict service: needMarker then tells the caller to claim its verdict marker
 // (claimVerdictMarker) before the broadcast.
@@ -291,7 +291,7 @@ func (e *Engine) simulate(ctx context.Context, c *checked) (call, *failure) {
 }
 
 // revertReason maps a token revert to a reason, like @x402/evm parseEip3009TransferError
-// (research/x402.md §2.2).
+// (docs/facilitator.md#verify).
 func revertReason(err error) x402.Reason {
 	m := strings.ToLower(err.Error())
 	switch {
@@ -337,7 +337,7 @@ func (e *Engine) deployWallet(ctx context.Context, c *checked) *failure {
 }
 
 // checkReceipt confirms a mined settlement: status 1 and a Transfer(from, to, value) log
-// emitted by the asset (research/x402.md §2.2, 2.27 extras).
+// emitted by the asset (docs/facilitator.md#verify, 2.27 extras).
 func checkReceipt(ch *chain, r *types.Receipt, a x402.Authorization) *failure {
 	if r.Status != types.ReceiptStatusSuccessful {
 		return fail(x402.ReasonTransactionFailed, "settlement transaction reverted")

@@ -178,7 +178,7 @@ func TestSettleFleetSharingRedisBroadcastsOnce(t *testing.T) {
 	}
 }
 
-// TestSettleSixtyFourDistinctPaymentsFromOneSigner is DESIGN.md's load case: many payers
+// TestSettleSixtyFourDistinctPaymentsFromOneSigner is docs/README.md's load case: many payers
 // at once, one signer key, every settlement succeeds (the reference stacks lose about
 // half). The journal is PostgreSQL, as a fleet would share it.
 func TestSettleSixtyFourDistinctPaymentsFromOneSigner(t *testing.T) {

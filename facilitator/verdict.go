@@ -13,7 +13,7 @@ import (
 	"github.com/x402gate/x402gate/x402"
 )
 
-// Verdicts is the verdict service as the engine uses it (spec §4.3 verifyPayment): submit
+// Verdicts is the verdict service as the engine uses it (docs/verdict.md#paymentaction): submit
 // the payment as a PaymentAction, poll to a terminal verdict within the client's bound,
 // and report the outcome. Implementations fail closed: a poll timeout, a malformed answer
 // or an unreachable service is a non-approved result (or an error, which the engine
@@ -72,8 +72,8 @@ func untilValidBefore(a x402.Authorization, now time.Time, margin time.Duration)
 	return min(d, maxClaimTTL)
 }
 
-// verdictCheck runs the verdict check on a payment that passed x402 verification (spec
-// §4.2 /verify and §3 gateway approval record): it pre-verifies the verification fee when
+// verdictCheck runs the verdict check on a payment that passed x402 verification (docs/facilitator.md#api
+// ): it pre-verifies the verification fee when
 // one is owed, marks the payment as sent to the verdict service (optional mode), asks for
 // the verdict, settles the fee on a terminal verdict, and records an approval for the
 // exact payment when the verdict is approved and any fee was paid. Anything else fails
@@ -116,7 +116,7 @@ func (e *Engine) verdictCheck(ctx context.Context, c *checked, in x402.VerifyInp
 	switch {
 	case approved:
 	case res.Status == verdict.GuardianRejected || res.Status == verdict.GuardianTimeout || res.Status == verdict.GuardianError:
-	default: // inconsistent or unknown: not an approval (spec §1.5)
+	default: // inconsistent or unknown: not an approval (docs/verdict.md#fail-closed)
 		res.Status = verdict.GuardianError
 	}
 	resp.GuardianStatus, resp.GuardianReason = string(res.Status), res.Reason
@@ -125,7 +125,7 @@ func (e *Engine) verdictCheck(ctx context.Context, c *checked, in x402.VerifyInp
 
 	feeOK := !feeOwed
 	if feeOwed && (res.Status == verdict.GuardianApproved || res.Status == verdict.GuardianRejected) {
-		// spec §4.2 /verify: the fee is settled on a terminal verdict, through the same
+		// docs/facilitator.md#verify: the fee is settled on a terminal verdict, through the same
 		// settle path as any payment but without approval consumption.
 		resp.FeeTxHash, resp.FeeError = e.settleFee(ctx, in)
 		feeOK = resp.FeeError == ""

@@ -19,8 +19,8 @@ type VerdictClientConfig struct {
 	// BaseURL is the verdict service's base URL, http or https; a trailing slash is
 	// removed. Required.
 	BaseURL string
-	// APIKey is the verdict service's agent key, sent only in the x-api-key header (spec
-	// §5). It needs at least verdictclient.MinAPIKeyLength visible ASCII characters.
+	// APIKey is the verdict service's agent key, sent only in the x-api-key header (docs/verdict.md#secrets
+	// ). It needs at least verdictclient.MinAPIKeyLength visible ASCII characters.
 	// Required.
 	APIKey string
 	// Timeout bounds each HTTP request to the verdict service. Default
@@ -28,10 +28,10 @@ type VerdictClientConfig struct {
 	Timeout time.Duration
 	// Poll bounds the wait for a terminal verdict: IntervalMs (default 1000), MaxAttempts
 	// (default 20), MaxDelay (default 5 s). A verdict still pending when it is used up is
-	// a "timeout", never an approval (spec §1.5, §8).
+	// a "timeout", never an approval (docs/verdict.md#fail-closed).
 	Poll verdictclient.PollOptions
 	// AllowPromptOverride lets the payload's unsigned extensions.guardian.arbiterUserPrompt
-	// replace the prompt derived from the payment. Default false (spec §2.5).
+	// replace the prompt derived from the payment. Default false (docs/verdict.md#paymentaction).
 	AllowPromptOverride bool
 	// HTTPClient sends the requests; it is copied and never follows redirects. Default: a
 	// client on http.DefaultTransport.
@@ -44,7 +44,7 @@ type VerdictClientConfig struct {
 	Logger *zap.Logger
 }
 
-// VerdictClient is the engine's Verdicts on top of verdictclient (spec §4.3
+// VerdictClient is the engine's Verdicts on top of verdictclient (docs/gate.md#results
 // verifyPayment): it builds the PaymentAction from the payment and its requirements,
 // submits it once with authorization.from as escrowAddress, reconciles an uncertain
 // submit by trace id, and polls within Poll. It is safe for concurrent use.

@@ -86,8 +86,8 @@ func vcEnvelope(outcome, code, human string) func() (int, string) {
 
 // TestVerdictClientDrivesTheEngine runs a real Engine on anvil in GUARDIAN_MODE required
 // with the verdictclient-backed VerdictClient against a scripted verdict service: only
-// an approved verdict makes /verify valid and lets /settle move the money (spec §1.4–1.5,
-// §4.2 /settle rule 1).
+// an approved verdict makes /verify valid and lets /settle move the money
+// (docs/verdict.md#fail-closed, docs/facilitator.md#settle-order).
 func TestVerdictClientDrivesTheEngine(t *testing.T) {
 	env := newTestEnv(t)
 	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
@@ -152,7 +152,7 @@ func TestVerdictClientDrivesTheEngine(t *testing.T) {
 			if posts != 1 || gets != tc.wantGETs {
 				t.Fatalf("verdict service saw %d POSTs and %d GETs, want 1 and %d", posts, gets, tc.wantGETs)
 			}
-			// The submit is the spec §2.5 PaymentAction of this payment.
+			// The submit is the docs/verdict.md#paymentaction of this payment.
 			sub := svc.submits[0]
 			ptx := sub["proposedTx"].(map[string]any)
 			if ptx["protocol"] != "payment" || ptx["rail"] != "x402" || ptx["chainId"] != float64(84532) ||

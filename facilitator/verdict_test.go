@@ -34,8 +34,8 @@ func TestGuardianOffNeverAsksForAVerdict(t *testing.T) {
 	}
 }
 
-// TestGuardianRequiredSettlesOnlyApprovedPayments: spec §1.4-1.5 (only an approved
-// verdict executes; everything else fails closed) and §4.2 /settle rule 1.
+// TestGuardianRequiredSettlesOnlyApprovedPayments: docs/verdict.md#fail-closed (only an approved
+// verdict executes; everything else fails closed).
 func TestGuardianRequiredSettlesOnlyApprovedPayments(t *testing.T) {
 	env := newTestEnv(t)
 	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
@@ -119,7 +119,7 @@ func TestGuardianRequiredApprovalIsConsumedEvenWhenSettlementFails(t *testing.T)
 	if err != nil || res.Success || res.ErrorReason != x402.ReasonNonceUsed.V2() {
 		t.Fatalf("settle = %+v, %v; want nonce used", res, err)
 	}
-	// spec §3: the approval is consumed even if the merchant settlement then fails.
+	// docs/facilitator.md#approval-records: the approval is consumed even if the merchant settlement then fails.
 	if _, err := cfg.Store.Consume(context.Background(), x402.KeyOf(p, r)); !errors.Is(err, approval.ErrNotFound) {
 		t.Errorf("approval still present after a failed settle: %v", err)
 	}

@@ -14,7 +14,7 @@ import (
 )
 
 // validBeforeSlack is the margin a authorization must still be valid for at verify time:
-// "Pad 3 block to account for round tripping" (research/x402.md §2.1 step 5, §2.2 step 6).
+// "Pad 3 block to account for round tripping" (docs/facilitator.md#verify step 5 6).
 const validBeforeSlack = 6
 
 // failure is a logical verification failure: a reason code and a message for the
@@ -62,7 +62,7 @@ func versionOf(p *x402.Payment) int {
 // signature of an EOA. When the signature recovers to from, it also runs checkRest and the
 // payment is fully checked but for chain state. Otherwise c.eoa is false and the caller
 // must check the signature against the chain (checkContractSignature) and then run
-// checkRest, which keeps the order of DESIGN.md "Wire compatibility".
+// checkRest, which keeps the order of docs/protocol.md#headers.
 func (e *Engine) checkStatic(p *x402.Payment, r *x402.Requirements, now time.Time) (*checked, *failure) {
 	if p == nil {
 		return nil, fail(x402.ReasonInvalidPayload, "payment payload is missing")
@@ -73,7 +73,7 @@ func (e *Engine) checkStatic(p *x402.Payment, r *x402.Requirements, now time.Tim
 	if p.Version != x402.Version1 && p.Version != x402.Version2 {
 		return nil, fail(x402.ReasonInvalidVersion, "x402Version %d is not supported", p.Version)
 	}
-	// spec §4.2 /verify: pin network and asset, then the optional minimum amount.
+	// docs/facilitator.md#verify: pin network and asset, then the optional minimum amount.
 	c, ok := e.chainFor(r.Network)
 	if !ok {
 		return nil, fail(x402.ReasonInvalidNetwork, "network %q is not served by this facilitator", r.Network)
@@ -99,7 +99,7 @@ func (e *Engine) checkStatic(p *x402.Payment, r *x402.Requirements, now time.Tim
 	if f := checkAccepted(p, r); f != nil {
 		return nil, f
 	}
-	// research/x402.md §2.2 step 2: extra.name and extra.version are required, no fallback;
+	// docs/facilitator.md#verify step 2: extra.name and extra.version are required, no fallback;
 	// and they must be the configured token's domain, or the signature cannot hold on chain.
 	name, okName := r.Extra["name"].(string)
 	version, okVersion := r.Extra["version"].(string)
@@ -167,7 +167,7 @@ func checkAccepted(p *x402.Payment, r *x402.Requirements) *failure {
 }
 
 // checkRest runs the checks that follow the signature: recipient, time window and value
-// (research/x402.md §2.2 steps 5-8; the value must equal the amount exactly).
+// (docs/facilitator.md#verify steps 5-8; the value must equal the amount exactly).
 func checkRest(c *checked, now time.Time) *failure {
 	a := c.auth
 	if a.To != c.r.PayTo {
@@ -343,7 +343,7 @@ func invalid(p *x402.Payment, f *failure) x402.VerifyResponse {
 	}
 }
 
-// Verify runs x402 verification of in.Payment against in.Requirements (spec §4.2
+// Verify runs x402 verification of in.Payment against in.Requirements (docs/facilitator.md#api
 // /verify), then the verdict check when GUARDIAN_MODE applies to the request, which
 // records an approval for the exact payment, and settles the verification fee on a
 // terminal verdict. It never settles the merchant payment.

@@ -34,8 +34,8 @@ func TestVerifyAcceptsValidPayment(t *testing.T) {
 	}
 }
 
-// TestVerifyRefusesWithExactReason runs each rule of spec §4.2 /verify and
-// research/x402.md §2.2 on its own, in both x402 versions: v1 answers carry the v1 enum
+// TestVerifyRefusesWithExactReason runs each rule of docs/facilitator.md#verify and
+// docs/facilitator.md#verify on its own, in both x402 versions: v1 answers carry the v1 enum
 // value, v2 answers the v2 string.
 func TestVerifyRefusesWithExactReason(t *testing.T) {
 	env := newTestEnv(t)

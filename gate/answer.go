@@ -14,15 +14,15 @@ import (
 )
 
 // The error strings of an unpaid 402, as the reference servers write them
-// (research/x402.md §1.9, §3.2).
+// (docs/gate.md#results).
 const (
 	unpaidErrorV1 = "X-PAYMENT header is required"
 	unpaidErrorV2 = "Payment required"
 )
 
 // challenge builds the payment-required result: the v1 JSON body and the v2
-// PAYMENT-REQUIRED header on one 402 (research/x402.md §3.7 step 1), and with guardian
-// advertising the verification section (spec §4.3: "Body holds accepts and optional
+// PAYMENT-REQUIRED header on one 402 (docs/protocol.md#headers step 1), and with guardian
+// advertising the verification section (docs/gate.md#results: "Body holds accepts and optional
 // verification").
 func (g *Gate) challenge(ctx context.Context, req *x402.Requirements) *Result {
 	var vb *verificationBody
@@ -199,7 +199,7 @@ func (g *Gate) settlement(req *x402.Requirements, p *x402.Payment, sr x402.Settl
 }
 
 // rebuildResponseHeader encodes the settle response header of s: the fields every client
-// reads, with the network in the payment's version format (research/x402.md §3.7 step 4).
+// reads, with the network in the payment's version format (docs/protocol.md#headers step 4).
 func (g *Gate) rebuildResponseHeader(s *Settlement) {
 	network := s.Network
 	if s.Version == x402.Version1 {
@@ -225,7 +225,7 @@ func (g *Gate) rebuildResponseHeader(s *Settlement) {
 }
 
 // setResponseHeaders sets the settle response header: X-PAYMENT-RESPONSE for every
-// request (spec §4.3 paymentGate) and PAYMENT-RESPONSE too for v2, which v2 clients read
+// request (docs/gate.md#results) and PAYMENT-RESPONSE too for v2, which v2 clients read
 // first. Both carry the same value.
 func setResponseHeaders(h http.Header, s *Settlement) {
 	if s.ResponseHeader == "" {

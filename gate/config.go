@@ -17,7 +17,7 @@ import (
 // Defaults of Config.
 const (
 	// DefaultMaxTimeoutSeconds is the maxTimeoutSeconds advertised when Config leaves it
-	// unset, as x402-express does (research/x402.md §1.2).
+	// unset, as x402-express does (docs/protocol.md#requirements).
 	DefaultMaxTimeoutSeconds = 60
 	// DefaultRetryMax is how many times a paid request whose upstream failed may be
 	// presented again without a second charge.
@@ -32,13 +32,13 @@ const (
 	DefaultPricingTimeout = 5 * time.Second
 )
 
-// Guardian advertise modes (spec §4.3 ResourceGateConfig guardian.advertise).
+// Guardian advertise modes (docs/gate.md#configuration guardian.advertise).
 const (
 	AdvertiseRequired = "required"
 	AdvertiseOptional = "optional"
 )
 
-// Config is the spec's ResourceGateConfig (spec §4.3): what a route charges, where the
+// Config is the spec's ResourceGateConfig (docs/gate.md#results): what a route charges, where the
 // money goes, and how the facilitator and the verdict service are reached. The JSON names
 // are the spec's keys.
 type Config struct {
@@ -117,7 +117,7 @@ type ResourceConfig struct {
 	OutputSchema map[string]any `json:"outputSchema,omitempty"`
 }
 
-// GuardianConfig is the spec's guardian object {advertise?, fee?} (spec §4.3).
+// GuardianConfig is the spec's guardian object {advertise?, fee?} (docs/gate.md#results).
 type GuardianConfig struct {
 	// Advertise is AdvertiseRequired or AdvertiseOptional: the 402 answer carries a
 	// "verification" section. Required sends the fee requirement with every /verify;
@@ -150,7 +150,7 @@ type RetryConfig struct {
 }
 
 // PricingFunc fetches the verification fee requirement for a merchant requirement (the
-// spec's fetchVerificationRequirements, spec §4.3). It returns nil when no fee applies.
+// spec's fetchVerificationRequirements, docs/gate.md#results). It returns nil when no fee applies.
 type PricingFunc func(ctx context.Context, merchant *x402.Requirements) (*x402.Requirements, error)
 
 // Options are the gate's dependencies.

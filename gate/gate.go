@@ -1,4 +1,4 @@
-// Package gate is the framework-free x402 resource gate (spec §4.3 createResourceGate):
+// Package gate is the framework-free x402 resource gate (docs/gate.md#configuration):
 // it answers an unpaid request with the route's requirements, and a paid one by decoding
 // the payment header, matching it, verifying and settling it through a facilitator,
 // before the upstream runs. It also offers a plain net/http middleware (the spec's
@@ -6,7 +6,7 @@
 // calls Handle or Serve.
 //
 // One 402 serves both x402 versions: the v1 JSON body and the v2 PAYMENT-REQUIRED header
-// (DESIGN.md "Wire compatibility").
+// (docs/protocol.md#headers).
 package gate
 
 import (
@@ -135,7 +135,7 @@ func New(cfg Config, opts Options) (*Gate, error) {
 	return g, nil
 }
 
-// Requirements builds the route's payment requirement for one request (spec §4.3
+// Requirements builds the route's payment requirement for one request (docs/gate.md#results
 // requirements(ctx)): the configured network, asset and timeout, the resource URL of in,
 // and the price and payee of in or else of the Config. An error means the route is
 // misconfigured for this request (no price or payee, or a bad override).
@@ -198,7 +198,7 @@ func checkResourceURL(s string) error {
 }
 
 // VerificationRequirements returns the verification-fee requirement for a merchant
-// requirement (spec §4.3 verificationRequirements(merchant)): nil when the guardian is off
+// requirement (docs/facilitator.md#verification-fee(merchant)): nil when the guardian is off
 // or charges no fee, or when the pricing service says no fee applies. An error means the
 // pricing service failed; callers fail closed.
 func (g *Gate) VerificationRequirements(ctx context.Context, merchant *x402.Requirements) (*x402.Requirements, error) {
@@ -225,7 +225,7 @@ func (g *Gate) VerificationRequirements(ctx context.Context, merchant *x402.Requ
 
 // CheckSupported asks the facilitator's /supported whether it settles "exact" on the
 // route's network in both x402 versions, as reference servers do at start-up
-// (research/x402.md §3.4).
+// (docs/facilitator.md#api).
 func (g *Gate) CheckSupported(ctx context.Context) error {
 	s, err := g.f.Supported(ctx)
 	if err != nil {
@@ -246,11 +246,11 @@ func (g *Gate) CheckSupported(ctx context.Context) error {
 	return nil
 }
 
-// Handle runs the gate for one request (spec §4.3 handle({xPayment?, ctx})): no payment
+// Handle runs the gate for one request (docs/gate.md#results({xPayment?, ctx})): no payment
 // header gives payment-required; a malformed one gives error 400; a payment that does
 // not match the route or that the facilitator refuses gives rejected; an unreachable
 // facilitator gives error 502; otherwise the payment is settled before the upstream runs
-// (DESIGN.md "A paid request"). Handle never panics.
+// (docs/gate.md#settle-before-proxy). Handle never panics.
 func (g *Gate) Handle(ctx context.Context, in Input) *Result {
 	req, err := g.Requirements(ctx, in)
 	if err != nil {
@@ -272,7 +272,7 @@ func (g *Gate) Handle(ctx context.Context, in Input) *Result {
 }
 
 // paymentHeader picks the payment header: PAYMENT-SIGNATURE (v2) when present, else
-// X-PAYMENT (v1) (DESIGN.md "Wire compatibility"). A header given twice is ambiguous and
+// X-PAYMENT (v1) (docs/protocol.md#headers). A header given twice is ambiguous and
 // refused.
 func paymentHeader(h http.Header) (name, value string, err error) {
 	for _, n := range []string{x402.HeaderPaymentSignature, x402.HeaderPayment} {
@@ -330,7 +330,7 @@ func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header
 	}
 
 	// Settlement is not abandoned when the client goes away: a half-done settle is the
-	// uncertain case spec §4.2 /settle rule 3 warns about. Only SettleTimeout bounds it.
+	// uncertain case docs/facilitator.md#settle-order rule 3 warns about. Only SettleTimeout bounds it.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.settleTimeout)
 	start = time.Now()
 	sr, err := g.f.Settle(sctx, p, req)
@@ -347,7 +347,7 @@ func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header
 		reason := x402.ReasonFromWire(sr.ErrorReason)
 		if reason == x402.ReasonSettlementPending || (reason == x402.ReasonUnexpectedSettle && s.Transaction != "") {
 			// Money may have moved: 502 with the transaction hash, so the client can
-			// reconcile instead of paying again (spec §4.2 /settle rule 3). In x402 v1,
+			// reconcile instead of paying again (docs/facilitator.md#settle-order rule 3). In x402 v1,
 			// settlement_pending travels as unexpected_settle_error: with a transaction
 			// hash, that too is an outcome not known yet.
 			return g.grantPending(ctx, in, req, p, g.settleUnknown(req, p, s, guardian, "the settlement is pending; reconcile its transaction before paying again"))

@@ -14,7 +14,7 @@ import (
 // that use the browser wallet (EIP-1193 window.ethereum) to sign the EIP-3009
 // authorization with eth_signTypedData_v4, then fetch the page again with
 // PAYMENT-SIGNATURE and replace the document with the answer, as the reference paywalls
-// do (research/x402.md §7). It embeds no wallet bundle. html/template escapes every value,
+// do (docs/gate.md#paywall). It embeds no wallet bundle. html/template escapes every value,
 // and the requirement reaches the script as JSON in a script context.
 
 //go:embed paywall.html

@@ -8,7 +8,7 @@ import (
 	"github.com/x402gate/x402gate/x402"
 )
 
-// Kind is the kind of a GateResult (spec §4.3 "GateResult kinds").
+// Kind is the kind of a GateResult (docs/gate.md#results "GateResult kinds").
 type Kind string
 
 // GateResult kinds.
@@ -123,7 +123,7 @@ type Settlement struct {
 	ResponseHeader string `json:"-"`
 }
 
-// Guardian is the verdict-service outcome reported by /verify (spec §4.2 valid body).
+// Guardian is the verdict-service outcome reported by /verify (docs/facilitator.md#verify body).
 type Guardian struct {
 	Status    string `json:"status,omitempty"`
 	Reason    string `json:"reason,omitempty"`
@@ -132,10 +132,10 @@ type Guardian struct {
 }
 
 // exposeHeaders lets browser clients on another origin read the x402 headers
-// (DESIGN.md "Wire compatibility").
+// (docs/protocol.md#headers).
 const exposeHeaders = "PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-PAYMENT-RESPONSE, X-PAYMENT-RETRY"
 
-// challengeBody is the JSON body of a 402: the v1 PaymentRequired (spec §4.3: "Body holds
+// challengeBody is the JSON body of a 402: the v1 PaymentRequired (docs/gate.md#results: "Body holds
 // accepts and optional verification"), readable by x402-fetch 1.2.0.
 type challengeBody struct {
 	X402Version  int                   `json:"x402Version"`
@@ -202,7 +202,7 @@ func (r *Result) SetHeaders(h http.Header) {
 
 // IsBrowser reports whether a request comes from a web browser that should get the
 // paywall page: Accept contains text/html and User-Agent contains Mozilla, the test every
-// reference x402 server uses (research/x402.md §7).
+// reference x402 server uses (docs/gate.md#paywall).
 func IsBrowser(h http.Header) bool {
 	return strings.Contains(strings.Join(h.Values("Accept"), ","), "text/html") &&
 		strings.Contains(h.Get("User-Agent"), "Mozilla")

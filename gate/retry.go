@@ -19,7 +19,7 @@ import (
 	"github.com/x402gate/x402gate/x402"
 )
 
-// The payment is settled before the upstream runs (DESIGN.md "A paid request"). When the
+// The payment is settled before the upstream runs (docs/gate.md#settle-before-proxy). When the
 // upstream then fails (a status >= 500, a connection failure, a panic), the payer has paid
 // for nothing. The gate grants the payment retry credits, bound to a secret retry token
 // that only the paying client receives, in the X-PAYMENT-RETRY header of the failed

@@ -21,7 +21,7 @@ const reportTimeout = 5 * time.Second
 // signature; a plain http.Handler is wrapped to return nil.
 type NextFunc func(w http.ResponseWriter, r *http.Request) error
 
-// Paid is what a settled request carries in its context for the upstream (spec §4.3
+// Paid is what a settled request carries in its context for the upstream (docs/gate.md#results
 // paymentGate: "attaches { settlement, guardian } to request.x402").
 type Paid struct {
 	Settlement *Settlement
@@ -38,7 +38,7 @@ func FromContext(ctx context.Context) (*Paid, bool) {
 	return p, ok
 }
 
-// Serve runs the gate for r and, on settled, next (DESIGN.md "A paid request"): any other
+// Serve runs the gate for r and, on settled, next (docs/gate.md#settle-before-proxy): any other
 // result is written to w and next is not called. The settle response header is set before
 // next runs, and the request's context carries Paid. Serve watches next: a status >= 500,
 // an error that Options.ErrorStatus maps to >= 500, or a panic counts as an upstream
@@ -168,7 +168,7 @@ type writerOnly struct{ io.Writer }
 
 // DefaultResource is the resource URL of r as this server sees it: https when r came over
 // TLS, r.Host, and the path without the query (as x402-express builds it,
-// research/x402.md §1.2). Behind a proxy, pass the public URL instead.
+// docs/protocol.md#requirements). Behind a proxy, pass the public URL instead.
 func DefaultResource(r *http.Request) string {
 	u := url.URL{Scheme: "http", Host: r.Host, Path: r.URL.Path, RawPath: r.URL.RawPath}
 	if r.TLS != nil {
@@ -194,7 +194,7 @@ type MiddlewareOptions struct {
 	PayTo func(r *http.Request) string
 }
 
-// Middleware is the plain net/http payment gate (spec §4.3 paymentGate): it reads
+// Middleware is the plain net/http payment gate (docs/gate.md#results): it reads
 // PAYMENT-SIGNATURE or X-PAYMENT, and on settled sets X-PAYMENT-RESPONSE (and
 // PAYMENT-RESPONSE for v2), puts Paid in the request context and calls next. Every other
 // result is answered at once with its status and body.

@@ -6,11 +6,11 @@ import (
 	"github.com/x402gate/x402gate/x402"
 )
 
-// PaymentAction is the proposedTx of an x402 payment (spec §2.5). It is built by copying
+// PaymentAction is the proposedTx of an x402 payment (docs/verdict.md#paymentaction). It is built by copying
 // fields, not by a canonical decode: the verdict is about where the signed authorization
 // sends money, which token and how much.
 type PaymentAction struct {
-	// Protocol is always "payment" (a preview value, spec §9.5).
+	// Protocol is always "payment" (a preview value, docs/verdict.md#paymentaction).
 	Protocol string `json:"protocol"`
 	// Rail is always "x402".
 	Rail string `json:"rail"`
@@ -26,14 +26,14 @@ type PaymentAction struct {
 	Resource string `json:"resource,omitempty"`
 }
 
-// Payment action constants (spec §2.5).
+// Payment action constants (docs/verdict.md#paymentaction).
 const (
 	ProtocolPayment = "payment"
 	RailX402        = "x402"
 )
 
 // paymentNetworks are the networks a PaymentAction may name: x402's built-in networks,
-// Base (8453) and Base Sepolia (84532), the two chain ids docs/verdict.md#payment-action
+// Base (8453) and Base Sepolia (84532), the two chain ids docs/verdict.md#paymentaction
 // allows. A registry a caller extends is not consulted.
 var paymentNetworks = x402.NewRegistry()
 
@@ -48,8 +48,8 @@ func networkChainID(network string) (int64, bool) {
 }
 
 // NewPaymentAction copies a normalised payment and its requirements into a PaymentAction
-// (spec §2.5) and also returns the escrow address, which is authorization.from (spec
-// §4.3 verifyPayment). Every problem is an *InputError.
+// (docs/verdict.md#paymentaction) and also returns the escrow address, which is authorization.from (docs/gate.md#results
+// ). Every problem is an *InputError.
 func NewPaymentAction(p *x402.Payment, r *x402.Requirements) (PaymentAction, common.Address, error) {
 	var zero common.Address
 	if p == nil {

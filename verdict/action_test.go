@@ -11,7 +11,7 @@ import (
 	"github.com/x402gate/x402gate/x402"
 )
 
-// spec §2.5 PaymentAction: a field copy; chainId 8453 or 84532 from the network.
+// docs/verdict.md#paymentaction: a field copy; chainId 8453 or 84532 from the network.
 func TestNewPaymentAction(t *testing.T) {
 	cases := []struct {
 		name    string

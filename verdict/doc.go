@@ -1,5 +1,5 @@
 // Package verdict is the vocabulary of the policy verdict service
-// (docs/verdict.md#verdict-object): the Verdict and everything it is made of, the
+// (docs/verdict.md#verdict): the Verdict and everything it is made of, the
 // approval-status envelope and the transaction record, the result a payment check
 // reports (GuardianResult), the PaymentAction an x402 payment becomes, and the strict
 // parsing that turns an answer of the service into these types. It does no I/O;
@@ -13,7 +13,7 @@
 // client and another to a different reader. Unknown extra members are allowed.
 //
 // The approval-status envelope is a JSON object whose "verdict" is absent, null or a
-// verdict object. A verdict must satisfy all of these (spec §2.3, §2.4):
+// verdict object. A verdict must satisfy all of these (docs/verdict.md#verdict):
 //
 //   - schemaVersion is the JSON integer 1 (not "1", not 1.0);
 //   - outcome is pending, approved or rejected;
@@ -45,7 +45,7 @@
 //
 // # Unknown reason codes
 //
-// GuardianVerdict passes unknown reasonCode values through (spec §2.5), while rule 3
+// GuardianVerdict passes unknown reasonCode values through (docs/verdict.md#paymentaction), while rule 3
 // demands a violation code. They fit together like this: an unknown code is accepted only
 // on a rejected verdict, and only when rule 4 holds for it literally, that is, a failed
 // check carries exactly that code. It is a new violation code that a newer service
@@ -57,7 +57,7 @@
 //
 // # Payment actions
 //
-// NewPaymentAction copies fields into the proposedTx (spec §2.5): protocol "payment",
+// NewPaymentAction copies fields into the proposedTx (docs/verdict.md#paymentaction): protocol "payment",
 // rail "x402", chainId 8453 or 84532 from the requirements' network (CAIP-2 or v1 name),
 // payTo from authorization.to, asset from the requirements, amount from
 // authorization.value, and resource from the requirements (or the v2 payload's resource).

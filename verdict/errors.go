@@ -5,7 +5,7 @@ import "errors"
 var (
 	// ErrInvalidResponse is a malformed or inconsistent answer: bad JSON, an unknown
 	// outcome, a reasonCode that disagrees with the outcome, a missing requestHash. It is
-	// never an approval (spec §1.5). Returned as *ValidationError.
+	// never an approval (docs/verdict.md#fail-closed). Returned as *ValidationError.
 	ErrInvalidResponse = errors.New("invalid response from verdict service")
 	// ErrInvalidInput is a caller-side problem found before anything is sent: a payment
 	// that cannot become a PaymentAction, an empty prompt, a bad configuration. Returned as
@@ -13,7 +13,7 @@ var (
 	ErrInvalidInput = errors.New("invalid input")
 )
 
-// ValidationError is an answer that failed strict validation (spec §2, §7). Field is a
+// ValidationError is an answer that failed strict validation (docs/verdict.md#verdict). Field is a
 // JSON path such as "verdict.checks[2].status"; Problem says which rule failed. Neither
 // quotes a value from the answer.
 type ValidationError struct {

@@ -5,7 +5,7 @@ import "time"
 // GuardianStatus is the status of a GuardianResult.
 type GuardianStatus string
 
-// Guardian statuses (spec §2.5).
+// Guardian statuses (docs/verdict.md#paymentaction).
 const (
 	GuardianApproved GuardianStatus = "approved" // terminal verdict, outcome approved
 	GuardianRejected GuardianStatus = "rejected" // terminal verdict, outcome rejected
@@ -14,7 +14,7 @@ const (
 )
 
 // GuardianResult is the outcome of checking one payment with the verdict service
-// (docs/verdict.md#gateway-types). Only Approved matters for the decision; the rest
+// (docs/verdict.md#paymentaction). Only Approved matters for the decision; the rest
 // explains it. verdictclient's Guardian returns it, and the facilitator's Verdicts
 // interface passes it on.
 type GuardianResult struct {
@@ -31,8 +31,8 @@ type GuardianResult struct {
 	RequestHash string `json:"requestHash,omitempty"`
 }
 
-// GuardianVerdict is the part of a terminal verdict a GuardianResult carries (spec
-// §2.5): outcome, reasonCode and humanReason always; the rest when the service sent them.
+// GuardianVerdict is the part of a terminal verdict a GuardianResult carries (docs/verdict.md#paymentaction
+// ): outcome, reasonCode and humanReason always; the rest when the service sent them.
 type GuardianVerdict struct {
 	// Outcome is approved or rejected.
 	Outcome Outcome `json:"outcome"`

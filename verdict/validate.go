@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// ParseEnvelope strictly decodes and validates an approval-status body (spec §2.2, §2.3):
+// ParseEnvelope strictly decodes and validates an approval-status body (docs/verdict.md#envelope):
 // a JSON object whose "verdict" is absent, null or a valid verdict. requestHash only
 // labels errors. Any failure is a *ValidationError, which is never approval.
 func ParseEnvelope(body []byte, requestHash string) (*Envelope, error) {
@@ -27,7 +27,7 @@ func ParseEnvelope(body []byte, requestHash string) (*Envelope, error) {
 	return &Envelope{Verdict: vd}, nil
 }
 
-// ParseVerdict strictly decodes and validates one verdict object (spec §2.3). It is the
+// ParseVerdict strictly decodes and validates one verdict object (docs/verdict.md#verdict). It is the
 // rule set ParseEnvelope applies to the envelope's verdict, offered on its own so that a
 // verdict producer can test its output against the client's rules.
 func ParseVerdict(body []byte, requestHash string) (*Verdict, error) {
@@ -40,7 +40,7 @@ func ParseVerdict(body []byte, requestHash string) (*Verdict, error) {
 }
 
 // ParseTransaction validates a 201 body: an object with a non-empty string requestHash
-// (spec §4.1 POST rule 3). Other fields are taken when they are strings.
+// (docs/verdict.md#envelope rule 3). Other fields are taken when they are strings.
 func ParseTransaction(body []byte, traceID string) (*Transaction, error) {
 	v := validator{op: "submit"}
 	obj, err := v.parseObject(body)

@@ -228,7 +228,7 @@ func TestEnvelopeValidation(t *testing.T) {
 }
 
 // FuzzParseEnvelope: whatever the bytes, ParseEnvelope never panics, and any verdict it
-// returns obeys the consistency rules (spec §2.3), so that no malformed answer can ever
+// returns obeys the consistency rules (docs/verdict.md#verdict), so that no malformed answer can ever
 // come out as an approval.
 func FuzzParseEnvelope(f *testing.F) {
 	f.Add([]byte(`{"verdict":` + testenv.VerdictJSON(testenv.ApprovedVerdict()) + `}`))

@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// Outcome is a verdict's authoritative result (spec §2.3). Only OutcomeApproved allows
-// the action to run (spec §1.4).
+// Outcome is a verdict's authoritative result (docs/verdict.md#verdict). Only OutcomeApproved allows
+// the action to run (docs/verdict.md#fail-closed).
 type Outcome string
 
 // The three outcomes. Pending is not terminal: keep polling.
@@ -19,11 +19,11 @@ const (
 
 // ReasonCode is a verdict's machine-readable reason. It is a string type rather than a
 // closed enum so that a code this package does not know yet passes through to callers
-// (spec §2.5 GuardianVerdict); see the package documentation for when an unknown code is
+// (docs/verdict.md#reason-codes); see the package documentation for when an unknown code is
 // accepted.
 type ReasonCode string
 
-// Reason codes known to this version (spec §2.3, §2.4, §7).
+// Reason codes known to this version (docs/verdict.md#verdict).
 const (
 	ReasonAllowed         ReasonCode = "allowed"
 	ReasonPending         ReasonCode = "pending"
@@ -44,10 +44,10 @@ const (
 	ReasonPerTxCapExceeded      ReasonCode = "per_tx_cap_exceeded"
 )
 
-// CheckID names one policy check (spec §2.4).
+// CheckID names one policy check (docs/verdict.md#checks).
 type CheckID string
 
-// The twelve checks. per_tx_cap is "in review" in the spec (§9.4) but part of the enum.
+// The twelve checks. per_tx_cap is "in review" in the spec but part of the enum.
 const (
 	CheckVenue               CheckID = "venue"
 	CheckChain               CheckID = "chain"
@@ -63,7 +63,7 @@ const (
 	CheckPerTxCap            CheckID = "per_tx_cap"
 )
 
-// checkCodes is the spec §2.4 table: the failure codes each check may report. A failed
+// checkCodes is the docs/verdict.md#checks: the failure codes each check may report. A failed
 // check may also carry a cross-cutting code (decode_failure, data_unavailable).
 var checkCodes = map[CheckID][]ReasonCode{
 	CheckVenue:               {ReasonVenueNotAllowed},
@@ -80,7 +80,7 @@ var checkCodes = map[CheckID][]ReasonCode{
 	CheckPerTxCap:            {ReasonPerTxCapExceeded, ReasonDataUnavailable},
 }
 
-// knownFailureCodes are the codes of the §2.4 table plus the cross-cutting ones.
+// knownFailureCodes are the codes of the check table (docs/verdict.md#checks) plus the cross-cutting ones.
 var knownFailureCodes = func() map[ReasonCode]bool {
 	m := map[ReasonCode]bool{ReasonDecodeFailure: true, ReasonDataUnavailable: true}
 	for _, cs := range checkCodes {
@@ -97,7 +97,7 @@ func (c ReasonCode) Known() bool {
 }
 
 // CrossCutting reports whether c is decode_failure or data_unavailable, the two codes a
-// rejected verdict may carry without a matching failed check (spec §2.3 rule 4).
+// rejected verdict may carry without a matching failed check (docs/verdict.md#consistency-rules 4).
 func (c ReasonCode) CrossCutting() bool {
 	return c == ReasonDecodeFailure || c == ReasonDataUnavailable
 }
@@ -105,7 +105,7 @@ func (c ReasonCode) CrossCutting() bool {
 // CheckStatus is the result of one check.
 type CheckStatus string
 
-// Check statuses (spec §2.4).
+// Check statuses (docs/verdict.md#checks).
 const (
 	CheckPassed     CheckStatus = "passed"      // the check ran and the action satisfied it
 	CheckFailed     CheckStatus = "failed"      // the check ran and rejected the action
@@ -132,7 +132,7 @@ const (
 	TrustLow    TrustLevel = "low"
 )
 
-// Verdict is a validated verdict object (spec §2.3). A *Verdict from this package has
+// Verdict is a validated verdict object (docs/verdict.md#verdict). A *Verdict from this package has
 // passed every rule listed in the package documentation; code that holds one may trust
 // that Outcome, ReasonCode and Checks agree. Only Outcome decides: call Approved.
 type Verdict struct {
@@ -169,7 +169,7 @@ type Verdict struct {
 }
 
 // Approved reports whether the verdict allows the action: true only for a non-nil
-// verdict whose outcome is approved (spec §1.4).
+// verdict whose outcome is approved (docs/verdict.md#fail-closed).
 func (v *Verdict) Approved() bool { return v != nil && v.Outcome == OutcomeApproved }
 
 // Terminal reports whether polling may stop: the outcome is approved or rejected.
@@ -177,7 +177,7 @@ func (v *Verdict) Terminal() bool {
 	return v != nil && (v.Outcome == OutcomeApproved || v.Outcome == OutcomeRejected)
 }
 
-// Check is one item of Verdict.Checks (spec §2.4).
+// Check is one item of Verdict.Checks (docs/verdict.md#checks).
 type Check struct {
 	// CheckID names the check.
 	CheckID CheckID `json:"checkId"`
@@ -227,14 +227,14 @@ type Redaction struct {
 	Fields []string `json:"fields"`
 }
 
-// Envelope is the validated approval-status envelope (spec §2.2). Verdict is nil while
+// Envelope is the validated approval-status envelope (docs/verdict.md#envelope). Verdict is nil while
 // the service has no verdict yet (the field was absent or null).
 type Envelope struct {
 	// Verdict is the current verdict, nil when none is available yet.
 	Verdict *Verdict
 }
 
-// Transaction is the validated record returned by POST /transactions (spec §2.1).
+// Transaction is the validated record returned by POST /transactions (docs/verdict.md#transaction-record).
 type Transaction struct {
 	// ID is the service's transaction id (may be empty if the service omits it).
 	ID string
@@ -242,7 +242,7 @@ type Transaction struct {
 	RequestHash string
 	// Description is the service's description derived from the prompt.
 	Description string
-	// Status is the lifecycle state (e.g. PENDING). It is not the verdict (spec §1.3).
+	// Status is the lifecycle state (e.g. PENDING). It is not the verdict (docs/verdict.md#transaction-record).
 	Status string
 	// TraceID is the client-chosen id sent as metadata.traceId.
 	TraceID string

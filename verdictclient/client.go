@@ -18,16 +18,16 @@ import (
 )
 
 // MinAPIKeyLength is the shortest API key New accepts. The client refuses to send any
-// request whose URL or body contains the key (spec §5.5); a key shorter than this would
+// request whose URL or body contains the key (docs/verdict.md#secrets); a key shorter than this would
 // turn up inside ordinary text by chance, and is too weak to be a secret anyway.
 const MinAPIKeyLength = 16
 
 // Config configures a low-level Client.
 type Config struct {
 	// BaseURL is the verdict service's base URL, http or https, without user info, query
-	// or fragment. A trailing slash is removed (spec §2.5). Required.
+	// or fragment. A trailing slash is removed (docs/verdict.md#paymentaction). Required.
 	BaseURL string
-	// APIKey is the agent key, sent only in the x-api-key header (spec §5.1). It needs
+	// APIKey is the agent key, sent only in the x-api-key header (docs/verdict.md#secrets). It needs
 	// at least MinAPIKeyLength visible ASCII characters. Required.
 	APIKey string
 	// Timeout bounds each HTTP request (not a whole Await). Default DefaultTimeout
@@ -42,7 +42,7 @@ type Config struct {
 	Logger *zap.Logger
 }
 
-// Client is the low-level client of the verdict service (spec §4.1). It is safe for
+// Client is the low-level client of the verdict service (docs/verdict.md#envelope). It is safe for
 // concurrent use. Submit is never retried; Await retries reads within its bound.
 type Client struct {
 	base   string
@@ -71,7 +71,7 @@ func New(cfg Config) (*Client, error) {
 
 // WithAPIKey returns a Client that shares c's settings and connection pool but
 // authenticates with key. Use it for a payer's own key; the status route checks that the
-// caller owns the transaction (spec §5.4), so submit and poll with the same Client.
+// caller owns the transaction (docs/verdict.md#envelope), so submit and poll with the same Client.
 func (c *Client) WithAPIKey(key string) (*Client, error) {
 	if err := checkAPIKey(key, "apiKey"); err != nil {
 		return nil, err
@@ -126,7 +126,7 @@ func checkAPIKey(key, field string) error {
 	return nil
 }
 
-// SubmitRequest is the body of POST /transactions (spec §4.1). Submit adds
+// SubmitRequest is the body of POST /transactions (docs/verdict.md#envelope). Submit adds
 // arbiter: "policy" and metadata.traceId.
 type SubmitRequest struct {
 	// EscrowAddress is the agent's registered wallet on the proposed chain. Required.
@@ -203,7 +203,7 @@ func (r SubmitRequest) encode() ([]byte, string, error) {
 		Metadata:           md,
 		ContextLogs:        r.ContextLogs,
 		ExecutionSignature: r.ExecutionSignature,
-		Arbiter:            "policy", // spec §4.1: clients send policy explicitly
+		Arbiter:            "policy", // docs/verdict.md#envelope: clients send policy explicitly
 	})
 	if err != nil {
 		return nil, "", &verdict.InputError{Field: "metadata", Problem: "cannot be encoded as json"}
@@ -218,9 +218,9 @@ func newTraceID() string {
 }
 
 // Submit sends POST /transactions once and returns the created record. It accepts only
-// a 201 whose body carries a non-empty string requestHash (spec §4.1 rules 2–3).
+// a 201 whose body carries a non-empty string requestHash (docs/verdict.md#fail-closed 2–3).
 //
-// Submit never retries (spec §4.1 rule 4). Its errors fall in three groups:
+// Submit never retries (docs/verdict.md#fail-closed 4). Its errors fall in three groups:
 //   - *InputError: nothing was sent;
 //   - *StatusError for 400, 401, 403, 404 or 409: the service refused; no transaction
 //     was created by this call (409: one with this trace id already exists);
@@ -269,7 +269,7 @@ func (c *Client) uncertain(trace string, cause error) error {
 }
 
 // Status reads GET /transactions/{requestHash}/approval-status once and validates it
-// (spec §4.1, §2.2). A nil Envelope.Verdict means no verdict yet. Errors: *StatusError
+// (docs/verdict.md#envelope). A nil Envelope.Verdict means no verdict yet. Errors: *StatusError
 // (400, 401, 403, 404 stop; 429 and 5xx are transient), ErrNetwork (transient),
 // *ValidationError (never approval), or the context's error.
 func (c *Client) Status(ctx context.Context, requestHash string) (*verdict.Envelope, error) {

@@ -47,14 +47,14 @@
 //     *verdict.ValidationError naming the requestHash and the field; status "error";
 //   - a service that stays unavailable (429, 5xx or network failures on every attempt):
 //     *PollBoundError with Last set; status "error";
-//   - 400, 401, 403, 404: a *StatusError at once, no retry (spec §7); status "error";
+//   - 400, 401, 403, 404: a *StatusError at once, no retry (docs/verdict.md#fail-closed); status "error";
 //   - a redirect, an answer over MaxResponseBytes, or a success without a JSON content
 //     type: an error at once; status "error".
 //
 // Error messages never quote the service's text or the API key; they name the
 // operation, the HTTP status or broken rule, and the requestHash (or trace id).
 //
-// # HTTP status handling (spec §7)
+// # HTTP status handling (docs/verdict.md#fail-closed)
 //
 //	status   Submit (POST)                         Status / Await (GET)
 //	200      uncertain (201 expected)              validate envelope and verdict; poll on missing/null/pending
@@ -71,12 +71,12 @@
 //
 // # Submits are never repeated; reconcile instead
 //
-// POST /transactions has no idempotency key (spec §4.1 rule 4), so Submit sends once and
+// POST /transactions has no idempotency key (docs/verdict.md#fail-closed 4), so Submit sends once and
 // never retries. When the outcome is unknown (429, 5xx, a network failure, the context
 // ending mid-request, an unreadable 201) it returns *UncertainSubmitError. To make that
 // recoverable, every submit carries a client-chosen trace id in metadata.traceId
 // (SubmitRequest.TraceID, default 128 random bits; metadata is for "trace identifiers",
-// spec §4.1, and the id is not a secret). To reconcile:
+// docs/verdict.md#envelope, and the id is not a secret). To reconcile:
 //
 //  1. Call Client.Reconcile(ctx, traceID). It reads GET /transactions?traceId=… with the
 //     same key and expects {"transactions": [...]}, the caller's transactions with that
@@ -100,7 +100,7 @@
 // Await sends the first GET at once, then waits with bounded exponential backoff: the
 // interval (PollOptions.IntervalMs, default 1000 ms) doubles after each attempt up to
 // MaxDelay (default 5 s), and each wait is spread over [d/2, d) by jitter. It stops after
-// MaxAttempts GETs (default 20; spec §8). Missing, null and pending verdicts and
+// MaxAttempts GETs (default 20; docs/verdict.md#fail-closed). Missing, null and pending verdicts and
 // transient failures (429, 5xx, network) use up attempts alike. The context governs every
 // request and every wait. See PollOptions.Delay for the exact schedule. Each attempt is
 // exactly one HTTP request: the transport opts out of net/http's silent resend of an
@@ -115,7 +115,7 @@
 //
 // # Secrets
 //
-// The API key travels only in the x-api-key header (spec §5). It is never put in a
+// The API key travels only in the x-api-key header (docs/verdict.md#secrets). It is never put in a
 // URL, body, metadata, error or log entry. The package logs only through Config.Logger
 // (default none): one debug entry per request with the operation, method, status,
 // requestHash and error, and a warning per uncertain submit with its trace id. The
@@ -126,7 +126,7 @@
 // from every string a GuardianResult passes on (reason, humanReason, checks, evidence).
 //
 // The spec's GuardianConfig.apiKey (GuardianOptions.APIKey) is a fallback for "a payer key" carried with the
-// payment (§2.5, §5.7). This package deliberately does not read a key from the payment
+// payment (docs/verdict.md#secrets). This package deliberately does not read a key from the payment
 // payload: the payload passes through merchants, proxies and their logs, and a secret
 // there is already leaked. A payer's own key is given by the caller in
 // PaymentInput.APIKey (or Client.WithAPIKey), and it is subject to the same rules.

@@ -11,11 +11,11 @@ import (
 
 // Sentinel errors. Every error this package returns wraps at least one of them, so a
 // caller tells cases apart with errors.Is and never by reading a message. No error
-// message ever contains an API key (spec §5.5); messages carry the requestHash or the
+// message ever contains an API key (docs/verdict.md#secrets); messages carry the requestHash or the
 // client-chosen trace id where one is known.
 var (
 	// ErrBadRequest is HTTP 400: the service refused the request body or action. Correct
-	// it; do not retry it unchanged (spec §7).
+	// it; do not retry it unchanged (docs/verdict.md#fail-closed).
 	ErrBadRequest = errors.New("verdict service: bad request (400)")
 	// ErrUnauthorized is HTTP 401: authentication failed. Replace or re-issue the key.
 	ErrUnauthorized = errors.New("verdict service: unauthorized (401)")
@@ -55,11 +55,11 @@ var (
 
 	// ErrUncertainSubmit means a POST /transactions may or may not have created a
 	// transaction (429, 5xx, network failure, an unreadable 201). Never resubmit blindly:
-	// reconcile with the trace id first (spec §4.1 POST rules 4–5). Returned as
+	// reconcile with the trace id first (docs/verdict.md#envelope rules 4–5). Returned as
 	// *UncertainSubmitError.
 	ErrUncertainSubmit = errors.New("submit outcome unknown")
 	// ErrPollBound means polling used every attempt without reaching a terminal verdict
-	// (spec §1.5, §4.1 GET rule 2). Returned as *PollBoundError.
+	// (docs/verdict.md#fail-closed). Returned as *PollBoundError.
 	ErrPollBound = errors.New("polling bound reached without a terminal verdict")
 	// ErrNotCreated is Reconcile's definite answer that no transaction carries the trace id.
 	ErrNotCreated = errors.New("no transaction with this trace id")
@@ -170,9 +170,9 @@ func (e *PollBoundError) Unwrap() []error {
 }
 
 // IsTransient reports whether err is a failure that a read (GET) may retry within its
-// bound: HTTP 429, a 5xx, or a network failure (spec §4.1 GET rule 3, §7). It is never
+// bound: HTTP 429, a 5xx, or a network failure (docs/verdict.md#envelope rule 3). It is never
 // true for a context's own cancellation or deadline, nor for an uncertain submit, which
-// must be reconciled and never repeated (spec §4.1 POST rule 4).
+// must be reconciled and never repeated (docs/verdict.md#envelope rule 4).
 func IsTransient(err error) bool {
 	if errors.Is(err, ErrUncertainSubmit) {
 		return false

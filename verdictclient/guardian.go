@@ -14,7 +14,7 @@ import (
 )
 
 // GuardianOptions configures the high-level helpers: the client side of the verdict
-// service that docs/verdict.md#gateway-types calls GuardianConfig (not to be confused
+// service that docs/verdict.md#paymentaction calls GuardianConfig (not to be confused
 // with gate.GuardianConfig, a route's guardian setting).
 type GuardianOptions struct {
 	// BaseURL is the verdict service's base URL; a trailing slash is removed. Required.
@@ -23,7 +23,7 @@ type GuardianOptions struct {
 	// (PaymentInput.APIKey). Sensitive: sent only in x-api-key. Required.
 	APIKey string
 	// Timeout bounds each HTTP request. Default DefaultTimeout (10 s). Unlike the
-	// reference helpers, which ignore timeoutMs (spec §2.5), the Guardian forwards it to
+	// reference helpers, which ignore timeoutMs (docs/verdict.md#paymentaction), the Guardian forwards it to
 	// its low-level client: a shorter timeout can only make a call fail closed sooner.
 	Timeout time.Duration
 	// AllowPromptOverride lets an unsigned arbiterUserPrompt replace the prompt derived
@@ -90,7 +90,7 @@ func (g *Guardian) VerifyPayment(ctx context.Context, p *x402.Payment, r *x402.R
 	return g.Verify(ctx, PaymentInput{Payment: p, Requirements: r, ArbiterUserPrompt: PromptFromPayment(p)}, opts)
 }
 
-// Verify is verifyPayment (spec §4.3): build the PaymentAction, submit it with
+// Verify is verifyPayment (docs/gate.md#results): build the PaymentAction, submit it with
 // authorization.from as escrowAddress, and poll for a terminal verdict. It never settles.
 //
 // Every failure becomes a non-approved result: rejected, timeout (still pending at the
@@ -119,7 +119,7 @@ func (g *Guardian) Verify(ctx context.Context, in PaymentInput, opts PollOptions
 	tx, err := c.Submit(ctx, SubmitRequest{EscrowAddress: from.Hex(), Prompt: prompt, ProposedTx: act})
 	var ue *UncertainSubmitError
 	if errors.As(err, &ue) {
-		// spec §4.1 POST rule 5: establish whether the request was created; never resubmit.
+		// docs/verdict.md#envelope rule 5: establish whether the request was created; never resubmit.
 		tx, err = c.reconcileWithin(ctx, ue.TraceID, opts)
 		if err != nil {
 			err = errors.Join(ue, err)
@@ -138,7 +138,7 @@ func (g *Guardian) Verify(ctx context.Context, in PaymentInput, opts PollOptions
 // fromVerdict turns a terminal verdict into a result.
 func fromVerdict(v *verdict.Verdict, hash string, keys []string) verdict.GuardianResult {
 	// Service text is passed on to callers that log it (guardianReason, GuardianVerdict),
-	// so every string in it loses the keys of this call (spec §5.5).
+	// so every string in it loses the keys of this call (docs/verdict.md#secrets).
 	checks := make([]verdict.Check, len(v.Checks))
 	for i, c := range v.Checks {
 		c.HumanReason = scrub(c.HumanReason, keys)
@@ -226,7 +226,7 @@ func scrubTree(x any, keys []string) any {
 	}
 }
 
-// VerifyPayment is the one-shot form of Guardian.Verify (spec §4.3 verifyPayment): it
+// VerifyPayment is the one-shot form of Guardian.Verify (docs/verdict.md#paymentaction): it
 // builds a Guardian from cfg and verifies in. An invalid cfg is reported like an action
 // that cannot be built: an "error" result and an *InputError.
 func VerifyPayment(ctx context.Context, in PaymentInput, cfg GuardianOptions, opts PollOptions) (verdict.GuardianResult, error) {
@@ -237,7 +237,7 @@ func VerifyPayment(ctx context.Context, in PaymentInput, cfg GuardianOptions, op
 	return g.Verify(ctx, in, opts)
 }
 
-// WithGuardian wraps base with a verdict check (spec §4.3 withGuardian). Errors are an
+// WithGuardian wraps base with a verdict check (docs/gate.md#guardian). Errors are an
 // invalid cfg (*InputError).
 func WithGuardian(base VerifyFn, cfg GuardianOptions, opts PollOptions) (VerifyFn, error) {
 	g, err := NewGuardian(cfg)

@@ -68,7 +68,7 @@ func (s *script) submitBody(t *testing.T, i int) map[string]any {
 	return nil
 }
 
-// TestVerifyPaymentFailsClosed covers spec §1.4–1.5 and §4.3 verifyPayment: only an
+// TestVerifyPaymentFailsClosed covers docs/verdict.md#fail-closed: only an
 // approved terminal verdict approves; every other case is a non-approved result with the
 // right status, and the POST is sent exactly once.
 func TestVerifyPaymentFailsClosed(t *testing.T) {
@@ -263,7 +263,7 @@ func TestVerifyPaymentOneShot(t *testing.T) {
 	}
 }
 
-// spec §2.5 allowPromptOverride: the derived prompt unless overrides are allowed and one
+// docs/verdict.md#paymentaction: the derived prompt unless overrides are allowed and one
 // is given.
 func TestPromptOverride(t *testing.T) {
 	derived := "Pay 0.01 USDC to " + testPayee.Hex() + " for " + testResource
@@ -315,7 +315,7 @@ func TestPromptOverride(t *testing.T) {
 	}
 }
 
-// TestUncertainSubmitIsReconciledNeverResent: spec §4.1 POST rules 4–5 and §7: after
+// TestUncertainSubmitIsReconciledNeverResent: docs/verdict.md#envelope and docs/verdict.md#fail-closed: after
 // 429, 5xx or a network failure the POST is not repeated; the trace id is looked up.
 func TestUncertainSubmitIsReconciledNeverResent(t *testing.T) {
 	found := reply{body: `{"transactions":[{"id":"t1","requestHash":"0xfound","status":"PENDING"}]}`}
@@ -436,7 +436,7 @@ func TestReconcileAnswers(t *testing.T) {
 	})
 }
 
-// spec §4.3 withGuardian.
+// docs/gate.md#guardian.
 func TestWithGuardian(t *testing.T) {
 	h := "0x1"
 	valid := func(context.Context, *x402.Payment, *x402.Requirements) (x402.VerifyResponse, error) {

@@ -11,7 +11,7 @@ import (
 	"github.com/x402gate/x402gate/verdict"
 )
 
-// Polling defaults (spec §8 for the interval and attempts; the delay cap is ours).
+// Polling defaults (docs/verdict.md#fail-closed the interval and attempts; the delay cap is ours).
 const (
 	DefaultIntervalMs  = 1000
 	DefaultMaxAttempts = 20
@@ -21,7 +21,7 @@ const (
 	maxPollDelay = time.Hour
 )
 
-// PollOptions bounds Await (spec §4.1 GET rule 2, §8). The zero value means the
+// PollOptions bounds Await (docs/verdict.md#envelope rule 2). The zero value means the
 // defaults. With the defaults the nominal waits are 1, 2, 4 s and then 5 s, so 20
 // attempts span at most about 87 s, less with jitter; the caller's context can end it
 // sooner.
@@ -126,7 +126,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 var errBound = errors.New("bound reached")
 
 // run calls read up to MaxAttempts times, waiting Delay between calls, while read
-// reports "not done" without error or with a transient error (spec §4.1 GET rules 2–3).
+// reports "not done" without error or with a transient error (docs/verdict.md#envelope rules 2–3).
 // It returns the number of calls, the last transient error (nil if the last call was
 // merely not done), and nil, errBound, or read's non-transient error / the context's.
 func (o PollOptions) run(ctx context.Context, read func() (bool, error)) (int, error, error) {
@@ -161,7 +161,7 @@ func (o PollOptions) run(ctx context.Context, read func() (bool, error)) (int, e
 // Await polls Status until the verdict is terminal and returns it; the verdict may be
 // rejected, so check Approved. It polls while the verdict is missing, null or pending and
 // after transient failures (429, 5xx, network), with bounded exponential backoff and
-// jitter; ctx governs every request and every delay (spec §4.1 GET rules 1–3).
+// jitter; ctx governs every request and every delay (docs/verdict.md#envelope rules 1–3).
 //
 // It fails closed: 400/401/403/404 (*StatusError), an invalid answer
 // (*ValidationError), a redirect or oversized answer stop at once; a used-up bound

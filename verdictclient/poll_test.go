@@ -27,7 +27,7 @@ func (s *sleeps) sleep(ctx context.Context, d time.Duration) error {
 func TestPollDefaults(t *testing.T) {
 	o := PollOptions{}.normalized()
 	if o.IntervalMs != 1000 || o.MaxAttempts != 20 || o.MaxDelay != 5*time.Second {
-		t.Fatalf("defaults = %d ms, %d attempts, %s; want spec §8's 1000 ms and 20, and 5 s", o.IntervalMs, o.MaxAttempts, o.MaxDelay)
+		t.Fatalf("defaults = %d ms, %d attempts, %s; want the default 1000 ms and 20, and 5 s", o.IntervalMs, o.MaxAttempts, o.MaxDelay)
 	}
 	o = PollOptions{IntervalMs: -5, MaxAttempts: -1, MaxDelay: -time.Second}.normalized()
 	if o.IntervalMs != 1000 || o.MaxAttempts != 20 || o.MaxDelay != 5*time.Second {
@@ -38,7 +38,7 @@ func TestPollDefaults(t *testing.T) {
 	}
 }
 
-// TestPollDelaySchedule: bounded exponential backoff with equal jitter (spec §4.1 GET
+// TestPollDelaySchedule: bounded exponential backoff with equal jitter (docs/verdict.md#envelope
 // rule 2): nominal 1, 2, 4, 5, 5 … s, each spread over [d/2, d), capped at MaxDelay.
 func TestPollDelaySchedule(t *testing.T) {
 	nominal := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second, 5 * time.Second}

@@ -10,7 +10,7 @@ import (
 )
 
 // FetchVerificationRequirements asks the pricing service for the verification fee of a
-// resource (spec §4.3 fetchVerificationRequirements): it posts {"resource": resource} to
+// resource (docs/facilitator.md#verification-fee): it posts {"resource": resource} to
 // pricingURL and decodes {"requirements": …} into a *T, nil when the service answers
 // null (no fee applies). T is the wire form of payment requirements the caller speaks,
 // e.g. x402.RequirementsV1, x402.RequirementsV2 or json.RawMessage.

@@ -17,7 +17,7 @@ func merchantRequirements() x402.RequirementsV2 {
 	return r.V2()
 }
 
-// spec §4.3 fetchVerificationRequirements: post {resource}, read requirements or null;
+// docs/facilitator.md#verification-fee: post {resource}, read requirements or null;
 // non-2xx throws; the shared JSON transport rejects redirects and oversized answers.
 func TestFetchVerificationRequirements(t *testing.T) {
 	fee := `{"scheme":"exact","network":"eip155:84532","amount":"1000","asset":"0x036CbD53842c5426634e7929541eC2318f3dCF7e","payTo":"0x1111111111111111111111111111111111111111","maxTimeoutSeconds":60}`

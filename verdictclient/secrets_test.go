@@ -37,7 +37,7 @@ func logText(t *testing.T, logs *observer.ObservedLogs) string {
 	return b.String()
 }
 
-// TestAPIKeyNeverLeaks: spec §5.1, §5.2, §5.5. Across every path (approval, rejection,
+// TestAPIKeyNeverLeaks: docs/verdict.md#secrets every path (approval, rejection,
 // uncertain submit and reconcile, transient failures, 401 with the key echoed by the
 // service, a humanReason quoting the key), the key travels only in x-api-key: never in
 // a URL, a body, metadata, an error, a result or a log entry.
@@ -130,7 +130,7 @@ func TestAPIKeyNeverLeaks(t *testing.T) {
 			payerUsed++
 		}
 		if r.header.Get("Authorization") != "" {
-			t.Fatalf("%s %s sent a bearer token beside the key (spec §5.2)", r.method, r.url)
+			t.Fatalf("%s %s sent a bearer token beside the key (docs/verdict.md#secrets)", r.method, r.url)
 		}
 		if r.method == http.MethodGet && (r.contentLength != 0 || len(r.transferEncoding) != 0 || len(r.body) != 0) {
 			t.Fatalf("GET %s carries a body (length %d, encoding %v)", r.url, r.contentLength, r.transferEncoding)
@@ -152,7 +152,7 @@ func TestAPIKeyNeverLeaks(t *testing.T) {
 }
 
 // The transport refuses to send the key outside its header, whatever the caller put in
-// the request (spec §5.5).
+// the request (docs/verdict.md#secrets).
 func TestKeyInRequestIsRefused(t *testing.T) {
 	cases := []struct {
 		name string

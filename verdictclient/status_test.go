@@ -20,7 +20,7 @@ func paymentSubmit() SubmitRequest {
 	}
 }
 
-// spec §7, Submit column: each status, one POST, and the error class the caller acts on.
+// docs/verdict.md#fail-closed, Submit column: each status, one POST, and the error class the caller acts on.
 func TestSubmitStatusTable(t *testing.T) {
 	cases := []struct {
 		name      string
@@ -76,7 +76,7 @@ func TestSubmitStatusTable(t *testing.T) {
 	}
 }
 
-// spec §7, Status column: 400/401/403/404 stop after one GET; 429, 5xx and network
+// docs/verdict.md#fail-closed, Status column: 400/401/403/404 stop after one GET; 429, 5xx and network
 // failures are retried within the bound and then the verdict is read.
 func TestStatusTable(t *testing.T) {
 	approved := envelope(testenv.ApprovedVerdict())
@@ -197,7 +197,7 @@ func TestSubmitRefusesInvalidRequestsWithoutSending(t *testing.T) {
 	}
 }
 
-// spec §7, Status column, one read: Status never retries by itself; it reports whether
+// docs/verdict.md#fail-closed, Status column, one read: Status never retries by itself; it reports whether
 // the failure is one that Await may retry (IsTransient) or one that stops.
 func TestStatusSingleReadTable(t *testing.T) {
 	cases := []struct {

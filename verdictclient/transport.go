@@ -23,17 +23,17 @@ import (
 // the cap leaves two orders of magnitude of headroom while bounding the memory one
 // hostile or broken service can make a caller spend. A larger answer (by Content-Length
 // or by what actually arrives) fails with ErrResponseTooLarge and is never approval
-// (spec §8: "Larger responses are rejected").
+// (docs/verdict.md#fail-closed: "Larger responses are rejected").
 const MaxResponseBytes = 1 << 20
 
 // DefaultTimeout is the per-request timeout when Config.Timeout is zero. The spec leaves
-// it open (§8); 10 s is long for a deterministic verdict and short enough that a stuck
+// it open; 10 s is long for a deterministic verdict and short enough that a stuck
 // connection frees its caller. The caller's context still bounds everything.
 const DefaultTimeout = 10 * time.Second
 
 const userAgent = "x402gate-verdictclient/1"
 
-// jsonTransport is the shared JSON transport (spec §4.3 fetchVerificationRequirements):
+// jsonTransport is the shared JSON transport (docs/facilitator.md#verification-fee):
 // no redirects, a response size cap, a JSON content type on success, and a per-request
 // timeout under the caller's context.
 type jsonTransport struct {
@@ -57,7 +57,7 @@ func newJSONTransport(hc *http.Client, timeout time.Duration) *jsonTransport {
 }
 
 // logDone records one finished request at debug level. Only non-sensitive identifiers
-// are fields (spec §5.5): the operation, the method, the status, the requestHash. Never
+// are fields (docs/verdict.md#secrets): the operation, the method, the status, the requestHash. Never
 // the URL's query, a body, a header or the key.
 func (t *jsonTransport) logDone(c call, status int, err error) {
 	ce := t.log.Check(zapcore.DebugLevel, "verdict service request")
@@ -105,7 +105,7 @@ func (t *jsonTransport) send(ctx context.Context, c call) (*answer, int, error) 
 	if err := ctx.Err(); err != nil {
 		return nil, 0, fmt.Errorf("%s: %w", c.op, err)
 	}
-	// spec §5.5: the key never travels in a URL or a body, whatever the caller put there.
+	// docs/verdict.md#secrets: the key never travels in a URL or a body, whatever the caller put there.
 	if c.apiKey != "" && (strings.Contains(c.url, c.apiKey) || bytes.Contains(c.body, []byte(c.apiKey))) {
 		return nil, 0, &verdict.InputError{Field: "request", Problem: "the api key appears in the request url or body; refusing to send"}
 	}
@@ -132,7 +132,7 @@ func (t *jsonTransport) send(ctx context.Context, c call) (*answer, int, error) 
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.apiKey != "" {
-		req.Header.Set("x-api-key", c.apiKey) // spec §5.1; no bearer token alongside (§5.2)
+		req.Header.Set("x-api-key", c.apiKey) // docs/verdict.md#secrets; no bearer token alongside
 	}
 	resp, err := t.hc.Do(req)
 	if err != nil {
@@ -233,7 +233,7 @@ func parseRetryAfter(v string) time.Duration {
 }
 
 // errorMessage pulls a string "message" out of a JSON error body (the NestJS shape
-// {statusCode, message, error} of the service's ancestor, research/policy.md §1.3) for
+// {statusCode, message, error} of the service's ancestor, docs/verdict.md#envelope) for
 // diagnostics: at most 200 bytes, printable characters only, never the key.
 func errorMessage(body []byte, apiKey string) string {
 	if len(body) == 0 {

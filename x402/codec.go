@@ -41,7 +41,7 @@ const (
 )
 
 // EncodeHeader encodes v as a header value: standard padded base64 of its JSON, as every
-// x402 transport does (research/x402.md §1.3, §3.2).
+// x402 transport does (docs/protocol.md#payment-payload).
 func EncodeHeader(v any) (string, error) {
 	b, err := json.Marshal(v)
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 	"github.com/ethereum/go-ethereum/signer/core/apitypes"
 )
 
-// EIP-712 type hashes of EIP-3009 (research/x402.md §1.8).
+// EIP-712 type hashes of EIP-3009 (docs/protocol.md#eip-712-and-eip-3009).
 var (
 	// TransferWithAuthorizationTypeHash is keccak256 of
 	// "TransferWithAuthorization(address from,address to,uint256 value,uint256 validAfter,uint256 validBefore,bytes32 nonce)".
@@ -21,7 +21,7 @@ var (
 )
 
 // transferWithAuthorizationTypes are the EIP-712 types every x402 client signs
-// (x402 legacy/x402/src/types/shared/evm/eip3009.ts, spec §6.1.1).
+// (x402 legacy/x402/src/types/shared/evm/eip3009.ts, docs/protocol.md#eip-712-and-eip-3009).
 var transferWithAuthorizationTypes = apitypes.Types{
 	"EIP712Domain": {
 		{Name: "name", Type: "string"},

@@ -30,7 +30,7 @@ type Network struct {
 }
 
 // Networks known without configuration. The addresses and domains are Circle's USDC
-// deployments (research/x402.md §1.7).
+// deployments (docs/protocol.md#networks-and-assets).
 var (
 	Base = Network{
 		Name: "base", CAIP2: "eip155:8453", ChainID: big.NewInt(8453),

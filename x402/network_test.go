@@ -36,7 +36,7 @@ func TestRegistryLookup(t *testing.T) {
 }
 
 func TestBuiltInNetworksCarryCirclesUSDCDomains(t *testing.T) {
-	// research/x402.md §1.7: the mainnet/testnet EIP-712 name difference.
+	// docs/protocol.md#networks-and-assets: the mainnet/testnet EIP-712 name difference.
 	for _, tc := range []struct {
 		n             Network
 		caip2, addr   string

@@ -38,7 +38,7 @@ func HeaderVersion(header string) int {
 
 // DecodePaymentHeader decodes and checks the value of an X-PAYMENT (v1) or
 // PAYMENT-SIGNATURE (v2) header into the normalised Payment. The inner x402Version must
-// be the one of the header that carried it (DESIGN.md "Wire compatibility"). A nil reg
+// be the one of the header that carried it (docs/protocol.md#headers). A nil reg
 // means the built-in networks. Every error is a *DecodeError.
 func DecodePaymentHeader(header string, value string, reg *Registry) (*Payment, error) {
 	want := HeaderVersion(header)

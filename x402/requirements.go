@@ -111,7 +111,7 @@ func readCommon(o *object, r *Requirements) error {
 // V1 renders r as a v1 accepts entry that passes x402-fetch 1.2.0's zod schema: the v1
 // network name from reg (nil means the built-in networks), checksummed addresses (the
 // client string-compares asset with its USDC table), mimeType always a string, and
-// outputSchema omitted when there is none (null fails zod). research/x402.md §1.2.
+// outputSchema omitted when there is none (null fails zod). docs/protocol.md#requirements
 func (r *Requirements) V1(reg *Registry) (RequirementsV1, error) {
 	n, ok := registryOr(reg).Lookup(r.Network)
 	if !ok {
@@ -148,7 +148,7 @@ func (r *Requirements) V2() RequirementsV2 {
 
 // Domain returns the EIP-712 domain name and version from Extra ({"name", "version"}).
 // ok is false unless both are non-empty strings; v2 facilitators then refuse with
-// ReasonMissingEIP712Domain (research/x402.md §2.2 step 2).
+// ReasonMissingEIP712Domain (docs/facilitator.md#verify step 2).
 func (r *Requirements) Domain() (name, version string, ok bool) {
 	name, _ = r.Extra["name"].(string)
 	version, _ = r.Extra["version"].(string)
@@ -157,7 +157,7 @@ func (r *Requirements) Domain() (name, version string, ok bool) {
 
 // Matches checks that p pays r: scheme, network, asset (v2), recipient and amount. Addresses
 // compare as 20-byte values, so case does not matter; the amount must be equal, as v2's
-// "exact" requires (DESIGN.md "Wire compatibility"). It returns nil or the
+// "exact" requires (docs/protocol.md#headers). It returns nil or the
 // *MismatchError of the first difference, in the facilitator's check order.
 func (r *Requirements) Matches(p *Payment) error {
 	if p == nil {

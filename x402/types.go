@@ -113,7 +113,7 @@ type PayloadV2 struct {
 // VerifyRequest is the body of POST /verify. The payload and requirements stay raw until
 // the facilitator decodes them in the shape of X402Version (or of the payload's own
 // x402Version when the top-level one is absent). VerificationRequirements is the optional
-// verification-fee requirement of the verdict service (spec §4.2).
+// verification-fee requirement of the verdict service (docs/facilitator.md#api).
 type VerifyRequest struct {
 	X402Version              int             `json:"x402Version,omitempty"`
 	PaymentPayload           json.RawMessage `json:"paymentPayload"`

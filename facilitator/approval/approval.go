@@ -32,7 +32,7 @@ var (
 
 // Store holds short-lived approval records and settlement claims. Implementations
 // are safe for concurrent use, and Consume and Claim are atomic across every process that
-// shares the store (spec §4.2 /settle rule 2: we do better than the non-atomic default).
+// shares the store (docs/facilitator.md#settle-order rule 2: we do better than the non-atomic default).
 type Store interface {
 	// Record stores a for k until ttl elapses. While an earlier approval for k is
 	// unexpired, that one is kept (its ttl is not extended) and Record succeeds: an

@@ -87,8 +87,8 @@ func race(t *testing.T, n int, want error, f func(i int) error) (wins int) {
 	return int(won.Load())
 }
 
-// approvalStoreCases is the behaviour every ApprovalStore shares (spec §3 gateway approval
-// record; spec §4.2 /settle rules 1-2).
+// approvalStoreCases is the behaviour every ApprovalStore shares (docs/facilitator.md#approval-records approval
+// record; docs/facilitator.md#settle-order rules 1-2).
 var approvalStoreCases = []struct {
 	name string
 	run  func(t *testing.T, s approval.Store)

@@ -31,7 +31,7 @@ var ErrInvalidTTL = errors.New("approval store: ttl out of range")
 // nothing; expired entries are dropped when read, and expired claims when the claim
 // table is full.
 //
-// Unlike the store the spec describes as the default (spec §4.2 /settle rule 2: "a
+// Unlike the store the spec describes as the default (docs/facilitator.md#settle-order rule 2: "a
 // non-atomic read then delete"), every operation runs under one mutex, so Consume is a
 // true get-and-delete and exactly one of any number of concurrent Claims wins within the
 // process. It shares nothing with other processes: several instances need RedisStore.
@@ -115,7 +115,7 @@ func (s *MemoryStore) Record(ctx context.Context, k x402.PaymentKey, a Approval,
 	return nil
 }
 
-// Consume atomically removes and returns the unexpired approval for k (spec §4.2 /settle
+// Consume atomically removes and returns the unexpired approval for k (docs/facilitator.md#settle-order
 // rule 1). An expired record is removed too, and reported as ErrNotFound.
 func (s *MemoryStore) Consume(ctx context.Context, k x402.PaymentKey) (Approval, error) {
 	if err := ctx.Err(); err != nil {

@@ -23,7 +23,7 @@ const DefaultRedisKeyPrefix = "x402gate:"
 // RedisStore is the shared Store of several instances (DESIGN "State and where it
 // lives"). Record is SET PX, Consume is GETDEL and Claim is SET NX PX, each one command,
 // so consumption and claims are atomic across every process that uses the same Redis
-// (spec §4.2 /settle rule 2). GETDEL needs Redis 6.2 or later.
+// (docs/facilitator.md#settle-order rule 2). GETDEL needs Redis 6.2 or later.
 //
 // Every failure to reach Redis wraps ErrUnavailable, and callers fail closed on it.
 // No error carries the password of the Redis URL.
@@ -111,8 +111,8 @@ func (s *RedisStore) Record(ctx context.Context, k x402.PaymentKey, a Approval, 
 	return nil
 }
 
-// Consume atomically removes and returns the unexpired approval for k with GETDEL (spec
-// §4.2 /settle rule 1). When the reply to a GETDEL is lost the approval is gone anyway:
+// Consume atomically removes and returns the unexpired approval for k with GETDEL (docs/facilitator.md#api
+// ). When the reply to a GETDEL is lost the approval is gone anyway:
 // the settle fails closed and the payer verifies again.
 func (s *RedisStore) Consume(ctx context.Context, k x402.PaymentKey) (Approval, error) {
 	b, err := s.client.GetDel(ctx, s.approvalKey(k)).Bytes()

@@ -39,7 +39,7 @@ var (
 	ErrMalformedResponse = errors.New("malformed facilitator response")
 	// ErrUnreachable: the request could not be sent or its answer not read (connection
 	// refused or reset, a per-call timeout). For /settle the outcome is then unknown: do
-	// not retry it blindly (docs/facilitator.md#settle).
+	// not retry it blindly (docs/facilitator.md#settle-order).
 	ErrUnreachable = jsonhttp.ErrUnreachable
 )
 
@@ -96,7 +96,7 @@ type ClientConfig struct {
 	Registry *x402.Registry
 	// InsecureHTTP allows a plain http URL to a host that is not loopback. Over plain http
 	// anyone on the path reads the API key and can forge a settlement's success:true, so
-	// only set it on a network that is itself trusted (docs/facilitator.md#remote-facilitator).
+	// only set it on a network that is itself trusted (docs/facilitator.md#api).
 	// Default: false.
 	InsecureHTTP bool
 }
@@ -165,7 +165,7 @@ func loopbackHost(host string) bool {
 }
 
 // clientRequest is the body of /verify and /settle as the Client sends it: every part
-// in the payment's original version shape (docs/facilitator.md#wire-compatibility).
+// in the payment's original version shape (docs/facilitator.md#api).
 type clientRequest struct {
 	X402Version              int `json:"x402Version"`
 	PaymentPayload           any `json:"paymentPayload"`

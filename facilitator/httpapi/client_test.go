@@ -341,7 +341,7 @@ func TestNewClientRefusesUnsafeConfig(t *testing.T) {
 // TestNewClientPlainHTTPOnlyToLoopback: over plain http a network attacker reads
 // x-facilitator-key and can forge success:true, so NewClient takes an http URL only when
 // its host is this machine, or when ClientConfig.InsecureHTTP says so explicitly
-// (docs/facilitator.md#remote-facilitator).
+// (docs/facilitator.md#api).
 func TestNewClientPlainHTTPOnlyToLoopback(t *testing.T) {
 	cases := []struct {
 		name     string

@@ -16,7 +16,7 @@ import (
 const healthInfoTimeout = 5 * time.Second
 
 // HealthDetails is what GET /health adds to {"status":"ok"} when detailed health is
-// explicitly enabled (docs/facilitator.md#health: network, chain, scheme, asset,
+// explicitly enabled (docs/facilitator.md#api: network, chain, scheme, asset,
 // facilitator address and balances, and the verdict service URL; the JSON names are ours).
 // It carries no secret: no RPC URL (which often embeds a provider key), no API key.
 // Example:
@@ -49,7 +49,7 @@ type HealthNetwork struct {
 	// Asset is the EIP-3009 token address (0x-hex).
 	Asset string `json:"asset"`
 	// Balances are the facilitator account's balances there, read from a cache
-	// (docs/facilitator.md#health).
+	// (docs/facilitator.md#api).
 	Balances HealthBalances `json:"balances"`
 }
 
@@ -92,7 +92,7 @@ type healthBody struct {
 	*HealthDetails
 }
 
-// serveHealth answers GET /health (docs/facilitator.md#health). The default answer is
+// serveHealth answers GET /health (docs/facilitator.md#api). The default answer is
 // {"status":"ok"} and touches nothing else: no RPC, no store, no callback. Detailed health,
 // when explicitly enabled, adds HealthInfo's answer; when the callback fails, the answer is
 // 503 {"status":"degraded"} with no detail (the error is logged).

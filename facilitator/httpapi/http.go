@@ -29,16 +29,16 @@ const (
 	// DefaultMaxBodyBytes caps a request body of the facilitator API.
 	DefaultMaxBodyBytes = 64 << 10
 	// DefaultPricingTimeout bounds one call to the pricing service
-	// (docs/facilitator.md#verification-quote).
+	// (docs/facilitator.md#verification-fee).
 	DefaultPricingTimeout = 5 * time.Second
 )
 
 // HeaderFacilitatorKey is the request header that carries FACILITATOR_API_KEY
-// (docs/facilitator.md#api-key).
+// (docs/facilitator.md#api).
 const HeaderFacilitatorKey = "x-facilitator-key"
 
 // HandlerOptions configure NewHandler. The zero value serves an open API (no key), as a
-// facilitator without FACILITATOR_API_KEY does (docs/facilitator.md#api-key).
+// facilitator without FACILITATOR_API_KEY does (docs/facilitator.md#api).
 type HandlerOptions struct {
 	// APIKey is FACILITATOR_API_KEY. When set, every route except GET /health requires
 	// the x-facilitator-key header with exactly this value, compared in constant time; a
@@ -60,7 +60,7 @@ type HandlerOptions struct {
 	// PricingTimeout bounds one pricing call. Default: DefaultPricingTimeout.
 	PricingTimeout time.Duration
 	// HealthDetailed turns on detailed GET /health, which is off unless explicitly enabled
-	// (docs/facilitator.md#health).
+	// (docs/facilitator.md#api).
 	// Default: false, {"status":"ok"} with no RPC read.
 	HealthDetailed bool
 	// HealthInfo supplies the detailed health fields, from cached balances. It is called
@@ -112,7 +112,7 @@ type Backend interface {
 
 type apiRoute struct {
 	method string
-	open   bool // served without the API key (only /health, docs/facilitator.md#api-key)
+	open   bool // served without the API key (only /health, docs/facilitator.md#api)
 	serve  func(*apiHandler, http.ResponseWriter, *http.Request)
 }
 
@@ -206,7 +206,7 @@ func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	route.serve(h, w, r)
 }
 
-// authorized checks x-facilitator-key in constant time (docs/facilitator.md#api-key). Both
+// authorized checks x-facilitator-key in constant time (docs/facilitator.md#api). Both
 // sides are hashed first so that the comparison does not leak the key's length either.
 func (h *apiHandler) authorized(r *http.Request) bool {
 	if h.opts.APIKey == "" {
@@ -364,7 +364,7 @@ func peekString(raw json.RawMessage, key string) string {
 }
 
 // networkFor renders a known network in the form of x402 version v: the v1 name for v1, the
-// CAIP-2 id otherwise (docs/facilitator.md#wire-compatibility). An unknown network is "",
+// CAIP-2 id otherwise (docs/facilitator.md#api). An unknown network is "",
 // so client input that did not decode is never echoed.
 func (h *apiHandler) networkFor(v int, id string) string {
 	if id == "" {
@@ -433,7 +433,7 @@ func (h *apiHandler) runVerify(ctx context.Context, w http.ResponseWriter, pr pa
 
 // settleBody is the wire form of a settle answer: txHash is always present beside
 // transaction, with the same value: clients read transaction, the facilitator API names
-// txHash (docs/facilitator.md#wire-compatibility).
+// txHash (docs/facilitator.md#api).
 type settleBody struct {
 	x402.SettleResponse
 	TxHash string `json:"txHash"`
@@ -449,7 +449,7 @@ func newSettleBody(resp x402.SettleResponse, network string) settleBody {
 	return settleBody{SettleResponse: resp, TxHash: resp.Transaction}
 }
 
-// serveSettle answers POST /settle (docs/facilitator.md#settle). A 500 carries the
+// serveSettle answers POST /settle (docs/facilitator.md#settle-order). A 500 carries the
 // transaction hash when the engine returned one with its error: a broadcast whose outcome
 // is unknown must be reconciled, never blindly retried, and the hash is public.
 func (h *apiHandler) serveSettle(w http.ResponseWriter, r *http.Request) {

@@ -22,7 +22,7 @@ const reasonInvalidResource = "invalid_resource"
 var errPricingAnswer = errors.New("pricing answer is not {requirements: object or null}")
 
 // quoteBody is both the request of POST /verification/quote and what is sent on to the
-// pricing service: {resource: PaymentRequirements} (docs/facilitator.md#verification-quote).
+// pricing service: {resource: PaymentRequirements} (docs/facilitator.md#verification-fee).
 type quoteBody struct {
 	Resource json.RawMessage `json:"resource"`
 }
@@ -32,7 +32,7 @@ type quoteAnswer struct {
 	Requirements json.RawMessage `json:"requirements"`
 }
 
-// serveQuote answers POST /verification/quote (docs/facilitator.md#verification-quote). It
+// serveQuote answers POST /verification/quote (docs/facilitator.md#verification-fee). It
 // is a pass-through: the gateway computes no fee. Without a resource it is 400; without a
 // pricing URL the answer is {"requirements": null}; when pricing is unreachable, answers
 // non-2xx, redirects, is too large or malformed, the answer is 502
@@ -68,7 +68,7 @@ func (h *apiHandler) serveQuote(w http.ResponseWriter, r *http.Request) {
 }
 
 // fetchPricing POSTs {resource} to the pricing service and returns its requirements (a JSON
-// object) or null. Any status but 2xx is an error (docs/facilitator.md#verification-quote).
+// object) or null. Any status but 2xx is an error (docs/facilitator.md#verification-fee).
 // Errors carry the status or the transport cause, never the answer's body.
 func (h *apiHandler) fetchPricing(ctx context.Context, resource json.RawMessage) (json.RawMessage, error) {
 	data, err := json.Marshal(quoteBody{Resource: resource})

@@ -15,7 +15,7 @@ import (
 )
 
 // Authorization is an EIP-3009 authorization: the message of TransferWithAuthorization and
-// ReceiveWithAuthorization (spec §6.1.1).
+// ReceiveWithAuthorization (docs/protocol.md#eip-712-and-eip-3009).
 type Authorization struct {
 	From        common.Address
 	To          common.Address

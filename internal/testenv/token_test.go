@@ -24,7 +24,7 @@ type attempt struct {
 }
 
 // TestX402TokenFollowsFiatTokenV2 checks the EIP-3009 rules of X402Token that facilitators
-// depend on, with the revert strings of USDC's FiatToken v2.2 (spec §6.1.1).
+// depend on, with the revert strings of USDC's FiatToken v2.2 (docs/protocol.md#eip-712-and-eip-3009).
 func TestX402TokenFollowsFiatTokenV2(t *testing.T) {
 	t.Parallel()
 	c, tok := testenv.StartChainWithToken(t)

@@ -2,7 +2,7 @@ package testenv
 
 import "encoding/json"
 
-// verdictChecks are the twelve checkIds of docs/verdict.md#check-result, in table order.
+// verdictChecks are the twelve checkIds of docs/verdict.md#checks, in table order.
 var verdictChecks = []string{
 	"venue", "chain", "contract_selector", "asset", "recipient", "side",
 	"slippage_guard", "execution_price_bound", "leverage", "sanctions",
@@ -11,7 +11,7 @@ var verdictChecks = []string{
 
 // ApprovedVerdict is a complete, valid approved verdict as a mutable JSON tree: all
 // twelve checks, evidence, mixed freshness sources and a redaction
-// (docs/verdict.md#verdict-object). Each call returns a fresh tree.
+// (docs/verdict.md#verdict). Each call returns a fresh tree.
 func ApprovedVerdict() map[string]any {
 	checks := make([]any, 0, len(verdictChecks))
 	for i, id := range verdictChecks {
