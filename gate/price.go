@@ -72,13 +72,16 @@ func ParsePrice(s string, decimals int, symbol string) (*big.Int, error) {
 }
 
 func parseBaseUnits(s string) (*big.Int, error) {
-	if !allDigits(s) || len(s) > maxPriceDigits {
+	if strings.Contains(s, ".") || len(s) > maxPriceDigits {
 		return nil, errors.New("base units must be a decimal integer")
 	}
 	if len(s) > 1 && s[0] == '0' {
 		return nil, errors.New("base units must not have leading zeros")
 	}
-	n, _ := new(big.Int).SetString(s, 10)
+	n, err := x402.ParseAmount(s, 0) // digits only, at most uint256
+	if err != nil {
+		return nil, fmt.Errorf("base units must be a decimal integer that fits in uint256 (%w)", err)
+	}
 	return n, nil
 }
 
@@ -89,19 +92,6 @@ func parseHumanUnits(s string, decimals int) (*big.Int, error) {
 		return nil, errors.New("amount has too many digits")
 	}
 	return x402.ParseAmount(s, decimals)
-}
-
-// allDigits reports whether s is one or more ASCII digits.
-func allDigits(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
 }
 
 // FormatAmount renders base units in human units, without trailing zeros: 10000 with 6

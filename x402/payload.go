@@ -138,11 +138,7 @@ func decodePayloadV2(o *object, reg *Registry) (*Payment, error) {
 	}
 	p := &Payment{Version: Version2, Scheme: acc.Scheme, Network: acc.Network, Accepted: acc}
 	if o.has("resource") {
-		ro, err := o.obj("resource")
-		if err != nil {
-			return nil, err
-		}
-		res, err := decodeResource(ro)
+		res, err := o.resource("resource")
 		if err != nil {
 			return nil, err
 		}
@@ -180,6 +176,15 @@ func readNetwork(o *object, reg *Registry, version int) (Network, error) {
 		return n, nil
 	}
 	return Network{}, &DecodeError{Reason: ReasonInvalidNetwork, Field: o.field("network"), Msg: fmt.Sprintf("network %s is not supported in x402 v%d", clip(s), version)}
+}
+
+// resource reads the resource object under key.
+func (o *object) resource(key string) (ResourceInfo, error) {
+	ro, err := o.obj(key)
+	if err != nil {
+		return ResourceInfo{}, err
+	}
+	return decodeResource(ro)
 }
 
 // decodeResource reads a v2 ResourceInfo. Unknown keys are ignored: @x402/core 2.27 adds

@@ -61,11 +61,7 @@ func DecodePaymentRequired(value string) (*PaymentRequiredV2, error) {
 	if pr.Error, err = o.optStr("error"); err != nil {
 		return nil, err
 	}
-	ro, err := o.obj("resource")
-	if err != nil {
-		return nil, err
-	}
-	res, err := decodeResource(ro)
+	res, err := o.resource("resource")
 	if err != nil {
 		return nil, err
 	}
