@@ -3,6 +3,7 @@ package integration_test
 import (
 	"bufio"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -202,5 +203,84 @@ func TestScriptsRunRefusesATakenPort(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// demoEnv is the environment a test runs scripts/run with besides its ports: the chain's
+// files go to a temporary DEVCHAIN_DIR (never the repository's .devchain), the script runs the
+// Caddy this test binary built (X402_CADDY) instead of building ./caddy, and Caddy's config
+// and data directories (autosave, the facilitator's journal) are temporary. Go keeps the
+// caches and settings it has outside the test, so `go run` stays a cache hit.
+func demoEnv(t *testing.T) (devchain string, env []string) {
+	t.Helper()
+	dir := t.TempDir()
+	devchain = filepath.Join(dir, "devchain")
+	env = []string{
+		"DEVCHAIN_DIR=" + devchain,
+		"X402_CADDY=" + testenv.CaddyBinary(t),
+		"XDG_CONFIG_HOME=" + filepath.Join(dir, "config"),
+		"XDG_DATA_HOME=" + filepath.Join(dir, "data"),
+	}
+	out, err := exec.Command("go", "env", "GOENV", "GOCACHE", "GOMODCACHE").Output()
+	if err != nil {
+		t.Fatalf("go env: %v", err)
+	}
+	vals := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(vals) != 3 {
+		t.Fatalf("go env printed %q", out)
+	}
+	return devchain, append(env, "GOENV="+vals[0], "GOCACHE="+vals[1], "GOMODCACHE="+vals[2])
+}
+
+// waitForDemo waits until url answers 402, the demo's answer to an unpaid request, and fails
+// the test if the script exits first.
+func waitForDemo(t *testing.T, d *demoScript, url string) {
+	t.Helper()
+	deadline := time.After(demoRunBound)
+	for {
+		if r, err := do(t, http.MethodGet, url, "", nil); err == nil && r.Status == http.StatusPaymentRequired {
+			return
+		}
+		select {
+		case <-d.exited:
+			t.Fatalf("scripts/run exited (%s) before %s answered 402", d.cmd.ProcessState, url)
+		case <-deadline:
+			t.Fatalf("%s did not answer 402 within %s", url, demoRunBound)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// TestScriptsRunKeepsTheDevelopmentKeysOutOfItsLog runs the demo as a user does, with its
+// ports moved, until its static site answers; anvil.log must not hold anvil's start-up banner,
+// which lists the development private keys, the facilitator's included. Then Ctrl-C must stop
+// Caddy and anvil.
+func TestScriptsRunKeepsTheDevelopmentKeysOutOfItsLog(t *testing.T) {
+	ports, env := demoPorts(t)
+	devchain, more := demoEnv(t)
+	d := startDemo(t, append(env, more...))
+	anvil, site := ports[0], ports[1]
+	waitForDemo(t, d, "http://127.0.0.1:"+strconv.Itoa(site.port)+"/")
+
+	log, err := os.ReadFile(filepath.Join(devchain, "anvil.log"))
+	if err != nil {
+		t.Fatalf("read anvil.log: %v", err)
+	}
+	for i, key := range testenv.DevKeys {
+		if strings.Contains(strings.ToLower(string(log)), key) {
+			t.Errorf("anvil.log holds the private key of development account %d", i)
+		}
+	}
+
+	d.interrupt()
+	select {
+	case <-d.exited:
+	case <-time.After(demoStopBound):
+		t.Fatalf("scripts/run did not exit within %s of Ctrl-C", demoStopBound)
+	}
+	for _, p := range []demoPort{anvil, site} {
+		if listening(p.port) {
+			t.Errorf("port %d (%s) still listens after Ctrl-C", p.port, p.name)
+		}
 	}
 }
