@@ -2,9 +2,12 @@ package integration_test
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -96,6 +99,75 @@ func caddyArgs(t *testing.T, command, devchain string) []string {
 	return args
 }
 
+// startDevchain starts anvil and prepares it as scripts/run does (go run
+// ./integration/cmd/devchain): our token, the funded demo payer, and the env file and key files,
+// in a temporary directory it returns with the env file's variables.
+func startDevchain(t *testing.T) (dir string, env map[string]string) {
+	t.Helper()
+	chain := testenv.StartAnvil(t)
+	dir = filepath.Join(t.TempDir(), "devchain")
+	root, err := testenv.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), commandBound)
+	defer cancel()
+	dc := exec.CommandContext(ctx, "go", "run", "./integration/cmd/devchain", "-rpc", chain.RPCURL, "-out", dir)
+	dc.Dir = root
+	if out, err := dc.CombinedOutput(); err != nil {
+		t.Fatalf("go run ./integration/cmd/devchain: %v: %s", err, out)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env = map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		name, value, _ := strings.Cut(line, "=")
+		env[name] = value
+	}
+	return dir, env
+}
+
+// demoExample is Caddyfile.example running on a devchain, with its ports moved.
+type demoExample struct {
+	devchain string
+	site     int
+	api      int
+}
+
+// startExample runs Caddyfile.example, as scripts/run does, on a chain prepared by devchain:
+// the env file's variables, and free ports for the four sites.
+func startExample(t *testing.T) demoExample {
+	t.Helper()
+	root, err := testenv.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	example, err := os.ReadFile(filepath.Join(root, "Caddyfile.example"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	devchain, env := startDevchain(t)
+	d := demoExample{devchain: devchain, site: testenv.FreePort(t), api: testenv.FreePort(t)}
+	fac, up := testenv.FreePort(t), testenv.FreePort(t)
+	opts := testenv.CaddyOptions{
+		Env: []string{
+			"X402_DEMO_SITE_PORT=" + strconv.Itoa(d.site),
+			"X402_DEMO_API_PORT=" + strconv.Itoa(d.api),
+			"X402_DEMO_FACILITATOR_PORT=" + strconv.Itoa(fac),
+			"X402_DEMO_UPSTREAM_PORT=" + strconv.Itoa(up),
+			"X402_DEMO_ROOT=" + filepath.Join(root, "integration", "demo", "site"),
+		},
+		WaitPorts: []int{d.site, d.api, fac, up},
+	}
+	for name, value := range env {
+		opts.Env = append(opts.Env, name+"="+value)
+	}
+	testenv.StartCaddy(t, string(example), opts)
+	return d
+}
+
 // TestCaddyfileExampleAdaptsAndValidatesAsTheReadmeSays runs the README's `caddy adapt` and
 // `caddy validate` commands for Caddyfile.example. adapt gets no environment at all: the
 // example's defaults must make it a valid Caddyfile, and they are what scripts/run sets on a
@@ -109,35 +181,15 @@ func TestCaddyfileExampleAdaptsAndValidatesAsTheReadmeSays(t *testing.T) {
 		t.Fatalf("README shows %d `./caddy adapt … Caddyfile.example` and %d `./caddy validate --envfile .devchain/env …` commands, want one of each", len(adapt), len(validate))
 	}
 
-	chain := testenv.StartAnvil(t)
-	devchain := filepath.Join(t.TempDir(), "devchain")
-	root, err := testenv.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), commandBound)
-	defer cancel()
-	dc := exec.CommandContext(ctx, "go", "run", "./integration/cmd/devchain", "-rpc", chain.RPCURL, "-out", devchain)
-	dc.Dir = root
-	if out, err := dc.CombinedOutput(); err != nil {
-		t.Fatalf("go run ./integration/cmd/devchain: %v: %s", err, out)
-	}
-	env, err := os.ReadFile(filepath.Join(devchain, "env"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	devchain, env := startDevchain(t)
 
 	t.Run("caddy adapt needs no environment, and its defaults are the demo's", func(t *testing.T) {
 		stdout, stderr, err := runCaddy(t, caddyArgs(t, adapt[0], devchain)...)
 		if err != nil {
 			t.Fatalf("%s with an empty environment: %v: %s", adapt[0], err, stderr)
 		}
-		for _, line := range strings.Split(string(env), "\n") {
-			name, value, _ := strings.Cut(line, "=")
-			if name != "X402_TOKEN" && name != "X402_PAY_TO" {
-				continue
-			}
-			if !strings.Contains(strings.ToLower(stdout), strings.ToLower(value)) {
+		for _, name := range []string{"X402_TOKEN", "X402_PAY_TO"} {
+			if value := env[name]; value == "" || !strings.Contains(strings.ToLower(stdout), strings.ToLower(value)) {
 				t.Errorf("the adapted example lacks %s=%s, what devchain writes on a fresh chain", name, value)
 			}
 		}
@@ -147,4 +199,80 @@ func TestCaddyfileExampleAdaptsAndValidatesAsTheReadmeSays(t *testing.T) {
 			t.Fatalf("%s: %v: %s", validate[0], err, stderr)
 		}
 	})
+}
+
+// payCommands returns the `node integration/scripts/…` commands that Caddyfile.example's usage
+// comment and README.md's sh blocks show.
+func payCommands(t *testing.T) []string {
+	t.Helper()
+	const script = "node integration/scripts/"
+	root, err := testenv.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	example, err := os.ReadFile(filepath.Join(root, "Caddyfile.example"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmds []string
+	for _, line := range strings.Split(string(example), "\n") {
+		if c, ok := strings.CutPrefix(line, "#"); ok && strings.Contains(c, script) {
+			c, _, _ = strings.Cut(c, " #")
+			cmds = append(cmds, strings.TrimSpace(c))
+		}
+	}
+	if len(cmds) == 0 {
+		t.Fatalf("Caddyfile.example shows no %q command", script)
+	}
+	readme := readmeCommands(t, script)
+	if len(readme) == 0 {
+		t.Fatalf("README.md shows no %q command", script)
+	}
+	return append(cmds, readme...)
+}
+
+// TestDocumentedPayCommandsPay runs every `node integration/scripts/pay-*.mjs` command that
+// Caddyfile.example and README.md show, as a user pastes it into a shell in the repository
+// (bash, an environment with nothing but PATH and HOME, .devchain/ written by devchain), against
+// Caddyfile.example on that chain. Only the ports move. Each must pay: status 200.
+func TestDocumentedPayCommandsPay(t *testing.T) {
+	cmds := payCommands(t)
+	ex := startExample(t)
+	root, err := testenv.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The user's checkout: integration/ holds the scripts and node_modules, .devchain/ the files
+	// scripts/run writes.
+	repo := t.TempDir()
+	for link, target := range map[string]string{"integration": filepath.Join(root, "integration"), ".devchain": ex.devchain} {
+		if err := os.Symlink(target, filepath.Join(repo, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ports := strings.NewReplacer(
+		"127.0.0.1:8080", "127.0.0.1:"+strconv.Itoa(ex.site),
+		"127.0.0.1:8081", "127.0.0.1:"+strconv.Itoa(ex.api),
+	)
+	for _, command := range cmds {
+		t.Run(command, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), commandBound)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "bash", "-c", ports.Replace(command))
+			cmd.Dir = repo
+			cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+			var stdout, stderr strings.Builder
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("%v: %s", err, strings.TrimSpace(stderr.String()))
+			}
+			var out payOutput
+			if err := json.Unmarshal([]byte(stdout.String()), &out); err != nil {
+				t.Fatalf("printed no JSON: %v: %q", err, stdout.String())
+			}
+			if out.Status != http.StatusOK {
+				t.Errorf("status %d, want 200: %s", out.Status, out.Body)
+			}
+		})
+	}
 }
