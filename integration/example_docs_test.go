@@ -276,3 +276,35 @@ func TestDocumentedPayCommandsPay(t *testing.T) {
 		})
 	}
 }
+
+// TestCaddyfileExampleLeavesFaviconFree asks Caddyfile.example's static paywall, unpaid, for
+// what a browser fetches on its own: /favicon.ico and /robots.txt are not paid for (the demo
+// site has neither, so file_server answers 404), while every other path still answers 402,
+// including ones that only look like the free paths.
+func TestCaddyfileExampleLeavesFaviconFree(t *testing.T) {
+	ex := startExample(t)
+	base := "http://127.0.0.1:" + strconv.Itoa(ex.site)
+	for _, tc := range []struct {
+		name    string
+		rawPath string
+		want    int
+	}{
+		{"the page costs", "/", http.StatusPaymentRequired},
+		{"a file costs", "/data.json", http.StatusPaymentRequired},
+		{"the favicon is free", "/favicon.ico", http.StatusNotFound},
+		{"robots.txt is free", "/robots.txt", http.StatusNotFound},
+		{"a path below the favicon costs", "/favicon.ico/index.html", http.StatusPaymentRequired},
+		{"a path that climbs out of the favicon costs", "/favicon.ico/../data.json", http.StatusPaymentRequired},
+		{"an escaped path to the page costs", "/%69ndex.html", http.StatusPaymentRequired},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := do(t, http.MethodGet, base+tc.rawPath, tc.rawPath, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Status != tc.want {
+				t.Errorf("GET %s: status %d, want %d", tc.rawPath, r.Status, tc.want)
+			}
+		})
+	}
+}
