@@ -1,8 +1,6 @@
 package caddymodule
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -220,7 +218,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	if pricingURL != "" {
-		opts.Pricing = pricingFunc(caddy.NewReplacer().ReplaceKnown(pricingURL, ""), opts.Registry)
+		opts.Pricing = verdictclient.Pricing(caddy.NewReplacer().ReplaceKnown(pricingURL, ""), opts.Registry)
 	}
 	cfg, _ := h.gateConfig() // checked by Validate
 	cfg.VerifyTimeout = verify
@@ -277,22 +275,6 @@ func errorStatus(err error) int {
 		return he.StatusCode
 	}
 	return http.StatusInternalServerError
-}
-
-// pricingFunc asks the pricing service for the verification fee of a requirement (docs/gate.md#results
-// ), in the v2 wire form.
-func pricingFunc(pricingURL string, reg *x402.Registry) gate.PricingFunc {
-	return func(ctx context.Context, merchant *x402.Requirements) (*x402.Requirements, error) {
-		fee, err := verdictclient.FetchVerificationRequirements(ctx, pricingURL, merchant.V2(), 0)
-		if err != nil || fee == nil {
-			return nil, err
-		}
-		raw, err := json.Marshal(fee)
-		if err != nil {
-			return nil, fmt.Errorf("pricing: %w", err)
-		}
-		return x402.DecodeRequirementsJSON(raw, x402.Version2, reg)
-	}
 }
 
 // ServeHTTP runs the gate; next runs only for a settled payment.

@@ -72,8 +72,8 @@ func untilValidBefore(a x402.Authorization, now time.Time, margin time.Duration)
 	return min(d, maxClaimTTL)
 }
 
-// verdictCheck runs the verdict check on a payment that passed x402 verification (docs/facilitator.md#api
-// ): it pre-verifies the verification fee when
+// verdictCheck runs the verdict check on a payment that passed x402 verification (docs/facilitator.md#api):
+// it pre-verifies the verification fee when
 // one is owed, marks the payment as sent to the verdict service (optional mode), asks for
 // the verdict, settles the fee on a terminal verdict, and records an approval for the
 // exact payment when the verdict is approved and any fee was paid. Anything else fails

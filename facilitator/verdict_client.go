@@ -19,8 +19,8 @@ type VerdictClientConfig struct {
 	// BaseURL is the verdict service's base URL, http or https; a trailing slash is
 	// removed. Required.
 	BaseURL string
-	// APIKey is the verdict service's agent key, sent only in the x-api-key header (docs/verdict.md#secrets
-	// ). It needs at least verdictclient.MinAPIKeyLength visible ASCII characters.
+	// APIKey is the verdict service's agent key, sent only in the x-api-key header (docs/verdict.md#secrets).
+	// It needs at least verdictclient.MinAPIKeyLength visible ASCII characters.
 	// Required.
 	APIKey string
 	// Timeout bounds each HTTP request to the verdict service. Default

@@ -48,8 +48,8 @@ func networkChainID(network string) (int64, bool) {
 }
 
 // NewPaymentAction copies a normalised payment and its requirements into a PaymentAction
-// (docs/verdict.md#paymentaction) and also returns the escrow address, which is authorization.from (docs/gate.md#results
-// ). Every problem is an *InputError.
+// (docs/verdict.md#paymentaction) and also returns the escrow address, which is authorization.from (docs/gate.md#results).
+// Every problem is an *InputError.
 func NewPaymentAction(p *x402.Payment, r *x402.Requirements) (PaymentAction, common.Address, error) {
 	var zero common.Address
 	if p == nil {

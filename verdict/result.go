@@ -31,8 +31,8 @@ type GuardianResult struct {
 	RequestHash string `json:"requestHash,omitempty"`
 }
 
-// GuardianVerdict is the part of a terminal verdict a GuardianResult carries (docs/verdict.md#paymentaction
-// ): outcome, reasonCode and humanReason always; the rest when the service sent them.
+// GuardianVerdict is the part of a terminal verdict a GuardianResult carries (docs/verdict.md#paymentaction):
+// outcome, reasonCode and humanReason always; the rest when the service sent them.
 type GuardianVerdict struct {
 	// Outcome is approved or rejected.
 	Outcome Outcome `json:"outcome"`

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/x402gate/x402gate/verdict"
+	"github.com/x402gate/x402gate/x402"
 )
 
 // FetchVerificationRequirements asks the pricing service for the verification fee of a
@@ -68,4 +69,22 @@ func FetchVerificationRequirements[T any](ctx context.Context, pricingURL string
 		return nil, v.fail("requirements", "does not match the requirements shape")
 	}
 	return out, nil
+}
+
+// Pricing returns the fee lookup of the pricing service at pricingURL for a merchant
+// requirement, in our normalised form (docs/facilitator.md#verification-fee): it asks in
+// the v2 wire form and decodes the answer strictly against reg, the networks the caller
+// knows. It returns nil, nil when no fee applies. A gate takes it as its PricingFunc.
+func Pricing(pricingURL string, reg *x402.Registry) func(ctx context.Context, merchant *x402.Requirements) (*x402.Requirements, error) {
+	return func(ctx context.Context, merchant *x402.Requirements) (*x402.Requirements, error) {
+		resource, err := json.Marshal(merchant.V2())
+		if err != nil {
+			return nil, &verdict.InputError{Field: "resource", Problem: "cannot be encoded as json"}
+		}
+		fee, err := FetchVerificationRequirements(ctx, pricingURL, json.RawMessage(resource), 0)
+		if err != nil || fee == nil {
+			return nil, err
+		}
+		return x402.DecodeRequirementsJSON(*fee, x402.Version2, reg)
+	}
 }

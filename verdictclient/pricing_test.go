@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,4 +127,32 @@ func TestFetchVerificationRequirements(t *testing.T) {
 			t.Fatal("unencodable resource accepted")
 		}
 	})
+}
+
+// TestPricing: the gate's fee lookup asks in the v2 wire form and hands back normalised
+// requirements decoded strictly against the caller's networks; null is no fee; an answer
+// on a network the caller does not know is an error, never a fee to settle.
+func TestPricing(t *testing.T) {
+	fee := `{"scheme":"exact","network":"eip155:84532","amount":"1000","asset":"0x036CbD53842c5426634e7929541eC2318f3dCF7e","payTo":"0x1111111111111111111111111111111111111111","maxTimeoutSeconds":60}`
+	_, merchant := testPayment(x402.BaseSepolia.CAIP2)
+	for _, tc := range []struct {
+		name, body string
+		wantFee    bool
+		wantErr    bool
+	}{
+		{"a fee", `{"requirements":` + fee + `}`, true, false},
+		{"no fee", `{"requirements":null}`, false, false},
+		{"a fee on an unknown network", `{"requirements":` + strings.Replace(fee, "eip155:84532", "eip155:999999", 1) + `}`, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newScript(t).on(routePricing, reply{body: tc.body})
+			got, err := Pricing(s.srv.URL+"/price", x402.NewRegistry())(t.Context(), merchant)
+			if (err != nil) != tc.wantErr || (got != nil) != tc.wantFee {
+				t.Fatalf("= %+v, %v", got, err)
+			}
+			if tc.wantFee && (got.Amount.Int64() != 1000 || got.PayTo.Hex() != "0x1111111111111111111111111111111111111111" || got.Network != "eip155:84532") {
+				t.Fatalf("requirements = %+v", got)
+			}
+		})
+	}
 }

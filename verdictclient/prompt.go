@@ -55,8 +55,8 @@ func formatUnits(v *big.Int, dec int) string {
 	return whole + "." + frac
 }
 
-// promptFor chooses the prompt: the caller's override when allowed and present (docs/verdict.md#paymentaction
-// ), else the derived one.
+// promptFor chooses the prompt: the caller's override when allowed and present (docs/verdict.md#paymentaction),
+// else the derived one.
 func promptFor(a verdict.PaymentAction, override string, allow bool, reg *x402.Registry) (string, error) {
 	o := strings.TrimSpace(override)
 	if !allow || o == "" {

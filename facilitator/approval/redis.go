@@ -111,8 +111,8 @@ func (s *RedisStore) Record(ctx context.Context, k x402.PaymentKey, a Approval, 
 	return nil
 }
 
-// Consume atomically removes and returns the unexpired approval for k with GETDEL (docs/facilitator.md#api
-// ). When the reply to a GETDEL is lost the approval is gone anyway:
+// Consume atomically removes and returns the unexpired approval for k with GETDEL (docs/facilitator.md#api).
+// When the reply to a GETDEL is lost the approval is gone anyway:
 // the settle fails closed and the payer verifies again.
 func (s *RedisStore) Consume(ctx context.Context, k x402.PaymentKey) (Approval, error) {
 	b, err := s.client.GetDel(ctx, s.approvalKey(k)).Bytes()
