@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"mime"
 	"net/http"
 	"strconv"
@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/x402gate/x402gate/internal/jsonhttp"
 	"github.com/x402gate/x402gate/verdict"
 )
 
@@ -33,27 +34,20 @@ const DefaultTimeout = 10 * time.Second
 
 const userAgent = "x402gate-verdictclient/1"
 
-// jsonTransport is the shared JSON transport (docs/facilitator.md#verification-fee):
-// no redirects, a response size cap, a JSON content type on success, and a per-request
-// timeout under the caller's context.
+// jsonTransport is the verdict service's use of the shared JSON transport
+// (internal/jsonhttp: no redirects, a response size cap, a per-request timeout under the
+// caller's context, URL-free errors), plus what this client adds: the key only in
+// x-api-key, a JSON content type on success, and the service's statuses as *StatusError.
 type jsonTransport struct {
-	hc      *http.Client
-	timeout time.Duration
-	log     *zap.Logger // never nil
+	hc  *jsonhttp.Client
+	log *zap.Logger // never nil
 }
 
 func newJSONTransport(hc *http.Client, timeout time.Duration) *jsonTransport {
-	c := &http.Client{}
-	if hc != nil {
-		// A shallow copy keeps the caller's Transport and Timeout but lets us replace
-		// CheckRedirect without changing the caller's client.
-		*c = *hc
-	}
-	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	return &jsonTransport{hc: c, timeout: timeout, log: zap.NewNop()}
+	return &jsonTransport{hc: jsonhttp.New(hc, MaxResponseBytes, timeout), log: zap.NewNop()}
 }
 
 // logDone records one finished request at debug level. Only non-sensitive identifiers
@@ -109,75 +103,31 @@ func (t *jsonTransport) send(ctx context.Context, c call) (*answer, int, error) 
 	if c.apiKey != "" && (strings.Contains(c.url, c.apiKey) || bytes.Contains(c.body, []byte(c.apiKey))) {
 		return nil, 0, &verdict.InputError{Field: "request", Problem: "the api key appears in the request url or body; refusing to send"}
 	}
-	rctx, cancel := context.WithTimeout(ctx, t.timeout)
-	defer cancel()
-	var body io.Reader
-	if c.body != nil {
-		body = bytes.NewReader(c.body)
-	}
-	req, err := http.NewRequestWithContext(rctx, c.method, c.url, body)
-	if err != nil {
-		return nil, 0, &verdict.InputError{Field: "url", Problem: "cannot build request"}
-	}
-	if body == nil {
-		// net/http silently resends an idempotent request without a body when a reused
-		// keep-alive connection fails; a body without GetBody opts out (see
-		// http.Transport). One attempt is then one request on the wire, so
-		// PollOptions.MaxAttempts counts what the service sees.
-		req.Body = emptyBody{}
-	}
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", userAgent)
-	if c.body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
+	h := http.Header{"User-Agent": {userAgent}}
 	if c.apiKey != "" {
-		req.Header.Set("x-api-key", c.apiKey) // docs/verdict.md#secrets; no bearer token alongside
+		h.Set("x-api-key", c.apiKey) // docs/verdict.md#secrets; no bearer token alongside
 	}
-	resp, err := t.hc.Do(req)
-	if err != nil {
-		return nil, 0, t.netErr(ctx, c, err)
+	resp, err := t.hc.Do(ctx, jsonhttp.Request{Method: c.method, URL: c.url, Header: h, Body: c.body})
+	ok := resp.Status >= 200 && resp.Status <= 299
+	switch {
+	case errors.Is(err, jsonhttp.ErrRedirect):
+		return nil, resp.Status, &StatusError{Op: c.op, Status: resp.Status, RequestHash: c.requestHash}
+	case err != nil && resp.Status != 0 && !ok:
+		// An error status whose body was too large or broke off: the status decides.
+		return nil, resp.Status, t.statusErr(c, resp, nil)
+	case errors.Is(err, jsonhttp.ErrTooLarge):
+		return nil, resp.Status, fmt.Errorf("%s%s: %w (limit %d bytes)", c.op, hashSuffix(c.requestHash), ErrResponseTooLarge, MaxResponseBytes)
+	case err != nil && !errors.Is(err, jsonhttp.ErrUnreachable) && ctx.Err() == nil:
+		return nil, 0, &verdict.InputError{Field: "url", Problem: "cannot build request"}
+	case err != nil:
+		return nil, resp.Status, t.netErr(ctx, c, err)
+	case !ok:
+		return nil, resp.Status, t.statusErr(c, resp, resp.Body)
+	case !isJSONContentType(resp.Header.Get("Content-Type")):
+		return nil, resp.Status, fmt.Errorf("%s%s: http %d: %w", c.op, hashSuffix(c.requestHash), resp.Status, ErrContentType)
 	}
-	defer resp.Body.Close()
-
-	if resp.StatusCode >= 300 && resp.StatusCode <= 399 {
-		return nil, resp.StatusCode, &StatusError{Op: c.op, Status: resp.StatusCode, RequestHash: c.requestHash}
-	}
-	tooLarge := fmt.Errorf("%s%s: %w (limit %d bytes)", c.op, hashSuffix(c.requestHash), ErrResponseTooLarge, MaxResponseBytes)
-	ok := resp.StatusCode >= 200 && resp.StatusCode <= 299
-	if resp.ContentLength > MaxResponseBytes {
-		if ok {
-			return nil, resp.StatusCode, tooLarge
-		}
-		return nil, resp.StatusCode, t.statusErr(c, resp, nil)
-	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
-	if err != nil {
-		if !ok {
-			return nil, resp.StatusCode, t.statusErr(c, resp, nil)
-		}
-		return nil, resp.StatusCode, t.netErr(ctx, c, err)
-	}
-	if len(data) > MaxResponseBytes {
-		if ok {
-			return nil, resp.StatusCode, tooLarge
-		}
-		data = nil
-	}
-	if !ok {
-		return nil, resp.StatusCode, t.statusErr(c, resp, data)
-	}
-	if !isJSONContentType(resp.Header.Get("Content-Type")) {
-		return nil, resp.StatusCode, fmt.Errorf("%s%s: http %d: %w", c.op, hashSuffix(c.requestHash), resp.StatusCode, ErrContentType)
-	}
-	return &answer{status: resp.StatusCode, header: resp.Header, body: data}, resp.StatusCode, nil
+	return &answer{status: resp.Status, header: resp.Header, body: resp.Body}, resp.Status, nil
 }
-
-// emptyBody is an empty request body that net/http does not consider replayable.
-type emptyBody struct{}
-
-func (emptyBody) Read([]byte) (int, error) { return 0, io.EOF }
-func (emptyBody) Close() error             { return nil }
 
 // netErr classifies a transport failure: the caller's context ending is reported as
 // such (not transient); anything else, including the per-request timeout, is ErrNetwork.
@@ -188,9 +138,9 @@ func (t *jsonTransport) netErr(ctx context.Context, c call, err error) error {
 	return fmt.Errorf("%s%s: %w: %w", c.op, hashSuffix(c.requestHash), ErrNetwork, err)
 }
 
-func (t *jsonTransport) statusErr(c call, resp *http.Response, body []byte) *StatusError {
-	e := &StatusError{Op: c.op, Status: resp.StatusCode, RequestHash: c.requestHash}
-	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+func (t *jsonTransport) statusErr(c call, resp jsonhttp.Response, body []byte) *StatusError {
+	e := &StatusError{Op: c.op, Status: resp.Status, RequestHash: c.requestHash}
+	if resp.Status == http.StatusTooManyRequests || resp.Status == http.StatusServiceUnavailable {
 		e.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"))
 	}
 	e.Message = errorMessage(body, c.apiKey)

@@ -98,6 +98,13 @@ func (c *Client) Do(ctx context.Context, r Request) (Response, error) {
 	if err != nil {
 		return Response{}, errors.New("cannot build request") // err quotes the URL
 	}
+	if body == nil {
+		// net/http silently resends an idempotent request without a body when a reused
+		// keep-alive connection fails; a body without GetBody opts out (see
+		// http.Transport). One call is then one request on the wire, so a caller that
+		// counts its attempts counts what the service sees.
+		req.Body = emptyBody{}
+	}
 	for k, vs := range r.Header {
 		req.Header[k] = vs
 	}
@@ -131,6 +138,12 @@ func (c *Client) Do(ctx context.Context, r Request) (Response, error) {
 	out.Body = b
 	return out, nil
 }
+
+// emptyBody is an empty request body that net/http does not consider replayable.
+type emptyBody struct{}
+
+func (emptyBody) Read([]byte) (int, error) { return 0, io.EOF }
+func (emptyBody) Close() error             { return nil }
 
 // unreachable reports a transport failure: the caller's context ending as such, anything
 // else, the per-call deadline included, as ErrUnreachable with its cause.
