@@ -8,7 +8,6 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,12 +17,10 @@ import (
 	"github.com/ethereum/go-ethereum/common/hexutil"
 	"github.com/ethereum/go-ethereum/core/types"
 	"github.com/ethereum/go-ethereum/crypto"
-	"go.uber.org/zap"
 
 	"github.com/x402gate/x402gate/facilitator"
-	"github.com/x402gate/x402gate/facilitator/approval"
 	"github.com/x402gate/x402gate/facilitator/httpapi"
-	"github.com/x402gate/x402gate/facilitator/journal"
+	"github.com/x402gate/x402gate/internal/enginetest"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -60,37 +57,9 @@ func newTestEnv(t *testing.T) *testEnv {
 // newTestEnvWith is newTestEnv with the engine's config changed by mutate.
 func newTestEnvWith(t *testing.T, mutate func(*facilitator.Config)) *testEnv {
 	t.Helper()
-	chain, token := testenv.StartChainWithToken(t)
-	net := x402.Network{
-		Name: x402.BaseSepolia.Name, CAIP2: x402.BaseSepolia.CAIP2, ChainID: new(big.Int).Set(chain.ChainID),
-		USDC: x402.Asset{Address: token.Address, Name: token.Name, Version: token.Version, Decimals: 6, Symbol: "USDC"},
-	}
-	reg := x402.NewRegistry()
-	if err := reg.Add(net); err != nil {
-		t.Fatalf("registry: %v", err)
-	}
-	j, err := journal.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "journal.db"))
-	if err != nil {
-		t.Fatalf("open journal: %v", err)
-	}
-	t.Cleanup(func() { _ = j.Close() })
-	store := approval.NewMemoryStore(0)
-	t.Cleanup(func() { _ = store.Close() })
-	cfg := facilitator.Config{
-		Networks:  []facilitator.NetworkConfig{{Network: net, RPCURL: chain.RPCURL}},
-		SignerKey: chain.FacilitatorAccount().Key,
-		Store:     store,
-		Journal:   j,
-		Logger:    zap.NewNop(),
-	}
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	e, err := facilitator.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("facilitator.New: %v", err)
-	}
-	t.Cleanup(e.Close)
+	c := enginetest.StartChain(t)
+	e := c.Engine(t, mutate)
+	chain, token, net, reg := c.Chain, c.Token, c.Network, c.Registry
 	return &testEnv{
 		chain: chain, token: token, net: net, reg: reg, engine: e,
 		payTo: testenv.NewAccount(t).Address, payer: chain.Accounts[1],

@@ -4,15 +4,12 @@ import (
 	"context"
 	"math/big"
 	"net/http/httptest"
-	"path/filepath"
 	"testing"
 
 	"github.com/ethereum/go-ethereum/common"
-	"go.uber.org/zap"
 
 	"github.com/x402gate/x402gate/facilitator"
-	"github.com/x402gate/x402gate/facilitator/approval"
-	"github.com/x402gate/x402gate/facilitator/journal"
+	"github.com/x402gate/x402gate/internal/enginetest"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/verdict"
 	"github.com/x402gate/x402gate/x402"
@@ -24,6 +21,7 @@ var testAmount = big.NewInt(10_000)
 // testEnv is one anvil chain with our token, and a registry that knows it as
 // base-sepolia: the real parts that the API's end-to-end tests serve an engine on.
 type testEnv struct {
+	*enginetest.Chain
 	chain *testenv.Chain
 	token *testenv.Token
 	net   x402.Network
@@ -32,46 +30,14 @@ type testEnv struct {
 
 func newTestEnv(t *testing.T) *testEnv {
 	t.Helper()
-	chain, token := testenv.StartChainWithToken(t)
-	net := x402.Network{
-		Name: x402.BaseSepolia.Name, CAIP2: x402.BaseSepolia.CAIP2, ChainID: new(big.Int).Set(chain.ChainID),
-		USDC: x402.Asset{Address: token.Address, Name: token.Name, Version: token.Version, Decimals: 6, Symbol: "USDC"},
-	}
-	reg := x402.NewRegistry()
-	if err := reg.Add(net); err != nil {
-		t.Fatalf("registry: %v", err)
-	}
-	return &testEnv{chain: chain, token: token, net: net, reg: reg}
+	c := enginetest.StartChain(t)
+	return &testEnv{Chain: c, chain: c.Chain, token: c.Token, net: c.Network, reg: c.Registry}
 }
 
-// engine starts a facilitator.Engine on the env's chain, with account 0 as signer, a
-// MemoryStore and an SQLite journal, as the bundled facilitator runs; mutate, when not
-// nil, changes its config first. Everything is closed when t ends.
+// engine starts a facilitator.Engine on the env's chain (enginetest.Chain.Engine).
 func (v *testEnv) engine(t *testing.T, mutate func(*facilitator.Config)) *facilitator.Engine {
 	t.Helper()
-	j, err := journal.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "journal.db"))
-	if err != nil {
-		t.Fatalf("open journal: %v", err)
-	}
-	t.Cleanup(func() { _ = j.Close() })
-	store := approval.NewMemoryStore(0)
-	t.Cleanup(func() { _ = store.Close() })
-	cfg := facilitator.Config{
-		Networks:  []facilitator.NetworkConfig{{Network: v.net, RPCURL: v.chain.RPCURL}},
-		SignerKey: v.chain.FacilitatorAccount().Key,
-		Store:     store,
-		Journal:   j,
-		Logger:    zap.NewNop(),
-	}
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	e, err := facilitator.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("facilitator.New: %v", err)
-	}
-	t.Cleanup(e.Close)
-	return e
+	return v.Engine(t, mutate)
 }
 
 // requirements asks amount of the token paid to payTo, with the resource a v1
