@@ -10,6 +10,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
+
+	"github.com/x402gate/x402gate/internal/testenv"
 )
 
 const (
@@ -90,7 +92,7 @@ func TestHandlerCaddyfile(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if g, w := mustJSON(t, got), mustJSON(t, tc.want); g != w {
+			if g, w := testenv.JSON(t, got), testenv.JSON(t, tc.want); g != w {
 				t.Fatalf("got  %s\nwant %s", g, w)
 			}
 		})
@@ -128,7 +130,7 @@ func TestFacilitatorHandlerCaddyfile(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if g, w := mustJSON(t, got), mustJSON(t, tc.want); g != w {
+			if g, w := testenv.JSON(t, got), testenv.JSON(t, tc.want); g != w {
 				t.Fatalf("got  %s\nwant %s", g, w)
 			}
 		})
@@ -209,7 +211,7 @@ func TestGlobalOptionCaddyfile(t *testing.T) {
 	if err := json.Unmarshal(ha.Value, &got); err != nil {
 		t.Fatal(err)
 	}
-	if g, w := mustJSON(t, got), mustJSON(t, want); g != w {
+	if g, w := testenv.JSON(t, got), testenv.JSON(t, want); g != w {
 		t.Fatalf("got  %s\nwant %s", g, w)
 	}
 
@@ -459,15 +461,6 @@ example.com {
 	if strings.Join(kind, ",") != strings.Join(want, ",") {
 		t.Fatalf("handler order = %v, want %v", kind, want)
 	}
-}
-
-func mustJSON(t *testing.T, v any) string {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }
 
 func ms(n int64) caddy.Duration { return caddy.Duration(n * 1e6) }

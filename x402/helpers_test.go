@@ -2,7 +2,6 @@ package x402
 
 import (
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"math/big"
 	"strings"
@@ -11,6 +10,8 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/common/hexutil"
 	"github.com/ethereum/go-ethereum/crypto"
+
+	"github.com/x402gate/x402gate/internal/testenv"
 )
 
 // anvilKey is anvil's first well-known development key (public; never holds real funds).
@@ -122,11 +123,7 @@ func deepCopy(v any) any {
 
 func mustJSON(t testing.TB, v any) []byte {
 	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return []byte(testenv.JSON(t, v))
 }
 
 func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
