@@ -150,6 +150,8 @@ func TestAdaptErrors(t *testing.T) {
 		{"a placeholder price without price_min", route("price 0.01", "price {http.request.header.X-Quote} base # <-"), "price: holds a placeholder, so price_min is required"},
 		{"a placeholder pay_to without pay_to_allowed", route("pay_to 0x1111111111111111111111111111111111111111", "pay_to {http.request.header.X-Payee} # <-"), "pay_to: holds a placeholder, so pay_to_allowed is required"},
 		{"price_max below price_min", route("price 0.01", "price {http.vars.q} base\n\t\tprice_min 0.01\n\t\tprice_max 0.001 # <-"), "price_max: 0.001 is below price_min 0.01"},
+		{"a remote facilitator over plain http to another host", route("network base-sepolia", "network base\n\t\tfacilitator http://facilitator.example # <-"), "facilitator: a plain http url must name a loopback host"},
+		{"insecure_http without a remote facilitator", route("network base-sepolia", "network base-sepolia\n\t\tinsecure_http # <-"), "insecure_http: is only for a remote facilitator url"},
 		{"price is required", site("\t\tpay_to 0x1111111111111111111111111111111111111111\n\t\tnetwork base-sepolia\n"), "price: is required"},
 		{"network is required", site("\t\tprice 0.01\n\t\tpay_to 0x1111111111111111111111111111111111111111\n"), "network: is required"},
 		{"an unknown guardian advertisement", route("network base-sepolia", "network base-sepolia\n\t\tguardian { # <-\n\t\t\tadvertise always\n\t\t}"), `guardian: advertise "always" is not required or optional`},

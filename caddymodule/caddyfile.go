@@ -87,6 +87,7 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //		max_timeout <duration>
 //		facilitator bundled [<name>] | <url>
 //		facilitator_key <placeholder>
+//		insecure_http
 //		guardian off | {
 //			advertise required|optional
 //			fee on|off
@@ -172,6 +173,11 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			default:
 				return d.Errf("facilitator wants `bundled [<name>]` or an http(s) url")
 			}
+		case "insecure_http":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			h.InsecureHTTP = true
 		case "guardian":
 			if err := h.unmarshalGuardian(d); err != nil {
 				return err

@@ -56,6 +56,10 @@ type Handler struct {
 	Facilitator string `json:"facilitator,omitempty"`
 	// FacilitatorURL is a remote facilitator's base URL. Default: none, the bundled one.
 	FacilitatorURL string `json:"facilitator_url,omitempty"`
+	// InsecureHTTP lets FacilitatorURL be plain http to a host that is not loopback. Over
+	// plain http a network attacker can forge a settlement and read the facilitator key.
+	// Default false: https, or http to loopback only.
+	InsecureHTTP bool `json:"insecure_http,omitempty"`
 	// FacilitatorKey is sent as x-facilitator-key to FacilitatorURL; an {env.*} or
 	// {file.*} placeholder, expanded in Provision. Default: none.
 	FacilitatorKey string `json:"facilitator_key,omitempty"`
@@ -165,6 +169,13 @@ func (h *Handler) validate(reg *x402.Registry, mode facilitator.GuardianMode) er
 		return &gate.ConfigError{Option: "facilitator", Err: errors.New("is either bundled or a url, not both")}
 	case h.FacilitatorKey != "" && h.FacilitatorURL == "":
 		return &gate.ConfigError{Option: "facilitator_key", Err: errors.New("is only for a remote facilitator url")}
+	case h.InsecureHTTP && h.FacilitatorURL == "":
+		return &gate.ConfigError{Option: "insecure_http", Err: errors.New("is only for a remote facilitator url")}
+	}
+	if h.FacilitatorURL != "" {
+		if err := httpapi.CheckURL(h.FacilitatorURL, h.InsecureHTTP); err != nil {
+			return &gate.ConfigError{Option: "facilitator", Err: err}
+		}
 	}
 	if err := placeholderOnly("facilitator_key", h.FacilitatorKey); err != nil {
 		return err
@@ -241,7 +252,8 @@ func (h *Handler) provisionRemote(opts *gate.Options) error {
 		return errors.New("facilitator_key resolved to an empty value")
 	}
 	opts.Registry = x402.NewRegistry()
-	c, err := httpapi.NewClient(httpapi.ClientConfig{URL: h.FacilitatorURL, APIKey: key, Registry: opts.Registry})
+	c, err := httpapi.NewClient(httpapi.ClientConfig{URL: h.FacilitatorURL, APIKey: key, Registry: opts.Registry,
+		InsecureHTTP: h.InsecureHTTP})
 	if err != nil {
 		return err
 	}

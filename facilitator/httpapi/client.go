@@ -113,19 +113,30 @@ type Client struct {
 	reg           *x402.Registry
 }
 
-// NewClient checks cfg and returns a Client. Errors never quote the URL, which could hold
-// a secret.
-func NewClient(cfg ClientConfig) (*Client, error) {
-	u, err := url.Parse(cfg.URL)
+// CheckURL checks a remote facilitator's base URL without I/O: absolute https, or http to
+// a loopback host unless insecure allows any (over plain http a network attacker can forge
+// success:true and read x-facilitator-key), with no user info, query or fragment. Its
+// errors never quote the URL, which could hold a secret.
+func CheckURL(raw string, insecure bool) error {
+	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, errors.New("facilitator client: url must be an absolute http or https url")
+		return errors.New("url must be an absolute http or https url")
 	}
-	if u.Scheme == "http" && !cfg.InsecureHTTP && !loopbackHost(u.Hostname()) {
-		return nil, errors.New("facilitator client: a plain http url must name a loopback host " +
+	if u.Scheme == "http" && !insecure && !loopbackHost(u.Hostname()) {
+		return errors.New("a plain http url must name a loopback host " +
 			"(127.0.0.0/8, ::1, localhost); use https, or allow insecure http explicitly")
 	}
 	if u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.ForceQuery {
-		return nil, errors.New("facilitator client: url must not carry user info, a query or a fragment; give the key as APIKey")
+		return errors.New("url must not carry user info, a query or a fragment; give the key as APIKey")
+	}
+	return nil
+}
+
+// NewClient checks cfg and returns a Client. Errors never quote the URL, which could hold
+// a secret.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	if err := CheckURL(cfg.URL, cfg.InsecureHTTP); err != nil {
+		return nil, fmt.Errorf("facilitator client: %w", err)
 	}
 	if cfg.APIKey != "" && strings.Contains(cfg.URL, cfg.APIKey) {
 		return nil, errors.New("facilitator client: the api key appears in the url")
