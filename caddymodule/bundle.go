@@ -24,6 +24,7 @@ import (
 	"github.com/x402gate/x402gate/gate"
 	"github.com/x402gate/x402gate/gate/redisretry"
 	"github.com/x402gate/x402gate/internal/redact"
+	"github.com/x402gate/x402gate/verdictclient"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -287,6 +288,15 @@ func (fc *FacilitatorConfig) resolve(name string) (*resolved, error) {
 	return rc, nil
 }
 
+// pricing is the fee quote of the pricing service at url, nil without one: a facilitator
+// settles only the verification fee its own pricing service quotes.
+func pricing(url string, reg *x402.Registry) func(context.Context, *x402.Requirements) (*x402.Requirements, error) {
+	if url == "" {
+		return nil
+	}
+	return verdictclient.Pricing(url, reg)
+}
+
 // defaultJournalPath is the SQLite journal in Caddy's data dir.
 func defaultJournalPath(name string) string {
 	if name == DefaultFacilitatorName {
@@ -413,6 +423,7 @@ func openBundle(rc *resolved, log *zap.Logger) (_ *bundle, err error) {
 		Store:            b.store,
 		Journal:          b.journal,
 		Verdicts:         verdicts,
+		Pricing:          pricing(rc.PricingURL, b.registry),
 		GuardianMode:     rc.GuardianMode,
 		VerdictURL:       rc.VerdictURL,
 		ApprovalTTL:      rc.ApprovalTTL,

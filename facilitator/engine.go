@@ -79,6 +79,11 @@ type Config struct {
 	Verdicts Verdicts
 	// GuardianMode is GUARDIAN_MODE. Default GuardianOff.
 	GuardianMode GuardianMode
+	// Pricing quotes the verification fee of a merchant requirement: the facilitator's own
+	// pricing service (verdictclient.Pricing). A /verify's verificationRequirements are
+	// settled only when they equal its quote exactly. Default nil: no verification fee is
+	// ever settled, and a /verify that brings one is invalid (FeeNotQuoted).
+	Pricing func(ctx context.Context, merchant *x402.Requirements) (*x402.Requirements, error)
 	// VerdictURL is the verdict service's base URL, reported by Info only.
 	VerdictURL string
 	// ApprovalTTL bounds how long an approval stays usable. Default 5m; an approval never

@@ -65,6 +65,10 @@ func (v *testEnv) config(t testing.TB) Config {
 		Journal:   j,
 		Logger:    zap.NewNop(),
 		Now:       func() time.Time { return v.now },
+		// The pricing service quotes 1000 base units to account 7 for every payment.
+		Pricing: func(context.Context, *x402.Requirements) (*x402.Requirements, error) {
+			return v.requirements(v.chain.Accounts[7].Address, big.NewInt(1_000)), nil
+		},
 	}
 }
 

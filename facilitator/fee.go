@@ -3,6 +3,8 @@ package facilitator
 import (
 	"context"
 
+	"go.uber.org/zap"
+
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -20,6 +22,9 @@ import (
 // the FeeError and the failure for the /verify answer, or "" and nil when the fee can be
 // paid.
 func (e *Engine) feeCheck(ctx context.Context, c *checked, in x402.VerifyInput) (string, *failure) {
+	if f := e.checkQuote(ctx, c.r, in.VerificationRequirements); f != nil {
+		return FeeNotQuoted, f
+	}
 	if in.VerificationPayment == nil {
 		return FeePaymentMissing, fail(x402.ReasonInvalidPayload, "verification fee payment is missing")
 	}
@@ -46,4 +51,31 @@ func (e *Engine) settleFee(ctx context.Context, in x402.VerifyInput) (txHash, fe
 	default:
 		return res.resp.Transaction, res.reason.V2()
 	}
+}
+
+// checkQuote holds the caller's fee requirement to the facilitator's own quote for the
+// merchant requirement: /verify comes from whoever can reach the API, and a "fee" it
+// chose freely would make the facilitator settle any transfer, the merchant payment
+// included, and pay its gas (docs/facilitator.md#verification-fee). A fee is settled
+// only when it equals the quote in scheme, network, asset, payee and amount, and never
+// when it pays the merchant.
+func (e *Engine) checkQuote(ctx context.Context, merchant, fee *x402.Requirements) *failure {
+	if e.cfg.Pricing == nil {
+		return fail(x402.ReasonInvalidPayload, "this facilitator has no pricing service: it settles no verification fee")
+	}
+	if fee.PayTo == merchant.PayTo {
+		return fail(x402.ReasonInvalidPayload, "a verification fee cannot pay the merchant")
+	}
+	quote, err := e.cfg.Pricing(ctx, merchant)
+	switch {
+	case err != nil:
+		e.log.Warn("verification fee quote unavailable", zap.Error(err))
+		return fail(x402.ReasonInvalidPayload, "the verification fee could not be quoted")
+	case quote == nil:
+		return fail(x402.ReasonInvalidPayload, "no verification fee applies to this payment")
+	case quote.Scheme != fee.Scheme || quote.Network != fee.Network || quote.Asset != fee.Asset ||
+		quote.PayTo != fee.PayTo || quote.Amount == nil || fee.Amount == nil || quote.Amount.Cmp(fee.Amount) != 0:
+		return fail(x402.ReasonInvalidPayload, "the verification fee is not the facilitator's quote")
+	}
+	return nil
 }

@@ -161,7 +161,7 @@ func TestVerifyBadFeePaymentGivesFeeError(t *testing.T) {
 				a := env.authorization(t, payer.Address, other.Address, fee.Amount)
 				return env.payment(x402.Version2, a, env.sign(t, payer.Key, a), fee)
 			}},
-		{name: "fee quoted in another asset", wantFeeErr: x402.ReasonAssetMismatch.V2(),
+		{name: "a fee in another asset than quoted", wantFeeErr: FeeNotQuoted,
 			feeReqs: func() *x402.Requirements {
 				q := env.requirements(feePayee.Address, big.NewInt(1_000))
 				q.Asset = x402.BaseSepolia.USDC.Address

@@ -22,6 +22,10 @@ type Verdicts interface {
 	VerifyPayment(ctx context.Context, p *x402.Payment, r *x402.Requirements) (verdict.GuardianResult, error)
 }
 
+// FeeNotQuoted is the FeeError of a /verify whose verificationRequirements are not, exactly,
+// the fee the facilitator's own pricing service quotes for the payment (or that has none).
+const FeeNotQuoted = "fee_not_quoted"
+
 // FeePaymentMissing is the FeeError of a /verify that owes a verification fee but carries
 // no verificationPayment.
 const FeePaymentMissing = "fee_payment_missing"

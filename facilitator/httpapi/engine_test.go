@@ -109,6 +109,10 @@ func TestVerificationFeeTravelsOverHTTP(t *testing.T) {
 			env := newTestEnv(t)
 			e := env.engine(t, func(c *facilitator.Config) {
 				c.GuardianMode, c.Verdicts = facilitator.GuardianOptional, approvingVerdicts{}
+				// The pricing service quotes 0.001 USDC to account 7 for every payment.
+				c.Pricing = func(context.Context, *x402.Requirements) (*x402.Requirements, error) {
+					return env.requirements(env.chain.Accounts[7].Address, big.NewInt(1_000)), nil
+				}
 			})
 			srv := httptest.NewServer(NewHandler(e, HandlerOptions{APIKey: apiTestKey, Registry: env.reg}))
 			t.Cleanup(srv.Close)
