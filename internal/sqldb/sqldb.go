@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -93,11 +95,26 @@ func OpenPostgres(ctx context.Context, dsn string) (*DB, error) {
 }
 
 func ping(ctx context.Context, db *DB) (*DB, error) {
-	if err := db.PingContext(ctx); err != nil {
+	err := db.PingContext(ctx)
+	// A new SQLite file that several processes or handles open at once: switching it to
+	// WAL takes a lock that the busy timeout does not wait for, so the first connection
+	// may find it busy. Wait as long as a write would.
+	deadline := time.Now().Add(sqliteBusyTimeoutMillis * time.Millisecond)
+	for db.Dialect.Name == SQLite.Name && err != nil && isBusy(err) && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+		err = db.PingContext(ctx)
+	}
+	if err != nil {
 		_ = db.DB.Close()
 		return nil, fmt.Errorf("%s open: %w", db.Dialect.Name, db.Err(err))
 	}
 	return db, nil
+}
+
+// isBusy reports SQLite's "database is locked" (SQLITE_BUSY).
+func isBusy(err error) bool {
+	m := err.Error()
+	return strings.Contains(m, "SQLITE_BUSY") || strings.Contains(m, "database is locked")
 }
 
 // Err returns err with the database password scrubbed from its text, for wrapping with
