@@ -104,9 +104,16 @@ func (e *Engine) verdictCheck(ctx context.Context, c *checked, in x402.VerifyInp
 	}
 	if e.cfg.GuardianMode == GuardianOptional {
 		// The marker makes Settle demand an approval for this payment from now on, even
-		// if the verdict is never recorded (see claimVerdictMarker).
+		// if the verdict is never recorded (see claimVerdictMarker). Whoever claims it
+		// first wins: a marker already claimed means the payment was sent for a verdict
+		// before, or a settle without an approval is under way, and either way a second
+		// verdict request (and its fee) is refused, never raced against that settle.
 		err := e.cfg.Store.Claim(ctx, markerKey(c.key), untilValidBefore(c.auth, e.now(), claimMargin))
-		if err != nil && !errors.Is(err, approval.ErrAlreadyClaimed) {
+		switch {
+		case errors.Is(err, approval.ErrAlreadyClaimed):
+			resp.GuardianStatus, resp.GuardianReason = string(verdict.GuardianError), "this payment was already sent for a verdict, or is being settled without one"
+			return deny(x402.ReasonVerdictNotApproved, "a verdict for this payment was already asked, or it is being settled without one")
+		case err != nil:
 			e.log.Error("record verdict marker", zap.String("payer", c.auth.From.Hex()), zap.Error(err))
 			return deny(x402.ReasonApprovalStoreDown, "approval store unavailable")
 		}
