@@ -207,7 +207,7 @@ func (h *Handler) unmarshalGuardian(d *caddyfile.Dispenser) error {
 		h.Guardian = nil
 		return nil
 	}
-	gc := new(GuardianConfig)
+	gc := new(gate.GuardianConfig)
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		opt := d.Val()
 		var v string

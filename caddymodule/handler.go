@@ -64,7 +64,7 @@ type Handler struct {
 	// {file.*} placeholder, expanded in Provision. Default: none.
 	FacilitatorKey string `json:"facilitator_key,omitempty"`
 	// Guardian advertises the verdict check; nil is off. Default: off.
-	Guardian *GuardianConfig `json:"guardian,omitempty"`
+	Guardian *gate.GuardianConfig `json:"guardian,omitempty"`
 	// PricingURL is the verification fee's pricing service. Default: the bundled
 	// facilitator's pricing_url.
 	PricingURL string `json:"pricing_url,omitempty"`
@@ -89,14 +89,6 @@ type Handler struct {
 	reg          *x402.Registry           // the facilitator's networks; nil: the built-in ones
 	guardianMode facilitator.GuardianMode // a bundled facilitator's; empty for a remote one
 	lines        optionTokens             // where the Caddyfile sets each option
-}
-
-// GuardianConfig is the route's guardian setting (docs/gate.md#guardian {advertise, fee}).
-type GuardianConfig struct {
-	// Advertise is "required" or "optional". Default: nothing advertised.
-	Advertise string `json:"advertise,omitempty"`
-	// Fee turns on the verification fee. Default: off.
-	Fee bool `json:"fee,omitempty"`
 }
 
 // CaddyModule returns the Caddy module information.
@@ -147,7 +139,8 @@ func (h *Handler) gateConfig() (gate.Config, error) {
 		cfg.PayTo = h.PayTo
 	}
 	if g := h.Guardian; g != nil {
-		cfg.Guardian = &gate.GuardianConfig{Advertise: g.Advertise, Fee: g.Fee}
+		gc := *g
+		cfg.Guardian = &gc
 	}
 	return cfg, nil
 }

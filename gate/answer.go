@@ -56,7 +56,7 @@ func (g *Gate) challenge(ctx context.Context, req *x402.Requirements) *Result {
 
 // answer402 builds a 402 for req: the body's error is errV1 (the reason in the payment's
 // version for a rejection), the header's is errV2; guardian, when set, is the verdict.
-func (g *Gate) answer402(req *x402.Requirements, payer, errV1, errV2 string, vb *verificationBody, guardian *Guardian) *Result {
+func (g *Gate) answer402(req *x402.Requirements, payer, errV1, errV2 string, vb *verificationBody, guardian *GuardianOutcome) *Result {
 	v1, err := req.V1(g.reg)
 	if err != nil {
 		g.log.Error("x402 requirement has no v1 form", zap.Error(err))
@@ -100,9 +100,9 @@ func (g *Gate) displayOf(req *x402.Requirements) display {
 // payment's version and whose PAYMENT-REQUIRED header carries the v2 reason; after a
 // settlement attempt it also carries the failed settle response, and after a verdict that
 // did not approve, the verdict's status and reason (guardian).
-func (g *Gate) rejected(req *x402.Requirements, p *x402.Payment, reason x402.Reason, msg string, s *Settlement, guardian *Guardian) *Result {
+func (g *Gate) rejected(req *x402.Requirements, p *x402.Payment, reason x402.Reason, msg string, s *Settlement, guardian *GuardianOutcome) *Result {
 	payer := p.Authorization.From.Hex()
-	var shown *Guardian
+	var shown *GuardianOutcome
 	if guardian != nil && ((guardian.Status != "" && guardian.Status != "approved") || guardian.FeeError != "") {
 		shown = guardian
 	}
@@ -123,7 +123,7 @@ func (g *Gate) rejected(req *x402.Requirements, p *x402.Payment, reason x402.Rea
 // settleUnknown answers 502 when the settlement's outcome is not known (the facilitator
 // failed, or the transaction is pending). A known transaction hash travels in the response
 // header with success false, so the client can reconcile.
-func (g *Gate) settleUnknown(req *x402.Requirements, p *x402.Payment, s *Settlement, guardian *Guardian, msg string) *Result {
+func (g *Gate) settleUnknown(req *x402.Requirements, p *x402.Payment, s *Settlement, guardian *GuardianOutcome, msg string) *Result {
 	reason := x402.ReasonFromWire(s.ErrorReason)
 	if reason == "" || reason == x402.ReasonUnexpectedSettle {
 		reason = x402.ReasonUnexpectedSettle
@@ -239,7 +239,7 @@ func setResponseHeaders(h http.Header, s *Settlement) {
 }
 
 // settled builds a settled result.
-func (g *Gate) settled(req *x402.Requirements, p *x402.Payment, s *Settlement, guardian *Guardian) *Result {
+func (g *Gate) settled(req *x402.Requirements, p *x402.Payment, s *Settlement, guardian *GuardianOutcome) *Result {
 	h := make(http.Header, 3)
 	setResponseHeaders(h, s)
 	return &Result{

@@ -404,11 +404,11 @@ func (g *Gate) guardianInput(ctx context.Context, in Input, req *x402.Requiremen
 	return nil
 }
 
-func guardianOf(vr x402.VerifyResponse) *Guardian {
+func guardianOf(vr x402.VerifyResponse) *GuardianOutcome {
 	if vr.GuardianStatus == "" && vr.GuardianReason == "" && vr.FeeTxHash == "" && vr.FeeError == "" {
 		return nil
 	}
-	return &Guardian{Status: vr.GuardianStatus, Reason: vr.GuardianReason, FeeTxHash: vr.FeeTxHash, FeeError: vr.FeeError}
+	return &GuardianOutcome{Status: vr.GuardianStatus, Reason: vr.GuardianReason, FeeTxHash: vr.FeeTxHash, FeeError: vr.FeeError}
 }
 
 // retryable reports whether a refusal can stem from this very payment having been settled

@@ -74,7 +74,7 @@ type Result struct {
 	Settlement *Settlement
 	// Guardian is the verdict outcome reported by /verify, when it consulted the verdict
 	// service.
-	Guardian *Guardian
+	Guardian *GuardianOutcome
 	// Retry is true when a KindSettled result was granted by an earlier failed upstream
 	// call of the same payment: nothing was charged this time.
 	Retry bool
@@ -123,8 +123,8 @@ type Settlement struct {
 	ResponseHeader string `json:"-"`
 }
 
-// Guardian is the verdict-service outcome reported by /verify (docs/facilitator.md#verify body).
-type Guardian struct {
+// GuardianOutcome is the verdict-service outcome reported by /verify (docs/facilitator.md#verify body).
+type GuardianOutcome struct {
 	Status    string `json:"status,omitempty"`
 	Reason    string `json:"reason,omitempty"`
 	FeeTxHash string `json:"feeTxHash,omitempty"`
@@ -145,7 +145,7 @@ type challengeBody struct {
 	Verification *verificationBody     `json:"verification,omitempty"`
 	// Guardian carries the verdict of a payment the verdict check refused (its status and
 	// reason), so the payer's agent learns why without asking the facilitator.
-	Guardian *Guardian `json:"guardian,omitempty"`
+	Guardian *GuardianOutcome `json:"guardian,omitempty"`
 }
 
 // verificationBody advertises the verdict check (guardian.advertise): its mode, the fee

@@ -25,7 +25,7 @@ type NextFunc func(w http.ResponseWriter, r *http.Request) error
 // paymentGate: "attaches { settlement, guardian } to request.x402").
 type Paid struct {
 	Settlement *Settlement
-	Guardian   *Guardian
+	Guardian   *GuardianOutcome
 	// Retry is true when this request was let through by a retry credit (no new charge).
 	Retry bool
 }

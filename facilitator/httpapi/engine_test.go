@@ -21,7 +21,7 @@ var testAmount = big.NewInt(10_000)
 // testEnv is one anvil chain with our token, and a registry that knows it as
 // base-sepolia: the real parts that the API's end-to-end tests serve an engine on.
 type testEnv struct {
-	*enginetest.Chain
+	*enginetest.Env
 	chain *testenv.Chain
 	token *testenv.Token
 	net   x402.Network
@@ -31,10 +31,10 @@ type testEnv struct {
 func newTestEnv(t *testing.T) *testEnv {
 	t.Helper()
 	c := enginetest.StartChain(t)
-	return &testEnv{Chain: c, chain: c.Chain, token: c.Token, net: c.Network, reg: c.Registry}
+	return &testEnv{Env: c, chain: c.Chain, token: c.Token, net: c.Network, reg: c.Registry}
 }
 
-// engine starts a facilitator.Engine on the env's chain (enginetest.Chain.Engine).
+// engine starts a facilitator.Engine on the env's chain (enginetest.Env.Engine).
 func (v *testEnv) engine(t *testing.T, mutate func(*facilitator.Config)) *facilitator.Engine {
 	t.Helper()
 	return v.Engine(t, mutate)

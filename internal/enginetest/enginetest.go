@@ -20,8 +20,8 @@ import (
 	"github.com/x402gate/x402gate/x402"
 )
 
-// Chain is one anvil chain with our token, known to Registry as base-sepolia.
-type Chain struct {
+// Env is one anvil chain with our token, known to Registry as base-sepolia.
+type Env struct {
 	*testenv.Chain
 	Token    *testenv.Token
 	Network  x402.Network
@@ -29,7 +29,7 @@ type Chain struct {
 }
 
 // StartChain starts anvil with our token; both stop when t ends.
-func StartChain(t testing.TB) *Chain {
+func StartChain(t testing.TB) *Env {
 	t.Helper()
 	chain, token := testenv.StartChainWithToken(t)
 	net := x402.Network{
@@ -40,13 +40,13 @@ func StartChain(t testing.TB) *Chain {
 	if err := reg.Add(net); err != nil {
 		t.Fatalf("registry: %v", err)
 	}
-	return &Chain{Chain: chain, Token: token, Network: net, Registry: reg}
+	return &Env{Chain: chain, Token: token, Network: net, Registry: reg}
 }
 
 // Engine starts a facilitator.Engine on c, with the chain's facilitator account as
 // signer, a MemoryStore and an SQLite journal; mutate, when not nil, changes its config
 // first. Everything is closed when t ends.
-func (c *Chain) Engine(t testing.TB, mutate func(*facilitator.Config)) *facilitator.Engine {
+func (c *Env) Engine(t testing.TB, mutate func(*facilitator.Config)) *facilitator.Engine {
 	t.Helper()
 	j, err := journal.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "journal.db"))
 	if err != nil {
