@@ -84,6 +84,10 @@ type Config struct {
 	// settled only when they equal its quote exactly. Default nil: no verification fee is
 	// ever settled, and a /verify that brings one is invalid (FeeNotQuoted).
 	Pricing func(ctx context.Context, merchant *x402.Requirements) (*x402.Requirements, error)
+	// MaxMarkersPerPayer bounds, per payer, the optional-mode payments sent for a verdict
+	// and not settled yet; a /verify past it is refused without asking. Default
+	// DefaultMaxMarkersPerPayer (32).
+	MaxMarkersPerPayer int
 	// VerdictURL is the verdict service's base URL, reported by Info only.
 	VerdictURL string
 	// ApprovalTTL bounds how long an approval stays usable. Default 5m; an approval never
@@ -134,6 +138,7 @@ type Engine struct {
 	chains    map[string]*chain // by CAIP-2 id
 	order     []*chain          // configuration order
 	factories map[common.Address]bool
+	markers   *markerBudget
 	lastRecon ReconcileReport
 }
 
@@ -157,6 +162,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		address:   crypto.PubkeyToAddress(cfg.SignerKey.PublicKey),
 		chains:    map[string]*chain{},
 		factories: map[common.Address]bool{},
+		markers:   newMarkerBudget(cfg.MaxMarkersPerPayer),
 	}
 	for _, f := range cfg.ERC6492Factories {
 		e.factories[f] = true

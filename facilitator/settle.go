@@ -232,6 +232,9 @@ func (e *Engine) consumeApproval(ctx context.Context, k x402.PaymentKey) (needMa
 	switch {
 	case err == nil:
 		e.log.Info("approval consumed", zap.String("payer", k.Payer.Hex()), zap.String("requestHash", a.RequestHash))
+		if e.cfg.GuardianMode == GuardianOptional {
+			e.markers.release(k.Payer) // its marker's payment is settling: no longer outstanding
+		}
 		return false, nil
 	case !errors.Is(err, approval.ErrNotFound):
 		e.log.Error("consume approval", zap.String("payer", k.Payer.Hex()), zap.Error(err))

@@ -108,7 +108,15 @@ func (e *Engine) verdictCheck(ctx context.Context, c *checked, in x402.VerifyInp
 		// first wins: a marker already claimed means the payment was sent for a verdict
 		// before, or a settle without an approval is under way, and either way a second
 		// verdict request (and its fee) is refused, never raced against that settle.
-		err := e.cfg.Store.Claim(ctx, markerKey(c.key), untilValidBefore(c.auth, e.now(), claimMargin))
+		ttl := untilValidBefore(c.auth, e.now(), claimMargin)
+		if !e.markers.take(c.auth.From, e.now(), e.now().Add(ttl)) {
+			resp.GuardianStatus, resp.GuardianReason = string(verdict.GuardianError), "too many payments of this payer await a verdict"
+			return deny(x402.ReasonVerdictNotApproved, "too many payments of this payer were sent for a verdict and not settled; settle them or let them expire")
+		}
+		err := e.cfg.Store.Claim(ctx, markerKey(c.key), ttl)
+		if err != nil {
+			e.markers.release(c.auth.From)
+		}
 		switch {
 		case errors.Is(err, approval.ErrAlreadyClaimed):
 			resp.GuardianStatus, resp.GuardianReason = string(verdict.GuardianError), "this payment was already sent for a verdict, or is being settled without one"
