@@ -88,6 +88,12 @@ type Config struct {
 	// and not settled yet; a /verify past it is refused without asking. Default
 	// DefaultMaxMarkersPerPayer (32).
 	MaxMarkersPerPayer int
+	// VerdictRate and VerdictBurst rate-limit the verdict requests of one payer (per
+	// second, and at once). Default DefaultVerdictRate (1/s) and DefaultVerdictBurst (10).
+	// A repeated /verify of a payment with a terminal verdict is answered from memory and
+	// counts nothing.
+	VerdictRate  float64
+	VerdictBurst int
 	// VerdictURL is the verdict service's base URL, reported by Info only.
 	VerdictURL string
 	// ApprovalTTL bounds how long an approval stays usable. Default 5m; an approval never
@@ -139,6 +145,7 @@ type Engine struct {
 	order     []*chain          // configuration order
 	factories map[common.Address]bool
 	markers   *markerBudget
+	submits   *submitLimits
 	lastRecon ReconcileReport
 }
 
@@ -163,6 +170,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		chains:    map[string]*chain{},
 		factories: map[common.Address]bool{},
 		markers:   newMarkerBudget(cfg.MaxMarkersPerPayer),
+		submits:   newSubmitLimits(cfg.VerdictRate, cfg.VerdictBurst),
 	}
 	for _, f := range cfg.ERC6492Factories {
 		e.factories[f] = true

@@ -95,6 +95,19 @@ func (e *Engine) verdictCheck(ctx context.Context, c *checked, in x402.VerifyInp
 		resp.GuardianStatus, resp.GuardianReason = string(verdict.GuardianError), "verdict service is not configured"
 		return deny(x402.ReasonVerdictNotApproved, "verdict required but no verdict service is configured")
 	}
+	// A payment whose verdict is terminal already is answered from memory: repeating its
+	// /verify never submits again, nor pays another fee.
+	switch remembered, err := e.cfg.Store.RecallVerdict(ctx, c.key); {
+	case err == nil:
+		return e.rememberedVerdict(ctx, c, remembered, resp, deny)
+	case !errors.Is(err, approval.ErrNotFound):
+		e.log.Error("recall verdict", zap.String("payer", c.auth.From.Hex()), zap.Error(err))
+		return deny(x402.ReasonApprovalStoreDown, "approval store unavailable")
+	}
+	if !e.submits.allow(c.auth.From, e.now()) {
+		resp.GuardianStatus, resp.GuardianReason = string(verdict.GuardianError), "too many verdict requests from this payer; slow down"
+		return deny(x402.ReasonVerdictNotApproved, "verdict requests of this payer are rate-limited")
+	}
 	feeOwed := in.VerificationRequirements != nil
 	if feeOwed {
 		if feeErr, f := e.feeCheck(ctx, c, in); f != nil {
@@ -150,11 +163,15 @@ func (e *Engine) verdictCheck(ctx context.Context, c *checked, in x402.VerifyInp
 		feeOK = resp.FeeError == ""
 	}
 	if !approved {
+		if res.Status == verdict.GuardianRejected {
+			e.remember(ctx, c, res)
+		}
 		return deny(x402.ReasonVerdictNotApproved, "verdict is "+string(res.Status))
 	}
 	if !feeOK {
 		return deny(x402.ReasonInvalidPayload, "verification fee was not settled")
 	}
+	e.remember(ctx, c, res)
 	ttl := min(e.cfg.ApprovalTTL, untilValidBefore(c.auth, e.now(), 0))
 	a := approval.Approval{RequestHash: res.RequestHash, RecordedAt: e.now(), ExpiresAt: e.now().Add(ttl)}
 	// A fee may just have been paid for this verdict: the caller's deadline, which the fee
@@ -164,6 +181,35 @@ func (e *Engine) verdictCheck(ctx context.Context, c *checked, in x402.VerifyInp
 	defer cancel()
 	if err := e.cfg.Store.Record(recCtx, c.key, a, ttl); err != nil {
 		e.log.Error("record approval", zap.String("payer", c.auth.From.Hex()), zap.String("requestHash", res.RequestHash), zap.Error(err))
+		return deny(x402.ReasonApprovalStoreDown, "approval store unavailable")
+	}
+	return resp
+}
+
+// remember keeps the terminal verdict res of c's payment until its authorization expires
+// (docs/facilitator.md#guardian). A failure only means a repeat may ask again.
+func (e *Engine) remember(ctx context.Context, c *checked, res verdict.GuardianResult) {
+	v := approval.Verdict{Status: string(res.Status), Reason: res.Reason, RequestHash: res.RequestHash}
+	recCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), approvalRecordTimeout)
+	defer cancel()
+	if err := e.cfg.Store.RememberVerdict(recCtx, c.key, v, untilValidBefore(c.auth, e.now(), claimMargin)); err != nil {
+		e.log.Warn("remember verdict", zap.String("payer", c.auth.From.Hex()), zap.String("requestHash", res.RequestHash), zap.Error(err))
+	}
+}
+
+// rememberedVerdict answers a /verify of a payment whose terminal verdict is remembered,
+// without asking the verdict service: a rejection stays a rejection; an approval records
+// the payment's approval again (kept if still there), for at most ApprovalTTL.
+func (e *Engine) rememberedVerdict(ctx context.Context, c *checked, v approval.Verdict, resp x402.VerifyResponse,
+	deny func(x402.Reason, string) x402.VerifyResponse) x402.VerifyResponse {
+	resp.GuardianStatus, resp.GuardianReason = v.Status, v.Reason
+	if v.Status != string(verdict.GuardianApproved) {
+		return deny(x402.ReasonVerdictNotApproved, "verdict is "+v.Status+" (already given for this payment)")
+	}
+	ttl := min(e.cfg.ApprovalTTL, untilValidBefore(c.auth, e.now(), 0))
+	a := approval.Approval{RequestHash: v.RequestHash, RecordedAt: e.now(), ExpiresAt: e.now().Add(ttl)}
+	if err := e.cfg.Store.Record(ctx, c.key, a, ttl); err != nil {
+		e.log.Error("record approval", zap.String("payer", c.auth.From.Hex()), zap.String("requestHash", v.RequestHash), zap.Error(err))
 		return deny(x402.ReasonApprovalStoreDown, "approval store unavailable")
 	}
 	return resp

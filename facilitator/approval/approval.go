@@ -19,6 +19,14 @@ type Approval struct {
 	ExpiresAt   time.Time `json:"expiresAt"`
 }
 
+// Verdict is the remembered terminal verdict of one exact payment, so a repeated /verify
+// of it is answered without asking the verdict service again.
+type Verdict struct {
+	Status      string `json:"status"`
+	Reason      string `json:"reason,omitempty"`
+	RequestHash string `json:"requestHash,omitempty"`
+}
+
 // Errors of a Store.
 var (
 	// ErrNotFound: no unexpired approval for the key (never recorded, expired, or
@@ -44,6 +52,11 @@ type Store interface {
 	// Claim atomically marks the authorization of k as being settled, for ttl. Exactly one
 	// of any number of concurrent claims succeeds; the others get ErrAlreadyClaimed.
 	Claim(ctx context.Context, k x402.PaymentKey, ttl time.Duration) error
+	// RememberVerdict keeps the terminal verdict v of k for ttl. While an earlier one is
+	// unexpired, that one is kept: the first terminal verdict of a payment stands.
+	RememberVerdict(ctx context.Context, k x402.PaymentKey, v Verdict, ttl time.Duration) error
+	// RecallVerdict returns the remembered verdict of k, or ErrNotFound.
+	RecallVerdict(ctx context.Context, k x402.PaymentKey) (Verdict, error)
 	// Close releases the store's connections.
 	Close() error
 }

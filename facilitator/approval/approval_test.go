@@ -230,6 +230,25 @@ var approvalStoreCases = []struct {
 			t.Fatalf("claim after expiry: %v", err)
 		}
 	}},
+	{"a remembered verdict is recalled for its exact payment only, and the first one stands", func(t *testing.T, s approval.Store) {
+		ctx, k := context.Background(), testPaymentKey(60)
+		if _, err := s.RecallVerdict(ctx, k); !errors.Is(err, approval.ErrNotFound) {
+			t.Fatalf("recall before any verdict: %v, want ErrNotFound", err)
+		}
+		first := approval.Verdict{Status: "rejected", Reason: "recipient_not_allowed", RequestHash: "0xr1"}
+		if err := s.RememberVerdict(ctx, k, first, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RememberVerdict(ctx, k, approval.Verdict{Status: "approved", RequestHash: "0xr2"}, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.RecallVerdict(ctx, k); err != nil || got != first {
+			t.Fatalf("recall = %+v, %v; want the first verdict %+v", got, err, first)
+		}
+		if _, err := s.RecallVerdict(ctx, testPaymentKey(61)); !errors.Is(err, approval.ErrNotFound) {
+			t.Fatalf("another payment's verdict: %v, want ErrNotFound", err)
+		}
+	}},
 	{"a record or claim that would never expire is refused", func(t *testing.T, s approval.Store) {
 		ctx, k := context.Background(), testPaymentKey(10)
 		if err := s.Record(ctx, k, testApproval("forever"), 0); !errors.Is(err, approval.ErrInvalidTTL) {

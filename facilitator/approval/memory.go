@@ -47,11 +47,18 @@ type MemoryStore struct {
 	closed    bool
 	approvals *simplelru.LRU[string, memApproval]
 	claims    *simplelru.LRU[string, time.Time] // authorization key -> claim expiry
+	verdicts  *simplelru.LRU[string, memVerdict]
 }
 
 // memApproval carries the record's own expiry, checked on read.
 type memApproval struct {
 	approval  Approval
+	expiresAt time.Time
+}
+
+// memVerdict is a remembered verdict with its own expiry.
+type memVerdict struct {
+	verdict   Verdict
 	expiresAt time.Time
 }
 
@@ -81,6 +88,7 @@ func NewMemoryStore(size int, opts ...MemoryStoreOption) *MemoryStore {
 	// simplelru.NewLRU fails only for a size <= 0, excluded above.
 	s.approvals, _ = simplelru.NewLRU[string, memApproval](size, nil)
 	s.claims, _ = simplelru.NewLRU[string, time.Time](size, nil)
+	s.verdicts, _ = simplelru.NewLRU[string, memVerdict](size, nil)
 	return s
 }
 
@@ -173,6 +181,46 @@ func (s *MemoryStore) Claim(ctx context.Context, k x402.PaymentKey, ttl time.Dur
 	return nil
 }
 
+// RememberVerdict keeps v for k until ttl elapses; an unexpired earlier verdict stands. A
+// full table evicts the least recently used verdict, which only means its payment may be
+// asked about once more.
+func (s *MemoryStore) RememberVerdict(ctx context.Context, k x402.PaymentKey, v Verdict, ttl time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("remember verdict: %w", err)
+	}
+	if err := s.checkTTL(ttl); err != nil {
+		return fmt.Errorf("remember verdict: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errMemoryStoreClosed
+	}
+	key, now := k.String(), time.Now()
+	if e, ok := s.verdicts.Peek(key); ok && now.Before(e.expiresAt) {
+		return nil
+	}
+	s.verdicts.Add(key, memVerdict{verdict: v, expiresAt: now.Add(ttl)})
+	return nil
+}
+
+// RecallVerdict returns the unexpired remembered verdict of k, or ErrNotFound.
+func (s *MemoryStore) RecallVerdict(ctx context.Context, k x402.PaymentKey) (Verdict, error) {
+	if err := ctx.Err(); err != nil {
+		return Verdict{}, fmt.Errorf("recall verdict: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return Verdict{}, errMemoryStoreClosed
+	}
+	e, ok := s.verdicts.Peek(k.String())
+	if !ok || !time.Now().Before(e.expiresAt) {
+		return Verdict{}, ErrNotFound
+	}
+	return e.verdict, nil
+}
+
 // Close drops every record and claim. Later calls return ErrUnavailable.
 func (s *MemoryStore) Close() error {
 	s.mu.Lock()
@@ -183,6 +231,7 @@ func (s *MemoryStore) Close() error {
 	s.closed = true
 	s.approvals.Purge()
 	s.claims.Purge()
+	s.verdicts.Purge()
 	return nil
 }
 

@@ -163,6 +163,41 @@ func (s *RedisStore) Claim(ctx context.Context, k x402.PaymentKey, ttl time.Dura
 	}
 }
 
+func (s *RedisStore) verdictKey(k x402.PaymentKey) string {
+	return s.prefix + "verdict:" + k.String()
+}
+
+// RememberVerdict keeps v for k for ttl (SET NX PX): the first terminal verdict stands.
+func (s *RedisStore) RememberVerdict(ctx context.Context, k x402.PaymentKey, v Verdict, ttl time.Duration) error {
+	if err := checkRedisTTL(ttl); err != nil {
+		return fmt.Errorf("remember verdict: %w", err)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("remember verdict: %w", err)
+	}
+	if err := s.client.SetNX(ctx, s.verdictKey(k), b, ttl).Err(); err != nil {
+		return s.fail("remember verdict", err)
+	}
+	return nil
+}
+
+// RecallVerdict returns the remembered verdict of k, or ErrNotFound.
+func (s *RedisStore) RecallVerdict(ctx context.Context, k x402.PaymentKey) (Verdict, error) {
+	b, err := s.client.Get(ctx, s.verdictKey(k)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return Verdict{}, ErrNotFound
+	}
+	if err != nil {
+		return Verdict{}, s.fail("recall verdict", err)
+	}
+	var v Verdict
+	if err := json.Unmarshal(b, &v); err != nil || v.Status == "" {
+		return Verdict{}, fmt.Errorf("recall verdict: malformed record: %w", ErrNotFound)
+	}
+	return v, nil
+}
+
 // Close closes the Redis client.
 func (s *RedisStore) Close() error {
 	if err := s.client.Close(); err != nil {
