@@ -21,6 +21,7 @@ import (
 	"github.com/x402gate/x402gate/facilitator"
 	"github.com/x402gate/x402gate/facilitator/approval"
 	"github.com/x402gate/x402gate/facilitator/journal"
+	"github.com/x402gate/x402gate/facilitator/ratelimit"
 	"github.com/x402gate/x402gate/gate"
 	"github.com/x402gate/x402gate/gate/redisretry"
 	"github.com/x402gate/x402gate/internal/redact"
@@ -62,6 +63,10 @@ type FacilitatorConfig struct {
 	// VerdictPoll bounds the wait for a terminal verdict. Default: the spec's 1s interval
 	// and 20 attempts, with delays capped at 5s.
 	VerdictPoll *VerdictPollConfig `json:"verdict_poll,omitempty"`
+	// VerdictRate limits the verdict requests of one payer: Rate per second in the long
+	// run and Burst at once, shared through Redis when the store is Redis. Default: 1/s
+	// and 10.
+	VerdictRate *VerdictRateConfig `json:"verdict_rate,omitempty"`
 	// ApprovalTTL bounds how long a verdict approval stays usable. Default: 5m.
 	ApprovalTTL caddy.Duration `json:"approval_ttl,omitempty"`
 	// ReceiptTimeout bounds the wait for a settlement receipt. Default: 30s.
@@ -85,6 +90,14 @@ type VerdictPollConfig struct {
 	MaxAttempts int `json:"max_attempts,omitempty"`
 	// MaxDelay caps each delay. Default: 5s.
 	MaxDelay caddy.Duration `json:"max_delay,omitempty"`
+}
+
+// VerdictRateConfig is the per-payer rate of verdict requests.
+type VerdictRateConfig struct {
+	// Rate is the long-run number of verdict requests per second.
+	Rate float64 `json:"rate,omitempty"`
+	// Burst is how many may come at once.
+	Burst int `json:"burst,omitempty"`
 }
 
 // NetworkConfig is one chain of a bundled facilitator.
@@ -151,6 +164,8 @@ type resolved struct {
 	PollInterval   time.Duration
 	PollAttempts   int
 	PollMaxDelay   time.Duration
+	VerdictRate    float64
+	VerdictBurst   int
 	ApprovalTTL    time.Duration
 	ReceiptTimeout time.Duration
 	Reconcile      time.Duration
@@ -199,6 +214,9 @@ func (fc *FacilitatorConfig) settings() facilitator.Settings {
 	}
 	if vp := fc.VerdictPoll; vp != nil {
 		s.PollInterval, s.PollAttempts, s.PollMaxDelay = time.Duration(vp.Interval), vp.MaxAttempts, time.Duration(vp.MaxDelay)
+	}
+	if vr := fc.VerdictRate; vr != nil {
+		s.VerdictRate, s.VerdictBurst = vr.Rate, vr.Burst
 	}
 	return s
 }
@@ -257,6 +275,8 @@ func (fc *FacilitatorConfig) resolve(name string) (*resolved, error) {
 		PollInterval:   s.PollInterval,
 		PollAttempts:   s.PollAttempts,
 		PollMaxDelay:   s.PollMaxDelay,
+		VerdictRate:    s.VerdictRate,
+		VerdictBurst:   s.VerdictBurst,
 		ApprovalTTL:    s.ApprovalTTL,
 		ReceiptTimeout: s.ReceiptTimeout,
 		Reconcile:      s.Reconcile(),
@@ -286,6 +306,21 @@ func (fc *FacilitatorConfig) resolve(name string) (*resolved, error) {
 		rc.GuardianMode = facilitator.GuardianOff
 	}
 	return rc, nil
+}
+
+// rate and burst are rc's verdict request rate, with the engine's defaults.
+func rate(rc *resolved) float64 {
+	if rc.VerdictRate > 0 {
+		return rc.VerdictRate
+	}
+	return facilitator.DefaultVerdictRate
+}
+
+func burst(rc *resolved) int {
+	if rc.VerdictBurst > 0 {
+		return rc.VerdictBurst
+	}
+	return facilitator.DefaultVerdictBurst
 }
 
 // pricing is the fee quote of the pricing service at url, nil without one: a facilitator
@@ -348,6 +383,9 @@ type bundle struct {
 	verdictURL string
 	// guardianMode is the facilitator's GUARDIAN_MODE, checked against what gates advertise.
 	guardianMode facilitator.GuardianMode
+	// limiter rate-limits verdict requests across instances (a Redis store); nil: the
+	// engine's in-process one.
+	limiter facilitator.SubmitLimiter
 	// verifyTimeout is the deadline its gates give one /verify (verifyTimeout).
 	verifyTimeout time.Duration
 	reconcile     time.Duration
@@ -386,6 +424,12 @@ func openBundle(rc *resolved, log *zap.Logger) (_ *bundle, err error) {
 		}
 		b.store = s
 		b.closers = append(b.closers, s.Close)
+		lim, err := ratelimit.OpenRedis(ctx, rc.StoreURL, approval.DefaultRedisKeyPrefix+"verdict-rate:", rate(rc), burst(rc))
+		if err != nil {
+			return nil, fmt.Errorf("verdict rate limit: %w", err)
+		}
+		b.limiter = lim
+		b.closers = append(b.closers, lim.Close)
 		r, err := redisretry.Open(ctx, rc.StoreURL, "")
 		if err != nil {
 			return nil, fmt.Errorf("retry store: %w", err)
@@ -424,6 +468,9 @@ func openBundle(rc *resolved, log *zap.Logger) (_ *bundle, err error) {
 		Journal:          b.journal,
 		Verdicts:         verdicts,
 		Pricing:          pricing(rc.PricingURL, b.registry),
+		VerdictRate:      rc.VerdictRate,
+		VerdictBurst:     rc.VerdictBurst,
+		SubmitLimiter:    b.limiter,
 		GuardianMode:     rc.GuardianMode,
 		VerdictURL:       rc.VerdictURL,
 		ApprovalTTL:      rc.ApprovalTTL,

@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 
 	"github.com/caddyserver/caddy/v2"
@@ -54,6 +55,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //			approval_ttl <duration>
 //			receipt_timeout <duration>
 //			verdict_poll <interval> <max attempts> [<max delay>]
+//			verdict_rate <per second> <burst>
 //			reconcile_interval <duration>
 //			erc6492_factories <address>...
 //		}
@@ -159,6 +161,20 @@ func (fc *FacilitatorConfig) unmarshalCaddyfile(d *caddyfile.Dispenser, lines op
 			if err := durationArg(d, dst); err != nil {
 				return err
 			}
+		case "verdict_rate":
+			args := d.RemainingArgs()
+			if len(args) != 2 {
+				return d.ArgErr()
+			}
+			r, err := strconv.ParseFloat(args[0], 64)
+			if err != nil || !(r > 0) || math.IsInf(r, 0) {
+				return d.Errf("verdict_rate %q is not a positive number of requests per second", args[0])
+			}
+			b, err := strconv.Atoi(args[1])
+			if err != nil || b <= 0 {
+				return d.Errf("verdict_rate burst %q is not a positive integer", args[1])
+			}
+			fc.VerdictRate = &VerdictRateConfig{Rate: r, Burst: b}
 		case "verdict_poll":
 			vp, err := parseVerdictPoll(d)
 			if err != nil {

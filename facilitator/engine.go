@@ -18,6 +18,7 @@ import (
 
 	"github.com/x402gate/x402gate/facilitator/approval"
 	"github.com/x402gate/x402gate/facilitator/journal"
+	"github.com/x402gate/x402gate/facilitator/ratelimit"
 	"github.com/x402gate/x402gate/internal/redact"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -61,6 +62,23 @@ type NetworkConfig struct {
 	MinAmount *big.Int
 }
 
+// Defaults of the per-payer verdict submission rate.
+const (
+	// DefaultVerdictRate is how many verdict requests per second one payer may make in
+	// the long run.
+	DefaultVerdictRate = 1.0
+	// DefaultVerdictBurst is how many one payer may make at once.
+	DefaultVerdictBurst = 10
+)
+
+// SubmitLimiter limits the verdict requests of one payer (the key is its address): anyone
+// with a funded address can make /verify submit one for each payment it signs, and each
+// costs the verdict service an evaluation (docs/facilitator.md#guardian). An error fails
+// the /verify closed.
+type SubmitLimiter interface {
+	Allow(ctx context.Context, key string) (bool, error)
+}
+
 // Config configures an Engine.
 type Config struct {
 	// Networks lists the chains to serve. At least one is required.
@@ -94,6 +112,9 @@ type Config struct {
 	// counts nothing.
 	VerdictRate  float64
 	VerdictBurst int
+	// SubmitLimiter applies VerdictRate and VerdictBurst per payer. Default: an in-process
+	// ratelimit.Memory; a fleet gives every instance a ratelimit.Redis on one Redis.
+	SubmitLimiter SubmitLimiter
 	// VerdictURL is the verdict service's base URL, reported by Info only.
 	VerdictURL string
 	// ApprovalTTL bounds how long an approval stays usable. Default 5m; an approval never
@@ -145,7 +166,6 @@ type Engine struct {
 	order     []*chain          // configuration order
 	factories map[common.Address]bool
 	markers   *markerBudget
-	submits   *submitLimits
 	lastRecon ReconcileReport
 }
 
@@ -170,7 +190,6 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		chains:    map[string]*chain{},
 		factories: map[common.Address]bool{},
 		markers:   newMarkerBudget(cfg.MaxMarkersPerPayer),
-		submits:   newSubmitLimits(cfg.VerdictRate, cfg.VerdictBurst),
 	}
 	for _, f := range cfg.ERC6492Factories {
 		e.factories[f] = true
@@ -250,6 +269,15 @@ func (cfg *Config) check() error {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
+	}
+	if cfg.VerdictRate <= 0 {
+		cfg.VerdictRate = DefaultVerdictRate
+	}
+	if cfg.VerdictBurst <= 0 {
+		cfg.VerdictBurst = DefaultVerdictBurst
+	}
+	if cfg.SubmitLimiter == nil {
+		cfg.SubmitLimiter = ratelimit.NewMemory(cfg.VerdictRate, cfg.VerdictBurst)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

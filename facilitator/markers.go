@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/ethereum/go-ethereum/common"
-	"github.com/hashicorp/golang-lru/v2/simplelru"
-	"golang.org/x/time/rate"
 )
 
 // Defaults of the verdict-marker budget.
@@ -83,50 +81,4 @@ func prune(exp []time.Time, now time.Time) []time.Time {
 		}
 	}
 	return live
-}
-
-// Defaults of the per-payer verdict submission rate.
-const (
-	// DefaultVerdictRate is how many verdict submissions per second one payer may make in
-	// the long run.
-	DefaultVerdictRate = 1.0
-	// DefaultVerdictBurst is how many one payer may make at once.
-	DefaultVerdictBurst = 10
-	// maxLimitedPayers bounds the payers whose rate is tracked; the least recently seen
-	// one is forgotten first (it then starts again with a full burst).
-	maxLimitedPayers = 100_000
-)
-
-// submitLimits rate-limits verdict submissions per payer (golang.org/x/time/rate): anyone
-// with a funded address can make /verify submit a verdict request for each payment it
-// signs, and each one costs the verdict service an evaluation
-// (docs/facilitator.md#guardian). It is per process.
-type submitLimits struct {
-	mu     sync.Mutex
-	limit  rate.Limit
-	burst  int
-	payers *simplelru.LRU[common.Address, *rate.Limiter]
-}
-
-func newSubmitLimits(perSecond float64, burst int) *submitLimits {
-	if perSecond <= 0 {
-		perSecond = DefaultVerdictRate
-	}
-	if burst <= 0 {
-		burst = DefaultVerdictBurst
-	}
-	payers, _ := simplelru.NewLRU[common.Address, *rate.Limiter](maxLimitedPayers, nil)
-	return &submitLimits{limit: rate.Limit(perSecond), burst: burst, payers: payers}
-}
-
-// allow reports whether payer may submit one more verdict request at now.
-func (l *submitLimits) allow(payer common.Address, now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	lim, ok := l.payers.Get(payer)
-	if !ok {
-		lim = rate.NewLimiter(l.limit, l.burst)
-		l.payers.Add(payer, lim)
-	}
-	return lim.AllowN(now, 1)
 }

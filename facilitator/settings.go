@@ -59,6 +59,9 @@ type Settings struct {
 	PollInterval time.Duration
 	PollAttempts int
 	PollMaxDelay time.Duration
+	// VerdictRate and VerdictBurst limit one payer's verdict requests. Default: Config's.
+	VerdictRate  float64
+	VerdictBurst int
 	// ApprovalTTL and ReceiptTimeout are Config's. Default: Config's.
 	ApprovalTTL    time.Duration
 	ReceiptTimeout time.Duration
@@ -170,6 +173,8 @@ func (s Settings) Validate() error {
 		return settingErr("", "guardian_mode", "%q is not off, optional or required", s.GuardianMode)
 	}
 	switch {
+	case s.VerdictRate < 0 || s.VerdictBurst < 0:
+		return settingErr("", "verdict_rate", "values must not be negative")
 	case s.PollInterval < 0 || s.PollAttempts < 0 || s.PollMaxDelay < 0:
 		return settingErr("", "verdict_poll", "values must not be negative")
 	case s.PollInterval > 0 && s.PollInterval < time.Millisecond:

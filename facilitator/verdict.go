@@ -104,7 +104,11 @@ func (e *Engine) verdictCheck(ctx context.Context, c *checked, in x402.VerifyInp
 		e.log.Error("recall verdict", zap.String("payer", c.auth.From.Hex()), zap.Error(err))
 		return deny(x402.ReasonApprovalStoreDown, "approval store unavailable")
 	}
-	if !e.submits.allow(c.auth.From, e.now()) {
+	switch ok, err := e.cfg.SubmitLimiter.Allow(ctx, c.auth.From.Hex()); {
+	case err != nil:
+		e.log.Error("verdict rate limit", zap.String("payer", c.auth.From.Hex()), zap.Error(err))
+		return deny(x402.ReasonApprovalStoreDown, "rate limiter unavailable")
+	case !ok:
 		resp.GuardianStatus, resp.GuardianReason = string(verdict.GuardianError), "too many verdict requests from this payer; slow down"
 		return deny(x402.ReasonVerdictNotApproved, "verdict requests of this payer are rate-limited")
 	}
