@@ -7,8 +7,6 @@ import (
 	"math/big"
 	"runtime"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -49,42 +47,6 @@ func waitPast(start time.Time, d time.Duration) {
 	for time.Since(start) <= d {
 		time.Sleep(d / 5)
 	}
-}
-
-// race runs f n times concurrently, released together, and counts nil results and
-// results matching want; any other error fails the test.
-func race(t *testing.T, n int, want error, f func(i int) error) (wins int) {
-	t.Helper()
-	var (
-		wg     sync.WaitGroup
-		start  = make(chan struct{})
-		won    atomic.Int64
-		mu     sync.Mutex
-		others []error
-	)
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			<-start
-			err := f(i)
-			switch {
-			case err == nil:
-				won.Add(1)
-			case errors.Is(err, want):
-			default:
-				mu.Lock()
-				others = append(others, err)
-				mu.Unlock()
-			}
-		}(i)
-	}
-	close(start)
-	wg.Wait()
-	if len(others) > 0 {
-		t.Fatalf("%d unexpected errors, first: %v", len(others), others[0])
-	}
-	return int(won.Load())
 }
 
 // approvalStoreCases is the behaviour every ApprovalStore shares (docs/facilitator.md#approval-records approval
@@ -188,14 +150,14 @@ var approvalStoreCases = []struct {
 		if err := s.Record(ctx, k, testApproval("race"), time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		wins := race(t, 50, approval.ErrNotFound, func(int) error { _, err := s.Consume(ctx, k); return err })
+		wins := testenv.Race(t, 50, approval.ErrNotFound, func(int) error { _, err := s.Consume(ctx, k); return err })
 		if wins != 1 {
 			t.Fatalf("%d consumes succeeded, want 1", wins)
 		}
 	}},
 	{"20 concurrent claims of one authorization: exactly one wins", func(t *testing.T, s approval.Store) {
 		ctx, k := context.Background(), testPaymentKey(7)
-		wins := race(t, 20, approval.ErrAlreadyClaimed, func(int) error { return s.Claim(ctx, k, time.Minute) })
+		wins := testenv.Race(t, 20, approval.ErrAlreadyClaimed, func(int) error { return s.Claim(ctx, k, time.Minute) })
 		if wins != 1 {
 			t.Fatalf("%d claims won, want 1", wins)
 		}
@@ -359,7 +321,7 @@ func TestRedisStoreAcrossInstances(t *testing.T) {
 		if err := instances[0].Record(ctx, k, testApproval("shared"), time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		wins := race(t, 30, approval.ErrNotFound, func(i int) error {
+		wins := testenv.Race(t, 30, approval.ErrNotFound, func(i int) error {
 			_, err := instances[i%3].Consume(ctx, k)
 			return err
 		})
@@ -369,7 +331,7 @@ func TestRedisStoreAcrossInstances(t *testing.T) {
 	})
 	t.Run("three instances claiming one authorization: exactly one wins", func(t *testing.T) {
 		k := testPaymentKey(101)
-		wins := race(t, 30, approval.ErrAlreadyClaimed, func(i int) error { return instances[i%3].Claim(ctx, k, time.Minute) })
+		wins := testenv.Race(t, 30, approval.ErrAlreadyClaimed, func(i int) error { return instances[i%3].Claim(ctx, k, time.Minute) })
 		if wins != 1 {
 			t.Fatalf("%d claims won, want 1", wins)
 		}

@@ -11,7 +11,6 @@ import (
 	"reflect"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,42 +25,6 @@ type journalOpen func() (*DB, error)
 
 // journalOpener gives each case a fresh, empty database.
 type journalOpener func(t *testing.T) journalOpen
-
-// race runs f n times concurrently, released together, and counts nil results and
-// results matching want; any other error fails the test.
-func race(t *testing.T, n int, want error, f func(i int) error) (wins int) {
-	t.Helper()
-	var (
-		wg     sync.WaitGroup
-		start  = make(chan struct{})
-		won    atomic.Int64
-		mu     sync.Mutex
-		others []error
-	)
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			<-start
-			err := f(i)
-			switch {
-			case err == nil:
-				won.Add(1)
-			case errors.Is(err, want):
-			default:
-				mu.Lock()
-				others = append(others, err)
-				mu.Unlock()
-			}
-		}(i)
-	}
-	close(start)
-	wg.Wait()
-	if len(others) > 0 {
-		t.Fatalf("%d unexpected errors, first: %v", len(others), others[0])
-	}
-	return int(won.Load())
-}
 
 // mustOpen opens a handle that is closed when t ends.
 func mustOpen(t *testing.T, open journalOpen) *DB {
@@ -167,7 +130,7 @@ var journalCases = []struct {
 	{"20 concurrent prepares of one authorization on 3 handles: exactly one succeeds", func(t *testing.T, open journalOpen) {
 		handles := []*DB{mustOpen(t, open), mustOpen(t, open), mustOpen(t, open)}
 		s := testSettlement(3, journalEpoch)
-		wins := race(t, 20, ErrDuplicateSettlement, func(i int) error {
+		wins := testenv.Race(t, 20, ErrDuplicateSettlement, func(i int) error {
 			attempt := s
 			attempt.TxHash = common.HexToHash(fmt.Sprintf("0x%x", i+1))
 			return handles[i%3].Prepare(context.Background(), attempt)
