@@ -18,7 +18,7 @@ import (
 
 	"github.com/x402gate/x402gate/facilitator/approval"
 	"github.com/x402gate/x402gate/facilitator/journal"
-	"github.com/x402gate/x402gate/facilitator/ratelimit"
+	"github.com/x402gate/x402gate/internal/ratelimit"
 	"github.com/x402gate/x402gate/internal/redact"
 	"github.com/x402gate/x402gate/x402"
 )
