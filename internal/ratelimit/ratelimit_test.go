@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -72,5 +73,53 @@ func TestRedisDownFailsClosed(t *testing.T) {
 	srv.Stop()
 	if ok, err := l.Allow(context.Background(), "k"); ok || err == nil {
 		t.Errorf("Allow with Redis down = %v, %v; want an error", ok, err)
+	}
+}
+
+// TestTakeSaysWhenToComeBack: past its burst a key is told how long until one event is
+// allowed again (at most one emission interval, here 1000 s at 0.001/s), and how many it
+// has left; in process and on Redis alike.
+func TestTakeSaysWhenToComeBack(t *testing.T) {
+	url := testenv.StartRedis(t)
+	o, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(o)
+	t.Cleanup(func() { _ = c.Close() })
+	type taker interface {
+		Take(ctx context.Context, key string) (Result, error)
+	}
+	for name, l := range map[string]taker{
+		"memory": NewMemory(0.001, 2),
+		"redis":  NewRedis(c, "test:take:", 0.001, 2),
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			var got []Result
+			for range 3 {
+				r, err := l.Take(ctx, "k")
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, r)
+			}
+			if !got[0].Allowed || got[0].Remaining != 1 || got[0].RetryAfter != 0 || got[0].Limit != 2 {
+				t.Errorf("first = %+v, want allowed with 1 remaining of 2", got[0])
+			}
+			if !got[1].Allowed || got[1].Remaining != 0 {
+				t.Errorf("second = %+v, want allowed with 0 remaining", got[1])
+			}
+			third := got[2]
+			if third.Allowed || third.Remaining != 0 {
+				t.Errorf("third = %+v, want refused with 0 remaining", third)
+			}
+			if third.RetryAfter <= 0 || third.RetryAfter > 1000*time.Second {
+				t.Errorf("third.RetryAfter = %v, want within one interval (0, 1000s]", third.RetryAfter)
+			}
+			if third.Reset < third.RetryAfter || third.Reset > 2000*time.Second {
+				t.Errorf("third.Reset = %v, want between RetryAfter and two intervals", third.Reset)
+			}
+		})
 	}
 }
