@@ -1,0 +1,76 @@
+package store
+
+import "github.com/x402gate/x402gate/internal/sqldb"
+
+// schema is the store's tables, one migration per version, shared by both engines. Times
+// are unix microseconds (UTC). JSON documents are TEXT, kept byte for byte as written.
+// Addresses are 0x and lower-case hex. The version table is named for the verdict
+// service, so it cannot collide with the facilitator's journal in one PostgreSQL
+// database; the lock key is "x402gver" in ASCII.
+//
+// Rules the schema holds on its own, for every instance that shares the database:
+//   - agents.name, api_keys.hash, transactions.request_hash are unique;
+//   - a wallet (chain, address) belongs to one agent;
+//   - policy versions are keyed (agent, version); the store has no UPDATE of them;
+//   - a non-empty trace id is unique per agent (a partial unique index, which both
+//     engines support);
+//   - a transaction's status is one of the three, and a terminal one has a verdict.
+var schema = sqldb.Schema{
+	Table:   "verdict_schema_migrations",
+	LockKey: 0x7834303267766572,
+	Migrations: []sqldb.Migration{
+		{Version: 1, Statements: []string{
+			`CREATE TABLE agents (
+			id         TEXT PRIMARY KEY,
+			name       TEXT NOT NULL UNIQUE,
+			created_at BIGINT NOT NULL
+		)`,
+			`CREATE TABLE api_keys (
+			id         TEXT PRIMARY KEY,
+			agent_id   TEXT NOT NULL REFERENCES agents (id),
+			hash       {{blob}} NOT NULL UNIQUE,
+			scopes     TEXT NOT NULL,
+			created_at BIGINT NOT NULL,
+			revoked_at BIGINT
+		)`,
+			`CREATE INDEX api_keys_agent ON api_keys (agent_id)`,
+			`CREATE TABLE wallets (
+			chain_id   BIGINT NOT NULL CHECK (chain_id > 0),
+			address    TEXT NOT NULL,
+			agent_id   TEXT NOT NULL REFERENCES agents (id),
+			created_at BIGINT NOT NULL,
+			PRIMARY KEY (chain_id, address)
+		)`,
+			`CREATE INDEX wallets_agent ON wallets (agent_id)`,
+			`CREATE TABLE policy_versions (
+			agent_id   TEXT NOT NULL REFERENCES agents (id),
+			version    BIGINT NOT NULL CHECK (version > 0),
+			document   TEXT NOT NULL,
+			created_at BIGINT NOT NULL,
+			actor      TEXT NOT NULL,
+			PRIMARY KEY (agent_id, version)
+		)`,
+			`CREATE TABLE transactions (
+			id             TEXT PRIMARY KEY,
+			request_hash   TEXT NOT NULL UNIQUE,
+			agent_id       TEXT NOT NULL REFERENCES agents (id),
+			escrow         TEXT NOT NULL,
+			chain_id       BIGINT NOT NULL,
+			prompt         TEXT NOT NULL,
+			description    TEXT NOT NULL,
+			proposed_tx    TEXT NOT NULL,
+			metadata       TEXT,
+			context_logs   TEXT,
+			trace_id       TEXT NOT NULL DEFAULT '',
+			status         TEXT NOT NULL CHECK (status IN ('PENDING', 'APPROVED', 'REJECTED')),
+			verdict        TEXT,
+			policy_version BIGINT,
+			created_at     BIGINT NOT NULL,
+			updated_at     BIGINT NOT NULL,
+			CHECK ((status = 'PENDING') = (verdict IS NULL))
+		)`,
+			`CREATE UNIQUE INDEX transactions_agent_trace ON transactions (agent_id, trace_id) WHERE trace_id <> ''`,
+			`CREATE INDEX transactions_pending ON transactions (created_at, id) WHERE status = 'PENDING'`,
+		}},
+	},
+}

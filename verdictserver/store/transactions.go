@@ -1,0 +1,221 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ethereum/go-ethereum/common"
+)
+
+// maxHashLen bounds request hashes and trace ids.
+const maxHashLen = 256
+
+// CreateTransaction records t as PENDING, durably before it returns nil. It fills in
+// what it assigns: an empty t.ID becomes a new UUID, t.Status PENDING, a zero t.CreatedAt
+// now, t.UpdatedAt t.CreatedAt. It refuses (ErrInvalid) a record without a request hash,
+// agent, escrow or positive chain id, a ProposedTx that is not a JSON object, a Metadata or
+// ContextLogs that is neither nil nor a JSON object, a status other than PENDING, or a
+// verdict. An unknown agent is ErrNotFound; a trace id the agent used before is
+// ErrDuplicateTrace; a request hash or id that exists is ErrConflict.
+func (s *Store) CreateTransaction(ctx context.Context, t *Transaction) error {
+	if t == nil {
+		return invalid("create transaction", "nil record")
+	}
+	op := "create transaction " + t.RequestHash
+	switch {
+	case t.RequestHash == "" || len(t.RequestHash) > maxHashLen || !storableText(t.RequestHash):
+		return invalid("create transaction", "request hash must be 1 to %d bytes of text", maxHashLen)
+	case t.AgentID == "":
+		return invalid(op, "no agent")
+	case t.ChainID <= 0:
+		return invalid(op, "chain id must be positive")
+	case t.Escrow == (common.Address{}):
+		return invalid(op, "zero escrow address")
+	case len(t.TraceID) > maxHashLen || !storableText(t.TraceID):
+		return invalid(op, "trace id must be at most %d bytes of text", maxHashLen)
+	case !storableText(t.ID) || !storableText(t.Prompt) || !storableText(t.Description):
+		return invalid(op, "id, prompt and description must be valid UTF-8 without NUL")
+	case !jsonObject(t.ProposedTx):
+		return invalid(op, "proposedTx is not a JSON object")
+	case t.Metadata != nil && !jsonObject(t.Metadata):
+		return invalid(op, "metadata is not a JSON object")
+	case t.ContextLogs != nil && !jsonObject(t.ContextLogs):
+		return invalid(op, "contextLogs is not a JSON object")
+	case t.Status != "" && t.Status != StatusPending:
+		return invalid(op, "a new transaction is %s, not %q", StatusPending, t.Status)
+	case t.Verdict != nil || t.PolicyVersion != nil:
+		return invalid(op, "a new transaction has no verdict")
+	}
+	rec := *t
+	if rec.ID == "" {
+		rec.ID = newUUID()
+	}
+	rec.Status = StatusPending
+	if rec.CreatedAt.IsZero() {
+		rec.CreatedAt = now()
+	}
+	rec.CreatedAt = rec.CreatedAt.UTC().Truncate(time.Microsecond)
+	rec.UpdatedAt = rec.CreatedAt
+	res, err := s.db.ExecContext(ctx, `INSERT INTO transactions (`+transactionColumns+`)
+		SELECT $1, $2, a.id, $4, $5, $6, $7, $8, $9, $10, $11, $12, NULL, NULL, $13, $13
+		FROM agents a WHERE a.id = $3
+		ON CONFLICT DO NOTHING`,
+		rec.ID, rec.RequestHash, rec.AgentID, hexAddress(rec.Escrow), rec.ChainID, rec.Prompt, rec.Description,
+		string(rec.ProposedTx), nullJSON(rec.Metadata), nullJSON(rec.ContextLogs), rec.TraceID, rec.Status,
+		micros(rec.CreatedAt))
+	if err != nil {
+		return s.fail(op, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return s.fail(op, err)
+	} else if n > 0 {
+		*t = rec
+		return nil
+	}
+	// Nothing was written: say why. Rows are never removed, so what blocked the insert is
+	// still there.
+	if _, err := s.Agent(ctx, rec.AgentID); err != nil {
+		return fmt.Errorf("verdict store %s: %w", op, err)
+	}
+	if rec.TraceID != "" {
+		if _, err := s.TransactionByTrace(ctx, rec.AgentID, rec.TraceID); err == nil {
+			return fmt.Errorf("verdict store %s: trace id %q: %w", op, rec.TraceID, ErrDuplicateTrace)
+		} else if !errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("verdict store %s: %w", op, err)
+		}
+	}
+	return fmt.Errorf("verdict store %s: id or request hash exists: %w", op, ErrConflict)
+}
+
+const transactionColumns = `id, request_hash, agent_id, escrow, chain_id, prompt, description, proposed_tx,
+	metadata, context_logs, trace_id, status, verdict, policy_version, created_at, updated_at`
+
+// TransactionByHash returns the transaction with requestHash, or ErrNotFound.
+func (s *Store) TransactionByHash(ctx context.Context, requestHash string) (Transaction, error) {
+	return s.transactionWhere(ctx, "transaction "+requestHash, `request_hash = $1`, requestHash)
+}
+
+// TransactionByTrace returns the agent's transaction whose trace id is traceID, or
+// ErrNotFound (always for an empty traceID).
+func (s *Store) TransactionByTrace(ctx context.Context, agentID, traceID string) (Transaction, error) {
+	op := fmt.Sprintf("transaction with trace id %q", traceID)
+	if traceID == "" {
+		return Transaction{}, fmt.Errorf("verdict store %s: %w", op, ErrNotFound)
+	}
+	return s.transactionWhere(ctx, op, `agent_id = $1 AND trace_id = $2`, agentID, traceID)
+}
+
+func (s *Store) transactionWhere(ctx context.Context, op, where string, args ...any) (Transaction, error) {
+	t, err := scanTransaction(s.db.QueryRowContext(ctx, `SELECT `+transactionColumns+` FROM transactions WHERE `+where, args...))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Transaction{}, fmt.Errorf("verdict store %s: %w", op, ErrNotFound)
+	}
+	if err != nil {
+		return Transaction{}, s.fail(op, err)
+	}
+	return t, nil
+}
+
+// Complete records the terminal verdict of the PENDING transaction requestHash: status
+// (StatusApproved or StatusRejected), the verdict (a JSON object) and the policy version
+// it was evaluated against (nil when the agent had none). It moves a record only from
+// PENDING, in one statement, so of concurrent Completes exactly one wins; a terminal
+// record is immutable and any later Complete is ErrTerminal. An unknown hash is
+// ErrNotFound.
+func (s *Store) Complete(ctx context.Context, requestHash string, status string, verdictJSON json.RawMessage, policyVersion *int64) error {
+	op := "complete " + requestHash
+	if status != StatusApproved && status != StatusRejected {
+		return invalid(op, "status %q is not terminal", status)
+	}
+	if !jsonObject(verdictJSON) {
+		return invalid(op, "verdict is not a JSON object")
+	}
+	var pv any
+	if policyVersion != nil {
+		if *policyVersion <= 0 {
+			return invalid(op, "policy version %d", *policyVersion)
+		}
+		pv = *policyVersion
+	}
+	res, err := s.db.ExecContext(ctx, `UPDATE transactions SET status = $1, verdict = $2, policy_version = $3, updated_at = $4
+		WHERE request_hash = $5 AND status = 'PENDING'`, status, string(verdictJSON), pv, micros(now()), requestHash)
+	if err != nil {
+		return s.fail(op, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return s.fail(op, err)
+	} else if n > 0 {
+		return nil
+	}
+	t, err := s.TransactionByHash(ctx, requestHash)
+	if err != nil {
+		return fmt.Errorf("verdict store complete: %w", err)
+	}
+	return fmt.Errorf("verdict store %s: already %s: %w", op, t.Status, ErrTerminal)
+}
+
+// Pending returns up to limit PENDING transactions (every one when limit <= 0), oldest
+// first (ties by id), for the sweep that evaluates what a stopped process left.
+func (s *Store) Pending(ctx context.Context, limit int) ([]Transaction, error) {
+	q, args := `SELECT `+transactionColumns+` FROM transactions WHERE status = 'PENDING' ORDER BY created_at, id`, []any{}
+	if limit > 0 {
+		q, args = q+` LIMIT $1`, append(args, limit)
+	}
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, s.fail("pending", err)
+	}
+	defer rows.Close()
+	var out []Transaction
+	for rows.Next() {
+		t, err := scanTransaction(rows)
+		if err != nil {
+			return nil, s.fail("pending", err)
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("pending", err)
+	}
+	return out, nil
+}
+
+// CountPending returns how many transactions are PENDING.
+func (s *Store) CountPending(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM transactions WHERE status = 'PENDING'`).Scan(&n); err != nil {
+		return 0, s.fail("count pending", err)
+	}
+	return n, nil
+}
+
+func scanTransaction(row interface{ Scan(...any) error }) (Transaction, error) {
+	var (
+		t                          Transaction
+		escrow, proposed           string
+		metadata, logs, verdictDoc sql.NullString
+		policyVersion              sql.NullInt64
+		created, updated           int64
+	)
+	if err := row.Scan(&t.ID, &t.RequestHash, &t.AgentID, &escrow, &t.ChainID, &t.Prompt, &t.Description, &proposed,
+		&metadata, &logs, &t.TraceID, &t.Status, &verdictDoc, &policyVersion, &created, &updated); err != nil {
+		return Transaction{}, err
+	}
+	a, err := parseAddress("escrow", escrow)
+	if err != nil {
+		return Transaction{}, err
+	}
+	t.Escrow = a
+	t.ProposedTx = json.RawMessage(proposed)
+	t.Metadata, t.ContextLogs, t.Verdict = rawJSON(metadata), rawJSON(logs), rawJSON(verdictDoc)
+	if policyVersion.Valid {
+		v := policyVersion.Int64
+		t.PolicyVersion = &v
+	}
+	t.CreatedAt, t.UpdatedAt = fromMicros(created), fromMicros(updated)
+	return t, nil
+}
