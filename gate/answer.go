@@ -57,17 +57,32 @@ func (g *Gate) challenge(ctx context.Context, req *x402.Requirements) *Result {
 // answer402 builds a 402 for req: the body's error is errV1 (the reason in the payment's
 // version for a rejection), the header's is errV2; guardian, when set, is the verdict.
 func (g *Gate) answer402(req *x402.Requirements, payer, errV1, errV2 string, vb *verificationBody, guardian *GuardianOutcome) *Result {
-	v1, err := req.V1(g.reg)
+	v1, err := g.firstOffer(req).V1(g.reg)
 	if err != nil {
 		g.log.Error("x402 requirement has no v1 form", zap.Error(err))
 		return g.errorResult(nil, 0, http.StatusInternalServerError, x402.ReasonInvalidRequirements, "the route's network has no x402 v1 name")
 	}
-	body := mustJSON(challengeBody{X402Version: x402.Version1, Error: errV1, Accepts: []x402.RequirementsV1{v1}, Payer: payer, Verification: vb, Guardian: guardian})
+	offers := g.offersFor(g.firstOffer(req))
+	accepts := make([]x402.RequirementsV1, 0, len(offers))
+	acceptsV2 := make([]x402.RequirementsV2, 0, len(offers))
+	displays := make([]display, 0, len(offers))
+	for _, o := range offers {
+		if o != offers[0] {
+			if v1, err = o.V1(g.reg); err != nil {
+				g.log.Error("x402 requirement has no v1 form", zap.Error(err))
+				return g.errorResult(nil, 0, http.StatusInternalServerError, x402.ReasonInvalidRequirements, "the route's network has no x402 v1 name")
+			}
+		}
+		accepts, acceptsV2, displays = append(accepts, v1), append(acceptsV2, o.V2()), append(displays, g.displayOf(o))
+	}
+	body := mustJSON(challengeBody{X402Version: x402.Version1, Error: errV1, Accepts: accepts, Payer: payer, Verification: vb, Guardian: guardian})
+	res := req.Resource
 	pr := &x402.PaymentRequiredV2{
 		X402Version: x402.Version2,
 		Error:       errV2,
-		Resource:    &x402.ResourceInfo{URL: req.Resource.URL, Description: req.Resource.Description, MimeType: req.Resource.MimeType},
-		Accepts:     []x402.RequirementsV2{req.V2()},
+		Resource:    &res,
+		Accepts:     acceptsV2,
+		Extensions:  g.route.extensions,
 	}
 	hv, err := x402.EncodePaymentRequired(pr)
 	if err != nil {
@@ -84,16 +99,9 @@ func (g *Gate) answer402(req *x402.Requirements, payer, errV1, errV2 string, vb 
 		Body:         body,
 		Requirements: req,
 		challenge:    pr,
-		display:      g.displayOf(req),
+		display:      displays[0],
+		displays:     displays,
 	}
-}
-
-func (g *Gate) displayOf(req *x402.Requirements) display {
-	d := display{price: FormatAmount(req.Amount, g.route.decimals), symbol: g.route.symbol, network: g.route.network.Name}
-	if g.route.symbol == "" && g.route.decimals == 0 {
-		d.symbol = "base units"
-	}
-	return d
 }
 
 // rejected builds a rejected result: a 402 whose body error is the reason in the
@@ -149,8 +157,10 @@ func (g *Gate) errorResult(req *x402.Requirements, version int, status int, reas
 	}
 	body := errorBody{X402Version: x402.Version1, Error: wireReason(reason, v), Message: msg}
 	if req != nil && status == http.StatusBadRequest {
-		if v1, err := req.V1(g.reg); err == nil {
-			body.Accepts = []x402.RequirementsV1{v1}
+		for _, o := range g.offersFor(g.firstOffer(req)) {
+			if v1, err := o.V1(g.reg); err == nil {
+				body.Accepts = append(body.Accepts, v1)
+			}
 		}
 	}
 	h := make(http.Header, 2)
@@ -167,7 +177,8 @@ func (g *Gate) errorResult(req *x402.Requirements, version int, status int, reas
 // as they are, since no x402 enum names them and clients do not schema-check a 502 or 503.
 func wireReason(reason x402.Reason, v int) string {
 	switch reason {
-	case ReasonPricingUnavailable, ReasonRetryStoreUnavailable, ReasonRetryInProgress, ReasonFacilitatorUnavailable:
+	case ReasonPricingUnavailable, ReasonRetryStoreUnavailable, ReasonRetryInProgress, ReasonFacilitatorUnavailable,
+		ReasonPaymentIDRequired, ReasonPaymentIDConflict, ReasonPaymentIDUsed:
 		return string(reason)
 	}
 	return reason.For(v)
@@ -182,7 +193,7 @@ func (g *Gate) settlement(req *x402.Requirements, p *x402.Payment, sr x402.Settl
 		Transaction: sr.Transaction,
 		Amount:      bigString(req.Amount),
 		Network:     req.Network,
-		NetworkName: g.route.network.Name,
+		NetworkName: g.route.optionOf(req).network.Name,
 		Asset:       req.Asset.Hex(),
 		PayTo:       req.PayTo.Hex(),
 		Version:     p.Version,

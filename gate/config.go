@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
-	"strings"
 	"time"
 
 	"github.com/ethereum/go-ethereum/common"
@@ -62,6 +61,17 @@ type Config struct {
 	Guardian *GuardianConfig `json:"guardian,omitempty"`
 	// Retry lets a paid request whose upstream failed be presented again.
 	Retry RetryConfig `json:"retry,omitempty"`
+	// Accepts are several ways to pay the route (docs/gate.md#several-ways-to-pay): each
+	// is one requirement of the 402, and Network, Asset, Price and PayTo above are only
+	// the defaults of its fields. Default: none, and Network, Asset, Price and PayTo are
+	// the route's one way to pay.
+	Accepts []AcceptConfig `json:"accepts,omitempty"`
+	// PaymentID is the x402 v2 payment-identifier extension (docs/gate.md#payment-identifier):
+	// PaymentIDOptional or PaymentIDRequired. Default: empty, not advertised.
+	PaymentID string `json:"paymentId,omitempty"`
+	// Discovery fills the v2 bazaar extension of the 402 (docs/gate.md#discovery).
+	// Default: nil, the route is not described for discovery services.
+	Discovery *DiscoveryConfig `json:"discovery,omitempty"`
 	// VerifyTimeout bounds a /verify call. Default DefaultVerifyTimeout.
 	VerifyTimeout time.Duration `json:"verifyTimeout,omitempty"`
 	// SettleTimeout bounds a /settle call. Settlement is not cancelled when the client goes
@@ -166,6 +176,9 @@ type Options struct {
 	// RetryStore keeps retry credits. Default: an in-process MemoryRetryStore. Several
 	// instances behind one load balancer need a shared store (gate/redisretry).
 	RetryStore RetryStore
+	// PaymentIDs keeps payment identifiers when Config.PaymentID is set. Default: an
+	// in-process MemoryPaymentIDStore; several instances share gate/redisretry.PaymentIDs.
+	PaymentIDs PaymentIDStore
 	// ErrorStatus maps an error returned by the next handler to the status it stands
 	// for; a status >= 500 counts as an upstream failure. Default: every error is 502.
 	// The Caddy adapter maps caddyhttp.HandlerError to its StatusCode.
@@ -213,21 +226,22 @@ type SettleEvent struct {
 // routeConfig is a checked Config: the parts of every requirement that do not change per
 // request.
 type routeConfig struct {
-	network  x402.Network
-	asset    common.Address
-	extra    map[string]any
-	decimals int
-	symbol   string
-	payTo    common.Address // zero when unset
-	price    *big.Int       // nil when unset
-	priceMin *big.Int       // nil: no per-request price is accepted
-	priceMax *big.Int       // nil: no upper bound
+	option             // the first way to pay: the only one, or the first accept
+	options  []*option // every way to pay, in the order of the 402's accepts
+	priceMin *big.Int  // nil: no per-request price is accepted
+	priceMax *big.Int  // nil: no upper bound
 	payTos   map[common.Address]bool
 	resource ResourceConfig
 	timeout  int
 	guardian *GuardianConfig
 	retryMax int
 	grace    time.Duration
+	// paymentID is Config.PaymentID; extensions are the v2 extensions of every 402.
+	paymentID  string
+	extensions map[string]any
+	// serviceName and tags describe the route in every v2 resource (Config.Discovery).
+	serviceName string
+	tags        []string
 }
 
 // ConfigError is a Config that Validate refuses. Option is the name of the offending
@@ -254,6 +268,8 @@ func configErr(option string, format string, args ...any) error {
 // *ConfigError (docs/gate.md#configuration).
 func (cfg Config) Validate(reg *x402.Registry) error {
 	switch {
+	case len(cfg.Accepts) > 0:
+		// each accept block is checked for its price and payee by checkConfig
 	case cfg.Price == "" && !cfg.PerRequestPrice:
 		return configErr("price", "is required")
 	case cfg.PayTo == "" && !cfg.PerRequestPayTo:
@@ -287,30 +303,16 @@ func RetryMax(configured *int) (int, error) {
 // checkConfig validates cfg against reg and fills in defaults. Its errors are
 // *ConfigError.
 func checkConfig(cfg Config, reg *x402.Registry) (*routeConfig, error) {
-	if cfg.Network == "" {
-		return nil, configErr("network", "is required")
-	}
-	n, ok := reg.Lookup(cfg.Network)
-	if !ok {
-		return nil, configErr("network", "%q is not one of %s", cfg.Network, strings.Join(reg.Names(), ", "))
-	}
-	route := &routeConfig{network: n, resource: cfg.Resource, timeout: cfg.MaxTimeoutSeconds}
-	if err := route.setAsset(cfg.Asset); err != nil {
-		return nil, err
-	}
-	if cfg.PayTo != "" {
-		a, err := x402.ParseAddress(cfg.PayTo)
-		if err != nil {
-			return nil, &ConfigError{Option: "pay_to", Err: err}
+	route := &routeConfig{resource: cfg.Resource, timeout: cfg.MaxTimeoutSeconds}
+	if len(cfg.Accepts) > 0 {
+		if err := route.setAccepts(cfg, reg); err != nil {
+			return nil, err
 		}
-		route.payTo = a
-	}
-	if cfg.Price != "" {
-		p, err := ParsePrice(cfg.Price, route.decimals, route.symbol)
-		if err != nil {
-			return nil, &ConfigError{Option: "price", Err: err}
+	} else {
+		if err := route.option.set(cfg.Network, cfg.Asset, cfg.Price, cfg.PayTo, reg); err != nil {
+			return nil, err
 		}
-		route.price = p
+		route.options = []*option{&route.option}
 	}
 	if err := route.setBounds(cfg); err != nil {
 		return nil, err
@@ -338,6 +340,9 @@ func checkConfig(cfg Config, reg *x402.Registry) (*routeConfig, error) {
 		return nil, configErr("retry_grace", "must not be negative")
 	}
 	route.grace = cfg.Retry.Grace
+	if err := route.setExtensions(cfg); err != nil {
+		return nil, err
+	}
 	return route, nil
 }
 
@@ -402,18 +407,18 @@ func (route *routeConfig) requestPayTo(s string) (common.Address, error) {
 	return a, nil
 }
 
-func (route *routeConfig) setAsset(a AssetConfig) error {
-	usdc := route.network.USDC
-	route.asset = usdc.Address
+func (o *option) setAsset(a AssetConfig) error {
+	usdc := o.network.USDC
+	o.asset = usdc.Address
 	if a.Address != "" {
 		addr, err := x402.ParseAddress(a.Address)
 		if err != nil {
 			return &ConfigError{Option: "asset", Err: err}
 		}
-		route.asset = addr
+		o.asset = addr
 	}
 	name, version, decimals, symbol := a.Name, a.Version, a.Decimals, a.Symbol
-	if route.asset == usdc.Address {
+	if o.asset == usdc.Address {
 		if name == "" {
 			name = usdc.Name
 		}
@@ -428,12 +433,12 @@ func (route *routeConfig) setAsset(a AssetConfig) error {
 		}
 	}
 	if name == "" || version == "" {
-		return configErr("asset", "%s is not the network's default: its EIP-712 asset_name and asset_version are required", route.asset.Hex())
+		return configErr("asset", "%s is not the network's default: its EIP-712 asset_name and asset_version are required", o.asset.Hex())
 	}
 	if decimals < 0 || decimals > x402.MaxDecimals {
 		return configErr("decimals", "%d is not in 0..%d", decimals, x402.MaxDecimals)
 	}
-	route.extra = map[string]any{"name": name, "version": version}
-	route.decimals, route.symbol = decimals, symbol
+	o.extra = map[string]any{"name": name, "version": version}
+	o.decimals, o.symbol = decimals, symbol
 	return nil
 }

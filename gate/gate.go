@@ -71,6 +71,7 @@ type Gate struct {
 	f              Facilitator
 	pricing        PricingFunc
 	retries        RetryStore
+	paymentIDs     PaymentIDStore
 	errStatus      func(error) int
 	onResult       func(*Result)
 	onVerify       func(VerifyEvent)
@@ -103,13 +104,16 @@ func New(cfg Config, opts Options) (*Gate, error) {
 		return nil, errors.New("gate: Options.Facilitator is required")
 	}
 	g := &Gate{
-		route: route, reg: reg, f: f, pricing: opts.Pricing, retries: opts.RetryStore,
+		route: route, reg: reg, f: f, pricing: opts.Pricing, retries: opts.RetryStore, paymentIDs: opts.PaymentIDs,
 		errStatus: opts.ErrorStatus, onResult: opts.OnResult, onVerify: opts.OnVerify, onSettle: opts.OnSettle, log: opts.Logger, now: opts.Now,
 		verifyTimeout: cfg.VerifyTimeout, settleTimeout: cfg.SettleTimeout, pricingTimeout: cfg.PricingTimeout,
 		retryLease: cfg.Retry.Lease,
 	}
 	if g.retries == nil && route.retryMax > 0 {
 		g.retries = NewMemoryRetryStore(0)
+	}
+	if g.paymentIDs == nil && route.paymentID != "" {
+		g.paymentIDs = NewMemoryPaymentIDStore(0)
 	}
 	if g.errStatus == nil {
 		g.errStatus = func(error) int { return http.StatusBadGateway }
@@ -166,21 +170,7 @@ func (g *Gate) Requirements(_ context.Context, in Input) (*x402.Requirements, er
 	if payTo == ([20]byte{}) {
 		return nil, errors.New("gate: no payTo is configured for this request")
 	}
-	return &x402.Requirements{
-		Scheme:            x402.SchemeExact,
-		Network:           route.network.CAIP2,
-		Amount:            price,
-		Asset:             route.asset,
-		PayTo:             payTo,
-		MaxTimeoutSeconds: route.timeout,
-		Resource: x402.ResourceInfo{
-			URL:         in.Resource,
-			Description: route.resource.Description,
-			MimeType:    route.resource.MimeType,
-		},
-		OutputSchema: route.resource.OutputSchema,
-		Extra:        route.extra,
-	}, nil
+	return route.requirement(&route.option, price, payTo, in.Resource), nil
 }
 
 // checkResourceURL checks that a resource URL is absolute http(s) with a host, as
@@ -223,25 +213,27 @@ func (g *Gate) VerificationRequirements(ctx context.Context, merchant *x402.Requ
 	return fee, nil
 }
 
-// CheckSupported asks the facilitator's /supported whether it settles "exact" on the
-// route's network in both x402 versions, as reference servers do at start-up
+// CheckSupported asks the facilitator's /supported whether it settles "exact" on every
+// network of the route in both x402 versions, as reference servers do at start-up
 // (docs/facilitator.md#api).
 func (g *Gate) CheckSupported(ctx context.Context) error {
 	s, err := g.f.Supported(ctx)
 	if err != nil {
 		return fmt.Errorf("gate: facilitator /supported: %w", err)
 	}
-	n := g.route.network
-	var v1, v2 bool
-	for _, k := range s.Kinds {
-		if k.Scheme != x402.SchemeExact {
-			continue
+	for _, o := range g.route.options {
+		n := o.network
+		var v1, v2 bool
+		for _, k := range s.Kinds {
+			if k.Scheme != x402.SchemeExact {
+				continue
+			}
+			v1 = v1 || (k.X402Version == x402.Version1 && k.Network == n.Name)
+			v2 = v2 || (k.X402Version == x402.Version2 && k.Network == n.CAIP2)
 		}
-		v1 = v1 || (k.X402Version == x402.Version1 && k.Network == n.Name)
-		v2 = v2 || (k.X402Version == x402.Version2 && k.Network == n.CAIP2)
-	}
-	if !v1 || !v2 {
-		return fmt.Errorf("gate: the facilitator does not settle exact on %s in x402 v1 and v2", n.CAIP2)
+		if !v1 || !v2 {
+			return fmt.Errorf("gate: the facilitator does not settle exact on %s in x402 v1 and v2", n.CAIP2)
+		}
 	}
 	return nil
 }
@@ -268,7 +260,8 @@ func (g *Gate) Handle(ctx context.Context, in Input) *Result {
 	if err != nil {
 		return g.errorResult(req, x402.HeaderVersion(name), http.StatusBadRequest, x402.ReasonOf(err), err.Error())
 	}
-	return g.pay(ctx, in, req, name, p)
+	req = choose(g.offersFor(req), p)
+	return g.payOnce(ctx, in, req, name, p)
 }
 
 // paymentHeader picks the payment header: PAYMENT-SIGNATURE (v2) when present, else

@@ -32,7 +32,19 @@ type paywallView struct {
 	NetworkID   string // CAIP-2
 	Asset       string
 	Resource    string
-	Data        paywallData
+	// Offers are the ways to pay, shown as a choice when there are several
+	// (docs/gate.md#several-ways-to-pay).
+	Offers []paywallOffer
+	Data   paywallData
+}
+
+// paywallOffer is one way to pay, as a person reads it.
+type paywallOffer struct {
+	Index   int
+	Label   string
+	Network string
+	Asset   string
+	PayTo   string
 }
 
 // paywallData is what the script needs: the v2 PaymentRequired (as in PAYMENT-REQUIRED)
@@ -42,6 +54,8 @@ type paywallData struct {
 	ChainID         int64                   `json:"chainId"`
 	ChainIDHex      string                  `json:"chainIdHex"`
 	Display         string                  `json:"display"`
+	// Displays is the price of each accepts entry, in its order.
+	Displays []string `json:"displays"`
 }
 
 // renderPaywall renders the page of a payment-required result.
@@ -69,6 +83,15 @@ func renderPaywall(r *Result) ([]byte, error) {
 			ChainIDHex:      "0x" + strconv.FormatInt(n, 16),
 			Display:         r.display.price + " " + r.display.symbol,
 		},
+	}
+	for i, d := range r.displays {
+		if i >= len(r.challenge.Accepts) {
+			break
+		}
+		a := r.challenge.Accepts[i]
+		label := d.price + " " + d.symbol + " on " + d.network
+		v.Offers = append(v.Offers, paywallOffer{Index: i, Label: label, Network: a.Network, Asset: a.Asset, PayTo: a.PayTo})
+		v.Data.Displays = append(v.Data.Displays, d.price+" "+d.symbol)
 	}
 	var b bytes.Buffer
 	b.Grow(12 << 10)

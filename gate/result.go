@@ -81,10 +81,14 @@ type Result struct {
 
 	challenge *x402.PaymentRequiredV2 // for the paywall page
 	display   display
-	retryKey  string // the payment's retry key, when retries are on
-	retryTTL  int64  // grant lifetime in milliseconds (first attempt only)
-	retryData []byte // what a granted retry returns
-	resumed   bool   // a pending settlement found settled on a retry: a first run for ReportUpstream
+	displays  []display // one per accepts entry, for the paywall's choice
+	retryKey  string    // the payment's retry key, when retries are on
+	retryTTL  int64     // grant lifetime in milliseconds (first attempt only)
+	retryData []byte    // what a granted retry returns
+	resumed   bool      // a pending settlement found settled on a retry: a first run for ReportUpstream
+	// paymentIDKey is the payment id store key of a settled request whose payment
+	// carried an id; ReportUpstream ends its lease.
+	paymentIDKey string
 }
 
 // display is what the paywall shows beside the requirement.

@@ -226,6 +226,11 @@ func (g *Gate) acquire(ctx context.Context, key string, hash []byte, req *x402.R
 // reaches the client, so a quick retry finds its credit. It returns "" and does nothing for
 // other results.
 func (g *Gate) ReportUpstream(ctx context.Context, res *Result, failed bool) (retryToken string, err error) {
+	if res != nil && res.Kind == KindSettled {
+		if err := g.endPaymentID(ctx, res, failed); err != nil {
+			return "", err
+		}
+	}
 	if res == nil || res.Kind != KindSettled || res.retryKey == "" || g.retries == nil {
 		return "", nil
 	}

@@ -3,6 +3,7 @@ package x402
 import (
 	"encoding/base64"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -218,7 +219,7 @@ func TestPayloadRoundTripsBetweenVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertSamePayment(t, q, q2)
-	if *q2.Resource != *q.Resource || q2.Accepted.Asset != q.Accepted.Asset {
+	if !reflect.DeepEqual(*q2.Resource, *q.Resource) || q2.Accepted.Asset != q.Accepted.Asset {
 		t.Fatal("v2 round trip changed accepted or resource")
 	}
 	w, err := q.PayloadV1(nil)

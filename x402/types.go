@@ -44,6 +44,10 @@ type ResourceInfo struct {
 	URL         string `json:"url"`
 	Description string `json:"description,omitempty"`
 	MimeType    string `json:"mimeType,omitempty"`
+	// ServiceName and Tags describe the service to discovery services (the bazaar
+	// extension reads them from here).
+	ServiceName string   `json:"serviceName,omitempty"`
+	Tags        []string `json:"tags,omitempty"`
 }
 
 // RequirementsV2 is one entry of a v2 PaymentRequired's accepts list, and the "accepted"

@@ -1,0 +1,122 @@
+package gate
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/x402gate/x402gate/internal/testenv"
+	"github.com/x402gate/x402gate/x402"
+)
+
+// withID is the extensions of a payment that carries id, as @x402/extensions'
+// appendPaymentIdentifierToExtensions writes it into the echoed declaration.
+func withID(c challengeOf, id string) map[string]any {
+	decl := c.v2.Extensions[PaymentIdentifierExtension].(map[string]any)
+	info := map[string]any{}
+	for k, v := range decl["info"].(map[string]any) {
+		info[k] = v
+	}
+	info["id"] = id
+	return map[string]any{PaymentIdentifierExtension: map[string]any{"info": info, "schema": decl["schema"]}}
+}
+
+func TestPaymentIdentifier(t *testing.T) {
+	v := newTestEnv(t)
+	cfg := v.config()
+	cfg.PaymentID = PaymentIDRequired
+	up := &upstream{script: []int{http.StatusServiceUnavailable}} // the first upstream call fails
+	srv := serve(t, v.gate(t, cfg, Options{}), up)
+	url := srv.URL + "/data"
+	c := fetchChallenge(t, url)
+	decl, ok := c.v2.Extensions[PaymentIdentifierExtension].(map[string]any)
+	if !ok || decl["info"].(map[string]any)["required"] != true {
+		t.Fatalf("the 402 declares %v, want payment-identifier required", c.v2.Extensions)
+	}
+	payer := v.chain.Accounts[4]
+
+	status := func(name, value string) (int, string) {
+		res := get(t, url, name, value)
+		body := readBody(t, res)
+		if res.StatusCode == http.StatusOK {
+			return res.StatusCode, ""
+		}
+		return res.StatusCode, errorOf(t, body)
+	}
+
+	t.Run("a v2 payment without an id is refused 400 on a route that requires one", func(t *testing.T) {
+		l := v.ledger(t, payer.Address)
+		name, value := signOffer(t, v.token, x402.Version2, payer, c, 0, nil)
+		if s, reason := status(name, value); s != http.StatusBadRequest || reason != string(ReasonPaymentIDRequired) {
+			t.Errorf("got %d %s, want 400 %s", s, reason, ReasonPaymentIDRequired)
+		}
+		name, value = signOffer(t, v.token, x402.Version1, payer, c, 0, nil)
+		if s, reason := status(name, value); s != http.StatusBadRequest || reason != string(ReasonPaymentIDRequired) {
+			t.Errorf("v1 (no extensions): got %d %s, want 400 %s", s, reason, ReasonPaymentIDRequired)
+		}
+		v.expectMoved(t, payer.Address, l, 0)
+	})
+	t.Run("an id that is too short or has other characters is refused 400", func(t *testing.T) {
+		for _, id := range []string{"short", "pay_" + "ab!cdefghijklmnopq", string(make([]byte, 129))} {
+			name, value := signOffer(t, v.token, x402.Version2, payer, c, 0, withID(c, id))
+			if s, reason := status(name, value); s != http.StatusBadRequest || reason != "invalid_payload" {
+				t.Errorf("id %q: got %d %s, want 400 invalid_payload", id, s, reason)
+			}
+		}
+	})
+	t.Run("the same id and payload: served again without a charge until one good answer, then 409", func(t *testing.T) {
+		l := v.ledger(t, payer.Address)
+		name, value := signOffer(t, v.token, x402.Version2, payer, c, 0, withID(c, "pay_same_payload_0001"))
+		if s, _ := status(name, value); s != http.StatusServiceUnavailable {
+			t.Fatalf("first attempt: status %d, want the upstream's 503", s)
+		}
+		if s, reason := status(name, value); s != http.StatusOK {
+			t.Fatalf("repeat after the failed upstream: %d %s, want 200", s, reason)
+		}
+		if s, reason := status(name, value); s != http.StatusConflict || reason != string(ReasonPaymentIDUsed) {
+			t.Errorf("repeat after the good answer: %d %s, want 409 %s", s, reason, ReasonPaymentIDUsed)
+		}
+		v.expectMoved(t, payer.Address, l, 1)
+		if up.calls.Load() != 2 {
+			t.Errorf("the upstream ran %d times, want 2", up.calls.Load())
+		}
+	})
+	t.Run("the same id with another payload is a conflict, 409, and charges nothing", func(t *testing.T) {
+		id := "pay_conflict_000000001"
+		name, value := signOffer(t, v.token, x402.Version2, payer, c, 0, withID(c, id))
+		if s, reason := status(name, value); s != http.StatusOK {
+			t.Fatalf("first: %d %s", s, reason)
+		}
+		l := v.ledger(t, payer.Address)
+		name, value = signOffer(t, v.token, x402.Version2, payer, c, 0, withID(c, id))
+		if s, reason := status(name, value); s != http.StatusConflict || reason != string(ReasonPaymentIDConflict) {
+			t.Errorf("another payload: %d %s, want 409 %s", s, reason, ReasonPaymentIDConflict)
+		}
+		v.expectMoved(t, payer.Address, l, 0)
+	})
+	t.Run("20 concurrent repeats of one id and payload: one charge, one good answer", func(t *testing.T) {
+		l := v.ledger(t, payer.Address)
+		calls := up.calls.Load()
+		name, value := signOffer(t, v.token, x402.Version2, payer, c, 0, withID(c, "pay_concurrent_000001"))
+		refused := errors.New("409")
+		wins := testenv.Race(t, 20, refused, func(int) error {
+			res := get(t, url, name, value)
+			body := readBody(t, res)
+			switch res.StatusCode {
+			case http.StatusOK:
+				return nil
+			case http.StatusConflict:
+				return refused
+			}
+			return fmt.Errorf("status %d %s", res.StatusCode, body)
+		})
+		if wins != 1 {
+			t.Errorf("%d good answers, want 1", wins)
+		}
+		v.expectMoved(t, payer.Address, l, 1)
+		if got := up.calls.Load() - calls; got != 1 {
+			t.Errorf("the upstream ran %d times, want 1", got)
+		}
+	})
+}
