@@ -72,6 +72,9 @@ type Config struct {
 	// Discovery fills the v2 bazaar extension of the 402 (docs/gate.md#discovery).
 	// Default: nil, the route is not described for discovery services.
 	Discovery *DiscoveryConfig `json:"discovery,omitempty"`
+	// Pass makes one payment buy access for a while (docs/gate.md#access-passes).
+	// Default: none.
+	Pass PassConfig `json:"pass,omitempty"`
 	// VerifyTimeout bounds a /verify call. Default DefaultVerifyTimeout.
 	VerifyTimeout time.Duration `json:"verifyTimeout,omitempty"`
 	// SettleTimeout bounds a /settle call. Settlement is not cancelled when the client goes
@@ -341,6 +344,9 @@ func checkConfig(cfg Config, reg *x402.Registry) (*routeConfig, error) {
 	}
 	route.grace = cfg.Retry.Grace
 	if err := route.setExtensions(cfg); err != nil {
+		return nil, err
+	}
+	if err := cfg.Pass.validate(); err != nil {
 		return nil, err
 	}
 	return route, nil

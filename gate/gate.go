@@ -82,7 +82,9 @@ type Gate struct {
 	settleTimeout  time.Duration
 	pricingTimeout time.Duration
 	retryLease     time.Duration
-	defaultBody    []byte // v1 error string of an unpaid 402
+	defaultBody    []byte      // v1 error string of an unpaid 402
+	pass           *passIssuer // nil: no access passes (docs/gate.md#access-passes)
+	passes         PassBook
 }
 
 // New checks cfg and returns a Gate that verifies and settles through
@@ -114,6 +116,13 @@ func New(cfg Config, opts Options) (*Gate, error) {
 	}
 	if g.paymentIDs == nil && route.paymentID != "" {
 		g.paymentIDs = NewMemoryPaymentIDStore(0)
+	}
+	if g.pass, err = newPassIssuer(cfg.Pass); err != nil {
+		return nil, fmt.Errorf("gate config: %w", err)
+	}
+	g.passes, _ = g.retries.(PassBook)
+	if g.passes == nil {
+		g.passes = NewMemoryPassBook(0)
 	}
 	if g.errStatus == nil {
 		g.errStatus = func(error) int { return http.StatusBadGateway }

@@ -35,6 +35,7 @@ type paywallView struct {
 	// Offers are the ways to pay, shown as a choice when there are several
 	// (docs/gate.md#several-ways-to-pay).
 	Offers []paywallOffer
+	Pass   string // what one payment buys: "24 hours of /premium/"; "" without passes
 	Data   paywallData
 }
 
@@ -56,6 +57,9 @@ type paywallData struct {
 	Display         string                  `json:"display"`
 	// Displays is the price of each accepts entry, in its order.
 	Displays []string `json:"displays"`
+	// Reload: a pass came with the payment, so the page is loaded again as a navigation
+	// and its stylesheets and images come under the pass.
+	Reload bool `json:"reload"`
 }
 
 // renderPaywall renders the page of a payment-required result.
@@ -77,7 +81,9 @@ func renderPaywall(r *Result) ([]byte, error) {
 		NetworkID:   req.Network,
 		Asset:       req.Asset.Hex(),
 		Resource:    req.Resource.URL,
+		Pass:        r.display.pass,
 		Data: paywallData{
+			Reload:          r.display.pass != "",
 			PaymentRequired: r.challenge,
 			ChainID:         n,
 			ChainIDHex:      "0x" + strconv.FormatInt(n, 16),

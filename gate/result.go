@@ -96,6 +96,7 @@ type display struct {
 	price   string
 	symbol  string
 	network string // v1 name, for people
+	pass    string // what a payment buys with passes on: "24 hours of /premium/"
 }
 
 // Settlement is the settlement data of a paid request: the values of the Caddy

@@ -270,6 +270,8 @@ type MemoryRetryStore struct {
 	m   map[string]*credit
 	max int
 	now func() time.Time
+	// MemoryPassBook is the pass book of the same instance (docs/gate.md#sign-in-with-x).
+	*MemoryPassBook
 }
 
 type credit struct {
@@ -287,7 +289,7 @@ func NewMemoryRetryStore(maxEntries int) *MemoryRetryStore {
 	if maxEntries <= 0 {
 		maxEntries = DefaultMemoryRetryEntries
 	}
-	return &MemoryRetryStore{m: map[string]*credit{}, max: maxEntries, now: time.Now}
+	return &MemoryRetryStore{m: map[string]*credit{}, max: maxEntries, now: time.Now, MemoryPassBook: NewMemoryPassBook(0)}
 }
 
 // errNoTokenHash refuses a grant that no token could unlock, or that any would.

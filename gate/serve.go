@@ -28,6 +28,11 @@ type Paid struct {
 	Guardian   *GuardianOutcome
 	// Retry is true when this request was let through by a retry credit (no new charge).
 	Retry bool
+	// Pass is set, and Settlement nil, when an access pass let the request in without a
+	// payment (docs/gate.md#access-passes).
+	Pass *Pass
+	// PassIssued is the pass this payment bought, when the route issues passes.
+	PassIssued *Pass
 }
 
 type paidKey struct{}
@@ -59,7 +64,17 @@ func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, in Input, next Next
 	if in.RequestURI == "" {
 		in.RequestURI = r.URL.RequestURI()
 	}
+	var refused PassRefusal
+	if g.pass != nil {
+		var p *Pass
+		if p, refused = g.admit(r.Context(), in, r.Header); p != nil {
+			return g.servePass(w, r, p, next)
+		}
+	}
 	res := g.Handle(r.Context(), in)
+	if g.pass != nil {
+		g.passChallengeHeaders(res, in, refused)
+	}
 	if g.onResult != nil {
 		g.onResult(res)
 	}
@@ -68,12 +83,22 @@ func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, in Input, next Next
 		return nil
 	}
 	res.SetHeaders(w.Header())
+	var pass *Pass
+	if g.pass != nil && (!res.Retry || res.resumed) {
+		pass = g.issuePass(in, res, w.Header())
+	}
 	// The signed authorizations and the retry token have done their work: the upstream
 	// does not get them, and no later log line of this request (an upstream's error log,
 	// say) can record them.
 	// Deleting in place also clears them from Caddy's shallow copy of the original request.
 	stripPaymentHeaders(r.Header)
-	ctx := context.WithValue(r.Context(), paidKey{}, &Paid{Settlement: res.Settlement, Guardian: res.Guardian, Retry: res.Retry})
+	stripPass(r.Header)
+	if pass != nil {
+		if s, ok := siteOf(in.Resource); ok {
+			g.recordPass(r.Context(), s.host, pass)
+		}
+	}
+	ctx := context.WithValue(r.Context(), paidKey{}, &Paid{Settlement: res.Settlement, Guardian: res.Guardian, Retry: res.Retry, PassIssued: pass})
 	r = r.WithContext(ctx)
 	ww := &watchWriter{ResponseWriter: w, g: g, res: res, ctx: ctx}
 	done := false

@@ -1,0 +1,483 @@
+package gate
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ethereum/go-ethereum/accounts"
+	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/crypto"
+	"go.uber.org/zap"
+)
+
+// Sign-in-with-x (docs/gate.md#sign-in-with-x) lets a wallet that bought a pass in again
+// without the pass itself: the 402 of a route with passes carries the x402 v2
+// "sign-in-with-x" extension (a challenge bound to this origin), the client signs the
+// EIP-4361 message it describes with its wallet (EIP-191) and sends it back in the
+// SIGN-IN-WITH-X header, and the gate lets the signer in while a pass it paid for covers
+// the request. That needs memory: the pass book records, per host, scope and payer, until
+// when a pass runs, and which challenge nonces were used. It lives in the retry store's
+// backend (memory, or Redis for a fleet).
+
+// HeaderSignInWithX carries a sign-in-with-x proof: base64 of its JSON payload.
+const HeaderSignInWithX = "SIGN-IN-WITH-X"
+
+// SignInWithX is the extension's key in PAYMENT-REQUIRED extensions.
+const SignInWithX = "sign-in-with-x"
+
+// siwxMaxAge bounds the age of a proof's issuedAt, as the reference server does.
+const siwxMaxAge = 5 * time.Minute
+
+// siwxSkew is how far in the future an issuedAt may lie: the clocks of a fleet.
+const siwxSkew = 5 * time.Second
+
+// maxSIWXBytes bounds the SIGN-IN-WITH-X header.
+const maxSIWXBytes = 8 << 10
+
+// maxScopeDepth bounds the ancestor directories a sign-in looks up when a route's scope is
+// the request's directory.
+const maxScopeDepth = 8
+
+// Sign-in-with-x refusals (HeaderPassRefused), the reference's codes where it has one.
+const (
+	SIWXMalformed      PassRefusal = "invalid_siwx_payload"
+	SIWXDomainMismatch PassRefusal = "invalid_siwx_domain_mismatch"
+	SIWXURIMismatch    PassRefusal = "invalid_siwx_uri_mismatch"
+	SIWXIssuedAt       PassRefusal = "invalid_siwx_issued_at"
+	SIWXTooOld         PassRefusal = "invalid_siwx_issued_at_too_old"
+	SIWXInFuture       PassRefusal = "invalid_siwx_issued_at_in_future"
+	SIWXExpired        PassRefusal = "invalid_siwx_expired"
+	SIWXNotYetValid    PassRefusal = "invalid_siwx_not_yet_valid"
+	SIWXNonce          PassRefusal = "invalid_siwx_nonce"
+	SIWXChainID        PassRefusal = "invalid_siwx_chain_id"
+	SIWXSignature      PassRefusal = "invalid_siwx_signature"
+	// SIWXNoPass: the proof is good, but the signer holds no live pass for this scope.
+	SIWXNoPass PassRefusal = "siwx_no_pass"
+)
+
+// PassBook remembers what sign-in-with-x needs. Every method is atomic across every
+// process that shares the book. MemoryRetryStore and redisretry.Store implement it; a
+// gate whose RetryStore does not gets an in-process MemoryPassBook.
+type PassBook interface {
+	// RecordPass remembers that key holds a pass until expiry; a later expiry wins.
+	RecordPass(ctx context.Context, key string, expiry time.Time) error
+	// PassExpiry returns the latest expiry recorded under any of keys (zero: none).
+	PassExpiry(ctx context.Context, keys []string) (time.Time, error)
+	// UseNonce marks nonce used for ttl; fresh is false when it was used before.
+	UseNonce(ctx context.Context, nonce string, ttl time.Duration) (fresh bool, err error)
+}
+
+// passBookKey names the pass of payer for scope on host.
+func passBookKey(host, scope, payer string) string {
+	sum := sha256.Sum256([]byte(strings.ToLower(host) + "\n" + scope + "\n" + strings.ToLower(payer)))
+	return "pass:" + hex.EncodeToString(sum[:])
+}
+
+// siwxChainSpec is one supportedChains entry.
+type siwxChainSpec struct {
+	ChainID string `json:"chainId"`
+	Type    string `json:"type"`
+}
+
+// siwxInfo is the challenge's info, as @x402/extensions declares it.
+type siwxInfo struct {
+	Domain         string   `json:"domain"`
+	URI            string   `json:"uri"`
+	Statement      string   `json:"statement,omitempty"`
+	Version        string   `json:"version"`
+	Nonce          string   `json:"nonce"`
+	IssuedAt       string   `json:"issuedAt"`
+	ExpirationTime string   `json:"expirationTime,omitempty"`
+	Resources      []string `json:"resources,omitempty"`
+}
+
+// siwxTime is JavaScript's Date.toISOString form, which the clients echo.
+const siwxTime = "2006-01-02T15:04:05.000Z07:00"
+
+// siwxChallenge builds the extension for a 402 of resource on s: a fresh random nonce,
+// issuedAt now, valid for siwxMaxAge, on the route's network.
+func (g *Gate) siwxChallenge(s site, resource string) (map[string]any, error) {
+	raw := make([]byte, 16)
+	if _, err := rand.Read(raw); err != nil {
+		return nil, fmt.Errorf("sign-in-with-x nonce: %w", err)
+	}
+	now := g.now().UTC()
+	info := siwxInfo{
+		Domain:         s.host,
+		URI:            resource,
+		Statement:      "Sign in to use your access pass for " + g.pass.scopeOf(s.path),
+		Version:        "1",
+		Nonce:          hex.EncodeToString(raw),
+		IssuedAt:       now.Format(siwxTime),
+		ExpirationTime: now.Add(siwxMaxAge).Format(siwxTime),
+		Resources:      []string{resource},
+	}
+	return map[string]any{
+		"info":            info,
+		"supportedChains": g.siwxChains(),
+		"schema":          siwxSchema,
+	}, nil
+}
+
+// siwxChains are the networks a proof may name: those of the route's ways to pay, in
+// order, once each. A wallet signs in on the chain it paid on, or any other the route
+// takes: the proof shows who holds the key, the pass book what it paid for.
+func (g *Gate) siwxChains() []siwxChainSpec {
+	out := []siwxChainSpec{{ChainID: g.route.network.CAIP2, Type: "eip191"}}
+	seen := map[string]bool{g.route.network.CAIP2: true}
+	for _, o := range g.route.options {
+		if !seen[o.network.CAIP2] {
+			seen[o.network.CAIP2] = true
+			out = append(out, siwxChainSpec{ChainID: o.network.CAIP2, Type: "eip191"})
+		}
+	}
+	return out
+}
+
+// siwxChainOK reports whether the route takes payments on the CAIP-2 network id.
+func (g *Gate) siwxChainOK(id string) bool {
+	if id == g.route.network.CAIP2 {
+		return true
+	}
+	for _, o := range g.route.options {
+		if o.network.CAIP2 == id {
+			return true
+		}
+	}
+	return false
+}
+
+// siwxSchema is the JSON schema of the proof, as the extension publishes it.
+var siwxSchema = map[string]any{
+	"$schema": "https://json-schema.org/draft/2020-12/schema",
+	"type":    "object",
+	"properties": map[string]any{
+		"domain": map[string]string{"type": "string"}, "address": map[string]string{"type": "string"},
+		"statement": map[string]string{"type": "string"}, "uri": map[string]string{"type": "string", "format": "uri"},
+		"version": map[string]string{"type": "string"}, "chainId": map[string]string{"type": "string"},
+		"type": map[string]string{"type": "string"}, "nonce": map[string]string{"type": "string"},
+		"issuedAt":       map[string]string{"type": "string", "format": "date-time"},
+		"expirationTime": map[string]string{"type": "string", "format": "date-time"},
+		"notBefore":      map[string]string{"type": "string", "format": "date-time"},
+		"requestId":      map[string]string{"type": "string"},
+		"resources":      map[string]any{"type": "array", "items": map[string]string{"type": "string", "format": "uri"}},
+		"signature":      map[string]string{"type": "string"},
+	},
+	"required": []string{"domain", "address", "uri", "version", "chainId", "type", "nonce", "issuedAt", "signature"},
+}
+
+// siwxPayload is the SIGN-IN-WITH-X proof. Optional strings are pointers: EIP-4361 tells an
+// absent statement or request id from an empty one.
+type siwxPayload struct {
+	Domain          string   `json:"domain"`
+	Address         string   `json:"address"`
+	Statement       *string  `json:"statement"`
+	URI             string   `json:"uri"`
+	Version         string   `json:"version"`
+	ChainID         string   `json:"chainId"`
+	Type            string   `json:"type"`
+	Nonce           string   `json:"nonce"`
+	IssuedAt        string   `json:"issuedAt"`
+	ExpirationTime  *string  `json:"expirationTime"`
+	NotBefore       *string  `json:"notBefore"`
+	RequestID       *string  `json:"requestId"`
+	Resources       []string `json:"resources"`
+	SignatureScheme string   `json:"signatureScheme"`
+	Signature       string   `json:"signature"`
+}
+
+// parseSIWX decodes the header value strictly.
+func parseSIWX(v string) (*siwxPayload, bool) {
+	if len(v) > maxSIWXBytes {
+		return nil, false
+	}
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(v))
+	if err != nil {
+		return nil, false
+	}
+	var p siwxPayload
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil || dec.More() {
+		return nil, false
+	}
+	if p.Domain == "" || p.Address == "" || p.URI == "" || p.Version == "" || p.ChainID == "" ||
+		p.Type == "" || p.Nonce == "" || p.IssuedAt == "" || p.Signature == "" {
+		return nil, false
+	}
+	return &p, true
+}
+
+// siwxMessage is the EIP-4361 message the proof's signature covers, byte for byte as
+// @x402/extensions (through @signinwithethereum/siwe) writes it.
+func siwxMessage(p *siwxPayload, addr common.Address, chainID int64) string {
+	var b strings.Builder
+	b.WriteString(p.Domain + " wants you to sign in with your Ethereum account:\n" + addr.Hex() + "\n")
+	if p.Statement == nil {
+		b.WriteString("\n\n")
+	} else {
+		b.WriteString("\n" + *p.Statement + "\n\n")
+	}
+	b.WriteString("URI: " + p.URI + "\nVersion: " + p.Version + "\nChain ID: " + strconv.FormatInt(chainID, 10) +
+		"\nNonce: " + p.Nonce + "\nIssued At: " + p.IssuedAt)
+	if p.ExpirationTime != nil && *p.ExpirationTime != "" {
+		b.WriteString("\nExpiration Time: " + *p.ExpirationTime)
+	}
+	if p.NotBefore != nil && *p.NotBefore != "" {
+		b.WriteString("\nNot Before: " + *p.NotBefore)
+	}
+	if p.RequestID != nil {
+		b.WriteString("\nRequest ID: " + *p.RequestID)
+	}
+	if p.Resources != nil {
+		b.WriteString("\nResources:")
+		for _, r := range p.Resources {
+			b.WriteString("\n- " + r)
+		}
+	}
+	return b.String()
+}
+
+// siwxAddress reads the proof's address: 0x-hex, and when mixed-case, correctly
+// checksummed (EIP-55).
+func siwxAddress(s string) (common.Address, bool) {
+	if !strings.HasPrefix(s, "0x") || !common.IsHexAddress(s) {
+		return common.Address{}, false
+	}
+	a := common.HexToAddress(s)
+	body := s[2:]
+	if body != strings.ToLower(body) && body != strings.ToUpper(body) && a.Hex() != s {
+		return common.Address{}, false
+	}
+	return a, true
+}
+
+// parseJSTime reads a timestamp as new Date() would for the ISO forms clients send.
+func parseJSTime(s string) (time.Time, bool) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	return t, err == nil
+}
+
+// checkSIWX validates a proof for a request on s and returns its signer: the domain and
+// the URI's origin are this site's, the times hold, the chain is the route's, and the
+// EIP-191 signature over the EIP-4361 message is the address's own. Smart-contract
+// wallets (EIP-1271) are not verified.
+func (g *Gate) checkSIWX(p *siwxPayload, s site) (common.Address, PassRefusal) {
+	if !strings.EqualFold(p.Domain, s.host) {
+		return common.Address{}, SIWXDomainMismatch
+	}
+	u, err := url.Parse(p.URI)
+	if err != nil || !strings.EqualFold(u.Scheme+"://"+u.Host, s.origin()) {
+		return common.Address{}, SIWXURIMismatch
+	}
+	now := g.now()
+	issued, ok := parseJSTime(p.IssuedAt)
+	switch {
+	case !ok:
+		return common.Address{}, SIWXIssuedAt
+	case now.Sub(issued) > siwxMaxAge:
+		return common.Address{}, SIWXTooOld
+	case issued.Sub(now) > siwxSkew:
+		return common.Address{}, SIWXInFuture
+	}
+	if p.ExpirationTime != nil && *p.ExpirationTime != "" {
+		if t, ok := parseJSTime(*p.ExpirationTime); !ok || !now.Before(t) {
+			return common.Address{}, SIWXExpired
+		}
+	}
+	if p.NotBefore != nil && *p.NotBefore != "" {
+		if t, ok := parseJSTime(*p.NotBefore); !ok || now.Before(t) {
+			return common.Address{}, SIWXNotYetValid
+		}
+	}
+	if len(p.Nonce) < 8 || len(p.Nonce) > 128 {
+		return common.Address{}, SIWXNonce
+	}
+	chain := strings.TrimPrefix(p.ChainID, "eip155:")
+	id, err := strconv.ParseInt(chain, 10, 64)
+	if p.Type != "eip191" || !g.siwxChainOK(p.ChainID) || err != nil {
+		return common.Address{}, SIWXChainID
+	}
+	addr, ok := siwxAddress(p.Address)
+	if !ok {
+		return common.Address{}, SIWXMalformed
+	}
+	sig, err := hex.DecodeString(strings.TrimPrefix(p.Signature, "0x"))
+	if err != nil || len(sig) != 65 {
+		return common.Address{}, SIWXSignature
+	}
+	if sig[64] >= 27 {
+		sig[64] -= 27
+	}
+	pub, err := crypto.SigToPub(accounts.TextHash([]byte(siwxMessage(p, addr, id))), sig)
+	if err != nil || crypto.PubkeyToAddress(*pub) != addr {
+		return common.Address{}, SIWXSignature
+	}
+	return addr, ""
+}
+
+// admitSIWX lets in a request whose SIGN-IN-WITH-X proof is good and whose signer holds
+// a pass covering it. It returns the pass, or the reason the proof was refused ("" when
+// the request brought none).
+func (g *Gate) admitSIWX(ctx context.Context, in Input, h http.Header) (*Pass, PassRefusal) {
+	vs := h.Values(HeaderSignInWithX)
+	if len(vs) == 0 {
+		return nil, ""
+	}
+	s, ok := siteOf(in.Resource)
+	if !ok {
+		return nil, ""
+	}
+	p, ok := parseSIWX(vs[0])
+	if len(vs) != 1 || !ok {
+		return nil, SIWXMalformed
+	}
+	addr, refused := g.checkSIWX(p, s)
+	if refused != "" {
+		return nil, refused
+	}
+	scopes := g.passScopes(s.path)
+	keys := make([]string, len(scopes))
+	for i, sc := range scopes {
+		keys[i] = passBookKey(s.host, sc, addr.Hex())
+	}
+	exp, err := g.passes.PassExpiry(ctx, keys)
+	if err != nil {
+		g.log.Error("x402 pass book unavailable", zap.Error(err))
+		return nil, PassStoreUnavailable
+	}
+	if !g.now().Before(exp) {
+		return nil, SIWXNoPass
+	}
+	fresh, err := g.passes.UseNonce(ctx, "siwx:"+s.host+":"+p.Nonce, siwxMaxAge+siwxSkew+time.Minute)
+	if err != nil {
+		g.log.Error("x402 pass book unavailable", zap.Error(err))
+		return nil, PassStoreUnavailable
+	}
+	if !fresh {
+		return nil, SIWXNonce
+	}
+	scope := g.pass.scopeOf(s.path)
+	return &Pass{Via: PassViaSIWX, Payer: addr.Hex(), Network: p.ChainID, Scope: scope, Expires: exp}, ""
+}
+
+// passScopes are the scopes a pass covering the clean path p may have been bought for:
+// the configured one, or p's directory and its ancestors.
+func (g *Gate) passScopes(p string) []string {
+	if g.pass.scope != "" {
+		if !inScope(p, g.pass.scope) {
+			return nil
+		}
+		return []string{g.pass.scope}
+	}
+	var out []string
+	for d := g.pass.scopeOf(p); len(out) < maxScopeDepth; {
+		out = append(out, d)
+		if d == "/" {
+			break
+		}
+		d = g.pass.scopeOf(strings.TrimSuffix(d, "/"))
+	}
+	return out
+}
+
+// recordPass writes an issued pass into the pass book, so its payer can sign in.
+func (g *Gate) recordPass(ctx context.Context, host string, p *Pass) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportTimeout)
+	defer cancel()
+	if err := g.passes.RecordPass(ctx, passBookKey(host, p.Scope, p.Payer), p.Expires); err != nil {
+		g.log.Error("x402 pass not recorded for sign-in-with-x", zap.String("payer", p.Payer), zap.Error(err))
+	}
+}
+
+// DefaultMemoryPassEntries bounds a MemoryPassBook made with NewMemoryPassBook(0).
+const DefaultMemoryPassEntries = 100_000
+
+// MemoryPassBook is the in-process PassBook of one instance. It is safe for concurrent
+// use. Full of live entries, it refuses new ones (fail closed) rather than forget a pass.
+type MemoryPassBook struct {
+	mu     sync.Mutex
+	passes map[string]time.Time
+	nonces map[string]time.Time
+	max    int
+	now    func() time.Time
+}
+
+// NewMemoryPassBook returns an empty book holding at most maxEntries passes and as many
+// nonces (0 means DefaultMemoryPassEntries).
+func NewMemoryPassBook(maxEntries int) *MemoryPassBook {
+	if maxEntries <= 0 {
+		maxEntries = DefaultMemoryPassEntries
+	}
+	return &MemoryPassBook{passes: map[string]time.Time{}, nonces: map[string]time.Time{}, max: maxEntries, now: time.Now}
+}
+
+// room makes room in m for one more entry, dropping expired ones; false when it is full.
+func (b *MemoryPassBook) room(m map[string]time.Time) bool {
+	if len(m) < b.max {
+		return true
+	}
+	now := b.now()
+	for k, exp := range m {
+		if !now.Before(exp) {
+			delete(m, k)
+		}
+	}
+	return len(m) < b.max
+}
+
+// RecordPass implements PassBook.
+func (b *MemoryPassBook) RecordPass(_ context.Context, key string, expiry time.Time) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if old, ok := b.passes[key]; ok {
+		if expiry.After(old) {
+			b.passes[key] = expiry
+		}
+		return nil
+	}
+	if !b.room(b.passes) {
+		return fmt.Errorf("memory pass book holds %d passes: %w", b.max, errPassBook)
+	}
+	b.passes[key] = expiry
+	return nil
+}
+
+// PassExpiry implements PassBook.
+func (b *MemoryPassBook) PassExpiry(_ context.Context, keys []string) (time.Time, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var latest time.Time
+	for _, k := range keys {
+		if exp, ok := b.passes[k]; ok && exp.After(latest) {
+			latest = exp
+		}
+	}
+	return latest, nil
+}
+
+// UseNonce implements PassBook.
+func (b *MemoryPassBook) UseNonce(_ context.Context, nonce string, ttl time.Duration) (bool, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.now()
+	if exp, ok := b.nonces[nonce]; ok && now.Before(exp) {
+		return false, nil
+	}
+	if !b.room(b.nonces) {
+		return false, fmt.Errorf("memory pass book holds %d nonces: %w", b.max, errPassBook)
+	}
+	b.nonces[nonce] = now.Add(ttl)
+	return true, nil
+}

@@ -1,0 +1,197 @@
+package gate
+
+import (
+	"crypto/ecdsa"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ethereum/go-ethereum/accounts"
+	"github.com/ethereum/go-ethereum/common/hexutil"
+	"github.com/ethereum/go-ethereum/crypto"
+
+	"github.com/x402gate/x402gate/gate/redisretry"
+	"github.com/x402gate/x402gate/internal/testenv"
+	"github.com/x402gate/x402gate/x402"
+)
+
+// siwxChallengeOf reads the sign-in-with-x extension of a 402's PAYMENT-REQUIRED.
+func siwxChallengeOf(t *testing.T, res *http.Response) (info siwxInfo, chains []siwxChainSpec) {
+	t.Helper()
+	readBody(t, res)
+	pr, err := x402.DecodePaymentRequired(res.Header.Get(x402.HeaderPaymentRequired))
+	if err != nil {
+		t.Fatalf("PAYMENT-REQUIRED: %v", err)
+	}
+	raw, err := json.Marshal(pr.Extensions[SignInWithX])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ext struct {
+		Info            siwxInfo        `json:"info"`
+		SupportedChains []siwxChainSpec `json:"supportedChains"`
+	}
+	if err := json.Unmarshal(raw, &ext); err != nil || ext.Info.Nonce == "" {
+		t.Fatalf("no sign-in-with-x extension in %s: %v", raw, err)
+	}
+	return ext.Info, ext.SupportedChains
+}
+
+// siwxProof signs info as the wallet of key, on chain, after change edits the payload.
+func siwxProof(t *testing.T, info siwxInfo, chain string, key *ecdsa.PrivateKey, change func(*siwxPayload)) string {
+	t.Helper()
+	addr := crypto.PubkeyToAddress(key.PublicKey)
+	st, exp := info.Statement, info.ExpirationTime
+	p := &siwxPayload{
+		Domain: info.Domain, Address: addr.Hex(), Statement: &st, URI: info.URI, Version: info.Version,
+		ChainID: chain, Type: "eip191", Nonce: info.Nonce, IssuedAt: info.IssuedAt, ExpirationTime: &exp,
+		Resources: info.Resources,
+	}
+	if change != nil {
+		change(p)
+	}
+	id := int64(84532)
+	sig, err := crypto.Sign(accounts.TextHash([]byte(siwxMessage(p, addr, id))), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig[64] += 27
+	p.Signature = hexutil.Encode(sig)
+	b, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return base64.StdEncoding.EncodeToString(b)
+}
+
+// TestSignInWithXAcrossInstances: a payer buys a pass on instance A; instance B, sharing
+// A's Redis pass book but not its process, offers the sign-in-with-x challenge and lets
+// the payer in on a signed proof, without the pass and without a payment. Every check of
+// the proof refuses with its reason and the ordinary 402.
+func TestSignInWithXAcrossInstances(t *testing.T) {
+	env := newTestEnv(t)
+	url := testenv.StartRedis(t)
+	store := func() *redisretry.Store {
+		s, err := redisretry.Open(t.Context(), url, "")
+		if err != nil {
+			t.Fatalf("redisretry.Open: %v", err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	clk := &clock{}
+	up := &upstream{}
+	const host = "shop.example"
+	srvA := serve(t, env.gate(t, env.passConfig(testPassKey), Options{Now: clk.now, RetryStore: store()}), up)
+	srvB := serve(t, env.gate(t, env.passConfig(testPassKey), Options{Now: clk.now, RetryStore: store()}), up)
+	before := env.ledger(t, env.payer.Address)
+	env.payForPass(t, srvA.URL+"/premium/a.html", host)
+
+	stranger := testenv.NewAccount(t)
+	for _, tc := range []struct {
+		name   string
+		path   string
+		key    *ecdsa.PrivateKey
+		chain  string
+		wait   time.Duration // before the challenge
+		later  time.Duration // after the challenge
+		change func(*siwxPayload)
+		reuse  bool
+		raw    string
+		want   PassRefusal
+	}{
+		{name: "the payer's proof lets in on the other instance", path: "/premium/b.html", want: ""},
+		{name: "a proof used twice is refused", path: "/premium/b.html", reuse: true, want: SIWXNonce},
+		{name: "a wallet without a pass is refused", path: "/premium/b.html", key: stranger.Key, want: SIWXNoPass},
+		{name: "a proof for another domain is refused", path: "/premium/b.html", change: func(p *siwxPayload) { p.Domain = "evil.example" }, want: SIWXDomainMismatch},
+		{name: "a proof for another origin is refused", path: "/premium/b.html", change: func(p *siwxPayload) { p.URI = "https://evil.example/premium/b.html" }, want: SIWXURIMismatch},
+		{name: "a proof issued too long ago is refused", path: "/premium/b.html", later: 6 * time.Minute, want: SIWXTooOld},
+		{name: "an expired proof is refused", path: "/premium/b.html", change: func(p *siwxPayload) { e := p.IssuedAt; p.ExpirationTime = &e }, want: SIWXExpired},
+		{name: "a proof on another chain is refused", path: "/premium/b.html", chain: "eip155:1", want: SIWXChainID},
+		{name: "a proof signed by another key is refused", path: "/premium/b.html", change: func(p *siwxPayload) { p.Address = env.chain.Accounts[2].Address.Hex() }, want: SIWXSignature},
+		{name: "a malformed proof is refused", path: "/premium/b.html", raw: "bm90IGpzb24=", want: SIWXMalformed},
+		{name: "a pass outside the proof's scope does not let in", path: "/free/b.html", want: SIWXNoPass},
+		{name: "after the pass expired the proof does not let in", path: "/premium/b.html", wait: time.Hour + time.Minute, want: SIWXNoPass},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk.advance(tc.wait)
+			defer clk.advance(-tc.wait)
+			info, chains := siwxChallengeOf(t, getWith(t, srvB.URL+tc.path, host, nil))
+			clk.advance(tc.later)
+			defer clk.advance(-tc.later)
+			if len(chains) != 1 || chains[0].ChainID != "eip155:84532" || chains[0].Type != "eip191" || info.Domain != host || !strings.HasPrefix(info.URI, "http://"+host+"/") {
+				t.Fatalf("challenge %+v on %+v", info, chains)
+			}
+			key, chain := env.payer.Key, "eip155:84532"
+			if tc.key != nil {
+				key = tc.key
+			}
+			if tc.chain != "" {
+				chain = tc.chain
+			}
+			proof := tc.raw
+			if proof == "" {
+				proof = siwxProof(t, info, chain, key, tc.change)
+			}
+			if tc.reuse {
+				readBody(t, getWith(t, srvB.URL+tc.path, host, http.Header{HeaderSignInWithX: {proof}}))
+			}
+			calls := up.calls.Load()
+			res := getWith(t, srvB.URL+tc.path, host, http.Header{HeaderSignInWithX: {proof}})
+			body := readBody(t, res)
+			if tc.want == "" {
+				p := up.lastPaid()
+				if res.StatusCode != 200 || up.calls.Load() != calls+1 || p == nil || p.Pass == nil || p.Pass.Via != PassViaSIWX ||
+					p.Pass.Payer != env.payer.Address.Hex() || p.Pass.Scope != "/premium/" {
+					t.Fatalf("status %d (refused %q), Paid %+v", res.StatusCode, res.Header.Get(HeaderPassRefused), p)
+				}
+				if up.leaked.Load() != 0 {
+					t.Error("a credential reached the upstream")
+				}
+				return
+			}
+			if res.StatusCode != http.StatusPaymentRequired || errorOf(t, body) != "X-PAYMENT header is required" || up.calls.Load() != calls {
+				t.Fatalf("status %d %s; want the ordinary 402", res.StatusCode, body)
+			}
+			if got := res.Header.Get(HeaderPassRefused); got != string(tc.want) {
+				t.Errorf("%s = %q, want %q", HeaderPassRefused, got, tc.want)
+			}
+		})
+	}
+	env.expectMoved(t, env.payer.Address, before, 1)
+}
+
+// TestSIWXMessageFormat pins the EIP-4361 message against one written out by hand from
+// the grammar @signinwithethereum/siwe 4 follows: no statement leaves two blank lines,
+// optional fields in order, resources as a list.
+func TestSIWXMessageFormat(t *testing.T) {
+	addr, _ := siwxAddress("0x5aaeb6053f3e94c9b9a09f33669435e7ef1beaed")
+	exp, rid := "2026-01-01T00:05:00.000Z", "r1"
+	p := &siwxPayload{
+		Domain: "shop.example:8080", URI: "http://shop.example:8080/premium/a", Version: "1", Nonce: "0123456789abcdef",
+		IssuedAt: "2026-01-01T00:00:00.000Z", ExpirationTime: &exp, RequestID: &rid, Resources: []string{"http://shop.example:8080/premium/a"},
+	}
+	want := "shop.example:8080 wants you to sign in with your Ethereum account:\n" +
+		"0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed\n\n\n" +
+		"URI: http://shop.example:8080/premium/a\nVersion: 1\nChain ID: 84532\nNonce: 0123456789abcdef\n" +
+		"Issued At: 2026-01-01T00:00:00.000Z\nExpiration Time: 2026-01-01T00:05:00.000Z\nRequest ID: r1\n" +
+		"Resources:\n- http://shop.example:8080/premium/a"
+	if got := siwxMessage(p, addr, 84532); got != want {
+		t.Errorf("message\n%q\nwant\n%q", got, want)
+	}
+	st := "Sign in"
+	p.Statement, p.RequestID, p.Resources, p.ExpirationTime = &st, nil, nil, nil
+	want = "shop.example:8080 wants you to sign in with your Ethereum account:\n" +
+		"0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed\n\nSign in\n\n" +
+		"URI: http://shop.example:8080/premium/a\nVersion: 1\nChain ID: 84532\nNonce: 0123456789abcdef\n" +
+		"Issued At: 2026-01-01T00:00:00.000Z"
+	if got := siwxMessage(p, addr, 84532); got != want {
+		t.Errorf("message\n%q\nwant\n%q", got, want)
+	}
+	if _, ok := siwxAddress("0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAeD"); ok {
+		t.Error("a mixed-case address with a wrong checksum was accepted")
+	}
+}
