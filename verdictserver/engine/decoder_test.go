@@ -1,0 +1,70 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/x402gate/x402gate/verdict"
+)
+
+// transferDecoder reads {"protocol":"erc20","chainId":…,"to":token,"recipient":…}: the
+// shape of a decoder the next protocols add through Options.Decoders.
+type transferDecoder struct{ incomplete bool }
+
+func (transferDecoder) Protocol() string { return "erc20" }
+
+func (d transferDecoder) Decode(tx map[string]any) (*Action, error) {
+	if d.incomplete {
+		return &Action{Protocol: "erc20"}, nil
+	}
+	c, ok := chainIDOf(tx["chainId"])
+	to, ok2 := tx["to"].(string)
+	rc, ok3 := tx["recipient"].(string)
+	if !ok || !ok2 || !ok3 {
+		return nil, errors.New("bad transfer")
+	}
+	token := common.HexToAddress(to)
+	return &Action{Protocol: "erc20", ChainID: c, Kind: "erc20.transfer", To: &token, Selector: "0xa9059cbb",
+		Recipients: []common.Address{common.HexToAddress(rc)}, Assets: []common.Address{token}}, nil
+}
+
+func TestADecoderAddsAProtocolWithoutTouchingTheAPI(t *testing.T) {
+	pol := mustPolicy(t, 2, `{"venues": {"allowed": ["erc20", "payment"]}, "chains": {"allowed": [84532]},
+		"contracts": {"84532": {"0x036CbD53842c5426634e7929541eC2318f3dCF7e": ["0xa9059cbb"], "0x4200000000000000000000000000000000000006": ["0x095ea7b3"]}}}`)
+	tx := func(token string) map[string]any {
+		return map[string]any{"protocol": "erc20", "chainId": int64(84532), "to": token, "recipient": payee.Hex()}
+	}
+	e := newEngine(t, Options{Decoders: []Decoder{transferDecoder{}}})
+	for _, tc := range []struct {
+		name   string
+		token  string
+		reason verdict.ReasonCode
+		status verdict.CheckStatus
+	}{
+		{"an allowed selector on an allowed contract", usdc.Hex(), verdict.ReasonAllowed, verdict.CheckPassed},
+		{"a selector the contract's entry does not list", weth.Hex(), verdict.ReasonContractOrSelector, verdict.CheckFailed},
+		{"a contract the chain's entry does not list", stranger.Hex(), verdict.ReasonContractOrSelector, verdict.CheckFailed},
+	} {
+		v := e.Evaluate(context.Background(), Input{Escrow: escrow, ProposedTx: tx(tc.token), Policy: pol})
+		mustBeValid(t, v)
+		if v.ReasonCode != tc.reason || checkOf(v, verdict.CheckContractSelector).Status != tc.status {
+			t.Errorf("%s: %s, contract_selector %+v", tc.name, v.ReasonCode, checkOf(v, verdict.CheckContractSelector))
+		}
+	}
+	// Payments still decode beside it; a decoder's plain error and an incomplete action are decode failures.
+	if v := e.Evaluate(context.Background(), Input{Escrow: escrow, ProposedTx: payment(), Policy: pol}); v.ReasonCode != verdict.ReasonAllowed {
+		t.Errorf("payment: %s", v.ReasonCode)
+	}
+	if v := e.Evaluate(context.Background(), Input{Escrow: escrow, ProposedTx: map[string]any{"protocol": "erc20"}, Policy: pol}); v.ReasonCode != verdict.ReasonDecodeFailure {
+		t.Errorf("bad transfer: %s", v.ReasonCode)
+	}
+	bad := newEngine(t, Options{Decoders: []Decoder{transferDecoder{incomplete: true}}})
+	v := bad.Evaluate(context.Background(), Input{Escrow: escrow, ProposedTx: tx(usdc.Hex()), Policy: pol})
+	mustBeValid(t, v)
+	if v.ReasonCode != verdict.ReasonDecodeFailure {
+		t.Errorf("incomplete action: %s", v.ReasonCode)
+	}
+}

@@ -1,0 +1,173 @@
+// Package engine evaluates a proposed action against an agent's policy and answers a
+// terminal verdict (docs/policy.md#check-order). Decoders turn a proposedTx into an Action,
+// one per protocol; the twelve checks then run on the Action, in a fixed list. The first
+// slice decodes x402 payments (docs/policy.md#payment-actions); a new protocol is a new
+// Decoder and new Action fields, not a new API.
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/x402gate/x402gate/verdict"
+	"github.com/x402gate/x402gate/verdictserver/engine/prices"
+	"github.com/x402gate/x402gate/verdictserver/engine/sanctions"
+	"github.com/x402gate/x402gate/verdictserver/policy"
+)
+
+// Input is one action to judge.
+type Input struct {
+	// Escrow is the agent's wallet (escrowAddress); "self" in recipients.allowed means it.
+	Escrow common.Address
+	// ProposedTx is the decoded JSON object of the request (numbers as json.Number); it has
+	// "protocol" and "chainId".
+	ProposedTx map[string]any
+	// Metadata is the request's metadata object, or nil.
+	Metadata map[string]any
+	// ContextLogs is the request's contextLogs object, or nil.
+	ContextLogs map[string]any
+	// Policy is the agent's active policy, or nil when the agent has none
+	// (docs/policy.md#default-deny).
+	Policy *policy.Policy
+}
+
+// Engine judges actions. Evaluate never returns nil nor a pending verdict; every verdict
+// it returns satisfies verdict.Verdict.Consistent and carries the latency it measured.
+type Engine interface {
+	Evaluate(ctx context.Context, in Input) *verdict.Verdict
+}
+
+// DefaultSanctionsTTL is how long a sanctions list counts as fresh (docs/policy.md#data-freshness).
+const DefaultSanctionsTTL = 24 * time.Hour
+
+// Options configures an Evaluator. The zero value works: no sanctions list, the built-in
+// stablecoin prices, the wall clock.
+type Options struct {
+	// Sanctions is the list addresses are screened against. When nil, SanctionsFile is
+	// loaded if set; with neither, the sanctions check is not_checked and trust is medium
+	// (docs/policy.md#sanctions-list).
+	Sanctions *sanctions.List
+	// SanctionsFile is a list file (one address per line, or OFAC SDN_ADVANCED.XML);
+	// optional. Reload it with LoadSanctions.
+	SanctionsFile string
+	// SanctionsTTL is how long after its date the list is fresh; default 24h.
+	SanctionsTTL time.Duration
+	// Prices is the static USD price table; default: the built-in stablecoins (USDC on
+	// 8453 and 84532 at 1 USD), dated when New runs (docs/policy.md#prices).
+	Prices *prices.Table
+	// Now is the clock for verdict timestamps and data freshness; default time.Now.
+	// Latency is always measured on the monotonic clock.
+	Now func() time.Time
+	// Decoders are added to the built-in ones (payment); one for a protocol already
+	// known replaces it.
+	Decoders []Decoder
+}
+
+// Evaluator is the Engine. It is safe for concurrent use.
+type Evaluator struct {
+	sanctions atomic.Pointer[sanctions.List]
+	file      string
+	ttl       time.Duration
+	prices    *prices.Table
+	now       func() time.Time
+	decoders  map[string]Decoder
+}
+
+var _ Engine = (*Evaluator)(nil)
+
+// New builds an Evaluator, loading Options.SanctionsFile when it is set and no list is given.
+func New(o Options) (*Evaluator, error) {
+	e := &Evaluator{file: o.SanctionsFile, ttl: o.SanctionsTTL, prices: o.Prices, now: o.Now, decoders: map[string]Decoder{}}
+	if e.now == nil {
+		e.now = time.Now
+	}
+	if e.ttl <= 0 {
+		e.ttl = DefaultSanctionsTTL
+	}
+	if e.prices == nil {
+		t, err := prices.New(e.now())
+		if err != nil {
+			return nil, err
+		}
+		e.prices = t
+	}
+	for _, d := range append([]Decoder{paymentDecoder{}}, o.Decoders...) {
+		if d == nil || d.Protocol() == "" {
+			return nil, fmt.Errorf("engine: a decoder without a protocol")
+		}
+		e.decoders[d.Protocol()] = d
+	}
+	if o.Sanctions != nil {
+		e.sanctions.Store(o.Sanctions)
+	} else if o.SanctionsFile != "" {
+		if err := e.LoadSanctions(); err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+// LoadSanctions (re)loads Options.SanctionsFile and swaps it in; on error the current list
+// stays.
+func (e *Evaluator) LoadSanctions() error {
+	if e.file == "" {
+		return fmt.Errorf("engine: no sanctions file configured")
+	}
+	l, err := sanctions.Load(e.file)
+	if err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	e.sanctions.Store(l)
+	return nil
+}
+
+// SetSanctions swaps in a sanctions list (nil: none).
+func (e *Evaluator) SetSanctions(l *sanctions.List) { e.sanctions.Store(l) }
+
+// Evaluate judges in against its policy (docs/policy.md#check-order). It never returns nil
+// or a pending verdict.
+func (e *Evaluator) Evaluate(_ context.Context, in Input) *verdict.Verdict {
+	start := time.Now()
+	ev := &evaluation{
+		in:        in,
+		sanctions: e.sanctions.Load(),
+		ttl:       e.ttl,
+		prices:    e.prices,
+		now:       e.now().UTC(),
+	}
+	ev.act, ev.decodeErr = e.decode(in.ProposedTx)
+	v := ev.verdict()
+	v.LatencyMs = time.Since(start).Milliseconds()
+	return v
+}
+
+// decode finds the decoder for proposedTx.protocol (docs/policy.md#default-deny: none is a
+// decode failure).
+func (e *Evaluator) decode(tx map[string]any) (*Action, *DecodeError) {
+	if tx == nil {
+		return nil, &DecodeError{Field: "proposedTx", Problem: "is required"}
+	}
+	p, ok := tx["protocol"].(string)
+	if !ok || p == "" {
+		return nil, &DecodeError{Field: "proposedTx.protocol", Problem: "must be a non-empty string"}
+	}
+	d, ok := e.decoders[p]
+	if !ok {
+		return nil, &DecodeError{Field: "proposedTx.protocol", Problem: "no decoder for this protocol"}
+	}
+	act, err := d.Decode(tx)
+	if err != nil {
+		if de, ok := err.(*DecodeError); ok {
+			return nil, de
+		}
+		return nil, &DecodeError{Field: "proposedTx", Problem: err.Error()}
+	}
+	if act == nil || act.Protocol != p || act.ChainID <= 0 || act.Kind == "" {
+		return nil, &DecodeError{Field: "proposedTx", Problem: "the decoder returned an incomplete action"}
+	}
+	return act, nil
+}
