@@ -185,33 +185,38 @@ func TestAdaptErrors(t *testing.T) {
 		{"api_key written into the config", adaptGlobal + ":4021 {\n\tx402_facilitator {\n\t\tapi_key inline-key # <-\n\t}\n}\n", "api_key: must be an {env.*} or {file.*} placeholder"},
 		{"a relative strip_prefix", adaptGlobal + ":4021 {\n\tx402_facilitator {\n\t\tstrip_prefix facilitator # <-\n\t}\n}\n", "strip_prefix: wants a path starting with /"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			wantLine := 0
-			for i, l := range strings.Split(tc.caddyfile, "\n") {
-				if strings.HasSuffix(l, "# <-") {
-					wantLine = i + 1
-				}
+		t.Run(tc.name, func(t *testing.T) { expectAdaptError(t, tc.caddyfile, tc.wantErr) })
+	}
+}
+
+// expectAdaptError adapts caddyfile and expects an error containing wantErr at the line
+// marked "# <-", or else at the x402 directive that lacks an option.
+func expectAdaptError(t *testing.T, caddyfile, wantErr string) {
+	t.Helper()
+	wantLine := 0
+	for i, l := range strings.Split(caddyfile, "\n") {
+		if strings.HasSuffix(l, "# <-") {
+			wantLine = i + 1
+		}
+	}
+	if wantLine == 0 {
+		for i, l := range strings.Split(caddyfile, "\n") {
+			if strings.TrimSpace(l) == "x402 {" && strings.HasPrefix(l, "\tx402") { // the directive that lacks an option
+				wantLine = i + 1
 			}
-			if wantLine == 0 {
-				for i, l := range strings.Split(tc.caddyfile, "\n") {
-					if strings.TrimSpace(l) == "x402 {" && strings.HasPrefix(l, "\tx402") { // the directive that lacks an option
-						wantLine = i + 1
-					}
-				}
-			}
-			_, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(tc.caddyfile), nil)
-			if err == nil {
-				t.Fatalf("adapt succeeded; want an error containing %q", tc.wantErr)
-			}
-			if !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("error = %v\nwant one containing %q", err, tc.wantErr)
-			}
-			if at := fmt.Sprintf("Caddyfile:%d", wantLine); !strings.Contains(err.Error(), at) {
-				t.Errorf("error = %v\nwant it at %s", err, at)
-			}
-			if strings.Contains(err.Error(), "x402: gate config") || strings.Contains(err.Error(), "payTo") {
-				t.Errorf("error = %v: it repeats a prefix or uses a JSON name", err)
-			}
-		})
+		}
+	}
+	_, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfile), nil)
+	if err == nil {
+		t.Fatalf("adapt succeeded; want an error containing %q", wantErr)
+	}
+	if !strings.Contains(err.Error(), wantErr) {
+		t.Errorf("error = %v\nwant one containing %q", err, wantErr)
+	}
+	if at := fmt.Sprintf("Caddyfile:%d", wantLine); !strings.Contains(err.Error(), at) {
+		t.Errorf("error = %v\nwant it at %s", err, at)
+	}
+	if strings.Contains(err.Error(), "x402: gate config") || strings.Contains(err.Error(), "payTo") {
+		t.Errorf("error = %v: it repeats a prefix or uses a JSON name", err)
 	}
 }

@@ -377,6 +377,7 @@ type bundle struct {
 	store      approval.Store
 	journal    *journal.DB
 	retries    gate.RetryStore
+	paymentIDs gate.PaymentIDStore // in the approval store's backend
 	registry   *x402.Registry
 	served     *x402.Registry // only the networks this facilitator serves, for gates' checks
 	pricingURL string
@@ -434,13 +435,13 @@ func openBundle(rc *resolved, log *zap.Logger) (_ *bundle, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("retry store: %w", err)
 		}
-		b.retries = r
+		b.retries, b.paymentIDs = r, r.PaymentIDs()
 		b.closers = append(b.closers, r.Close)
 	default:
 		s := approval.NewMemoryStore(rc.StoreMax)
 		b.store = s
 		b.closers = append(b.closers, s.Close)
-		b.retries = gate.NewMemoryRetryStore(0)
+		b.retries, b.paymentIDs = gate.NewMemoryRetryStore(0), gate.NewMemoryPaymentIDStore(0)
 	}
 	switch rc.JournalType {
 	case facilitator.JournalPostgres:

@@ -95,10 +95,33 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //		pricing_url <url>
 //		retry_max <n>
 //		retry_grace <duration>
+//		accept {
+//			network <name>
+//			asset <address>
+//			asset_name <eip712 name>
+//			asset_version <eip712 version>
+//			decimals <n>
+//			symbol <sym>
+//			price <amount> [<SYMBOL>] | <n> base
+//			pay_to <address>
+//		}
+//		payment_id optional|required
+//		discovery {
+//			service_name <name>
+//			tags <tag>...
+//			description <text>
+//			method GET|HEAD|DELETE|POST|PUT|PATCH
+//			input_schema <file>
+//			output_schema <file>
+//		}
 //	}
 //
 // price and pay_to may hold placeholders, expanded per request; then price_min (and
 // optionally price_max) or pay_to_allowed must bound what a request may bring.
+//
+// Each accept block is one way to pay (docs/gate.md#several-ways-to-pay): with
+// blocks, network, asset, price and pay_to above are only their defaults. The schema
+// files of discovery are read when the Caddyfile is adapted.
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if err := blockOnly(d); err != nil {
 		return err
@@ -180,6 +203,18 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			h.InsecureHTTP = true
 		case "guardian":
 			if err := h.unmarshalGuardian(d); err != nil {
+				return err
+			}
+		case "accept":
+			if err := h.unmarshalAccept(d); err != nil {
+				return err
+			}
+		case "discovery":
+			if err := h.unmarshalDiscovery(d); err != nil {
+				return err
+			}
+		case "payment_id":
+			if err := oneArg(d, &h.PaymentID); err != nil {
 				return err
 			}
 		case "retry_max":
@@ -334,11 +369,15 @@ func (o optionTokens) set(option string, d *caddyfile.Dispenser) { o[option] = d
 
 // errAt wraps err with the file and line of option. When the block does not set it (a
 // required option that is missing), the line is that of its network ("<network>/network")
-// for a network's option, else the block's own (""), else d's current token.
+// for a network's option, of its block ("accept 2") for a block's option, else the
+// directive's own (""), else d's current token.
 func (o optionTokens) errAt(d *caddyfile.Dispenser, option string, err error) error {
 	tok, ok := o[option]
 	if net, _, isNet := strings.Cut(option, "/"); !ok && isNet {
-		tok, ok = o[net+"/network"]
+		// an option a block leaves out: the block's line (accept 2), else its network's
+		if tok, ok = o[net]; !ok {
+			tok, ok = o[net+"/network"]
+		}
 	}
 	if !ok {
 		tok, ok = o[""]

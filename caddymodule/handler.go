@@ -82,6 +82,15 @@ type Handler struct {
 	// PayToAllowed lists the payees a PayTo with placeholders may expand to; required
 	// with such a PayTo. Default: none.
 	PayToAllowed []string `json:"pay_to_allowed,omitempty"`
+	// Accepts are the ways to pay the route, each a complete requirement whose
+	// empty fields take the values above (docs/gate.md#several-ways-to-pay). Default: none,
+	// the fields above are the one way.
+	Accepts []AcceptConfig `json:"accepts,omitempty"`
+	// PaymentID advertises the x402 v2 payment-identifier extension: optional or
+	// required (docs/gate.md#payment-identifier). Default: off.
+	PaymentID string `json:"payment_id,omitempty"`
+	// Discovery fills the v2 bazaar extension (docs/gate.md#discovery). Default: none.
+	Discovery *DiscoveryConfig `json:"discovery,omitempty"`
 
 	gate         *gate.Gate
 	log          *zap.Logger
@@ -128,6 +137,9 @@ func (h *Handler) gateConfig() (gate.Config, error) {
 		PriceMin:          h.PriceMin,
 		PriceMax:          h.PriceMax,
 		PayToAllowed:      h.PayToAllowed,
+		Accepts:           h.gateAccepts(),
+		PaymentID:         h.PaymentID,
+		Discovery:         h.gateDiscovery(),
 	}
 	if h.MaxTimeout != 0 && cfg.MaxTimeoutSeconds <= 0 {
 		return gate.Config{}, &gate.ConfigError{Option: "max_timeout", Err: errors.New("must be at least 1s")}
@@ -213,7 +225,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			return err
 		}
 		h.reg, h.guardianMode, verify = b.served, b.guardianMode, b.verifyTimeout
-		opts.Facilitator, opts.Registry, opts.RetryStore = b.engine, b.registry, b.retries
+		opts.Facilitator, opts.Registry, opts.RetryStore, opts.PaymentIDs = b.engine, b.registry, b.retries, b.paymentIDs
 		if pricingURL == "" {
 			pricingURL = b.pricingURL
 		}

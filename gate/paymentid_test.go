@@ -1,11 +1,14 @@
 package gate
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 
+	"github.com/x402gate/x402gate/gate/redisretry"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -119,4 +122,66 @@ func TestPaymentIdentifier(t *testing.T) {
 			t.Errorf("the upstream ran %d times, want 1", got)
 		}
 	})
+}
+
+// TestPaymentIdentifierAcrossInstances: two gates on one Redis (gate/redisretry) are two
+// instances of a fleet. Twenty concurrent repeats of one id and payload, sent to either,
+// make one charge and one good answer; then the id is spent on both, and another payload
+// under it is a conflict on both.
+func TestPaymentIdentifierAcrossInstances(t *testing.T) {
+	v := newTestEnv(t)
+	rs, err := redisretry.Open(context.Background(), testenv.StartRedis(t), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rs.Close() })
+	cfg := v.config()
+	cfg.PaymentID = PaymentIDOptional
+	up := &upstream{}
+	var urls []string
+	// Behind one load balancer both instances see the same public URL.
+	public := MiddlewareOptions{Resource: func(*http.Request) string { return "https://api.example/data" }}
+	for range 2 {
+		g := v.gate(t, cfg, Options{RetryStore: rs, PaymentIDs: rs.PaymentIDs()})
+		srv := httptest.NewServer(g.Middleware(public)(up))
+		t.Cleanup(srv.Close)
+		urls = append(urls, srv.URL+"/data")
+	}
+	c := fetchChallenge(t, urls[0])
+	payer := v.chain.Accounts[5]
+	l := v.ledger(t, payer.Address)
+	name, value := signOffer(t, v.token, x402.Version2, payer, c, 0, withID(c, "pay_fleet_00000000001"))
+	refused := errors.New("409")
+	wins := testenv.Race(t, 20, refused, func(i int) error {
+		res := get(t, urls[i%2], name, value)
+		body := readBody(t, res)
+		switch res.StatusCode {
+		case http.StatusOK:
+			return nil
+		case http.StatusConflict:
+			return refused
+		}
+		return fmt.Errorf("status %d %s", res.StatusCode, body)
+	})
+	if wins != 1 {
+		t.Errorf("%d good answers across the two instances, want 1", wins)
+	}
+	v.expectMoved(t, payer.Address, l, 1)
+	for i, u := range urls {
+		res := get(t, u, name, value)
+		if body := readBody(t, res); res.StatusCode != http.StatusConflict || errorOf(t, body) != string(ReasonPaymentIDUsed) {
+			t.Errorf("instance %d after the good answer: %d %s, want 409 %s", i, res.StatusCode, body, ReasonPaymentIDUsed)
+		}
+	}
+	name, value = signOffer(t, v.token, x402.Version2, payer, c, 0, withID(c, "pay_fleet_00000000001"))
+	for i, u := range urls {
+		res := get(t, u, name, value)
+		if body := readBody(t, res); res.StatusCode != http.StatusConflict || errorOf(t, body) != string(ReasonPaymentIDConflict) {
+			t.Errorf("instance %d, another payload: %d %s, want 409 %s", i, res.StatusCode, body, ReasonPaymentIDConflict)
+		}
+	}
+	v.expectMoved(t, payer.Address, l, 1)
+	if up.calls.Load() != 1 {
+		t.Errorf("the upstream ran %d times, want 1", up.calls.Load())
+	}
 }
