@@ -156,6 +156,9 @@ func (e *Engine) verdictCheck(ctx context.Context, c *checked, in x402.VerifyInp
 		res.Status = verdict.GuardianError
 	}
 	resp.GuardianStatus, resp.GuardianReason = string(res.Status), res.Reason
+	if res.Verdict != nil && res.Status != verdict.GuardianError {
+		resp.GuardianReasonCode = string(res.Verdict.ReasonCode)
+	}
 	e.log.Info("verdict", zap.String("payer", c.auth.From.Hex()), zap.String("requestHash", res.RequestHash),
 		zap.String("status", string(res.Status)))
 
@@ -194,6 +197,9 @@ func (e *Engine) verdictCheck(ctx context.Context, c *checked, in x402.VerifyInp
 // (docs/facilitator.md#guardian). A failure only means a repeat may ask again.
 func (e *Engine) remember(ctx context.Context, c *checked, res verdict.GuardianResult) {
 	v := approval.Verdict{Status: string(res.Status), Reason: res.Reason, RequestHash: res.RequestHash}
+	if res.Verdict != nil {
+		v.ReasonCode = string(res.Verdict.ReasonCode)
+	}
 	recCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), approvalRecordTimeout)
 	defer cancel()
 	if err := e.cfg.Store.RememberVerdict(recCtx, c.key, v, untilValidBefore(c.auth, e.now(), claimMargin)); err != nil {
@@ -206,7 +212,7 @@ func (e *Engine) remember(ctx context.Context, c *checked, res verdict.GuardianR
 // the payment's approval again (kept if still there), for at most ApprovalTTL.
 func (e *Engine) rememberedVerdict(ctx context.Context, c *checked, v approval.Verdict, resp x402.VerifyResponse,
 	deny func(x402.Reason, string) x402.VerifyResponse) x402.VerifyResponse {
-	resp.GuardianStatus, resp.GuardianReason = v.Status, v.Reason
+	resp.GuardianStatus, resp.GuardianReason, resp.GuardianReasonCode = v.Status, v.Reason, v.ReasonCode
 	if v.Status != string(verdict.GuardianApproved) {
 		return deny(x402.ReasonVerdictNotApproved, "verdict is "+v.Status+" (already given for this payment)")
 	}

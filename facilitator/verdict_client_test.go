@@ -145,6 +145,11 @@ func TestVerdictClientDrivesTheEngine(t *testing.T) {
 			if ver.IsValid != tc.wantValid || ver.GuardianStatus != string(tc.wantStatus) || !strings.Contains(ver.GuardianReason, tc.wantReason) {
 				t.Fatalf("verify = %+v; want valid=%v guardianStatus=%s guardianReason containing %q", ver, tc.wantValid, tc.wantStatus, tc.wantReason)
 			}
+			// The verdict's reasonCode travels with a terminal verdict only.
+			wantCode := map[verdict.GuardianStatus]string{verdict.GuardianApproved: "allowed", verdict.GuardianRejected: "recipient_not_allowed"}[tc.wantStatus]
+			if ver.GuardianReasonCode != wantCode {
+				t.Fatalf("guardianReasonCode = %q, want %q", ver.GuardianReasonCode, wantCode)
+			}
 			if !tc.wantValid && (ver.InvalidReason != x402.ReasonVerdictNotApproved.For(tc.version) || ver.InvalidMessage != tc.wantMessage) {
 				t.Fatalf("invalid reason %q message %q", ver.InvalidReason, ver.InvalidMessage)
 			}

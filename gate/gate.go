@@ -410,7 +410,7 @@ func guardianOf(vr x402.VerifyResponse) *GuardianOutcome {
 	if vr.GuardianStatus == "" && vr.GuardianReason == "" && vr.FeeTxHash == "" && vr.FeeError == "" {
 		return nil
 	}
-	return &GuardianOutcome{Status: vr.GuardianStatus, Reason: vr.GuardianReason, FeeTxHash: vr.FeeTxHash, FeeError: vr.FeeError}
+	return &GuardianOutcome{Status: vr.GuardianStatus, Reason: vr.GuardianReason, ReasonCode: vr.GuardianReasonCode, FeeTxHash: vr.FeeTxHash, FeeError: vr.FeeError}
 }
 
 // retryable reports whether a refusal can stem from this very payment having been settled

@@ -130,10 +130,12 @@ type Settlement struct {
 
 // GuardianOutcome is the verdict-service outcome reported by /verify (docs/facilitator.md#verify body).
 type GuardianOutcome struct {
-	Status    string `json:"status,omitempty"`
-	Reason    string `json:"reason,omitempty"`
-	FeeTxHash string `json:"feeTxHash,omitempty"`
-	FeeError  string `json:"feeError,omitempty"`
+	Status string `json:"status,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// ReasonCode is the verdict's reasonCode, e.g. recipient_not_allowed.
+	ReasonCode string `json:"reasonCode,omitempty"`
+	FeeTxHash  string `json:"feeTxHash,omitempty"`
+	FeeError   string `json:"feeError,omitempty"`
 }
 
 // exposeHeaders lets browser clients on another origin read the x402 headers

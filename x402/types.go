@@ -142,8 +142,11 @@ type VerifyResponse struct {
 	Payer          string `json:"payer,omitempty"`
 	GuardianStatus string `json:"guardianStatus,omitempty"`
 	GuardianReason string `json:"guardianReason,omitempty"`
-	FeeTxHash      string `json:"feeTxHash,omitempty"`
-	FeeError       string `json:"feeError,omitempty"`
+	// GuardianReasonCode is the verdict's machine-readable reasonCode (e.g.
+	// recipient_not_allowed) when the verdict service gave a terminal verdict.
+	GuardianReasonCode string `json:"guardianReasonCode,omitempty"`
+	FeeTxHash          string `json:"feeTxHash,omitempty"`
+	FeeError           string `json:"feeError,omitempty"`
 }
 
 // SettleResponse is the answer of POST /settle and, base64-encoded, the X-PAYMENT-RESPONSE

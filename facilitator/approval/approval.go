@@ -24,6 +24,7 @@ type Approval struct {
 type Verdict struct {
 	Status      string `json:"status"`
 	Reason      string `json:"reason,omitempty"`
+	ReasonCode  string `json:"reasonCode,omitempty"`
 	RequestHash string `json:"requestHash,omitempty"`
 }
 
