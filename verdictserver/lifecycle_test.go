@@ -1,0 +1,137 @@
+package verdictserver
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/x402gate/x402gate/verdict"
+	"github.com/x402gate/x402gate/verdictserver/engine"
+	"github.com/x402gate/x402gate/verdictserver/store"
+)
+
+// TestRestartCompletesPending: records submitted to a server whose workers never ran are
+// durable and PENDING; a new Server on the same SQLite file evaluates every one of them
+// when it starts.
+func TestRestartCompletesPending(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "verdict.db")
+	open := sqliteAt(path)
+
+	st1 := open(t)
+	e1 := newEnv(t, st1, nil)
+	// stop the workers and sweeper at once: nothing submitted from here on is evaluated
+	// by this process
+	if err := e1.srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	a := e1.agent("alice", common.HexToAddress("0xA11CE00000000000000000000000000000000001"), allowPolicy)
+	var hashes []string
+	for i, payee := range []common.Address{allowedPay, strangerPay, allowedPay} {
+		r := e1.submit(a.Key, submitBody(a.Wallet, payee, ""))
+		if r.status != http.StatusCreated {
+			t.Fatalf("submit %d = %d %s", i, r.status, r.raw)
+		}
+		hashes = append(hashes, r.body["requestHash"].(string))
+	}
+	for _, h := range hashes {
+		if got := e1.status(a.Key, h); got.body["verdict"] != nil || got.status != 200 {
+			t.Fatalf("before the restart %s = %s, want a null verdict", h, got.raw)
+		}
+	}
+	e1.api.Close()
+	if err := st1.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	e2 := newEnv(t, open(t), nil)
+	want := []verdict.Outcome{verdict.OutcomeApproved, verdict.OutcomeRejected, verdict.OutcomeApproved}
+	for i, h := range hashes {
+		if v := e2.await(a.Key, h); v.Outcome != want[i] {
+			t.Errorf("record %d after the restart: %s, want %s", i, v.Outcome, want[i])
+		}
+	}
+}
+
+// gatedEngine holds every evaluation until the gate opens: the fault a real engine does
+// not produce on demand (a slow evaluation that fills the queue).
+type gatedEngine struct {
+	engine.Engine
+	gate chan struct{}
+	mu   sync.Mutex
+	n    int
+}
+
+func (g *gatedEngine) Evaluate(ctx context.Context, in engine.Input) *verdict.Verdict {
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+	}
+	g.mu.Lock()
+	g.n++
+	g.mu.Unlock()
+	return g.Engine.Evaluate(ctx, in)
+}
+
+// TestFullQueueLosesNothing: with one worker held and a queue of one, further records
+// find the queue full; they stay PENDING and the sweeper hands them over, so every one is
+// evaluated once the worker is free, and each exactly once.
+func TestFullQueueLosesNothing(t *testing.T) {
+	eng, err := engine.New(engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gatedEngine{Engine: eng, gate: make(chan struct{})}
+	e := newEnv(t, nil, func(o *Options) { o.Engine, o.Workers, o.Queue = g, 1, 1 })
+	a := e.agent("alice", common.HexToAddress("0xA11CE00000000000000000000000000000000001"), allowPolicy)
+	var hashes []string
+	for range 6 {
+		r := e.submit(a.Key, submitBody(a.Wallet, allowedPay, ""))
+		if r.status != http.StatusCreated {
+			t.Fatalf("submit = %d %s", r.status, r.raw)
+		}
+		hashes = append(hashes, r.body["requestHash"].(string))
+	}
+	n, err := e.st.CountPending(t.Context())
+	if err != nil || n != 6 {
+		t.Fatalf("pending = %d %v, want all 6 while the worker is held", n, err)
+	}
+	close(g.gate)
+	for _, h := range hashes {
+		if v := e.await(a.Key, h); v.Outcome != verdict.OutcomeApproved {
+			t.Errorf("%s: %s, want approved", h, v.Outcome)
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.n != 6 {
+		t.Errorf("%d evaluations for 6 records, want one each", g.n)
+	}
+}
+
+// TestTerminalVerdictIsImmutable: a completed record keeps its verdict; a second
+// completion is refused by the store and the API still answers the first.
+func TestTerminalVerdictIsImmutable(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	a := e.agent("alice", common.HexToAddress("0xA11CE00000000000000000000000000000000001"), allowPolicy)
+	r := e.submit(a.Key, submitBody(a.Wallet, strangerPay, ""))
+	h := r.body["requestHash"].(string)
+	first := e.await(a.Key, h)
+	// a policy that now allows the stranger does not change the recorded verdict
+	allowBoth := strings.Replace(allowPolicy, `"recipients": {"allowed": [`, `"recipients": {"allowed": ["`+strangerPay.Hex()+`", `, 1)
+	if _, err := e.srv.Operator().SetPolicy(t.Context(), a.ID, []byte(allowBoth), "test"); err != nil {
+		t.Fatal(err)
+	}
+	e.srv.evaluate(t.Context(), h)
+	if err := e.st.Complete(t.Context(), h, "APPROVED", []byte(`{}`), nil); !errors.Is(err, store.ErrTerminal) {
+		t.Errorf("a second completion: %v, want store.ErrTerminal", err)
+	}
+	if again := e.await(a.Key, h); again.Outcome != first.Outcome || !again.Timestamp.Equal(first.Timestamp) {
+		t.Errorf("verdict changed: %s at %v, then %s at %v", first.Outcome, first.Timestamp, again.Outcome, again.Timestamp)
+	}
+}

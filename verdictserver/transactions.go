@@ -1,0 +1,175 @@
+package verdictserver
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/x402gate/x402gate/verdictserver/store"
+)
+
+// record is the transaction record of a 201, and of each item of GET
+// /transactions?traceId= (docs/verdict-api.md#transaction-record).
+type record struct {
+	ID            string `json:"id"`
+	RequestHash   string `json:"requestHash"`
+	Description   string `json:"description"`
+	Status        string `json:"status"`
+	EscrowAddress string `json:"escrowAddress"`
+	ChainID       int64  `json:"chainId"`
+	TraceID       string `json:"traceId,omitempty"`
+	PolicyVersion *int64 `json:"policyVersion"`
+	CreatedAt     string `json:"createdAt"`
+	UpdatedAt     string `json:"updatedAt"`
+}
+
+func toRecord(t store.Transaction) record {
+	return record{
+		ID: t.ID, RequestHash: t.RequestHash, Description: t.Description, Status: t.Status,
+		EscrowAddress: t.Escrow.Hex(), ChainID: t.ChainID, TraceID: t.TraceID, PolicyVersion: t.PolicyVersion,
+		CreatedAt: t.CreatedAt.UTC().Format(time.RFC3339Nano), UpdatedAt: t.UpdatedAt.UTC().Format(time.RFC3339Nano),
+	}
+}
+
+// serveSubmit answers POST /transactions (docs/verdict-api.md#post-transactions): the
+// body is decoded strictly, the escrow must be the agent's wallet on the proposed chain,
+// and the record is durable in the store before the 201; then it is queued for a worker.
+func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request, p *principal) {
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	req, err := decodeSubmit(body)
+	if err != nil {
+		writeFieldError(w, err)
+		return
+	}
+	owner, err := s.store.WalletOwner(r.Context(), req.ChainID, req.Escrow)
+	switch {
+	case errors.Is(err, store.ErrNotFound) || err == nil && owner != p.agentID:
+		e := newAPIError(codeWalletNotRegistered, "escrowAddress is not a wallet this agent registered for proposedTx.chainId")
+		e.Field = "escrowAddress"
+		writeError(w, e)
+		return
+	case err != nil:
+		s.storeFailed(w, "wallet lookup", err)
+		return
+	}
+	hash, err := requestHash(p.agentID, req)
+	if err != nil {
+		s.storeFailed(w, "request hash", err)
+		return
+	}
+	t := store.Transaction{
+		RequestHash: hash, AgentID: p.agentID, Escrow: req.Escrow, ChainID: req.ChainID,
+		Prompt: req.Prompt, Description: describe(req.Prompt), TraceID: req.TraceID,
+		CreatedAt: s.now(),
+	}
+	if t.ProposedTx, err = json.Marshal(req.ProposedTx); err == nil && req.Metadata != nil {
+		t.Metadata, err = json.Marshal(req.Metadata)
+	}
+	if err == nil && req.ContextLogs != nil {
+		t.ContextLogs, err = json.Marshal(req.ContextLogs)
+	}
+	if err != nil {
+		s.storeFailed(w, "encode record", err)
+		return
+	}
+	setRequestHash(w, hash)
+	switch err := s.store.CreateTransaction(r.Context(), &t); {
+	case errors.Is(err, store.ErrDuplicateTrace):
+		e := newAPIError(codeDuplicateTrace, "this agent already has a transaction with this metadata.traceId; find it with GET /transactions?traceId=")
+		e.Field = "metadata.traceId"
+		writeError(w, e)
+		return
+	case err != nil:
+		s.storeFailed(w, "create transaction", err)
+		return
+	}
+	s.enqueue(t.RequestHash)
+	writeJSON(w, http.StatusCreated, toRecord(t))
+}
+
+// serveStatus answers GET /transactions/{requestHash}/approval-status
+// (docs/verdict-api.md#get-approval-status): {"verdict": null} while PENDING, the stored
+// verdict once terminal. Another agent's transaction is 403, an unknown one 404.
+func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request, p *principal) {
+	hash := r.PathValue("requestHash")
+	t, ok := s.owned(w, r, p, hash)
+	if !ok {
+		return
+	}
+	if t.Status == store.StatusPending || len(t.Verdict) == 0 {
+		writeJSON(w, http.StatusOK, map[string]any{"verdict": nil})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]json.RawMessage{"verdict": t.Verdict})
+}
+
+// owned loads the transaction hash for p, answering 404 or 403 when it may not be read.
+func (s *Server) owned(w http.ResponseWriter, r *http.Request, p *principal, hash string) (store.Transaction, bool) {
+	if hash == "" || len(hash) > 256 || !printableASCII(hash) {
+		writeCode(w, codeNotFound, "no transaction with this requestHash")
+		return store.Transaction{}, false
+	}
+	setRequestHash(w, hash)
+	t, err := s.store.TransactionByHash(r.Context(), hash)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		writeCode(w, codeNotFound, "no transaction with this requestHash")
+		return t, false
+	case err != nil:
+		s.storeFailed(w, "read transaction", err)
+		return t, false
+	case t.AgentID != p.agentID:
+		writeCode(w, codeNotOwner, "this transaction belongs to another agent")
+		return t, false
+	}
+	return t, true
+}
+
+// serveByTrace answers GET /transactions?traceId= (docs/verdict-api.md#get-transactions-by-trace-id):
+// 200 {"transactions": [record]} with the caller's own record of that trace id, or
+// {"transactions": []} when it has none. verdictclient's Reconcile reads an empty list as
+// "not created"; a 404 would mean "this service cannot tell".
+func (s *Server) serveByTrace(w http.ResponseWriter, r *http.Request, p *principal) {
+	q := r.URL.Query()
+	for k := range q {
+		if k != "traceId" {
+			e := newAPIError(codeInvalidQuery, "unknown query parameter")
+			e.Field = k
+			writeError(w, e)
+			return
+		}
+	}
+	vals := q["traceId"]
+	if len(vals) != 1 || vals[0] == "" || len(vals[0]) > maxTraceIDLen || !printableASCII(vals[0]) {
+		e := newAPIError(codeInvalidQuery, "traceId is required once, 1 to 128 visible ascii characters")
+		e.Field = "traceId"
+		writeError(w, e)
+		return
+	}
+	t, err := s.store.TransactionByTrace(r.Context(), p.agentID, vals[0])
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		writeJSON(w, http.StatusOK, map[string]any{"transactions": []record{}})
+		return
+	case err != nil:
+		s.storeFailed(w, "read transaction by trace", err)
+		return
+	}
+	setRequestHash(w, t.RequestHash)
+	writeJSON(w, http.StatusOK, map[string]any{"transactions": []record{toRecord(t)}})
+}
+
+// storeFailed answers a failure of the store or of our own encoding: 503 when the store
+// cannot be reached, 500 otherwise. The cause is logged, never sent.
+func (s *Server) storeFailed(w http.ResponseWriter, op string, err error) {
+	s.log.Error(op, zapError(err))
+	if errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrConflict) {
+		writeCode(w, codeInternal, "internal error")
+		return
+	}
+	writeCode(w, codeUnavailable, "the store is unavailable; retry later")
+}
