@@ -252,7 +252,9 @@ func (ev *evaluation) perTxCap() result {
 		return failed(verdict.ReasonDataUnavailable, "no USD price for "+ev.hex(act.Notional[0].Asset)+" on chain "+strconv.FormatInt(act.ChainID, 10), policy.FieldPerTxUSD, nil, *limit)
 	}
 	f, _ := usd.Float64()
-	if usd.Cmp(new(big.Rat).SetFloat64(*limit)) > 0 {
+	// Compare with the cap as written (0.3, not the binary float just below it).
+	capRat, _ := new(big.Rat).SetString(strconv.FormatFloat(*limit, 'g', -1, 64))
+	if usd.Cmp(capRat) > 0 {
 		return failed(verdict.ReasonPerTxCapExceeded, "notional "+usd.FloatString(6)+" USD exceeds limits.perTxUsd "+strconv.FormatFloat(*limit, 'f', -1, 64), policy.FieldPerTxUSD, f, *limit)
 	}
 	return passed("notional "+usd.FloatString(6)+" USD is within limits.perTxUsd", policy.FieldPerTxUSD, f, *limit)
