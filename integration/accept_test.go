@@ -130,3 +130,81 @@ func TestCaddyAcceptsTwoNetworks(t *testing.T) {
 	wantDelta(t, tokA, payerV2.Address, balAofV2, 0)
 	wantDelta(t, tokB, payerV1.Address, balBofV1, 0)
 }
+
+// paymentIDCaddyfile is one route that requires the payment-identifier extension.
+const paymentIDCaddyfile = `{
+	admin {$CADDY_ADMIN}
+	auto_https off
+	x402 {
+		facilitator {
+			network base-sepolia {
+				rpc {env.RPC_A}
+				asset {$TOKEN_A}
+				asset_name USDC
+				asset_version 2
+			}
+			signer_key {file.{$X402_FACILITATOR_KEY_FILE}}
+		}
+	}
+}
+
+http://:{$PORT} {
+	bind 127.0.0.1
+	x402 {
+		pay_to {$X402_PAY_TO}
+		network base-sepolia
+		price 0.01 USDC
+		payment_id required
+	}
+	respond "{\"ok\":true}"
+}
+`
+
+// TestCaddyPaymentIdentifier: @x402/fetch with @x402/extensions' appendPaymentIdentifierToExtensions
+// against the built caddy binary: without an id the route answers 400; the client's header
+// with an id pays once; the same header again is not charged (409 used, one good answer);
+// another payment under the same id is a 409 conflict.
+func TestCaddyPaymentIdentifier(t *testing.T) {
+	chain, tok := testenv.StartChainWithToken(t)
+	payTo := testenv.NewAccount(t).Address
+	port := testenv.FreePort(t)
+	testenv.StartCaddy(t, paymentIDCaddyfile, testenv.CaddyOptions{
+		Env: []string{
+			"RPC_A=" + chain.RPCURL, "TOKEN_A=" + tok.Address.Hex(), "X402_PAY_TO=" + payTo.Hex(),
+			"X402_FACILITATOR_KEY_FILE=" + writeKeyFile(t, chain.FacilitatorAccount()),
+			"PORT=" + strconv.Itoa(port),
+		},
+		WaitPorts: []int{port},
+	})
+	url := "http://127.0.0.1:" + strconv.Itoa(port) + "/data"
+	payer := chain.Accounts[1]
+	bal := balances(t, tok, payer.Address, payTo)
+	token := "X402_TOKEN=" + tok.Address.Hex()
+
+	out := payWith(t, payV2Script, payer, url, token)
+	if out.Status != http.StatusBadRequest || !strings.Contains(out.Body, "payment_identifier_required") {
+		t.Errorf("without an id: status %d %s, want 400 payment_identifier_required", out.Status, out.Body)
+	}
+
+	const id = "pay_integration_0000000001"
+	header := signOnly(t, payV2Script, payer, url, token, "X402_PAYMENT_ID="+id)
+	if p := decodePaymentJSON(t, header); !strings.Contains(func() string { b, _ := json.Marshal(p["extensions"]); return string(b) }(), id) {
+		t.Fatalf("the client's payment carries no id: %v", p["extensions"])
+	}
+	for i, want := range []int{http.StatusOK, http.StatusConflict} {
+		r := mustDo(t, http.MethodGet, url, map[string]string{"PAYMENT-SIGNATURE": header})
+		if r.Status != want {
+			t.Fatalf("send %d of the same header: status %d %s, want %d", i+1, r.Status, r.Body, want)
+		}
+		if i == 1 && !strings.Contains(string(r.Body), "payment_identifier_used") {
+			t.Errorf("the repeat after the good answer: %s, want payment_identifier_used", r.Body)
+		}
+	}
+	other := signOnly(t, payV2Script, payer, url, token, "X402_PAYMENT_ID="+id)
+	r := mustDo(t, http.MethodGet, url, map[string]string{"PAYMENT-SIGNATURE": other})
+	if r.Status != http.StatusConflict || !strings.Contains(string(r.Body), "payment_identifier_conflict") {
+		t.Errorf("another payment under the id: status %d %s, want 409 payment_identifier_conflict", r.Status, r.Body)
+	}
+	wantDelta(t, tok, payer.Address, bal[0], -price)
+	wantDelta(t, tok, payTo, bal[1], price)
+}

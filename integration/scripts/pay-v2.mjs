@@ -15,13 +15,17 @@
 //                        (spendControls.allowedAssets). Unset: allowedAssets true (any asset).
 //   X402_MAX_VALUE       per-payment cap in base units for X402_TOKEN (default: uncapped).
 //   X402_METHOD          the HTTP method (default GET).
+//   X402_PAYMENT_ID      a payment-identifier id: when the 402 declares the extension, the
+//                        client writes it with @x402/extensions' appendPaymentIdentifierToExtensions
+//                        in an onBeforePaymentCreation hook, as that package documents.
 //   X402_SIGN_ONLY=1     build the PAYMENT-SIGNATURE header but do not send the paid retry: the
 //                        header is printed as paymentHeader and nothing is paid.
 // Output on stdout, one JSON line: {"status", "body", "paymentResponseHeader" (PAYMENT-RESPONSE,
 // else X-PAYMENT-RESPONSE, or null), "paymentResponse" (decoded, or null)}, or with
 // X402_SIGN_ONLY=1 {"paymentHeader"}. A failure of the client itself exits 1, reason on stderr.
 
-import { wrapFetchWithPaymentFromConfig, decodePaymentResponseHeader } from "@x402/fetch";
+import { wrapFetchWithPayment, x402Client, decodePaymentResponseHeader } from "@x402/fetch";
+import { appendPaymentIdentifierToExtensions } from "@x402/extensions/payment-identifier";
 import { ExactEvmScheme } from "@x402/evm";
 import { privateKeyToAccount } from "viem/accounts";
 import { payScript } from "./pay-common.mjs";
@@ -43,10 +47,19 @@ async function main() {
 
   // @x402/fetch calls fetch(request) with one Request.
   const { recordingFetch, sentHeader } = recorder((request) => request.headers.get("PAYMENT-SIGNATURE"));
-  const fetchWithPayment = wrapFetchWithPaymentFromConfig(recordingFetch, {
+  const client = x402Client.fromConfig({
     schemes: [{ network, client: new ExactEvmScheme(privateKeyToAccount(payerKey())) }],
     spendControls,
   });
+  const paymentId = process.env.X402_PAYMENT_ID;
+  if (paymentId) {
+    client.onBeforePaymentCreation(async ({ paymentRequired }) => {
+      if (paymentRequired.extensions) {
+        appendPaymentIdentifierToExtensions(paymentRequired.extensions, paymentId);
+      }
+    });
+  }
+  const fetchWithPayment = wrapFetchWithPayment(recordingFetch, client);
   const res = await fetchWithPayment(target, { method: process.env.X402_METHOD || "GET" });
 
   await report(
