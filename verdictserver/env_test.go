@@ -64,14 +64,24 @@ func sqliteStore(t *testing.T) *store.Store {
 	return sqliteAt(filepath.Join(t.TempDir(), "verdict.db"))(t)
 }
 
-var pgServer *testenv.PostgresServer
+// pgServers holds one PostgreSQL server per test, which stops it when it ends.
+var pgServers = map[string]*testenv.PostgresServer{}
 
-func postgresStore(t *testing.T) *store.Store {
+// postgresDSN creates a database of its own on the test's PostgreSQL server.
+func postgresDSN(t *testing.T) string {
 	t.Helper()
-	if pgServer == nil {
-		pgServer = testenv.StartPostgresServer(t, testenv.PostgresConfig{})
+	srv := pgServers[t.Name()]
+	if srv == nil {
+		srv = testenv.StartPostgresServer(t, testenv.PostgresConfig{})
+		pgServers[t.Name()] = srv
+		t.Cleanup(func() { delete(pgServers, t.Name()) })
 	}
-	dsn := pgServer.CreateDatabase(t, fmt.Sprintf("verdict_api_%d", time.Now().UnixNano()))
+	return srv.CreateDatabase(t, fmt.Sprintf("verdict_api_%d", time.Now().UnixNano()))
+}
+
+// postgresAt opens a store on the database at dsn.
+func postgresAt(t *testing.T, dsn string) *store.Store {
+	t.Helper()
 	db, err := sqldb.OpenPostgres(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -82,6 +92,8 @@ func postgresStore(t *testing.T) *store.Store {
 	}
 	return st
 }
+
+func postgresStore(t *testing.T) *store.Store { return postgresAt(t, postgresDSN(t)) }
 
 // env is one running verdict service over a real store and the real engine.
 type env struct {

@@ -17,12 +17,21 @@ import (
 )
 
 // TestRestartCompletesPending: records submitted to a server whose workers never ran are
-// durable and PENDING; a new Server on the same SQLite file evaluates every one of them
-// when it starts.
+// durable and PENDING; a new Server on the same database (the SQLite file, or the same
+// PostgreSQL database) evaluates every one of them when it starts.
 func TestRestartCompletesPending(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "verdict.db")
-	open := sqliteAt(path)
+	for name, open := range map[string]func(t *testing.T) storeOpener{
+		"sqlite": func(t *testing.T) storeOpener { return sqliteAt(filepath.Join(t.TempDir(), "verdict.db")) },
+		"postgres": func(t *testing.T) storeOpener {
+			dsn := postgresDSN(t)
+			return func(t *testing.T) *store.Store { return postgresAt(t, dsn) }
+		},
+	} {
+		t.Run(name, func(t *testing.T) { restartCompletesPending(t, open(t)) })
+	}
+}
 
+func restartCompletesPending(t *testing.T, open storeOpener) {
 	st1 := open(t)
 	e1 := newEnv(t, st1, nil)
 	// stop the workers and sweeper at once: nothing submitted from here on is evaluated
@@ -55,6 +64,35 @@ func TestRestartCompletesPending(t *testing.T) {
 		if v := e2.await(a.Key, h); v.Outcome != want[i] {
 			t.Errorf("record %d after the restart: %s, want %s", i, v.Outcome, want[i])
 		}
+	}
+}
+
+// TestTwoInstancesShareOnePostgres: two servers on one PostgreSQL database, each with its
+// workers and sweeper, take submits in turn; every record completes once, readable from
+// either instance, and none stays pending.
+func TestTwoInstancesShareOnePostgres(t *testing.T) {
+	dsn := postgresDSN(t)
+	e1 := newEnv(t, postgresAt(t, dsn), nil)
+	e2 := newEnv(t, postgresAt(t, dsn), nil)
+	a := e1.agent("alice", common.HexToAddress("0xA11CE00000000000000000000000000000000001"), allowPolicy)
+	var hashes []string
+	for i := range 20 {
+		e := []*env{e1, e2}[i%2]
+		payee := []common.Address{allowedPay, strangerPay}[i%3%2]
+		r := e.submit(a.Key, submitBody(a.Wallet, payee, ""))
+		if r.status != http.StatusCreated {
+			t.Fatalf("submit %d = %d %s", i, r.status, r.raw)
+		}
+		hashes = append(hashes, r.body["requestHash"].(string))
+	}
+	for i, h := range hashes {
+		v1, v2 := e1.await(a.Key, h), e2.await(a.Key, h)
+		if v1.Outcome != v2.Outcome || !v1.Timestamp.Equal(v2.Timestamp) {
+			t.Errorf("record %d reads differently on the two instances", i)
+		}
+	}
+	if n, err := e1.st.CountPending(t.Context()); err != nil || n != 0 {
+		t.Errorf("pending = %d %v, want 0", n, err)
 	}
 }
 
