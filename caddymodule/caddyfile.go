@@ -114,6 +114,8 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //			input_schema <file>
 //			output_schema <file>
 //		}
+//		pass <duration> [<scope>]
+//		pass_key <placeholder> [<placeholder>...]
 //	}
 //
 // price and pay_to may hold placeholders, expanded per request; then price_min (and
@@ -215,6 +217,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 		case "payment_id":
 			if err := oneArg(d, &h.PaymentID); err != nil {
+				return err
+			}
+		case "pass", "pass_key":
+			if err := h.unmarshalPass(d); err != nil {
 				return err
 			}
 		case "retry_max":

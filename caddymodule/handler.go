@@ -91,6 +91,12 @@ type Handler struct {
 	PaymentID string `json:"payment_id,omitempty"`
 	// Discovery fills the v2 bazaar extension (docs/gate.md#discovery). Default: none.
 	Discovery *DiscoveryConfig `json:"discovery,omitempty"`
+	// Pass makes one payment buy access for a while (docs/caddy.md#access-passes).
+	// Default: nil, every request pays.
+	Pass *PassOptions `json:"pass,omitempty"`
+	// PassKeys sign and verify passes, {env.*} or {file.*} placeholders expanded in
+	// Provision; the first signs, all verify. Required with Pass.
+	PassKeys []string `json:"pass_keys,omitempty"`
 
 	gate         *gate.Gate
 	log          *zap.Logger
@@ -140,6 +146,7 @@ func (h *Handler) gateConfig() (gate.Config, error) {
 		Accepts:           h.gateAccepts(),
 		PaymentID:         h.PaymentID,
 		Discovery:         h.gateDiscovery(),
+		Pass:              h.passConfig(),
 	}
 	if h.MaxTimeout != 0 && cfg.MaxTimeoutSeconds <= 0 {
 		return gate.Config{}, &gate.ConfigError{Option: "max_timeout", Err: errors.New("must be at least 1s")}
@@ -183,6 +190,9 @@ func (h *Handler) validate(reg *x402.Registry, mode facilitator.GuardianMode) er
 		}
 	}
 	if err := placeholderOnly("facilitator_key", h.FacilitatorKey); err != nil {
+		return err
+	}
+	if err := h.validatePass(); err != nil {
 		return err
 	}
 	cfg, err := h.gateConfig()
@@ -237,6 +247,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		opts.Pricing = verdictclient.Pricing(caddy.NewReplacer().ReplaceKnown(pricingURL, ""), opts.Registry)
 	}
 	cfg, _ := h.gateConfig() // checked by Validate
+	if err := h.resolvePassKeys(&cfg); err != nil {
+		return err
+	}
 	cfg.VerifyTimeout = verify
 	if verify > gate.DefaultVerifyTimeout {
 		h.log.Info("x402 verify deadline covers the verdict poll", zap.Duration("verify_timeout", verify))
@@ -323,6 +336,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			repl.Set("http.x402.network_name", s.NetworkName)
 			repl.Set("http.x402.asset", s.Asset)
 			repl.Set("http.x402.retry", paid.Retry)
+		}
+		if paid, ok := gate.FromContext(r.Context()); ok && paid.Pass != nil {
+			setPassPlaceholders(repl, paid.Pass)
 		}
 		return next.ServeHTTP(w, r)
 	})

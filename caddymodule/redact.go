@@ -15,9 +15,10 @@ func init() {
 }
 
 // RedactedHeaders are the request headers the x402_redact encoder deletes from log
-// entries: the payment authorizations, the retry token and the API keys. Caddy's access log only redacts
+// entries: the payment authorizations, the retry token, the access pass, the sign-in-with-x
+// proof and the API keys. Caddy's access log only redacts
 // Cookie and Authorization on its own.
-var RedactedHeaders = []string{"X-Payment", "Payment-Signature", "X-Verification-Payment", "X-Payment-Retry", "X-Api-Key", "X-Facilitator-Key"}
+var RedactedHeaders = []string{"X-Payment", "Payment-Signature", "X-Verification-Payment", "X-Payment-Retry", "X-Api-Key", "X-Facilitator-Key", "X-402-Pass", "Sign-In-With-X"}
 
 // RedactEncoder (caddy.logging.encoders.x402_redact) is Caddy's filter encoder with a
 // delete filter on request>headers>H for every H of RedactedHeaders. It wraps another
@@ -50,6 +51,8 @@ func (e *RedactEncoder) Provision(ctx caddy.Context) error {
 	// The retry token is issued on a failed answer: the access log records it among the
 	// response headers.
 	e.FieldsRaw["resp_headers>X-Payment-Retry"] = json.RawMessage(`{"filter":"delete"}`)
+	// So is an access pass, on the paid answer (Caddy redacts its Set-Cookie itself).
+	e.FieldsRaw["resp_headers>X-402-Pass"] = json.RawMessage(`{"filter":"delete"}`)
 	return e.FilterEncoder.Provision(ctx)
 }
 

@@ -145,6 +145,7 @@ func New(cfg Config, opts Options) (*Gate, error) {
 	if g.pricingTimeout <= 0 {
 		g.pricingTimeout = DefaultPricingTimeout
 	}
+	g.warnPrices()
 	return g, nil
 }
 

@@ -99,7 +99,7 @@ func (c PassConfig) validate() error {
 	case c.Scope != "" && (!strings.HasPrefix(c.Scope, "/") || !strings.HasSuffix(c.Scope, "/") || path.Clean(c.Scope)+"/" != c.Scope && c.Scope != "/"):
 		return configErr("pass", "scope %q must be a clean directory path that starts and ends with /", c.Scope)
 	case len(c.Keys) == 0:
-		return configErr("pass_key", "is required with pass: the key that signs passes")
+		return configErr("pass", "needs pass_key, the key that signs passes")
 	}
 	return nil
 }

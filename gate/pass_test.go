@@ -201,7 +201,7 @@ func TestPassConfigChecks(t *testing.T) {
 		pass   PassConfig
 		option string
 	}{
-		{"a pass without a key", PassConfig{Duration: time.Hour}, "pass_key"},
+		{"a pass without a key", PassConfig{Duration: time.Hour}, "pass"},
 		{"a short key", PassConfig{Duration: time.Hour, Keys: []string{"short"}}, "pass_key"},
 		{"the same key twice", PassConfig{Duration: time.Hour, Keys: []string{testPassKey, testPassKey}}, "pass_key"},
 		{"a negative duration", PassConfig{Duration: -time.Hour, Keys: []string{testPassKey}}, "pass"},
