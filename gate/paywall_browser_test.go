@@ -142,13 +142,19 @@ func chromiumPath(t *testing.T) string {
 // standard output. It is killed, with its whole process group, after two minutes.
 func runChromium(t *testing.T, args ...string) []byte {
 	t.Helper()
+	return runChromiumIn(t, t.TempDir(), args...)
+}
+
+// runChromiumIn is runChromium with the profile in dir, so several runs share cookies.
+func runChromiumIn(t *testing.T, dir string, args ...string) []byte {
+	t.Helper()
 	bin := chromiumPath(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	base := []string{
 		"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
 		"--no-first-run", "--no-default-browser-check", "--disable-extensions", "--mute-audio",
-		"--user-data-dir=" + t.TempDir(), "--window-size=1280,900",
+		"--user-data-dir=" + dir, "--window-size=1280,900",
 	}
 	cmd := exec.CommandContext(ctx, bin, append(base, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
