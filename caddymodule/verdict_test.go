@@ -1,0 +1,51 @@
+package caddymodule
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+)
+
+// TestAdaptErrorsOfVerdict: every mistake in the verdict global option and the verdict_api
+// directive fails `caddy adapt`, names the option and points at its line (marked "# <-").
+func TestAdaptErrorsOfVerdict(t *testing.T) {
+	verdict := func(body string) string { return "{\n\tverdict {\n" + body + "\t}\n}\n" }
+	for _, tc := range []struct {
+		name, caddyfile, wantErr string
+	}{
+		{"admin_key written into the config", verdict("\t\tadmin_key s3cr3t-admin-key-value # <-\n"), "admin_key: must be an {env.*} or {file.*} placeholder"},
+		{"a redis url written into the config", verdict("\t\tredis redis://:hunter2@127.0.0.1:6379 # <-\n"), "redis: must be an {env.*} or {file.*} placeholder"},
+		{"a postgres dsn written into the config", verdict("\t\tstore postgres postgres://v:hunter2@db/v # <-\n"), "store: must be an {env.*} or {file.*} placeholder"},
+		{"an unknown store", verdict("\t\tstore mysql x # <-\n"), `unknown store "mysql"`},
+		{"postgres without a dsn", verdict("\t\tstore postgres # <-\n"), "wrong argument count"},
+		{"a listen address that is not one", verdict("\t\tlisten 127.0.0.1:99999999 # <-\n"), "listen:"},
+		{"workers that are not a number", verdict("\t\tworkers many # <-\n"), `workers "many" is not a positive integer`},
+		{"a rate limit of an unknown kind", verdict("\t\trate_limit user 1 2 # <-\n"), `rate_limit "user": want key or ip`},
+		{"a rate limit that is not a rate", verdict("\t\trate_limit key fast 2 # <-\n"), `rate_limit key: "fast" is not a positive number`},
+		{"a price of an asset that is not an address", verdict("\t\tprice 84532 0x12 1 # <-\n"), `price: asset "0x12" is not an address`},
+		{"a negative price", verdict("\t\tprice 84532 0x5FbDB2315678afecb367f032d93F642f64180aa3 -1 # <-\n"), `price: usd "-1" is not a price in USD`},
+		{"a price on chain zero", verdict("\t\tprice 0 0x5FbDB2315678afecb367f032d93F642f64180aa3 1 # <-\n"), `price: chain id "0" is not a positive integer`},
+		{"a sanctions ttl that is not a duration", verdict("\t\tsanctions /x.txt soon # <-\n"), `sanctions ttl "soon" is not a positive duration`},
+		{"a fee with both flat and bps", verdict("\t\tfee {\n\t\t\tnetwork base-sepolia\n\t\t\tpay_to 0x209693Bc6afc0C5328bA36FaF03C514EF312287C\n\t\t\tflat 1000\n\t\t\tbps 5\n\t\t} # <-\n"), "fee: give exactly one of flat and bps"},
+		{"a fee on an unknown network", verdict("\t\tfee {\n\t\t\tnetwork moon\n\t\t\tpay_to 0x209693Bc6afc0C5328bA36FaF03C514EF312287C\n\t\t\tflat 1000\n\t\t} # <-\n"), `fee: unknown network "moon"`},
+		{"an unknown option", verdict("\t\tlisten_on :8083 # <-\n"), `unrecognized verdict option "listen_on"`},
+		{"verdict_api without the verdict app", ":8083 {\n\tverdict_api # <-\n}\n", "verdict_api needs the verdict global option"},
+		{"verdict_api with options", verdict("\t\tlisten :1\n") + ":8083 {\n\tverdict_api {\n\t\tlisten :2 # <-\n\t}\n}\n", "verdict_api takes no options"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { expectAdaptError(t, tc.caddyfile, tc.wantErr) })
+	}
+}
+
+// TestVerdictSecretsStayOutOfTheAdaptedConfig: placeholders are kept as written; their
+// values are read at provision only.
+func TestVerdictSecretsStayOutOfTheAdaptedConfig(t *testing.T) {
+	t.Setenv("VERDICT_ADMIN", "admin-secret-value-0123456789")
+	out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte("{\n\tverdict {\n\t\tadmin_key {env.VERDICT_ADMIN}\n\t}\n}\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := string(out); strings.Contains(cfg, "admin-secret-value") || !strings.Contains(cfg, "{env.VERDICT_ADMIN}") {
+		t.Fatalf("adapted config: %s", cfg)
+	}
+}
