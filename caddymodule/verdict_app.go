@@ -545,8 +545,8 @@ func (a *VerdictApp) Cleanup() error {
 
 // Interface guards
 var (
-	_ caddy.App         = (*VerdictApp)(nil)
-	_ caddy.Provisioner = (*VerdictApp)(nil)
-	_ caddy.Validator   = (*VerdictApp)(nil)
+	_ caddy.App          = (*VerdictApp)(nil)
+	_ caddy.Provisioner  = (*VerdictApp)(nil)
+	_ caddy.Validator    = (*VerdictApp)(nil)
 	_ caddy.CleanerUpper = (*VerdictApp)(nil)
 )

@@ -202,7 +202,7 @@ func (f *verdictFleet) operate(t *testing.T) {
 
 // verdictInstance is one running Caddy of the fleet.
 type verdictInstance struct {
-	caddy               *testenv.Caddy
+	caddy                *testenv.Caddy
 	api, verdictAPI, fac string
 }
 
