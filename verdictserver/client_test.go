@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/x402gate/x402gate/verdict"
 	"github.com/x402gate/x402gate/verdictclient"
+	"github.com/x402gate/x402gate/x402"
 )
 
 // fastPoll polls quickly: the bound is on attempts, never on wall-clock time.
@@ -93,9 +95,13 @@ type lossyProxy struct {
 	dropAnswer atomic.Bool
 	dropAsk    atomic.Bool
 	forwarded  atomic.Int32
+	posts      atomic.Int32 // every POST that reached the proxy
 }
 
 func (p *lossyProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost {
+		p.posts.Add(1)
+	}
 	if r.Method == http.MethodPost && (p.dropAnswer.Load() || p.dropAsk.Load()) {
 		if p.dropAnswer.Swap(false) {
 			body, _ := io.ReadAll(r.Body)
@@ -233,5 +239,63 @@ func TestKeysNeverReachLogsOrAnswers(t *testing.T) {
 				t.Errorf("log entry carries a key: %s", text)
 			}
 		}
+	}
+}
+
+// TestGuardianReconcilesALostSubmit: verdictclient's Guardian (what the facilitator calls
+// for every payment) verifies payments against this service: an allowed payee is approved,
+// a stranger rejected with recipient_not_allowed; and when the answer to its POST is lost
+// it reconciles by trace id, finds the one record the service made, and returns its
+// verdict without submitting again.
+func TestGuardianReconcilesALostSubmit(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	a := e.agent("alice", common.HexToAddress("0xA11CE00000000000000000000000000000000001"), allowPolicy)
+	target, _ := url.Parse(e.api.URL)
+	p := &lossyProxy{target: target, rp: httputil.NewSingleHostReverseProxy(target)}
+	proxy := httptest.NewServer(p)
+	t.Cleanup(proxy.Close)
+	g, err := verdictclient.NewGuardian(verdictclient.GuardianOptions{BaseURL: proxy.URL, APIKey: a.Key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pay := func(to common.Address) verdictclient.PaymentInput {
+		return verdictclient.PaymentInput{
+			Payment: &x402.Payment{Version: 2, Scheme: "exact", Network: "eip155:84532",
+				Authorization: x402.Authorization{From: a.Wallet, To: to, Value: big.NewInt(10_000)}},
+			Requirements: merchant(10_000, to, "eip155:84532"),
+		}
+	}
+	ctx := t.Context()
+	for _, tc := range []struct {
+		name   string
+		to     common.Address
+		lose   bool
+		status verdict.GuardianStatus
+		code   verdict.ReasonCode
+	}{
+		{"approved", allowedPay, false, verdict.GuardianApproved, verdict.ReasonAllowed},
+		{"rejected", strangerPay, false, verdict.GuardianRejected, "recipient_not_allowed"},
+		{"approved after a lost answer", allowedPay, true, verdict.GuardianApproved, verdict.ReasonAllowed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := p.posts.Load()
+			p.dropAnswer.Store(tc.lose)
+			res, err := g.Verify(ctx, pay(tc.to), fastPoll)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Status != tc.status || res.Verdict == nil || res.Verdict.ReasonCode != tc.code {
+				t.Fatalf("result = %+v, want %s %s", res, tc.status, tc.code)
+			}
+			if n := p.posts.Load() - before; n != 1 {
+				t.Errorf("%d submits sent, want exactly 1", n)
+			}
+			if tx, err := e.st.TransactionByHash(ctx, res.RequestHash); err != nil || tx.AgentID != a.ID {
+				t.Errorf("the result's requestHash %q is not alice's record: %v", res.RequestHash, err)
+			}
+		})
+	}
+	if p.forwarded.Load() != 1 {
+		t.Errorf("the proxy lost %d answers, want 1", p.forwarded.Load())
 	}
 }
