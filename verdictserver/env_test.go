@@ -43,10 +43,10 @@ var allowPolicy = fmt.Sprintf(`{
 
 // storeOpener opens a fresh store for one test: SQLite in t.TempDir() or a database of
 // its own on a real PostgreSQL.
-type storeOpener func(t *testing.T) *store.Store
+type storeOpener func(t testing.TB) *store.Store
 
 func sqliteAt(path string) storeOpener {
-	return func(t *testing.T) *store.Store {
+	return func(t testing.TB) *store.Store {
 		t.Helper()
 		db, err := sqldb.OpenSQLite(context.Background(), path)
 		if err != nil {
@@ -60,7 +60,7 @@ func sqliteAt(path string) storeOpener {
 	}
 }
 
-func sqliteStore(t *testing.T) *store.Store {
+func sqliteStore(t testing.TB) *store.Store {
 	return sqliteAt(filepath.Join(t.TempDir(), "verdict.db"))(t)
 }
 
@@ -68,7 +68,7 @@ func sqliteStore(t *testing.T) *store.Store {
 var pgServers = map[string]*testenv.PostgresServer{}
 
 // postgresDSN creates a database of its own on the test's PostgreSQL server.
-func postgresDSN(t *testing.T) string {
+func postgresDSN(t testing.TB) string {
 	t.Helper()
 	srv := pgServers[t.Name()]
 	if srv == nil {
@@ -80,7 +80,7 @@ func postgresDSN(t *testing.T) string {
 }
 
 // postgresAt opens a store on the database at dsn.
-func postgresAt(t *testing.T, dsn string) *store.Store {
+func postgresAt(t testing.TB, dsn string) *store.Store {
 	t.Helper()
 	db, err := sqldb.OpenPostgres(context.Background(), dsn)
 	if err != nil {
@@ -93,11 +93,11 @@ func postgresAt(t *testing.T, dsn string) *store.Store {
 	return st
 }
 
-func postgresStore(t *testing.T) *store.Store { return postgresAt(t, postgresDSN(t)) }
+func postgresStore(t testing.TB) *store.Store { return postgresAt(t, postgresDSN(t)) }
 
 // env is one running verdict service over a real store and the real engine.
 type env struct {
-	t        *testing.T
+	t        testing.TB
 	st       *store.Store
 	srv      *Server
 	api      *httptest.Server
@@ -107,7 +107,7 @@ type env struct {
 
 // newEnv starts a Server on st (SQLite when nil) with the real engine; tweak edits its
 // options.
-func newEnv(t *testing.T, st *store.Store, tweak func(*Options)) *env {
+func newEnv(t testing.TB, st *store.Store, tweak func(*Options)) *env {
 	t.Helper()
 	if st == nil {
 		st = sqliteStore(t)
@@ -203,7 +203,7 @@ type answer struct {
 
 // call sends one request to base+path; body is JSON-encoded unless it is a string or nil.
 // headers are set as given (so a test can send two credentials at once).
-func call(t *testing.T, method, url string, body any, headers ...string) answer {
+func call(t testing.TB, method, url string, body any, headers ...string) answer {
 	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {

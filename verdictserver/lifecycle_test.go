@@ -24,7 +24,7 @@ func TestRestartCompletesPending(t *testing.T) {
 		"sqlite": func(t *testing.T) storeOpener { return sqliteAt(filepath.Join(t.TempDir(), "verdict.db")) },
 		"postgres": func(t *testing.T) storeOpener {
 			dsn := postgresDSN(t)
-			return func(t *testing.T) *store.Store { return postgresAt(t, dsn) }
+			return func(t testing.TB) *store.Store { return postgresAt(t, dsn) }
 		},
 	} {
 		t.Run(name, func(t *testing.T) { restartCompletesPending(t, open(t)) })
