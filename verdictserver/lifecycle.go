@@ -121,6 +121,13 @@ func (s *Server) sweep(ctx context.Context) {
 // are immutable).
 func (s *Server) evaluate(ctx context.Context, hash string) {
 	log := s.log.With(zap.String("requestHash", hash))
+	defer func() {
+		// a panicking evaluation must not take the process (and every other record) down;
+		// the record stays PENDING and the client's poll bound fails it closed
+		if v := recover(); v != nil {
+			log.Error("evaluate: panic; left pending", zap.Any("panic", v))
+		}
+	}()
 	t, err := s.store.TransactionByHash(ctx, hash)
 	if err != nil {
 		if ctx.Err() == nil {

@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ethereum/go-ethereum/common"
 
@@ -171,5 +173,34 @@ func TestTerminalVerdictIsImmutable(t *testing.T) {
 	}
 	if again := e.await(a.Key, h); again.Outcome != first.Outcome || !again.Timestamp.Equal(first.Timestamp) {
 		t.Errorf("verdict changed: %s at %v, then %s at %v", first.Outcome, first.Timestamp, again.Outcome, again.Timestamp)
+	}
+}
+
+// panickyEngine panics on every evaluation: the fault of a broken decoder.
+type panickyEngine struct{ calls atomic.Int32 }
+
+func (p *panickyEngine) Evaluate(context.Context, engine.Input) *verdict.Verdict {
+	p.calls.Add(1)
+	panic("decoder bug")
+}
+
+// TestPanickingEngineLeavesPending: an engine that panics does not stop the service; the
+// record stays PENDING (the client fails closed at its bound) and the API keeps answering.
+func TestPanickingEngineLeavesPending(t *testing.T) {
+	pe := &panickyEngine{}
+	e := newEnv(t, nil, func(o *Options) { o.Engine = pe })
+	a := e.agent("alice", common.HexToAddress("0xA11CE00000000000000000000000000000000001"), allowPolicy)
+	r := e.submit(a.Key, submitBody(a.Wallet, allowedPay, ""))
+	if r.status != http.StatusCreated {
+		t.Fatalf("submit = %d %s", r.status, r.raw)
+	}
+	for i := 0; pe.calls.Load() < 2 && i < 500; i++ {
+		time.Sleep(10 * time.Millisecond) // until the sweeper has tried it again
+	}
+	if pe.calls.Load() < 2 {
+		t.Fatalf("%d evaluations, want the record retried after the panic", pe.calls.Load())
+	}
+	if s := e.status(a.Key, r.body["requestHash"].(string)); s.status != 200 || s.body["verdict"] != nil {
+		t.Errorf("status after panics = %d %s, want 200 with a null verdict", s.status, s.raw)
 	}
 }
