@@ -37,6 +37,7 @@ var demoPortList = []demoPort{
 	{name: "the legacy API", env: "X402_DEMO_API_PORT"},
 	{name: "the facilitator API", env: "X402_DEMO_FACILITATOR_PORT"},
 	{name: "the legacy API's upstream", env: "X402_DEMO_UPSTREAM_PORT"},
+	{name: "the verdict service", env: "X402_DEMO_VERDICT_PORT"},
 	{name: "Caddy's admin endpoint", env: "CADDY_ADMIN"},
 }
 

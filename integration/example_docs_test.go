@@ -150,16 +150,17 @@ func startExample(t *testing.T) demoExample {
 	}
 	devchain, env := startDevchain(t)
 	d := demoExample{devchain: devchain, site: testenv.FreePort(t), api: testenv.FreePort(t)}
-	fac, up := testenv.FreePort(t), testenv.FreePort(t)
+	fac, up, verdict := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
 	opts := testenv.CaddyOptions{
 		Env: []string{
 			"X402_DEMO_SITE_PORT=" + strconv.Itoa(d.site),
 			"X402_DEMO_API_PORT=" + strconv.Itoa(d.api),
 			"X402_DEMO_FACILITATOR_PORT=" + strconv.Itoa(fac),
 			"X402_DEMO_UPSTREAM_PORT=" + strconv.Itoa(up),
+			"X402_DEMO_VERDICT_PORT=" + strconv.Itoa(verdict),
 			"X402_DEMO_ROOT=" + filepath.Join(root, "integration", "demo", "site"),
 		},
-		WaitPorts: []int{d.site, d.api, fac, up},
+		WaitPorts: []int{d.site, d.api, fac, up, verdict},
 	}
 	for name, value := range env {
 		opts.Env = append(opts.Env, name+"="+value)
@@ -270,10 +271,61 @@ func TestDocumentedPayCommandsPay(t *testing.T) {
 			if err := json.Unmarshal([]byte(stdout.String()), &out); err != nil {
 				t.Fatalf("printed no JSON: %v: %q", err, stdout.String())
 			}
+			// /api/tip pays a payee the demo policy does not allow: the verdict refuses it.
+			if strings.Contains(command, "/api/tip") {
+				if out.Status != http.StatusPaymentRequired || !strings.Contains(out.Body, `"reasonCode":"recipient_not_allowed"`) {
+					t.Errorf("status %d, want 402 with reasonCode recipient_not_allowed: %s", out.Status, out.Body)
+				}
+				return
+			}
 			if out.Status != http.StatusOK {
 				t.Errorf("status %d, want 200: %s", out.Status, out.Body)
 			}
 		})
+	}
+}
+
+// TestDocumentedVerdictCommandsRun runs the README's `./caddy verdict` commands against the
+// demo's verdict store, with the env file scripts/run writes, while the demo runs: the
+// operator reads the policy versions, validates the demo policy and sets it again as version 2.
+func TestDocumentedVerdictCommandsRun(t *testing.T) {
+	cmds := readmeCommands(t, "./caddy verdict")
+	if len(cmds) < 3 {
+		t.Fatalf("README.md shows %d `./caddy verdict` commands, want the three of the demo", len(cmds))
+	}
+	ex := startExample(t)
+	raw, err := os.ReadFile(filepath.Join(ex.devchain, "env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := strings.Fields(string(raw))
+	root, err := testenv.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outputs := map[string]string{}
+	for _, command := range cmds {
+		ctx, cancel := context.WithTimeout(context.Background(), commandBound)
+		cmd := exec.CommandContext(ctx, testenv.CaddyBinary(t), caddyArgs(t, command, ex.devchain)...)
+		cmd.Dir = root
+		cmd.Env = append(env, "HOME="+t.TempDir(), "XDG_DATA_HOME="+t.TempDir(), "XDG_CONFIG_HOME="+t.TempDir())
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: %v: %s", command, err, stderr.String())
+		}
+		outputs[strings.Fields(command)[3]] = stdout.String()
+	}
+	if !strings.HasPrefix(outputs["versions"], "1\t") {
+		t.Errorf("policy versions printed %q, want version 1 first", outputs["versions"])
+	}
+	if !strings.Contains(outputs["validate"], "valid") {
+		t.Errorf("policy validate printed %q", outputs["validate"])
+	}
+	if !strings.Contains(outputs["set"], "version 2") {
+		t.Errorf("policy set printed %q, want version 2", outputs["set"])
 	}
 }
 

@@ -35,9 +35,19 @@ func TestCaddyfileExampleServesTheDemo(t *testing.T) {
 	if err := os.WriteFile(apiKeyFile, []byte(apiKey+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	site, api, fac, up := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
+	site, api, fac, up, verdictPort := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
+	// The operator's part, with the caddy verdict commands against the example itself: an
+	// agent owns the two payers' wallets, and its policy lets them pay payTo.
+	f := &verdictFleet{dir: t.TempDir(), caddyfile: string(example), env: []string{
+		"X402_TOKEN=" + tok.Address.Hex(), "X402_PAY_TO=" + payTo.Hex(),
+	}}
+	f.env = append(f.env, "X402_VERDICT_DB="+filepath.Join(f.dir, "verdict.db"))
+	verdictKeyFile := f.demoAgent(t, tok.Address, payTo, chain.Accounts[1].Address, chain.Accounts[2].Address)
 	caddy := testenv.StartCaddy(t, string(example), testenv.CaddyOptions{
 		Env: []string{
+			"X402_VERDICT_DB=" + filepath.Join(f.dir, "verdict.db"),
+			"X402_VERDICT_KEY_FILE=" + verdictKeyFile,
+			"X402_DEMO_VERDICT_PORT=" + strconv.Itoa(verdictPort),
 			"X402_RPC_URL=" + chain.RPCURL,
 			"X402_TOKEN=" + tok.Address.Hex(),
 			"X402_PAY_TO=" + payTo.Hex(),
@@ -49,7 +59,7 @@ func TestCaddyfileExampleServesTheDemo(t *testing.T) {
 			"X402_DEMO_UPSTREAM_PORT=" + strconv.Itoa(up),
 			"X402_DEMO_ROOT=" + filepath.Join(root, "integration", "demo", "site"),
 		},
-		WaitPorts: []int{site, api, fac, up},
+		WaitPorts: []int{site, api, fac, up, verdictPort},
 	})
 	base := func(port int) string { return "http://127.0.0.1:" + strconv.Itoa(port) }
 

@@ -200,6 +200,30 @@ func (f *verdictFleet) operate(t *testing.T) {
 	}
 }
 
+// demoAgent registers, with the caddy verdict commands, an agent "demo" that owns the payers'
+// wallets on 84532 and whose policy lets them pay payTo in token, and returns a file holding
+// its key.
+func (f *verdictFleet) demoAgent(t *testing.T, token, payTo common.Address, payers ...common.Address) string {
+	t.Helper()
+	f.cli(t, "agent", "add", "demo")
+	key := strings.TrimSpace(f.cli(t, "key", "create", "--agent", "demo"))
+	for _, p := range payers {
+		f.cli(t, "wallet", "add", "--agent", "demo", "--chain", "84532", p.Hex())
+	}
+	pol := filepath.Join(f.dir, "policy.json")
+	doc := fmt.Sprintf(`{"venues":{"allowed":["payment"]},"chains":{"allowed":[84532]},"assets":{"universe":{"84532":[%q]}},"recipients":{"allowed":[%q]}}`,
+		token.Hex(), payTo.Hex())
+	if err := os.WriteFile(pol, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.cli(t, "policy", "set", "--agent", "demo", pol)
+	keyFile := filepath.Join(f.dir, "verdict.key")
+	if err := os.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return keyFile
+}
+
 // verdictInstance is one running Caddy of the fleet.
 type verdictInstance struct {
 	caddy                *testenv.Caddy

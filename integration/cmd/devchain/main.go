@@ -1,6 +1,8 @@
 // Command devchain prepares a local chain for the x402gate demo: it deploys our EIP-3009
 // token (X402Token, EIP-712 domain "USDC"/"2", 6 decimals) to a running anvil, funds a demo
-// payer, and writes the addresses and key files the demo Caddyfile reads.
+// payer, and writes the addresses and key files the demo Caddyfile reads. It also makes the
+// demo's verdict store: the agent "demo" with its key, the payer's wallet and a policy that
+// allows paying the demo payee only.
 //
 // It is run by scripts/run against anvil's well-known development accounts, whose private
 // keys are public. Never point it at a chain that holds real value.
@@ -107,13 +109,22 @@ func run(rpcURL, outDir, fund string) error {
 			return err
 		}
 	}
-	env := fmt.Sprintf("X402_RPC_URL=%s\nX402_CHAIN_ID=%s\nX402_TOKEN=%s\nX402_PAY_TO=%s\nX402_PAYER=%s\nX402_FACILITATOR_KEY_FILE=%s\nX402_PAYER_KEY_FILE=%s\nX402_FACILITATOR_API_KEY_FILE=%s\n",
-		rpcURL, chainID, token.Hex(), crypto.PubkeyToAddress(payTo.PublicKey).Hex(), payerAddr.Hex(),
-		filepath.Join(abs, "facilitator.key"), filepath.Join(abs, "payer.key"), apiKeyFile)
+	payToAddr := crypto.PubkeyToAddress(payTo.PublicKey)
+	if !chainID.IsInt64() {
+		return fmt.Errorf("chain id %s does not fit the verdict store", chainID)
+	}
+	verdictDB, verdictKey, policyFile := verdictFiles(abs)
+	if err := setUpVerdicts(ctx, verdictDB, verdictKey, policyFile, chainID.Int64(), token, payerAddr, payToAddr); err != nil {
+		return fmt.Errorf("verdict store: %w", err)
+	}
+	env := fmt.Sprintf("X402_RPC_URL=%s\nX402_CHAIN_ID=%s\nX402_TOKEN=%s\nX402_PAY_TO=%s\nX402_TIP_TO=%s\nX402_PAYER=%s\nX402_FACILITATOR_KEY_FILE=%s\nX402_PAYER_KEY_FILE=%s\nX402_FACILITATOR_API_KEY_FILE=%s\nX402_VERDICT_DB=%s\nX402_VERDICT_KEY_FILE=%s\n",
+		rpcURL, chainID, token.Hex(), payToAddr.Hex(), tipToAddress.Hex(), payerAddr.Hex(),
+		filepath.Join(abs, "facilitator.key"), filepath.Join(abs, "payer.key"), apiKeyFile, verdictDB, verdictKey)
 	if err := os.WriteFile(filepath.Join(outDir, "env"), []byte(env), 0o600); err != nil {
 		return err
 	}
 	fmt.Printf("token %s deployed on chain %s; payer %s funded with %s base units\n", token.Hex(), chainID, payerAddr.Hex(), amount)
+	fmt.Printf("verdict store %s: agent %q owns the payer's wallet; its policy allows paying %s only\n", verdictDB, demoAgent, payToAddr.Hex())
 	return nil
 }
 
