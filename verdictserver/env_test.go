@@ -201,9 +201,18 @@ type answer struct {
 	body   map[string]any
 }
 
-// call sends one request to base+path; body is JSON-encoded unless it is a string or nil.
-// headers are set as given (so a test can send two credentials at once).
+// call sends one request to url; body is JSON-encoded unless it is a string or nil.
+// headers are set as given (so a test can send two credentials at once). Every answer is
+// held to docs/openapi.json (checkOpenAPI).
 func call(t testing.TB, method, url string, body any, headers ...string) answer {
+	t.Helper()
+	a := rawCall(t, method, url, body, headers...)
+	checkOpenAPI(t, method, url, a.status, a.raw)
+	return a
+}
+
+// rawCall is call without the OpenAPI check, for a request sent to the wrong handler.
+func rawCall(t testing.TB, method, url string, body any, headers ...string) answer {
 	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
