@@ -336,6 +336,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			repl.Set("http.x402.network_name", s.NetworkName)
 			repl.Set("http.x402.asset", s.Asset)
 			repl.Set("http.x402.retry", paid.Retry)
+			repl.Set("http.x402.pass", "")
 		}
 		if paid, ok := gate.FromContext(r.Context()); ok && paid.Pass != nil {
 			setPassPlaceholders(repl, paid.Pass)

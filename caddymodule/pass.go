@@ -94,4 +94,7 @@ func setPassPlaceholders(repl *caddy.Replacer, p *gate.Pass) {
 	repl.Set("http.x402.tx", p.Transaction)
 	repl.Set("http.x402.pass_scope", p.Scope)
 	repl.Set("http.x402.pass_expires", p.Expires.UTC().Format(time.RFC3339))
+	// Nothing was paid by this request.
+	repl.Set("http.x402.amount", "")
+	repl.Set("http.x402.retry", false)
 }

@@ -35,6 +35,11 @@ func TestCaddyfileExampleServesTheDemo(t *testing.T) {
 	if err := os.WriteFile(apiKeyFile, []byte(apiKey+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	passKeyFile := filepath.Join(t.TempDir(), "pass.key")
+	passKeyBytes := testenv.RandomNonce(t)
+	if err := os.WriteFile(passKeyFile, []byte(hexutil.Encode(passKeyBytes[:])[2:]+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	site, api, fac, up, verdictPort := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
 	// The operator's part, with the caddy verdict commands against the example itself: an
 	// agent owns the two payers' wallets, and its policy lets them pay payTo.
@@ -42,7 +47,7 @@ func TestCaddyfileExampleServesTheDemo(t *testing.T) {
 		"X402_TOKEN=" + tok.Address.Hex(), "X402_PAY_TO=" + payTo.Hex(),
 	}}
 	f.env = append(f.env, "X402_VERDICT_DB="+filepath.Join(f.dir, "verdict.db"))
-	verdictKeyFile := f.demoAgent(t, tok.Address, payTo, chain.Accounts[1].Address, chain.Accounts[2].Address)
+	verdictKeyFile := f.demoAgent(t, tok.Address, payTo, chain.Accounts[1].Address, chain.Accounts[2].Address, chain.Accounts[3].Address)
 	caddy := testenv.StartCaddy(t, string(example), testenv.CaddyOptions{
 		Env: []string{
 			"X402_VERDICT_DB=" + filepath.Join(f.dir, "verdict.db"),
@@ -53,6 +58,7 @@ func TestCaddyfileExampleServesTheDemo(t *testing.T) {
 			"X402_PAY_TO=" + payTo.Hex(),
 			"X402_FACILITATOR_KEY_FILE=" + writeKeyFile(t, chain.FacilitatorAccount()),
 			"X402_FACILITATOR_API_KEY_FILE=" + apiKeyFile,
+			"X402_PASS_KEY_FILE=" + passKeyFile,
 			"X402_DEMO_SITE_PORT=" + strconv.Itoa(site),
 			"X402_DEMO_API_PORT=" + strconv.Itoa(api),
 			"X402_DEMO_FACILITATOR_PORT=" + strconv.Itoa(fac),
@@ -97,6 +103,26 @@ func TestCaddyfileExampleServesTheDemo(t *testing.T) {
 		out := payWith(t, payV2Script, payer, base(site)+"/", "X402_TOKEN="+tok.Address.Hex())
 		if out.Status != http.StatusOK || !strings.Contains(out.Body, `id="paid-content"`) {
 			t.Fatalf("status %d, body %q; want 200 and the demo page", out.Status, out.Body)
+		}
+		wantDelta(t, tok, payer.Address, bal[0], -10_000)
+		wantDelta(t, tok, payTo, bal[1], 10_000)
+	})
+	t.Run("one payment for the static page buys a pass to its second page, stylesheet and image", func(t *testing.T) {
+		payer := chain.Accounts[3]
+		bal := balances(t, tok, payer.Address, payTo)
+		header := signOnly(t, payV2Script, payer, base(site)+"/", "X402_TOKEN="+tok.Address.Hex())
+		paid := mustDo(t, http.MethodGet, base(site)+"/", map[string]string{"PAYMENT-SIGNATURE": header})
+		pass := paid.Header.Get("X-402-PASS")
+		if paid.Status != http.StatusOK || pass == "" {
+			t.Fatalf("paid page: status %d, a pass: %v", paid.Status, pass != "")
+		}
+		for _, p := range []string{"/second.html", "/style.css", "/logo.svg", "/"} {
+			if r := mustDo(t, http.MethodGet, base(site)+p, map[string]string{"X-402-PASS": pass}); r.Status != http.StatusOK {
+				t.Errorf("GET %s with the pass: status %d, want 200", p, r.Status)
+			}
+			if r := mustDo(t, http.MethodGet, base(site)+p, nil); r.Status != http.StatusPaymentRequired {
+				t.Errorf("GET %s without the pass: status %d, want 402", p, r.Status)
+			}
 		}
 		wantDelta(t, tok, payer.Address, bal[0], -10_000)
 		wantDelta(t, tok, payTo, bal[1], 10_000)

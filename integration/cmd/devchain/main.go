@@ -104,6 +104,15 @@ func run(rpcURL, outDir, fund string) error {
 		}
 		files["facilitator-api.key"] = hex.EncodeToString(b[:])
 	}
+	// So is the key that signs the demo site's access passes.
+	passKeyFile := filepath.Join(abs, "pass.key")
+	if _, err := os.Stat(passKeyFile); errors.Is(err, os.ErrNotExist) {
+		var b [32]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return fmt.Errorf("make pass key: %w", err)
+		}
+		files["pass.key"] = hex.EncodeToString(b[:])
+	}
 	for name, v := range files {
 		if err := os.WriteFile(filepath.Join(outDir, name), []byte(v+"\n"), 0o600); err != nil {
 			return err
@@ -117,9 +126,9 @@ func run(rpcURL, outDir, fund string) error {
 	if err := setUpVerdicts(ctx, verdictDB, verdictKey, policyFile, chainID.Int64(), token, payerAddr, payToAddr); err != nil {
 		return fmt.Errorf("verdict store: %w", err)
 	}
-	env := fmt.Sprintf("X402_RPC_URL=%s\nX402_CHAIN_ID=%s\nX402_TOKEN=%s\nX402_PAY_TO=%s\nX402_TIP_TO=%s\nX402_PAYER=%s\nX402_FACILITATOR_KEY_FILE=%s\nX402_PAYER_KEY_FILE=%s\nX402_FACILITATOR_API_KEY_FILE=%s\nX402_VERDICT_DB=%s\nX402_VERDICT_KEY_FILE=%s\n",
+	env := fmt.Sprintf("X402_RPC_URL=%s\nX402_CHAIN_ID=%s\nX402_TOKEN=%s\nX402_PAY_TO=%s\nX402_TIP_TO=%s\nX402_PAYER=%s\nX402_FACILITATOR_KEY_FILE=%s\nX402_PAYER_KEY_FILE=%s\nX402_FACILITATOR_API_KEY_FILE=%s\nX402_VERDICT_DB=%s\nX402_VERDICT_KEY_FILE=%s\nX402_PASS_KEY_FILE=%s\n",
 		rpcURL, chainID, token.Hex(), payToAddr.Hex(), tipToAddress.Hex(), payerAddr.Hex(),
-		filepath.Join(abs, "facilitator.key"), filepath.Join(abs, "payer.key"), apiKeyFile, verdictDB, verdictKey)
+		filepath.Join(abs, "facilitator.key"), filepath.Join(abs, "payer.key"), apiKeyFile, verdictDB, verdictKey, passKeyFile)
 	if err := os.WriteFile(filepath.Join(outDir, "env"), []byte(env), 0o600); err != nil {
 		return err
 	}

@@ -1,0 +1,157 @@
+package integration_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/ethereum/go-ethereum/common/hexutil"
+
+	"github.com/x402gate/x402gate/internal/testenv"
+)
+
+// passCaddyfile is one instance of a site sold by the pass: /premium/* costs 0.01 USDC and
+// buys an hour of /premium/, with passes signed by the key in X402_PASS_KEY; the bundled
+// facilitator keeps its retry store (and so the pass book) in Redis. The upstream echoes
+// what the gate told it.
+const passCaddyfile = `{
+	admin {$CADDY_ADMIN}
+	auto_https off
+	log default {
+		output stderr
+		format x402_redact json
+	}
+	x402 {
+		facilitator {
+			network base-sepolia {
+				rpc {env.X402_RPC_URL}
+				asset {$X402_TOKEN}
+				asset_name USDC
+				asset_version 2
+			}
+			signer_key {file.{$X402_FACILITATOR_KEY_FILE}}
+			store redis {env.X402_REDIS_URL}
+		}
+	}
+}
+
+http://:{$SITE_PORT} {
+	bind 127.0.0.1
+	log {
+		output stderr
+		format x402_redact json
+	}
+	@premium path /premium/*
+	x402 @premium {
+		price 0.01 USDC
+		pay_to {$X402_PAY_TO}
+		network base-sepolia
+		pass 1h /premium/
+		pass_key {env.X402_PASS_KEY} {env.X402_PASS_KEY_OLD}
+	}
+	respond "pass={http.x402.pass} payer={http.x402.payer} tx={http.x402.tx}" 200
+}
+`
+
+// doHost sends GET url with Host host and headers: both instances answer for one public
+// host, as behind a load balancer.
+func doHost(t *testing.T, url, host string, header map[string]string) httpResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), requestBound)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return httpResult{Status: res.StatusCode, Header: res.Header, Body: body}
+}
+
+// TestCaddyPassAcrossInstances: two instances of the built Caddy with the same pass_key
+// (from the environment) and one Redis. A payment on instance A buys a pass; instance B
+// lets the pass in without a payment and tells its upstream {http.x402.pass}; a tampered
+// pass is refused on B with its reason and the 402; one transfer moves; neither instance's
+// logs nor adapted config hold the pass key or the pass.
+func TestCaddyPassAcrossInstances(t *testing.T) {
+	chain, tok := testenv.StartChainWithToken(t)
+	redisURL := testenv.StartRedis(t)
+	payTo := testenv.NewAccount(t).Address
+	key := testenv.RandomNonce(t)
+	oldKey := testenv.RandomNonce(t)
+	passKey, passKeyOld := hexutil.Encode(key[:])[2:], hexutil.Encode(oldKey[:])[2:]
+	keyFile := writeKeyFile(t, chain.FacilitatorAccount())
+	start := func() (*testenv.Caddy, string) {
+		port := testenv.FreePort(t)
+		c := testenv.StartCaddy(t, passCaddyfile, testenv.CaddyOptions{
+			Env: []string{
+				"X402_RPC_URL=" + chain.RPCURL, "X402_TOKEN=" + tok.Address.Hex(), "X402_PAY_TO=" + payTo.Hex(),
+				"X402_FACILITATOR_KEY_FILE=" + keyFile, "X402_REDIS_URL=" + redisURL,
+				"X402_PASS_KEY=" + passKey, "X402_PASS_KEY_OLD=" + passKeyOld, "SITE_PORT=" + strconv.Itoa(port),
+			},
+			WaitPorts: []int{port},
+		})
+		return c, "http://127.0.0.1:" + strconv.Itoa(port)
+	}
+	caddyA, a := start()
+	caddyB, b := start()
+	const host = "shop.example"
+	payer := chain.Accounts[1]
+	bal := balances(t, tok, payer.Address, payTo)
+
+	header := signOnly(t, payV2Script, payer, a+"/premium/one.html", "X402_TOKEN="+tok.Address.Hex())
+	paid := doHost(t, a+"/premium/one.html", host, map[string]string{"PAYMENT-SIGNATURE": header})
+	pass := paid.Header.Get("X-402-PASS")
+	if paid.Status != 200 || pass == "" || !strings.HasPrefix(string(paid.Body), "pass= payer="+payer.Address.Hex()) {
+		t.Fatalf("paid on A: %d %q, a pass: %v", paid.Status, paid.Body, pass != "")
+	}
+	if c := paid.Header.Get("Set-Cookie"); !strings.Contains(c, "x402_pass="+pass) || !strings.Contains(c, "Path=/premium/") || !strings.Contains(c, "HttpOnly") {
+		t.Errorf("Set-Cookie lacks the pass, Path=/premium/ or HttpOnly")
+	}
+
+	got := doHost(t, b+"/premium/two.html", host, map[string]string{"X-402-PASS": pass})
+	if got.Status != 200 || !strings.HasPrefix(string(got.Body), "pass=header payer="+payer.Address.Hex()+" tx=0x") {
+		t.Errorf("B with A's pass: %d %q (refused %q)", got.Status, got.Body, got.Header.Get("X-402-PASS-REFUSED"))
+	}
+	got = doHost(t, b+"/premium/three.html", host, map[string]string{"Cookie": "x402_pass=" + pass})
+	if got.Status != 200 || !strings.HasPrefix(string(got.Body), "pass=cookie ") {
+		t.Errorf("B with A's pass cookie: %d %q", got.Status, got.Body)
+	}
+	tampered := pass[:len(pass)-2] + map[bool]string{true: "AA", false: "BB"}[!strings.HasSuffix(pass, "AA")]
+	got = doHost(t, b+"/premium/two.html", host, map[string]string{"X-402-PASS": tampered})
+	if got.Status != http.StatusPaymentRequired || got.Header.Get("X-402-PASS-REFUSED") != "pass_invalid" {
+		t.Errorf("B with a tampered pass: %d, refused %q", got.Status, got.Header.Get("X-402-PASS-REFUSED"))
+	}
+	got = doHost(t, b+"/premium/two.html", "other.example", map[string]string{"X-402-PASS": pass})
+	if got.Status != http.StatusPaymentRequired || got.Header.Get("X-402-PASS-REFUSED") != "pass_other_site" {
+		t.Errorf("B with the pass for another host: %d, refused %q", got.Status, got.Header.Get("X-402-PASS-REFUSED"))
+	}
+	wantDelta(t, tok, payer.Address, bal[0], -10_000)
+	wantDelta(t, tok, payTo, bal[1], 10_000)
+
+	for name, c := range map[string]*testenv.Caddy{"A": caddyA, "B": caddyB} {
+		cfg := mustDo(t, http.MethodGet, c.AdminURL+"/config/", nil)
+		for what, secret := range map[string]string{"pass key": passKey, "old pass key": passKeyOld, "pass": pass} {
+			if strings.Contains(c.Logs(), secret) || strings.Contains(string(cfg.Body), secret) {
+				t.Errorf("instance %s: the %s appears in its logs or adapted config", name, what)
+			}
+		}
+		if !strings.Contains(string(cfg.Body), "{env.X402_PASS_KEY}") {
+			t.Errorf("instance %s: the adapted config lacks the pass_key placeholder", name)
+		}
+	}
+}
