@@ -47,10 +47,10 @@ var checks = []check{
 	{verdict.CheckContractSelector, (*evaluation).contractSelector},
 	{verdict.CheckAsset, (*evaluation).asset},
 	{verdict.CheckRecipient, (*evaluation).recipient},
-	{verdict.CheckSide, notATrade("side")},
-	{verdict.CheckSlippageGuard, notATrade("slippage guard")},
-	{verdict.CheckExecutionPriceBound, notATrade("execution price bound")},
-	{verdict.CheckLeverage, notATrade("leverage")},
+	{verdict.CheckSide, (*evaluation).side},
+	{verdict.CheckSlippageGuard, (*evaluation).slippage},
+	{verdict.CheckExecutionPriceBound, (*evaluation).priceBound},
+	{verdict.CheckLeverage, (*evaluation).leverage},
 	{verdict.CheckSanctions, (*evaluation).screen},
 	{verdict.CheckSinkRecipient, (*evaluation).sink},
 	{verdict.CheckPerTxCap, (*evaluation).perTxCap},
@@ -62,15 +62,6 @@ var reasonOrder = []verdict.CheckID{
 	verdict.CheckVenue, verdict.CheckChain, verdict.CheckContractSelector, verdict.CheckAsset,
 	verdict.CheckRecipient, verdict.CheckSanctions, verdict.CheckSinkRecipient, verdict.CheckSide,
 	verdict.CheckSlippageGuard, verdict.CheckExecutionPriceBound, verdict.CheckLeverage, verdict.CheckPerTxCap,
-}
-
-// notATrade is the answer of the trading checks for actions that are not trades; the
-// decoders of trades (docs/policy.md#sections: trading, swaps, orders, perps) give them
-// their fields.
-func notATrade(what string) func(ev *evaluation) result {
-	return func(ev *evaluation) result {
-		return notChecked("no " + what + " applies: this " + ev.act.Kind + " action is not a trade")
-	}
 }
 
 // docs/policy.md#default-deny: venues.allowed grants; without it nothing is allowed.
@@ -104,16 +95,47 @@ func (ev *evaluation) chainOf(c int64) result {
 	return failed(verdict.ReasonChainNotAllowed, "chain "+cs+" is not in chains.allowed", policy.FieldChains, c, d.Chains.Allowed)
 }
 
+// contractSelector checks the call and every call among the legs (a multicall's inner
+// calls must be listed too: docs/policy.md#actions).
 func (ev *evaluation) contractSelector() result {
-	act, d := ev.act, ev.in.Policy.Doc
-	if act.To == nil {
-		return notChecked("this " + act.Kind + " action is not a contract call")
+	var calls []*Action
+	ev.act.walk(func(a *Action) {
+		if a.To != nil {
+			calls = append(calls, a)
+		}
+	})
+	if len(calls) == 0 {
+		return notChecked("this " + ev.act.Kind + " action is not a contract call")
 	}
-	if d.Contracts == nil {
+	if ev.in.Policy.Doc.Contracts == nil {
 		return notChecked("contracts is not configured")
 	}
+	var obs any
+	if len(calls) == 1 {
+		obs = map[string]any{"to": ev.hex(*calls[0].To), "selector": calls[0].Selector}
+	} else {
+		list := make([]map[string]any, len(calls))
+		for i, a := range calls {
+			list[i] = map[string]any{"to": ev.hex(*a.To), "selector": a.Selector}
+		}
+		obs = list
+	}
+	var last result
+	for _, a := range calls {
+		last = ev.callAllowed(a, obs)
+		if last.status == verdict.CheckFailed {
+			return last
+		}
+	}
+	if len(calls) > 1 {
+		last.reason = "every selector is allowed on its contract"
+	}
+	return last
+}
+
+func (ev *evaluation) callAllowed(act *Action, obs any) result {
+	d := ev.in.Policy.Doc
 	chainKey := strconv.FormatInt(act.ChainID, 10)
-	obs := map[string]any{"to": ev.hex(*act.To), "selector": act.Selector}
 	byAddr, ok := d.Contracts[chainKey]
 	if !ok {
 		return failed(verdict.ReasonContractOrSelector, "no contract is allowed on chain "+chainKey, policy.FieldContracts+"."+chainKey, obs, nil)
@@ -136,7 +158,8 @@ func (ev *evaluation) contractSelector() result {
 // asset: each chain's universe is its own constraint (docs/policy.md#sections).
 func (ev *evaluation) asset() result {
 	act, d := ev.act, ev.in.Policy.Doc
-	if len(act.Assets) == 0 {
+	assets := ev.all(func(a *Action) []common.Address { return a.Assets })
+	if len(assets) == 0 {
 		return notChecked("this " + act.Kind + " action moves no token")
 	}
 	chainKey := strconv.FormatInt(act.ChainID, 10)
@@ -149,8 +172,8 @@ func (ev *evaluation) asset() result {
 		return notChecked("assets.universe." + chainKey + " is not configured")
 	}
 	field := policy.FieldAssetUniverse + "." + chainKey
-	obs := ev.hexes(act.Assets)
-	for _, a := range act.Assets {
+	obs := ev.hexes(assets)
+	for _, a := range assets {
 		if !containsAddress(universe, a) {
 			return failed(verdict.ReasonAssetNotInUniverse, "asset "+ev.hex(a)+" is not in "+field, field, obs, universe)
 		}
@@ -160,7 +183,8 @@ func (ev *evaluation) asset() result {
 
 func (ev *evaluation) recipient() result {
 	act, d := ev.act, ev.in.Policy.Doc
-	if len(act.Recipients) == 0 {
+	recipients := ev.all(func(a *Action) []common.Address { return a.Recipients })
+	if len(recipients) == 0 {
 		return notChecked("this " + act.Kind + " action has no recipient")
 	}
 	if d.Recipients == nil || d.Recipients.Allowed == nil {
@@ -168,8 +192,8 @@ func (ev *evaluation) recipient() result {
 	}
 	allowed := d.Recipients.Allowed
 	self := slices.Contains(allowed, policy.Self)
-	obs := ev.hexes(act.Recipients)
-	for _, r := range act.Recipients {
+	obs := ev.hexes(recipients)
+	for _, r := range recipients {
 		if (self && r == ev.in.Escrow) || containsAddress(allowed, r) {
 			continue
 		}
@@ -185,14 +209,19 @@ func (ev *evaluation) screen() result {
 		return notChecked("no sanctions list is loaded")
 	}
 	ev.source(l.Name(), l.AsOf(), ev.sanctionsFresh())
-	act := ev.act
 	addrs := []common.Address{ev.in.Escrow}
-	if act.To != nil {
-		addrs = append(addrs, *act.To)
-	}
-	addrs = append(addrs, act.Recipients...)
-	addrs = append(addrs, act.Assets...)
-	addrs = append(addrs, act.Screen...)
+	ev.act.walk(func(a *Action) {
+		if a.To != nil {
+			addrs = append(addrs, *a.To)
+		}
+		addrs = append(addrs, a.Recipients...)
+		addrs = append(addrs, a.Assets...)
+		addrs = append(addrs, a.Screen...)
+		addrs = append(addrs, a.Stranded...)
+		for _, ap := range a.Approvals {
+			addrs = append(addrs, ap.Spender, ap.Asset)
+		}
+	})
 	var hits []common.Address
 	for i, a := range addrs {
 		if l.Contains(a) && !slices.Contains(addrs[:i], a) {
@@ -211,19 +240,25 @@ func compareAddr(a, b common.Address) int { return strings.Compare(string(a[:]),
 
 func (ev *evaluation) sink() result {
 	act, d := ev.act, ev.in.Policy.Doc
-	if len(act.Recipients) == 0 {
+	recipients := ev.all(func(a *Action) []common.Address { return a.Recipients })
+	stranded := ev.all(func(a *Action) []common.Address { return a.Stranded })
+	if len(recipients) == 0 && len(stranded) == 0 {
 		return notChecked("this " + act.Kind + " action has no recipient")
 	}
+	assets := ev.all(func(a *Action) []common.Address { return a.Assets })
 	var extra []string
 	if d.Sinks != nil {
 		extra = d.Sinks.Extra
 	}
-	obs := ev.hexes(act.Recipients)
-	for _, r := range act.Recipients {
+	obs := ev.hexes(append(slices.Clip(recipients), stranded...))
+	if len(stranded) > 0 {
+		return failed(verdict.ReasonSinkRecipient, "value is left at "+ev.hex(stranded[0])+" with no later transfer to a recipient", "", obs, "no stranded output")
+	}
+	for _, r := range recipients {
 		if name, ok := builtinSink(r); ok {
 			return failed(verdict.ReasonSinkRecipient, "recipient "+ev.hex(r)+" is a sink: "+name, "", obs, "no built-in sink")
 		}
-		if slices.Contains(act.Assets, r) {
+		if slices.Contains(assets, r) {
 			return failed(verdict.ReasonSinkRecipient, "recipient "+ev.hex(r)+" is a sink: the token contract itself", "", obs, "not the token contract")
 		}
 		if containsAddress(extra, r) {
@@ -233,11 +268,40 @@ func (ev *evaluation) sink() result {
 	return passed("no recipient is a sink", "", obs, "no sink")
 }
 
+// all gathers the addresses field gives on the action and every leg, without repeats, in
+// the order met.
+func (ev *evaluation) all(field func(*Action) []common.Address) []common.Address {
+	if len(ev.act.Legs) == 0 {
+		return field(ev.act)
+	}
+	var out []common.Address
+	ev.act.walk(func(a *Action) {
+		for _, x := range field(a) {
+			if !slices.Contains(out, x) {
+				out = append(out, x)
+			}
+		}
+	})
+	return out
+}
+
 // perTxCap prices the notional even when no cap is configured: usdNotional reports it
-// (docs/policy.md#prices).
+// (docs/policy.md#prices). An unlimited approval exceeds any cap.
 func (ev *evaluation) perTxCap() result {
 	act, d := ev.act, ev.in.Policy.Doc
-	if len(act.Notional) == 0 {
+	var unlimited *Approval
+	moves := false
+	act.walk(func(a *Action) {
+		for i := range a.Approvals {
+			if a.Approvals[i].Unlimited && unlimited == nil {
+				unlimited = &a.Approvals[i]
+			}
+		}
+		if len(a.Notional) > 0 || (a.Notional == nil && a.Trade != nil && a.Trade.Kind != TradeLeverage) {
+			moves = true
+		}
+	})
+	if !moves && unlimited == nil {
 		return notChecked("this " + act.Kind + " action moves no value")
 	}
 	usd, priced := ev.notional()
@@ -248,8 +312,11 @@ func (ev *evaluation) perTxCap() result {
 	if limit == nil {
 		return notChecked("limits.perTxUsd is not configured")
 	}
+	if unlimited != nil {
+		return failed(verdict.ReasonPerTxCapExceeded, "an unlimited approval of "+ev.hex(unlimited.Asset)+" to "+ev.hex(unlimited.Spender)+" exceeds any limits.perTxUsd", policy.FieldPerTxUSD, "unlimited", *limit)
+	}
 	if !priced {
-		return failed(verdict.ReasonDataUnavailable, "no USD price for "+ev.hex(act.Notional[0].Asset)+" on chain "+strconv.FormatInt(act.ChainID, 10), policy.FieldPerTxUSD, nil, *limit)
+		return failed(verdict.ReasonDataUnavailable, "no USD price for "+ev.unpriced+" on chain "+strconv.FormatInt(act.ChainID, 10), policy.FieldPerTxUSD, nil, *limit)
 	}
 	f, _ := usd.Float64()
 	// Compare with the cap as written (0.3, not the binary float just below it).
@@ -260,20 +327,48 @@ func (ev *evaluation) perTxCap() result {
 	return passed("notional "+usd.FloatString(6)+" USD is within limits.perTxUsd", policy.FieldPerTxUSD, f, *limit)
 }
 
-// notional prices every amount the action moves; false when one has no price.
+// notional prices everything the action and its legs move; false when something has no
+// price (ev.unpriced names it).
 func (ev *evaluation) notional() (*big.Rat, bool) {
 	if ev.priced {
 		return ev.usd, ev.usd != nil
 	}
 	ev.priced = true
-	ev.source("prices", ev.prices.AsOf(), true)
 	sum := new(big.Rat)
-	for _, a := range ev.act.Notional {
-		v, ok := ev.prices.USD(ev.act.ChainID, a.Asset, a.Value)
+	ok := true
+	tableUsed := false
+	ev.act.walk(func(a *Action) {
 		if !ok {
-			return nil, false
+			return
 		}
-		sum.Add(sum, v)
+		amounts := a.Notional
+		if amounts == nil && a.Trade != nil {
+			if a.Trade.Kind == TradeOrder {
+				v, good := ev.orderUSD(a)
+				if !good {
+					ok, ev.unpriced = false, "the order on "+a.Trade.Market
+					return
+				}
+				sum.Add(sum, v)
+				return
+			}
+			amounts = TradeNotional(a.Trade)
+		}
+		for _, x := range amounts {
+			tableUsed = true
+			v, good := ev.prices.USD(a.ChainID, x.Asset, x.Value)
+			if !good {
+				ok, ev.unpriced = false, ev.hex(x.Asset)
+				return
+			}
+			sum.Add(sum, v)
+		}
+	})
+	if tableUsed {
+		ev.source("prices", ev.prices.AsOf(), true)
+	}
+	if !ok {
+		return nil, false
 	}
 	ev.usd = sum
 	return sum, true

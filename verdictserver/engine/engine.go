@@ -65,6 +65,9 @@ type Options struct {
 	// Decoders are added to the built-in ones (payment); one for a protocol already
 	// known replaces it.
 	Decoders []Decoder
+	// References gives the reference prices of markets (Trade.Market) for
+	// execution_price_bound; optional (docs/policy.md#trades).
+	References ReferencePrices
 }
 
 // Evaluator is the Engine. It is safe for concurrent use.
@@ -75,13 +78,14 @@ type Evaluator struct {
 	prices    *prices.Table
 	now       func() time.Time
 	decoders  map[string]Decoder
+	refs      ReferencePrices
 }
 
 var _ Engine = (*Evaluator)(nil)
 
 // New builds an Evaluator, loading Options.SanctionsFile when it is set and no list is given.
 func New(o Options) (*Evaluator, error) {
-	e := &Evaluator{file: o.SanctionsFile, ttl: o.SanctionsTTL, prices: o.Prices, now: o.Now, decoders: map[string]Decoder{}}
+	e := &Evaluator{file: o.SanctionsFile, ttl: o.SanctionsTTL, prices: o.Prices, now: o.Now, decoders: map[string]Decoder{}, refs: o.References}
 	if e.now == nil {
 		e.now = time.Now
 	}
@@ -138,6 +142,7 @@ func (e *Evaluator) Evaluate(_ context.Context, in Input) *verdict.Verdict {
 		ttl:       e.ttl,
 		prices:    e.prices,
 		now:       e.now().UTC(),
+		refs:      e.refs,
 	}
 	ev.act, ev.decodeErr = e.decode(in.ProposedTx)
 	v := ev.verdict()
@@ -166,8 +171,25 @@ func (e *Evaluator) decode(tx map[string]any) (*Action, *DecodeError) {
 		}
 		return nil, &DecodeError{Field: "proposedTx", Problem: err.Error()}
 	}
-	if act == nil || act.Protocol != p || act.ChainID <= 0 || act.Kind == "" {
+	if !complete(act, p, 0) {
 		return nil, &DecodeError{Field: "proposedTx", Problem: "the decoder returned an incomplete action"}
 	}
 	return act, nil
+}
+
+// complete reports whether act and its legs name the protocol, one chain and a kind, nest
+// at most maxLegDepth deep, and carry only trades of a known kind.
+func complete(act *Action, protocol string, depth int) bool {
+	if act == nil || act.Protocol != protocol || act.ChainID <= 0 || act.Kind == "" || depth > maxLegDepth {
+		return false
+	}
+	if t := act.Trade; t != nil && t.Kind != TradeSwap && t.Kind != TradeOrder && t.Kind != TradeLeverage {
+		return false
+	}
+	for _, l := range act.Legs {
+		if !complete(l, protocol, depth+1) || l.ChainID != act.ChainID {
+			return false
+		}
+	}
+	return true
 }

@@ -152,20 +152,6 @@ func undecoded(tx map[string]any, de *DecodeError) map[string]any {
 	return map[string]any{"protocol": p, "chainId": c, "kind": "undecoded", "problem": de.Error()}
 }
 
-// decodedAction is evidence.decodedAction for act.
-func (ev *evaluation) decodedAction(act *Action) map[string]any {
-	out := make(map[string]any, len(act.Fields)+5)
-	for k, v := range act.Fields {
-		out[k] = v
-	}
-	out["protocol"] = act.Protocol
-	out["chainId"] = act.ChainID
-	out["kind"] = act.Kind
-	out["recipients"] = ev.hexes(act.Recipients)
-	out["assets"] = ev.hexes(act.Assets)
-	return out
-}
-
 // hex is a.Hex(), computed once per evaluation: EIP-55 costs a Keccak-256.
 func (ev *evaluation) hex(a common.Address) string {
 	if s, ok := ev.hexCache[a]; ok {

@@ -24,16 +24,23 @@ type evaluation struct {
 	prices    *prices.Table
 	now       time.Time
 
-	sources []map[string]any
-	cached  []string // names of cached sources
-	priced  bool     // notional was computed (usd nil: unpriced)
-	usd     *big.Rat
+	sources  []map[string]any
+	cached   []string // names of cached sources
+	priced   bool     // notional was computed (usd nil: unpriced)
+	usd      *big.Rat
+	unpriced string // what had no price
+	refs     ReferencePrices
 
 	hexCache map[common.Address]string
 }
 
 // source records a data source consulted (docs/policy.md#data-freshness).
 func (ev *evaluation) source(name string, asOf time.Time, fresh bool) {
+	for _, s := range ev.sources {
+		if s["name"] == name {
+			return
+		}
+	}
 	st := string(verdict.FreshnessFresh)
 	if !fresh {
 		st = string(verdict.FreshnessCached)

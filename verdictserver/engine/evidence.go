@@ -1,0 +1,106 @@
+package engine
+
+import (
+	"math/big"
+	"strings"
+)
+
+// decodedAction is evidence.decodedAction for act (docs/policy.md#evidence): its fields,
+// then what the checks read, then its legs, each rendered the same way.
+func (ev *evaluation) decodedAction(act *Action) map[string]any {
+	return ev.renderAction(act, 0)
+}
+
+func (ev *evaluation) renderAction(act *Action, depth int) map[string]any {
+	out := make(map[string]any, len(act.Fields)+10)
+	for k, v := range act.Fields {
+		out[k] = v
+	}
+	out["protocol"] = act.Protocol
+	out["chainId"] = act.ChainID
+	out["kind"] = act.Kind
+	if act.To != nil {
+		out["to"] = ev.hex(*act.To)
+		out["selector"] = act.Selector
+	}
+	out["recipients"] = ev.hexes(act.Recipients)
+	out["assets"] = ev.hexes(act.Assets)
+	if len(act.Stranded) > 0 {
+		out["stranded"] = ev.hexes(act.Stranded)
+	}
+	if act.Notional != nil && len(act.Notional) > 0 {
+		amounts := make([]map[string]any, len(act.Notional))
+		for i, a := range act.Notional {
+			amounts[i] = map[string]any{"asset": ev.hex(a.Asset), "amount": decimal(a.Value)}
+		}
+		out["amounts"] = amounts
+	}
+	if t := act.Trade; t != nil {
+		out["trade"] = ev.renderTrade(t)
+	}
+	if len(act.Approvals) > 0 {
+		aps := make([]map[string]any, len(act.Approvals))
+		for i, a := range act.Approvals {
+			aps[i] = map[string]any{"spender": ev.hex(a.Spender), "asset": ev.hex(a.Asset), "amount": decimal(a.Amount), "unlimited": a.Unlimited}
+		}
+		out["approvals"] = aps
+	}
+	if len(act.Legs) > 0 && depth < maxLegDepth {
+		legs := make([]map[string]any, 0, len(act.Legs))
+		for _, l := range act.Legs {
+			if l != nil {
+				legs = append(legs, ev.renderAction(l, depth+1))
+			}
+		}
+		out["legs"] = legs
+	}
+	return out
+}
+
+func (ev *evaluation) renderTrade(t *Trade) map[string]any {
+	m := map[string]any{"kind": t.Kind}
+	if t.Side != "" {
+		m["side"] = t.Side
+	}
+	if t.Market != "" {
+		m["market"] = t.Market
+	}
+	if t.Kind == TradeSwap {
+		m["assetIn"], m["assetOut"], m["exactOut"] = ev.hex(t.AssetIn), ev.hex(t.AssetOut), t.ExactOut
+		if t.ExactOut {
+			m["amountOut"], m["maxIn"] = decimal(t.AmountOut), decimal(t.MaxIn)
+		} else {
+			m["amountIn"], m["minOut"] = decimal(t.AmountIn), decimal(t.MinOut)
+		}
+	}
+	if t.LimitPrice != nil {
+		m["limitPrice"] = ratString(t.LimitPrice)
+	}
+	if t.Size != nil {
+		m["size"] = ratString(t.Size)
+	}
+	if t.Leverage != nil {
+		m["leverage"] = ratString(t.Leverage)
+	}
+	if t.ReduceOnly {
+		m["reduceOnly"] = true
+	}
+	return m
+}
+
+func decimal(n *big.Int) any {
+	if n == nil {
+		return nil
+	}
+	return n.String()
+}
+
+// ratString writes r as a plain decimal, exact to 18 places, without trailing zeros.
+func ratString(r *big.Rat) any {
+	if r == nil {
+		return nil
+	}
+	s := r.FloatString(18)
+	s = strings.TrimRight(s, "0")
+	return strings.TrimSuffix(s, ".")
+}

@@ -1,0 +1,330 @@
+package engine
+
+import (
+	"math/big"
+	"slices"
+	"strconv"
+
+	"github.com/x402gate/x402gate/verdict"
+	"github.com/x402gate/x402gate/verdictserver/policy"
+)
+
+// The four trading checks read Action.Trade on the action and every leg
+// (docs/policy.md#trades).
+
+// trades returns the trades of the action and its legs whose kind is one of kinds.
+func (ev *evaluation) trades(kinds ...string) []*Action {
+	var out []*Action
+	ev.act.walk(func(a *Action) {
+		if a.Trade != nil && slices.Contains(kinds, a.Trade.Kind) {
+			out = append(out, a)
+		}
+	})
+	return out
+}
+
+// sidesOf is what a trade needs from trading.sides: its side, or buy and sell for a swap
+// that is both; nothing for a reduce-only order, which only shrinks a position.
+func sidesOf(t *Trade) []string {
+	switch {
+	case t.Kind == TradeOrder && t.ReduceOnly:
+		return nil
+	case t.Side != "":
+		return []string{t.Side}
+	case t.Kind == TradeSwap:
+		return []string{SideBuy, SideSell}
+	}
+	return nil
+}
+
+func (ev *evaluation) side() result {
+	ts := ev.trades(TradeSwap, TradeOrder)
+	if len(ts) == 0 {
+		return notChecked("no side applies: this " + ev.act.Kind + " action is not a swap or an order")
+	}
+	d := ev.in.Policy.Doc
+	if d.Trading == nil || d.Trading.Sides == nil {
+		return notChecked("trading.sides is not configured")
+	}
+	allowed := d.Trading.Sides
+	obs := make([]string, 0, len(ts))
+	for _, a := range ts {
+		s := a.Trade.Side
+		if s == "" && a.Trade.Kind == TradeSwap {
+			s = "buy+sell"
+		}
+		if a.Trade.ReduceOnly {
+			s += " (reduce-only)"
+		}
+		obs = append(obs, s)
+	}
+	for _, a := range ts {
+		for _, s := range sidesOf(a.Trade) {
+			if !slices.Contains(allowed, s) {
+				return failed(verdict.ReasonSideNotAllowed, "side "+s+" of this "+a.Kind+" is not in trading.sides", policy.FieldSides, obs, allowed)
+			}
+		}
+	}
+	return passed("every side is in trading.sides", policy.FieldSides, obs, allowed)
+}
+
+// slippage is slippage_guard over every swap (docs/policy.md#trades).
+func (ev *evaluation) slippage() result {
+	swaps := ev.trades(TradeSwap)
+	if len(swaps) == 0 {
+		return notChecked("no slippage guard applies: this " + ev.act.Kind + " action is not a swap")
+	}
+	d := ev.in.Policy.Doc
+	var require bool
+	var maxBps *int
+	if d.Swaps != nil {
+		require = d.Swaps.RequireMinOut != nil && *d.Swaps.RequireMinOut
+		maxBps = d.Swaps.MaxSlippageBps
+	}
+	if !require && maxBps == nil {
+		return notChecked("swaps.requireMinOut and swaps.maxSlippageBps are not configured")
+	}
+	exp := map[string]any{"requireMinOut": require, "maxSlippageBps": nil}
+	if maxBps != nil {
+		exp["maxSlippageBps"] = *maxBps
+	}
+	obs := make([]map[string]any, len(swaps))
+	var first *result
+	for i, a := range swaps {
+		t := a.Trade
+		o := map[string]any{"kind": a.Kind, "assetIn": ev.hex(t.AssetIn), "assetOut": ev.hex(t.AssetOut), "exactOut": t.ExactOut}
+		obs[i] = o
+		if t.ExactOut {
+			o["amountOut"], o["maxIn"] = decimal(t.AmountOut), decimal(t.MaxIn)
+		} else {
+			o["amountIn"], o["minOut"] = decimal(t.AmountIn), decimal(t.MinOut)
+		}
+		guarded := unguarded(t) == ""
+		bps, note := ev.slippageBps(t)
+		o["slippageBps"] = nil
+		if bps != nil {
+			f, _ := bps.Float64()
+			o["slippageBps"] = f
+		}
+		if note != "" {
+			o["note"] = note
+		}
+		if first != nil {
+			continue
+		}
+		switch {
+		case require && !guarded:
+			r := failed(verdict.ReasonNoSlippageGuard, "this "+a.Kind+" "+unguarded(t), policy.FieldRequireMinOut, nil, nil)
+			first = &r
+		case maxBps != nil && bps != nil && bps.Cmp(new(big.Rat).SetInt64(int64(*maxBps))) > 0:
+			r := failed(verdict.ReasonNoSlippageGuard, "this "+a.Kind+" allows "+bps.FloatString(2)+" bps of slippage, more than swaps.maxSlippageBps "+strconv.Itoa(*maxBps), policy.FieldMaxSlippage, nil, nil)
+			first = &r
+		}
+	}
+	if first != nil {
+		first.obs, first.exp = obs, exp
+		return *first
+	}
+	field := policy.FieldRequireMinOut
+	if maxBps != nil {
+		field = policy.FieldMaxSlippage
+	}
+	return passed("every swap is guarded within the policy", field, obs, exp)
+}
+
+// unguarded says why a swap has no slippage guard, or "" when it has one.
+func unguarded(t *Trade) string {
+	if t.ExactOut {
+		if t.MaxIn == nil || t.MaxIn.Cmp(maxUint256) >= 0 {
+			return "has no maximum input"
+		}
+		return ""
+	}
+	if t.MinOut == nil || t.MinOut.Sign() == 0 {
+		return "has a minimum output of zero"
+	}
+	return ""
+}
+
+// slippageBps is the slippage a swap allows against the price table's reference, in basis
+// points: (value in − worst value out) / value in for exact input, (worst value in − value
+// out) / value out for exact output. A swap without a guard allows 10000 bps (all of it),
+// whatever the price; nil with a note when the reference is missing.
+func (ev *evaluation) slippageBps(t *Trade) (*big.Rat, string) {
+	if !t.ExactOut && (t.MinOut == nil || t.MinOut.Sign() == 0) {
+		return big.NewRat(10000, 1), ""
+	}
+	if t.ExactOut && (t.MaxIn == nil || t.MaxIn.Cmp(maxUint256) >= 0) {
+		return big.NewRat(10000, 1), ""
+	}
+	pay, get := t.AmountIn, t.MinOut
+	if t.ExactOut {
+		pay, get = t.MaxIn, t.AmountOut
+	}
+	if pay == nil || get == nil {
+		return nil, "no reference price: the amount is only known at execution"
+	}
+	in, okIn := ev.prices.USD(ev.act.ChainID, t.AssetIn, pay)
+	out, okOut := ev.prices.USD(ev.act.ChainID, t.AssetOut, get)
+	if !okIn || !okOut {
+		return nil, "no reference price for the pair in the price table"
+	}
+	ev.source("prices", ev.prices.AsOf(), true)
+	base, diff := in, new(big.Rat).Sub(in, out)
+	if t.ExactOut {
+		base, diff = out, new(big.Rat).Sub(in, out)
+	}
+	if base.Sign() == 0 {
+		return nil, "no reference price: the price table values the amount at zero"
+	}
+	if diff.Sign() < 0 {
+		return new(big.Rat), ""
+	}
+	bps := new(big.Rat).Quo(diff, base)
+	return bps.Mul(bps, big.NewRat(10000, 1)), ""
+}
+
+// priceBound is execution_price_bound over every order (docs/policy.md#trades).
+func (ev *evaluation) priceBound() result {
+	orders := ev.trades(TradeOrder)
+	if len(orders) == 0 {
+		if len(ev.trades(TradeSwap)) > 0 {
+			return notChecked("a swap's price bound is its minimum output or maximum input: see slippage_guard")
+		}
+		return notChecked("no execution price bound applies: this " + ev.act.Kind + " action is not an order")
+	}
+	d := ev.in.Policy.Doc
+	var require bool
+	var maxBps *int
+	if d.Orders != nil {
+		require = d.Orders.RequireLimitPrice != nil && *d.Orders.RequireLimitPrice
+		maxBps = d.Orders.MaxPriceDeviationBps
+	}
+	if !require && maxBps == nil {
+		return notChecked("orders.requireLimitPrice and orders.maxPriceDeviationBps are not configured")
+	}
+	exp := map[string]any{"requireLimitPrice": require, "maxPriceDeviationBps": nil}
+	if maxBps != nil {
+		exp["maxPriceDeviationBps"] = *maxBps
+	}
+	obs := make([]map[string]any, len(orders))
+	var first *result
+	for i, a := range orders {
+		t := a.Trade
+		o := map[string]any{"kind": a.Kind, "market": t.Market, "side": t.Side, "limitPrice": ratString(t.LimitPrice), "reference": nil, "deviationBps": nil}
+		obs[i] = o
+		limited := t.LimitPrice != nil && t.LimitPrice.Sign() > 0
+		var dev *big.Rat
+		if limited {
+			if ref, ok := ev.reference(a); ok {
+				o["reference"] = ratString(ref)
+				dev = new(big.Rat).Sub(t.LimitPrice, ref)
+				dev.Abs(dev).Quo(dev, ref).Mul(dev, big.NewRat(10000, 1))
+				f, _ := dev.Float64()
+				o["deviationBps"] = f
+			} else {
+				o["note"] = "no reference price for " + t.Market
+			}
+		}
+		if first != nil {
+			continue
+		}
+		switch {
+		case !limited && require:
+			r := failed(verdict.ReasonNoExecutionPriceBound, "this "+a.Kind+" has no limit price", policy.FieldRequireLimit, nil, nil)
+			first = &r
+		case !limited && maxBps != nil:
+			r := failed(verdict.ReasonNoExecutionPriceBound, "this "+a.Kind+" has no limit price to bound", policy.FieldMaxDeviation, nil, nil)
+			first = &r
+		case dev != nil && maxBps != nil && dev.Cmp(new(big.Rat).SetInt64(int64(*maxBps))) > 0:
+			r := failed(verdict.ReasonNoExecutionPriceBound, "the limit price of this "+a.Kind+" is "+dev.FloatString(2)+" bps from the reference price, more than orders.maxPriceDeviationBps "+strconv.Itoa(*maxBps), policy.FieldMaxDeviation, nil, nil)
+			first = &r
+		}
+	}
+	if first != nil {
+		first.obs, first.exp = obs, exp
+		return *first
+	}
+	field := policy.FieldRequireLimit
+	if maxBps != nil {
+		field = policy.FieldMaxDeviation
+	}
+	return passed("every order has a limit price within the policy", field, obs, exp)
+}
+
+// reference is the reference price of an order's market, recorded as a source.
+func (ev *evaluation) reference(a *Action) (*big.Rat, bool) {
+	if ev.refs == nil || a.Trade.Market == "" {
+		return nil, false
+	}
+	r, ok := ev.refs.ReferencePrice(a.Protocol, a.ChainID, a.Trade.Market)
+	if !ok || r.Price == nil || r.Price.Sign() <= 0 {
+		return nil, false
+	}
+	name := r.Source
+	if name == "" {
+		name = a.Protocol + ".reference"
+	}
+	ev.source(name, r.AsOf, !r.Cached)
+	return r.Price, true
+}
+
+func (ev *evaluation) leverage() result {
+	var ls []*Action
+	ev.act.walk(func(a *Action) {
+		if a.Trade != nil && a.Trade.Leverage != nil {
+			ls = append(ls, a)
+		}
+	})
+	if len(ls) == 0 {
+		return notChecked("no leverage applies: this " + ev.act.Kind + " action sets or implies none")
+	}
+	d := ev.in.Policy.Doc
+	if d.Perps == nil || d.Perps.MaxLeverage == nil {
+		return notChecked("perps.maxLeverage is not configured")
+	}
+	limit := *d.Perps.MaxLeverage
+	capRat, _ := new(big.Rat).SetString(strconv.FormatFloat(limit, 'g', -1, 64))
+	obs := make([]float64, len(ls))
+	for i, a := range ls {
+		obs[i], _ = a.Trade.Leverage.Float64()
+	}
+	for i, a := range ls {
+		if a.Trade.Leverage.Cmp(capRat) > 0 {
+			return failed(verdict.ReasonLeverageCapExceeded, "leverage "+strconv.FormatFloat(obs[i], 'f', -1, 64)+"x of this "+a.Kind+" exceeds perps.maxLeverage "+strconv.FormatFloat(limit, 'f', -1, 64)+"x", policy.FieldMaxLeverage, obs, limit)
+		}
+	}
+	return passed("every leverage is within perps.maxLeverage", policy.FieldMaxLeverage, obs, limit)
+}
+
+// TradeNotional is what a trade moves when its action carries no Notional: a swap's input
+// (AmountIn, or MaxIn for exact output) of AssetIn; nothing for an order, whose notional is
+// Size × LimitPrice in USD (see orderUSD).
+func TradeNotional(t *Trade) []Amount {
+	if t == nil || t.Kind != TradeSwap {
+		return nil
+	}
+	v := t.AmountIn
+	if t.ExactOut {
+		v = t.MaxIn
+	}
+	return []Amount{{Asset: t.AssetIn, Value: v}}
+}
+
+// orderUSD is an order's notional in USD: Size × LimitPrice, or Size × the reference price
+// when the order has no limit price.
+func (ev *evaluation) orderUSD(a *Action) (*big.Rat, bool) {
+	t := a.Trade
+	if t.Size == nil {
+		return nil, false
+	}
+	p := t.LimitPrice
+	if p == nil || p.Sign() <= 0 {
+		ref, ok := ev.reference(a)
+		if !ok {
+			return nil, false
+		}
+		p = ref
+	}
+	return new(big.Rat).Mul(t.Size, p), true
+}
