@@ -386,6 +386,8 @@ func (g *Gate) issuePass(in Input, res *Result, h http.Header) *Pass {
 	h.Add("Set-Cookie", cookie.String())
 	h.Set(HeaderPass, token)
 	h.Set(HeaderPassExpires, exp.UTC().Format(time.RFC3339))
+	// The answer carries a credential: no shared cache may keep it for others.
+	h.Set("Cache-Control", "private")
 	h.Set("Access-Control-Expose-Headers", exposeHeaders+", "+HeaderPass+", "+HeaderPassExpires)
 	return &Pass{Payer: c.Payer, Network: c.Network, Transaction: c.Tx, Scope: c.Scope, Expires: exp}
 }

@@ -90,6 +90,9 @@ func TestPassIssuedWithPayment(t *testing.T) {
 	case cookie.Path != "/premium/" || cookie.MaxAge != 3600:
 		t.Errorf("cookie Path %q Max-Age %d, want /premium/ and 3600", cookie.Path, cookie.MaxAge)
 	}
+	if cc := res.Header.Get("Cache-Control"); cc != "private" {
+		t.Errorf("Cache-Control %q on the answer that carries the pass, want private", cc)
+	}
 	if exp, err := time.Parse(time.RFC3339, res.Header.Get(HeaderPassExpires)); err != nil || exp.IsZero() {
 		t.Errorf("%s %q", HeaderPassExpires, res.Header.Get(HeaderPassExpires))
 	}
@@ -173,6 +176,9 @@ func TestPassLetsInAndRefuses(t *testing.T) {
 				}
 				if up.leaked.Load() != 0 {
 					t.Error("a credential reached the upstream")
+				}
+				if cc := res.Header.Get("Cache-Control"); cc != "private" {
+					t.Errorf("Cache-Control %q on an answer a pass let in, want private", cc)
 				}
 				return
 			}
