@@ -379,16 +379,7 @@ func (g *Gate) issuePass(in Input, res *Result, h http.Header) *Pass {
 		g.log.Error("x402 pass not issued", zap.Error(err))
 		return nil
 	}
-	cookie := &http.Cookie{
-		Name: CookiePass, Value: token, Path: c.Scope, MaxAge: int(g.pass.duration / time.Second),
-		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: s.scheme == "https",
-	}
-	h.Add("Set-Cookie", cookie.String())
-	h.Set(HeaderPass, token)
-	h.Set(HeaderPassExpires, exp.UTC().Format(time.RFC3339))
-	// The answer carries a credential: no shared cache may keep it for others.
-	h.Set("Cache-Control", "private")
-	h.Set("Access-Control-Expose-Headers", exposeHeaders+", "+HeaderPass+", "+HeaderPassExpires)
+	g.setPass(h, s, c, token, g.pass.duration)
 	return &Pass{Payer: c.Payer, Network: c.Network, Transaction: c.Tx, Scope: c.Scope, Expires: exp}
 }
 
@@ -482,10 +473,46 @@ func (g *Gate) admit(ctx context.Context, in Input, h http.Header) (*Pass, PassR
 
 // servePass runs next for a request a pass let in: no payment, the credentials stripped,
 // Paid.Pass in the context.
-func (g *Gate) servePass(w http.ResponseWriter, r *http.Request, p *Pass, next NextFunc) error {
+func (g *Gate) servePass(w http.ResponseWriter, r *http.Request, in Input, p *Pass, next NextFunc) error {
 	stripPaymentHeaders(r.Header)
 	stripPass(r.Header)
+	if p.Via == PassViaSIWX {
+		g.reissuePass(in, p, w.Header())
+	}
 	w.Header().Set("Cache-Control", "private")
 	ctx := context.WithValue(r.Context(), paidKey{}, &Paid{Pass: p})
 	return next(w, r.WithContext(ctx))
+}
+
+// reissuePass gives a wallet that signed in the pass it holds, until the same expiry, so a
+// browser's stylesheets and images come in with the cookie. It names no transaction: the
+// pass book keeps none. A pass that cannot be made is logged; the request still goes
+// through.
+func (g *Gate) reissuePass(in Input, p *Pass, h http.Header) {
+	s, ok := siteOf(in.Resource)
+	left := p.Expires.Sub(g.now())
+	if !ok || left < time.Second {
+		return
+	}
+	c := passClaims{Host: s.host, Scope: p.Scope, Expiry: p.Expires.Unix(), Payer: p.Payer, Network: p.Network}
+	token, err := g.pass.sign(c)
+	if err != nil {
+		g.log.Error("x402 pass not reissued", zap.Error(err))
+		return
+	}
+	g.setPass(h, s, c, token, left)
+}
+
+// setPass puts token on the answer: the cookie, HeaderPass and HeaderPassExpires.
+func (g *Gate) setPass(h http.Header, s site, c passClaims, token string, maxAge time.Duration) {
+	cookie := &http.Cookie{
+		Name: CookiePass, Value: token, Path: c.Scope, MaxAge: int(maxAge / time.Second),
+		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: s.scheme == "https",
+	}
+	h.Add("Set-Cookie", cookie.String())
+	h.Set(HeaderPass, token)
+	h.Set(HeaderPassExpires, time.Unix(c.Expiry, 0).UTC().Format(time.RFC3339))
+	// The answer carries a credential: no shared cache may keep it for others.
+	h.Set("Cache-Control", "private")
+	h.Set("Access-Control-Expose-Headers", exposeHeaders+", "+HeaderPass+", "+HeaderPassExpires)
 }

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ethereum/go-ethereum/accounts"
 	"github.com/ethereum/go-ethereum/common/hexutil"
 	"github.com/ethereum/go-ethereum/crypto"
 )
@@ -73,7 +74,7 @@ var passWrapper = template.Must(template.New("pass").Parse(`<!doctype html>
 <html><head><meta charset="utf-8"><style>html,body{margin:0}iframe{border:0;width:1280px;height:900px}</style></head>
 <body><output id="verdict"></output><iframe id="f" src="/premium/index.html"></iframe>
 <script>
-var payer = {{.Payer}}, chainIdHex = {{.ChainID}}, calls = [], steps = [];
+var payer = {{.Payer}}, chainIdHex = {{.ChainID}}, button = {{.Button}}, calls = [], steps = [];
 var provider = {
   request: async function (args) {
     calls.push(args.method);
@@ -85,6 +86,12 @@ var provider = {
       var text = (await r.text()).trim();
       if (!r.ok) throw new Error("wallet: " + text);
       return text;
+    case "personal_sign":
+      if (String(args.params[1]).toLowerCase() !== payer) throw new Error("asked to sign for " + args.params[1]);
+      var m = await fetch("/wallet/sign-message", { method: "POST", body: args.params[0] });
+      var mt = (await m.text()).trim();
+      if (!m.ok) throw new Error("wallet: " + mt);
+      return mt;
     }
     throw new Error("unsupported method " + args.method);
   }
@@ -114,7 +121,7 @@ function styled(doc, id) {
 f.addEventListener("load", function () {
   if (++loads !== 1) return;
   f.contentWindow.ethereum = provider;
-  f.contentDocument.getElementById("pay").click();
+  f.contentDocument.getElementById(button).click();
   waitFor(function (doc) {
     var e = styled(doc, "content");
     if (e) return e;
@@ -122,6 +129,7 @@ f.addEventListener("load", function () {
     if (!img.complete || !(img.naturalWidth > 0)) return "image naturalWidth " + img.naturalWidth;
     return "";
   }, "page", function () {
+    if (button !== "pay") return done("PASS");
     f.src = "/premium/second.html";
     waitFor(function (doc) { return styled(doc, "second"); }, "second", function (doc) {
       doc.getElementById("second").id = "second-before-reload";
@@ -137,7 +145,9 @@ f.addEventListener("load", function () {
 // (a rule's colour is computed) and its image (naturalWidth > 0); a second page and a
 // reload of it are served; a screenshot in the same browser profile shows the page's
 // background and image. The chain shows exactly one transfer. Once the pass has expired
-// (the gate's clock moved past it), the same browser gets the paywall again.
+// (the gate's clock moved past it), the same browser gets the paywall again. Before that,
+// a second browser without the cookie signs in with the wallet from the paywall
+// (sign-in-with-x) and gets the page with its stylesheet and image, without paying.
 func TestPassInChromium(t *testing.T) {
 	env := newTestEnv(t)
 	clk := &clock{}
@@ -169,8 +179,12 @@ func TestPassInChromium(t *testing.T) {
 	mux.Handle("/premium/", g.Middleware(MiddlewareOptions{})(site))
 	mux.HandleFunc("/wallet", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		button := "pay"
+		if r.URL.Query().Get("signin") != "" {
+			button = "signin"
+		}
 		_ = passWrapper.Execute(w, map[string]any{
-			"Payer": strings.ToLower(env.payer.Address.Hex()), "ChainID": fmt.Sprintf("0x%x", env.chain.ChainID),
+			"Payer": strings.ToLower(env.payer.Address.Hex()), "ChainID": fmt.Sprintf("0x%x", env.chain.ChainID), "Button": button,
 		})
 	})
 	mux.HandleFunc("/wallet/sign", func(w http.ResponseWriter, r *http.Request) {
@@ -182,6 +196,24 @@ func TestPassInChromium(t *testing.T) {
 			return
 		}
 		signs.Add(1)
+		_, _ = io.WriteString(w, hexutil.Encode(sig))
+	})
+	var messages atomic.Int32
+	mux.HandleFunc("/wallet/sign-message", func(w http.ResponseWriter, r *http.Request) {
+		// personal_sign: the message arrives as 0x-hex of its UTF-8 bytes.
+		raw, err := io.ReadAll(io.LimitReader(r.Body, 8<<10))
+		msg, derr := hexutil.Decode(strings.TrimSpace(string(raw)))
+		if err != nil || derr != nil || !strings.Contains(string(msg), " wants you to sign in with your Ethereum account:\n") {
+			http.Error(w, "not a sign-in message", http.StatusBadRequest)
+			return
+		}
+		sig, err := crypto.Sign(accounts.TextHash(msg), env.payer.Key)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		sig[64] += 27
+		messages.Add(1)
 		_, _ = io.WriteString(w, hexutil.Encode(sig))
 	})
 	srv := httptest.NewServer(mux)
@@ -239,6 +271,17 @@ func TestPassInChromium(t *testing.T) {
 	}
 	if total := bounds.Dx() * bounds.Dy(); background < total/2 || logo < 320*240*9/10 {
 		t.Errorf("the screenshot shows %d background and %d image pixels of %d: the stylesheet or the image did not load", background, logo, total)
+	}
+	env.expectMoved(t, env.payer.Address, before, 1)
+
+	// Another browser, without the cookie: the wallet signs in (sign-in-with-x) from the
+	// paywall and gets its pass back, so the page loads with its stylesheet and image.
+	dom = runChromiumIn(t, t.TempDir(), "--virtual-time-budget=30000", "--dump-dom", srv.URL+"/wallet?signin=1")
+	if v := verdictOf(t, dom); !strings.HasPrefix(v, "PASS") || !strings.Contains(v, "personal_sign") {
+		t.Errorf("signing in in Chromium: %s", v)
+	}
+	if messages.Load() != 1 || signs.Load() != 1 {
+		t.Errorf("%d sign-in messages and %d payment signatures, want 1 and 1", messages.Load(), signs.Load())
 	}
 	env.expectMoved(t, env.payer.Address, before, 1)
 

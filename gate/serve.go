@@ -68,7 +68,7 @@ func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, in Input, next Next
 	if g.pass != nil {
 		var p *Pass
 		if p, refused = g.admit(r.Context(), in, r.Header); p != nil {
-			return g.servePass(w, r, p, next)
+			return g.servePass(w, r, in, p, next)
 		}
 	}
 	res := g.Handle(r.Context(), in)

@@ -222,8 +222,13 @@ func parseSIWX(v string) (*siwxPayload, bool) {
 // siwxMessage is the EIP-4361 message the proof's signature covers, byte for byte as
 // @x402/extensions (through @signinwithethereum/siwe) writes it.
 func siwxMessage(p *siwxPayload, addr common.Address, chainID int64) string {
+	return siwxMessageWith(p, addr.Hex(), chainID)
+}
+
+// siwxMessageWith is siwxMessage with the address written as given.
+func siwxMessageWith(p *siwxPayload, addr string, chainID int64) string {
 	var b strings.Builder
-	b.WriteString(p.Domain + " wants you to sign in with your Ethereum account:\n" + addr.Hex() + "\n")
+	b.WriteString(p.Domain + " wants you to sign in with your Ethereum account:\n" + addr + "\n")
 	if p.Statement == nil {
 		b.WriteString("\n\n")
 	} else {
@@ -320,11 +325,24 @@ func (g *Gate) checkSIWX(p *siwxPayload, s site) (common.Address, PassRefusal) {
 	if sig[64] >= 27 {
 		sig[64] -= 27
 	}
-	pub, err := crypto.SigToPub(accounts.TextHash([]byte(siwxMessage(p, addr, id))), sig)
-	if err != nil || crypto.PubkeyToAddress(*pub) != addr {
-		return common.Address{}, SIWXSignature
+	if signedBy(siwxMessage(p, addr, id), sig, addr) {
+		return addr, ""
 	}
-	return addr, ""
+	// A browser wallet hands out its address in lowercase, and a page has no keccak to
+	// checksum it with: the paywall signs the message with the address as the wallet gave it.
+	if lower := strings.ToLower(p.Address); p.Address == lower {
+		as := *p
+		if signedBy(siwxMessageWith(&as, lower, id), sig, addr) {
+			return addr, ""
+		}
+	}
+	return common.Address{}, SIWXSignature
+}
+
+// signedBy reports whether sig is addr's EIP-191 signature of msg.
+func signedBy(msg string, sig []byte, addr common.Address) bool {
+	pub, err := crypto.SigToPub(accounts.TextHash([]byte(msg)), sig)
+	return err == nil && crypto.PubkeyToAddress(*pub) == addr
 }
 
 // admitSIWX lets in a request whose SIGN-IN-WITH-X proof is good and whose signer holds

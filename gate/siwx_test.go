@@ -54,7 +54,11 @@ func siwxProof(t *testing.T, info siwxInfo, chain string, key *ecdsa.PrivateKey,
 		change(p)
 	}
 	id := int64(84532)
-	sig, err := crypto.Sign(accounts.TextHash([]byte(siwxMessage(p, addr, id))), key)
+	msg := siwxMessage(p, addr, id)
+	if p.Address == strings.ToLower(p.Address) {
+		msg = siwxMessageWith(p, p.Address, id) // as a browser wallet signs it
+	}
+	sig, err := crypto.Sign(accounts.TextHash([]byte(msg)), key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,6 +108,8 @@ func TestSignInWithXAcrossInstances(t *testing.T) {
 		want   PassRefusal
 	}{
 		{name: "the payer's proof lets in on the other instance", path: "/premium/b.html", want: ""},
+		{name: "a proof naming the address in lowercase, as browser wallets do, lets in", path: "/premium/b.html", change: func(p *siwxPayload) { p.Address = strings.ToLower(p.Address) }, want: ""},
+		{name: "a mixed-case address that fails its checksum is refused", path: "/premium/b.html", change: func(p *siwxPayload) { p.Address = flipCase(p.Address) }, want: SIWXMalformed},
 		{name: "a proof used twice is refused", path: "/premium/b.html", reuse: true, want: SIWXNonce},
 		{name: "a wallet without a pass is refused", path: "/premium/b.html", key: stranger.Key, want: SIWXNoPass},
 		{name: "a proof for another domain is refused", path: "/premium/b.html", change: func(p *siwxPayload) { p.Domain = "evil.example" }, want: SIWXDomainMismatch},
@@ -151,6 +157,9 @@ func TestSignInWithXAcrossInstances(t *testing.T) {
 				if up.leaked.Load() != 0 {
 					t.Error("a credential reached the upstream")
 				}
+				if res.Header.Get(HeaderPass) == "" || !strings.Contains(res.Header.Get("Set-Cookie"), CookiePass+"=") {
+					t.Error("signing in gave no pass back")
+				}
 				return
 			}
 			if res.StatusCode != http.StatusPaymentRequired || errorOf(t, body) != "X-PAYMENT header is required" || up.calls.Load() != calls {
@@ -194,4 +203,20 @@ func TestSIWXMessageFormat(t *testing.T) {
 	if _, ok := siwxAddress("0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAeD"); ok {
 		t.Error("a mixed-case address with a wrong checksum was accepted")
 	}
+}
+
+// flipCase changes the case of the first letter of a checksummed address's hex digits.
+func flipCase(a string) string {
+	b := []byte(a)
+	for i := 2; i < len(b); i++ {
+		switch {
+		case b[i] >= 'a' && b[i] <= 'f':
+			b[i] -= 'a' - 'A'
+			return string(b)
+		case b[i] >= 'A' && b[i] <= 'F':
+			b[i] += 'a' - 'A'
+			return string(b)
+		}
+	}
+	return a
 }
