@@ -50,7 +50,7 @@ type FacilitatorConfig struct {
 	Store *StoreConfig `json:"store,omitempty"`
 	// Journal is the settlement journal. Default: sqlite at
 	// <caddy data dir>/x402/<name>/journal.db ("default" uses x402/journal.db).
-	Journal *JournalConfig `json:"journal,omitempty"`
+	Journal *DatabaseConfig `json:"journal,omitempty"`
 	// GuardianMode is GUARDIAN_MODE: off, optional or required. Default: off.
 	GuardianMode string `json:"guardian_mode,omitempty"`
 	// VerdictURL is the verdict service's base URL. Required when GuardianMode is optional
@@ -133,16 +133,6 @@ type StoreConfig struct {
 	MaxEntries int `json:"max_entries,omitempty"`
 	// URL is the Redis URL (placeholder; it may hold a password). Required for redis.
 	URL string `json:"url,omitempty"`
-}
-
-// JournalConfig selects the settlement journal.
-type JournalConfig struct {
-	// Type is "sqlite" or "postgres". Default: sqlite.
-	Type string `json:"type,omitempty"`
-	// Path is the SQLite file. Default: in Caddy's data dir.
-	Path string `json:"path,omitempty"`
-	// DSN is the PostgreSQL DSN (placeholder; it holds a password). Required for postgres.
-	DSN string `json:"dsn,omitempty"`
 }
 
 // resolved is a FacilitatorConfig with its placeholders expanded and its values checked.

@@ -90,7 +90,7 @@ func TestFacilitatorConfigResolve(t *testing.T) {
 		{"unknown guardian mode", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", GuardianMode: "strict"}, "not off, optional or required"},
 		{"relative verdict url", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", VerdictURL: "verdict.local"}, "verdict_url: must be an absolute"},
 		{"redis without url", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", Store: &StoreConfig{Type: "redis", URL: "{env.X402_T_EMPTY}"}}, "store: redis needs its url"},
-		{"postgres without dsn", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", Journal: &JournalConfig{Type: "postgres"}}, "journal: postgres needs its dsn"},
+		{"postgres without dsn", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", Journal: &DatabaseConfig{Type: "postgres"}}, "journal: postgres needs its dsn"},
 		{"unknown store", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", Store: &StoreConfig{Type: "etcd"}}, "unknown type"},
 		{"bad factory", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", ERC6492Factories: []string{"0x12"}}, "is not a 0x-hex address"},
 	} {
@@ -124,11 +124,11 @@ func TestOpenBundleFailsClosedWithoutLeakingSecrets(t *testing.T) {
 	}{
 		{"unreachable rpc", FacilitatorConfig{
 			Networks:  []NetworkConfig{{Name: "base-sepolia", RPC: "{env.X402_T_SECRET_RPC}"}},
-			SignerKey: "{env.X402_T_KEY}", Journal: &JournalConfig{Path: filepath.Join(dir, "a.db")},
+			SignerKey: "{env.X402_T_KEY}", Journal: &DatabaseConfig{Path: filepath.Join(dir, "a.db")},
 		}, "engine"},
 		{"verdict key too short", FacilitatorConfig{
 			Networks:  []NetworkConfig{{Name: "base-sepolia", RPC: "{env.X402_T_SECRET_RPC}"}},
-			SignerKey: "{env.X402_T_KEY}", Journal: &JournalConfig{Path: filepath.Join(dir, "b.db")},
+			SignerKey: "{env.X402_T_KEY}", Journal: &DatabaseConfig{Path: filepath.Join(dir, "b.db")},
 			GuardianMode: "required", VerdictURL: "http://127.0.0.1:1", VerdictKey: "{env.X402_T_VKEY}",
 		}, "verdict_url/verdict_key"},
 		{"unreachable redis", FacilitatorConfig{

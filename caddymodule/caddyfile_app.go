@@ -133,16 +133,9 @@ func (fc *FacilitatorConfig) unmarshalCaddyfile(d *caddyfile.Dispenser, lines op
 			}
 			fc.Store = s
 		case "journal":
-			args, err := kindArgs(d, "journal", facilitator.JournalSQLite, facilitator.JournalPostgres)
+			j, err := parseDatabase(d, "journal")
 			if err != nil {
 				return err
-			}
-			j := &JournalConfig{Type: args[0]}
-			switch {
-			case args[0] == facilitator.JournalPostgres:
-				j.DSN = args[1]
-			case len(args) == 2:
-				j.Path = args[1]
 			}
 			fc.Journal = j
 		case "guardian_mode":
@@ -209,6 +202,23 @@ func kindArgs(d *caddyfile.Dispenser, what, local, remote string) ([]string, err
 	default:
 		return nil, d.Errf("unknown %s %q (want %s or %s)", what, args[0], local, remote)
 	}
+}
+
+// parseDatabase reads `<what> sqlite [<path>] | postgres <dsn>`: the settlement journal of
+// a facilitator, or the verdict app's store.
+func parseDatabase(d *caddyfile.Dispenser, what string) (*DatabaseConfig, error) {
+	args, err := kindArgs(d, what, facilitator.JournalSQLite, facilitator.JournalPostgres)
+	if err != nil {
+		return nil, err
+	}
+	db := &DatabaseConfig{Type: args[0]}
+	switch {
+	case args[0] == facilitator.JournalPostgres:
+		db.DSN = args[1]
+	case len(args) == 2:
+		db.Path = args[1]
+	}
+	return db, nil
 }
 
 func (n *NetworkConfig) unmarshalCaddyfile(d *caddyfile.Dispenser, lines optionTokens) error {

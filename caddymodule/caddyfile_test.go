@@ -186,7 +186,7 @@ func TestGlobalOptionCaddyfile(t *testing.T) {
 			},
 			SignerKey:    "{file./run/secrets/signer}",
 			Store:        &StoreConfig{Type: "redis", URL: "{env.REDIS_URL}"},
-			Journal:      &JournalConfig{Type: "postgres", DSN: "{env.PG_DSN}"},
+			Journal:      &DatabaseConfig{Type: "postgres", DSN: "{env.PG_DSN}"},
 			GuardianMode: "required", VerdictURL: "https://verdict.example", VerdictKey: "{env.VERDICT_KEY}",
 			PricingURL: "https://pricing.example/quote", ApprovalTTL: ms(600_000), ReceiptTimeout: ms(45_000),
 			VerdictPoll:       &VerdictPollConfig{Interval: ms(250), MaxAttempts: 8, MaxDelay: ms(2000)},
@@ -197,7 +197,7 @@ func TestGlobalOptionCaddyfile(t *testing.T) {
 			Networks:  []NetworkConfig{{Name: "base", RPC: "{env.BASE_RPC}"}},
 			SignerKey: "{env.SECOND_KEY}",
 			Store:     &StoreConfig{Type: "memory", MaxEntries: 500},
-			Journal:   &JournalConfig{Type: "sqlite", Path: "/var/lib/x402/second.db"},
+			Journal:   &DatabaseConfig{Type: "sqlite", Path: "/var/lib/x402/second.db"},
 		},
 	}}
 	v, err := parseGlobalOption(caddyfile.NewTestDispenser(full), nil)

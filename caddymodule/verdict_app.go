@@ -79,8 +79,8 @@ type VerdictApp struct {
 	log *zap.Logger
 }
 
-// DatabaseConfig selects a SQL database: an embedded SQLite file, or PostgreSQL for
-// several instances.
+// DatabaseConfig selects a SQL database: an embedded SQLite file, or PostgreSQL for several
+// instances. The facilitator's settlement journal and the verdict app's store use it.
 type DatabaseConfig struct {
 	// Type is "sqlite" or "postgres". Default: sqlite.
 	Type string `json:"type,omitempty"`

@@ -68,16 +68,9 @@ func (a *VerdictApp) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 		case "store":
-			args, err := kindArgs(d, "store", "sqlite", "postgres")
+			st, err := parseDatabase(d, "store")
 			if err != nil {
 				return err
-			}
-			st := &DatabaseConfig{Type: args[0]}
-			switch {
-			case args[0] == "postgres":
-				st.DSN = args[1]
-			case len(args) == 2:
-				st.Path = args[1]
 			}
 			a.Store = st
 		case "redis":
