@@ -16,6 +16,14 @@ type Decoder interface {
 	Decode(tx map[string]any) (*Action, error)
 }
 
+// SenderDecoder is a Decoder whose actions depend on who sends them: an EVM router's
+// address(1) placeholder is msg.sender, the agent's wallet (Input.Escrow). The engine calls
+// DecodeFor instead of Decode when a decoder has it.
+type SenderDecoder interface {
+	Decoder
+	DecodeFor(tx map[string]any, sender common.Address) (*Action, error)
+}
+
 // DecodeError is a proposedTx a decoder could not read: the field at fault, as a dotted
 // path from the request ("proposedTx.amount"), and why.
 type DecodeError struct {

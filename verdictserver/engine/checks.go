@@ -356,7 +356,7 @@ func (ev *evaluation) notional() (*big.Rat, bool) {
 		}
 		for _, x := range amounts {
 			tableUsed = true
-			v, good := ev.prices.USD(a.ChainID, x.Asset, x.Value)
+			v, good := ev.usdOf(a.ChainID, x.Asset, x.Value)
 			if !good {
 				ok, ev.unpriced = false, ev.hex(x.Asset)
 				return

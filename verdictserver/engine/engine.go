@@ -62,7 +62,7 @@ type Options struct {
 	// Now is the clock for verdict timestamps and data freshness; default time.Now.
 	// Latency is always measured on the monotonic clock.
 	Now func() time.Time
-	// Decoders are added to the built-in ones (payment); one for a protocol already
+	// Decoders are added to the built-in ones (payment, evm, uniswap); one for a protocol already
 	// known replaces it.
 	Decoders []Decoder
 	// References gives the reference prices of markets (Trade.Market) for
@@ -99,7 +99,7 @@ func New(o Options) (*Evaluator, error) {
 		}
 		e.prices = t
 	}
-	for _, d := range append([]Decoder{paymentDecoder{}}, o.Decoders...) {
+	for _, d := range append([]Decoder{paymentDecoder{}, evmDecoder{}, uniswapDecoder{}}, o.Decoders...) {
 		if d == nil || d.Protocol() == "" {
 			return nil, fmt.Errorf("engine: a decoder without a protocol")
 		}
@@ -144,7 +144,7 @@ func (e *Evaluator) Evaluate(_ context.Context, in Input) *verdict.Verdict {
 		now:       e.now().UTC(),
 		refs:      e.refs,
 	}
-	ev.act, ev.decodeErr = e.decode(in.ProposedTx)
+	ev.act, ev.decodeErr = e.decode(in.ProposedTx, in.Escrow)
 	v := ev.verdict()
 	v.LatencyMs = time.Since(start).Milliseconds()
 	return v
@@ -152,7 +152,13 @@ func (e *Evaluator) Evaluate(_ context.Context, in Input) *verdict.Verdict {
 
 // decode finds the decoder for proposedTx.protocol (docs/policy.md#default-deny: none is a
 // decode failure).
-func (e *Evaluator) decode(tx map[string]any) (*Action, *DecodeError) {
+func (e *Evaluator) decode(tx map[string]any, sender common.Address) (act *Action, de *DecodeError) {
+	defer func() {
+		// docs/policy.md#default-deny: a decoder that panics has not understood the action.
+		if r := recover(); r != nil {
+			act, de = nil, &DecodeError{Field: "proposedTx", Problem: "the decoder failed on this action"}
+		}
+	}()
 	if tx == nil {
 		return nil, &DecodeError{Field: "proposedTx", Problem: "is required"}
 	}
@@ -164,7 +170,12 @@ func (e *Evaluator) decode(tx map[string]any) (*Action, *DecodeError) {
 	if !ok {
 		return nil, &DecodeError{Field: "proposedTx.protocol", Problem: "no decoder for this protocol"}
 	}
-	act, err := d.Decode(tx)
+	var err error
+	if sd, ok := d.(SenderDecoder); ok {
+		act, err = sd.DecodeFor(tx, sender)
+	} else {
+		act, err = d.Decode(tx)
+	}
 	if err != nil {
 		if de, ok := err.(*DecodeError); ok {
 			return nil, de

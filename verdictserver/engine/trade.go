@@ -164,8 +164,8 @@ func (ev *evaluation) slippageBps(t *Trade) (*big.Rat, string) {
 	if pay == nil || get == nil {
 		return nil, "no reference price: the amount is only known at execution"
 	}
-	in, okIn := ev.prices.USD(ev.act.ChainID, t.AssetIn, pay)
-	out, okOut := ev.prices.USD(ev.act.ChainID, t.AssetOut, get)
+	in, okIn := ev.usdOf(ev.act.ChainID, t.AssetIn, pay)
+	out, okOut := ev.usdOf(ev.act.ChainID, t.AssetOut, get)
 	if !okIn || !okOut {
 		return nil, "no reference price for the pair in the price table"
 	}

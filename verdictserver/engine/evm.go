@@ -1,0 +1,213 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math/big"
+	"strconv"
+	"strings"
+
+	"github.com/ethereum/go-ethereum/accounts/abi"
+	"github.com/ethereum/go-ethereum/common"
+)
+
+// The EVM protocols (docs/policy.md#evm-actions). Both read the same proposedTx: an EVM call
+// {protocol, chainId, to, data, value, nonce?}.
+const (
+	// ProtocolEVM is plain transfers: native coin, ERC-20 transfer, approve, transferFrom,
+	// and EIP-3009 transferWithAuthorization.
+	ProtocolEVM = "evm"
+	// ProtocolUniswap is calls to Uniswap's routers: V2 Router02, V3 SwapRouter,
+	// SwapRouter02 (with multicall) and the Universal Router.
+	ProtocolUniswap = "uniswap"
+)
+
+// maxCalldata bounds proposedTx.data (128 KiB of bytes).
+const maxCalldata = 128 << 10
+
+// evmCall is a decoded EVM call.
+type evmCall struct {
+	chainID int64
+	to      common.Address
+	data    []byte
+	value   *big.Int
+}
+
+var evmMembers = map[string]bool{"protocol": true, "chainId": true, "to": true, "data": true, "value": true, "nonce": true}
+
+// readCall reads the members of an EVM call strictly: to is required (a contract creation
+// is not an action we judge), data is 0x-prefixed hex (absent: none), value a decimal string
+// of base units (absent: 0), nonce a JSON integer >= 0 or a decimal string.
+func readCall(tx map[string]any) (evmCall, *DecodeError) {
+	var c evmCall
+	for k := range tx {
+		if !evmMembers[k] {
+			return c, fail(k, "is not a member of an EVM call")
+		}
+	}
+	id, ok := chainIDOf(tx["chainId"])
+	if !ok {
+		return c, fail("chainId", "must be a positive integer")
+	}
+	c.chainID = id
+	to, de := addressMember(tx, "to")
+	if de != nil {
+		return c, de
+	}
+	c.to = to
+	if raw, present := tx["data"]; present {
+		s, ok := raw.(string)
+		if !ok || !strings.HasPrefix(s, "0x") || len(s)%2 != 0 || len(s) > 2+2*maxCalldata {
+			return c, fail("data", "must be 0x-prefixed hex of whole bytes, at most 128 KiB")
+		}
+		b, err := hex.DecodeString(s[2:])
+		if err != nil {
+			return c, fail("data", "must be 0x-prefixed hex of whole bytes, at most 128 KiB")
+		}
+		c.data = b
+	}
+	c.value = new(big.Int)
+	if raw, present := tx["value"]; present {
+		s, ok := raw.(string)
+		switch {
+		case ok && s == "0":
+		case ok:
+			v, good := baseUnits(s)
+			if !good {
+				return c, fail("value", "must be a decimal string of base units below 2^256, without sign or leading zero")
+			}
+			c.value = v
+		default:
+			return c, fail("value", "must be a decimal string of base units")
+		}
+	}
+	if raw, present := tx["nonce"]; present && !nonceOK(raw) {
+		return c, fail("nonce", "must be an integer from 0 to 2^64-1, as a JSON number or a decimal string")
+	}
+	return c, nil
+}
+
+func nonceOK(v any) bool {
+	switch x := v.(type) {
+	case json.Number:
+		_, err := strconv.ParseUint(x.String(), 10, 64)
+		return err == nil
+	case int64:
+		return x >= 0
+	case int:
+		return x >= 0
+	case string:
+		if x == "0" {
+			return true
+		}
+		n, ok := baseUnits(x)
+		return ok && n.IsUint64()
+	}
+	return false
+}
+
+func (c evmCall) selector() string {
+	if len(c.data) < 4 {
+		return "0x"
+	}
+	return "0x" + hex.EncodeToString(c.data[:4])
+}
+
+// unpack decodes args from enc strictly: the encoding must be the canonical one (packing
+// the values again gives the same bytes), so dirty address words, odd offsets and trailing
+// bytes are refused as the contract would not read them the same way.
+func unpack(args abi.Arguments, enc []byte) (out []any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = nil, fmt.Errorf("malformed abi encoding")
+		}
+	}()
+	vals, err := args.Unpack(enc)
+	if err != nil {
+		return nil, fmt.Errorf("malformed abi encoding")
+	}
+	again, err := args.Pack(vals...)
+	if err != nil || !bytes.Equal(again, enc) {
+		return nil, fmt.Errorf("not the canonical abi encoding")
+	}
+	return vals, nil
+}
+
+// method finds the method of a with the call's selector and unpacks its arguments.
+func method(a *abi.ABI, data []byte) (*abi.Method, []any, *DecodeError) {
+	if len(data) < 4 {
+		return nil, nil, fail("data", "has no 4-byte selector")
+	}
+	m, err := a.MethodById(data[:4])
+	if err != nil {
+		return nil, nil, fail("data", "selector 0x"+hex.EncodeToString(data[:4])+" is not one this decoder reads")
+	}
+	vals, err := unpack(m.Inputs, data[4:])
+	if err != nil {
+		return nil, nil, fail("data", m.Sig+": "+err.Error())
+	}
+	return m, vals, nil
+}
+
+// evmDecoder reads ProtocolEVM calls (docs/policy.md#evm-actions).
+type evmDecoder struct{}
+
+func (evmDecoder) Protocol() string { return ProtocolEVM }
+
+func (evmDecoder) Decode(tx map[string]any) (*Action, error) {
+	c, de := readCall(tx)
+	if de != nil {
+		return nil, de
+	}
+	to := c.to
+	act := &Action{Protocol: ProtocolEVM, ChainID: c.chainID, To: &to, Selector: c.selector(), Fields: map[string]any{"value": c.value.String()}}
+	if len(c.data) == 0 {
+		act.Kind = "evm.native"
+		act.Recipients = []common.Address{to}
+		act.Assets = []common.Address{NativeAsset}
+		act.Notional = []Amount{{NativeAsset, c.value}}
+		return act, nil
+	}
+	m, vals, de := method(&tokenABI, c.data)
+	if de != nil {
+		return nil, de
+	}
+	if c.value.Sign() != 0 {
+		return nil, fail("value", "must be 0 for "+m.RawName+": a token call sends no native coin")
+	}
+	token := to
+	act.Assets = []common.Address{token}
+	switch m.Name {
+	case "transfer":
+		rcpt, v := vals[0].(common.Address), vals[1].(*big.Int)
+		act.Kind = "erc20.transfer"
+		act.Recipients, act.Notional = []common.Address{rcpt}, []Amount{{token, v}}
+		act.Fields["recipient"], act.Fields["amount"] = rcpt.Hex(), v.String()
+	case "approve":
+		sp, v := vals[0].(common.Address), vals[1].(*big.Int)
+		unlimited := v.Cmp(maxUint256) == 0
+		act.Kind = "erc20.approve"
+		act.Recipients = []common.Address{sp}
+		act.Approvals = []Approval{{Spender: sp, Asset: token, Amount: v, Unlimited: unlimited}}
+		act.Notional = []Amount{}
+		if !unlimited {
+			act.Notional = []Amount{{token, v}}
+		}
+		act.Fields["spender"], act.Fields["amount"], act.Fields["unlimited"] = sp.Hex(), v.String(), unlimited
+	case "transferFrom":
+		from, rcpt, v := vals[0].(common.Address), vals[1].(common.Address), vals[2].(*big.Int)
+		act.Kind = "erc20.transferFrom"
+		act.Recipients, act.Screen, act.Notional = []common.Address{rcpt}, []common.Address{from}, []Amount{{token, v}}
+		act.Fields["from"], act.Fields["recipient"], act.Fields["amount"] = from.Hex(), rcpt.Hex(), v.String()
+	case "transferWithAuthorization", "transferWithAuthorization0":
+		from, rcpt, v := vals[0].(common.Address), vals[1].(common.Address), vals[2].(*big.Int)
+		act.Kind = "eip3009.transferWithAuthorization"
+		act.Recipients, act.Screen, act.Notional = []common.Address{rcpt}, []common.Address{from}, []Amount{{token, v}}
+		act.Fields["from"], act.Fields["recipient"], act.Fields["amount"] = from.Hex(), rcpt.Hex(), v.String()
+	default:
+		return nil, fail("data", m.Sig+" is not one this decoder reads")
+	}
+	return act, nil
+}

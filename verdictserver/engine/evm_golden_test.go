@@ -1,0 +1,186 @@
+package engine
+
+import (
+	"math/big"
+	"testing"
+
+	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/x402gate/x402gate/verdict"
+)
+
+// TestEVMGolden is the golden table of EVM actions (docs/policy.md#evm-actions): calldata
+// packed with go-ethereum's abi package from the routers' and tokens' ABIs, a policy per
+// row, and the verdict each must get.
+func TestEVMGolden(t *testing.T) {
+	e := newEngine(t, Options{})
+	const chain = 84532
+	tok := func(data []byte) map[string]any { return evmTx("evm", chain, usdc, data, nil) }
+	transfer := func(to common.Address, v *big.Int) []byte {
+		return pack(t, tokenABI, "transfer(address,uint256)", to, v)
+	}
+	approve := func(sp common.Address, v *big.Int) []byte {
+		return pack(t, tokenABI, "approve(address,uint256)", sp, v)
+	}
+	nonce := [32]byte{1}
+	r, s := [32]byte{2}, [32]byte{3}
+	twa := pack(t, tokenABI, "transferWithAuthorization(address,address,uint256,uint256,uint256,bytes32,uint8,bytes32,bytes32)",
+		escrow, payee, e6(2), big.NewInt(0), deadline, nonce, uint8(27), r, s)
+	twaBytes := pack(t, tokenABI, "transferWithAuthorization(address,address,uint256,uint256,uint256,bytes32,bytes)",
+		escrow, stranger, e6(2), big.NewInt(0), deadline, nonce, make([]byte, 65))
+
+	v2 := func(sig string, args ...any) []byte { return pack(t, routerABI, sig, args...) }
+	v3single := func(in, out, rcpt common.Address, amt, min *big.Int) []byte {
+		return pack(t, routerABI, "exactInputSingle((address,address,uint24,address,uint256,uint256,uint256,uint160))",
+			single{in, out, big.NewInt(500), rcpt, deadline, amt, min, new(big.Int)})
+	}
+	s02single := func(in, out, rcpt common.Address, amt, min *big.Int) []byte {
+		return pack(t, routerABI, "exactInputSingle((address,address,uint24,address,uint256,uint256,uint160))",
+			single02{in, out, big.NewInt(500), rcpt, amt, min, new(big.Int)})
+	}
+	mc := func(calls ...[]byte) []byte { return pack(t, routerABI, "multicall(uint256,bytes[])", deadline, calls) }
+	unwrap := func(min *big.Int, to common.Address) []byte {
+		return pack(t, routerABI, "unwrapWETH9(uint256,address)", min, to)
+	}
+	sweep := func(token common.Address, min *big.Int, to common.Address) []byte {
+		return pack(t, routerABI, "sweepToken(address,uint256,address)", token, min, to)
+	}
+	uni := func(to common.Address, data []byte, value *big.Int) map[string]any {
+		return evmTx("uniswap", chain, to, data, value)
+	}
+	one := big.NewInt(1)
+	maxU := new(big.Int).Set(maxUint256)
+
+	rows := []golden{
+		// Native transfers and token calls (protocol evm).
+		{"a native transfer to an allowed payee within the cap", evmPolicy, evmTx("evm", chain, payee, nil, milli18(100)),
+			verdict.ReasonAllowed, "", nil, st{"contract_selector": cN, "asset": cP, "recipient": cP, "per_tx_cap": cP, "side": cN}, "evm.native"},
+		{"a native transfer to a stranger", evmPolicy, evmTx("evm", chain, stranger, nil, milli18(100)),
+			verdict.ReasonRecipientNotAllowed, "recipients.allowed", ids("recipient"), nil, ""},
+		{"a native transfer to 0x…dEaD is a sink", `{"venues": {"allowed": ["evm"]}, "chains": {"allowed": [84532]}}`, evmTx("evm", chain, dead, nil, one),
+			verdict.ReasonSinkRecipient, "", ids("sink_recipient"), nil, ""},
+		{"a native transfer over the cap, priced through WETH", evmPolicy, evmTx("evm", chain, payee, nil, e18(2)),
+			verdict.ReasonPerTxCapExceeded, "limits.perTxUsd", ids("per_tx_cap"), nil, ""},
+		{"an ERC-20 transfer with its selector allowed", evmContracts, tok(transfer(payee, e6(5))),
+			verdict.ReasonAllowed, "", nil, st{"contract_selector": cP, "asset": cN, "recipient": cN, "sink_recipient": cP}, "erc20.transfer"},
+		{"an ERC-20 transfer to the token contract itself is a sink", evmContracts, tok(transfer(usdc, e6(5))),
+			verdict.ReasonSinkRecipient, "", ids("sink_recipient"), nil, ""},
+		{"an ERC-20 transfer of a token outside the universe", evmPolicy, evmTx("evm", chain, tkn, transfer(payee, one), nil),
+			verdict.ReasonAssetNotInUniverse, "assets.universe.84532", ids("asset", "per_tx_cap"), nil, ""},
+		{"transferFrom is not an allowed selector", evmContracts, tok(pack(t, tokenABI, "transferFrom(address,address,uint256)", escrow, payee, one)),
+			verdict.ReasonContractOrSelector, "contracts.84532.0x036CbD53842c5426634e7929541eC2318f3dCF7e", ids("contract_selector"), nil, ""},
+		{"a limited approval to an allowed spender", evmPolicy, tok(approve(payee, e6(100))),
+			verdict.ReasonAllowed, "", nil, st{"recipient": cP, "per_tx_cap": cP}, "erc20.approve"},
+		{"an unlimited approval exceeds the cap", evmPolicy, tok(approve(payee, maxU)),
+			verdict.ReasonPerTxCapExceeded, "limits.perTxUsd", ids("per_tx_cap"), nil, ""},
+		{"an unlimited approval to a stranger", evmPolicy, tok(approve(stranger, maxU)),
+			verdict.ReasonRecipientNotAllowed, "recipients.allowed", ids("recipient", "per_tx_cap"), nil, ""},
+		{"transferFrom a sanctioned owner", `{"venues": {"allowed": ["evm"]}, "chains": {"allowed": [84532]}}`, tok(pack(t, tokenABI, "transferFrom(address,address,uint256)", listed, payee, one)),
+			verdict.ReasonSanctionedAddress, "", ids("sanctions"), nil, "erc20.transferFrom"},
+		{"an EIP-3009 transferWithAuthorization to the payee", evmPolicy, tok(twa),
+			verdict.ReasonAllowed, "", nil, st{"recipient": cP, "per_tx_cap": cP}, "eip3009.transferWithAuthorization"},
+		{"an EIP-3009 transferWithAuthorization (bytes signature) to a stranger", evmPolicy, tok(twaBytes),
+			verdict.ReasonRecipientNotAllowed, "recipients.allowed", ids("recipient"), nil, ""},
+		{"an unknown selector on a token is a decode failure", evmPolicy, tok(append([]byte{0xd5, 0x05, 0xac, 0xcf}, make([]byte, 224)...)),
+			verdict.ReasonDecodeFailure, "", nil, st{"venue": cP, "chain": cP, "recipient": cN}, "undecoded"},
+		{"a token call carrying value is a decode failure", evmPolicy, evmTx("evm", chain, usdc, transfer(payee, one), one),
+			verdict.ReasonDecodeFailure, "", nil, nil, ""},
+		{"an unknown member of an EVM call is a decode failure", evmPolicy, with(tok(transfer(payee, one)), "gasPrice", "1"),
+			verdict.ReasonDecodeFailure, "", nil, nil, ""},
+		{"dirty high bits in an address word are a decode failure", evmPolicy, tok(func() []byte { b := transfer(payee, one); b[4] = 0xff; return b }()),
+			verdict.ReasonDecodeFailure, "", nil, nil, ""},
+		{"a capped transfer of an unpriced token is data_unavailable", `{"venues": {"allowed": ["evm"]}, "chains": {"allowed": [84532]}, "limits": {"perTxUsd": 1}}`,
+			evmTx("evm", chain, tkn, transfer(payee, one), nil), verdict.ReasonDataUnavailable, "limits.perTxUsd", ids("per_tx_cap"), nil, ""},
+
+		// Uniswap V2 Router02 and SwapRouter02's V2 functions.
+		{"a V2 buy of WETH for USDC within 50 bps", uniPolicy, uni(v2Router, v2("swapExactTokensForTokens(uint256,uint256,address[],address,uint256)", e6(3000), milli18(995), []common.Address{usdc, weth}, escrow, deadline), nil),
+			verdict.ReasonAllowed, "", nil, st{"side": cP, "slippage_guard": cP, "execution_price_bound": cN, "leverage": cN, "per_tx_cap": cP}, "uniswap.v2.swapExactTokensForTokens"},
+		{"a V2 swap with zero minimum out", uniPolicy, uni(v2Router, v2("swapExactTokensForTokens(uint256,uint256,address[],address,uint256)", e6(3000), new(big.Int), []common.Address{usdc, weth}, escrow, deadline), nil),
+			verdict.ReasonNoSlippageGuard, "swaps.requireMinOut", ids("slippage_guard"), nil, ""},
+		{"a V2 sale of ETH against buy-only", uniBuyOnly, uni(v2Router, v2("swapExactETHForTokens(uint256,address[],address,uint256)", e6(2990), []common.Address{weth, usdc}, escrow, deadline), e18(1)),
+			verdict.ReasonSideNotAllowed, "trading.sides", ids("side"), nil, "uniswap.v2.swapExactETHForTokens"},
+		{"a V2 exact-output ETH buy paying up to 5% more", uniPolicy, uni(v2Router, v2("swapTokensForExactETH(uint256,uint256,address[],address,uint256)", e18(1), e6(3150), []common.Address{usdc, weth}, escrow, deadline), nil),
+			verdict.ReasonNoSlippageGuard, "swaps.maxSlippageBps", ids("slippage_guard"), nil, ""},
+		{"a V2 sale for ETH sent to a stranger", uniPolicy, uni(v2Router, v2("swapExactTokensForETH(uint256,uint256,address[],address,uint256)", e6(3000), milli18(995), []common.Address{usdc, weth}, stranger, deadline), nil),
+			verdict.ReasonRecipientNotAllowed, "recipients.allowed", ids("recipient"), nil, ""},
+		{"a V2 path through a token outside the universe", uniPolicy, uni(v2Router, v2("swapExactTokensForTokens(uint256,uint256,address[],address,uint256)", e6(3000), milli18(995), []common.Address{usdc, tkn, weth}, escrow, deadline), nil),
+			verdict.ReasonAssetNotInUniverse, "assets.universe.84532", ids("asset"), nil, ""},
+		{"SwapRouter02's V2 swap to address(1) pays the agent", uniPolicy, uni(router02, v2("swapExactTokensForTokens(uint256,uint256,address[],address)", e6(3000), milli18(995), []common.Address{usdc, weth}, msgSender), nil),
+			verdict.ReasonAllowed, "", nil, st{"recipient": cP, "sink_recipient": cP}, ""},
+
+		// Uniswap V3 SwapRouter and SwapRouter02.
+		{"a V3 exactInputSingle within the bound", uniPolicy, uni(swapRouter, v3single(usdc, weth, escrow, e6(3000), milli18(995)), nil),
+			verdict.ReasonAllowed, "", nil, st{"slippage_guard": cP, "side": cP}, "uniswap.v3.exactInputSingle"},
+		{"a V3 exactInputSingle with zero minimum out", uniPolicy, uni(swapRouter, v3single(usdc, weth, escrow, e6(3000), new(big.Int)), nil),
+			verdict.ReasonNoSlippageGuard, "swaps.requireMinOut", ids("slippage_guard"), nil, ""},
+		{"a V3 exactInput through a token outside the universe", uniPolicy, uni(swapRouter, pack(t, routerABI, "exactInput((bytes,address,uint256,uint256,uint256))",
+			multi{v3path(usdc, tkn, weth), escrow, deadline, e6(3000), milli18(995)}), nil),
+			verdict.ReasonAssetNotInUniverse, "assets.universe.84532", ids("asset"), nil, "uniswap.v3.exactInput"},
+		{"a SwapRouter02 exactOutputSingle within the bound", uniPolicy, uni(router02, pack(t, routerABI, "exactOutputSingle((address,address,uint24,address,uint256,uint256,uint160))",
+			singleOut02{usdc, weth, big.NewInt(500), msgSender, e18(1), e6(3020), new(big.Int)}), nil),
+			verdict.ReasonAllowed, "", nil, st{"slippage_guard": cP, "side": cP}, "uniswap.v3.exactOutputSingle"},
+		{"a SwapRouter02 exactOutput reads its path backwards: a WETH sale priced from WETH", uniBuyOnly, uni(router02, pack(t, routerABI, "exactOutput((bytes,address,uint256,uint256))",
+			multiOut02{v3path(usdc, weth), msgSender, e6(3000), milli18(1010)}), nil),
+			verdict.ReasonSideNotAllowed, "trading.sides", ids("side"), nil, "uniswap.v3.exactOutput"},
+		{"a SwapRouter swap to address(0) strands the output in the router", uniPolicy, uni(swapRouter, v3single(usdc, weth, common.Address{}, e6(3000), milli18(995)), nil),
+			verdict.ReasonSinkRecipient, "", ids("sink_recipient"), nil, ""},
+		{"a multicall swapping to the router then unwrapping to the agent", uniPolicy, uni(router02, mc(s02single(usdc, weth, addressThis, e6(3000), milli18(995)), unwrap(milli18(995), escrow)), nil),
+			verdict.ReasonAllowed, "", nil, st{"recipient": cP, "slippage_guard": cP, "sink_recipient": cP}, "uniswap.multicall"},
+		{"a multicall swapping to the router with no sweep strands the output", uniPolicy, uni(router02, mc(s02single(usdc, weth, addressThis, e6(3000), milli18(995))), nil),
+			verdict.ReasonSinkRecipient, "", ids("sink_recipient"), nil, ""},
+		{"a multicall whose inner selector the policy does not list", uniContracts, uni(router02, mc(s02single(usdc, weth, msgSender, e6(3000), milli18(995))), nil),
+			verdict.ReasonContractOrSelector, "contracts.84532.0x2626664c2603336E57B271c5C0b26F421741e481", ids("contract_selector"), nil, ""},
+		{"a multicall's second swap has zero minimum out", uniPolicy, uni(router02, mc(s02single(usdc, weth, msgSender, e6(1000), milli18(332)), s02single(usdc, weth, msgSender, e6(1000), new(big.Int))), nil),
+			verdict.ReasonNoSlippageGuard, "swaps.requireMinOut", ids("slippage_guard"), nil, ""},
+		{"a multicall sweeping to a sanctioned address", uniOpen, uni(router02, mc(s02single(usdc, weth, addressThis, e6(3000), milli18(995)), sweep(weth, milli18(995), listed)), nil),
+			verdict.ReasonSanctionedAddress, "", ids("sanctions"), nil, ""},
+		{"a multicall with a call the decoder does not read", uniPolicy, uni(router02, mc(s02single(usdc, weth, msgSender, e6(3000), milli18(995)), []byte{0xde, 0xad, 0xbe, 0xef}), nil),
+			verdict.ReasonDecodeFailure, "", nil, nil, ""},
+		{"a V3 swap over the cap", uniPolicy, uni(swapRouter, v3single(weth, usdc, escrow, e18(4), e6(11950)), nil),
+			verdict.ReasonPerTxCapExceeded, "limits.perTxUsd", ids("per_tx_cap"), nil, ""},
+
+		// The Universal Router.
+		{"UR 2.1.1: a V3 swap paid by the agent to msg.sender", uniPolicy, uni(urV21, execute(t, []byte{cmdV3SwapExactIn}, urV3In(t, msgSender, e6(3000), milli18(995), v3path(usdc, weth), true, true)), nil),
+			verdict.ReasonAllowed, "", nil, st{"recipient": cP, "slippage_guard": cP, "per_tx_cap": cP}, "uniswap.ur.execute"},
+		{"UR 2.0: wrap ETH, swap from the router to the agent", uniPolicy, uni(urV20, execute(t, []byte{cmdWrapETH, cmdV2SwapExactIn},
+			urToAmount(t, addressThis, e18(1)), urV2In(t, msgSender, e18(1), e6(2990), []common.Address{weth, usdc}, false)), e18(1)),
+			verdict.ReasonAllowed, "", nil, st{"side": cP, "slippage_guard": cP, "per_tx_cap": cP, "recipient": cP}, ""},
+		{"UR: a swap to the router unwrapped to a sanctioned address", uniOpen, uni(urV21, execute(t, []byte{cmdV3SwapExactIn, cmdUnwrapWETH},
+			urV3In(t, addressThis, e6(3000), milli18(995), v3path(usdc, weth), true, true), urToAmount(t, listed, milli18(995))), nil),
+			verdict.ReasonSanctionedAddress, "", ids("sanctions"), nil, ""},
+		{"UR: a swap to the router with nothing paid out strands it", uniPolicy, uni(urV21, execute(t, []byte{cmdV3SwapExactIn},
+			urV3In(t, addressThis, e6(3000), milli18(995), v3path(usdc, weth), true, true)), nil),
+			verdict.ReasonSinkRecipient, "", ids("sink_recipient"), nil, ""},
+		{"UR 2.0: V4_SWAP is not read, so the plan is undecodable", uniPolicy, uni(urV20, execute(t, []byte{0x10}, []byte{}), nil),
+			verdict.ReasonDecodeFailure, "", nil, nil, ""},
+		{"an unknown router: a sub-plan byte means different things per version, so it is undecodable", uniOpen, uni(urOther, execute(t, []byte{cmdExecuteSubPlan},
+			encode(t, []string{"bytes", "bytes[]"}, []byte{cmdTransfer}, [][]byte{urTokenTo(t, usdc, payee, one)})), nil),
+			verdict.ReasonDecodeFailure, "", nil, nil, ""},
+		{"UR 2.0: a sanctioned recipient inside a sub-plan is found", uniOpen, uni(urV20, execute(t, []byte{cmdExecuteSubPlan},
+			encode(t, []string{"bytes", "bytes[]"}, []byte{cmdTransfer}, [][]byte{urTokenTo(t, usdc, listed, one)})), nil),
+			verdict.ReasonSanctionedAddress, "", ids("sanctions"), nil, ""},
+		{"UR: an unlimited Permit2 allowance exceeds the cap", uniPolicy, uni(urV21, execute(t, []byte{cmdPermit2Permit, cmdV3SwapExactIn},
+			encode(t, []string{"permitSingle", "bytes"}, permitSingle{permitDetail{usdc, maxUint160, big.NewInt(1_900_000_000), big.NewInt(0)}, urV21, deadline}, make([]byte, 65)),
+			urV3In(t, msgSender, e6(3000), milli18(995), v3path(usdc, weth), true, true)), nil),
+			verdict.ReasonPerTxCapExceeded, "limits.perTxUsd", ids("per_tx_cap"), nil, ""},
+		{"UR: a fee paid to a recipient the policy lacks", uniPolicy, uni(urV21, execute(t, []byte{cmdV3SwapExactIn, cmdPayPortion, cmdSweep},
+			urV3In(t, addressThis, e6(3000), milli18(995), v3path(usdc, weth), true, true), urTokenTo(t, weth, stranger, big.NewInt(25)), urTokenTo(t, weth, msgSender, milli18(990))), nil),
+			verdict.ReasonRecipientNotAllowed, "recipients.allowed", ids("recipient"), nil, ""},
+		{"UR: the allow-revert flag keeps the command", uniPolicy, uni(urV21, execute(t, []byte{0x80 | cmdV3SwapExactIn}, urV3In(t, msgSender, e6(3000), milli18(995), v3path(usdc, weth), true, true)), nil),
+			verdict.ReasonAllowed, "", nil, nil, ""},
+		{"UR: a swap with zero minimum out", uniPolicy, uni(urV21, execute(t, []byte{cmdV3SwapExactIn}, urV3In(t, msgSender, e6(3000), new(big.Int), v3path(usdc, weth), true, true)), nil),
+			verdict.ReasonNoSlippageGuard, "swaps.requireMinOut", ids("slippage_guard"), nil, ""},
+		{"UR 1.2 on Base reads no BALANCE_CHECK_ERC20", uniOpen, evmTx("uniswap", 8453, urV12, execute(t, []byte{cmdBalanceCheckERC20}, urTokenTo(t, escrow, usdc, one)), nil),
+			verdict.ReasonDecodeFailure, "", nil, nil, ""},
+		{"UR 1.2 masks with 0x1f: 0x20|0x0c is UNWRAP_WETH", uniOpen, evmTx("uniswap", 8453, urV12, execute(t, []byte{0x2c}, urToAmount(t, msgSender, one)), nil),
+			verdict.ReasonAllowed, "", nil, st{"recipient": cN, "sink_recipient": cP}, ""},
+		{"UR 2.1.1 refuses swap inputs without minHopPriceX36", uniPolicy, uni(urV21, execute(t, []byte{cmdV3SwapExactIn}, urV3In(t, msgSender, e6(3000), milli18(995), v3path(usdc, weth), true, false)), nil),
+			verdict.ReasonDecodeFailure, "", nil, nil, ""},
+		{"an unknown router reads swap inputs with or without minHopPriceX36", uniOpen, uni(urOther, execute(t, []byte{cmdV3SwapExactIn}, urV3In(t, msgSender, e6(3000), milli18(995), v3path(usdc, weth), true, false)), nil),
+			verdict.ReasonAllowed, "", nil, nil, ""},
+	}
+	if len(rows) < 40 {
+		t.Fatalf("%d rows", len(rows))
+	}
+	runGolden(t, e, rows)
+}

@@ -1,0 +1,336 @@
+package engine
+
+import (
+	"encoding/hex"
+	"math/big"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/ethereum/go-ethereum/common"
+)
+
+// uniswapDecoder reads ProtocolUniswap calls: V2 Router02, V3 SwapRouter, SwapRouter02 and
+// the Universal Router (docs/policy.md#uniswap). It needs the caller: the routers' address(1)
+// placeholder means msg.sender, the agent's wallet.
+type uniswapDecoder struct{}
+
+func (uniswapDecoder) Protocol() string { return ProtocolUniswap }
+
+func (d uniswapDecoder) Decode(tx map[string]any) (*Action, error) {
+	return d.DecodeFor(tx, common.Address{})
+}
+
+// The router placeholders (docs/policy.md#uniswap).
+var (
+	msgSender   = common.BytesToAddress([]byte{1})
+	addressThis = common.BytesToAddress([]byte{2})
+)
+
+// uni is one call being decoded.
+type uni struct {
+	chainID int64
+	router  common.Address
+	sender  common.Address
+	value   *big.Int
+}
+
+func (d uniswapDecoder) DecodeFor(tx map[string]any, sender common.Address) (*Action, error) {
+	c, de := readCall(tx)
+	if de != nil {
+		return nil, de
+	}
+	u := &uni{chainID: c.chainID, router: c.to, sender: sender, value: c.value}
+	if len(c.data) >= 4 && (c.selector() == selExecute || c.selector() == selExecuteNoDeadline) {
+		act, de := u.execute(c.data)
+		if de != nil {
+			return nil, de
+		}
+		return act, nil
+	}
+	act, de := u.call(c.data, 0)
+	if de != nil {
+		return nil, de
+	}
+	act.Fields["value"] = c.value.String()
+	if c.value.Sign() > 0 {
+		act.Assets = appendNew(act.Assets, NativeAsset)
+	}
+	return act, nil
+}
+
+var (
+	selExecute           = "0x3593564c"
+	selExecuteNoDeadline = "0x24856bc3"
+)
+
+// call decodes one router call: a swap, a payment helper, or a multicall of them.
+func (u *uni) call(data []byte, depth int) (*Action, *DecodeError) {
+	m, vals, de := method(&routerABI, data)
+	if de != nil {
+		return nil, de
+	}
+	to := u.router
+	act := &Action{Protocol: ProtocolUniswap, ChainID: u.chainID, To: &to, Selector: "0x" + hex.EncodeToString(m.ID), Fields: map[string]any{"function": m.Sig}}
+	switch m.RawName {
+	case "multicall":
+		if depth > 0 {
+			return nil, fail("data", "a multicall inside a multicall is not read")
+		}
+		calls := vals[len(vals)-1].([][]byte)
+		if len(calls) == 0 || len(calls) > 64 {
+			return nil, fail("data", "a multicall must carry 1 to 64 calls")
+		}
+		act.Kind = "uniswap.multicall"
+		act.Notional = []Amount{}
+		for i, inner := range calls {
+			leg, de := u.call(inner, depth+1)
+			if de != nil {
+				de.Field = "proposedTx.data.calls." + itoa(i)
+				return nil, de
+			}
+			act.Legs = append(act.Legs, leg)
+		}
+		u.settle(act)
+		return act, nil
+	case "execute":
+		return nil, fail("data", "execute is a Universal Router call, not a SwapRouter one")
+	case "unwrapWETH9", "sweepToken", "refundETH":
+		u.payment(act, m.Name, vals)
+		if depth == 0 {
+			u.settle(&Action{Legs: []*Action{act}})
+		}
+		return act, nil
+	}
+	if de := u.swap(act, m.Name, vals); de != nil {
+		return nil, de
+	}
+	if depth == 0 {
+		u.settle(&Action{Legs: []*Action{act}})
+	}
+	return act, nil
+}
+
+// payment decodes the router's payment helpers: they pay out what the router holds.
+func (u *uni) payment(act *Action, name string, vals []any) {
+	act.Notional = []Amount{}
+	switch name {
+	case "unwrapWETH9", "unwrapWETH90":
+		rcpt := u.sender
+		if len(vals) == 2 {
+			rcpt = vals[1].(common.Address)
+		}
+		act.Kind = "uniswap.unwrapWETH9"
+		act.Recipients, act.Assets = []common.Address{rcpt}, []common.Address{NativeAsset}
+		act.Fields["amountMinimum"] = vals[0].(*big.Int).String()
+	case "sweepToken", "sweepToken0":
+		rcpt := u.sender
+		if len(vals) == 3 {
+			rcpt = vals[2].(common.Address)
+		}
+		token := vals[0].(common.Address)
+		act.Kind = "uniswap.sweepToken"
+		act.Recipients, act.Assets = []common.Address{rcpt}, []common.Address{token}
+		act.Fields["amountMinimum"] = vals[1].(*big.Int).String()
+	default:
+		act.Kind = "uniswap.refundETH"
+		act.Recipients, act.Assets = []common.Address{u.sender}, []common.Address{NativeAsset}
+	}
+}
+
+// swap fills act from a V2 or V3 swap.
+func (u *uni) swap(act *Action, name string, vals []any) *DecodeError {
+	t := &Trade{Kind: TradeSwap}
+	var tokens []common.Address
+	var rcpt common.Address
+	ethIn, ethOut := false, false
+	placeholders := false // SwapRouter02: address(1) and address(2); SwapRouter: address(0) is the router
+	switch name {
+	case "swapExactTokensForTokens", "swapExactTokensForTokensSupportingFeeOnTransferTokens", "swapExactTokensForTokens0",
+		"swapExactTokensForETH", "swapExactTokensForETHSupportingFeeOnTransferTokens":
+		t.AmountIn, t.MinOut = vals[0].(*big.Int), vals[1].(*big.Int)
+		tokens, rcpt = vals[2].([]common.Address), vals[3].(common.Address)
+		placeholders = name == "swapExactTokensForTokens0"
+		ethOut = name == "swapExactTokensForETH" || name == "swapExactTokensForETHSupportingFeeOnTransferTokens"
+		act.Kind = "uniswap.v2." + trimDigit(name)
+	case "swapTokensForExactTokens", "swapTokensForExactTokens0", "swapTokensForExactETH":
+		t.ExactOut, t.AmountOut, t.MaxIn = true, vals[0].(*big.Int), vals[1].(*big.Int)
+		tokens, rcpt = vals[2].([]common.Address), vals[3].(common.Address)
+		placeholders = name == "swapTokensForExactTokens0"
+		ethOut = name == "swapTokensForExactETH"
+		act.Kind = "uniswap.v2." + trimDigit(name)
+	case "swapExactETHForTokens", "swapExactETHForTokensSupportingFeeOnTransferTokens":
+		t.AmountIn, t.MinOut = u.value, vals[0].(*big.Int)
+		tokens, rcpt = vals[1].([]common.Address), vals[2].(common.Address)
+		ethIn = true
+		act.Kind = "uniswap.v2." + name
+	case "swapETHForExactTokens":
+		t.ExactOut, t.AmountOut, t.MaxIn = true, vals[0].(*big.Int), u.value
+		tokens, rcpt = vals[1].([]common.Address), vals[2].(common.Address)
+		ethIn = true
+		act.Kind = "uniswap.v2." + name
+	case "exactInputSingle", "exactInputSingle0", "exactOutputSingle", "exactOutputSingle0":
+		p := vals[0]
+		tokens = []common.Address{member[common.Address](p, "TokenIn"), member[common.Address](p, "TokenOut")}
+		rcpt = member[common.Address](p, "Recipient")
+		placeholders = name[len(name)-1] == '0'
+		act.Kind = "uniswap.v3." + trimDigit(name)
+		act.Fields["fee"] = member[*big.Int](p, "Fee").String()
+		act.Fields["sqrtPriceLimitX96"] = member[*big.Int](p, "SqrtPriceLimitX96").String()
+		if name[:10] == "exactInput" {
+			t.AmountIn, t.MinOut = member[*big.Int](p, "AmountIn"), member[*big.Int](p, "AmountOutMinimum")
+		} else {
+			t.ExactOut, t.AmountOut, t.MaxIn = true, member[*big.Int](p, "AmountOut"), member[*big.Int](p, "AmountInMaximum")
+		}
+	case "exactInput", "exactInput0", "exactOutput", "exactOutput0":
+		p := vals[0]
+		path, fees, ok := v3Path(member[[]byte](p, "Path"))
+		if !ok {
+			return fail("data", "a V3 path must be token (fee token)+, 2 to 8 tokens")
+		}
+		tokens, rcpt = path, member[common.Address](p, "Recipient")
+		placeholders = name[len(name)-1] == '0'
+		act.Kind = "uniswap.v3." + trimDigit(name)
+		act.Fields["fees"] = fees
+		if name[:10] == "exactInput" {
+			t.AmountIn, t.MinOut = member[*big.Int](p, "AmountIn"), member[*big.Int](p, "AmountOutMinimum")
+		} else {
+			// docs/policy.md#uniswap: an exact-output path runs from the output back to the input.
+			slices.Reverse(tokens)
+			t.ExactOut, t.AmountOut, t.MaxIn = true, member[*big.Int](p, "AmountOut"), member[*big.Int](p, "AmountInMaximum")
+		}
+	default:
+		return fail("data", name+" is not a swap this decoder reads")
+	}
+	if len(tokens) < 2 || len(tokens) > 8 {
+		return fail("data", "a path must name 2 to 8 tokens")
+	}
+	if placeholders && !t.ExactOut && t.AmountIn != nil && t.AmountIn.Sign() == 0 {
+		t.AmountIn = nil // SwapRouter02: 0 is the router's whole balance
+	}
+	switch {
+	case placeholders && rcpt == msgSender:
+		rcpt = u.sender
+	case placeholders && rcpt == addressThis:
+		rcpt = u.router
+	case !placeholders && rcpt == (common.Address{}) && strings.HasPrefix(act.Kind, "uniswap.v3."):
+		rcpt = u.router // SwapRouter: address(0) keeps the output in the router
+	}
+	t.AssetIn, t.AssetOut = tokens[0], tokens[len(tokens)-1]
+	if ethIn {
+		t.AssetIn = NativeAsset // the V2 ETH variants: msg.value is the input
+	}
+	if ethOut {
+		t.AssetOut = NativeAsset
+	}
+	t.Side = swapSide(u.chainID, t.AssetIn, t.AssetOut)
+	act.Trade = t
+	act.Assets = slices.Compact(append([]common.Address{}, tokens...))
+	if t.AssetIn == NativeAsset || t.AssetOut == NativeAsset {
+		act.Assets = appendNew(act.Assets, NativeAsset)
+	}
+	if rcpt != u.router {
+		act.Recipients = []common.Address{rcpt}
+	}
+	act.Fields["recipient"] = rcpt.Hex()
+	path := make([]string, len(tokens))
+	for i, a := range tokens {
+		path[i] = a.Hex()
+	}
+	act.Fields["path"] = path
+	return nil
+}
+
+// settle follows what the router holds across the legs of bundle: a swap whose output
+// stays in the router must be paid out by a later unwrapWETH9 or sweepToken, or spent by a
+// later swap from the router's balance; otherwise the output is stranded in the router
+// (docs/policy.md#uniswap).
+func (u *uni) settle(bundle *Action) {
+	held := map[common.Address]bool{}
+	for _, l := range bundle.Legs {
+		switch {
+		case l.Trade != nil:
+			if l.Trade.AmountIn == nil && !l.Trade.ExactOut {
+				delete(held, l.Trade.AssetIn)
+			}
+			if len(l.Recipients) == 0 {
+				held[l.Trade.AssetOut] = true
+			}
+		case l.Kind == "uniswap.sweepToken":
+			delete(held, l.Assets[0])
+		case l.Kind == "uniswap.unwrapWETH9":
+			w, known := wrappedNative(u.chainID)
+			for a := range held {
+				if !known || a == w {
+					delete(held, a)
+				}
+			}
+		}
+	}
+	if len(held) > 0 {
+		target := bundle
+		if bundle.Kind == "" { // a lone call: the bundle is only a wrapper
+			target = bundle.Legs[0]
+		}
+		target.Stranded = []common.Address{u.router}
+	}
+}
+
+// v3Path splits a V3 path, token (fee token)+, into its tokens and fees.
+func v3Path(p []byte) ([]common.Address, []int64, bool) {
+	if len(p) < 43 || (len(p)-20)%23 != 0 || len(p) > 20+7*23 {
+		return nil, nil, false
+	}
+	tokens := []common.Address{common.BytesToAddress(p[:20])}
+	var fees []int64
+	for i := 20; i < len(p); i += 23 {
+		fees = append(fees, int64(p[i])<<16|int64(p[i+1])<<8|int64(p[i+2]))
+		tokens = append(tokens, common.BytesToAddress(p[i+3:i+23]))
+	}
+	return tokens, fees, true
+}
+
+// member reads a named member of an unpacked ABI tuple.
+func member[T any](tuple any, name string) T {
+	var zero T
+	rv := reflect.ValueOf(tuple)
+	if rv.Kind() != reflect.Struct {
+		return zero
+	}
+	f := rv.FieldByName(name)
+	if !f.IsValid() {
+		return zero
+	}
+	v, _ := f.Interface().(T)
+	return v
+}
+
+func trimDigit(name string) string {
+	if n := len(name); n > 0 && name[n-1] >= '0' && name[n-1] <= '9' {
+		return name[:n-1]
+	}
+	return name
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+func appendNew(list []common.Address, a common.Address) []common.Address {
+	if slices.Contains(list, a) {
+		return list
+	}
+	return append(list, a)
+}
+
+// reflectSlice returns the elements of an unpacked ABI array.
+func reflectSlice(v any) []any {
+	rv := reflect.ValueOf(v)
+	if rv.Kind() != reflect.Slice {
+		return nil
+	}
+	out := make([]any, rv.Len())
+	for i := range out {
+		out[i] = rv.Index(i).Interface()
+	}
+	return out
+}

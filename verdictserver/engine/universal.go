@@ -1,0 +1,419 @@
+package engine
+
+import (
+	"encoding/hex"
+	"math/big"
+	"strconv"
+
+	"github.com/ethereum/go-ethereum/accounts/abi"
+	"github.com/ethereum/go-ethereum/common"
+)
+
+// The Universal Router (docs/policy.md#universal-router): execute(commands, inputs[,
+// deadline]) runs one command per byte of commands. What a byte means depends on the
+// deployed version, so the router's address picks the table; a router we do not know is read
+// with only the commands every version reads the same way. A command outside the table
+// makes the whole plan undecodable: it is never skipped.
+
+// urVersion is one Universal Router version's command table.
+type urVersion struct {
+	name string
+	// mask is COMMAND_TYPE_MASK: the router ignores the other bits (but 0x80, allow revert).
+	mask byte
+	// commands are the command types this decoder reads for the version.
+	commands map[byte]string
+	// hopPrices: the swap commands' inputs end with uint256[] minHopPriceX36 (2.1.1).
+	hopPrices bool
+	// either: the swap inputs may come with or without minHopPriceX36 (an unknown router).
+	either bool
+}
+
+// The command types (Commands.sol).
+const (
+	cmdV3SwapExactIn      = 0x00
+	cmdV3SwapExactOut     = 0x01
+	cmdPermit2TransferFrm = 0x02
+	cmdPermit2PermitBatch = 0x03
+	cmdSweep              = 0x04
+	cmdTransfer           = 0x05
+	cmdPayPortion         = 0x06
+	cmdPayPortionFull     = 0x07
+	cmdV2SwapExactIn      = 0x08
+	cmdV2SwapExactOut     = 0x09
+	cmdPermit2Permit      = 0x0a
+	cmdWrapETH            = 0x0b
+	cmdUnwrapWETH         = 0x0c
+	cmdPermit2TransferBat = 0x0d
+	cmdBalanceCheckERC20  = 0x0e
+	cmdExecuteSubPlan     = 0x21
+)
+
+var commonCommands = map[byte]string{
+	cmdV3SwapExactIn: "V3_SWAP_EXACT_IN", cmdV3SwapExactOut: "V3_SWAP_EXACT_OUT", cmdPermit2TransferFrm: "PERMIT2_TRANSFER_FROM",
+	cmdPermit2PermitBatch: "PERMIT2_PERMIT_BATCH", cmdSweep: "SWEEP", cmdTransfer: "TRANSFER", cmdPayPortion: "PAY_PORTION",
+	cmdV2SwapExactIn: "V2_SWAP_EXACT_IN", cmdV2SwapExactOut: "V2_SWAP_EXACT_OUT", cmdPermit2Permit: "PERMIT2_PERMIT",
+	cmdWrapETH: "WRAP_ETH", cmdUnwrapWETH: "UNWRAP_WETH", cmdPermit2TransferBat: "PERMIT2_TRANSFER_FROM_BATCH",
+}
+
+func withCommands(extra map[byte]string) map[byte]string {
+	m := map[byte]string{}
+	for k, v := range commonCommands {
+		m[k] = v
+	}
+	for k, v := range extra {
+		m[k] = v
+	}
+	return m
+}
+
+var (
+	urV1_2     = &urVersion{name: "1.2", mask: 0x1f, commands: commonCommands}
+	urV2_0     = &urVersion{name: "2.0", mask: 0x3f, commands: withCommands(map[byte]string{cmdBalanceCheckERC20: "BALANCE_CHECK_ERC20", cmdExecuteSubPlan: "EXECUTE_SUB_PLAN"})}
+	urV2_1     = &urVersion{name: "2.1.1", mask: 0x7f, hopPrices: true, commands: withCommands(map[byte]string{cmdPayPortionFull: "PAY_PORTION_FULL_PRECISION", cmdBalanceCheckERC20: "BALANCE_CHECK_ERC20", cmdExecuteSubPlan: "EXECUTE_SUB_PLAN"})}
+	urUnknown  = &urVersion{name: "unknown", mask: 0x7f, either: true, commands: commonCommands}
+	urRouters  = map[int64]map[common.Address]*urVersion{}
+	urByChains = []struct {
+		chain   int64
+		version *urVersion
+		address string
+	}{
+		{1, urV1_2, "0x3fC91A3afd70395Cd496C647d5a6CC9D4B2b7FAD"}, {1, urV2_0, "0x66a9893cc07d91d95644aedd05d03f95e1dba8af"}, {1, urV2_1, "0x4C82D1fBFe28C977cBB58D8C7FF8FCF9F70a2cCA"},
+		{8453, urV1_2, "0x3fC91A3afd70395Cd496C647d5a6CC9D4B2b7FAD"}, {8453, urV1_2, "0xeC8B0F7Ffe3ae75d7FfAb09429e3675bb63503e4"},
+		{8453, urV2_0, "0x6ff5693b99212da76ad316178a184ab56d299b43"}, {8453, urV2_1, "0xFdf682F51FE81Aa4898F0AE2163d8A55c127fbC7"},
+		{84532, urV2_0, "0x95273d871c8156636e114b63797d78D7E1720d81"}, {84532, urV2_1, "0x8B844f885672f333Bc0042cB669255f93a4C1E6b"},
+		{11155111, urV1_2, "0x3fC91A3afd70395Cd496C647d5a6CC9D4B2b7FAD"}, {11155111, urV2_0, "0x3a9d48ab9751398bbfa63ad67599bb04e4bdf98b"}, {11155111, urV2_1, "0x7DfD4F31be6814D2906BDE155c3e1B146EAc1468"},
+	}
+)
+
+func init() {
+	for _, r := range urByChains {
+		if urRouters[r.chain] == nil {
+			urRouters[r.chain] = map[common.Address]*urVersion{}
+		}
+		urRouters[r.chain][common.HexToAddress(r.address)] = r.version
+	}
+}
+
+func urVersionOf(chainID int64, router common.Address) *urVersion {
+	if v, ok := urRouters[chainID][router]; ok {
+		return v
+	}
+	return urUnknown
+}
+
+func args(types ...string) abi.Arguments {
+	out := make(abi.Arguments, len(types))
+	for i, s := range types {
+		t, err := abi.NewType(s, "", nil)
+		if err != nil {
+			panic("engine: bad abi type " + s)
+		}
+		out[i] = abi.Argument{Type: t}
+	}
+	return out
+}
+
+func tupleArg(t string, comps ...abi.ArgumentMarshaling) abi.Argument {
+	typ, err := abi.NewType(t, "", comps)
+	if err != nil {
+		panic("engine: bad abi tuple")
+	}
+	return abi.Argument{Type: typ}
+}
+
+var (
+	permitDetails = abi.ArgumentMarshaling{Name: "details", Type: "tuple", Components: []abi.ArgumentMarshaling{
+		{Name: "token", Type: "address"}, {Name: "amount", Type: "uint160"}, {Name: "expiration", Type: "uint48"}, {Name: "nonce", Type: "uint48"}}}
+	urIn = map[string]abi.Arguments{
+		"v3":       args("address", "uint256", "uint256", "bytes", "bool"),
+		"v3hop":    args("address", "uint256", "uint256", "bytes", "bool", "uint256[]"),
+		"v2":       args("address", "uint256", "uint256", "address[]", "bool"),
+		"v2hop":    args("address", "uint256", "uint256", "address[]", "bool", "uint256[]"),
+		"tokenTo":  args("address", "address", "uint256"),
+		"p2from":   args("address", "address", "uint160"),
+		"toAmount": args("address", "uint256"),
+		"subPlan":  args("bytes", "bytes[]"),
+		"permit": {tupleArg("tuple", permitDetails, abi.ArgumentMarshaling{Name: "spender", Type: "address"}, abi.ArgumentMarshaling{Name: "sigDeadline", Type: "uint256"}),
+			args("bytes")[0]},
+		"permitBatch": {tupleArg("tuple", abi.ArgumentMarshaling{Name: "details", Type: "tuple[]", Components: permitDetails.Components},
+			abi.ArgumentMarshaling{Name: "spender", Type: "address"}, abi.ArgumentMarshaling{Name: "sigDeadline", Type: "uint256"}), args("bytes")[0]},
+		"transferBatch": {tupleArg("tuple[]", abi.ArgumentMarshaling{Name: "from", Type: "address"}, abi.ArgumentMarshaling{Name: "to", Type: "address"},
+			abi.ArgumentMarshaling{Name: "amount", Type: "uint160"}, abi.ArgumentMarshaling{Name: "token", Type: "address"})},
+	}
+	maxUint160     = new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 160), big.NewInt(1))
+	contractBalanc = new(big.Int).Lsh(big.NewInt(1), 255) // ActionConstants.CONTRACT_BALANCE
+)
+
+// plan is one execute being decoded: the router's version and what it holds so far.
+type plan struct {
+	*uni
+	v    *urVersion
+	held map[common.Address]bool
+}
+
+func (u *uni) execute(data []byte) (*Action, *DecodeError) {
+	m, vals, de := method(&routerABI, data)
+	if de != nil {
+		return nil, de
+	}
+	to := u.router
+	v := urVersionOf(u.chainID, u.router)
+	act := &Action{Protocol: ProtocolUniswap, ChainID: u.chainID, To: &to, Selector: "0x" + hex.EncodeToString(m.ID), Kind: "uniswap.ur.execute",
+		Fields: map[string]any{"function": m.Sig, "routerVersion": v.name, "value": u.value.String()}, Notional: []Amount{}}
+	if u.value.Sign() > 0 {
+		act.Assets = []common.Address{NativeAsset}
+		act.Notional = []Amount{{NativeAsset, u.value}}
+	}
+	p := &plan{uni: u, v: v, held: map[common.Address]bool{}}
+	legs, de := p.commands(vals[0].([]byte), vals[1].([][]byte), "proposedTx.data.commands", 0)
+	if de != nil {
+		return nil, de
+	}
+	act.Legs = legs
+	if len(p.held) > 0 {
+		act.Stranded = []common.Address{u.router}
+	}
+	return act, nil
+}
+
+func (p *plan) commands(cmds []byte, inputs [][]byte, field string, depth int) ([]*Action, *DecodeError) {
+	if len(cmds) == 0 || len(cmds) > 64 || len(cmds) != len(inputs) {
+		return nil, &DecodeError{Field: field, Problem: "must be 1 to 64 commands, one per input"}
+	}
+	legs := make([]*Action, len(cmds))
+	for i, b := range cmds {
+		f := field + "." + strconv.Itoa(i)
+		cmd := b & p.v.mask
+		name, known := p.v.commands[cmd]
+		if !known || (p.v == urUnknown && b&0x7f != cmd) {
+			return nil, &DecodeError{Field: f, Problem: "command 0x" + hex.EncodeToString([]byte{b}) + " is not one this decoder reads on a version " + p.v.name + " Universal Router"}
+		}
+		leg := &Action{Protocol: ProtocolUniswap, ChainID: p.chainID, Kind: "uniswap.ur." + name, Notional: []Amount{},
+			Fields: map[string]any{"command": "0x" + hex.EncodeToString([]byte{b}), "allowRevert": b&0x80 != 0}}
+		if de := p.command(leg, cmd, inputs[i], f, depth); de != nil {
+			return nil, de
+		}
+		legs[i] = leg
+	}
+	return legs, nil
+}
+
+// recipient resolves the placeholders: address(1) is the caller, address(2) the router.
+func (p *plan) recipient(a common.Address) common.Address {
+	switch a {
+	case msgSender:
+		return p.sender
+	case addressThis:
+		return p.router
+	}
+	return a
+}
+
+// pay records that leg sends token to rcpt: the router keeps it, or it is a recipient.
+func (p *plan) pay(leg *Action, token, rcpt common.Address) {
+	if rcpt == p.router {
+		p.held[token] = true
+		return
+	}
+	leg.Recipients = appendNew(leg.Recipients, rcpt)
+}
+
+// urToken reads a Payments token: address(0) is the native coin.
+func urToken(a common.Address) common.Address {
+	if a == (common.Address{}) {
+		return NativeAsset
+	}
+	return a
+}
+
+func (p *plan) swapArgs(v2 bool, in []byte) ([]any, error) {
+	base, hop := "v3", "v3hop"
+	if v2 {
+		base, hop = "v2", "v2hop"
+	}
+	switch {
+	case p.v.hopPrices:
+		return unpack(urIn[hop], in)
+	case p.v.either:
+		if vals, err := unpack(urIn[base], in); err == nil {
+			return vals, nil
+		}
+		return unpack(urIn[hop], in)
+	}
+	return unpack(urIn[base], in)
+}
+
+func (p *plan) command(leg *Action, cmd byte, in []byte, field string, depth int) *DecodeError {
+	bad := func(err error) *DecodeError {
+		return &DecodeError{Field: field, Problem: leg.Kind + " inputs: " + err.Error()}
+	}
+	switch cmd {
+	case cmdV3SwapExactIn, cmdV3SwapExactOut, cmdV2SwapExactIn, cmdV2SwapExactOut:
+		v2 := cmd == cmdV2SwapExactIn || cmd == cmdV2SwapExactOut
+		vals, err := p.swapArgs(v2, in)
+		if err != nil {
+			return bad(err)
+		}
+		var tokens []common.Address
+		if v2 {
+			tokens = vals[3].([]common.Address)
+		} else {
+			path, fees, ok := v3Path(vals[3].([]byte))
+			if !ok {
+				return &DecodeError{Field: field, Problem: "a V3 path must be token (fee token)+, 2 to 8 tokens"}
+			}
+			tokens = path
+			leg.Fields["fees"] = fees
+		}
+		if len(tokens) < 2 || len(tokens) > 8 {
+			return &DecodeError{Field: field, Problem: "a path must name 2 to 8 tokens"}
+		}
+		exactOut := cmd == cmdV3SwapExactOut || cmd == cmdV2SwapExactOut
+		if exactOut && !v2 {
+			tokens = reversed(tokens) // docs/policy.md#uniswap: V3 exact-output paths run backwards
+		}
+		t := &Trade{Kind: TradeSwap, AssetIn: tokens[0], AssetOut: tokens[len(tokens)-1], ExactOut: exactOut}
+		a1, a2 := vals[1].(*big.Int), vals[2].(*big.Int)
+		if exactOut {
+			t.AmountOut, t.MaxIn = a1, a2
+		} else {
+			t.AmountIn, t.MinOut = a1, a2
+			if a1.Cmp(contractBalanc) == 0 {
+				t.AmountIn = nil
+			}
+		}
+		t.Side = swapSide(p.chainID, t.AssetIn, t.AssetOut)
+		leg.Trade = t
+		leg.Assets = append([]common.Address{}, tokens...)
+		payerIsUser := vals[4].(bool)
+		leg.Fields["payerIsUser"] = payerIsUser
+		if payerIsUser {
+			leg.Notional = nil // the trade's own input, from the agent's wallet
+		} else {
+			delete(p.held, t.AssetIn) // spends what the router holds, counted where it came in
+		}
+		rcpt := p.recipient(vals[0].(common.Address))
+		leg.Fields["recipient"] = rcpt.Hex()
+		p.pay(leg, t.AssetOut, rcpt)
+	case cmdPermit2TransferFrm:
+		vals, err := unpack(urIn["p2from"], in)
+		if err != nil {
+			return bad(err)
+		}
+		token, rcpt, amt := vals[0].(common.Address), p.recipient(vals[1].(common.Address)), vals[2].(*big.Int)
+		leg.Assets, leg.Notional = []common.Address{token}, []Amount{{token, amt}}
+		p.pay(leg, token, rcpt)
+	case cmdPermit2TransferBat:
+		vals, err := unpack(urIn["transferBatch"], in)
+		if err != nil {
+			return bad(err)
+		}
+		rv := reflectSlice(vals[0])
+		if len(rv) == 0 || len(rv) > 16 {
+			return &DecodeError{Field: field, Problem: "a transfer batch must carry 1 to 16 transfers"}
+		}
+		for _, d := range rv {
+			token, amt := member[common.Address](d, "Token"), member[*big.Int](d, "Amount")
+			leg.Screen = appendNew(leg.Screen, member[common.Address](d, "From"))
+			leg.Assets = appendNew(leg.Assets, token)
+			leg.Notional = append(leg.Notional, Amount{token, amt})
+			p.pay(leg, token, member[common.Address](d, "To"))
+		}
+	case cmdPermit2Permit, cmdPermit2PermitBatch:
+		key := "permit"
+		if cmd == cmdPermit2PermitBatch {
+			key = "permitBatch"
+		}
+		vals, err := unpack(urIn[key], in)
+		if err != nil {
+			return bad(err)
+		}
+		spender := member[common.Address](vals[0], "Spender")
+		details := []any{member[any](vals[0], "Details")}
+		if cmd == cmdPermit2PermitBatch {
+			details = reflectSlice(details[0])
+			if len(details) == 0 || len(details) > 16 {
+				return &DecodeError{Field: field, Problem: "a permit batch must carry 1 to 16 permits"}
+			}
+		}
+		for _, d := range details {
+			token, amt := member[common.Address](d, "Token"), member[*big.Int](d, "Amount")
+			leg.Assets = appendNew(leg.Assets, token)
+			leg.Approvals = append(leg.Approvals, Approval{Spender: spender, Asset: token, Amount: amt, Unlimited: amt.Cmp(maxUint160) == 0})
+		}
+		if spender != p.router {
+			leg.Recipients = []common.Address{spender}
+		}
+		leg.Fields["spender"] = spender.Hex()
+	case cmdSweep, cmdTransfer, cmdPayPortion, cmdPayPortionFull:
+		vals, err := unpack(urIn["tokenTo"], in)
+		if err != nil {
+			return bad(err)
+		}
+		token, rcpt := urToken(vals[0].(common.Address)), p.recipient(vals[1].(common.Address))
+		leg.Assets = []common.Address{token}
+		leg.Fields["amount"] = vals[2].(*big.Int).String()
+		if cmd == cmdSweep || cmd == cmdTransfer {
+			delete(p.held, token)
+		}
+		if rcpt == p.router {
+			return &DecodeError{Field: field, Problem: leg.Kind + " to the router itself pays nothing out"}
+		}
+		leg.Recipients = []common.Address{rcpt}
+	case cmdWrapETH, cmdUnwrapWETH:
+		vals, err := unpack(urIn["toAmount"], in)
+		if err != nil {
+			return bad(err)
+		}
+		rcpt := p.recipient(vals[0].(common.Address))
+		leg.Fields["amount"] = vals[1].(*big.Int).String()
+		w, known := wrappedNative(p.chainID)
+		if cmd == cmdWrapETH {
+			leg.Assets = []common.Address{NativeAsset}
+			if known {
+				leg.Assets = append(leg.Assets, w)
+				p.pay(leg, w, rcpt)
+			} else if rcpt != p.router {
+				leg.Recipients = []common.Address{rcpt}
+			}
+			return nil
+		}
+		leg.Assets = []common.Address{NativeAsset}
+		for a := range p.held {
+			if !known || a == w {
+				delete(p.held, a)
+			}
+		}
+		p.pay(leg, NativeAsset, rcpt)
+	case cmdBalanceCheckERC20:
+		vals, err := unpack(urIn["tokenTo"], in)
+		if err != nil {
+			return bad(err)
+		}
+		leg.Screen = []common.Address{vals[0].(common.Address), vals[1].(common.Address)}
+	case cmdExecuteSubPlan:
+		if depth >= 2 {
+			return &DecodeError{Field: field, Problem: "sub-plans nest at most 2 deep"}
+		}
+		vals, err := unpack(urIn["subPlan"], in)
+		if err != nil {
+			return bad(err)
+		}
+		legs, de := p.commands(vals[0].([]byte), vals[1].([][]byte), field+".commands", depth+1)
+		if de != nil {
+			return de
+		}
+		leg.Legs = legs
+	default:
+		return &DecodeError{Field: field, Problem: leg.Kind + " is not read"}
+	}
+	return nil
+}
+
+func reversed(a []common.Address) []common.Address {
+	out := make([]common.Address, len(a))
+	for i, x := range a {
+		out[len(a)-1-i] = x
+	}
+	return out
+}
