@@ -218,7 +218,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
 	opts := gate.Options{Logger: h.log, ErrorStatus: errorStatus, OnResult: countChallenge,
-		OnVerify: observeVerify, OnSettle: observeSettle}
+		OnVerify: observeVerify, OnSettle: observeSettle, OnPass: observePass}
 	pricingURL := h.PricingURL
 	verify := gate.DefaultVerifyTimeout
 	if h.FacilitatorURL != "" {

@@ -41,6 +41,10 @@ var (
 		Help:    "Time to a terminal verdict from the verdict service, polling included.",
 		Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 	})
+	passesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "x402", Name: "passes_total",
+		Help: "Access passes issued, requests a pass let in (by cookie, header or sign-in-with-x), and passes refused by reason.",
+	}, []string{"event", "via", "reason"})
 	settleDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "caddy", Subsystem: "x402", Name: "settle_duration_seconds",
 		Help:    "Time of one facilitator settlement, receipt wait included.",
@@ -56,7 +60,7 @@ func registerMetrics(ctx caddy.Context) error {
 		return nil
 	}
 	for _, c := range []prometheus.Collector{challengesTotal, verificationsTotal, settlementsTotal,
-		settledAmountTotal, verdictDuration, settleDuration} {
+		settledAmountTotal, verdictDuration, settleDuration, passesTotal} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -116,6 +120,12 @@ func observeSettle(ev gate.SettleEvent) {
 		f, _ := new(big.Float).SetInt(r.Amount).Float64()
 		settledAmountTotal.WithLabelValues(network, strings.ToLower(r.Asset.Hex())).Add(f)
 	}
+}
+
+// observePass counts one pass event of a gate (gate.Options.OnPass); its reason is one of
+// the gate's PassRefusal constants, a bounded set.
+func observePass(ev gate.PassEvent) {
+	passesTotal.WithLabelValues(ev.Event, ev.Via, string(ev.Reason)).Inc()
 }
 
 // meteredVerdicts times the verdict service.

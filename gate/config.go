@@ -201,6 +201,10 @@ type Options struct {
 	// OnSettle, when set, is called after every facilitator settlement, e.g. to count and
 	// time them. It runs on the request's goroutine and must not block. Default nil.
 	OnSettle func(SettleEvent)
+	// OnPass, when set, is called when an access pass is issued, lets a request in, or is
+	// refused (docs/gate.md#access-passes), e.g. to count them. It must not block.
+	// Default nil.
+	OnPass func(PassEvent)
 }
 
 // VerifyEvent is one facilitator verification, as Options.OnVerify sees it.

@@ -76,6 +76,7 @@ type Gate struct {
 	onResult       func(*Result)
 	onVerify       func(VerifyEvent)
 	onSettle       func(SettleEvent)
+	onPass         func(PassEvent)
 	log            *zap.Logger
 	now            func() time.Time
 	verifyTimeout  time.Duration
@@ -107,7 +108,7 @@ func New(cfg Config, opts Options) (*Gate, error) {
 	}
 	g := &Gate{
 		route: route, reg: reg, f: f, pricing: opts.Pricing, retries: opts.RetryStore, paymentIDs: opts.PaymentIDs,
-		errStatus: opts.ErrorStatus, onResult: opts.OnResult, onVerify: opts.OnVerify, onSettle: opts.OnSettle, log: opts.Logger, now: opts.Now,
+		errStatus: opts.ErrorStatus, onResult: opts.OnResult, onVerify: opts.OnVerify, onSettle: opts.OnSettle, onPass: opts.OnPass, log: opts.Logger, now: opts.Now,
 		verifyTimeout: cfg.VerifyTimeout, settleTimeout: cfg.SettleTimeout, pricingTimeout: cfg.PricingTimeout,
 		retryLease: cfg.Retry.Lease,
 	}

@@ -380,6 +380,7 @@ func (g *Gate) issuePass(in Input, res *Result, h http.Header) *Pass {
 		return nil
 	}
 	g.setPass(h, s, c, token, g.pass.duration)
+	g.passEvent(PassEvent{Event: PassIssued})
 	return &Pass{Payer: c.Payer, Network: c.Network, Transaction: c.Tx, Scope: c.Scope, Expires: exp}
 }
 
@@ -455,20 +456,45 @@ func (g *Gate) passChallengeHeaders(res *Result, in Input, refused PassRefusal) 
 // returns the pass, or why what the request presented was refused.
 func (g *Gate) admit(ctx context.Context, in Input, h http.Header) (*Pass, PassRefusal) {
 	p, refused := g.admitPass(in, h)
+	if p == nil {
+		var sr PassRefusal
+		if p, sr = g.admitSIWX(ctx, in, h); p == nil && refused == "" {
+			refused = sr
+		}
+	}
 	if p != nil {
+		g.passEvent(PassEvent{Event: PassAdmitted, Via: p.Via})
 		return p, ""
-	}
-	sp, sr := g.admitSIWX(ctx, in, h)
-	if sp != nil {
-		return sp, ""
-	}
-	if refused == "" {
-		refused = sr
 	}
 	if refused != "" {
 		g.log.Info("x402 pass refused", zap.String("reason", string(refused)))
+		g.passEvent(PassEvent{Event: PassRefused, Reason: refused})
 	}
 	return nil, refused
+}
+
+// PassEvent is one thing that happened to a pass, as Options.OnPass sees it. No field
+// carries a payer or a token.
+type PassEvent struct {
+	// Event is PassIssued, PassAdmitted or PassRefused.
+	Event string
+	// Via is how an admitted request presented its pass (Pass.Via).
+	Via string
+	// Reason is why a pass or a proof was refused.
+	Reason PassRefusal
+}
+
+// PassEvent kinds.
+const (
+	PassIssued   = "issued"
+	PassAdmitted = "admitted"
+	PassRefused  = "refused"
+)
+
+func (g *Gate) passEvent(ev PassEvent) {
+	if g.onPass != nil {
+		g.onPass(ev)
+	}
 }
 
 // servePass runs next for a request a pass let in: no payment, the credentials stripped,

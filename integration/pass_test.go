@@ -140,6 +140,20 @@ func TestCaddyPassAcrossInstances(t *testing.T) {
 	if got.Status != http.StatusPaymentRequired || got.Header.Get("X-402-PASS-REFUSED") != "pass_other_site" {
 		t.Errorf("B with the pass for another host: %d, refused %q", got.Status, got.Header.Get("X-402-PASS-REFUSED"))
 	}
+	for _, m := range []struct {
+		c      *testenv.Caddy
+		labels string
+	}{
+		{caddyA, `event="issued"`},
+		{caddyB, `event="admitted",reason="",via="header"`},
+		{caddyB, `event="admitted",reason="",via="cookie"`},
+		{caddyB, `event="refused",reason="pass_invalid",via=""`},
+		{caddyB, `event="refused",reason="pass_other_site",via=""`},
+	} {
+		if v, n := metricSum(m.c.Metrics(t), "caddy_x402_passes_total", m.labels); n != 1 || v != 1 {
+			t.Errorf("caddy_x402_passes_total{%s} = %v over %d series, want 1", m.labels, v, n)
+		}
+	}
 	wantDelta(t, tok, payer.Address, bal[0], -10_000)
 	wantDelta(t, tok, payTo, bal[1], 10_000)
 
