@@ -1,0 +1,97 @@
+package engine
+
+import (
+	"context"
+	"math/big"
+	"testing"
+
+	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/x402gate/x402gate/verdict"
+)
+
+// openEVMPolicy allows every EVM venue and chain, and nothing else: whatever decodes and
+// meets no sink or listed address is approved, so the fuzzers see approvals.
+const openEVMPolicy = `{"venues": {"allowed": ["evm", "uniswap"]}, "chains": {"allowed": [84532, 8453]}}`
+
+// fuzzDecode decodes tx directly (a panic fails the fuzzer) and through the engine: the
+// verdict is valid, and an approval implies the action decoded.
+func fuzzDecode(t *testing.T, e *Evaluator, d Decoder, tx map[string]any) {
+	var err error
+	if sd, ok := d.(SenderDecoder); ok {
+		_, err = sd.DecodeFor(tx, escrow)
+	} else {
+		_, err = d.Decode(tx)
+	}
+	v := e.Evaluate(context.Background(), Input{Escrow: escrow, ProposedTx: tx, Policy: mustPolicy(t, 1, openEVMPolicy)})
+	mustBeValid(t, v)
+	if err != nil && v.ReasonCode != verdict.ReasonDecodeFailure {
+		t.Fatalf("the decoder refused (%v) but the verdict is %s", err, v.ReasonCode)
+	}
+	if v.Approved() && err != nil {
+		t.Fatalf("approved what does not decode: %v", err)
+	}
+}
+
+// FuzzEVMDecoder: any calldata and value sent to a token, or to a plain address.
+func FuzzEVMDecoder(f *testing.F) {
+	f.Add(pack(f, tokenABI, "transfer(address,uint256)", payee, e6(1)), uint64(0), true)
+	f.Add(pack(f, tokenABI, "approve(address,uint256)", payee, maxUint256), uint64(0), true)
+	f.Add(pack(f, tokenABI, "transferFrom(address,address,uint256)", escrow, payee, e6(1)), uint64(0), true)
+	f.Add(pack(f, tokenABI, "transferWithAuthorization(address,address,uint256,uint256,uint256,bytes32,bytes)",
+		escrow, payee, e6(2), big.NewInt(0), deadline, [32]byte{1}, make([]byte, 65)), uint64(0), true)
+	f.Add([]byte{}, uint64(1e15), false)
+	f.Add([]byte{0xa9, 0x05, 0x9c, 0xbb}, uint64(0), true)
+	e := newEngine(f, Options{})
+	f.Fuzz(func(t *testing.T, data []byte, value uint64, token bool) {
+		to := usdc
+		if !token {
+			to = payee
+		}
+		fuzzDecode(t, e, evmDecoder{}, evmTx("evm", 84532, to, data, new(big.Int).SetUint64(value)))
+	})
+}
+
+// FuzzUniswapDecoder: any calldata to each kind of router, with or without value.
+func FuzzUniswapDecoder(f *testing.F) {
+	f.Add(pack(f, routerABI, "swapExactTokensForTokens(uint256,uint256,address[],address,uint256)", e6(3000), milli18(995), []common.Address{usdc, weth}, escrow, deadline), uint8(0), uint64(0))
+	f.Add(pack(f, routerABI, "exactInput((bytes,address,uint256,uint256,uint256))", multi{v3path(usdc, tkn, weth), escrow, deadline, e6(3000), milli18(995)}), uint8(1), uint64(0))
+	f.Add(pack(f, routerABI, "multicall(uint256,bytes[])", deadline, [][]byte{
+		pack(f, routerABI, "exactInputSingle((address,address,uint24,address,uint256,uint256,uint160))", single02{usdc, weth, big.NewInt(500), addressThis, e6(3000), milli18(995), new(big.Int)}),
+		pack(f, routerABI, "unwrapWETH9(uint256,address)", milli18(995), escrow)}), uint8(2), uint64(0))
+	f.Add(execute(f, []byte{cmdWrapETH, cmdV2SwapExactIn}, urToAmount(f, addressThis, e18(1)), urV2In(f, msgSender, e18(1), e6(2990), []common.Address{weth, usdc}, false)), uint8(4), uint64(1e18))
+	f.Add(execute(f, []byte{cmdV3SwapExactIn, cmdUnwrapWETH}, urV3In(f, addressThis, e6(3000), milli18(995), v3path(usdc, weth), true, true), urToAmount(f, escrow, milli18(995))), uint8(3), uint64(0))
+	f.Add(execute(f, []byte{cmdExecuteSubPlan}, encode(f, []string{"bytes", "bytes[]"}, []byte{cmdTransfer}, [][]byte{urTokenTo(f, usdc, payee, big.NewInt(1))})), uint8(4), uint64(0))
+	f.Add(execute(f, []byte{cmdPermit2Permit}, encode(f, []string{"permitSingle", "bytes"}, permitSingle{permitDetail{usdc, maxUint160, deadline, big.NewInt(0)}, urV21, deadline}, make([]byte, 65))), uint8(3), uint64(0))
+	routers := []common.Address{v2Router, swapRouter, router02, urV21, urV20, urOther}
+	e := newEngine(f, Options{})
+	f.Fuzz(func(t *testing.T, data []byte, router uint8, value uint64) {
+		to := routers[int(router)%len(routers)]
+		fuzzDecode(t, e, uniswapDecoder{}, evmTx("uniswap", 84532, to, data, new(big.Int).SetUint64(value)))
+	})
+}
+
+// FuzzUniversalRouterPlan: any commands and inputs in an execute, on each router version.
+func FuzzUniversalRouterPlan(f *testing.F) {
+	f.Add([]byte{cmdV3SwapExactIn}, urV3In(f, msgSender, e6(3000), milli18(995), v3path(usdc, weth), true, true), []byte{}, uint8(0))
+	f.Add([]byte{cmdWrapETH, cmdV2SwapExactIn}, urToAmount(f, addressThis, e18(1)), urV2In(f, msgSender, e18(1), e6(2990), []common.Address{weth, usdc}, false), uint8(1))
+	f.Add([]byte{cmdSweep, cmdPayPortion}, urTokenTo(f, weth, msgSender, big.NewInt(1)), urTokenTo(f, weth, payee, big.NewInt(25)), uint8(2))
+	f.Add([]byte{cmdExecuteSubPlan, cmdTransfer}, encode(f, []string{"bytes", "bytes[]"}, []byte{cmdTransfer}, [][]byte{urTokenTo(f, usdc, payee, big.NewInt(1))}), urTokenTo(f, usdc, payee, big.NewInt(1)), uint8(1))
+	routers := []struct {
+		chain int64
+		addr  common.Address
+	}{{84532, urV21}, {84532, urV20}, {8453, urV12}, {84532, urOther}}
+	e := newEngine(f, Options{})
+	f.Fuzz(func(t *testing.T, cmds, in0, in1 []byte, router uint8) {
+		r := routers[int(router)%len(routers)]
+		inputs := [][]byte{in0, in1}
+		if len(cmds) < 2 {
+			inputs = inputs[:len(cmds)]
+		}
+		if len(cmds) > 2 {
+			cmds = cmds[:2]
+		}
+		data := execute(t, cmds, inputs...)
+		fuzzDecode(t, e, uniswapDecoder{}, evmTx("uniswap", r.chain, r.addr, data, nil))
+	})
+}
