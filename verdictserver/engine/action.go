@@ -59,6 +59,12 @@ type Action struct {
 	Recipients []common.Address
 	// Assets are the tokens the action moves (NativeAsset for the native coin).
 	Assets []common.Address
+	// Coins are the Hyperliquid coins the action trades or moves ("BTC", "@107", "USDC"),
+	// checked against assets.hyperliquid (docs/policy.md#hyperliquid-actions).
+	Coins []string
+	// CoinAmounts are quantities of Hyperliquid coins the action moves, priced for
+	// per_tx_cap: USDC at 1 USD, any other coin at its reference price.
+	CoinAmounts []CoinAmount
 	// Screen are further addresses to screen for sanctions, beside the escrow, To, the
 	// recipients and the assets.
 	Screen []common.Address
@@ -81,6 +87,12 @@ type Action struct {
 type Amount struct {
 	Asset common.Address
 	Value *big.Int
+}
+
+// CoinAmount is a quantity of a Hyperliquid coin, in whole units ("1.5" USDC).
+type CoinAmount struct {
+	Coin   string
+	Amount *big.Rat
 }
 
 // Approval is an allowance granted to Spender over Asset.

@@ -158,6 +158,9 @@ func (ev *evaluation) callAllowed(act *Action, obs any) result {
 // asset: each chain's universe is its own constraint (docs/policy.md#sections).
 func (ev *evaluation) asset() result {
 	act, d := ev.act, ev.in.Policy.Doc
+	if coins := ev.coins(); len(coins) > 0 {
+		return ev.coinUniverse(coins)
+	}
 	assets := ev.all(func(a *Action) []common.Address { return a.Assets })
 	if len(assets) == 0 {
 		return notChecked("this " + act.Kind + " action moves no token")
@@ -297,7 +300,7 @@ func (ev *evaluation) perTxCap() result {
 				unlimited = &a.Approvals[i]
 			}
 		}
-		if len(a.Notional) > 0 || (a.Notional == nil && a.Trade != nil && a.Trade.Kind != TradeLeverage) {
+		if len(a.Notional) > 0 || len(a.CoinAmounts) > 0 || (a.Notional == nil && a.Trade != nil && a.Trade.Kind != TradeLeverage) {
 			moves = true
 		}
 	})
@@ -340,6 +343,14 @@ func (ev *evaluation) notional() (*big.Rat, bool) {
 	ev.act.walk(func(a *Action) {
 		if !ok {
 			return
+		}
+		for _, c := range a.CoinAmounts {
+			v, good := ev.coinUSD(a, c)
+			if !good {
+				ok, ev.unpriced = false, c.Coin
+				return
+			}
+			sum.Add(sum, v)
 		}
 		amounts := a.Notional
 		if amounts == nil && a.Trade != nil {

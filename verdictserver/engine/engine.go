@@ -62,8 +62,8 @@ type Options struct {
 	// Now is the clock for verdict timestamps and data freshness; default time.Now.
 	// Latency is always measured on the monotonic clock.
 	Now func() time.Time
-	// Decoders are added to the built-in ones (payment, evm, uniswap); one for a protocol already
-	// known replaces it.
+	// Decoders are added to the built-in ones (payment, evm, uniswap, hyperliquid); one for
+	// a protocol already known replaces it.
 	Decoders []Decoder
 	// References gives the reference prices of markets (Trade.Market) for
 	// execution_price_bound; optional (docs/policy.md#trades).
@@ -99,7 +99,7 @@ func New(o Options) (*Evaluator, error) {
 		}
 		e.prices = t
 	}
-	for _, d := range append([]Decoder{paymentDecoder{}, evmDecoder{}, uniswapDecoder{}}, o.Decoders...) {
+	for _, d := range append([]Decoder{paymentDecoder{}, evmDecoder{}, uniswapDecoder{}, HyperliquidDecoder{}}, o.Decoders...) {
 		if d == nil || d.Protocol() == "" {
 			return nil, fmt.Errorf("engine: a decoder without a protocol")
 		}

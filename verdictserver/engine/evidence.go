@@ -25,6 +25,16 @@ func (ev *evaluation) renderAction(act *Action, depth int) map[string]any {
 	}
 	out["recipients"] = ev.hexes(act.Recipients)
 	out["assets"] = ev.hexes(act.Assets)
+	if len(act.Coins) > 0 {
+		out["coins"] = act.Coins
+	}
+	if len(act.CoinAmounts) > 0 {
+		amounts := make([]map[string]any, len(act.CoinAmounts))
+		for i, c := range act.CoinAmounts {
+			amounts[i] = map[string]any{"coin": c.Coin, "amount": ratString(c.Amount)}
+		}
+		out["amounts"] = amounts
+	}
 	if len(act.Stranded) > 0 {
 		out["stranded"] = ev.hexes(act.Stranded)
 	}

@@ -254,16 +254,21 @@ func (ev *evaluation) priceBound() result {
 
 // reference is the reference price of an order's market, recorded as a source.
 func (ev *evaluation) reference(a *Action) (*big.Rat, bool) {
-	if ev.refs == nil || a.Trade.Market == "" {
+	return ev.marketReference(a.Protocol, a.ChainID, a.Trade.Market)
+}
+
+// marketReference is the reference price of a market, recorded as a source.
+func (ev *evaluation) marketReference(protocol string, chainID int64, market string) (*big.Rat, bool) {
+	if ev.refs == nil || market == "" {
 		return nil, false
 	}
-	r, ok := ev.refs.ReferencePrice(a.Protocol, a.ChainID, a.Trade.Market)
+	r, ok := ev.refs.ReferencePrice(protocol, chainID, market)
 	if !ok || r.Price == nil || r.Price.Sign() <= 0 {
 		return nil, false
 	}
 	name := r.Source
 	if name == "" {
-		name = a.Protocol + ".reference"
+		name = protocol + ".reference"
 	}
 	ev.source(name, r.AsOf, !r.Cached)
 	return r.Price, true
