@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ethereum/go-ethereum/accounts/abi"
+
 	"github.com/x402gate/x402gate/integration/contracts"
 )
 
@@ -39,6 +41,8 @@ func TestCommittedArtifactsAreUpToDate(t *testing.T) {
 	}{
 		{"X402Token.json", contracts.Token},
 		{"TestWallet1271.json", contracts.Wallet},
+		{"TestPriceFeed.json", contracts.PriceFeed},
+		{"TestSanctionsOracle.json", contracts.SanctionsOracle},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			data, err := os.ReadFile(filepath.Join(out, tc.file))
@@ -138,5 +142,45 @@ func TestWalletImplementsERC1271(t *testing.T) {
 	}
 	if got := hex.EncodeToString(m.ID); got != hex.EncodeToString(contracts.ERC1271MagicValue[:]) {
 		t.Errorf("isValidSignature selector = %s, want the ERC-1271 magic value %x", got, contracts.ERC1271MagicValue)
+	}
+}
+
+// TestFeedAndOracleHaveTheChainlinkAndChainalysisSelectors pins the selectors the engine's
+// readers call on real feeds and on the real oracle: a test against our contracts then holds
+// for Chainlink's aggregators and Chainalysis's SanctionsList.
+func TestFeedAndOracleHaveTheChainlinkAndChainalysisSelectors(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		abi      abi.ABI
+		method   string
+		selector string
+	}{
+		{"latestRoundData", contracts.PriceFeedABI, "latestRoundData", "feaf968c"},
+		{"decimals", contracts.PriceFeedABI, "decimals", "313ce567"},
+		{"description", contracts.PriceFeedABI, "description", "7284e416"},
+		{"getRoundData", contracts.PriceFeedABI, "getRoundData", "9a6fc8f5"},
+		{"isSanctioned", contracts.SanctionsOracleABI, "isSanctioned", "df592f7d"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, ok := tc.abi.Methods[tc.method]
+			if !ok {
+				t.Fatalf("no method %q", tc.method)
+			}
+			if got := hex.EncodeToString(m.ID); got != tc.selector {
+				t.Errorf("selector of %s = %s, want %s", m.Sig, got, tc.selector)
+			}
+		})
+	}
+	for _, tc := range []struct{ event, topic string }{
+		{"SanctionedAddressesAdded", "2596d7dd6966c5673f9c06ddb0564c4f0e6d8d206ea075b83ad9ddd71a4fb927"},
+		{"SanctionedAddressesRemoved", "32aab684eee99db715515d1a9987a8fe33bb6341b0e35e60db7eab48a08f9a3a"},
+	} {
+		e, ok := contracts.SanctionsOracleABI.Events[tc.event]
+		if !ok {
+			t.Fatalf("no event %q", tc.event)
+		}
+		if got := hex.EncodeToString(e.ID[:]); got != tc.topic {
+			t.Errorf("topic of %s = %s, want %s", e.Sig, got, tc.topic)
+		}
 	}
 }

@@ -19,7 +19,7 @@ import { fileURLToPath } from "node:url";
 import solc from "solc";
 
 const contractsDir = resolve(dirname(fileURLToPath(import.meta.url)), "..", "contracts");
-const contracts = ["X402Token", "TestWallet1271"];
+const contracts = ["X402Token", "TestWallet1271", "TestPriceFeed", "TestSanctionsOracle"];
 
 function parseArgs(argv) {
   let out = contractsDir;

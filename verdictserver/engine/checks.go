@@ -207,11 +207,6 @@ func (ev *evaluation) recipient() result {
 
 // screen is the sanctions check: always on, not a policy field (docs/policy.md#sanctions-list).
 func (ev *evaluation) screen() result {
-	l := ev.sanctions
-	if l == nil {
-		return notChecked("no sanctions list is loaded")
-	}
-	ev.source(l.Name(), l.AsOf(), ev.sanctionsFresh())
 	addrs := []common.Address{ev.in.Escrow}
 	ev.act.walk(func(a *Action) {
 		if a.To != nil {
@@ -225,18 +220,7 @@ func (ev *evaluation) screen() result {
 			addrs = append(addrs, ap.Spender, ap.Asset)
 		}
 	})
-	var hits []common.Address
-	for i, a := range addrs {
-		if l.Contains(a) && !slices.Contains(addrs[:i], a) {
-			hits = append(hits, a)
-		}
-	}
-	obs := ev.sortedHexes(slices.Compact(slices.SortedFunc(slices.Values(addrs), compareAddr)))
-	exp := "none on " + l.Name()
-	if len(hits) > 0 {
-		return failed(verdict.ReasonSanctionedAddress, "sanctioned address "+ev.hex(hits[0])+" ("+l.Name()+")", "", map[string]any{"screened": obs, "listed": ev.sortedHexes(hits)}, exp)
-	}
-	return passed("no address is on "+l.Name(), "", map[string]any{"screened": obs, "listed": []string{}}, exp)
+	return ev.screenAddrs(addrs)
 }
 
 func compareAddr(a, b common.Address) int { return strings.Compare(string(a[:]), string(b[:])) }
@@ -339,7 +323,6 @@ func (ev *evaluation) notional() (*big.Rat, bool) {
 	ev.priced = true
 	sum := new(big.Rat)
 	ok := true
-	tableUsed := false
 	ev.act.walk(func(a *Action) {
 		if !ok {
 			return
@@ -366,7 +349,6 @@ func (ev *evaluation) notional() (*big.Rat, bool) {
 			amounts = TradeNotional(a.Trade)
 		}
 		for _, x := range amounts {
-			tableUsed = true
 			v, good := ev.usdOf(a.ChainID, x.Asset, x.Value)
 			if !good {
 				ok, ev.unpriced = false, ev.hex(x.Asset)
@@ -375,9 +357,6 @@ func (ev *evaluation) notional() (*big.Rat, bool) {
 			sum.Add(sum, v)
 		}
 	})
-	if tableUsed {
-		ev.source("prices", ev.prices.AsOf(), true)
-	}
 	if !ok {
 		return nil, false
 	}

@@ -68,6 +68,12 @@ type Options struct {
 	// References gives the reference prices of markets (Trade.Market) for
 	// execution_price_bound; optional (docs/policy.md#trades).
 	References ReferencePrices
+	// PriceFeeds price what the static table does not, from Chainlink-style feeds on
+	// chain; optional (docs/policy.md#price-feeds).
+	PriceFeeds *prices.Feeds
+	// SanctionsOracles screen, beside the list, the addresses of actions on their chain;
+	// optional, at most one per chain (docs/policy.md#sanctions-oracle).
+	SanctionsOracles []*sanctions.Oracle
 }
 
 // Evaluator is the Engine. It is safe for concurrent use.
@@ -79,6 +85,8 @@ type Evaluator struct {
 	now       func() time.Time
 	decoders  map[string]Decoder
 	refs      ReferencePrices
+	feeds     *prices.Feeds
+	oracles   map[int64]*sanctions.Oracle
 }
 
 var _ Engine = (*Evaluator)(nil)
@@ -86,6 +94,9 @@ var _ Engine = (*Evaluator)(nil)
 // New builds an Evaluator, loading Options.SanctionsFile when it is set and no list is given.
 func New(o Options) (*Evaluator, error) {
 	e := &Evaluator{file: o.SanctionsFile, ttl: o.SanctionsTTL, prices: o.Prices, now: o.Now, decoders: map[string]Decoder{}, refs: o.References}
+	if err := e.setData(o); err != nil {
+		return nil, err
+	}
 	if e.now == nil {
 		e.now = time.Now
 	}
@@ -134,9 +145,12 @@ func (e *Evaluator) SetSanctions(l *sanctions.List) { e.sanctions.Store(l) }
 
 // Evaluate judges in against its policy (docs/policy.md#check-order). It never returns nil
 // or a pending verdict.
-func (e *Evaluator) Evaluate(_ context.Context, in Input) *verdict.Verdict {
+func (e *Evaluator) Evaluate(ctx context.Context, in Input) *verdict.Verdict {
 	start := time.Now()
 	ev := &evaluation{
+		ctx:       ctx,
+		feeds:     e.feeds,
+		oracles:   e.oracles,
 		in:        in,
 		sanctions: e.sanctions.Load(),
 		ttl:       e.ttl,

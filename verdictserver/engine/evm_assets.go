@@ -73,9 +73,9 @@ func swapSide(chainID int64, in, out common.Address) string {
 	return ""
 }
 
-// usdOf prices amount of asset from the table; the native coin and the chain's WETH stand
+// tableUSD prices amount of asset from the table; the native coin and the chain's WETH stand
 // in for each other when only one is priced (docs/policy.md#prices).
-func (ev *evaluation) usdOf(chainID int64, asset common.Address, amount *big.Int) (*big.Rat, bool) {
+func (ev *evaluation) tableUSD(chainID int64, asset common.Address, amount *big.Int) (*big.Rat, bool) {
 	if v, ok := ev.prices.USD(chainID, asset, amount); ok {
 		return v, true
 	}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"math/big"
 	"sort"
 	"strconv"
@@ -16,6 +17,9 @@ import (
 
 // evaluation is one Evaluate call's state.
 type evaluation struct {
+	ctx       context.Context // bounds the reads of feeds and oracles
+	feeds     *prices.Feeds
+	oracles   map[int64]*sanctions.Oracle
 	in        Input
 	act       *Action
 	decodeErr *DecodeError
@@ -32,6 +36,9 @@ type evaluation struct {
 	refs     ReferencePrices
 
 	hexCache map[common.Address]string
+
+	degraded       []string // data that could not be had (feeds.go)
+	oracleScreened bool
 }
 
 // source records a data source consulted (docs/policy.md#data-freshness).
@@ -176,8 +183,10 @@ func (ev *evaluation) trust() verdict.Trust {
 	switch {
 	case ev.act == nil:
 		return verdict.Trust{Level: verdict.TrustLow, Notes: note("the action was not decoded")}
-	case ev.sanctions == nil:
+	case ev.sanctions == nil && !ev.oracleScreened:
 		return verdict.Trust{Level: verdict.TrustMedium, Notes: note("no sanctions list is loaded")}
+	case len(ev.degraded) > 0:
+		return verdict.Trust{Level: verdict.TrustMedium, Notes: note(strings.Join(ev.degraded, "; "))}
 	case len(ev.cached) > 0:
 		return verdict.Trust{Level: verdict.TrustMedium, Notes: note("cached data: " + strings.Join(ev.cached, ", "))}
 	}

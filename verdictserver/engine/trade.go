@@ -167,9 +167,8 @@ func (ev *evaluation) slippageBps(t *Trade) (*big.Rat, string) {
 	in, okIn := ev.usdOf(ev.act.ChainID, t.AssetIn, pay)
 	out, okOut := ev.usdOf(ev.act.ChainID, t.AssetOut, get)
 	if !okIn || !okOut {
-		return nil, "no reference price for the pair in the price table"
+		return nil, "no reference price for the pair in the price table or its feeds"
 	}
-	ev.source("prices", ev.prices.AsOf(), true)
 	base, diff := in, new(big.Rat).Sub(in, out)
 	if t.ExactOut {
 		base, diff = out, new(big.Rat).Sub(in, out)
@@ -330,6 +329,9 @@ func (ev *evaluation) orderUSD(a *Action) (*big.Rat, bool) {
 			return nil, false
 		}
 		p = ref
+	} else {
+		// docs/policy.md#prices: the order prices itself; a source like the others.
+		ev.source("order", ev.now, true)
 	}
 	return new(big.Rat).Mul(t.Size, p), true
 }

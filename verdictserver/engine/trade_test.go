@@ -261,7 +261,7 @@ func TestTradeEvidence(t *testing.T) {
 	for _, s := range v.DataFreshness.Sources {
 		names = append(names, s["name"].(string))
 	}
-	if len(names) != 3 || !slices.Contains(names, "prices") || !slices.Contains(names, "test.marks") {
+	if len(names) != 4 || !slices.Contains(names, "prices") || !slices.Contains(names, "test.marks") || !slices.Contains(names, "order") {
 		t.Errorf("sources %v", names)
 	}
 }

@@ -100,7 +100,12 @@ func (t *Table) USD(chainID int64, asset common.Address, amount *big.Int) (*big.
 	if !ok || amount == nil {
 		return nil, false
 	}
+	return p.Value(amount), true
+}
+
+// Value returns amount base units of the token in USD, exactly.
+func (p Price) Value(amount *big.Int) *big.Rat {
 	scale := new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(p.Decimals)), nil)
 	v := new(big.Rat).SetFrac(amount, scale)
-	return v.Mul(v, p.USD), true
+	return v.Mul(v, p.USD)
 }

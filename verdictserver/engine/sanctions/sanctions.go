@@ -26,6 +26,10 @@ type List struct {
 	asOf   time.Time
 	format string
 	addrs  map[common.Address]struct{}
+
+	// the file Load read: its modification time and size, to tell a changed file
+	fileMod  time.Time
+	fileSize int64
 }
 
 // Name is the list's source name for evidence: "sanctions:" and the file's base name.
@@ -37,6 +41,12 @@ func (l *List) AsOf() time.Time { return l.asOf }
 
 // Format is "text" or "ofac-sdn-xml".
 func (l *List) Format() string { return l.format }
+
+// SameFile reports whether fi (a stat of the list's file) has the modification time and size
+// the file had when Load read it: a scheduled refresh skips a file that did not change.
+func (l *List) SameFile(fi os.FileInfo) bool {
+	return l != nil && !l.fileMod.IsZero() && fi.ModTime().Equal(l.fileMod) && fi.Size() == l.fileSize
+}
 
 // Len is the number of distinct addresses.
 func (l *List) Len() int { return len(l.addrs) }
@@ -85,12 +95,14 @@ func Load(path string) (*List, error) {
 		if err != nil {
 			return nil, fmt.Errorf("sanctions list %s: %w", filepath.Base(path), err)
 		}
+		l.fileMod, l.fileSize = st.ModTime(), st.Size()
 		return l, nil
 	}
 	l, err := ParseText(br, name, st.ModTime())
 	if err != nil {
 		return nil, fmt.Errorf("sanctions list %s: %w", filepath.Base(path), err)
 	}
+	l.fileMod, l.fileSize = st.ModTime(), st.Size()
 	return l, nil
 }
 

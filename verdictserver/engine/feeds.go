@@ -1,0 +1,143 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/big"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/x402gate/x402gate/verdict"
+	"github.com/x402gate/x402gate/verdictserver/engine/prices"
+	"github.com/x402gate/x402gate/verdictserver/engine/sanctions"
+)
+
+// The data the checks read beyond the action: USD prices (the static table, then the chain's
+// feeds) and the sanctions screening (the list, then the chain's oracle).
+
+// setData keeps the price feeds and indexes the sanctions oracles by chain.
+func (e *Evaluator) setData(o Options) error {
+	e.feeds = o.PriceFeeds
+	for _, or := range o.SanctionsOracles {
+		if or == nil {
+			continue
+		}
+		if e.oracles == nil {
+			e.oracles = map[int64]*sanctions.Oracle{}
+		}
+		if _, dup := e.oracles[or.ChainID()]; dup {
+			return fmt.Errorf("engine: a second sanctions oracle for chain %d", or.ChainID())
+		}
+		e.oracles[or.ChainID()] = or
+	}
+	return nil
+}
+
+// context is the evaluation's context, never nil.
+func (ev *evaluation) context() context.Context {
+	if ev.ctx == nil {
+		return context.Background()
+	}
+	return ev.ctx
+}
+
+// usdOf prices value base units of asset on chainID (docs/policy.md#prices): from the static
+// table when it lists the asset, else from the asset's on-chain feed. It records the source
+// it used in evidence and dataFreshness. False when neither prices it, or when the feed's
+// round is older than its max age or could not be read (docs/policy.md#price-feeds: a stale
+// feed prices nothing).
+func (ev *evaluation) usdOf(chainID int64, asset common.Address, value *big.Int) (*big.Rat, bool) {
+	if value == nil {
+		return nil, false
+	}
+	if v, ok := ev.tableUSD(chainID, asset, value); ok {
+		ev.source("prices", ev.prices.AsOf(), true)
+		return v, true
+	}
+	if !ev.feeds.Has(chainID, asset) {
+		return nil, false
+	}
+	q, err := ev.feeds.Quote(ev.context(), chainID, asset)
+	name := "price-feed:" + strconv.FormatInt(chainID, 10) + ":" + ev.hex(asset)
+	switch {
+	case errors.Is(err, prices.ErrStale):
+		ev.source(name, q.UpdatedAt, false)
+		ev.degrade("the price feed of " + ev.hex(asset) + " on chain " + strconv.FormatInt(chainID, 10) + " is stale (last round " + q.UpdatedAt.Format(time.RFC3339) + ")")
+		return nil, false
+	case err != nil:
+		ev.degrade("the price feed of " + ev.hex(asset) + " on chain " + strconv.FormatInt(chainID, 10) + " is unavailable: " + err.Error())
+		return nil, false
+	}
+	ev.source(name, q.UpdatedAt, q.Status == prices.StatusFresh)
+	return q.Value(value), true
+}
+
+// degrade notes data that could not be had; trust drops to medium (docs/policy.md#trust).
+func (ev *evaluation) degrade(note string) {
+	if !slices.Contains(ev.degraded, note) {
+		ev.degraded = append(ev.degraded, note)
+	}
+}
+
+// screenAddrs screens addrs against the sanctions list and, when one is configured for the
+// action's chain, the sanctions oracle (docs/policy.md#sanctions-list). An oracle that does
+// not answer fails the check with data_unavailable: a screening that did not happen never
+// passes (docs/policy.md#sanctions-oracle).
+func (ev *evaluation) screenAddrs(addrs []common.Address) result {
+	l, oracle := ev.sanctions, ev.oracles[ev.act.ChainID]
+	if l == nil && oracle == nil {
+		return notChecked("no sanctions list is loaded")
+	}
+	uniq := slices.Compact(slices.SortedFunc(slices.Values(addrs), compareAddr))
+	listed := map[common.Address]bool{}
+	var names []string
+	if l != nil {
+		ev.source(l.Name(), l.AsOf(), ev.sanctionsFresh())
+		names = append(names, l.Name())
+		for _, a := range uniq {
+			if l.Contains(a) {
+				listed[a] = true
+			}
+		}
+	}
+	if oracle != nil {
+		names = append(names, oracle.Name())
+	}
+	on := strings.Join(names, ", ")
+	exp := "none on " + on
+	if oracle != nil {
+		hits, asOf, err := oracle.Screen(ev.context(), uniq)
+		switch {
+		case err != nil && len(listed) == 0:
+			ev.degrade(oracle.Name() + " did not answer")
+			return failed(verdict.ReasonDataUnavailable, "the sanctions oracle on chain "+strconv.FormatInt(oracle.ChainID(), 10)+" did not answer: "+err.Error(), "",
+				map[string]any{"screened": ev.sortedHexes(uniq), "listed": []string{}}, exp)
+		case err != nil:
+			ev.degrade(oracle.Name() + " did not answer")
+		default:
+			ev.source(oracle.Name(), asOf, true)
+			ev.oracleScreened = true
+			for _, a := range hits {
+				listed[a] = true
+			}
+		}
+	}
+	obs := ev.sortedHexes(uniq)
+	// The reason names the first listed address in the order the action has them.
+	for _, a := range addrs {
+		if listed[a] {
+			hits := make([]common.Address, 0, len(listed))
+			for h := range listed {
+				hits = append(hits, h)
+			}
+			return failed(verdict.ReasonSanctionedAddress, "sanctioned address "+ev.hex(a)+" ("+on+")", "",
+				map[string]any{"screened": obs, "listed": ev.sortedHexes(hits)}, exp)
+		}
+	}
+	return passed("no address is on "+on, "", map[string]any{"screened": obs, "listed": []string{}}, exp)
+}
