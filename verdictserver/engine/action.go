@@ -48,7 +48,8 @@ type Action struct {
 	ChainID int64
 	// Kind names the decoded shape, e.g. "x402.payment", "erc20.transfer".
 	Kind string
-	// Fields are further members of evidence.decodedAction (JSON values), e.g. payTo.
+	// Fields are further members of evidence.decodedAction (JSON values, or addresses:
+	// common.Address and []common.Address are written EIP-55), e.g. payTo.
 	Fields map[string]any
 	// To is the contract the agent calls; nil when the action is not a contract call (a
 	// Universal Router command, a typed-data action).

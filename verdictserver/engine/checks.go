@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"math/big"
 	"slices"
 	"strconv"
@@ -223,7 +224,7 @@ func (ev *evaluation) screen() result {
 	return ev.screenAddrs(addrs)
 }
 
-func compareAddr(a, b common.Address) int { return strings.Compare(string(a[:]), string(b[:])) }
+func compareAddr(a, b common.Address) int { return bytes.Compare(a[:], b[:]) }
 
 func (ev *evaluation) sink() result {
 	act, d := ev.act, ev.in.Policy.Doc

@@ -3,6 +3,8 @@ package engine
 import (
 	"math/big"
 	"strings"
+
+	"github.com/ethereum/go-ethereum/common"
 )
 
 // decodedAction is evidence.decodedAction for act (docs/policy.md#evidence): its fields,
@@ -14,7 +16,14 @@ func (ev *evaluation) decodedAction(act *Action) map[string]any {
 func (ev *evaluation) renderAction(act *Action, depth int) map[string]any {
 	out := make(map[string]any, len(act.Fields)+10)
 	for k, v := range act.Fields {
-		out[k] = v
+		switch x := v.(type) {
+		case common.Address:
+			out[k] = ev.hex(x)
+		case []common.Address:
+			out[k] = ev.hexes(x)
+		default:
+			out[k] = v
+		}
 	}
 	out["protocol"] = act.Protocol
 	out["chainId"] = act.ChainID

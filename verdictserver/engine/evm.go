@@ -184,7 +184,7 @@ func (evmDecoder) Decode(tx map[string]any) (*Action, error) {
 		rcpt, v := vals[0].(common.Address), vals[1].(*big.Int)
 		act.Kind = "erc20.transfer"
 		act.Recipients, act.Notional = []common.Address{rcpt}, []Amount{{token, v}}
-		act.Fields["recipient"], act.Fields["amount"] = rcpt.Hex(), v.String()
+		act.Fields["recipient"], act.Fields["amount"] = rcpt, v.String()
 	case "approve":
 		sp, v := vals[0].(common.Address), vals[1].(*big.Int)
 		unlimited := v.Cmp(maxUint256) == 0
@@ -195,17 +195,17 @@ func (evmDecoder) Decode(tx map[string]any) (*Action, error) {
 		if !unlimited {
 			act.Notional = []Amount{{token, v}}
 		}
-		act.Fields["spender"], act.Fields["amount"], act.Fields["unlimited"] = sp.Hex(), v.String(), unlimited
+		act.Fields["spender"], act.Fields["amount"], act.Fields["unlimited"] = sp, v.String(), unlimited
 	case "transferFrom":
 		from, rcpt, v := vals[0].(common.Address), vals[1].(common.Address), vals[2].(*big.Int)
 		act.Kind = "erc20.transferFrom"
 		act.Recipients, act.Screen, act.Notional = []common.Address{rcpt}, []common.Address{from}, []Amount{{token, v}}
-		act.Fields["from"], act.Fields["recipient"], act.Fields["amount"] = from.Hex(), rcpt.Hex(), v.String()
+		act.Fields["from"], act.Fields["recipient"], act.Fields["amount"] = from, rcpt, v.String()
 	case "transferWithAuthorization", "transferWithAuthorization0":
 		from, rcpt, v := vals[0].(common.Address), vals[1].(common.Address), vals[2].(*big.Int)
 		act.Kind = "eip3009.transferWithAuthorization"
 		act.Recipients, act.Screen, act.Notional = []common.Address{rcpt}, []common.Address{from}, []Amount{{token, v}}
-		act.Fields["from"], act.Fields["recipient"], act.Fields["amount"] = from.Hex(), rcpt.Hex(), v.String()
+		act.Fields["from"], act.Fields["recipient"], act.Fields["amount"] = from, rcpt, v.String()
 	default:
 		return nil, fail("data", m.Sig+" is not one this decoder reads")
 	}

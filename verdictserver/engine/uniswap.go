@@ -233,12 +233,8 @@ func (u *uni) swap(act *Action, name string, vals []any) *DecodeError {
 	if rcpt != u.router {
 		act.Recipients = []common.Address{rcpt}
 	}
-	act.Fields["recipient"] = rcpt.Hex()
-	path := make([]string, len(tokens))
-	for i, a := range tokens {
-		path[i] = a.Hex()
-	}
-	act.Fields["path"] = path
+	act.Fields["recipient"] = rcpt
+	act.Fields["path"] = tokens
 	return nil
 }
 

@@ -293,7 +293,7 @@ func (p *plan) command(leg *Action, cmd byte, in []byte, field string, depth int
 			delete(p.held, t.AssetIn) // spends what the router holds, counted where it came in
 		}
 		rcpt := p.recipient(vals[0].(common.Address))
-		leg.Fields["recipient"] = rcpt.Hex()
+		leg.Fields["recipient"] = rcpt
 		p.pay(leg, t.AssetOut, rcpt)
 	case cmdPermit2TransferFrm:
 		vals, err := unpack(urIn["p2from"], in)
@@ -344,7 +344,7 @@ func (p *plan) command(leg *Action, cmd byte, in []byte, field string, depth int
 		if spender != p.router {
 			leg.Recipients = []common.Address{spender}
 		}
-		leg.Fields["spender"] = spender.Hex()
+		leg.Fields["spender"] = spender
 	case cmdSweep, cmdTransfer, cmdPayPortion, cmdPayPortionFull:
 		vals, err := unpack(urIn["tokenTo"], in)
 		if err != nil {
