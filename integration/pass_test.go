@@ -86,7 +86,9 @@ func doHost(t *testing.T, url, host string, header map[string]string) httpResult
 // (from the environment) and one Redis. A payment on instance A buys a pass; instance B
 // lets the pass in without a payment and tells its upstream {http.x402.pass}; a tampered
 // pass is refused on B with its reason and the 402; one transfer moves; neither instance's
-// logs nor adapted config hold the pass key or the pass.
+// logs nor adapted config hold the pass key or the pass. Then @x402/fetch 2.27 with
+// @x402/extensions' sign-in-with-x pays once on A and comes back by signing the challenge,
+// its pass found in the bundled facilitator's Redis store; the admin /metrics count it all.
 func TestCaddyPassAcrossInstances(t *testing.T) {
 	chain, tok := testenv.StartChainWithToken(t)
 	redisURL := testenv.StartRedis(t)
@@ -140,11 +142,27 @@ func TestCaddyPassAcrossInstances(t *testing.T) {
 	if got.Status != http.StatusPaymentRequired || got.Header.Get("X-402-PASS-REFUSED") != "pass_other_site" {
 		t.Errorf("B with the pass for another host: %d, refused %q", got.Status, got.Header.Get("X-402-PASS-REFUSED"))
 	}
+	// The real @x402/fetch 2.27 with @x402/extensions' sign-in-with-x, through the built Caddy:
+	// it pays once for one page, then gets another page by signing the 402's challenge; the
+	// pass book is the bundled facilitator's Redis store.
+	siwxPayer := chain.Accounts[2]
+	siwxBal := balances(t, tok, siwxPayer.Address)
+	first := payWith(t, payV2Script, siwxPayer, a+"/premium/siwx-one.html", "X402_TOKEN="+tok.Address.Hex(), "X402_SIWX=1")
+	if first.Status != 200 || first.PaymentResponseHeader == nil || !strings.HasPrefix(first.Body, "pass= payer="+siwxPayer.Address.Hex()) {
+		t.Fatalf("first call: %d %q", first.Status, first.Body)
+	}
+	second := payWith(t, payV2Script, siwxPayer, a+"/premium/siwx-two.html", "X402_TOKEN="+tok.Address.Hex(), "X402_SIWX=1")
+	if second.Status != 200 || second.PaymentResponseHeader != nil || !strings.HasPrefix(second.Body, "pass=sign-in-with-x payer="+siwxPayer.Address.Hex()) {
+		t.Errorf("second call: %d %q (a settle header: %v); want it let in by sign-in-with-x", second.Status, second.Body, second.PaymentResponseHeader != nil)
+	}
+	wantDelta(t, tok, siwxPayer.Address, siwxBal[0], -10_000)
+
 	for _, m := range []struct {
 		c      *testenv.Caddy
 		labels string
 	}{
-		{caddyA, `event="issued"`},
+		{caddyA, `event="admitted",reason="",via="sign-in-with-x"`},
+		{caddyA, `event="refused",reason="siwx_no_pass",via=""`},
 		{caddyB, `event="admitted",reason="",via="header"`},
 		{caddyB, `event="admitted",reason="",via="cookie"`},
 		{caddyB, `event="refused",reason="pass_invalid",via=""`},
@@ -155,7 +173,7 @@ func TestCaddyPassAcrossInstances(t *testing.T) {
 		}
 	}
 	wantDelta(t, tok, payer.Address, bal[0], -10_000)
-	wantDelta(t, tok, payTo, bal[1], 10_000)
+	wantDelta(t, tok, payTo, bal[1], 20_000) // both payers, once each
 
 	for name, c := range map[string]*testenv.Caddy{"A": caddyA, "B": caddyB} {
 		cfg := mustDo(t, http.MethodGet, c.AdminURL+"/config/", nil)

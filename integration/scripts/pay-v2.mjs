@@ -20,12 +20,16 @@
 //                        in an onBeforePaymentCreation hook, as that package documents.
 //   X402_SIGN_ONLY=1     build the PAYMENT-SIGNATURE header but do not send the paid retry: the
 //                        header is printed as paymentHeader and nothing is paid.
+//   X402_SIWX=1          register @x402/extensions' sign-in-with-x client extension: when the 402
+//                        offers the challenge, the client signs it with the payer's key and retries
+//                        with SIGN-IN-WITH-X before it pays (a wallet that holds a pass gets in).
 // Output on stdout, one JSON line: {"status", "body", "paymentResponseHeader" (PAYMENT-RESPONSE,
 // else X-PAYMENT-RESPONSE, or null), "paymentResponse" (decoded, or null)}, or with
 // X402_SIGN_ONLY=1 {"paymentHeader"}. A failure of the client itself exits 1, reason on stderr.
 
 import { wrapFetchWithPayment, x402Client, decodePaymentResponseHeader } from "@x402/fetch";
 import { appendPaymentIdentifierToExtensions } from "@x402/extensions/payment-identifier";
+import { createSIWxClientExtension } from "@x402/extensions/sign-in-with-x";
 import { ExactEvmScheme } from "@x402/evm";
 import { privateKeyToAccount } from "viem/accounts";
 import { payScript } from "./pay-common.mjs";
@@ -47,10 +51,14 @@ async function main() {
 
   // @x402/fetch calls fetch(request) with one Request.
   const { recordingFetch, sentHeader } = recorder((request) => request.headers.get("PAYMENT-SIGNATURE"));
+  const account = privateKeyToAccount(payerKey());
   const client = x402Client.fromConfig({
-    schemes: [{ network, client: new ExactEvmScheme(privateKeyToAccount(payerKey())) }],
+    schemes: [{ network, client: new ExactEvmScheme(account) }],
     spendControls,
   });
+  if (process.env.X402_SIWX === "1") {
+    client.registerExtension(createSIWxClientExtension({ signers: [account] }));
+  }
   const paymentId = process.env.X402_PAYMENT_ID;
   if (paymentId) {
     client.onBeforePaymentCreation(async ({ paymentRequired }) => {
