@@ -124,6 +124,7 @@ http://127.0.0.1:%d {
 		"X-PAYMENT-RETRY":        "secret-retry-token-0003",
 		"x-api-key":              "secret-verdict-api-key-0001",
 		"x-facilitator-key":      "secret-facilitator-key-0002",
+		"x-admin-key":            "secret-verdict-admin-key-0004",
 	}
 	req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/paid/resource", port), nil)
 	for k, v := range secrets {

@@ -16,9 +16,9 @@ func init() {
 
 // RedactedHeaders are the request headers the x402_redact encoder deletes from log
 // entries: the payment authorizations, the retry token, the access pass, the sign-in-with-x
-// proof and the API keys. Caddy's access log only redacts
+// proof, the API keys and the verdict app's admin key. Caddy's access log only redacts
 // Cookie and Authorization on its own.
-var RedactedHeaders = []string{"X-Payment", "Payment-Signature", "X-Verification-Payment", "X-Payment-Retry", "X-Api-Key", "X-Facilitator-Key", "X-402-Pass", "Sign-In-With-X"}
+var RedactedHeaders = []string{"X-Payment", "Payment-Signature", "X-Verification-Payment", "X-Payment-Retry", "X-Api-Key", "X-Facilitator-Key", "X-Admin-Key", "X-402-Pass", "Sign-In-With-X"}
 
 // RedactEncoder (caddy.logging.encoders.x402_redact) is Caddy's filter encoder with a
 // delete filter on request>headers>H for every H of RedactedHeaders. It wraps another

@@ -12,9 +12,11 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -141,7 +143,9 @@ type verdictService struct {
 	server  *verdictserver.Server
 	redis   redis.UniversalClient
 	handler http.Handler // the public API, with the admin API under /admin/
-	started bool
+
+	startOnce sync.Once // the workers start once, however many configs share the service
+	startErr  error
 }
 
 // Destruct stops the workers and closes the store and Redis: the last config holding the
@@ -376,9 +380,24 @@ func (a *VerdictApp) resolve(log *zap.Logger) (*resolvedVerdict, error) {
 		Limits:       s.limits,
 		Fees:         s.fee,
 		AdminKeyHash: rv.adminKeyHash,
+		ClientIP:     clientIP,
 		Logger:       log,
 	}
 	return rv, nil
+}
+
+// clientIP is the client of a request for the per-IP rate limit: inside a Caddy site
+// (verdict_api) the address Caddy determined with its trusted_proxies, on the app's own
+// listener the connection's peer.
+func clientIP(r *http.Request) string {
+	if ip, ok := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string); ok && ip != "" {
+		return ip
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }
 
 // poolKey identifies the service rv configures; secrets enter it only hashed.
@@ -484,7 +503,7 @@ func (a *VerdictApp) Provision(ctx caddy.Context) error {
 		return err
 	}
 	a.key, a.svc = key, v.(*verdictService)
-	if loaded {
+	if loaded && a.Sanctions != "" {
 		// A reload reads the sanctions list again (docs/caddy.md#the-verdict-app).
 		if err := a.svc.engine.LoadSanctions(); err != nil {
 			a.log.Warn("sanctions list not reloaded; the previous one stays", zap.Error(err))
@@ -496,11 +515,9 @@ func (a *VerdictApp) Provision(ctx caddy.Context) error {
 // Start starts the workers (once per service, whatever the number of configs sharing
 // it), which first evaluate every record left pending, and the own listener.
 func (a *VerdictApp) Start() error {
-	if !a.svc.started {
-		if err := a.svc.server.Start(context.Background()); err != nil {
-			return fmt.Errorf("starting the verdict service: %w", err)
-		}
-		a.svc.started = true
+	a.svc.startOnce.Do(func() { a.svc.startErr = a.svc.server.Start(context.Background()) })
+	if a.svc.startErr != nil {
+		return fmt.Errorf("starting the verdict service: %w", a.svc.startErr)
 	}
 	if a.Listen == "" {
 		return nil

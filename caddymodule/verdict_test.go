@@ -1,10 +1,13 @@
 package caddymodule
 
 import (
+	"context"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
 // TestAdaptErrorsOfVerdict: every mistake in the verdict global option and the verdict_api
@@ -47,5 +50,21 @@ func TestVerdictSecretsStayOutOfTheAdaptedConfig(t *testing.T) {
 	}
 	if cfg := string(out); strings.Contains(cfg, "admin-secret-value") || !strings.Contains(cfg, "{env.VERDICT_ADMIN}") {
 		t.Fatalf("adapted config: %s", cfg)
+	}
+}
+
+// TestVerdictClientIPFollowsCaddy: inside a site the per-IP limit counts the client Caddy
+// determined (trusted_proxies), not the proxy in front of it; on the app's own listener, the
+// connection's peer.
+func TestVerdictClientIPFollowsCaddy(t *testing.T) {
+	r := httptest.NewRequest("GET", "/health", nil)
+	r.RemoteAddr = "10.0.0.7:41000"
+	if got := clientIP(r); got != "10.0.0.7" {
+		t.Fatalf("own listener: client %q, want the peer 10.0.0.7", got)
+	}
+	vars := map[string]any{caddyhttp.ClientIPVarKey: "203.0.113.9"}
+	r = r.WithContext(context.WithValue(r.Context(), caddyhttp.VarsCtxKey, vars))
+	if got := clientIP(r); got != "203.0.113.9" {
+		t.Fatalf("in a site behind a trusted proxy: client %q, want 203.0.113.9", got)
 	}
 }
