@@ -38,12 +38,13 @@ const (
 const CoinUSDC = "USDC"
 
 // DefaultHyperliquidPerps is the perp coin table the built-in decoder uses: asset index in
-// mainnet's meta.universe → coin. Only long-listed coins whose index is settled are in it;
+// mainnet's meta.universe → coin. Only long-listed coins whose index is settled are in it
+// (index 3, once MATIC, is left out: its name may have changed with the POL migration);
 // an index it lacks is a decode failure. Testnet indexes differ: an operator on testnet,
 // or one who trades other coins, registers HyperliquidDecoder{Perps: …} built from the
 // info endpoint's meta (docs/policy.md#hyperliquid-actions).
 var DefaultHyperliquidPerps = map[int64]string{
-	0: "BTC", 1: "ETH", 2: "ATOM", 3: "MATIC", 4: "DYDX", 5: "SOL", 6: "AVAX", 7: "BNB",
+	0: "BTC", 1: "ETH", 2: "ATOM", 4: "DYDX", 5: "SOL", 6: "AVAX", 7: "BNB",
 	8: "APE", 11: "ARB", 12: "DOGE", 13: "INJ", 14: "SUI", 18: "LINK",
 }
 
