@@ -63,6 +63,13 @@ func FuzzUniswapDecoder(f *testing.F) {
 	f.Add(execute(f, []byte{cmdV3SwapExactIn, cmdUnwrapWETH}, urV3In(f, addressThis, e6(3000), milli18(995), v3path(usdc, weth), true, true), urToAmount(f, escrow, milli18(995))), uint8(3), uint64(0))
 	f.Add(execute(f, []byte{cmdExecuteSubPlan}, encode(f, []string{"bytes", "bytes[]"}, []byte{cmdTransfer}, [][]byte{urTokenTo(f, usdc, payee, big.NewInt(1))})), uint8(4), uint64(0))
 	f.Add(execute(f, []byte{cmdPermit2Permit}, encode(f, []string{"permitSingle", "bytes"}, permitSingle{permitDetail{usdc, maxUint160, deadline, big.NewInt(0)}, urV21, deadline}, make([]byte, 65))), uint8(3), uint64(0))
+	key := poolKey{usdc, weth, big.NewInt(500), big.NewInt(10), common.Address{}}
+	f.Add(execute(f, []byte{cmdV4Swap}, v4Swap(f, []byte{v4SwapExactInSingle, v4SettleAll, v4TakeAll},
+		v4InSingleParams(f, v4InSingle{key, true, e6(3000), milli18(995), new(big.Int), nil}, true),
+		encode(f, []string{"address", "uint256"}, usdc, e6(3000)), encode(f, []string{"address", "uint256"}, weth, milli18(995)))), uint8(3), uint64(0))
+	f.Add(execute(f, []byte{cmdV4Swap}, v4Swap(f, []byte{v4SwapExactOut, v4SettleAll, v4TakeAll},
+		v4OutMultiParams(f, v4OutMulti{usdc, []pathKey{{common.Address{}, big.NewInt(500), big.NewInt(10), common.Address{}, nil}}, e6(3000), milli18(1005)}),
+		encode(f, []string{"address", "uint256"}, common.Address{}, milli18(1005)), encode(f, []string{"address", "uint256"}, usdc, e6(3000)))), uint8(4), uint64(1e18))
 	routers := []common.Address{v2Router, swapRouter, router02, urV21, urV20, urOther}
 	e := newEngine(f, Options{})
 	f.Fuzz(func(t *testing.T, data []byte, router uint8, value uint64) {
@@ -76,6 +83,9 @@ func FuzzUniversalRouterPlan(f *testing.F) {
 	f.Add([]byte{cmdV3SwapExactIn}, urV3In(f, msgSender, e6(3000), milli18(995), v3path(usdc, weth), true, true), []byte{}, uint8(0))
 	f.Add([]byte{cmdWrapETH, cmdV2SwapExactIn}, urToAmount(f, addressThis, e18(1)), urV2In(f, msgSender, e18(1), e6(2990), []common.Address{weth, usdc}, false), uint8(1))
 	f.Add([]byte{cmdSweep, cmdPayPortion}, urTokenTo(f, weth, msgSender, big.NewInt(1)), urTokenTo(f, weth, payee, big.NewInt(25)), uint8(2))
+	f.Add([]byte{cmdV4Swap}, v4Swap(f, []byte{v4SwapExactInSingle, v4TakeAll},
+		v4InSingleParams(f, v4InSingle{poolKey{usdc, weth, big.NewInt(500), big.NewInt(10), common.Address{}}, true, e6(3000), milli18(995), new(big.Int), nil}, true),
+		encode(f, []string{"address", "uint256"}, weth, milli18(995))), []byte{}, uint8(0))
 	f.Add([]byte{cmdExecuteSubPlan, cmdTransfer}, encode(f, []string{"bytes", "bytes[]"}, []byte{cmdTransfer}, [][]byte{urTokenTo(f, usdc, payee, big.NewInt(1))}), urTokenTo(f, usdc, payee, big.NewInt(1)), uint8(1))
 	routers := []struct {
 		chain int64

@@ -136,6 +136,9 @@ func TestEVMGolden(t *testing.T) {
 			verdict.ReasonSanctionedAddress, "", ids("sanctions"), nil, ""},
 		{"a multicall with a call the decoder does not read", uniPolicy, uni(router02, mc(s02single(usdc, weth, msgSender, e6(3000), milli18(995)), []byte{0xde, 0xad, 0xbe, 0xef}), nil),
 			verdict.ReasonDecodeFailure, "", nil, nil, ""},
+		{"a multicall's second swap spends the router's balance: counted once, guarded by its own minimum", uniPolicy, uni(router02, mc(
+			s02single(usdc, weth, addressThis, e6(3000), milli18(995)), s02single(weth, usdc, msgSender, new(big.Int), e6(2985))), nil),
+			verdict.ReasonAllowed, "", nil, st{"per_tx_cap": cP, "sink_recipient": cP, "side": cP}, ""},
 		{"a V3 swap over the cap", uniPolicy, uni(swapRouter, v3single(weth, usdc, escrow, e18(4), e6(11950)), nil),
 			verdict.ReasonPerTxCapExceeded, "limits.perTxUsd", ids("per_tx_cap"), nil, ""},
 
@@ -151,7 +154,7 @@ func TestEVMGolden(t *testing.T) {
 		{"UR: a swap to the router with nothing paid out strands it", uniPolicy, uni(urV21, execute(t, []byte{cmdV3SwapExactIn},
 			urV3In(t, addressThis, e6(3000), milli18(995), v3path(usdc, weth), true, true)), nil),
 			verdict.ReasonSinkRecipient, "", ids("sink_recipient"), nil, ""},
-		{"UR 2.0: V4_SWAP is not read, so the plan is undecodable", uniPolicy, uni(urV20, execute(t, []byte{0x10}, []byte{}), nil),
+		{"UR 2.0: a V4_SWAP whose input is not (bytes, bytes[]) is undecodable", uniPolicy, uni(urV20, execute(t, []byte{0x10}, []byte{}), nil),
 			verdict.ReasonDecodeFailure, "", nil, nil, ""},
 		{"an unknown router: a sub-plan byte means different things per version, so it is undecodable", uniOpen, uni(urOther, execute(t, []byte{cmdExecuteSubPlan},
 			encode(t, []string{"bytes", "bytes[]"}, []byte{cmdTransfer}, [][]byte{urTokenTo(t, usdc, payee, one)})), nil),

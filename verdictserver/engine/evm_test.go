@@ -225,6 +225,9 @@ func runGolden(t *testing.T, e *Evaluator, rows []golden) {
 			if v.TriggeringPolicyField != nil {
 				field = *v.TriggeringPolicyField
 			}
+			if testing.Verbose() && v.ReasonCode == verdict.ReasonDecodeFailure {
+				t.Log(v.HumanReason)
+			}
 			if v.ReasonCode != g.reason || field != g.field {
 				t.Fatalf("%s %q, want %s %q: %s\n%s", v.ReasonCode, field, g.reason, g.field, v.HumanReason, body)
 			}
@@ -310,4 +313,9 @@ func strs(a ...common.Address) []string {
 		out[i] = strings.ToLower(x.Hex())
 	}
 	return out
+}
+
+func evaluate(t *testing.T, e *Evaluator, g golden) *verdict.Verdict {
+	t.Helper()
+	return e.Evaluate(context.Background(), Input{Escrow: escrow, ProposedTx: g.tx, Policy: mustPolicy(t, 4, g.policy)})
 }

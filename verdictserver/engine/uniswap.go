@@ -207,7 +207,8 @@ func (u *uni) swap(act *Action, name string, vals []any) *DecodeError {
 		return fail("data", "a path must name 2 to 8 tokens")
 	}
 	if placeholders && !t.ExactOut && t.AmountIn != nil && t.AmountIn.Sign() == 0 {
-		t.AmountIn = nil // SwapRouter02: 0 is the router's whole balance
+		// SwapRouter02: 0 is the router's whole balance, counted where it came in.
+		t.AmountIn, act.Notional = nil, []Amount{}
 	}
 	switch {
 	case placeholders && rcpt == msgSender:

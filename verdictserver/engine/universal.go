@@ -68,8 +68,8 @@ func withCommands(extra map[byte]string) map[byte]string {
 
 var (
 	urV1_2     = &urVersion{name: "1.2", mask: 0x1f, commands: commonCommands}
-	urV2_0     = &urVersion{name: "2.0", mask: 0x3f, commands: withCommands(map[byte]string{cmdBalanceCheckERC20: "BALANCE_CHECK_ERC20", cmdExecuteSubPlan: "EXECUTE_SUB_PLAN"})}
-	urV2_1     = &urVersion{name: "2.1.1", mask: 0x7f, hopPrices: true, commands: withCommands(map[byte]string{cmdPayPortionFull: "PAY_PORTION_FULL_PRECISION", cmdBalanceCheckERC20: "BALANCE_CHECK_ERC20", cmdExecuteSubPlan: "EXECUTE_SUB_PLAN"})}
+	urV2_0     = &urVersion{name: "2.0", mask: 0x3f, commands: withCommands(map[byte]string{cmdBalanceCheckERC20: "BALANCE_CHECK_ERC20", cmdV4Swap: "V4_SWAP", cmdExecuteSubPlan: "EXECUTE_SUB_PLAN"})}
+	urV2_1     = &urVersion{name: "2.1.1", mask: 0x7f, hopPrices: true, commands: withCommands(map[byte]string{cmdPayPortionFull: "PAY_PORTION_FULL_PRECISION", cmdBalanceCheckERC20: "BALANCE_CHECK_ERC20", cmdV4Swap: "V4_SWAP", cmdExecuteSubPlan: "EXECUTE_SUB_PLAN"})}
 	urUnknown  = &urVersion{name: "unknown", mask: 0x7f, either: true, commands: commonCommands}
 	urRouters  = map[int64]map[common.Address]*urVersion{}
 	urByChains = []struct {
@@ -391,6 +391,8 @@ func (p *plan) command(leg *Action, cmd byte, in []byte, field string, depth int
 			return bad(err)
 		}
 		leg.Screen = []common.Address{vals[0].(common.Address), vals[1].(common.Address)}
+	case cmdV4Swap:
+		return p.v4Swap(leg, in, field)
 	case cmdExecuteSubPlan:
 		if depth >= 2 {
 			return &DecodeError{Field: field, Problem: "sub-plans nest at most 2 deep"}
