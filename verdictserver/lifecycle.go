@@ -89,24 +89,75 @@ func (s *Server) work(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case hash := <-s.queue:
-			s.evaluate(ctx, hash)
+			s.settle(hash, s.evaluate(ctx, hash))
 			s.done(hash)
 		}
 	}
 }
 
-// sweep hands PENDING records to the workers: at once, then every SweepInterval.
+// retryState is how often a record's evaluation failed here, and when it is due again.
+type retryState struct {
+	fails int
+	at    time.Time
+}
+
+// maxRetryDelay caps the wait before a record whose evaluation failed is tried again.
+const maxRetryDelay = 10 * time.Minute
+
+// settle records how an evaluation of hash ended. A record left pending by a failure (an
+// engine panic, a stored policy this build refuses, a store error) waits before the
+// sweeper tries it again, twice as long after each failure, so that records that keep
+// failing never crowd out the others (docs/verdict-api.md#lifecycle).
+func (s *Server) settle(hash string, completed bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if completed {
+		delete(s.retry, hash)
+		return
+	}
+	r := s.retry[hash]
+	r.fails++
+	delay := s.sweepEvery << min(r.fails-1, 20)
+	if delay <= 0 || delay > maxRetryDelay {
+		delay = maxRetryDelay
+	}
+	r.at = s.now().Add(delay)
+	s.retry[hash] = r
+}
+
+// waiting reports whether hash failed recently and is not due again yet.
+func (s *Server) waiting(hash string, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.retry[hash]
+	return ok && now.Before(r.at)
+}
+
+// sweep hands PENDING records to the workers: at once, then every SweepInterval. It lists
+// as many records as the queue holds beyond those waiting after a failure, oldest first,
+// so the records that keep failing never hide newer ones.
 func (s *Server) sweep(ctx context.Context) {
 	defer s.wg.Done()
 	t := time.NewTicker(s.sweepEvery)
 	defer t.Stop()
 	for {
-		pending, err := s.store.Pending(ctx, cap(s.queue))
+		s.mu.Lock()
+		limit := cap(s.queue) + len(s.retry)
+		s.mu.Unlock()
+		pending, err := s.store.Pending(ctx, limit)
 		if err != nil && ctx.Err() == nil {
 			s.log.Warn("sweep: cannot list pending records", zapError(err))
 		}
+		now := s.now()
+		listed := make(map[string]bool, len(pending))
 		for _, p := range pending {
-			s.enqueue(p.RequestHash)
+			listed[p.RequestHash] = true
+			if !s.waiting(p.RequestHash, now) {
+				s.enqueue(p.RequestHash)
+			}
+		}
+		if err == nil && len(pending) < limit {
+			s.forgetDone(listed) // every pending record was listed: the others are done
 		}
 		select {
 		case <-ctx.Done():
@@ -116,46 +167,63 @@ func (s *Server) sweep(ctx context.Context) {
 	}
 }
 
-// evaluate evaluates one record and completes it. Any failure leaves it PENDING for the
+// forgetDone drops the retry state of records that are no longer pending (completed by
+// another instance).
+func (s *Server) forgetDone(pending map[string]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for h := range s.retry {
+		if !pending[h] {
+			delete(s.retry, h)
+		}
+	}
+}
+
+// evaluate evaluates one record and completes it, and reports whether the record is done
+// with (completed here or elsewhere, or gone). Any failure leaves it PENDING for the
 // sweeper; a record another instance completed first is left as it is (terminal verdicts
 // are immutable).
-func (s *Server) evaluate(ctx context.Context, hash string) {
+func (s *Server) evaluate(ctx context.Context, hash string) (done bool) {
 	log := s.log.With(zap.String("requestHash", hash))
 	defer func() {
 		// a panicking evaluation must not take the process (and every other record) down;
 		// the record stays PENDING and the client's poll bound fails it closed
 		if v := recover(); v != nil {
 			log.Error("evaluate: panic; left pending", zap.Any("panic", v))
+			done = false
 		}
 	}()
 	t, err := s.store.TransactionByHash(ctx, hash)
+	if errors.Is(err, store.ErrNotFound) {
+		return true
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			log.Warn("evaluate: cannot read the record", zapError(err))
 		}
-		return
+		return false
 	}
 	if t.Status != store.StatusPending {
-		return
+		return true
 	}
 	in, err := s.input(ctx, t)
 	if err != nil {
 		if ctx.Err() == nil {
 			log.Warn("evaluate: cannot prepare the input; left pending", zapError(err))
 		}
-		return
+		return false
 	}
 	v := s.engine.Evaluate(ctx, in)
 	if v == nil || !v.Terminal() || v.Consistent() != nil {
 		// the engine promises a terminal, consistent verdict; anything else is never
 		// stored as one (docs/verdict-api.md#lifecycle)
 		log.Error("evaluate: the engine answered no terminal, consistent verdict; left pending")
-		return
+		return false
 	}
 	raw, err := json.Marshal(v)
 	if err != nil {
 		log.Error("evaluate: cannot encode the verdict", zapError(err))
-		return
+		return false
 	}
 	status := store.StatusRejected
 	if v.Outcome == verdict.OutcomeApproved {
@@ -164,13 +232,16 @@ func (s *Server) evaluate(ctx context.Context, hash string) {
 	switch err := s.store.Complete(ctx, hash, status, raw, v.PolicyVersion); {
 	case errors.Is(err, store.ErrTerminal):
 		log.Debug("evaluate: completed elsewhere first")
+		return true
 	case err != nil:
 		if ctx.Err() == nil {
 			log.Warn("evaluate: cannot store the verdict; left pending", zapError(err))
 		}
 	default:
 		log.Debug("evaluated", zap.String("outcome", string(v.Outcome)), zap.String("reasonCode", string(v.ReasonCode)))
+		return true
 	}
+	return false
 }
 
 // input builds the engine's input from a stored record and the agent's active policy,

@@ -204,3 +204,51 @@ func TestPanickingEngineLeavesPending(t *testing.T) {
 		t.Errorf("status after panics = %d %s, want 200 with a null verdict", s.status, s.raw)
 	}
 }
+
+// stuckEngine holds every evaluation until gate closes, then panics on the actions of one
+// wallet (a decoder bug those records keep hitting) and evaluates the others for real.
+type stuckEngine struct {
+	engine.Engine
+	gate  chan struct{}
+	stuck common.Address
+}
+
+func (s *stuckEngine) Evaluate(ctx context.Context, in engine.Input) *verdict.Verdict {
+	select {
+	case <-s.gate:
+	case <-ctx.Done():
+	}
+	if in.Escrow == s.stuck {
+		panic("decoder bug")
+	}
+	return s.Engine.Evaluate(ctx, in)
+}
+
+// TestFailingRecordsDoNotStarveNewOnes: records whose evaluation keeps failing wait longer
+// after each failure, and the sweeper lists past them, so a newer record that found the
+// queue full is still evaluated (without the backoff the sweeper lists only the oldest,
+// failing ones, again and again).
+func TestFailingRecordsDoNotStarveNewOnes(t *testing.T) {
+	eng, err := engine.New(engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stuckWallet := common.HexToAddress("0xB0B0000000000000000000000000000000000002")
+	se := &stuckEngine{Engine: eng, gate: make(chan struct{}), stuck: stuckWallet}
+	e := newEnv(t, nil, func(o *Options) { o.Engine, o.Workers, o.Queue = se, 1, 1 })
+	bob := e.agent("bob", stuckWallet, allowPolicy)
+	alice := e.agent("alice", common.HexToAddress("0xA11CE00000000000000000000000000000000001"), allowPolicy)
+	for range 3 {
+		if r := e.submit(bob.Key, submitBody(bob.Wallet, allowedPay, "")); r.status != http.StatusCreated {
+			t.Fatalf("submit = %d %s", r.status, r.raw)
+		}
+	}
+	r := e.submit(alice.Key, submitBody(alice.Wallet, allowedPay, ""))
+	if r.status != http.StatusCreated {
+		t.Fatalf("submit = %d %s", r.status, r.raw)
+	}
+	close(se.gate)
+	if v := e.await(alice.Key, r.body["requestHash"].(string)); v.Outcome != verdict.OutcomeApproved {
+		t.Fatalf("the newer record: %s, want approved", v.Outcome)
+	}
+}

@@ -78,7 +78,8 @@ type Server struct {
 	queue chan string // request hashes for the workers
 
 	mu       sync.Mutex
-	inFlight map[string]bool // queued or being evaluated here
+	inFlight map[string]bool       // queued or being evaluated here
+	retry    map[string]retryState // records whose evaluation failed here, and when to try again
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	started  bool
@@ -132,7 +133,7 @@ func New(opts Options) (*Server, error) {
 		store: opts.Store, engine: opts.Engine, workers: opts.Workers, sweepEvery: opts.SweepInterval,
 		limits: lim, fees: opts.Fees, adminKeyHash: opts.AdminKeyHash, clientIP: opts.ClientIP,
 		maxBody: opts.MaxBodyBytes, log: opts.Logger.Named("verdict"), now: opts.Now,
-		queue: make(chan string, opts.Queue), inFlight: map[string]bool{},
+		queue: make(chan string, opts.Queue), inFlight: map[string]bool{}, retry: map[string]retryState{},
 	}
 	s.op = &Operator{store: opts.Store}
 	return s, nil
