@@ -63,6 +63,19 @@ func (g gen) evmAction(t testing.TB) map[string]any {
 		var cmds []byte
 		var ins [][]byte
 		for range 1 + g.pick(3) {
+			if to != urOther && g.pick(6) == 0 {
+				in, out := tk(), tk()
+				key := poolKey{in, out, big.NewInt(500), big.NewInt(10), []common.Address{{}, listed}[g.pick(2)]}
+				acts := []byte{v4SwapExactInSingle, v4SettleAll, []byte{v4TakeAll, v4Take}[g.pick(2)]}
+				last := encode(t, []string{"address", "uint256"}, out, small())
+				if acts[2] == v4Take {
+					last = encode(t, []string{"address", "address", "uint256"}, out, rcpt(), small())
+				}
+				cmds, ins = append(cmds, cmdV4Swap), append(ins, v4Swap(t, acts,
+					v4InSingleParams(t, v4InSingle{key, true, small(), small(), new(big.Int), nil}, to == urV21),
+					encode(t, []string{"address", "uint256"}, in, small()), last))
+				continue
+			}
 			switch g.pick(5) {
 			case 0:
 				cmds, ins = append(cmds, cmdV3SwapExactIn), append(ins, urV3In(t, rcpt(), small(), small(), v3path(tk(), tk()), g.coin(), hop))
@@ -101,8 +114,8 @@ func (g gen) evmAction(t testing.TB) map[string]any {
 
 // TestEveryEVMVerdictIsConsistent is the property test over the EVM decoders: every verdict
 // passes the verdict package's validator and the client's strict parser; an approved action
-// decodes, fails no check, and names no sanctioned party and no sink among its recipients,
-// legs included.
+// decodes, fails no check, names no sink among its recipients and no listed address among
+// its recipients, assets and screened addresses (hooks, owners), legs included.
 func TestEveryEVMVerdictIsConsistent(t *testing.T) {
 	e := newEngine(t, Options{})
 	counts := map[verdict.ReasonCode]int{}
@@ -134,6 +147,11 @@ func TestEveryEVMVerdictIsConsistent(t *testing.T) {
 			for _, r := range a.Recipients {
 				if _, sink := builtinSink(r); sink || e.sanctions.Load().Contains(r) {
 					t.Fatalf("seed %d: approved a recipient %s that is a sink or listed\n%s", seed, r.Hex(), body)
+				}
+			}
+			for _, x := range append(slices.Clone(a.Screen), a.Assets...) {
+				if e.sanctions.Load().Contains(x) {
+					t.Fatalf("seed %d: approved a listed address %s\n%s", seed, x.Hex(), body)
 				}
 			}
 			if len(a.Stranded) > 0 {
