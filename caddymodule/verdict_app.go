@@ -7,10 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/big"
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/ethclient"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
@@ -68,8 +71,20 @@ type VerdictApp struct {
 	Sanctions string `json:"sanctions,omitempty"`
 	// SanctionsTTL is how long after its date the list counts as fresh. Default: 24h.
 	SanctionsTTL caddy.Duration `json:"sanctions_ttl,omitempty"`
+	// SanctionsRefresh is how often the sanctions file is checked, and read again when it
+	// changed. Default: 1h.
+	SanctionsRefresh caddy.Duration `json:"sanctions_refresh,omitempty"`
+	// SanctionsOracles are Chainalysis-style sanctions oracles, at most one per chain, each
+	// on a chain with an RPC. Default: none.
+	SanctionsOracles []VerdictOracleConfig `json:"sanctions_oracles,omitempty"`
 	// Prices are USD prices of tokens, besides the built-in stablecoins.
 	Prices []VerdictPriceConfig `json:"prices,omitempty"`
+	// PriceFeeds are Chainlink-style price feeds of tokens the prices do not list, each on
+	// a chain with an RPC. Default: none.
+	PriceFeeds []VerdictPriceFeedConfig `json:"price_feeds,omitempty"`
+	// RPC are the JSON-RPC endpoints of the chains of PriceFeeds and SanctionsOracles.
+	// Default: none.
+	RPC []VerdictRPCConfig `json:"rpc,omitempty"`
 	// Fee is the verification fee schedule of POST /pricing/quote. Default: none, every
 	// quote is null.
 	Fee *VerdictFeeConfig `json:"fee,omitempty"`
@@ -146,11 +161,19 @@ type verdictService struct {
 
 	startOnce sync.Once // the workers start once, however many configs share the service
 	startErr  error
+	rpcs      []*ethclient.Client
+	stop      context.CancelFunc // ends the scheduled refresh of the sanctions list
 }
 
 // Destruct stops the workers and closes the store and Redis: the last config holding the
 // service is gone.
 func (s *verdictService) Destruct() error {
+	if s.stop != nil {
+		s.stop()
+	}
+	for _, c := range s.rpcs {
+		c.Close()
+	}
 	errs := []error{s.server.Close(), s.store.Close()}
 	if s.redis != nil {
 		errs = append(errs, s.redis.Close())
@@ -163,6 +186,9 @@ type resolvedVerdict struct {
 	storeType, storePath, storeDSN string
 	redisURL                       string
 	adminKeyHash                   [32]byte
+	chain                          *chainData
+	rpcURLs                        map[int64]string // resolved: they may hold keys
+	refresh                        time.Duration
 	opts                           verdictserver.Options
 	engineOpts                     engine.Options
 }
@@ -179,11 +205,14 @@ type verdictSettings struct {
 	limits verdictserver.Limits
 	prices []prices.Entry
 	fee    *verdictserver.FeeSchedule
+	chain  *chainData
 }
 
-// VerdictConfigError names the verdict option at fault.
+// VerdictConfigError names the verdict option at fault; Index, when > 0, says which line of
+// a repeated option (from 1).
 type VerdictConfigError struct {
 	Option string
+	Index  int
 	Err    error
 }
 
@@ -252,8 +281,12 @@ func (a *VerdictApp) settings() (*verdictSettings, error) {
 		}
 		s.prices = append(s.prices, e)
 	}
-	if _, err := prices.New(time.Now(), append(prices.Stablecoins(), s.prices...)...); err != nil {
+	var err error
+	if _, err = prices.New(time.Now(), append(prices.Stablecoins(), s.prices...)...); err != nil {
 		return nil, &VerdictConfigError{Option: "price", Err: err}
+	}
+	if s.chain, err = a.chainData(); err != nil {
+		return nil, err
 	}
 	if a.Fee != nil {
 		fee, err := a.Fee.schedule()
@@ -369,6 +402,13 @@ func (a *VerdictApp) resolve(log *zap.Logger) (*resolvedVerdict, error) {
 	if table, err = prices.New(time.Now(), append(prices.Stablecoins(), s.prices...)...); err != nil {
 		return nil, &VerdictConfigError{Option: "price", Err: err}
 	}
+	rv.chain, rv.refresh = s.chain, time.Duration(a.SanctionsRefresh)
+	if rv.refresh == 0 {
+		rv.refresh = DefaultSanctionsRefresh
+	}
+	if rv.rpcURLs, err = s.chain.resolveRPC(repl); err != nil {
+		return nil, err
+	}
 	rv.engineOpts = engine.Options{
 		SanctionsFile: repl.ReplaceKnown(a.Sanctions, ""),
 		SanctionsTTL:  time.Duration(a.SanctionsTTL),
@@ -412,6 +452,9 @@ func (rv *resolvedVerdict) poolKey(a *VerdictApp) (string, error) {
 		h.Write([]byte{0})
 		h.Write([]byte(sec))
 	}
+	for _, id := range slices.Sorted(maps.Keys(rv.rpcURLs)) {
+		fmt.Fprintf(h, "\x00%d\x00%s", id, rv.rpcURLs[id])
+	}
 	h.Write(rv.adminKeyHash[:])
 	return "verdict/" + hex.EncodeToString(h.Sum(nil)), nil
 }
@@ -443,13 +486,20 @@ func openVerdictService(rv *resolvedVerdict, log *zap.Logger) (*verdictService, 
 	}
 	svc := &verdictService{store: st}
 	fail := func(err error) (*verdictService, error) {
+		for _, c := range svc.rpcs {
+			c.Close()
+		}
 		_ = st.Close()
 		if svc.redis != nil {
 			_ = svc.redis.Close()
 		}
 		return nil, err
 	}
-	if svc.engine, err = engine.New(rv.engineOpts); err != nil {
+	eopts := rv.engineOpts
+	if svc.rpcs, err = openChainData(ctx, rv.chain, rv.rpcURLs, &eopts); err != nil {
+		return fail(err)
+	}
+	if svc.engine, err = engine.New(eopts); err != nil {
 		return fail(&VerdictConfigError{Option: "sanctions", Err: err})
 	}
 	opts := rv.opts
@@ -469,6 +519,11 @@ func openVerdictService(rv *resolvedVerdict, log *zap.Logger) (*verdictService, 
 		return fail(err)
 	}
 	svc.handler = verdictMux(svc.server)
+	if rv.engineOpts.SanctionsFile != "" {
+		rctx, stop := context.WithCancel(context.Background())
+		svc.stop = stop
+		go refreshSanctions(rctx, svc.engine, rv.refresh, log)
+	}
 	log.Info("verdict service ready", zap.String("store", rv.storeType), zap.Bool("shared_limits", svc.redis != nil))
 	return svc, nil
 }

@@ -7,7 +7,6 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
@@ -45,8 +44,11 @@ func parseVerdictOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //		admin_key <placeholder>
 //		workers <n> [<queue>]
 //		rate_limit key|ip <per second> <burst>
-//		sanctions <file> [<ttl>]
+//		sanctions <file> [<ttl>] [refresh <interval>]
+//		sanctions_oracle <chain id> <address>
 //		price <chain id> <asset> <usd> [<decimals> [<symbol>]]
+//		price_feed <chain id> <asset> <feed address> [<max age>]
+//		rpc <chain id> <url placeholder>
 //		fee {
 //			network <name>
 //			asset <address>
@@ -120,18 +122,30 @@ func (a *VerdictApp) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("rate_limit %q: want key or ip", args[0])
 			}
 		case "sanctions":
-			args := d.RemainingArgs()
-			if len(args) < 1 || len(args) > 2 {
-				return d.ArgErr()
+			if err := parseVerdictSanctions(d, a); err != nil {
+				return err
 			}
-			a.Sanctions = args[0]
-			if len(args) == 2 {
-				ttl, err := caddy.ParseDuration(args[1])
-				if err != nil || ttl <= 0 {
-					return d.Errf("sanctions ttl %q is not a positive duration", args[1])
-				}
-				a.SanctionsTTL = caddy.Duration(ttl)
+		case "sanctions_oracle":
+			o, err := parseVerdictOracle(d)
+			if err != nil {
+				return err
 			}
+			a.SanctionsOracles = append(a.SanctionsOracles, o)
+			lines[fmt.Sprintf("%s#%d", opt, len(a.SanctionsOracles))] = d.Token()
+		case "price_feed":
+			f, err := parseVerdictPriceFeed(d)
+			if err != nil {
+				return err
+			}
+			a.PriceFeeds = append(a.PriceFeeds, f)
+			lines[fmt.Sprintf("%s#%d", opt, len(a.PriceFeeds))] = d.Token()
+		case "rpc":
+			r, err := parseVerdictRPC(d)
+			if err != nil {
+				return err
+			}
+			a.RPC = append(a.RPC, r)
+			lines[fmt.Sprintf("%s#%d", opt, len(a.RPC))] = d.Token()
 		case "price":
 			p, err := parseVerdictPrice(d)
 			if err != nil {
@@ -154,6 +168,9 @@ func (a *VerdictApp) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if err := a.Validate(); err != nil {
 		var ve *VerdictConfigError
 		if errors.As(err, &ve) {
+			if _, ok := lines[fmt.Sprintf("%s#%d", ve.Option, ve.Index)]; ok && ve.Index > 0 {
+				return lines.errAt(d, fmt.Sprintf("%s#%d", ve.Option, ve.Index), err)
+			}
 			return lines.errAt(d, ve.Option, err)
 		}
 		return d.WrapErr(err)
