@@ -156,7 +156,12 @@ type evmDecoder struct{}
 
 func (evmDecoder) Protocol() string { return ProtocolEVM }
 
-func (evmDecoder) Decode(tx map[string]any) (*Action, error) {
+func (d evmDecoder) Decode(tx map[string]any) (*Action, error) {
+	return d.DecodeFor(tx, common.Address{})
+}
+
+// DecodeFor reads tx sent by sender: WETH's deposit and withdraw pay the sender.
+func (evmDecoder) DecodeFor(tx map[string]any, sender common.Address) (*Action, error) {
 	c, de := readCall(tx)
 	if de != nil {
 		return nil, de
@@ -174,6 +179,25 @@ func (evmDecoder) Decode(tx map[string]any) (*Action, error) {
 	if de != nil {
 		return nil, de
 	}
+	if m.RawName == "deposit" || m.RawName == "withdraw" {
+		// docs/policy.md#evm-actions: only the chain's own WETH is read; another contract's
+		// deposit() could do anything.
+		if w, known := wrappedNative(c.chainID); !known || w != to {
+			return nil, fail("to", m.RawName+" is read only on the chain's WETH")
+		}
+		act.Assets, act.Recipients = []common.Address{NativeAsset, to}, []common.Address{sender}
+		if m.RawName == "deposit" {
+			act.Kind, act.Notional = "weth.deposit", []Amount{{NativeAsset, c.value}}
+			return act, nil
+		}
+		if c.value.Sign() != 0 {
+			return nil, fail("value", "must be 0 for withdraw")
+		}
+		wad := vals[0].(*big.Int)
+		act.Kind, act.Notional = "weth.withdraw", []Amount{{to, wad}}
+		act.Fields["amount"] = wad.String()
+		return act, nil
+	}
 	if c.value.Sign() != 0 {
 		return nil, fail("value", "must be 0 for "+m.RawName+": a token call sends no native coin")
 	}
@@ -185,10 +209,22 @@ func (evmDecoder) Decode(tx map[string]any) (*Action, error) {
 		act.Kind = "erc20.transfer"
 		act.Recipients, act.Notional = []common.Address{rcpt}, []Amount{{token, v}}
 		act.Fields["recipient"], act.Fields["amount"] = rcpt, v.String()
-	case "approve":
-		sp, v := vals[0].(common.Address), vals[1].(*big.Int)
+	case "approve", "increaseAllowance", "permit":
+		var sp common.Address
+		var v *big.Int
+		if m.Name == "permit" {
+			owner := vals[0].(common.Address)
+			sp, v = vals[1].(common.Address), vals[2].(*big.Int)
+			act.Screen = []common.Address{owner}
+			act.Fields["owner"] = owner
+		} else {
+			sp, v = vals[0].(common.Address), vals[1].(*big.Int)
+		}
 		unlimited := v.Cmp(maxUint256) == 0
-		act.Kind = "erc20.approve"
+		act.Kind = "erc20." + m.Name
+		if m.Name == "permit" {
+			act.Kind = "eip2612.permit"
+		}
 		act.Recipients = []common.Address{sp}
 		act.Approvals = []Approval{{Spender: sp, Asset: token, Amount: v, Unlimited: unlimited}}
 		act.Notional = []Amount{}
@@ -201,9 +237,9 @@ func (evmDecoder) Decode(tx map[string]any) (*Action, error) {
 		act.Kind = "erc20.transferFrom"
 		act.Recipients, act.Screen, act.Notional = []common.Address{rcpt}, []common.Address{from}, []Amount{{token, v}}
 		act.Fields["from"], act.Fields["recipient"], act.Fields["amount"] = from, rcpt, v.String()
-	case "transferWithAuthorization", "transferWithAuthorization0":
+	case "transferWithAuthorization", "transferWithAuthorization0", "receiveWithAuthorization":
 		from, rcpt, v := vals[0].(common.Address), vals[1].(common.Address), vals[2].(*big.Int)
-		act.Kind = "eip3009.transferWithAuthorization"
+		act.Kind = "eip3009." + m.RawName
 		act.Recipients, act.Screen, act.Notional = []common.Address{rcpt}, []common.Address{from}, []Amount{{token, v}}
 		act.Fields["from"], act.Fields["recipient"], act.Fields["amount"] = from, rcpt, v.String()
 	default:

@@ -43,10 +43,13 @@ func FuzzEVMDecoder(f *testing.F) {
 	f.Add([]byte{}, uint64(1e15), false)
 	f.Add([]byte{0xa9, 0x05, 0x9c, 0xbb}, uint64(0), true)
 	e := newEngine(f, Options{})
+	f.Add(pack(f, tokenABI, "deposit()"), uint64(1e15), false)
+	f.Add(pack(f, tokenABI, "withdraw(uint256)", e18(1)), uint64(0), false)
 	f.Fuzz(func(t *testing.T, data []byte, value uint64, token bool) {
-		to := usdc
-		if !token {
-			to = payee
+		// A token (USDC), the chain's WETH, or a plain address.
+		to := []common.Address{usdc, weth, payee}[len(data)%3]
+		if token {
+			to = usdc
 		}
 		fuzzDecode(t, e, evmDecoder{}, evmTx("evm", 84532, to, data, new(big.Int).SetUint64(value)))
 	})
