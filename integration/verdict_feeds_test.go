@@ -22,19 +22,21 @@ import (
 // feedsCaddyfile is a verdict app that prices FEED_TOKEN from our Chainlink-style feed and
 // screens with our sanctions oracle, both read through the RPC in RPC_URL, beside a sanctions
 // list file that it checks every second.
-const feedsCaddyfile = `{
+func feedsCaddyfile(refresh string) string {
+	return `{
 	admin {$CADDY_ADMIN}
 	auto_https off
 	verdict {
 		listen 127.0.0.1:{$VERDICT_PORT}
 		store sqlite {$VERDICT_DB}
-		sanctions {$SANCTIONS_FILE} 24h refresh 1s
+		sanctions {$SANCTIONS_FILE} 24h refresh ` + refresh + `
 		rpc 84532 {env.RPC_URL}
 		price_feed 84532 {$FEED_TOKEN} {$FEED} 1h
 		sanctions_oracle 84532 {$ORACLE}
 	}
 }
 `
+}
 
 // feedsEnv is a chain with our token, a feed and an oracle, a sanctions list file, and a
 // verdict store whose agent "trader" owns the escrow wallet and may pay anyone up to 5 USD.
@@ -51,12 +53,14 @@ type feedsEnv struct {
 	flagged  common.Address // on the oracle
 	listed   common.Address // in the list file, after the refresh
 	verdicts string
+	caddy    *testenv.Caddy
+	file     string // the Caddyfile
 }
 
 func (f *feedsEnv) cli(t *testing.T, args ...string) string {
 	t.Helper()
 	path := filepath.Join(f.dir, "Caddyfile")
-	if err := os.WriteFile(path, []byte(feedsCaddyfile), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(f.file), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(testenv.CaddyBinary(t), append(append([]string{"verdict"}, args...), "--config", path, "--adapter", "caddyfile")...)
@@ -161,15 +165,13 @@ func checkStatus(v map[string]any, id string) string {
 	return ""
 }
 
-// TestVerdictAppReadsFeedsAndOracleOnChain runs the verdict app in the built Caddy against
-// anvil with our contracts (docs/policy.md#price-feeds, docs/policy.md#sanctions-oracle,
-// docs/policy.md#refreshing-the-list): a token only the feed prices is capped in USD; a stale
-// round gives data_unavailable; the oracle's address is rejected; an address added to the
-// list file is rejected after the scheduled refresh, without a reload; and the RPC URL, given
-// by placeholder, never shows in the log.
-func TestVerdictAppReadsFeedsAndOracleOnChain(t *testing.T) {
+// newFeedsEnv starts anvil with our token, feed (2 USD a token, fresh) and oracle, writes
+// an empty sanctions list, registers the agent with the caddy verdict commands and starts
+// Caddy with the list checked every refresh.
+func newFeedsEnv(t *testing.T, refresh string) *feedsEnv {
+	t.Helper()
 	chain, tok := testenv.StartChainWithToken(t)
-	f := &feedsEnv{chain: chain, tok: tok, dir: t.TempDir(), escrow: chain.Accounts[1].Address,
+	f := &feedsEnv{chain: chain, tok: tok, dir: t.TempDir(), escrow: chain.Accounts[1].Address, file: feedsCaddyfile(refresh),
 		flagged: common.HexToAddress("0xf1a9000000000000000000000000000000000002"),
 		listed:  common.HexToAddress("0x5a1e0000000000000000000000000000000000b1")}
 	f.feed = chain.DeployPriceFeed(t, 8, "USDT / USD")
@@ -196,11 +198,22 @@ func TestVerdictAppReadsFeedsAndOracleOnChain(t *testing.T) {
 	f.cli(t, "policy", "set", "--agent", "trader", pol)
 
 	port := testenv.FreePort(t)
-	c := testenv.StartCaddy(t, feedsCaddyfile, testenv.CaddyOptions{
-		Env:       append(append([]string{}, f.env...), "VERDICT_PORT="+strconv.Itoa(port)),
-		WaitPorts: []int{port},
-	})
+	f.env = append(f.env, "VERDICT_PORT="+strconv.Itoa(port))
+	f.caddy = testenv.StartCaddy(t, f.file, testenv.CaddyOptions{Env: f.env, WaitPorts: []int{port}})
 	f.verdicts = "http://127.0.0.1:" + strconv.Itoa(port)
+	return f
+}
+
+// TestVerdictAppReadsFeedsAndOracleOnChain runs the verdict app in the built Caddy against
+// anvil with our contracts (docs/policy.md#price-feeds, docs/policy.md#sanctions-oracle,
+// docs/policy.md#refreshing-the-list): a token only the feed prices is capped in USD; a stale
+// round gives data_unavailable; the oracle's address is rejected; an address added to the
+// list file is rejected after the scheduled refresh, without a reload; and the RPC URL, given
+// by placeholder, never shows in the log.
+func TestVerdictAppReadsFeedsAndOracleOnChain(t *testing.T) {
+	f := newFeedsEnv(t, "1s")
+	chain, tok := f.chain, f.tok
+	c := f.caddy
 	payee := chain.Accounts[2].Address
 	feedSource := "price-feed:84532:"
 
@@ -254,5 +267,29 @@ func TestVerdictAppReadsFeedsAndOracleOnChain(t *testing.T) {
 	}
 	if strings.Contains(c.Logs(), chain.RPCURL) {
 		t.Error("Caddy's log holds the RPC URL")
+	}
+}
+
+// TestVerdictAppReloadRereadsTheList: with the schedule an hour away, a Caddy reload that
+// keeps the verdict app's config (and so its service and store) reads the sanctions list file
+// again (docs/caddy.md#the-verdict-app).
+func TestVerdictAppReloadRereadsTheList(t *testing.T) {
+	f := newFeedsEnv(t, "1h")
+	if v := f.judge(t, f.tok.Address, f.listed, "1"); v["outcome"] != "approved" {
+		t.Fatalf("before the list names it: %v %v", v["reasonCode"], v["humanReason"])
+	}
+	f.writeList(t, "2026-11-20T00:00:00Z", f.listed)
+	if v := f.judge(t, f.tok.Address, f.listed, "1"); v["outcome"] != "approved" {
+		t.Fatalf("the list was read again before the reload or the schedule: %v", v["reasonCode"])
+	}
+	// Caddy ignores a load of the same config (caddy reload --force forces one): change
+	// something beside the verdict app, which keeps its service.
+	f.caddy.Reload(t, strings.Replace(f.file, "auto_https off", "auto_https off\n\tlog {\n\t\tlevel INFO\n\t}", 1))
+	v := f.judge(t, f.tok.Address, f.listed, "1")
+	if v["reasonCode"] != "sanctioned_address" {
+		t.Fatalf("after the reload: %v %v", v["reasonCode"], v["humanReason"])
+	}
+	if got := sourceStatus(v, "sanctions:sanctions.txt"); !strings.HasPrefix(got, "2026-11-20T00:00:00Z ") {
+		t.Errorf("the list's date in the verdict: %q", got)
 	}
 }
