@@ -348,3 +348,32 @@ func TestRefreshSanctions(t *testing.T) {
 		t.Errorf("after the scheduled refresh: %s, %q", r, src)
 	}
 }
+
+// BenchmarkEvaluateWithFeedAndOracle is one payment priced by an on-chain feed and screened
+// by the list and an on-chain oracle, both answers in their caches: what the network adds to
+// an evaluation once warm (docs/policy.md#price-feeds).
+func BenchmarkEvaluateWithFeedAndOracle(b *testing.B) {
+	chain, tok := testenv.StartChainWithToken(b)
+	feed := chain.DeployPriceFeed(b, 8, "T / USD")
+	feed.SetRound(b, big.NewInt(1e8), clock)
+	or := chain.DeploySanctionsOracle(b)
+	feeds, err := prices.NewFeeds(prices.FeedOptions{Callers: map[int64]prices.Caller{84532: chain.Client}, TTL: time.Hour, Now: func() time.Time { return clock }},
+		prices.Feed{ChainID: 84532, Asset: tok.Address, Address: feed.Address})
+	if err != nil {
+		b.Fatal(err)
+	}
+	oracle, err := sanctions.NewOracle(sanctions.OracleOptions{ChainID: 84532, Address: or.Address, Caller: chain.Client, TTL: time.Hour, Now: func() time.Time { return clock }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := newEngine(b, Options{PriceFeeds: feeds, SanctionsOracles: []*sanctions.Oracle{oracle}})
+	in := Input{Escrow: escrow, ProposedTx: payment(set("asset", tok.Address.Hex()), set("amount", "1000000")), Policy: mustPolicy(b, 1, feedPolicy)}
+	if v := e.Evaluate(context.Background(), in); v.Outcome != verdict.OutcomeApproved || v.Trust.Level != verdict.TrustHigh {
+		b.Fatalf("%s %s, trust %s", v.Outcome, v.HumanReason, v.Trust.Level)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		e.Evaluate(context.Background(), in)
+	}
+}

@@ -258,3 +258,45 @@ func TestNewFeedsRefusesBadFeeds(t *testing.T) {
 		})
 	}
 }
+
+// TestConcurrentQuotesShareOneRead: many evaluations asking a cold feed at once make one read
+// (three eth_calls: the two decimals and latestRoundData), and all get its price.
+func TestConcurrentQuotesShareOneRead(t *testing.T) {
+	chain, tok := testenv.StartChainWithToken(t)
+	feed := chain.DeployPriceFeed(t, 8, "USDC / USD")
+	feed.SetRound(t, usd8("1.25"), time.Now())
+	cc := &counting{Caller: chain.Client}
+	chainID := chain.ChainID.Int64()
+	feeds, err := prices.NewFeeds(prices.FeedOptions{Callers: map[int64]prices.Caller{chainID: cc}},
+		prices.Feed{ChainID: chainID, Asset: tok.Address, Address: feed.Address})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 32
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	start := make(chan struct{})
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			q, err := feeds.Quote(context.Background(), chainID, tok.Address)
+			if err == nil && q.USD.FloatString(2) != "1.25" {
+				err = errors.New("price " + q.USD.FloatString(2))
+			}
+			errs <- err
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := cc.n.Load(); got != 3 {
+		t.Errorf("%d concurrent quotes made %d eth_calls, want 3 (one read)", n, got)
+	}
+}
