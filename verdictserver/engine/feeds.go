@@ -74,7 +74,22 @@ func (ev *evaluation) usdOf(chainID int64, asset common.Address, value *big.Int)
 		return nil, false
 	}
 	ev.source(name, q.UpdatedAt, q.Status == prices.StatusFresh)
+	ev.annotate(name, "feed", q.Feed.Hex(), "usd", q.USD.FloatString(8))
 	return q.Value(value), true
+}
+
+// annotate adds members to the evidence source called name (evidence.sources carries more
+// than dataFreshness.sources: docs/policy.md#evidence).
+func (ev *evaluation) annotate(name string, kv ...any) {
+	for _, s := range ev.sources {
+		if s["name"] != name {
+			continue
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			s[kv[i].(string)] = kv[i+1]
+		}
+		return
+	}
 }
 
 // degrade notes data that could not be had; trust drops to medium (docs/policy.md#trust).
@@ -98,6 +113,7 @@ func (ev *evaluation) screenAddrs(addrs []common.Address) result {
 	var names []string
 	if l != nil {
 		ev.source(l.Name(), l.AsOf(), ev.sanctionsFresh())
+		ev.annotate(l.Name(), "format", l.Format(), "entries", l.Len())
 		names = append(names, l.Name())
 		for _, a := range uniq {
 			if l.Contains(a) {
@@ -121,6 +137,7 @@ func (ev *evaluation) screenAddrs(addrs []common.Address) result {
 			ev.degrade(oracle.Name() + " did not answer")
 		default:
 			ev.source(oracle.Name(), asOf, true)
+			ev.annotate(oracle.Name(), "chainId", oracle.ChainID(), "address", oracle.Address().Hex())
 			ev.oracleScreened = true
 			for _, a := range hits {
 				listed[a] = true

@@ -102,6 +102,19 @@ func TestPricesFromFeedsOnChain(t *testing.T) {
 			if tc.usd < 0 && v.USDNotional != nil || tc.usd >= 0 && (v.USDNotional == nil || *v.USDNotional != tc.usd) {
 				t.Errorf("usdNotional %v, want %v", v.USDNotional, tc.usd)
 			}
+			for _, s := range v.Evidence.Sources {
+				m := s.(map[string]any)
+				switch m["name"] {
+				case "sanctions:sdn_advanced.xml":
+					if m["format"] != "ofac-sdn-xml" || m["entries"] != 3 {
+						t.Errorf("list evidence %v", m)
+					}
+				case usdtSource:
+					if m["feed"] != usdtFeed.Address.Hex() || m["usd"] != "2.00000000" {
+						t.Errorf("feed evidence %v", m)
+					}
+				}
+			}
 			got := sourcesOf(v)
 			if got["sanctions:sdn_advanced.xml"] != "2026-11-20T00:00:00Z fresh" {
 				t.Errorf("the sanctions list source is %q", got["sanctions:sdn_advanced.xml"])
@@ -252,6 +265,11 @@ func TestSanctionsOracleOnChain(t *testing.T) {
 			}
 			if _, has := sourcesOf(v)[oracleSource]; has != tc.inSource {
 				t.Errorf("sources %v: oracle present %v, want %v", sourcesOf(v), has, tc.inSource)
+			}
+			for _, s := range v.Evidence.Sources {
+				if m := s.(map[string]any); m["name"] == oracleSource && (m["address"] != or.Address.Hex() || m["chainId"] != int64(84532)) {
+					t.Errorf("oracle evidence %v", m)
+				}
 			}
 		})
 	}

@@ -92,6 +92,9 @@ func NewOracle(o OracleOptions) (*Oracle, error) {
 // ChainID is the chain the oracle screens.
 func (o *Oracle) ChainID() int64 { return o.o.ChainID }
 
+// Address is the oracle contract.
+func (o *Oracle) Address() common.Address { return o.o.Address }
+
 // Name is the oracle's source name in evidence: "sanctions-oracle:<chain id>:<address>".
 func (o *Oracle) Name() string {
 	return fmt.Sprintf("sanctions-oracle:%d:%s", o.o.ChainID, o.o.Address.Hex())
