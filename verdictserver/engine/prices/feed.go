@@ -28,6 +28,9 @@ const (
 	DefaultFeedTTL = 15 * time.Second
 	// DefaultDeadline bounds one read of a feed (its eth_calls together).
 	DefaultDeadline = 2 * time.Second
+	// maxFutureSkew is how far ahead of our clock a round's updatedAt may be: more is a
+	// broken feed, not clock skew.
+	maxFutureSkew = 10 * time.Minute
 )
 
 // NativeAsset is the sentinel address of a chain's native coin (18 decimals), which has no
@@ -228,9 +231,13 @@ func (f *Feeds) quote(st *feedState, status Status) (Quote, error) {
 		UpdatedAt: st.last.updatedAt,
 		Status:    status,
 	}
-	if f.now().Sub(st.last.updatedAt) > st.cfg.MaxAge {
+	now := f.now()
+	if now.Sub(st.last.updatedAt) > st.cfg.MaxAge {
 		q.Status = StatusCached
 		return q, ErrStale
+	}
+	if st.last.updatedAt.Sub(now) > maxFutureSkew {
+		return Quote{}, fmt.Errorf("%w: the round's updatedAt %s is in the future", ErrUnavailable, st.last.updatedAt.Format(time.RFC3339))
 	}
 	return q, nil
 }

@@ -75,6 +75,8 @@ func TestFeedQuote(t *testing.T) {
 	zero.SetRound(t, big.NewInt(0), clk.Now())
 	negative := chain.DeployPriceFeed(t, 8, "NEG / USD")
 	negative.SetRound(t, big.NewInt(-5), clk.Now())
+	future := chain.DeployPriceFeed(t, 8, "FUTURE / USD")
+	future.SetRound(t, usd8("1"), clk.Now().Add(time.Hour))
 	eth := chain.DeployPriceFeed(t, 8, "ETH / USD")
 	eth.SetRound(t, usd8("3000.5"), clk.Now())
 
@@ -97,6 +99,7 @@ func TestFeedQuote(t *testing.T) {
 		prices.Feed{ChainID: chainID, Asset: asset(4), Address: negative.Address},
 		prices.Feed{ChainID: chainID, Asset: asset(5), Address: common.HexToAddress("0x000000000000000000000000000000000000c0de")},
 		prices.Feed{ChainID: chainID, Asset: prices.NativeAsset, Address: eth.Address},
+		prices.Feed{ChainID: chainID, Asset: asset(6), Address: future.Address},
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -118,6 +121,7 @@ func TestFeedQuote(t *testing.T) {
 		{"a zero answer is unavailable", asset(3), chainID, prices.ErrUnavailable, "the answer is not positive", "", 0, ""},
 		{"a negative answer is unavailable", asset(4), chainID, prices.ErrUnavailable, "the answer is not positive", "", 0, ""},
 		{"a feed address without code is unavailable", asset(5), chainID, prices.ErrUnavailable, "no contract there", "", 0, ""},
+		{"a round dated an hour ahead is unavailable", asset(6), chainID, prices.ErrUnavailable, "in the future", "", 0, ""},
 		{"an asset without a feed", asset(9), chainID, prices.ErrNoFeed, "", "", 0, ""},
 		{"a chain without feeds", tok.Address, 1, prices.ErrNoFeed, "", "", 0, ""},
 	} {

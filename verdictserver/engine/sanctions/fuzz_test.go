@@ -2,9 +2,15 @@ package sanctions
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"math/big"
 	"os"
 	"testing"
 	"time"
+
+	"github.com/ethereum/go-ethereum"
+	"github.com/ethereum/go-ethereum/common"
 )
 
 // FuzzParse: neither parser panics on any file, and what they accept is a dated list.
@@ -27,6 +33,42 @@ func FuzzParse(f *testing.F) {
 			if err == nil && (l == nil || l.AsOf().IsZero()) {
 				t.Fatalf("accepted without a date: %v", l)
 			}
+		}
+	})
+}
+
+// answering is a Caller that answers every eth_call with the same bytes: a node, or an
+// oracle address, that returns anything (fault injection).
+type answering []byte
+
+func (a answering) CallContract(context.Context, ethereum.CallMsg, *big.Int) ([]byte, error) {
+	return a, nil
+}
+
+// FuzzOracleAnswer: whatever an oracle returns, Screen never panics, and it lists an address
+// only on the canonical ABI true (31 zero bytes, then 1) and passes it only on the canonical
+// false; anything else is ErrOracleUnavailable.
+func FuzzOracleAnswer(f *testing.F) {
+	f.Add(append(make([]byte, 31), 1))
+	f.Add(make([]byte, 32))
+	f.Add(append(make([]byte, 31), 2))
+	f.Add([]byte{})
+	f.Add(append(make([]byte, 32), 1))
+	f.Fuzz(func(t *testing.T, ret []byte) {
+		o, err := NewOracle(OracleOptions{ChainID: 1, Address: common.HexToAddress("0x40C57923924B5c5c5455c48D93317139ADDaC8fb"), Caller: answering(ret)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := common.HexToAddress("0xbad0000000000000000000000000000000000001")
+		listed, _, err := o.Screen(context.Background(), []common.Address{a})
+		canonical := len(ret) == 32 && bytes.Equal(ret[:31], make([]byte, 31)) && ret[31] <= 1
+		switch {
+		case !canonical && !errors.Is(err, ErrOracleUnavailable):
+			t.Fatalf("answer %x: err %v, want unavailable", ret, err)
+		case canonical && err != nil:
+			t.Fatalf("answer %x: %v", ret, err)
+		case canonical && (len(listed) == 1) != (ret[31] == 1):
+			t.Fatalf("answer %x: listed %v", ret, listed)
 		}
 	})
 }
