@@ -1,13 +1,16 @@
 package testenv
 
 import (
+	"context"
 	"io"
 	"math/big"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ethereum/go-ethereum"
 	"github.com/ethereum/go-ethereum/common"
 
 	"github.com/x402gate/x402gate/integration/contracts"
@@ -113,3 +116,48 @@ func HungRPC(t testing.TB) string {
 	}()
 	return "http://" + ln.Addr().String()
 }
+
+// Clock is a test clock that moves only when told; its Now is safe for concurrent use. Give
+// Clock.Now to whatever takes a clock function.
+type Clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+// NewClock returns a clock at t.
+func NewClock(t time.Time) *Clock { return &Clock{t: t} }
+
+// Now is the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// Add moves the clock by d.
+func (c *Clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// ContractCaller runs eth_call; *ethclient.Client is one.
+type ContractCaller interface {
+	CallContract(ctx context.Context, msg ethereum.CallMsg, blockNumber *big.Int) ([]byte, error)
+}
+
+// CountingCaller passes eth_calls to Caller and counts them, so a test sees how many reads
+// reached the chain.
+type CountingCaller struct {
+	Caller ContractCaller
+	n      atomic.Int64
+}
+
+// CallContract counts the call and passes it on.
+func (c *CountingCaller) CallContract(ctx context.Context, msg ethereum.CallMsg, block *big.Int) ([]byte, error) {
+	c.n.Add(1)
+	return c.Caller.CallContract(ctx, msg, block)
+}
+
+// Calls is how many eth_calls were made.
+func (c *CountingCaller) Calls() int64 { return c.n.Load() }

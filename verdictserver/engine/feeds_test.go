@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,19 +17,6 @@ import (
 	"github.com/x402gate/x402gate/verdictserver/engine/prices"
 	"github.com/x402gate/x402gate/verdictserver/engine/sanctions"
 )
-
-// movable is a clock the test moves; the engine, the feeds and the oracle share it.
-type movable struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *movable) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *movable) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // sourcesOf maps dataFreshness sources to "asOf status".
 func sourcesOf(v *verdict.Verdict) map[string]string {
@@ -49,7 +35,7 @@ const feedPolicy = `{"venues": {"allowed": ["payment"]}, "chains": {"allowed": [
 // and trust medium; the table wins over a feed for an asset it lists.
 func TestPricesFromFeedsOnChain(t *testing.T) {
 	chain, usdt := testenv.StartChainWithToken(t)
-	clk := &movable{t: clock}
+	clk := testenv.NewClock(clock)
 	stale := chain.DeployToken(t, "STALE", "1")
 	usdtFeed := chain.DeployPriceFeed(t, 8, "USDT / USD")
 	usdtFeed.SetRound(t, big.NewInt(2e8), clk.Now().Add(-time.Minute)) // 2 USD, a minute ago
@@ -143,7 +129,7 @@ func TestPricesFromFeedsOnChain(t *testing.T) {
 // node that never answers, per_tx_cap is data_unavailable. No verdict waits past the deadline.
 func TestFeedRPCDown(t *testing.T) {
 	chain, tok := testenv.StartChainWithToken(t)
-	clk := &movable{t: clock}
+	clk := testenv.NewClock(clock)
 	feed := chain.DeployPriceFeed(t, 8, "T / USD")
 	feed.SetRound(t, big.NewInt(1e8), clk.Now())
 	feeds, err := prices.NewFeeds(prices.FeedOptions{Callers: map[int64]prices.Caller{84532: chain.Client}, Now: clk.Now, TTL: time.Minute},

@@ -6,41 +6,15 @@ import (
 	"math/big"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/ethereum/go-ethereum"
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/ethclient"
 
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/verdictserver/engine/prices"
 )
-
-// clock is a test clock that only moves when told.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-// counting counts the eth_calls that reach the real client.
-type counting struct {
-	prices.Caller
-	n atomic.Int64
-}
-
-func (c *counting) CallContract(ctx context.Context, msg ethereum.CallMsg, block *big.Int) ([]byte, error) {
-	c.n.Add(1)
-	return c.Caller.CallContract(ctx, msg, block)
-}
 
 // hungRPC is a client of a node that hangs.
 func hungRPC(t *testing.T) *ethclient.Client {
@@ -65,7 +39,7 @@ func usd8(s string) *big.Int {
 // that has no round, answers a non-positive price or is not a contract prices nothing.
 func TestFeedQuote(t *testing.T) {
 	chain, tok := testenv.StartChainWithToken(t)
-	clk := &clock{t: time.Now().UTC().Truncate(time.Second)}
+	clk := testenv.NewClock(time.Now().UTC().Truncate(time.Second))
 	fresh := chain.DeployPriceFeed(t, 8, "USDC / USD")
 	fresh.SetRound(t, usd8("0.9998"), clk.Now().Add(-time.Minute))
 	old := chain.DeployPriceFeed(t, 8, "OLD / USD")
@@ -157,10 +131,10 @@ func TestFeedQuote(t *testing.T) {
 // then it is stale.
 func TestFeedCache(t *testing.T) {
 	chain, tok := testenv.StartChainWithToken(t)
-	clk := &clock{t: time.Now().UTC().Truncate(time.Second)}
+	clk := testenv.NewClock(time.Now().UTC().Truncate(time.Second))
 	feed := chain.DeployPriceFeed(t, 8, "USDC / USD")
 	feed.SetRound(t, usd8("1"), clk.Now())
-	cc := &counting{Caller: chain.Client}
+	cc := &testenv.CountingCaller{Caller: chain.Client}
 	chainID := chain.ChainID.Int64()
 	feeds, err := prices.NewFeeds(prices.FeedOptions{Callers: map[int64]prices.Caller{chainID: cc}, Now: clk.Now, TTL: time.Minute},
 		prices.Feed{ChainID: chainID, Asset: tok.Address, Address: feed.Address, MaxAge: time.Hour})
@@ -177,7 +151,7 @@ func TestFeedCache(t *testing.T) {
 	if p, st, err := quote(); err != nil || p != "1.0000" || st != prices.StatusFresh {
 		t.Fatalf("first read: %s %s %v", p, st, err)
 	}
-	first := cc.n.Load() // feed decimals, token decimals, latestRoundData
+	first := cc.Calls() // feed decimals, token decimals, latestRoundData
 	if first != 3 {
 		t.Errorf("the first read made %d eth_calls, want 3", first)
 	}
@@ -187,14 +161,14 @@ func TestFeedCache(t *testing.T) {
 	if p, st, err := quote(); err != nil || p != "1.0000" || st != prices.StatusFresh {
 		t.Errorf("within the TTL: %s %s %v, want the cached 1.0000 fresh", p, st, err)
 	}
-	if n := cc.n.Load(); n != first {
+	if n := cc.Calls(); n != first {
 		t.Errorf("within the TTL %d eth_calls were made", n-first)
 	}
 	clk.Add(31 * time.Second)
 	if p, st, err := quote(); err != nil || p != "1.5000" || st != prices.StatusFresh {
 		t.Errorf("past the TTL: %s %s %v, want the new round 1.5000", p, st, err)
 	}
-	if n := cc.n.Load(); n != first+1 {
+	if n := cc.Calls(); n != first+1 {
 		t.Errorf("past the TTL %d eth_calls were made, want 1 (latestRoundData)", n-first)
 	}
 
@@ -241,7 +215,7 @@ func TestFeedNeverWaitsPastItsDeadline(t *testing.T) {
 func TestNewFeedsRefusesBadFeeds(t *testing.T) {
 	a := common.HexToAddress("0x00000000000000000000000000000000000a55e7")
 	f := common.HexToAddress("0x000000000000000000000000000000000000feed")
-	callers := map[int64]prices.Caller{8453: &counting{}}
+	callers := map[int64]prices.Caller{8453: &testenv.CountingCaller{}}
 	for _, tc := range []struct {
 		name  string
 		feeds []prices.Feed
@@ -269,7 +243,7 @@ func TestConcurrentQuotesShareOneRead(t *testing.T) {
 	chain, tok := testenv.StartChainWithToken(t)
 	feed := chain.DeployPriceFeed(t, 8, "USDC / USD")
 	feed.SetRound(t, usd8("1.25"), time.Now())
-	cc := &counting{Caller: chain.Client}
+	cc := &testenv.CountingCaller{Caller: chain.Client}
 	chainID := chain.ChainID.Int64()
 	feeds, err := prices.NewFeeds(prices.FeedOptions{Callers: map[int64]prices.Caller{chainID: cc}},
 		prices.Feed{ChainID: chainID, Asset: tok.Address, Address: feed.Address})
@@ -300,7 +274,7 @@ func TestConcurrentQuotesShareOneRead(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := cc.n.Load(); got != 3 {
+	if got := cc.Calls(); got != 3 {
 		t.Errorf("%d concurrent quotes made %d eth_calls, want 3 (one read)", n, got)
 	}
 }

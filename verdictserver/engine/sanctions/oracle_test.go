@@ -3,44 +3,17 @@ package sanctions_test
 import (
 	"context"
 	"errors"
-	"math/big"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/ethereum/go-ethereum"
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/ethclient"
 
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/verdictserver/engine/sanctions"
 )
-
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-// counting counts the eth_calls that reach the real client.
-type counting struct {
-	sanctions.Caller
-	n atomic.Int64
-}
-
-func (c *counting) CallContract(ctx context.Context, msg ethereum.CallMsg, block *big.Int) ([]byte, error) {
-	c.n.Add(1)
-	return c.Caller.CallContract(ctx, msg, block)
-}
 
 var (
 	bad   = common.HexToAddress("0xbad0000000000000000000000000000000000001")
@@ -58,8 +31,8 @@ func TestOracleScreens(t *testing.T) {
 	if !or.IsSanctioned(t, bad) || or.IsSanctioned(t, clean) {
 		t.Fatal("the test oracle does not answer as set")
 	}
-	clk := &clock{t: time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)}
-	cc := &counting{Caller: chain.Client}
+	clk := testenv.NewClock(time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC))
+	cc := &testenv.CountingCaller{Caller: chain.Client}
 	o, err := sanctions.NewOracle(sanctions.OracleOptions{ChainID: chain.ChainID.Int64(), Address: or.Address, Caller: cc, TTL: time.Minute, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -76,8 +49,8 @@ func TestOracleScreens(t *testing.T) {
 	if !slices.Equal(listed, []common.Address{bad, bad2}) || !asOf.Equal(clk.Now()) {
 		t.Errorf("listed %v as of %s, want both bad addresses now", listed, asOf)
 	}
-	if cc.n.Load() != 3 {
-		t.Errorf("%d eth_calls, want 3", cc.n.Load())
+	if cc.Calls() != 3 {
+		t.Errorf("%d eth_calls, want 3", cc.Calls())
 	}
 
 	or.Remove(t, bad)
@@ -86,7 +59,7 @@ func TestOracleScreens(t *testing.T) {
 	if err != nil || !slices.Equal(listed, []common.Address{bad}) || !asOf.Equal(clk.Now().Add(-30*time.Second)) {
 		t.Errorf("within the TTL: %v %s %v, want the cached answer", listed, asOf, err)
 	}
-	if cc.n.Load() != 3 {
+	if cc.Calls() != 3 {
 		t.Errorf("within the TTL the oracle was asked again")
 	}
 	clk.Add(31 * time.Second)
@@ -133,7 +106,7 @@ func TestOracleFailsClosed(t *testing.T) {
 }
 
 func TestNewOracleRefusesBadOptions(t *testing.T) {
-	c := &counting{}
+	c := &testenv.CountingCaller{}
 	for _, tc := range []struct {
 		name string
 		o    sanctions.OracleOptions
