@@ -149,9 +149,9 @@ func TestEVMGolden(t *testing.T) {
 			verdict.ReasonSanctionedAddress, "", ids("sanctions"), nil, ""},
 		{"a multicall with a call the decoder does not read", uniPolicy, uni(router02, mc(s02single(usdc, weth, msgSender, e6(3000), milli18(995)), []byte{0xde, 0xad, 0xbe, 0xef}), nil),
 			verdict.ReasonDecodeFailure, "", nil, nil, ""},
-		{"a multicall's second swap spends the router's balance: counted once, guarded by its own minimum", uniPolicy, uni(router02, mc(
+		{"a multicall's second swap spends the router's balance: counted once, and its slippage cannot be measured (data_unavailable)", uniPolicy, uni(router02, mc(
 			s02single(usdc, weth, addressThis, e6(3000), milli18(995)), s02single(weth, usdc, msgSender, new(big.Int), e6(2985))), nil),
-			verdict.ReasonAllowed, "", nil, st{"per_tx_cap": cP, "sink_recipient": cP, "side": cP}, ""},
+			verdict.ReasonDataUnavailable, "swaps.maxSlippageBps", ids("slippage_guard"), st{"per_tx_cap": cP, "sink_recipient": cP, "side": cP}, ""},
 		{"a V3 swap over the cap", uniPolicy, uni(swapRouter, v3single(weth, usdc, escrow, e18(4), e6(11950)), nil),
 			verdict.ReasonPerTxCapExceeded, "limits.perTxUsd", ids("per_tx_cap"), nil, ""},
 

@@ -116,6 +116,10 @@ func (ev *evaluation) slippage() result {
 		case require && !guarded:
 			r := failed(verdict.ReasonNoSlippageGuard, "this "+a.Kind+" "+unguarded(t), policy.FieldRequireMinOut, nil, nil)
 			first = &r
+		case maxBps != nil && bps == nil:
+			// a configured bound that cannot be measured is not met (docs/policy.md#trades)
+			r := failed(verdict.ReasonDataUnavailable, "the slippage of this "+a.Kind+" cannot be measured against swaps.maxSlippageBps: "+note, policy.FieldMaxSlippage, nil, nil)
+			first = &r
 		case maxBps != nil && bps != nil && bps.Cmp(new(big.Rat).SetInt64(int64(*maxBps))) > 0:
 			r := failed(verdict.ReasonNoSlippageGuard, "this "+a.Kind+" allows "+bps.FloatString(2)+" bps of slippage, more than swaps.maxSlippageBps "+strconv.Itoa(*maxBps), policy.FieldMaxSlippage, nil, nil)
 			first = &r
@@ -234,6 +238,10 @@ func (ev *evaluation) priceBound() result {
 			first = &r
 		case !limited && maxBps != nil:
 			r := failed(verdict.ReasonNoExecutionPriceBound, "this "+a.Kind+" has no limit price to bound", policy.FieldMaxDeviation, nil, nil)
+			first = &r
+		case dev == nil && maxBps != nil:
+			// a configured bound that cannot be measured is not met (docs/policy.md#trades)
+			r := failed(verdict.ReasonDataUnavailable, "the limit price of this "+a.Kind+" cannot be measured against orders.maxPriceDeviationBps: no reference price for "+t.Market, policy.FieldMaxDeviation, nil, nil)
 			first = &r
 		case dev != nil && maxBps != nil && dev.Cmp(new(big.Rat).SetInt64(int64(*maxBps))) > 0:
 			r := failed(verdict.ReasonNoExecutionPriceBound, "the limit price of this "+a.Kind+" is "+dev.FloatString(2)+" bps from the reference price, more than orders.maxPriceDeviationBps "+strconv.Itoa(*maxBps), policy.FieldMaxDeviation, nil, nil)
