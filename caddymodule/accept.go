@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -101,15 +100,9 @@ func (h *Handler) unmarshalAccept(d *caddyfile.Dispenser) error {
 				return err
 			}
 		case "decimals":
-			var v string
-			if err := oneArg(d, &v); err != nil {
+			if err := intArg(d, &a.Decimals); err != nil {
 				return err
 			}
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				return d.Errf("decimals %q is not an integer", v)
-			}
-			a.Decimals = n
 		default:
 			return d.Errf("unrecognized accept option %q", opt)
 		}

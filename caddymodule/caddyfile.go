@@ -167,15 +167,9 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 		case "decimals":
-			var v string
-			if err := oneArg(d, &v); err != nil {
+			if err := intArg(d, &h.Decimals); err != nil {
 				return err
 			}
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				return d.Errf("decimals %q is not an integer", v)
-			}
-			h.Decimals = n
 		case "max_timeout", "retry_grace":
 			dst := &h.MaxTimeout
 			if opt == "retry_grace" {
@@ -347,6 +341,21 @@ func oneArg(d *caddyfile.Dispenser, dst *string) error {
 	if !d.Args(dst) || d.NextArg() {
 		return d.ArgErr()
 	}
+	return nil
+}
+
+// intArg reads the single argument of the current option, an integer, into dst.
+func intArg(d *caddyfile.Dispenser, dst *int) error {
+	opt := d.Val()
+	var v string
+	if err := oneArg(d, &v); err != nil {
+		return err
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return d.Errf("%s %q is not an integer", opt, v)
+	}
+	*dst = n
 	return nil
 }
 

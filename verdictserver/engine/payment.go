@@ -1,10 +1,9 @@
 package engine
 
 import (
-	"encoding/json"
+	"math"
 	"math/big"
 	"sort"
-	"strconv"
 
 	"github.com/ethereum/go-ethereum/common"
 
@@ -119,24 +118,7 @@ func baseUnits(s string) (*big.Int, bool) {
 
 // chainIDOf reads a chain id: a JSON integer (json.Number without fraction or exponent,
 // or a Go integer) > 0 that fits in 64 bits.
-func chainIDOf(v any) (int64, bool) {
-	var n int64
-	switch x := v.(type) {
-	case json.Number:
-		i, err := strconv.ParseInt(x.String(), 10, 64)
-		if err != nil {
-			return 0, false
-		}
-		n = i
-	case int64:
-		n = x
-	case int:
-		n = int64(x)
-	default:
-		return 0, false
-	}
-	return n, n > 0
-}
+func chainIDOf(v any) (int64, bool) { return intOf(v, 1, math.MaxInt64) }
 
 // undecoded is the decodedAction of an action that could not be decoded
 // (docs/policy.md#evidence): what could be read, and the problem.
