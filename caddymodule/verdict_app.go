@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -89,11 +90,12 @@ type VerdictApp struct {
 	// quote is null.
 	Fee *VerdictFeeConfig `json:"fee,omitempty"`
 
-	svc *verdictService
-	key string // pool key held by this config
-	srv *http.Server
-	ln  net.Listener
-	log *zap.Logger
+	svc      *verdictService
+	key      string           // pool key held by this config
+	lnKey    string           // verdictListeners key held by this config
+	listener *verdictListener // its server
+	replaced *http.Handler    // the handler this config's Start replaced on it
+	log      *zap.Logger
 }
 
 // DatabaseConfig selects a SQL database: an embedded SQLite file, or PostgreSQL for several
@@ -567,8 +569,54 @@ func (a *VerdictApp) Provision(ctx caddy.Context) error {
 	return nil
 }
 
+// verdictListeners holds the servers of the app's own listeners by address, shared across
+// reloads: a reload that keeps the address keeps the server and its connections (a client
+// mid-request on a kept-alive connection sees no EOF), and only the handler behind it changes.
+var verdictListeners = caddy.NewUsagePool()
+
+// verdictListener is one own listener's server; it serves whichever verdict service the
+// newest config holding it set.
+type verdictListener struct {
+	srv     *http.Server
+	handler atomic.Pointer[http.Handler]
+}
+
+func (l *verdictListener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	(*l.handler.Load()).ServeHTTP(w, r)
+}
+
+// Destruct shuts the server down: the last config listening on its address is gone.
+func (l *verdictListener) Destruct() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return l.srv.Shutdown(ctx)
+}
+
+// openVerdictListener binds address and serves it with handler until it is destructed.
+func openVerdictListener(address string, handler http.Handler, log *zap.Logger) (*verdictListener, error) {
+	na, err := caddy.ParseNetworkAddress(address)
+	if err != nil {
+		return nil, verdictErr("listen", "%q is not a network address", address)
+	}
+	ln, err := na.Listen(context.Background(), 0, net.ListenConfig{})
+	if err != nil {
+		return nil, fmt.Errorf("verdict listen %s: %w", address, err)
+	}
+	l := &verdictListener{}
+	l.handler.Store(&handler)
+	l.srv = &http.Server{Handler: l, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	go func() {
+		if err := l.srv.Serve(ln.(net.Listener)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("verdict listener stopped", zap.Error(err))
+		}
+	}()
+	log.Info("verdict API listening", zap.String("listen", address))
+	return l, nil
+}
+
 // Start starts the workers (once per service, whatever the number of configs sharing
-// it), which first evaluate every record left pending, and the own listener.
+// it), which first evaluate every record left pending, and serves the own listener with
+// this config's service.
 func (a *VerdictApp) Start() error {
 	a.svc.startOnce.Do(func() { a.svc.startErr = a.svc.server.Start(context.Background()) })
 	if a.svc.startErr != nil {
@@ -577,42 +625,48 @@ func (a *VerdictApp) Start() error {
 	if a.Listen == "" {
 		return nil
 	}
-	na, err := caddy.ParseNetworkAddress(a.Listen)
+	key := "verdict-listen/" + a.Listen
+	v, loaded, err := verdictListeners.LoadOrNew(key, func() (caddy.Destructor, error) {
+		return openVerdictListener(a.Listen, a.svc.handler, a.log)
+	})
 	if err != nil {
-		return verdictErr("listen", "%q is not a network address", a.Listen)
+		return err
 	}
-	ln, err := na.Listen(context.Background(), 0, net.ListenConfig{})
-	if err != nil {
-		return fmt.Errorf("verdict listen %s: %w", a.Listen, err)
+	a.lnKey, a.listener = key, v.(*verdictListener)
+	if loaded {
+		a.replaced = a.listener.handler.Swap(&a.svc.handler)
 	}
-	a.ln = ln.(net.Listener)
-	a.srv = &http.Server{Handler: a.svc.handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	go func() {
-		if err := a.srv.Serve(a.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			a.log.Error("verdict listener stopped", zap.Error(err))
-		}
-	}()
-	a.log.Info("verdict API listening", zap.String("listen", a.Listen))
 	return nil
 }
 
-// Stop stops the own listener; the service itself is released in Cleanup.
+// Stop implements caddy.App. Caddy stops the config that goes away: on a reload the old
+// one, whose listener already serves the new config's service; when a new config fails to
+// start, the new one, which hands the listener back to the service it replaced. The listener
+// and the service are released in Cleanup.
 func (a *VerdictApp) Stop() error {
-	if a.srv == nil {
+	if a.listener == nil || a.replaced == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return a.srv.Shutdown(ctx)
+	// Only while another config still holds the listener: at exit there is nothing to hand back.
+	if n, _ := verdictListeners.References(a.lnKey); n > 1 {
+		a.listener.handler.CompareAndSwap(&a.svc.handler, a.replaced)
+	}
+	return nil
 }
 
-// Cleanup releases this config's hold on the service; the last one closes it.
+// Cleanup releases this config's hold on its listener and its service; the last config
+// holding each closes it.
 func (a *VerdictApp) Cleanup() error {
-	if a.key == "" {
-		return nil
+	var errs []error
+	if a.lnKey != "" {
+		_, err := verdictListeners.Delete(a.lnKey)
+		errs = append(errs, err)
 	}
-	_, err := verdictServices.Delete(a.key)
-	return err
+	if a.key != "" {
+		_, err := verdictServices.Delete(a.key)
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // Interface guards

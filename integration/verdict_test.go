@@ -1,9 +1,12 @@
 package integration_test
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -12,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/common/hexutil"
@@ -289,11 +293,33 @@ func TestVerdictAppJudgesPayments(t *testing.T) {
 	if r := mustDo(t, http.MethodPost, in.verdictAPI+"/transactions", nil); r.Status != http.StatusUnauthorized {
 		t.Errorf("POST /transactions without a key: status %d, want 401", r.Status)
 	}
-	// A reload keeps the service (and its store) up.
-	in.caddy.Reload(t, f.caddyfile)
-	if r := mustDo(t, http.MethodGet, in.verdictAPI+"/health", nil); r.Status != http.StatusOK {
-		t.Errorf("verdict /health after a reload: status %d: %s", r.Status, r.Body)
+	// A reload keeps the service (and its store) up, and the own listener with its
+	// connections: a client's kept-alive connection still answers after the reload.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(in.verdictAPI, "http://"))
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer conn.Close()
+	rd := bufio.NewReader(conn)
+	health := func(when string) {
+		t.Helper()
+		_ = conn.SetDeadline(time.Now().Add(requestBound))
+		if _, err := io.WriteString(conn, "GET /health HTTP/1.1\r\nHost: verdict\r\n\r\n"); err != nil {
+			t.Fatalf("%s: write on the kept-alive connection: %v", when, err)
+		}
+		resp, err := http.ReadResponse(rd, nil)
+		if err != nil {
+			t.Fatalf("%s: read on the kept-alive connection: %v", when, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: /health status %d", when, resp.StatusCode)
+		}
+	}
+	health("before the reload")
+	in.caddy.Reload(t, strings.Replace(f.caddyfile, "auto_https off", "auto_https off\n\tgrace_period 1s", 1))
+	health("after the reload")
 	f.noSecretsIn(t, in.caddy.Logs())
 }
 
