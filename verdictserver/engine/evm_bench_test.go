@@ -14,8 +14,8 @@ import (
 // benchEvaluate runs one approved action through every check and reports, beside ns/op and
 // allocations, the CPU time per op and the median and 99th percentile of single
 // evaluations (p50-ns, p99-ns).
-func benchEvaluate(b *testing.B, in Input) {
-	e := newEngine(b, Options{})
+func benchEvaluate(b *testing.B, opts Options, in Input) {
+	e := newEngine(b, opts)
 	ctx := context.Background()
 	if v := e.Evaluate(ctx, in); v.Outcome != verdict.OutcomeApproved {
 		b.Fatalf("outcome %s %s: %s", v.Outcome, v.ReasonCode, v.HumanReason)
@@ -46,7 +46,7 @@ func benchEvaluate(b *testing.B, in Input) {
 // every check with a full policy and the OFAC fixture.
 func BenchmarkEvaluateERC20Transfer(b *testing.B) {
 	tx := evmTx("evm", 84532, usdc, pack(b, tokenABI, "transfer(address,uint256)", payee, e6(5)), nil)
-	benchEvaluate(b, Input{Escrow: escrow, ProposedTx: tx, Policy: mustPolicy(b, 1, evmPolicy)})
+	benchEvaluate(b, Options{}, Input{Escrow: escrow, ProposedTx: tx, Policy: mustPolicy(b, 1, evmPolicy)})
 }
 
 // BenchmarkEvaluateV3Swap: a SwapRouter02 exactInputSingle of USDC for WETH, through every
@@ -54,14 +54,14 @@ func BenchmarkEvaluateERC20Transfer(b *testing.B) {
 func BenchmarkEvaluateV3Swap(b *testing.B) {
 	data := pack(b, routerABI, "exactInputSingle((address,address,uint24,address,uint256,uint256,uint160))",
 		single02{usdc, weth, big.NewInt(500), msgSender, e6(3000), milli18(995), new(big.Int)})
-	benchEvaluate(b, Input{Escrow: escrow, ProposedTx: evmTx("uniswap", 84532, router02, data, nil), Policy: mustPolicy(b, 1, uniPolicy)})
+	benchEvaluate(b, Options{}, Input{Escrow: escrow, ProposedTx: evmTx("uniswap", 84532, router02, data, nil), Policy: mustPolicy(b, 1, uniPolicy)})
 }
 
 // BenchmarkEvaluateURPlan: a Universal Router 2.1.1 plan: a V3 swap to the router, then
 // UNWRAP_WETH to the agent.
 func BenchmarkEvaluateURPlan(b *testing.B) {
 	data := execute(b, []byte{cmdV3SwapExactIn, cmdUnwrapWETH}, urV3In(b, addressThis, e6(3000), milli18(995), v3path(usdc, weth), true, true), urToAmount(b, msgSender, milli18(995)))
-	benchEvaluate(b, Input{Escrow: escrow, ProposedTx: evmTx("uniswap", 84532, urV21, data, nil), Policy: mustPolicy(b, 1, uniPolicy)})
+	benchEvaluate(b, Options{}, Input{Escrow: escrow, ProposedTx: evmTx("uniswap", 84532, urV21, data, nil), Policy: mustPolicy(b, 1, uniPolicy)})
 }
 
 // cpuTime is the process's user and system CPU time.

@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/x402gate/x402gate/verdict"
 )
@@ -314,29 +313,9 @@ func FuzzHyperliquidDecode(f *testing.F) {
 // cap, evidence. Beside ns/op and allocations it reports the CPU time per evaluation and
 // the 50th and 99th percentiles of single evaluations (as benchEvaluate does).
 func BenchmarkEvaluateHyperliquidOrder(b *testing.B) {
-	e := newEngine(b, Options{References: hlMarks})
 	pol := mustPolicy(b, 1, `{"venues": {"allowed": ["hyperliquid"]}, "chains": {"allowed": [1337]}, "assets": {"hyperliquid": ["BTC", "ETH"]},
 		"trading": {"sides": ["long", "short"]}, "orders": {"requireLimitPrice": true, "maxPriceDeviationBps": 100}, "perps": {"maxLeverage": 5},
 		"limits": {"perTxUsd": 2000}, "recipients": {"allowed": ["self"]}}`)
 	in := Input{Escrow: escrow, Policy: pol, ProposedTx: hlTx(b, []byte(`{"action": {"type": "order", "orders": [{"a": 0, "b": true, "p": "100500", "s": "0.01", "r": false, "t": {"limit": {"tif": "Gtc"}}}], "grouping": "na"}, "nonce": 1763640000000, "leverage": 3}`))}
-	ctx := context.Background()
-	if v := e.Evaluate(ctx, in); v.Outcome != verdict.OutcomeApproved {
-		b.Fatalf("outcome %s %s", v.Outcome, v.HumanReason)
-	}
-	lat := make([]time.Duration, 0, 1<<16)
-	b.ReportAllocs()
-	cpu0 := cpuTime()
-	n := 0
-	for b.Loop() {
-		n++
-		start := time.Now()
-		e.Evaluate(ctx, in)
-		if len(lat) < cap(lat) {
-			lat = append(lat, time.Since(start))
-		}
-	}
-	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(n), "cpu-ns/op")
-	slices.Sort(lat)
-	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
-	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
+	benchEvaluate(b, Options{References: hlMarks}, in)
 }
