@@ -14,6 +14,7 @@ import (
 
 	"github.com/x402gate/x402gate/facilitator/approval"
 	"github.com/x402gate/x402gate/facilitator/journal"
+	"github.com/x402gate/x402gate/internal/faults"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -88,6 +89,7 @@ func (e *Engine) settle(ctx context.Context, p *x402.Payment, r *x402.Requiremen
 			return refuse(f)
 		}
 	}
+	faults.Point("settle.after-approval")
 	if f := e.checkTokenState(ctx, c); f != nil {
 		return refuse(f)
 	}
@@ -154,6 +156,7 @@ func (e *Engine) settle(ctx context.Context, p *x402.Payment, r *x402.Requiremen
 		e.log.Error("settle: journal before broadcast", zap.String("payer", res.resp.Payer), zap.Error(err))
 		return res, fmt.Errorf("settle %s: %w", key.AuthorizationKey(), err)
 	}
+	faults.Point("settle.after-broadcast")
 	e.journalUpdate(ctx, c, journal.StateBroadcast, "")
 	e.log.Info("settlement broadcast", zap.String("payer", res.resp.Payer), zap.String("tx", tx.Hash().Hex()),
 		zap.String("network", c.chain.net.CAIP2), zap.Uint64("senderNonce", tx.Nonce()))
@@ -169,11 +172,13 @@ func (e *Engine) settle(ctx context.Context, p *x402.Payment, r *x402.Requiremen
 		}
 		res.resp.Transaction, res.resp.TxHash = rcpt.TxHash.Hex(), rcpt.TxHash.Hex()
 	}
+	faults.Point("settle.after-receipt")
 	if f := checkReceipt(c.chain, rcpt, c.auth); f != nil {
 		e.journalSettled(ctx, c, journal.StateFailed, string(f.reason), rcpt.TxHash)
 		return refuse(f)
 	}
 	e.journalSettled(ctx, c, journal.StateConfirmed, "", rcpt.TxHash)
+	faults.Point("settle.before-answer")
 	res.resp.Success = true
 	e.log.Info("settled", zap.String("payer", res.resp.Payer), zap.String("tx", rcpt.TxHash.Hex()),
 		zap.String("network", c.chain.net.CAIP2))
@@ -384,6 +389,7 @@ func (e *Engine) journalPrepare(ctx context.Context, c *checked, tx *types.Trans
 	if err := e.cfg.Journal.Prepare(ctx, s); err != nil {
 		return fmt.Errorf("journal prepare: %w", err)
 	}
+	faults.Point("settle.after-journal")
 	if e.cfg.beforeBroadcast != nil {
 		if err := e.cfg.beforeBroadcast(s); err != nil {
 			return fmt.Errorf("before broadcast: %w", err)

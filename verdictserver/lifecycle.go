@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/x402gate/x402gate/internal/faults"
 	"github.com/x402gate/x402gate/verdict"
 	"github.com/x402gate/x402gate/verdictserver/engine"
 	"github.com/x402gate/x402gate/verdictserver/policy"
@@ -184,6 +185,7 @@ func (s *Server) forgetDone(pending map[string]bool) {
 // sweeper; a record another instance completed first is left as it is (terminal verdicts
 // are immutable).
 func (s *Server) evaluate(ctx context.Context, hash string) (done bool) {
+	faults.Point("verdict.before-worker")
 	log := s.log.With(zap.String("requestHash", hash))
 	defer func() {
 		// a panicking evaluation must not take the process (and every other record) down;
@@ -213,6 +215,7 @@ func (s *Server) evaluate(ctx context.Context, hash string) (done bool) {
 		}
 		return false
 	}
+	faults.Point("verdict.evaluate")
 	v := s.engine.Evaluate(ctx, in)
 	if v == nil || !v.Terminal() || v.Consistent() != nil {
 		// the engine promises a terminal, consistent verdict; anything else is never

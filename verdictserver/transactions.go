@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/x402gate/x402gate/internal/faults"
 	"github.com/x402gate/x402gate/verdictserver/store"
 )
 
@@ -87,6 +88,7 @@ func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request, p *principa
 		s.storeFailed(w, "create transaction", err)
 		return
 	}
+	faults.Point("verdict.after-create")
 	s.enqueue(t.RequestHash)
 	writeJSON(w, http.StatusCreated, toRecord(t))
 }
