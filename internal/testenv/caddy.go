@@ -34,12 +34,14 @@ const (
 // `admin {$CADDY_ADMIN}`, so that parallel tests and packages never share an admin port.
 const CaddyAdminVar = "CADDY_ADMIN"
 
-var caddyBuild struct {
+type caddyBuildState struct {
 	once sync.Once
 	dir  string
 	path string
 	err  error
 }
+
+var caddyBuild, faultCaddyBuild caddyBuildState
 
 // CaddyBinary returns the path of the custom Caddy built from ./cmd/caddy, building it the
 // first time it is called in a test binary (go build -o <tmp>/caddy ./cmd/caddy). $X402_CADDY,
@@ -64,7 +66,21 @@ func CaddyBinary(t testing.TB) string {
 	return caddyBuild.path
 }
 
-func buildCaddy() (path, dir string, err error) {
+// FaultCaddyBinary is CaddyBinary built with the x402faults tag (go build -tags x402faults),
+// whose crash points act on $X402GATE_FAULT (package internal/faults). It is built once per
+// test binary, only by the tests that ask for it.
+func FaultCaddyBinary(t testing.TB) string {
+	t.Helper()
+	faultCaddyBuild.once.Do(func() {
+		faultCaddyBuild.path, faultCaddyBuild.dir, faultCaddyBuild.err = buildCaddy("-tags", "x402faults")
+	})
+	if faultCaddyBuild.err != nil {
+		t.Fatalf("testenv: %v", faultCaddyBuild.err)
+	}
+	return faultCaddyBuild.path
+}
+
+func buildCaddy(flags ...string) (path, dir string, err error) {
 	root, err := ModuleRoot()
 	if err != nil {
 		return "", "", err
@@ -80,12 +96,13 @@ func buildCaddy() (path, dir string, err error) {
 	path = filepath.Join(dir, "caddy")
 	ctx, cancel := context.WithTimeout(context.Background(), caddyBuildBound)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, goBin, "build", "-o", path, "./cmd/caddy")
+	args := append(append([]string{"build"}, flags...), "-o", path, "./cmd/caddy")
+	cmd := exec.CommandContext(ctx, goBin, args...)
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		_ = os.RemoveAll(dir)
-		return "", "", fmt.Errorf("go build ./cmd/caddy: %w: %s", err, strings.TrimSpace(string(out)))
+		return "", "", fmt.Errorf("go build %s ./cmd/caddy: %w: %s", strings.Join(flags, " "), err, strings.TrimSpace(string(out)))
 	}
 	return path, dir, nil
 }
@@ -93,8 +110,10 @@ func buildCaddy() (path, dir string, err error) {
 // RemoveCaddyBuild deletes the directory CaddyBinary built into, if it built one. Call it from
 // TestMain after m.Run.
 func RemoveCaddyBuild() {
-	if caddyBuild.dir != "" {
-		_ = os.RemoveAll(caddyBuild.dir)
+	for _, b := range []*caddyBuildState{&caddyBuild, &faultCaddyBuild} {
+		if b.dir != "" {
+			_ = os.RemoveAll(b.dir)
+		}
 	}
 }
 
@@ -119,6 +138,12 @@ type CaddyOptions struct {
 	// WaitPorts are loopback ports StartCaddy waits for (a TCP connect succeeds) after the
 	// admin endpoint answers: the config's site ports.
 	WaitPorts []int
+	// Faults, when not empty, runs FaultCaddyBinary with $X402GATE_FAULT set to it
+	// ("settle.after-journal=kill", package internal/faults).
+	Faults string
+	// FaultBinary runs FaultCaddyBinary even with no Faults armed, so that a restarted
+	// process is the same build as the one that crashed.
+	FaultBinary bool
 }
 
 // Caddy is a running caddy process, private to the test that started it.
@@ -149,7 +174,10 @@ func StartCaddy(t testing.TB, caddyfile string, opts CaddyOptions) *Caddy {
 	if !strings.Contains(caddyfile, "{$"+CaddyAdminVar) {
 		t.Fatalf("testenv: the Caddyfile must set the global option `admin {$%s}`", CaddyAdminVar)
 	}
-	bin := CaddyBinary(t)
+	bin := CaddyBinary
+	if opts.Faults != "" || opts.FaultBinary {
+		bin = FaultCaddyBinary
+	}
 	dir := t.TempDir()
 	config := filepath.Join(dir, "Caddyfile")
 	if err := os.WriteFile(config, []byte(caddyfile), 0o600); err != nil {
@@ -168,7 +196,7 @@ func StartCaddy(t testing.TB, caddyfile string, opts CaddyOptions) *Caddy {
 		exited:   make(chan struct{}),
 		logs:     &tailBuffer{max: caddyLogMax},
 	}
-	c.cmd = exec.Command(bin, "run", "--config", config, "--adapter", "caddyfile")
+	c.cmd = exec.Command(bin(t), "run", "--config", config, "--adapter", "caddyfile")
 	c.cmd.Dir = dir
 	c.cmd.Env = append(os.Environ(),
 		CaddyAdminVar+"="+admin,
@@ -177,11 +205,14 @@ func StartCaddy(t testing.TB, caddyfile string, opts CaddyOptions) *Caddy {
 		"XDG_DATA_HOME="+filepath.Join(dir, "data"),
 	)
 	c.cmd.Env = append(c.cmd.Env, opts.Env...)
+	if opts.Faults != "" {
+		c.cmd.Env = append(c.cmd.Env, "X402GATE_FAULT="+opts.Faults)
+	}
 	c.cmd.Stdout, c.cmd.Stderr = c.logs, c.logs
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	c.cmd.WaitDelay = caddyStopBound
 	if err := c.cmd.Start(); err != nil {
-		t.Fatalf("testenv: start caddy %s: %v", bin, err)
+		t.Fatalf("testenv: start caddy %s: %v", c.cmd.Path, err)
 	}
 	go func() {
 		_ = c.cmd.Wait()
@@ -330,6 +361,31 @@ func (c *Caddy) Stop() {
 		case <-time.After(caddyStopBound):
 		}
 	})
+}
+
+// Kill sends SIGKILL to Caddy's process group, as a crash would, and waits for it to exit.
+func (c *Caddy) Kill() {
+	c.stopOnce.Do(func() {
+		if c.cmd == nil || c.cmd.Process == nil {
+			return
+		}
+		_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+		select {
+		case <-c.exited:
+		case <-time.After(caddyStopBound):
+		}
+	})
+}
+
+// WaitExit waits up to bound for Caddy to exit by itself (a crash point that killed it),
+// and reports whether it did.
+func (c *Caddy) WaitExit(bound time.Duration) bool {
+	select {
+	case <-c.exited:
+		return true
+	case <-time.After(bound):
+		return false
+	}
 }
 
 // errCaddyExited is returned by helpers that find Caddy gone.
