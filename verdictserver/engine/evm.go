@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -116,8 +115,9 @@ func (c evmCall) selector() string {
 }
 
 // unpack decodes args from enc strictly: the encoding must be the canonical one (packing
-// the values again gives the same bytes), so dirty address words, odd offsets and trailing
-// bytes are refused as the contract would not read them the same way.
+// the values again gives the same bytes: canonical checks that in place), so dirty address
+// words, odd offsets and trailing bytes are refused as the contract would not read them the
+// same way.
 func unpack(args abi.Arguments, enc []byte) (out []any, err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -128,8 +128,7 @@ func unpack(args abi.Arguments, enc []byte) (out []any, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("malformed abi encoding")
 	}
-	again, err := args.Pack(vals...)
-	if err != nil || !bytes.Equal(again, enc) {
+	if !canonical(args, enc) {
 		return nil, fmt.Errorf("not the canonical abi encoding")
 	}
 	return vals, nil
