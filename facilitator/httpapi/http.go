@@ -208,11 +208,17 @@ func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // authorized checks x-facilitator-key in constant time (docs/facilitator.md#api). Both
 // sides are hashed first so that the comparison does not leak the key's length either.
+// The header must come once: with two, a proxy in between and this handler could each
+// read a different one.
 func (h *apiHandler) authorized(r *http.Request) bool {
 	if h.opts.APIKey == "" {
 		return true
 	}
-	got := sha256.Sum256([]byte(r.Header.Get(HeaderFacilitatorKey)))
+	vals := r.Header.Values(HeaderFacilitatorKey)
+	if len(vals) != 1 {
+		return false
+	}
+	got := sha256.Sum256([]byte(vals[0]))
 	return subtle.ConstantTimeCompare(got[:], h.keyHash[:]) == 1
 }
 
