@@ -57,6 +57,30 @@ var checks = []check{
 	{verdict.CheckPerTxCap, (*evaluation).perTxCap},
 }
 
+// numChecks is len(checks).
+const numChecks = 12
+
+// checkIndex is the index of each check in checks.
+var checkIndex = func() map[verdict.CheckID]int {
+	m := make(map[verdict.CheckID]int, len(checks))
+	for i, c := range checks {
+		m[c.id] = i
+	}
+	if len(m) != numChecks {
+		panic("engine: the check table does not have numChecks checks")
+	}
+	return m
+}()
+
+// reasonIndexes is reasonOrder as indexes into checks.
+var reasonIndexes = func() []int {
+	out := make([]int, len(reasonOrder))
+	for i, id := range reasonOrder {
+		out[i] = checkIndex[id]
+	}
+	return out
+}()
+
 // reasonOrder is the fixed order in which the first failed check decides a rejection
 // (docs/policy.md#check-order).
 var reasonOrder = []verdict.CheckID{
@@ -77,7 +101,7 @@ func (ev *evaluation) venueOf(p string) result {
 		return failed(verdict.ReasonVenueNotAllowed, "venues.allowed is not configured, so the policy allows no venue", policy.FieldVenues, p, nil)
 	}
 	if slices.Contains(d.Venues.Allowed, p) {
-		return passed("venue "+p+" is allowed", policy.FieldVenues, p, d.Venues.Allowed)
+		return passed(prefixed(pVenue, p).val, policy.FieldVenues, boxString(p), d.Venues.Allowed)
 	}
 	return failed(verdict.ReasonVenueNotAllowed, "venue "+p+" is not in venues.allowed", policy.FieldVenues, p, d.Venues.Allowed)
 }
@@ -86,12 +110,12 @@ func (ev *evaluation) chain() result { return ev.chainOf(ev.act.ChainID) }
 
 func (ev *evaluation) chainOf(c int64) result {
 	d := ev.in.Policy.Doc
-	cs := strconv.FormatInt(c, 10)
+	cs := chainKey(c)
 	if d.Chains == nil || d.Chains.Allowed == nil {
 		return failed(verdict.ReasonChainNotAllowed, "chains.allowed is not configured, so the policy allows no chain", policy.FieldChains, c, nil)
 	}
 	if slices.Contains(d.Chains.Allowed, c) {
-		return passed("chain "+cs+" is allowed", policy.FieldChains, c, d.Chains.Allowed)
+		return passed(prefixed(pChain, cs).val, policy.FieldChains, boxInt64(c), d.Chains.Allowed)
 	}
 	return failed(verdict.ReasonChainNotAllowed, "chain "+cs+" is not in chains.allowed", policy.FieldChains, c, d.Chains.Allowed)
 }
@@ -106,18 +130,18 @@ func (ev *evaluation) contractSelector() result {
 		}
 	})
 	if len(calls) == 0 {
-		return notChecked("this " + ev.act.Kind + " action is not a contract call")
+		return notChecked(kindReason(ev.act.Kind, kNotCall))
 	}
 	if ev.in.Policy.Doc.Contracts == nil {
 		return notChecked("contracts is not configured")
 	}
 	var obs any
 	if len(calls) == 1 {
-		obs = map[string]any{"to": ev.hex(*calls[0].To), "selector": calls[0].Selector}
+		obs = map[string]any{"to": ev.hexAny(*calls[0].To), "selector": boxString(calls[0].Selector)}
 	} else {
 		list := make([]map[string]any, len(calls))
 		for i, a := range calls {
-			list[i] = map[string]any{"to": ev.hex(*a.To), "selector": a.Selector}
+			list[i] = map[string]any{"to": ev.hexAny(*a.To), "selector": boxString(a.Selector)}
 		}
 		obs = list
 	}
@@ -136,13 +160,13 @@ func (ev *evaluation) contractSelector() result {
 
 func (ev *evaluation) callAllowed(act *Action, obs any) result {
 	d := ev.in.Policy.Doc
-	chainKey := strconv.FormatInt(act.ChainID, 10)
+	chainKey := chainKey(act.ChainID)
 	byAddr, ok := d.Contracts[chainKey]
 	if !ok {
 		return failed(verdict.ReasonContractOrSelector, "no contract is allowed on chain "+chainKey, policy.FieldContracts+"."+chainKey, obs, nil)
 	}
 	for written, sels := range byAddr {
-		if a, ok := policy.Address(written); !ok || a != *act.To {
+		if a, ok := strictAddress(written); !ok || a != *act.To {
 			continue
 		}
 		field := policy.FieldContracts + "." + chainKey + "." + written
@@ -164,32 +188,32 @@ func (ev *evaluation) asset() result {
 	}
 	assets := ev.all(func(a *Action) []common.Address { return a.Assets })
 	if len(assets) == 0 {
-		return notChecked("this " + act.Kind + " action moves no token")
+		return notChecked(kindReason(act.Kind, kNoToken))
 	}
-	chainKey := strconv.FormatInt(act.ChainID, 10)
+	ck := chainKey(act.ChainID)
 	var universe []string
 	configured := false
 	if d.Assets != nil && d.Assets.Universe != nil {
-		universe, configured = d.Assets.Universe[chainKey]
+		universe, configured = d.Assets.Universe[ck]
 	}
 	if !configured || universe == nil {
-		return notChecked("assets.universe." + chainKey + " is not configured")
+		return notChecked(prefixed(pUniverseNot, ck).val)
 	}
-	field := policy.FieldAssetUniverse + "." + chainKey
+	field := prefixed(pUniverse, ck).val
 	obs := ev.hexes(assets)
 	for _, a := range assets {
 		if !containsAddress(universe, a) {
 			return failed(verdict.ReasonAssetNotInUniverse, "asset "+ev.hex(a)+" is not in "+field, field, obs, universe)
 		}
 	}
-	return passed("every asset is in "+field, field, obs, universe)
+	return passed(prefixed(pEveryAsset, field).val, field, obs, universe)
 }
 
 func (ev *evaluation) recipient() result {
 	act, d := ev.act, ev.in.Policy.Doc
 	recipients := ev.all(func(a *Action) []common.Address { return a.Recipients })
 	if len(recipients) == 0 {
-		return notChecked("this " + act.Kind + " action has no recipient")
+		return notChecked(kindReason(act.Kind, kNoRecipient))
 	}
 	if d.Recipients == nil || d.Recipients.Allowed == nil {
 		return notChecked("recipients.allowed is not configured")
@@ -231,7 +255,7 @@ func (ev *evaluation) sink() result {
 	recipients := ev.all(func(a *Action) []common.Address { return a.Recipients })
 	stranded := ev.all(func(a *Action) []common.Address { return a.Stranded })
 	if len(recipients) == 0 && len(stranded) == 0 {
-		return notChecked("this " + act.Kind + " action has no recipient")
+		return notChecked(kindReason(act.Kind, kNoRecipient))
 	}
 	assets := ev.all(func(a *Action) []common.Address { return a.Assets })
 	var extra []string
@@ -290,7 +314,7 @@ func (ev *evaluation) perTxCap() result {
 		}
 	})
 	if !moves && unlimited == nil {
-		return notChecked("this " + act.Kind + " action moves no value")
+		return notChecked(kindReason(act.Kind, kNoValue))
 	}
 	usd, priced := ev.notional()
 	var limit *float64
@@ -308,11 +332,11 @@ func (ev *evaluation) perTxCap() result {
 	}
 	f, _ := usd.Float64()
 	// Compare with the cap as written (0.3, not the binary float just below it).
-	capRat, _ := new(big.Rat).SetString(strconv.FormatFloat(*limit, 'g', -1, 64))
-	if usd.Cmp(capRat) > 0 {
-		return failed(verdict.ReasonPerTxCapExceeded, "notional "+usd.FloatString(6)+" USD exceeds limits.perTxUsd "+strconv.FormatFloat(*limit, 'f', -1, 64), policy.FieldPerTxUSD, f, *limit)
+	c := bound(*limit)
+	if usd.Cmp(c.rat) > 0 {
+		return failed(verdict.ReasonPerTxCapExceeded, "notional "+usd.FloatString(6)+" USD exceeds limits.perTxUsd "+c.text, policy.FieldPerTxUSD, f, c.f)
 	}
-	return passed("notional "+usd.FloatString(6)+" USD is within limits.perTxUsd", policy.FieldPerTxUSD, f, *limit)
+	return passed("notional "+usd.FloatString(6)+" USD is within limits.perTxUsd", policy.FieldPerTxUSD, f, c.f)
 }
 
 // notional prices everything the action and its legs move; false when something has no
@@ -369,7 +393,7 @@ func (ev *evaluation) notional() (*big.Rat, bool) {
 // policy.Parse) holds a, in any case.
 func containsAddress(list []string, a common.Address) bool {
 	for _, s := range list {
-		if common.IsHexAddress(s) && common.HexToAddress(s) == a {
+		if b, ok := looseAddress(s); ok && b == a {
 			return true
 		}
 	}

@@ -14,23 +14,33 @@ func (ev *evaluation) decodedAction(act *Action) map[string]any {
 }
 
 func (ev *evaluation) renderAction(act *Action, depth int) map[string]any {
-	out := make(map[string]any, len(act.Fields)+10)
+	n := len(act.Fields) + 5 // protocol, chainId, kind, recipients, assets
+	if act.To != nil {
+		n += 2
+	}
+	for _, present := range [...]bool{len(act.Coins) > 0, len(act.CoinAmounts) > 0 || len(act.Notional) > 0,
+		len(act.Stranded) > 0, act.Trade != nil, len(act.Approvals) > 0, len(act.Legs) > 0 && depth < maxLegDepth} {
+		if present {
+			n++
+		}
+	}
+	out := make(map[string]any, n)
 	for k, v := range act.Fields {
 		switch x := v.(type) {
 		case common.Address:
-			out[k] = ev.hex(x)
+			out[k] = ev.hexAny(x)
 		case []common.Address:
 			out[k] = ev.hexes(x)
 		default:
 			out[k] = v
 		}
 	}
-	out["protocol"] = act.Protocol
-	out["chainId"] = act.ChainID
-	out["kind"] = act.Kind
+	out["protocol"] = boxString(act.Protocol)
+	out["chainId"] = boxInt64(act.ChainID)
+	out["kind"] = boxString(act.Kind)
 	if act.To != nil {
-		out["to"] = ev.hex(*act.To)
-		out["selector"] = act.Selector
+		out["to"] = ev.hexAny(*act.To)
+		out["selector"] = boxString(act.Selector)
 	}
 	out["recipients"] = ev.hexes(act.Recipients)
 	out["assets"] = ev.hexes(act.Assets)
@@ -50,7 +60,7 @@ func (ev *evaluation) renderAction(act *Action, depth int) map[string]any {
 	if act.Notional != nil && len(act.Notional) > 0 {
 		amounts := make([]map[string]any, len(act.Notional))
 		for i, a := range act.Notional {
-			amounts[i] = map[string]any{"asset": ev.hex(a.Asset), "amount": decimal(a.Value)}
+			amounts[i] = map[string]any{"asset": ev.hexAny(a.Asset), "amount": decimal(a.Value)}
 		}
 		out["amounts"] = amounts
 	}
@@ -60,7 +70,7 @@ func (ev *evaluation) renderAction(act *Action, depth int) map[string]any {
 	if len(act.Approvals) > 0 {
 		aps := make([]map[string]any, len(act.Approvals))
 		for i, a := range act.Approvals {
-			aps[i] = map[string]any{"spender": ev.hex(a.Spender), "asset": ev.hex(a.Asset), "amount": decimal(a.Amount), "unlimited": a.Unlimited}
+			aps[i] = map[string]any{"spender": ev.hexAny(a.Spender), "asset": ev.hexAny(a.Asset), "amount": decimal(a.Amount), "unlimited": a.Unlimited}
 		}
 		out["approvals"] = aps
 	}
@@ -77,15 +87,16 @@ func (ev *evaluation) renderAction(act *Action, depth int) map[string]any {
 }
 
 func (ev *evaluation) renderTrade(t *Trade) map[string]any {
-	m := map[string]any{"kind": t.Kind}
+	m := make(map[string]any, 8)
+	m["kind"] = boxString(t.Kind)
 	if t.Side != "" {
-		m["side"] = t.Side
+		m["side"] = boxString(t.Side)
 	}
 	if t.Market != "" {
-		m["market"] = t.Market
+		m["market"] = boxString(t.Market)
 	}
 	if t.Kind == TradeSwap {
-		m["assetIn"], m["assetOut"], m["exactOut"] = ev.hex(t.AssetIn), ev.hex(t.AssetOut), t.ExactOut
+		m["assetIn"], m["assetOut"], m["exactOut"] = ev.hexAny(t.AssetIn), ev.hexAny(t.AssetOut), t.ExactOut
 		if t.ExactOut {
 			m["amountOut"], m["maxIn"] = decimal(t.AmountOut), decimal(t.MaxIn)
 		} else {

@@ -7,7 +7,7 @@ import (
 	"math/big"
 	"slices"
 	"strconv"
-	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/ethereum/go-ethereum/common"
@@ -81,15 +81,38 @@ func (ev *evaluation) usdOf(chainID int64, asset common.Address, value *big.Int)
 // annotate adds members to the evidence source called name (evidence.sources carries more
 // than dataFreshness.sources: docs/policy.md#evidence).
 func (ev *evaluation) annotate(name string, kv ...any) {
-	for _, s := range ev.sources {
-		if s["name"] != name {
-			continue
+	for i := range ev.sources {
+		if s := &ev.sources[i]; s.name == name {
+			if s.extra == nil {
+				s.extra = slices.Clip(kv) // kv may be shared (listAnnotations): never append into it
+			} else {
+				s.extra = append(s.extra, kv...)
+			}
+			return
 		}
-		for i := 0; i+1 < len(kv); i += 2 {
-			s[kv[i].(string)] = kv[i+1]
-		}
-		return
 	}
+}
+
+// noneListed is the "listed" of a screening that found nothing.
+var noneListed any = []string{}
+
+// listAnnotation is what evidence.sources says of a sanctions list, boxed once per list.
+type listAnnotation struct {
+	list *sanctions.List
+	kv   []any
+}
+
+var lastList atomic.Pointer[listAnnotation]
+
+// listAnnotations are the members annotate adds to a sanctions list's source: its format
+// and entries.
+func listAnnotations(l *sanctions.List) []any {
+	if a := lastList.Load(); a != nil && a.list == l {
+		return a.kv
+	}
+	a := &listAnnotation{list: l, kv: []any{"format", l.Format(), "entries", l.Len()}}
+	lastList.Store(a)
+	return a.kv
 }
 
 // degrade notes data that could not be had; trust drops to medium (docs/policy.md#trust).
@@ -108,24 +131,31 @@ func (ev *evaluation) screenAddrs(addrs []common.Address) result {
 	if l == nil && oracle == nil {
 		return notChecked("no sanctions list is loaded")
 	}
-	uniq := slices.Compact(slices.SortedFunc(slices.Values(addrs), compareAddr))
-	listed := map[common.Address]bool{}
-	var names []string
+	uniq := slices.Clone(addrs)
+	slices.SortFunc(uniq, compareAddr)
+	uniq = slices.Compact(uniq)
+	var listed map[common.Address]bool // made at the first hit
+	var on string                      // the names of the list and the oracle, ", " between
 	if l != nil {
 		ev.source(l.Name(), l.AsOf(), ev.sanctionsFresh())
-		ev.annotate(l.Name(), "format", l.Format(), "entries", l.Len())
-		names = append(names, l.Name())
+		ev.annotate(l.Name(), listAnnotations(l)...)
+		on = l.Name()
 		for _, a := range uniq {
 			if l.Contains(a) {
+				if listed == nil {
+					listed = map[common.Address]bool{}
+				}
 				listed[a] = true
 			}
 		}
 	}
 	if oracle != nil {
-		names = append(names, oracle.Name())
+		if on != "" {
+			on += ", "
+		}
+		on += oracle.Name()
 	}
-	on := strings.Join(names, ", ")
-	exp := "none on " + on
+	exp := prefixed(pNoneOn, on).box
 	if oracle != nil {
 		hits, asOf, err := oracle.Screen(ev.context(), uniq)
 		switch {
@@ -140,6 +170,9 @@ func (ev *evaluation) screenAddrs(addrs []common.Address) result {
 			ev.annotate(oracle.Name(), "chainId", oracle.ChainID(), "address", oracle.Address().Hex())
 			ev.oracleScreened = true
 			for _, a := range hits {
+				if listed == nil {
+					listed = map[common.Address]bool{}
+				}
 				listed[a] = true
 			}
 		}
@@ -156,5 +189,5 @@ func (ev *evaluation) screenAddrs(addrs []common.Address) result {
 				map[string]any{"screened": obs, "listed": ev.sortedHexes(hits)}, exp)
 		}
 	}
-	return passed("no address is on "+on, "", map[string]any{"screened": obs, "listed": []string{}}, exp)
+	return passed(prefixed(pNoAddressOn, on).val, "", map[string]any{"screened": obs, "listed": noneListed}, exp)
 }

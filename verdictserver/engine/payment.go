@@ -8,7 +8,6 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 
 	"github.com/x402gate/x402gate/verdict"
-	"github.com/x402gate/x402gate/verdictserver/policy"
 )
 
 // KindPayment is the decoded kind of an x402 payment.
@@ -95,7 +94,7 @@ func addressMember(tx map[string]any, member string) (common.Address, *DecodeErr
 	if !ok {
 		return common.Address{}, fail(member, "must be a 20-byte address string")
 	}
-	a, ok := policy.Address(s)
+	a, ok := strictAddress(s)
 	if !ok {
 		return common.Address{}, fail(member, "must be a 20-byte address: 0x and 40 hex digits, EIP-55 when mixed case")
 	}
@@ -134,18 +133,11 @@ func undecoded(tx map[string]any, de *DecodeError) map[string]any {
 	return map[string]any{"protocol": p, "chainId": c, "kind": "undecoded", "problem": de.Error()}
 }
 
-// hex is a.Hex(), computed once per evaluation: EIP-55 costs a Keccak-256.
-func (ev *evaluation) hex(a common.Address) string {
-	if s, ok := ev.hexCache[a]; ok {
-		return s
-	}
-	if ev.hexCache == nil {
-		ev.hexCache = make(map[common.Address]string, 4)
-	}
-	s := a.Hex()
-	ev.hexCache[a] = s
-	return s
-}
+// hex is a.Hex(); EIP-55 costs a Keccak-256, so it is cached (intern.go).
+func (ev *evaluation) hex(a common.Address) string { return checksum(a).val }
+
+// hexAny is a.Hex() as an interface value, for evidence.
+func (ev *evaluation) hexAny(a common.Address) any { return checksum(a).box }
 
 func (ev *evaluation) hexes(as []common.Address) []string {
 	out := make([]string, len(as))

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ethereum/go-ethereum/common"
-
 	"github.com/x402gate/x402gate/verdict"
 	"github.com/x402gate/x402gate/verdictserver/engine/prices"
 	"github.com/x402gate/x402gate/verdictserver/engine/sanctions"
@@ -28,83 +26,136 @@ type evaluation struct {
 	prices    *prices.Table
 	now       time.Time
 
-	sources  []map[string]any
+	sources  []sourceRec
 	cached   []string // names of cached sources
 	priced   bool     // notional was computed (usd nil: unpriced)
 	usd      *big.Rat
 	unpriced string // what had no price
 	refs     ReferencePrices
 
-	hexCache map[common.Address]string
-
 	degraded       []string // data that could not be had (feeds.go)
 	oracleScreened bool
 }
 
+// sourceRec is one data source consulted (docs/policy.md#data-freshness): what
+// dataFreshness.sources lists, and the members annotate adds for evidence.sources.
+type sourceRec struct {
+	name  string
+	asOf  time.Time
+	fresh bool
+	extra []any // key, value, key, value …
+}
+
 // source records a data source consulted (docs/policy.md#data-freshness).
 func (ev *evaluation) source(name string, asOf time.Time, fresh bool) {
-	for _, s := range ev.sources {
-		if s["name"] == name {
+	for i := range ev.sources {
+		if ev.sources[i].name == name {
 			return
 		}
 	}
-	st := string(verdict.FreshnessFresh)
 	if !fresh {
-		st = string(verdict.FreshnessCached)
 		ev.cached = append(ev.cached, name)
 	}
-	ev.sources = append(ev.sources, map[string]any{"name": name, "asOf": asOf.UTC().Format(time.RFC3339), "status": st})
+	if ev.sources == nil {
+		ev.sources = make([]sourceRec, 0, 4)
+	}
+	ev.sources = append(ev.sources, sourceRec{name: name, asOf: asOf, fresh: fresh})
+}
+
+// The statuses of a source, boxed once.
+var (
+	statusFresh  any = string(verdict.FreshnessFresh)
+	statusCached any = string(verdict.FreshnessCached)
+)
+
+// renderSources is evidence.sources and dataFreshness.sources: the same name, asOf and
+// status in both, and the annotations in evidence only.
+func (ev *evaluation) renderSources() ([]any, []map[string]any) {
+	evs := make([]any, len(ev.sources))
+	dfs := make([]map[string]any, len(ev.sources))
+	for i := range ev.sources {
+		s := &ev.sources[i]
+		name := boxString(s.name)
+		asOf := rfc3339(s.asOf).box
+		status := statusFresh
+		if !s.fresh {
+			status = statusCached
+		}
+		em := make(map[string]any, 3+len(s.extra)/2)
+		em["name"], em["asOf"], em["status"] = name, asOf, status
+		for j := 0; j+1 < len(s.extra); j += 2 {
+			em[s.extra[j].(string)] = s.extra[j+1]
+		}
+		evs[i] = em
+		dfs[i] = map[string]any{"name": name, "asOf": asOf, "status": status}
+	}
+	return evs, dfs
 }
 
 func (ev *evaluation) sanctionsFresh() bool {
 	return !ev.sanctions.AsOf().Add(ev.ttl).Before(ev.now)
 }
 
+// verdictBox holds a verdict and what its pointers point to, allocated at once.
+type verdictBox struct {
+	v             verdict.Verdict
+	checks        [numChecks]verdict.Check
+	codes         [numChecks]verdict.ReasonCode
+	fields        [numChecks + 1]string // the checks' triggeringPolicyField, then the verdict's
+	policyVersion int64
+	usd           float64
+	trustNote     string
+}
+
 // verdict runs the checks and assembles the verdict (docs/policy.md#check-order).
 func (ev *evaluation) verdict() *verdict.Verdict {
-	v := &verdict.Verdict{
-		SchemaVersion: 1,
-		Timestamp:     ev.now,
-		Checks:        make([]verdict.Check, len(checks)),
-	}
-	results := make(map[verdict.CheckID]result, len(checks))
-	observations := map[string]any{}
+	box := &verdictBox{}
+	v := &box.v
+	v.SchemaVersion, v.Timestamp, v.Checks = 1, ev.now, box.checks[:]
+	var results [numChecks]result
 	switch {
 	case ev.in.Policy == nil || ev.in.Policy.Doc == nil:
 		// docs/policy.md#default-deny: an agent without a policy is allowed nothing.
-		for _, c := range checks {
-			results[c.id] = notChecked("not evaluated: the agent has no policy")
+		for i := range checks {
+			results[i] = notChecked("not evaluated: the agent has no policy")
 		}
-		results[verdict.CheckVenue] = failed(verdict.ReasonVenueNotAllowed, "the agent has no policy, so no venue is allowed", "", nil, nil)
+		results[checkIndex[verdict.CheckVenue]] = failed(verdict.ReasonVenueNotAllowed, "the agent has no policy, so no venue is allowed", "", nil, nil)
 	case ev.decodeErr != nil:
 		// docs/policy.md#default-deny: venue and chain report what was readable.
-		for _, c := range checks {
-			results[c.id] = notChecked("not evaluated: the action could not be decoded")
+		for i := range checks {
+			results[i] = notChecked("not evaluated: the action could not be decoded")
 		}
 		if p, ok := ev.in.ProposedTx["protocol"].(string); ok && p != "" {
-			results[verdict.CheckVenue] = ev.venueOf(p)
+			results[checkIndex[verdict.CheckVenue]] = ev.venueOf(p)
 		}
 		if c, ok := chainIDOf(ev.in.ProposedTx["chainId"]); ok {
-			results[verdict.CheckChain] = ev.chainOf(c)
+			results[checkIndex[verdict.CheckChain]] = ev.chainOf(c)
 		}
 	default:
-		for _, c := range checks {
-			results[c.id] = c.run(ev)
+		for i, c := range checks {
+			results[i] = c.run(ev)
 		}
 	}
 	if ev.act != nil {
 		ev.notional() // usdNotional is reported whenever the action is priced
 	}
+	ran := 0
+	for i := range results {
+		if results[i].ran {
+			ran++
+		}
+	}
+	observations := make(map[string]any, ran)
 	for i, c := range checks {
-		r := results[c.id]
+		r := &results[i]
 		chk := verdict.Check{CheckID: c.id, Status: r.status, HumanReason: r.reason}
 		if r.status == verdict.CheckFailed {
-			code := r.code
-			chk.Code = &code
+			box.codes[i] = r.code
+			chk.Code = &box.codes[i]
 		}
 		if r.field != "" {
-			f := r.field
-			chk.TriggeringPolicyField = &f
+			box.fields[i] = r.field
+			chk.TriggeringPolicyField = &box.fields[i]
 		}
 		if r.ran {
 			observations[string(c.id)] = map[string]any{"observed": r.obs, "expected": r.exp}
@@ -121,21 +172,21 @@ func (ev *evaluation) verdict() *verdict.Verdict {
 		v.HumanReason = "the action could not be decoded: " + ev.decodeErr.Error()
 	default:
 		v.Outcome, v.ReasonCode = verdict.OutcomeApproved, verdict.ReasonAllowed
-		v.HumanReason = "every check passed or did not apply under policy version " + strconv.FormatInt(ev.in.Policy.Version, 10)
-		for _, id := range reasonOrder {
-			if r := results[id]; r.status == verdict.CheckFailed {
+		v.HumanReason = approvedReason(ev.in.Policy.Version)
+		for _, i := range reasonIndexes {
+			if r := &results[i]; r.status == verdict.CheckFailed {
 				v.Outcome, v.ReasonCode, v.HumanReason = verdict.OutcomeRejected, r.code, r.reason
 				if r.field != "" {
-					f := r.field
-					v.TriggeringPolicyField = &f
+					box.fields[numChecks] = r.field
+					v.TriggeringPolicyField = &box.fields[numChecks]
 				}
 				break
 			}
 		}
 	}
 	if ev.in.Policy != nil && ev.in.Policy.Doc != nil {
-		pv := ev.in.Policy.Version
-		v.PolicyVersion = &pv
+		box.policyVersion = ev.in.Policy.Version
+		v.PolicyVersion = &box.policyVersion
 	}
 
 	var da map[string]any
@@ -148,21 +199,23 @@ func (ev *evaluation) verdict() *verdict.Verdict {
 		}
 		da = undecoded(ev.in.ProposedTx, de)
 	}
-	evSources := make([]any, len(ev.sources))
-	dfSources := make([]map[string]any, len(ev.sources))
-	for i, s := range ev.sources {
-		evSources[i] = s
-		dfSources[i] = map[string]any{"name": s["name"], "asOf": s["asOf"], "status": s["status"]}
-	}
+	evSources, dfSources := ev.renderSources()
 	v.Evidence = verdict.Evidence{DecodedAction: da, Observations: observations, Sources: evSources}
 	v.DataFreshness = verdict.DataFreshness{Overall: ev.overall(), Sources: dfSources}
-	v.Trust = ev.trust()
+	v.Trust = ev.trust(&box.trustNote)
 	v.Redaction = redaction(ev.in.Metadata, ev.in.ContextLogs, nil)
 	if ev.usd != nil {
-		f, _ := ev.usd.Float64()
-		v.USDNotional = &f
+		box.usd, _ = ev.usd.Float64()
+		v.USDNotional = &box.usd
 	}
 	return v
+}
+
+// approvedReason is the humanReason of an approval under policy version v, cached.
+func approvedReason(v int64) string {
+	return reasonText(reasonKey{kind: rVersioned, n: v}, func(k reasonKey) string {
+		return "every check passed or did not apply under policy version " + strconv.FormatInt(k.n, 10)
+	}).val
 }
 
 // overall is docs/policy.md#data-freshness.
@@ -178,8 +231,9 @@ func (ev *evaluation) overall() verdict.Freshness {
 }
 
 // trust is docs/policy.md#trust.
-func (ev *evaluation) trust() verdict.Trust {
-	note := func(s string) *string { return &s }
+// The note is written to *buf, which the verdict points to.
+func (ev *evaluation) trust(buf *string) verdict.Trust {
+	note := func(s string) *string { *buf = s; return buf }
 	switch {
 	case ev.act == nil:
 		return verdict.Trust{Level: verdict.TrustLow, Notes: note("the action was not decoded")}

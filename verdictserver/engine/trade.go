@@ -40,7 +40,7 @@ func sidesOf(t *Trade) []string {
 func (ev *evaluation) side() result {
 	ts := ev.trades(TradeSwap, TradeOrder)
 	if len(ts) == 0 {
-		return notChecked("no side applies: this " + ev.act.Kind + " action is not a swap or an order")
+		return notChecked(kindReason(ev.act.Kind, kNoSide))
 	}
 	d := ev.in.Policy.Doc
 	if d.Trading == nil || d.Trading.Sides == nil {
@@ -72,7 +72,7 @@ func (ev *evaluation) side() result {
 func (ev *evaluation) slippage() result {
 	swaps := ev.trades(TradeSwap)
 	if len(swaps) == 0 {
-		return notChecked("no slippage guard applies: this " + ev.act.Kind + " action is not a swap")
+		return notChecked(kindReason(ev.act.Kind, kNoSwap))
 	}
 	d := ev.in.Policy.Doc
 	var require bool
@@ -194,7 +194,7 @@ func (ev *evaluation) priceBound() result {
 		if len(ev.trades(TradeSwap)) > 0 {
 			return notChecked("a swap's price bound is its minimum output or maximum input: see slippage_guard")
 		}
-		return notChecked("no execution price bound applies: this " + ev.act.Kind + " action is not an order")
+		return notChecked(kindReason(ev.act.Kind, kNoOrder))
 	}
 	d := ev.in.Policy.Doc
 	var require bool
@@ -289,24 +289,25 @@ func (ev *evaluation) leverage() result {
 		}
 	})
 	if len(ls) == 0 {
-		return notChecked("no leverage applies: this " + ev.act.Kind + " action sets or implies none")
+		return notChecked(kindReason(ev.act.Kind, kNoLeverage))
 	}
 	d := ev.in.Policy.Doc
 	if d.Perps == nil || d.Perps.MaxLeverage == nil {
 		return notChecked("perps.maxLeverage is not configured")
 	}
 	limit := *d.Perps.MaxLeverage
-	capRat, _ := new(big.Rat).SetString(strconv.FormatFloat(limit, 'g', -1, 64))
+	c := bound(limit)
+	capRat := c.rat
 	obs := make([]float64, len(ls))
 	for i, a := range ls {
 		obs[i], _ = a.Trade.Leverage.Float64()
 	}
 	for i, a := range ls {
 		if a.Trade.Leverage.Cmp(capRat) > 0 {
-			return failed(verdict.ReasonLeverageCapExceeded, "leverage "+strconv.FormatFloat(obs[i], 'f', -1, 64)+"x of this "+a.Kind+" exceeds perps.maxLeverage "+strconv.FormatFloat(limit, 'f', -1, 64)+"x", policy.FieldMaxLeverage, obs, limit)
+			return failed(verdict.ReasonLeverageCapExceeded, "leverage "+strconv.FormatFloat(obs[i], 'f', -1, 64)+"x of this "+a.Kind+" exceeds perps.maxLeverage "+c.text+"x", policy.FieldMaxLeverage, obs, c.f)
 		}
 	}
-	return passed("every leverage is within perps.maxLeverage", policy.FieldMaxLeverage, obs, limit)
+	return passed("every leverage is within perps.maxLeverage", policy.FieldMaxLeverage, obs, c.f)
 }
 
 // TradeNotional is what a trade moves when its action carries no Notional: a swap's input
