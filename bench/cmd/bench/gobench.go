@@ -1,0 +1,219 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// benchLine is one benchmark result: metrics by unit, the median over -count runs.
+type benchLine struct {
+	name    string
+	metrics map[string]float64
+}
+
+var benchName = regexp.MustCompile(`^(Benchmark\S+?)(-\d+)?$`)
+
+// parseBench reads `go test -bench` output: each result line is the name, the iterations,
+// then value-unit pairs. Repeated names (-count) are reduced to the median per unit.
+func parseBench(out string) []benchLine {
+	vals := map[string]map[string][]float64{}
+	var order []string
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
+			continue
+		}
+		m := benchName.FindStringSubmatch(f[0])
+		if m == nil {
+			continue
+		}
+		if _, err := strconv.Atoi(f[1]); err != nil {
+			continue
+		}
+		name := m[1]
+		if vals[name] == nil {
+			vals[name] = map[string][]float64{}
+			order = append(order, name)
+		}
+		for i := 2; i+1 < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				break
+			}
+			vals[name][f[i+1]] = append(vals[name][f[i+1]], v)
+		}
+	}
+	var lines []benchLine
+	for _, n := range order {
+		l := benchLine{name: n, metrics: map[string]float64{}}
+		for u, v := range vals[n] {
+			l.metrics[u] = median(v)
+		}
+		lines = append(lines, l)
+	}
+	return lines
+}
+
+// goBench runs go test -bench in the module root and parses it. The output is kept in the
+// run directory.
+func (e *env) goBench(label string, bound time.Duration, args ...string) []benchLine {
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	full := append([]string{"test", "-run", "^$"}, args...)
+	logf("go %s", strings.Join(full, " "))
+	out, err := run(ctx, e.c.root, nil, "go", full...)
+	_ = writeFile(filepath.Join(e.dir, label+".txt"), out)
+	if err != nil {
+		logf("  %s: %v (output in %s.txt)", label, err, label)
+		e.rep.missing = append(e.rep.missing, fmt.Sprintf("`go %s` failed: %v (see the run directory's %s.txt)", strings.Join(full, " "), err, label))
+	}
+	return parseBench(out)
+}
+
+func find(lines []benchLine, pred func(string) bool) *benchLine {
+	for i := range lines {
+		if pred(lines[i].name) {
+			return &lines[i]
+		}
+	}
+	return nil
+}
+
+func fmtNs(ns float64) string {
+	switch {
+	case ns >= 1e6:
+		return fmt.Sprintf("%.2f ms", ns/1e6)
+	case ns >= 1e3:
+		return fmt.Sprintf("%.1f µs", ns/1e3)
+	default:
+		return fmt.Sprintf("%.0f ns", ns)
+	}
+}
+
+// --- 2b. the CPU of a verify against the bare recovery ----------------------------------------
+
+func (e *env) cpu() {
+	sec := "2. Verify (CPU only, go test -bench)"
+	lines := e.goBench("bench-facilitator-cpu", 5*time.Minute, "-bench", `BenchmarkVerifyCPU$|Ecrecover`, "-benchmem", "-count", "5", "./facilitator/")
+	v := find(lines, func(n string) bool { return n == "BenchmarkVerifyCPU" })
+	bound := find(lines, func(n string) bool { return strings.Contains(n, "Ecrecover") })
+	boundNote := "facilitator/" + func() string {
+		if bound != nil {
+			return bound.name
+		}
+		return ""
+	}()
+	if bound == nil {
+		// No bound benchmark in facilitator/ on this commit: the bare go-ethereum
+		// crypto.Ecrecover of bench/ecrecover.
+		l2 := e.goBench("bench-ecrecover", 3*time.Minute, "-bench", `BenchmarkEcrecover$`, "-benchmem", "-count", "5", "./bench/ecrecover/")
+		bound = find(l2, func(n string) bool { return n == "BenchmarkEcrecover" })
+		boundNote = "bench/ecrecover BenchmarkEcrecover (facilitator/ has no Ecrecover benchmark on this commit)"
+	}
+	if v == nil || bound == nil {
+		e.rep.missing = append(e.rep.missing, "the verify CPU comparison: BenchmarkVerifyCPU or the Ecrecover bound did not report")
+	} else {
+		e.rep.add(row{section: sec, measure: "verify CPU (ns/op) vs bare crypto.Ecrecover (the bound)", ours: fmtNs(v.metrics["ns/op"]), peer: fmtNs(bound.metrics["ns/op"]), ratio: bound.metrics["ns/op"] / v.metrics["ns/op"], higherBetter: true,
+			note: fmt.Sprintf("ratio = bound/ours (goal ≥ 0.8); ours %.0f allocs, %.0f B per op; bound: %s, median of 5", v.metrics["allocs/op"], v.metrics["B/op"], boundNote)})
+	}
+	x := e.goBench("bench-x402", 3*time.Minute, "-bench", `BenchmarkDecodePaymentHeader|BenchmarkTransferWithAuthorizationHash|BenchmarkRecoverSigner`, "-benchmem", "-count", "3", "./x402/")
+	for _, l := range x {
+		e.rep.add(row{section: sec, measure: strings.TrimPrefix(l.name, "Benchmark"), ours: fmtNs(l.metrics["ns/op"]), peer: "–",
+			note: fmt.Sprintf("%.0f allocs, %.0f B per op (header decode goal ≤ 8 µs)", l.metrics["allocs/op"], l.metrics["B/op"])})
+	}
+	// The profile of the verify CPU path.
+	prof := filepath.Join(e.dir, "verifycpu.pprof")
+	testBin := filepath.Join(e.dir, "facilitator.test")
+	e.goBench("bench-verifycpu-profile", 3*time.Minute, "-bench", `BenchmarkVerifyCPU$`, "-benchtime", "3s", "-cpuprofile", prof, "-o", testBin, "./facilitator/")
+	e.rep.profiles = append(e.rep.profiles, profile{
+		title: "BenchmarkVerifyCPU (go test -cpuprofile), where a verify's CPU goes",
+		top:   e.pprofTop(testBin, prof),
+	})
+}
+
+// --- 4. the verdict service ------------------------------------------------------------------
+
+func (e *env) verdict() {
+	sec := "4. Verdict service"
+	lines := e.goBench("bench-engine", 6*time.Minute, "-bench", `BenchmarkEvaluate`, "-benchmem", "-benchtime", "2s", "./verdictserver/engine/")
+	for _, l := range lines {
+		p99, ok := l.metrics["p99-ns"]
+		peer := "–"
+		ratio := 0.0
+		if ok {
+			peer = "100 µs (target p99)"
+			ratio = 100e3 / p99
+		}
+		e.rep.add(row{section: sec, measure: "in process: " + strings.TrimPrefix(l.name, "Benchmark") + " p50 / p99", ours: fmtNs(l.metrics["p50-ns"]) + " / " + fmtNs(p99), peer: peer, ratio: ratio, higherBetter: true,
+			note: fmt.Sprintf("%s/op, %.0f allocs/op; ratio = target/p99", fmtNs(l.metrics["ns/op"]), l.metrics["allocs/op"])})
+	}
+	if len(lines) == 0 {
+		e.rep.missing = append(e.rep.missing, "the engine benchmarks reported nothing")
+	}
+	h := e.goBench("bench-verdict-http", 8*time.Minute, "-bench", `BenchmarkHTTP`, "-benchmem", "-benchtime", "3s", "./verdictserver/")
+	for _, l := range h {
+		var parts []string
+		var keys []string
+		for u := range l.metrics {
+			keys = append(keys, u)
+		}
+		sort.Strings(keys)
+		main := ""
+		for _, u := range keys {
+			if strings.HasSuffix(u, "/s") {
+				main = fmt.Sprintf("%.0f %s", l.metrics[u], u)
+				continue
+			}
+			parts = append(parts, fmt.Sprintf("%s %s", fmtMetric(l.metrics[u]), u))
+		}
+		target := "–"
+		switch {
+		case strings.Contains(l.name, "Submit"):
+			target = "2,000/s (target)"
+		case strings.Contains(l.name, "Status"):
+			target = "10,000/s (target)"
+		}
+		e.rep.add(row{section: sec, measure: "over HTTP: " + strings.TrimPrefix(l.name, "Benchmark"), ours: main, peer: target, note: strings.Join(parts, ", ")})
+	}
+	if len(h) == 0 {
+		e.rep.missing = append(e.rep.missing, "submit + approval-status over HTTP (SQLite, PostgreSQL): no BenchmarkHTTP* in verdictserver/ on this commit")
+	}
+}
+
+func fmtMetric(v float64) string {
+	if v == float64(int64(v)) {
+		return strconv.FormatInt(int64(v), 10)
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
+}
+
+// --- 5. memory -------------------------------------------------------------------------------
+
+func (e *env) memory() {
+	pkgs := []string{"./verdictserver/...", "./facilitator/...", "./gate/..."}
+	args := append([]string{"-bench", `Heap|1M|Million`, "-benchmem", "-benchtime", "1x"}, pkgs...)
+	lines := e.goBench("bench-memory", 8*time.Minute, args...)
+	for _, l := range lines {
+		var keys []string
+		for u := range l.metrics {
+			keys = append(keys, u)
+		}
+		sort.Strings(keys)
+		keys = slices.DeleteFunc(keys, func(u string) bool { return u == "ns/op" })
+		var parts []string
+		for _, u := range keys {
+			parts = append(parts, fmt.Sprintf("%s %s", fmtMetric(l.metrics[u]), u))
+		}
+		e.rep.add(row{section: "5. Memory", measure: strings.TrimPrefix(l.name, "Benchmark"), ours: strings.Join(parts, ", "), peer: "–"})
+	}
+	if len(lines) == 0 {
+		e.rep.missing = append(e.rep.missing, "the heap of 1M approval records and 1M retry credits: no benchmark matching Heap|1M|Million in verdictserver/, facilitator/ or gate/ on this commit")
+	}
+}

@@ -1,0 +1,221 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// fatalError is what benchTB.Fatalf panics with; main recovers it, cleans up and exits 1.
+type fatalError struct{ msg string }
+
+// benchTB lets the driver use internal/testenv (anvil and our token) outside a test. Only the
+// methods testenv calls on the chain path are implemented; any other panics on the nil TB.
+type benchTB struct {
+	testing.TB
+	mu       sync.Mutex
+	cleanups []func()
+	tmp      string
+}
+
+func (t *benchTB) Helper()                           {}
+func (t *benchTB) Name() string                      { return "bench" }
+func (t *benchTB) Failed() bool                      { return false }
+func (t *benchTB) Logf(format string, args ...any)   { logf(format, args...) }
+func (t *benchTB) Errorf(format string, args ...any) { t.Fatalf(format, args...) }
+func (t *benchTB) Error(args ...any)                 { t.Fatal(args...) }
+func (t *benchTB) Fatal(args ...any)                 { panic(fatalError{fmt.Sprint(args...)}) }
+func (t *benchTB) Fatalf(format string, args ...any) {
+	panic(fatalError{fmt.Sprintf(format, args...)})
+}
+
+func (t *benchTB) Cleanup(f func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.cleanups = append(t.cleanups, f)
+}
+
+func (t *benchTB) TempDir() string {
+	dir, err := os.MkdirTemp(t.tmp, "tb-")
+	if err != nil {
+		t.Fatalf("temp dir: %v", err)
+	}
+	return dir
+}
+
+// runCleanups runs the registered cleanups, last first.
+func (t *benchTB) runCleanups() {
+	t.mu.Lock()
+	fs := t.cleanups
+	t.cleanups = nil
+	t.mu.Unlock()
+	for i := len(fs) - 1; i >= 0; i-- {
+		fs[i]()
+	}
+}
+
+// proc is a child process in its own process group; stop kills the group.
+type proc struct {
+	name   string
+	cmd    *exec.Cmd
+	exited chan struct{}
+	log    string
+}
+
+// procs are the children the driver started, stopped at exit.
+var procs struct {
+	mu   sync.Mutex
+	list []*proc
+}
+
+// start runs name with args in dir, its output appended to logPath, env added to the driver's.
+func start(name, logPath, dir string, env []string, bin string, args ...string) (*proc, error) {
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = f, f
+	// Its own group (stop kills the group), and killed if the driver dies first.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, exited: make(chan struct{}), log: logPath}
+	go func() {
+		_ = cmd.Wait()
+		close(p.exited)
+	}()
+	procs.mu.Lock()
+	procs.list = append(procs.list, p)
+	procs.mu.Unlock()
+	return p, nil
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+func (p *proc) stop() {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(5 * time.Second):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.exited
+	}
+}
+
+func stopAll() {
+	procs.mu.Lock()
+	list := procs.list
+	procs.list = nil
+	procs.mu.Unlock()
+	for i := len(list) - 1; i >= 0; i-- {
+		list[i].stop()
+	}
+}
+
+// waitHTTP waits until url answers any HTTP status, or the process exits, or 60 s pass.
+func waitHTTP(p *proc, url string) error {
+	deadline := time.Now().Add(60 * time.Second)
+	c := &http.Client{Timeout: 2 * time.Second}
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.exited:
+			return fmt.Errorf("%s exited; see %s", p.name, p.log)
+		default:
+		}
+		resp, err := c.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("%s did not answer %s within 60s; see %s", p.name, url, p.log)
+}
+
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(fatalError{fmt.Sprintf("free port: %v", err)})
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// cpuSeconds is the user+system CPU time of pid so far (/proc/PID/stat, in clock ticks of 1/100 s).
+func cpuSeconds(pid int) float64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseFloat(f[11], 64)
+	k, _ := strconv.ParseFloat(f[12], 64)
+	return (u + k) / 100
+}
+
+// groupCPU sums cpuSeconds over the process and its direct children (the npm anvil wrapper, node).
+func groupCPU(pid int) float64 {
+	total := cpuSeconds(pid)
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err == nil {
+		for _, c := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(c); err == nil {
+				total += cpuSeconds(n)
+			}
+		}
+	}
+	return total
+}
+
+// rssKB is VmRSS of pid in kB.
+func rssKB(pid int) (int, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			return strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+		}
+	}
+	return 0, errors.New("no VmRSS")
+}
+
+// run runs a command to completion with a bound and returns its combined output.
+func run(ctx context.Context, dir string, env []string, bin string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"time"
+)
+
+type row struct {
+	section, measure, ours, peer, note string
+	ratio                              float64 // 0: none
+	higherBetter                       bool
+}
+
+type profile struct{ title, top string }
+
+type report struct {
+	c             *config
+	started       time.Time
+	loadBefore    string
+	rows          []row
+	profiles      []profile
+	missing       []string
+	soak          string
+	runtime       time.Duration
+	challengeBody int
+}
+
+func newReport(c *config) *report {
+	return &report{c: c, started: time.Now().UTC(), loadBefore: loadavg()}
+}
+
+func (r *report) add(x row) {
+	r.rows = append(r.rows, x)
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func cmdOut(name string, args ...string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	if err != nil {
+		return "?"
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "?"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "model name"); ok {
+			return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+		}
+	}
+	return "?"
+}
+
+func memTotal() string {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return "?"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			var kb int
+			fmt.Sscanf(strings.TrimSpace(v), "%d", &kb)
+			return fmt.Sprintf("%.1f GiB", float64(kb)/(1<<20))
+		}
+	}
+	return "?"
+}
+
+func commit() string {
+	c := cmdOut("git", "rev-parse", "--short", "HEAD")
+	if s := cmdOut("git", "status", "--porcelain", "--untracked-files=no"); s != "" && s != "?" {
+		c += " (with uncommitted changes)"
+	}
+	return c
+}
+
+func (r *report) ratioCell(x row) string {
+	if x.ratio == 0 {
+		return "–"
+	}
+	s := fmt.Sprintf("%.2f×", x.ratio)
+	if x.higherBetter && x.ratio < 1 {
+		s += " (we lose)"
+	}
+	return s
+}
+
+// table is the plain-text table printed at the end of a run.
+func (r *report) table() string {
+	var b strings.Builder
+	sec := ""
+	for _, x := range r.rows {
+		if x.section != sec {
+			sec = x.section
+			fmt.Fprintf(&b, "\n%s\n", sec)
+		}
+		fmt.Fprintf(&b, "  %-62s %-18s %-22s %s\n", x.measure, x.ours, x.peer, r.ratioCell(x))
+	}
+	if r.soak != "" {
+		fmt.Fprintf(&b, "\nsoak: %s\n", r.soak)
+	}
+	for _, m := range r.missing {
+		fmt.Fprintf(&b, "missing: %s\n", m)
+	}
+	return b.String()
+}
+
+func esc(s string) string { return strings.ReplaceAll(s, "|", "\\|") }
+
+func (r *report) write(path string) {
+	var b strings.Builder
+	c := r.c
+	b.WriteString("# Benchmarks against peers: results\n\n")
+	b.WriteString("Written by `bench/run` (`bench/cmd/bench`); do not edit by hand. Each comparison runs both sides in the\n" +
+		"same run, on the same machine, against the same anvil (automine, chain id 84532), alternating the sides\n" +
+		"over rounds; a figure is the median over the rounds. The ratio is ours/peer for rates and peer/ours for\n" +
+		"latencies and costs, so above 1 means we are faster; \"(we lose)\" marks the rows below 1.\n\n")
+	b.WriteString("| | |\n|---|---|\n")
+	fmt.Fprintf(&b, "| date (UTC) | %s |\n", r.started.Format("2006-01-02 15:04"))
+	fmt.Fprintf(&b, "| commit | %s |\n", commit())
+	fmt.Fprintf(&b, "| machine | %s CPUs (`nproc`), %s, %s memory |\n", cmdOut("nproc"), cpuModel(), memTotal())
+	fmt.Fprintf(&b, "| load average | %s before, %s after (1, 5, 15 min) |\n", r.loadBefore, loadavg())
+	fmt.Fprintf(&b, "| Go | %s |\n", runtime.Version())
+	fmt.Fprintf(&b, "| node | %s; x402-express 1.2.0, x402 1.2.0, express 4.22.3, viem 2.57.20 (bench/package-lock.json) |\n", cmdOut(c.node, "--version"))
+	fmt.Fprintf(&b, "| wrk | %s |\n", firstLine(cmdOut(c.wrk, "--version")))
+	fmt.Fprintf(&b, "| runtime of bench/run | %s |\n", r.runtime.Round(time.Second))
+	b.WriteString("\n")
+
+	b.WriteString("| measure | ours | peer | ratio | notes |\n|---|---|---|---|---|\n")
+	sec := ""
+	for _, x := range r.rows {
+		if x.section != sec {
+			sec = x.section
+			fmt.Fprintf(&b, "| **%s** | | | | |\n", esc(sec))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", esc(x.measure), esc(x.ours), esc(x.peer), r.ratioCell(x), esc(x.note))
+	}
+	b.WriteString("\n")
+	if r.soak != "" {
+		fmt.Fprintf(&b, "**Soak.** %s\n\n", r.soak)
+	}
+
+	b.WriteString("## How each side is run\n\n")
+	fmt.Fprintf(&b, `- **Challenge**: wrk -t2 -c32 -d%s --latency from its own process on loopback, %d rounds, the three
+  targets in rotating order. Ours is the `+"`x402`"+` directive of our Caddy (`+"`go build ./cmd/caddy`"+`) on a route
+  without placeholders; the `+"`respond`"+` site is in the same Caddy process and answers the same status, body
+  (%d bytes, byte for byte) and headers; the reference is an Express app with `+"`paymentMiddleware`"+` of
+  x402-express 1.2.0 (bench/ref.mjs).
+- **Verify**: the same Go client POSTs the same signed payloads (%d payers, fresh nonces each round) to each
+  facilitator's HTTP `+"`/verify`"+`, %d concurrent, %s a round, %d rounds: ours is the `+"`x402_facilitator`"+`
+  handler of the same Caddy (guardian off, the bundled engine); the reference is `+"`verify`"+` of
+  `+"`x402/facilitator`"+` 1.2.0 behind Express (bench/ref.mjs, its viem clients made once, not per request as
+  x402's example facilitator does). Like with like: HTTP facilitator against HTTP facilitator.
+- **CPU only**: `+"`go test -bench 'BenchmarkVerifyCPU$|Ecrecover' -count 5 ./facilitator/`"+`, our recovery and checks
+  against the bare go-ethereum `+"`crypto.Ecrecover`"+`.
+- **Paid**: a Go closed-loop client at concurrency 1, 8 and 64, %s a run, %d rounds per concurrency, each request
+  carrying a fresh pre-signed EIP-3009 payment (%d distinct payers, random nonces) to the same upstream (a Go
+  HTTP server in the driver). Ours: Caddy's `+"`x402`"+` directive with the bundled facilitator (memory approval store,
+  SQLite journal) and `+"`reverse_proxy`"+`. Reference: x402-express 1.2.0 calling the reference facilitator
+  (x402 1.2.0 `+"`verify`"+`/`+"`settle`"+`, viem defaults) over HTTP, then fetching the upstream. A request
+  counts as settled when it is 200 with an `+"`X-PAYMENT-RESPONSE`"+` naming a transaction. Every RPC of both
+  facilitators passes through a timing proxy in the driver (one more loopback hop for both); the chain part of
+  a request is from the start of its `+"`eth_sendRawTransaction`"+` to the answer carrying its receipt, and the
+  overhead is the request's total minus that.
+- **Verdict service**: `+"`go test -bench BenchmarkEvaluate -benchtime 2s ./verdictserver/engine/`"+` and
+  `+"`go test -bench BenchmarkHTTP ./verdictserver/`"+`; the peer column holds the issue's targets.
+- **Memory**: `+"`go test -bench 'Heap|1M|Million' -benchtime 1x`"+` in verdictserver/, facilitator/, gate/; and
+  the VmRSS of the Caddy process (/proc/PID/status) over a soak on the paid path.
+`, c.wrkDur, c.rounds, r.challengeBody, c.payers, c.verifyConc, c.verifyDur, c.rounds, c.paidDur, c.paidRounds, c.payers)
+	b.WriteString("\n")
+
+	if len(r.profiles) > 0 {
+		b.WriteString("## Profiles\n\n")
+		for _, p := range r.profiles {
+			fmt.Fprintf(&b, "### %s\n\n```\n%s\n```\n\n", p.title, p.top)
+		}
+	}
+	if len(r.missing) > 0 {
+		b.WriteString("## Not measured in this run\n\n")
+		for _, m := range r.missing {
+			fmt.Fprintf(&b, "- %s\n", m)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("## Rerun\n\n```sh\nbench/run            # everything, under 15 minutes; a 2-minute RSS soak\nSOAK=600 bench/run   # the 10-minute soak\nbench/run soak       # the soak alone (SOAK seconds, default 600)\n```\n\n" +
+		"bench/run installs wrk (apt-get) and the npm peers (`npm ci` in bench/), reuses anvil from\n" +
+		"integration/node_modules (`npm ci` there when missing), builds Caddy into bench/out/, and keeps each run's logs\n" +
+		"and profiles in bench/out/run-*. Figures from a shared machine are noisy: compare ratios from one run,\n" +
+		"not absolute figures between runs.\n")
+	if err := writeFile(path, b.String()); err != nil {
+		logf("write %s: %v", path, err)
+	}
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+func writeFile(path, s string) error { return os.WriteFile(path, []byte(s), 0o644) }

@@ -1,0 +1,447 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/big"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func bigInt(v int64) *big.Int { return big.NewInt(v) }
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
+// --- 1. the challenge path -------------------------------------------------------------------
+
+var (
+	wrkRPS = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
+	wrkPct = regexp.MustCompile(`(?m)^\s+(50|99)%\s+([0-9.]+)(us|ms|s)\s*$`)
+)
+
+type wrkRun struct{ rps, p50, p99 float64 } // p50, p99 in ms
+
+func (e *env) wrk(url string, d time.Duration) wrkRun {
+	ctx, cancel := context.WithTimeout(context.Background(), d+30*time.Second)
+	defer cancel()
+	out, err := run(ctx, e.dir, nil, e.c.wrk, "-t2", "-c32", fmt.Sprintf("-d%ds", int(d.Seconds())), "--latency", url)
+	if err != nil {
+		e.tb.Fatalf("wrk %s: %v: %s", url, err, out)
+	}
+	m := wrkRPS.FindStringSubmatch(out)
+	if m == nil {
+		e.tb.Fatalf("wrk %s: no Requests/sec in %q", url, out)
+	}
+	var r wrkRun
+	r.rps, _ = strconv.ParseFloat(m[1], 64)
+	for _, p := range wrkPct.FindAllStringSubmatch(out, -1) {
+		v, _ := strconv.ParseFloat(p[2], 64)
+		switch p[3] {
+		case "us":
+			v /= 1000
+		case "s":
+			v *= 1000
+		}
+		if p[1] == "50" {
+			r.p50 = v
+		} else {
+			r.p99 = v
+		}
+	}
+	if strings.Contains(out, "Socket errors") {
+		logf("wrk %s: %s", url, strings.TrimSpace(out[strings.Index(out, "Socket errors"):]))
+	}
+	return r
+}
+
+func (e *env) challenge() {
+	targets := []struct{ name, url string }{
+		{"x402gate `x402`", e.gateURL},
+		{"Caddy `respond`", e.respURL},
+		{"x402-express 1.2.0", e.refGateURL},
+	}
+	// Every target answers 402 with its challenge; check before measuring.
+	for _, t := range targets {
+		resp, err := http.Get(t.url)
+		if err != nil {
+			e.tb.Fatalf("%s: %v", t.name, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusPaymentRequired {
+			e.tb.Fatalf("%s answered %d, not 402", t.name, resp.StatusCode)
+		}
+	}
+	runs := make([][]wrkRun, len(targets))
+	for r := range e.c.rounds {
+		for k := range targets {
+			i := (k + r) % len(targets) // rotate who goes first
+			logf("challenge round %d/%d: wrk -t2 -c32 -d%s %s", r+1, e.c.rounds, e.c.wrkDur, targets[i].name)
+			w := e.wrk(targets[i].url, e.c.wrkDur)
+			logf("  %.0f req/s, p50 %.2f ms, p99 %.2f ms", w.rps, w.p50, w.p99)
+			runs[i] = append(runs[i], w)
+		}
+	}
+	med := func(i int, f func(wrkRun) float64) float64 {
+		var v []float64
+		for _, w := range runs[i] {
+			v = append(v, f(w))
+		}
+		return median(v)
+	}
+	rps := func(w wrkRun) float64 { return w.rps }
+	ours, resp, ref := med(0, rps), med(1, rps), med(2, rps)
+	perRound := func(i int) string {
+		var s []string
+		for _, w := range runs[i] {
+			s = append(s, fmt.Sprintf("%.0f", w.rps))
+		}
+		return strings.Join(s, ", ")
+	}
+	e.rep.add(row{section: "1. Challenge (402)", measure: "402 req/s vs Caddy `respond`, same body and headers, same binary", ours: fmt.Sprintf("%.0f", ours), peer: fmt.Sprintf("%.0f", resp), ratio: ours / resp, higherBetter: true,
+		note: fmt.Sprintf("rounds: ours %s; respond %s", perRound(0), perRound(1))})
+	e.rep.add(row{section: "1. Challenge (402)", measure: "402 req/s vs x402-express 1.2.0", ours: fmt.Sprintf("%.0f", ours), peer: fmt.Sprintf("%.0f", ref), ratio: ours / ref, higherBetter: true,
+		note: fmt.Sprintf("rounds: express %s", perRound(2))})
+	p99 := func(w wrkRun) float64 { return w.p99 }
+	e.rep.add(row{section: "1. Challenge (402)", measure: "402 p99 latency (ms) vs Caddy `respond`", ours: fmt.Sprintf("%.2f", med(0, p99)), peer: fmt.Sprintf("%.2f", med(1, p99)), ratio: med(1, p99) / med(0, p99), higherBetter: true,
+		note: "ratio = peer/ours: above 1 is better for us"})
+
+	// The profile of our 402 path under the same load, taken in an extra, unmeasured run.
+	prof := filepath.Join(e.dir, "challenge-cpu.pprof")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.wrk(e.gateURL, 7*time.Second)
+	}()
+	time.Sleep(time.Second)
+	if err := fetchToFile("http://"+e.admin+"/debug/pprof/profile?seconds=5", prof); err != nil {
+		logf("challenge profile: %v", err)
+	} else {
+		e.rep.profiles = append(e.rep.profiles, profile{
+			title: "Caddy serving our 402 (wrk -t2 -c32), CPU, from the admin endpoint /debug/pprof/profile",
+			top:   e.pprofTop(e.c.caddy, prof),
+		})
+	}
+	<-done
+}
+
+// --- 2. verify -------------------------------------------------------------------------------
+
+func (e *env) verify() {
+	type side struct {
+		name, url string
+		key       bool
+	}
+	sides := []side{{"x402gate", e.facURL + "/verify", true}, {"x402 1.2.0", e.refFacURL + "/verify", false}}
+	runs := make([][]result, len(sides))
+	resource := e.gateURL
+	for r := range e.c.rounds {
+		pool := e.signer.pool(512)
+		bodies := make([][]byte, len(pool))
+		for i, p := range pool {
+			bodies[i] = e.signer.verifyBody(p, resource)
+		}
+		for k := range sides {
+			i := (k + r) % len(sides)
+			s := sides[i]
+			logf("verify round %d/%d: %s POST /verify, %d concurrent, %s", r+1, e.c.rounds, s.name, e.c.verifyConc, e.c.verifyDur)
+			e.proxy.record(true)
+			res := closedLoop(e.c.verifyConc, e.c.verifyDur, job{
+				request: func(i int) (*http.Request, error) {
+					req, err := http.NewRequest(http.MethodPost, s.url, bytes.NewReader(bodies[i%len(bodies)]))
+					if err != nil {
+						return nil, err
+					}
+					req.Header.Set("Content-Type", "application/json")
+					if s.key {
+						req.Header.Set("X-Facilitator-Key", e.apiKey)
+					}
+					return req, nil
+				},
+				judge: func(resp *http.Response, body []byte) (bool, string, string) {
+					var v struct {
+						IsValid       bool   `json:"isValid"`
+						InvalidReason string `json:"invalidReason"`
+					}
+					if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &v) != nil || !v.IsValid {
+						return false, "", fmt.Sprintf("%d %s", resp.StatusCode, snippet(body))
+					}
+					return true, "", ""
+				},
+			})
+			res.rpc = e.proxy.calls()
+			e.proxy.record(false)
+			logf("  %.0f/s, p50 %.2f ms, p99 %.2f ms, %.1f%% valid %s; RPC per verify: %s", res.rate(), ms(pct(res.lat, .5)), ms(pct(res.lat, .99)), res.successPct(), res.topReasons(), res.rpcPerRequest())
+			runs[i] = append(runs[i], res)
+		}
+	}
+	rate := func(i int) float64 {
+		var v []float64
+		for _, r := range runs[i] {
+			v = append(v, r.rate())
+		}
+		return median(v)
+	}
+	lat := func(i int, q float64) float64 {
+		var v []float64
+		for _, r := range runs[i] {
+			v = append(v, ms(pct(r.lat, q)))
+		}
+		return median(v)
+	}
+	valid := func(i int) string {
+		ok, all := 0, 0
+		for _, r := range runs[i] {
+			ok += r.ok
+			all += r.ok + r.failed
+		}
+		s := fmt.Sprintf("%d/%d valid", ok, all)
+		for _, r := range runs[i] {
+			if r.failed > 0 {
+				s += "; " + r.topReasons()
+				break
+			}
+		}
+		return s
+	}
+	sec := "2. Verify (HTTP /verify, same client, same payloads)"
+	e.rep.add(row{section: sec, measure: fmt.Sprintf("verifications/s at %d concurrent", e.c.verifyConc), ours: fmt.Sprintf("%.0f", rate(0)), peer: fmt.Sprintf("%.0f", rate(1)), ratio: rate(0) / rate(1), higherBetter: true,
+		note: "ours " + valid(0) + "; peer " + valid(1)})
+	e.rep.add(row{section: sec, measure: "node round trips per verify", ours: fmt.Sprintf("%.2f", runs[0][0].perRequest(roundTrips)), peer: fmt.Sprintf("%.2f", runs[1][0].perRequest(roundTrips)), ratio: runs[1][0].perRequest(roundTrips) / runs[0][0].perRequest(roundTrips), higherBetter: true,
+		note: "JSON-RPC calls per verify: ours " + runs[0][0].rpcPerRequest() + "; peer " + runs[1][0].rpcPerRequest()})
+	e.rep.add(row{section: sec, measure: "verify p50 (ms)", ours: fmt.Sprintf("%.2f", lat(0, .5)), peer: fmt.Sprintf("%.2f", lat(1, .5)), ratio: lat(1, .5) / lat(0, .5), higherBetter: true, note: "ratio = peer/ours"})
+	e.rep.add(row{section: sec, measure: "verify p99 (ms)", ours: fmt.Sprintf("%.2f", lat(0, .99)), peer: fmt.Sprintf("%.2f", lat(1, .99)), ratio: lat(1, .99) / lat(0, .99), higherBetter: true, note: "ratio = peer/ours"})
+}
+
+// --- 3. paid requests end to end -------------------------------------------------------------
+
+func (e *env) paidJob(url string, pool []payment, sign bool) job {
+	return job{
+		limit: len(pool),
+		request: func(i int) (*http.Request, error) {
+			req, err := http.NewRequest(http.MethodGet, url, nil)
+			if err != nil {
+				return nil, err
+			}
+			var h string
+			if sign {
+				h = e.signer.sign(i).header
+			} else {
+				h = pool[i].header
+			}
+			req.Header.Set("X-Payment", h)
+			return req, nil
+		},
+		judge: func(resp *http.Response, body []byte) (bool, string, string) {
+			tx := settledTx(resp)
+			if resp.StatusCode != http.StatusOK || tx == "" {
+				return false, "", fmt.Sprintf("%d %s", resp.StatusCode, snippet(body))
+			}
+			return true, tx, ""
+		},
+	}
+}
+
+// paidRun runs one closed-loop paid run and splits each settled request into the chain's part
+// (from the timing proxy) and the rest.
+func (e *env) paidRun(url string, conc, n int, cpuPids []int) result {
+	pool := e.signer.pool(n)
+	cpu0 := 0.0
+	for _, p := range cpuPids {
+		cpu0 += groupCPU(p)
+	}
+	e.proxy.record(true)
+	takeTxLatencies()
+	res := closedLoop(conc, e.c.paidDur, e.paidJob(url, pool, false))
+	for tx, lat := range takeTxLatencies() {
+		if total, send, ok := e.proxy.chainTime(tx); ok {
+			res.chain = append(res.chain, total)
+			res.send = append(res.send, send)
+			res.overhead = append(res.overhead, lat-total)
+		}
+	}
+	res.rpc = e.proxy.calls()
+	e.proxy.record(false)
+	for _, p := range cpuPids {
+		res.cpu += groupCPU(p)
+	}
+	res.cpu -= cpu0
+	return res
+}
+
+func (e *env) paid() {
+	type side struct {
+		name string
+		url  string
+		pids []int
+	}
+	sides := []side{
+		{"x402gate", e.gateURL, []int{e.caddy.pid()}},
+		{"x402-express 1.2.0 + x402 1.2.0 facilitator", e.refGateURL, []int{e.refGate.pid(), e.refFac.pid()}},
+	}
+	// Warm up both sides (connections, caches, the first settlement).
+	for _, s := range sides {
+		r := e.paidRun(s.url, 2, 4, nil)
+		if r.ok == 0 {
+			e.tb.Fatalf("paid warm-up on %s: nothing settled: %s", s.name, r.topReasons())
+		}
+	}
+	sec := "3. Paid requests end to end (verify + settle + proxy, anvil automine)"
+	for _, conc := range []int{1, 8, 64} {
+		n := 4000
+		if conc == 1 {
+			n = 1000
+		}
+		runs := make([][]result, len(sides))
+		for r := range e.c.paidRounds {
+			for k := range sides {
+				i := (k + r) % len(sides)
+				s := sides[i]
+				logf("paid c=%d round %d/%d: %s, %s", conc, r+1, e.c.paidRounds, s.name, e.c.paidDur)
+				res := e.paidRun(s.url, conc, n, s.pids)
+				logf("  %d ok / %d failed, %.1f/s, p50 %.1f ms, p99 %.1f ms, chain p50 %.1f ms, overhead p50 %.1f ms, server CPU %.0f%% of a core %s",
+					res.ok, res.failed, res.rate(), ms(pct(res.lat, .5)), ms(pct(res.lat, .99)), ms(pct(res.chain, .5)), ms(pct(res.overhead, .5)),
+					100*res.cpu/res.elapsed.Seconds(), res.topReasons())
+				runs[i] = append(runs[i], res)
+			}
+		}
+		med := func(i int, f func(result) float64) float64 {
+			var v []float64
+			for _, r := range runs[i] {
+				v = append(v, f(r))
+			}
+			return median(v)
+		}
+		okAll := func(i int) string {
+			ok, all := 0, 0
+			reasons := ""
+			for _, r := range runs[i] {
+				ok += r.ok
+				all += r.ok + r.failed
+				if r.failed > 0 && reasons == "" {
+					reasons = ": " + r.topReasons()
+				}
+			}
+			return fmt.Sprintf("%.1f%% (%d/%d)%s", 100*float64(ok)/float64(max(all, 1)), ok, all, reasons)
+		}
+		rate := func(r result) float64 { return r.rate() }
+		p50 := func(r result) float64 { return ms(pct(r.lat, .5)) }
+		p99 := func(r result) float64 { return ms(pct(r.lat, .99)) }
+		ov := func(r result) float64 { return ms(pct(r.overhead, .5)) }
+		ch := func(r result) float64 { return ms(pct(r.chain, .5)) }
+		cpu := func(r result) float64 { return 100 * r.cpu / r.elapsed.Seconds() }
+		e.rep.add(row{section: sec, measure: fmt.Sprintf("c=%d: settled requests/s", conc), ours: fmt.Sprintf("%.1f", med(0, rate)), peer: fmt.Sprintf("%.1f", med(1, rate)), ratio: med(0, rate) / med(1, rate), higherBetter: true,
+			note: fmt.Sprintf("success: ours %s; peer %s", okAll(0), okAll(1))})
+		e.rep.add(row{section: sec, measure: fmt.Sprintf("c=%d: p50 / p99 (ms)", conc), ours: fmt.Sprintf("%.1f / %.1f", med(0, p50), med(0, p99)), peer: fmt.Sprintf("%.1f / %.1f", med(1, p50), med(1, p99)), ratio: med(1, p50) / med(0, p50), higherBetter: true,
+			note: "ratio of the p50s, peer/ours"})
+		if conc == 1 {
+			e.rep.add(row{section: sec, measure: "node round trips per paid request (c=1)", ours: fmt.Sprintf("%.2f", runs[0][0].perRequest(roundTrips)), peer: fmt.Sprintf("%.2f", runs[1][0].perRequest(roundTrips)), ratio: runs[1][0].perRequest(roundTrips) / runs[0][0].perRequest(roundTrips), higherBetter: true,
+				note: "JSON-RPC calls per request: ours " + runs[0][0].rpcPerRequest() + "; peer " + runs[1][0].rpcPerRequest()})
+		}
+		e.rep.add(row{section: sec, measure: fmt.Sprintf("c=%d: overhead beyond the chain, p50 (ms)", conc), ours: fmt.Sprintf("%.1f", med(0, ov)), peer: fmt.Sprintf("%.1f", med(1, ov)), ratio: med(1, ov) / med(0, ov), higherBetter: true,
+			note: fmt.Sprintf("total minus eth_sendRawTransaction→receipt (p50 of that chain part: ours %.1f ms, peer %.1f ms); server CPU: ours %.0f%%, peer %.0f%% of one core", med(0, ch), med(1, ch), med(0, cpu), med(1, cpu))})
+	}
+}
+
+// --- 5. RSS soak -----------------------------------------------------------------------------
+
+func (e *env) soakRSS() {
+	pid := e.caddy.pid()
+	interval := max(2*time.Second, e.c.soak/60)
+	startRSS, err := rssKB(pid)
+	if err != nil {
+		e.tb.Fatalf("rss: %v", err)
+	}
+	logf("soak: our paid path, 8 concurrent, %s, VmRSS of caddy every %s", e.c.soak, interval)
+	var samples []int
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				if v, err := rssKB(pid); err == nil {
+					samples = append(samples, v)
+				}
+			}
+		}
+	}()
+	res := closedLoop(8, e.c.soak, e.paidJob(e.gateURL, nil, true))
+	close(stop)
+	<-sampled
+	endRSS, _ := rssKB(pid)
+	samples = append(samples, endRSS)
+	lo, hi := slices.Min(samples), slices.Max(samples)
+	// Flat: after the first sixth of the run (warm-up), RSS grows by under 10%.
+	warm := samples[len(samples)/6]
+	growth := 100 * float64(endRSS-warm) / float64(warm)
+	verdict := "flat"
+	if growth >= 10 {
+		verdict = "NOT flat"
+	}
+	logf("  RSS start %d kB, min %d, max %d, end %d; %d settled, %d failed", startRSS, lo, hi, endRSS, res.ok, res.failed)
+	var series []string
+	for _, s := range samples {
+		series = append(series, strconv.Itoa(s/1024))
+	}
+	e.rep.soak = fmt.Sprintf("%s of paid requests at 8 concurrent (%d settled, %d failed%s, %.0f/s): Caddy VmRSS start %.1f MiB (before load), min %.1f, max %.1f, end %.1f MiB; from the sample after the first sixth (%.1f MiB) to the end %+.1f%%: **%s**. Samples every %s (MiB): %s.",
+		e.c.soak, res.ok, res.failed, func() string {
+			if res.failed > 0 {
+				return ": " + res.topReasons()
+			}
+			return ""
+		}(), res.rate(), float64(startRSS)/1024, float64(lo)/1024, float64(hi)/1024, float64(endRSS)/1024, float64(warm)/1024, growth, verdict, interval, strings.Join(series, " "))
+	e.rep.add(row{section: "5. Memory", measure: fmt.Sprintf("Caddy RSS over a %s paid soak: start → end (MiB)", e.c.soak), ours: fmt.Sprintf("%.1f → %.1f", float64(startRSS)/1024, float64(endRSS)/1024), peer: "–", note: fmt.Sprintf("%s (%+.1f%% after warm-up; max %.1f MiB)", verdict, growth, float64(hi)/1024)})
+}
+
+func fetchToFile(url, path string) error {
+	c := &http.Client{Timeout: 30 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %d", url, resp.StatusCode)
+	}
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(resp.Body); err != nil {
+		return err
+	}
+	return os.WriteFile(path, buf.Bytes(), 0o644)
+}
+
+// pprofTop is the head of `go tool pprof -top` of a profile.
+func (e *env) pprofTop(bin, prof string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := run(ctx, e.c.root, nil, "go", "tool", "pprof", "-top", "-nodecount=25", bin, prof)
+	if err != nil {
+		return fmt.Sprintf("(go tool pprof failed: %v)", err)
+	}
+	return strings.TrimSpace(out)
+}
