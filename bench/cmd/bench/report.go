@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -20,22 +21,36 @@ type profile struct{ title, top string }
 
 type report struct {
 	c             *config
+	sectionLoad   map[string]string
 	started       time.Time
 	loadBefore    string
 	rows          []row
 	profiles      []profile
 	missing       []string
+	notes         []string
 	soak          string
 	runtime       time.Duration
 	challengeBody int
 }
 
 func newReport(c *config) *report {
-	return &report{c: c, started: time.Now().UTC(), loadBefore: loadavg()}
+	return &report{c: c, started: time.Now().UTC(), loadBefore: loadavg(), sectionLoad: map[string]string{}}
 }
 
+// add appends a row; the first row of a section records the load average at that moment.
 func (r *report) add(x row) {
+	if _, ok := r.sectionLoad[x.section]; !ok {
+		r.sectionLoad[x.section] = loadavg()
+	}
 	r.rows = append(r.rows, x)
+}
+
+// sorted is the rows ordered by section title (which start with the item number),
+// in the order they were added within a section.
+func (r *report) sorted() []row {
+	rows := slices.Clone(r.rows)
+	slices.SortStableFunc(rows, func(a, b row) int { return strings.Compare(a.section, b.section) })
+	return rows
 }
 
 func loadavg() string {
@@ -53,8 +68,9 @@ func loadavg() string {
 func cmdOut(name string, args ...string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	// wrk --version exits 1 after printing its version: keep the output whatever the status.
 	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
-	if err != nil {
+	if len(out) == 0 && err != nil {
 		return "?"
 	}
 	return strings.TrimSpace(string(out))
@@ -111,10 +127,10 @@ func (r *report) ratioCell(x row) string {
 func (r *report) table() string {
 	var b strings.Builder
 	sec := ""
-	for _, x := range r.rows {
+	for _, x := range r.sorted() {
 		if x.section != sec {
 			sec = x.section
-			fmt.Fprintf(&b, "\n%s\n", sec)
+			fmt.Fprintf(&b, "\n%s (load %s)\n", sec, r.sectionLoad[sec])
 		}
 		fmt.Fprintf(&b, "  %-62s %-18s %-22s %s\n", x.measure, x.ours, x.peer, r.ratioCell(x))
 	}
@@ -150,16 +166,19 @@ func (r *report) write(path string) {
 
 	b.WriteString("| measure | ours | peer | ratio | notes |\n|---|---|---|---|---|\n")
 	sec := ""
-	for _, x := range r.rows {
+	for _, x := range r.sorted() {
 		if x.section != sec {
 			sec = x.section
-			fmt.Fprintf(&b, "| **%s** | | | | |\n", esc(sec))
+			fmt.Fprintf(&b, "| **%s** | | | | load average %s |\n", esc(sec), r.sectionLoad[sec])
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", esc(x.measure), esc(x.ours), esc(x.peer), r.ratioCell(x), esc(x.note))
 	}
 	b.WriteString("\n")
 	if r.soak != "" {
 		fmt.Fprintf(&b, "**Soak.** %s\n\n", r.soak)
+	}
+	for _, n := range r.notes {
+		fmt.Fprintf(&b, "%s\n\n", n)
 	}
 
 	b.WriteString("## How each side is run\n\n")

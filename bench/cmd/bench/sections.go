@@ -306,6 +306,13 @@ func (e *env) paid() {
 		}
 	}
 	sec := "3. Paid requests end to end (verify + settle + proxy, anvil automine)"
+	logStart := fileSize(e.refFac.log)
+	defer func() {
+		if n := refErrors(e.refFac.log, logStart); n != "" {
+			e.rep.notes = append(e.rep.notes, "Why the reference's paid requests failed (its facilitator's log during the paid runs): "+n+
+				". x402 1.2.0's settle sends with viem's writeContract, which has the node fill in the signer's nonce (eth_fillTransaction) for each transaction: settles that overlap get the same nonce and all but one are refused. This is the reference as shipped (no nonce manager); at concurrency 1 it settles everything.")
+		}
+	}()
 	for _, conc := range []int{1, 8, 64} {
 		n := 4000
 		if conc == 1 {
@@ -439,9 +446,49 @@ func fetchToFile(url, path string) error {
 func (e *env) pprofTop(bin, prof string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	out, err := run(ctx, e.c.root, nil, "go", "tool", "pprof", "-top", "-nodecount=25", bin, prof)
+	out, err := run(ctx, e.c.root, nil, "go", "tool", "pprof", "-top", "-cum", "-nodecount=30", bin, prof)
 	if err != nil {
 		return fmt.Sprintf("(go tool pprof failed: %v)", err)
 	}
 	return strings.TrimSpace(out)
+}
+
+func fileSize(path string) int64 {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// refErrors counts the reference facilitator's error lines ("verify: …", "settle: …") written
+// after offset, by message.
+func refErrors(path string, offset int64) string {
+	b, err := os.ReadFile(path)
+	if err != nil || int64(len(b)) < offset {
+		return ""
+	}
+	counts := map[string]int{}
+	for _, line := range strings.Split(string(b[offset:]), "\n") {
+		if strings.HasPrefix(line, "settle: ") || strings.HasPrefix(line, "verify: ") {
+			if len(line) > 140 {
+				line = line[:140] + "…"
+			}
+			counts[line]++
+		}
+	}
+	type kv struct {
+		k string
+		v int
+	}
+	var l []kv
+	for k, v := range counts {
+		l = append(l, kv{k, v})
+	}
+	slices.SortFunc(l, func(a, b kv) int { return b.v - a.v })
+	var parts []string
+	for _, e := range l {
+		parts = append(parts, fmt.Sprintf("%d× `%s`", e.v, e.k))
+	}
+	return strings.Join(parts, "; ")
 }
