@@ -232,7 +232,12 @@ func (ev *evaluation) recipient() result {
 
 // screen is the sanctions check: always on, not a policy field (docs/policy.md#sanctions-list).
 func (ev *evaluation) screen() result {
-	addrs := []common.Address{ev.in.Escrow}
+	n := 1
+	ev.act.walk(func(a *Action) {
+		n += 1 + len(a.Recipients) + len(a.Assets) + len(a.Screen) + len(a.Stranded) + 2*len(a.Approvals)
+	})
+	addrs := make([]common.Address, 1, n)
+	addrs[0] = ev.in.Escrow
 	ev.act.walk(func(a *Action) {
 		if a.To != nil {
 			addrs = append(addrs, *a.To)
@@ -346,7 +351,14 @@ func (ev *evaluation) notional() (*big.Rat, bool) {
 		return ev.usd, ev.usd != nil
 	}
 	ev.priced = true
-	sum := new(big.Rat)
+	var sum *big.Rat // owned: the first priced amount, then the running total
+	add := func(v *big.Rat) {
+		if sum == nil {
+			sum = v
+		} else {
+			sum.Add(sum, v)
+		}
+	}
 	ok := true
 	ev.act.walk(func(a *Action) {
 		if !ok {
@@ -358,7 +370,7 @@ func (ev *evaluation) notional() (*big.Rat, bool) {
 				ok, ev.unpriced = false, c.Coin
 				return
 			}
-			sum.Add(sum, v)
+			add(v)
 		}
 		amounts := a.Notional
 		if amounts == nil && a.Trade != nil {
@@ -368,7 +380,7 @@ func (ev *evaluation) notional() (*big.Rat, bool) {
 					ok, ev.unpriced = false, "the order on "+a.Trade.Market
 					return
 				}
-				sum.Add(sum, v)
+				add(v)
 				return
 			}
 			amounts = TradeNotional(a.Trade)
@@ -379,11 +391,14 @@ func (ev *evaluation) notional() (*big.Rat, bool) {
 				ok, ev.unpriced = false, ev.hex(x.Asset)
 				return
 			}
-			sum.Add(sum, v)
+			add(v)
 		}
 	})
 	if !ok {
 		return nil, false
+	}
+	if sum == nil {
+		sum = new(big.Rat)
 	}
 	ev.usd = sum
 	return sum, true

@@ -130,6 +130,9 @@ func ratString(r *big.Rat) any {
 	if r == nil {
 		return nil
 	}
+	if r.IsInt() {
+		return r.Num().String() // what FloatString(18) gives, trimmed below, in fewer allocations
+	}
 	s := r.FloatString(18)
 	s = strings.TrimRight(s, "0")
 	return strings.TrimSuffix(s, ".")

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -111,7 +112,24 @@ func (c evmCall) selector() string {
 	if len(c.data) < 4 {
 		return "0x"
 	}
-	return "0x" + hex.EncodeToString(c.data[:4])
+	return selectorText(c.data[:4])
+}
+
+// selectorText is "0x" and the 8 hex digits of a 4-byte selector, cached.
+func selectorText(sel []byte) string {
+	return reasonText(reasonKey{kind: rSelector, n: int64(binary.BigEndian.Uint32(sel))}, func(k reasonKey) string {
+		var b [4]byte
+		binary.BigEndian.PutUint32(b[:], uint32(k.n))
+		return "0x" + hex.EncodeToString(b[:])
+	}).val
+}
+
+// valueText is v in decimal; "0" without allocating.
+func valueText(v *big.Int) string {
+	if v.Sign() == 0 {
+		return "0"
+	}
+	return v.String()
 }
 
 // unpack decodes args from enc strictly: the encoding must be the canonical one (packing
@@ -166,7 +184,7 @@ func (evmDecoder) DecodeFor(tx map[string]any, sender common.Address) (*Action, 
 		return nil, de
 	}
 	to := c.to
-	act := &Action{Protocol: ProtocolEVM, ChainID: c.chainID, To: &to, Selector: c.selector(), Fields: map[string]any{"value": c.value.String()}}
+	act := &Action{Protocol: ProtocolEVM, ChainID: c.chainID, To: &to, Selector: c.selector(), Fields: map[string]any{"value": valueText(c.value)}}
 	if len(c.data) == 0 {
 		act.Kind = "evm.native"
 		act.Recipients = []common.Address{to}

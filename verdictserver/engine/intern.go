@@ -58,7 +58,15 @@ func fnvString(s string) uint64 {
 	return h
 }
 
-func mix(x uint64) uint64 { return (x * 0x9E3779B97F4A7C15) >> 32 }
+// mix spreads the bits of x over the slots (splitmix64's finalizer): floats and
+// timestamps differ in their high bits, chain ids in their low ones.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
 
 var (
 	checksums memo[common.Address, string]
@@ -126,6 +134,7 @@ const (
 	rPrefixed                    // a fixed prefix (n indexes reasonPrefixes) + s
 	rChainKey                    // strconv.FormatInt(n, 10)
 	rVersioned                   // the approved verdict's humanReason for policy version n
+	rSelector                    // "0x" + the 4-byte selector n in hex
 )
 
 // reasonAffixes go before and after s in rPrefixed texts.
@@ -154,7 +163,7 @@ var reasons memo[reasonKey, string]
 
 // reasonText is the text of k (build makes it), cached.
 func reasonText(k reasonKey, build func(reasonKey) string) *memoEntry[reasonKey, string] {
-	return reasons.get(k, fnvString(k.s)^mix(uint64(k.n))^uint64(k.kind)<<56, build)
+	return reasons.get(k, fnvString(k.s)^mix(mix(uint64(k.n))^uint64(k.kind)), build)
 }
 
 // kindRests are the endings of the not_checked reasons that name the action's kind.

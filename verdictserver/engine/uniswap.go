@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"encoding/hex"
 	"math/big"
 	"reflect"
 	"slices"
@@ -53,7 +52,7 @@ func (d uniswapDecoder) DecodeFor(tx map[string]any, sender common.Address) (*Ac
 	if de != nil {
 		return nil, de
 	}
-	act.Fields["value"] = c.value.String()
+	act.Fields["value"] = valueText(c.value)
 	if c.value.Sign() > 0 {
 		act.Assets = appendNew(act.Assets, NativeAsset)
 	}
@@ -72,7 +71,7 @@ func (u *uni) call(data []byte, depth int) (*Action, *DecodeError) {
 		return nil, de
 	}
 	to := u.router
-	act := &Action{Protocol: ProtocolUniswap, ChainID: u.chainID, To: &to, Selector: "0x" + hex.EncodeToString(m.ID), Fields: map[string]any{"function": m.Sig}}
+	act := &Action{Protocol: ProtocolUniswap, ChainID: u.chainID, To: &to, Selector: selectorText(m.ID), Fields: map[string]any{"function": m.Sig}}
 	switch m.RawName {
 	case "multicall":
 		if depth > 0 {

@@ -158,7 +158,7 @@ func (u *uni) execute(data []byte) (*Action, *DecodeError) {
 	}
 	to := u.router
 	v := urVersionOf(u.chainID, u.router)
-	act := &Action{Protocol: ProtocolUniswap, ChainID: u.chainID, To: &to, Selector: "0x" + hex.EncodeToString(m.ID), Kind: "uniswap.ur.execute",
+	act := &Action{Protocol: ProtocolUniswap, ChainID: u.chainID, To: &to, Selector: selectorText(m.ID), Kind: "uniswap.ur.execute",
 		Fields: map[string]any{"function": m.Sig, "routerVersion": v.name, "value": u.value.String()}, Notional: []Amount{}}
 	if u.value.Sign() > 0 {
 		act.Assets = []common.Address{NativeAsset}

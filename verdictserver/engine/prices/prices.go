@@ -105,7 +105,23 @@ func (t *Table) USD(chainID int64, asset common.Address, amount *big.Int) (*big.
 
 // Value returns amount base units of the token in USD, exactly.
 func (p Price) Value(amount *big.Int) *big.Rat {
-	scale := new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(p.Decimals)), nil)
-	v := new(big.Rat).SetFrac(amount, scale)
+	v := new(big.Rat).SetFrac(amount, pow10(p.Decimals))
 	return v.Mul(v, p.USD)
+}
+
+// pow10s are 10^0 … 10^77, the scales of the decimals a Table accepts; read only.
+var pow10s = func() []*big.Int {
+	out := make([]*big.Int, 78)
+	for i := range out {
+		out[i] = new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(i)), nil)
+	}
+	return out
+}()
+
+// pow10 is 10^d; the caller must not modify it.
+func pow10(d int) *big.Int {
+	if d >= 0 && d < len(pow10s) {
+		return pow10s[d]
+	}
+	return new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(d)), nil)
 }

@@ -1,0 +1,52 @@
+package engine
+
+import (
+	"math"
+	"math/big"
+	"strings"
+	"testing"
+
+	"github.com/ethereum/go-ethereum/common"
+)
+
+// TestCachesKeepCommonKeysApart: the values one evaluation asks for at once (two policy
+// bounds, the dates of its sources, its addresses) land in different slots, or the caches
+// would thrash and allocate on every evaluation.
+func TestCachesKeepCommonKeysApart(t *testing.T) {
+	slot := func(h uint64) uint64 { return h & (memoSlots - 1) }
+	bounds := []float64{1, 2, 3, 5, 10, 20, 100, 1000, 5000, 0.5, 0.3}
+	seen := map[uint64]float64{}
+	for _, f := range bounds {
+		s := slot(mix(math.Float64bits(f)))
+		if g, dup := seen[s]; dup {
+			t.Errorf("bounds %v and %v share slot %d", g, f, s)
+		}
+		seen[s] = f
+	}
+	addrs := []common.Address{escrow, payee, usdc, weth, msgSender, addressThis, NativeAsset, {}}
+	seenA := map[uint64]common.Address{}
+	for _, a := range addrs {
+		s := slot(fnv(a[:]))
+		if g, dup := seenA[s]; dup {
+			t.Errorf("addresses %v and %v share slot %d", g, a, s)
+		}
+		seenA[s] = a
+	}
+	// A hit allocates nothing.
+	bound(3)
+	checksum(usdc)
+	if n := testing.AllocsPerRun(100, func() { bound(3); bound(1000); checksum(usdc); checksum(payee) }); n != 0 {
+		t.Errorf("cache hits allocate %v times", n)
+	}
+}
+
+// TestRatStringOfIntegers: the integer shortcut writes what FloatString(18) trimmed writes.
+func TestRatStringOfIntegers(t *testing.T) {
+	for _, s := range []string{"0", "1", "-1", "100", "100500", "-3000", "10", "115792089237316195423570985008687907853269984665640564039457584007913129639935", "6/3", "-40/8"} {
+		r, _ := new(big.Rat).SetString(s)
+		want := strings.TrimSuffix(strings.TrimRight(r.FloatString(18), "0"), ".")
+		if got := ratString(r); got != want {
+			t.Errorf("ratString(%s) = %v, want %s", s, got, want)
+		}
+	}
+}
