@@ -185,14 +185,23 @@ func (e *env) verdict() {
 			}
 			parts = append(parts, fmt.Sprintf("%s %s", fmtMetric(l.metrics[u]), u))
 		}
-		target := "–"
+		target, goal := "–", 0.0
 		switch {
 		case strings.Contains(l.name, "Submit"):
-			target = "2,000/s (target)"
+			target, goal = "2,000/s (target)", 2000
 		case strings.Contains(l.name, "Status"):
-			target = "10,000/s (target)"
+			target, goal = "10,000/s (target)", 10000
 		}
-		e.rep.add(row{section: sec, measure: "over HTTP: " + strings.TrimPrefix(l.name, "Benchmark"), ours: main, peer: target, note: strings.Join(parts, ", ")})
+		ratio := 0.0
+		if goal > 0 {
+			for u, v := range l.metrics {
+				if strings.HasSuffix(u, "/s") {
+					ratio = v / goal
+				}
+			}
+		}
+		e.rep.add(row{section: sec, measure: "over HTTP: " + strings.TrimPrefix(l.name, "Benchmark"), ours: main, peer: target, ratio: ratio, higherBetter: true,
+			note: strings.Join(parts, ", ") + "; ratio = rate/target"})
 	}
 	if len(h) == 0 {
 		e.rep.missing = append(e.rep.missing, "submit + approval-status over HTTP (SQLite, PostgreSQL): no BenchmarkHTTP* in verdictserver/ on this commit")
@@ -209,7 +218,7 @@ func fmtMetric(v float64) string {
 // --- 5. memory -------------------------------------------------------------------------------
 
 func (e *env) memory() {
-	pkgs := []string{"./verdictserver/...", "./facilitator/...", "./gate/..."}
+	pkgs := []string{"./facilitator/approval/", "./gate/", "./verdictserver/", "./verdictserver/store/"}
 	args := append([]string{"-bench", `Heap|1M|Million`, "-benchmem", "-benchtime", "1x"}, pkgs...)
 	lines := e.goBench("bench-memory", 8*time.Minute, args...)
 	for _, l := range lines {
@@ -219,13 +228,17 @@ func (e *env) memory() {
 		}
 		sort.Strings(keys)
 		keys = slices.DeleteFunc(keys, func(u string) bool { return u == "ns/op" })
-		var parts []string
+		var parts, perMillion []string
 		for _, u := range keys {
-			parts = append(parts, fmt.Sprintf("%s %s", fmtMetric(l.metrics[u]), u))
+			v := l.metrics[u]
+			parts = append(parts, fmt.Sprintf("%.0f %s", v, u))
+			if what, ok := strings.CutPrefix(u, "B/"); ok && what != "op" {
+				perMillion = append(perMillion, fmt.Sprintf("1M %ss ≈ %.0f MiB", what, v*1e6/(1<<20)))
+			}
 		}
-		e.rep.add(row{section: "5. Memory", measure: strings.TrimPrefix(l.name, "Benchmark"), ours: strings.Join(parts, ", "), peer: "–"})
+		e.rep.add(row{section: "5. Memory", measure: strings.TrimPrefix(l.name, "Benchmark") + " (-benchtime 1x)", ours: strings.Join(parts, ", "), peer: "–", note: strings.Join(perMillion, "; ")})
 	}
 	if len(lines) == 0 {
-		e.rep.missing = append(e.rep.missing, "the heap of 1M approval records and 1M retry credits: no benchmark matching Heap|1M|Million in verdictserver/, facilitator/ or gate/ on this commit")
+		e.rep.missing = append(e.rep.missing, "the heap of 1M approval records and 1M retry credits: no benchmark matching Heap|1M|Million in facilitator/approval/, gate/, verdictserver/ or verdictserver/store/ on this commit")
 	}
 }

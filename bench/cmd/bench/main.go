@@ -38,6 +38,7 @@ type config struct {
 	soak                                 time.Duration
 	verifyConc                           int
 	payers                               int
+	started                              int64
 }
 
 func logf(format string, args ...any) {
@@ -62,6 +63,7 @@ func main() {
 	flag.DurationVar(&c.soak, "soak", 120*time.Second, "the RSS soak on the paid path")
 	flag.IntVar(&c.verifyConc, "verify-conc", 8, "concurrent /verify requests")
 	flag.IntVar(&c.payers, "payers", 64, "distinct payer accounts")
+	flag.Int64Var(&c.started, "started", 0, "when bench/run started (Unix seconds), for the reported runtime")
 	flag.Parse()
 	c.only = map[string]bool{}
 	for _, s := range strings.Split(only, ",") {
@@ -124,6 +126,9 @@ const paidPath = "/paid"
 
 func runAll(c *config, tb *benchTB) {
 	started := time.Now()
+	if c.started > 0 {
+		started = time.Unix(c.started, 0)
+	}
 	rep := newReport(c)
 	if err := os.MkdirAll(c.out, 0o755); err != nil {
 		tb.Fatalf("%v", err)

@@ -205,7 +205,8 @@ func (r *report) write(path string) {
   overhead is the request's total minus that.
 - **Verdict service**: `+"`go test -bench BenchmarkEvaluate -benchtime 2s ./verdictserver/engine/`"+` and
   `+"`go test -bench BenchmarkHTTP ./verdictserver/`"+`; the peer column holds the issue's targets.
-- **Memory**: `+"`go test -bench 'Heap|1M|Million' -benchtime 1x`"+` in verdictserver/, facilitator/, gate/; and
+- **Memory**: `+"`go test -bench 'Heap|1M|Million' -benchtime 1x`"+` in facilitator/approval/, gate/, verdictserver/ and
+  verdictserver/store/; and
   the VmRSS of the Caddy process (/proc/PID/status) over a soak on the paid path.
 `, c.wrkDur, c.rounds, r.challengeBody, c.payers, c.verifyConc, c.verifyDur, c.rounds, c.paidDur, c.paidRounds, c.payers)
 	b.WriteString("\n")
