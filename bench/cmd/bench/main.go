@@ -17,10 +17,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -354,6 +356,18 @@ func (e *env) addRespondSite(port int, cf string) {
 	if r2.StatusCode != resp.StatusCode || !bytes.Equal(b2, body) {
 		e.tb.Fatalf("the respond site does not answer our 402 byte for byte (%d, %s)", r2.StatusCode, snippet(b2))
 	}
+	for _, h := range []http.Header{resp.Header, r2.Header} {
+		h.Del("Date")
+	}
+	if !maps.EqualFunc(resp.Header, r2.Header, slices.Equal) {
+		e.tb.Fatalf("the respond site's headers differ from our 402's: %v against %v", r2.Header, resp.Header)
+	}
+	var names []string
+	for n := range resp.Header {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	e.rep.challengeHeaders = strings.Join(names, ", ")
 	e.rep.challengeBody = len(body)
 }
 

@@ -20,17 +20,18 @@ type row struct {
 type profile struct{ title, top string }
 
 type report struct {
-	c             *config
-	sectionLoad   map[string]string
-	started       time.Time
-	loadBefore    string
-	rows          []row
-	profiles      []profile
-	missing       []string
-	notes         []string
-	soak          string
-	runtime       time.Duration
-	challengeBody int
+	c                *config
+	sectionLoad      map[string]string
+	started          time.Time
+	loadBefore       string
+	rows             []row
+	profiles         []profile
+	missing          []string
+	notes            []string
+	soak             string
+	runtime          time.Duration
+	challengeBody    int
+	challengeHeaders string
 }
 
 func newReport(c *config) *report {
@@ -185,7 +186,7 @@ func (r *report) write(path string) {
 	fmt.Fprintf(&b, `- **Challenge**: wrk -t2 -c32 -d%s --latency from its own process on loopback, %d rounds, the three
   targets in rotating order. Ours is the `+"`x402`"+` directive of our Caddy (`+"`go build ./cmd/caddy`"+`) on a route
   without placeholders; the `+"`respond`"+` site is in the same Caddy process and answers the same status, body
-  (%d bytes, byte for byte) and headers; the reference is an Express app with `+"`paymentMiddleware`"+` of
+  (%d bytes, byte for byte) and headers (%s); the reference is an Express app with `+"`paymentMiddleware`"+` of
   x402-express 1.2.0 (bench/ref.mjs).
 - **Verify**: the same Go client POSTs the same signed payloads (%d payers, fresh nonces each round) to each
   facilitator's HTTP `+"`/verify`"+`, %d concurrent, %s a round, %d rounds: ours is the `+"`x402_facilitator`"+`
@@ -208,7 +209,7 @@ func (r *report) write(path string) {
 - **Memory**: `+"`go test -bench 'Heap|1M|Million' -benchtime 1x`"+` in facilitator/approval/, gate/, verdictserver/ and
   verdictserver/store/; and
   the VmRSS of the Caddy process (/proc/PID/status) over a soak on the paid path.
-`, c.wrkDur, c.rounds, r.challengeBody, c.payers, c.verifyConc, c.verifyDur, c.rounds, c.paidDur, c.paidRounds, c.payers)
+`, c.wrkDur, c.rounds, r.challengeBody, r.challengeHeaders, c.payers, c.verifyConc, c.verifyDur, c.rounds, c.paidDur, c.paidRounds, c.payers)
 	b.WriteString("\n")
 
 	if len(r.profiles) > 0 {
