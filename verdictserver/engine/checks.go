@@ -351,12 +351,12 @@ func (ev *evaluation) notional() (*big.Rat, bool) {
 		return ev.usd, ev.usd != nil
 	}
 	ev.priced = true
-	var sum *big.Rat // owned: the first priced amount, then the running total
+	var sum *big.Rat // read only: the first priced amount, then each new total
 	add := func(v *big.Rat) {
 		if sum == nil {
 			sum = v
 		} else {
-			sum.Add(sum, v)
+			sum = new(big.Rat).Add(sum, v)
 		}
 	}
 	ok := true

@@ -55,6 +55,28 @@ func (ev *evaluation) usdOf(chainID int64, asset common.Address, value *big.Int)
 	if value == nil {
 		return nil, false
 	}
+	for _, p := range ev.pricedAmounts {
+		if p.chainID == chainID && p.asset == asset && p.value == value {
+			return p.usd, true
+		}
+	}
+	v, ok := ev.usdOfUncached(chainID, asset, value)
+	if ok {
+		ev.pricedAmounts = append(ev.pricedAmounts, pricedAmount{chainID, asset, value, v})
+	}
+	return v, ok
+}
+
+// pricedAmount is an amount usdOf priced in this evaluation: the slippage guard and the
+// notional price a swap's input alike. usd is read only.
+type pricedAmount struct {
+	chainID int64
+	asset   common.Address
+	value   *big.Int
+	usd     *big.Rat
+}
+
+func (ev *evaluation) usdOfUncached(chainID int64, asset common.Address, value *big.Int) (*big.Rat, bool) {
 	if v, ok := ev.tableUSD(chainID, asset, value); ok {
 		ev.source("prices", ev.prices.AsOf(), true)
 		return v, true

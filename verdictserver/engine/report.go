@@ -26,12 +26,15 @@ type evaluation struct {
 	prices    *prices.Table
 	now       time.Time
 
-	sources  []sourceRec
-	cached   []string // names of cached sources
-	priced   bool     // notional was computed (usd nil: unpriced)
-	usd      *big.Rat
-	unpriced string // what had no price
-	refs     ReferencePrices
+	sources       []sourceRec
+	cached        []string // names of cached sources
+	priced        bool     // notional was computed (usd nil: unpriced)
+	pricedAmounts []pricedAmount
+	hexed         [4]hexedSlice // what hexes wrote, to give it again
+	nHexed        int
+	usd           *big.Rat
+	unpriced      string // what had no price
+	refs          ReferencePrices
 
 	degraded       []string // data that could not be had (feeds.go)
 	oracleScreened bool

@@ -136,6 +136,9 @@ func (ev *evaluation) slippage() result {
 	return passed("every swap is guarded within the policy", field, obs, exp)
 }
 
+// tenThousand is 10000 bps, read only.
+var tenThousand = big.NewRat(10000, 1)
+
 // unguarded says why a swap has no slippage guard, or "" when it has one.
 func unguarded(t *Trade) string {
 	if t.ExactOut {
@@ -184,7 +187,7 @@ func (ev *evaluation) slippageBps(t *Trade) (*big.Rat, string) {
 		return new(big.Rat), ""
 	}
 	bps := new(big.Rat).Quo(diff, base)
-	return bps.Mul(bps, big.NewRat(10000, 1)), ""
+	return bps.Mul(bps, tenThousand), ""
 }
 
 // priceBound is execution_price_bound over every order (docs/policy.md#trades).
@@ -222,7 +225,7 @@ func (ev *evaluation) priceBound() result {
 			if ref, ok := ev.reference(a); ok {
 				o["reference"] = ratString(ref)
 				dev = new(big.Rat).Sub(t.LimitPrice, ref)
-				dev.Abs(dev).Quo(dev, ref).Mul(dev, big.NewRat(10000, 1))
+				dev.Abs(dev).Quo(dev, ref).Mul(dev, tenThousand)
 				f, _ := dev.Float64()
 				o["deviationBps"] = f
 			} else {
