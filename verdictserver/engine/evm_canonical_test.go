@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/ethereum/go-ethereum/accounts/abi"
@@ -207,4 +209,23 @@ func encodeValue(rng *rand.Rand, t *abi.Type) []byte {
 		panic("encodeValue: type " + t.String())
 	}
 	return w
+}
+
+// FuzzCanonicalMatchesRepack: for any bytes read as the arguments of any list the decoders
+// read, unpack answers as the re-pack it replaced.
+func FuzzCanonicalMatchesRepack(f *testing.F) {
+	lists := everyArgumentList()
+	names := slices.Sorted(maps.Keys(lists))
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i, n := range names {
+		f.Add(randomEncoding(rng, lists[n]), uint16(i))
+	}
+	f.Fuzz(func(t *testing.T, enc []byte, which uint16) {
+		args := lists[names[int(which)%len(names)]]
+		_, want := unpackRepack(args, enc)
+		_, got := unpack(args, enc)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("unpack says %v, the re-pack %v, for %x", got, want, enc)
+		}
+	})
 }
