@@ -50,7 +50,7 @@ func (ev *evaluation) renderAction(act *Action, depth int) map[string]any {
 	if len(act.CoinAmounts) > 0 {
 		amounts := make([]map[string]any, len(act.CoinAmounts))
 		for i, c := range act.CoinAmounts {
-			amounts[i] = map[string]any{"coin": c.Coin, "amount": ratString(c.Amount)}
+			amounts[i] = map[string]any{"coin": c.Coin, "amount": ev.ratString(c.Amount)}
 		}
 		out["amounts"] = amounts
 	}
@@ -104,13 +104,13 @@ func (ev *evaluation) renderTrade(t *Trade) map[string]any {
 		}
 	}
 	if t.LimitPrice != nil {
-		m["limitPrice"] = ratString(t.LimitPrice)
+		m["limitPrice"] = ev.ratString(t.LimitPrice)
 	}
 	if t.Size != nil {
-		m["size"] = ratString(t.Size)
+		m["size"] = ev.ratString(t.Size)
 	}
 	if t.Leverage != nil {
-		m["leverage"] = ratString(t.Leverage)
+		m["leverage"] = ev.ratString(t.Leverage)
 	}
 	if t.ReduceOnly {
 		m["reduceOnly"] = true
@@ -123,6 +123,31 @@ func decimal(n *big.Int) any {
 		return nil
 	}
 	return n.String()
+}
+
+// ratString is ratString(r), written once per evaluation: an order's limit price is in its
+// decodedAction and in execution_price_bound's observation.
+func (ev *evaluation) ratString(r *big.Rat) any {
+	if r == nil {
+		return nil
+	}
+	for i := 0; i < ev.nRats; i++ {
+		if ev.rats[i].r == r {
+			return ev.rats[i].s
+		}
+	}
+	s := ratString(r)
+	if ev.nRats < len(ev.rats) {
+		ev.rats[ev.nRats] = ratText{r, s}
+		ev.nRats++
+	}
+	return s
+}
+
+// ratText is a Rat ratString wrote.
+type ratText struct {
+	r *big.Rat
+	s any
 }
 
 // ratString writes r as a plain decimal, exact to 18 places, without trailing zeros.

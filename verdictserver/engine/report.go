@@ -32,6 +32,8 @@ type evaluation struct {
 	pricedAmounts []pricedAmount
 	hexed         [4]hexedSlice // what hexes wrote, to give it again
 	nHexed        int
+	rats          [4]ratText // what ratString wrote
+	nRats         int
 	usd           *big.Rat
 	unpriced      string // what had no price
 	refs          ReferencePrices
@@ -90,7 +92,11 @@ func (ev *evaluation) renderSources() ([]any, []map[string]any) {
 			em[s.extra[j].(string)] = s.extra[j+1]
 		}
 		evs[i] = em
-		dfs[i] = map[string]any{"name": name, "asOf": asOf, "status": status}
+		if len(s.extra) == 0 {
+			dfs[i] = em // the same three members: one read-only map in both lists
+		} else {
+			dfs[i] = map[string]any{"name": name, "asOf": asOf, "status": status}
+		}
 	}
 	return evs, dfs
 }

@@ -217,13 +217,13 @@ func (ev *evaluation) priceBound() result {
 	var first *result
 	for i, a := range orders {
 		t := a.Trade
-		o := map[string]any{"kind": a.Kind, "market": t.Market, "side": t.Side, "limitPrice": ratString(t.LimitPrice), "reference": nil, "deviationBps": nil}
+		o := map[string]any{"kind": a.Kind, "market": t.Market, "side": t.Side, "limitPrice": ev.ratString(t.LimitPrice), "reference": nil, "deviationBps": nil}
 		obs[i] = o
 		limited := t.LimitPrice != nil && t.LimitPrice.Sign() > 0
 		var dev *big.Rat
 		if limited {
 			if ref, ok := ev.reference(a); ok {
-				o["reference"] = ratString(ref)
+				o["reference"] = ev.ratString(ref)
 				dev = new(big.Rat).Sub(t.LimitPrice, ref)
 				dev.Abs(dev).Quo(dev, ref).Mul(dev, tenThousand)
 				f, _ := dev.Float64()
