@@ -166,6 +166,30 @@ func (e *Engine) reconcile(ctx context.Context, minAge time.Duration) (Reconcile
 	return rep, nil
 }
 
+// noteReceiptHidden is the reconcile note of a row whose attempt the node lists as mined
+// but whose receipt it does not return yet.
+const noteReceiptHidden = "mined; receipt not yet available"
+
+// attemptMined reports whether the node knows one of hashes as a transaction in a block.
+// A used authorization or a used sender nonce without a receipt for any attempt means
+// "settled elsewhere" or "dropped" only when none of our attempts is mined: a node (or a
+// load balancer in front of several) may show the state a block changed before it serves
+// that block's receipts, and concluding "failed" then would lose a payment that settled
+// (docs/failure-modes.md).
+func (c *chain) attemptMined(ctx context.Context, hashes []common.Hash) (bool, error) {
+	for _, h := range hashes {
+		_, pending, err := c.client.TransactionByHash(ctx, h)
+		switch {
+		case errors.Is(err, ethereum.NotFound):
+		case err != nil:
+			return false, c.unavailable("transaction", err)
+		case !pending:
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // rowPlan is what planRow decided for one row: a final state, or attempts to await, or
 // neither (the row stays unfinished, for note).
 type rowPlan struct {
@@ -231,13 +255,23 @@ func (e *Engine) planRow(ctx context.Context, c *chain, row journal.Settlement) 
 			return rowPlan{}, c.unavailable("receipt", err)
 		}
 	}
-	switch {
-	case used:
-		p.state, p.reason = journal.StateFailed, ReconcileSettledElsewhere
-		return p, nil
-	case mined > row.SenderNonce:
-		p.state, p.reason = journal.StateFailed, ReconcileDropped
-		return p, nil
+	if used || mined > row.SenderNonce {
+		ours, err := c.attemptMined(ctx, p.hashes)
+		switch {
+		case err != nil:
+			return rowPlan{}, err
+		case ours:
+			// Our own attempt is in a block whose receipt the node does not show yet: the
+			// used authorization or nonce is ours, not another transaction's.
+			p.note = noteReceiptHidden
+			return p, nil
+		case used:
+			p.state, p.reason = journal.StateFailed, ReconcileSettledElsewhere
+			return p, nil
+		default:
+			p.state, p.reason = journal.StateFailed, ReconcileDropped
+			return p, nil
+		}
 	}
 	if from == c.sender.addr {
 		stuck, base, err := e.stuck(ctx, c, latest, last, mined == row.SenderNonce)

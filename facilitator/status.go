@@ -148,11 +148,18 @@ func (e *Engine) rowStatus(ctx context.Context, c *chain, row journal.Settlement
 			return "", "", common.Hash{}, c.unavailable("receipt", err)
 		}
 	}
-	switch {
-	case used:
-		return journal.StateFailed, ReconcileSettledElsewhere, common.Hash{}, nil
-	case mined > row.SenderNonce:
-		return journal.StateFailed, ReconcileDropped, common.Hash{}, nil
+	if used || mined > row.SenderNonce {
+		// As in planRow: our own attempt mined without a visible receipt stays undecided.
+		switch ours, err := c.attemptMined(ctx, hashes); {
+		case err != nil:
+			return "", "", common.Hash{}, err
+		case ours:
+			return "", "", common.Hash{}, nil
+		case used:
+			return journal.StateFailed, ReconcileSettledElsewhere, common.Hash{}, nil
+		default:
+			return journal.StateFailed, ReconcileDropped, common.Hash{}, nil
+		}
 	}
 	return "", "", common.Hash{}, nil
 }
