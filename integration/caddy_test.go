@@ -172,8 +172,7 @@ func startGateEnv(t *testing.T) *gateEnv {
 		t.Fatal(err)
 	}
 	e.siteRoot = filepath.Join(root, "integration", "demo", "site")
-	keyBytes := testenv.RandomNonce(t)
-	e.apiKey = hexutil.Encode(keyBytes[:])[2:]
+	e.apiKey = canary.facilitatorKey
 	apiPort, sitePort, facPort, retryPort := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
 	e.retry = "http://127.0.0.1:" + strconv.Itoa(retryPort)
 	e.api = "http://127.0.0.1:" + strconv.Itoa(apiPort)

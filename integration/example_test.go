@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ethereum/go-ethereum/common/hexutil"
-
 	"github.com/x402gate/x402gate/internal/testenv"
 )
 
@@ -30,14 +28,12 @@ func TestCaddyfileExampleServesTheDemo(t *testing.T) {
 	}
 	payTo := testenv.NewAccount(t).Address
 	apiKeyFile := filepath.Join(t.TempDir(), "facilitator-api.key")
-	keyBytes := testenv.RandomNonce(t)
-	apiKey := hexutil.Encode(keyBytes[:])[2:]
+	apiKey := canary.facilitatorKey
 	if err := os.WriteFile(apiKeyFile, []byte(apiKey+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	passKeyFile := filepath.Join(t.TempDir(), "pass.key")
-	passKeyBytes := testenv.RandomNonce(t)
-	if err := os.WriteFile(passKeyFile, []byte(hexutil.Encode(passKeyBytes[:])[2:]+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(passKeyFile, []byte(canary.passKey+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	site, api, fac, up, verdictPort := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)

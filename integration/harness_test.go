@@ -27,10 +27,20 @@ import (
 	"github.com/x402gate/x402gate/internal/testenv"
 )
 
-// TestMain deletes the Caddy build that testenv.CaddyBinary makes once for this test binary.
+// TestMain registers the secret canaries (secrets_test.go), runs the tests with the
+// binary's own output scanned for them, fails the run when any output held one
+// (docs/caddy.md#secrets), and deletes the Caddy build that testenv.CaddyBinary makes once
+// for this test binary.
 func TestMain(m *testing.M) {
+	registerCanaries()
+	stop := scanStdout()
 	code := m.Run()
+	stop()
 	testenv.RemoveCaddyBuild()
+	if hits := testenv.CanaryHits(); len(hits) > 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: secret canaries leaked (where: which secret):\n  %s\n", strings.Join(hits, "\n  "))
+		code = 1
+	}
 	os.Exit(code)
 }
 
@@ -59,6 +69,7 @@ func payWith(t *testing.T, script string, payer testenv.Account, url string, env
 	t.Helper()
 	env = append(env, "X402_PAYER_KEY="+hexutil.Encode(crypto.FromECDSA(payer.Key)))
 	out := testenv.RunNode(t, script, env, nil, url)
+	testenv.ScanCanaries(t.Name()+": "+script+" output", out)
 	var p payOutput
 	if err := json.Unmarshal(out, &p); err != nil {
 		t.Fatalf("%s printed no JSON: %v: %q", script, err, out)
@@ -131,6 +142,7 @@ func do(t testing.TB, method, url, rawPath string, header map[string]string) (ht
 	if err != nil {
 		return httpResult{}, err
 	}
+	scanAnswer(t.Name(), resp.Header, body)
 	return httpResult{Status: resp.StatusCode, Header: resp.Header, Body: body}, nil
 }
 

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ethereum/go-ethereum/common/hexutil"
-
 	"github.com/x402gate/x402gate/internal/testenv"
 )
 
@@ -93,9 +91,7 @@ func TestCaddyPassAcrossInstances(t *testing.T) {
 	chain, tok := testenv.StartChainWithToken(t)
 	redisURL := testenv.StartRedis(t)
 	payTo := testenv.NewAccount(t).Address
-	key := testenv.RandomNonce(t)
-	oldKey := testenv.RandomNonce(t)
-	passKey, passKeyOld := hexutil.Encode(key[:])[2:], hexutil.Encode(oldKey[:])[2:]
+	passKey, passKeyOld := canary.passKey, canary.passKeyOld
 	keyFile := writeKeyFile(t, chain.FacilitatorAccount())
 	start := func() (*testenv.Caddy, string) {
 		port := testenv.FreePort(t)

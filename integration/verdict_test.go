@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/ethereum/go-ethereum/common"
-	"github.com/ethereum/go-ethereum/common/hexutil"
 
 	"github.com/x402gate/x402gate/internal/testenv"
 )
@@ -118,6 +117,8 @@ type verdictFleet struct {
 	key             string // the agent's API key, made by `caddy verdict key create`
 	adminKey        string
 	facKey          string
+	redis           *testenv.RedisServer    // shared setup only
+	pg              *testenv.PostgresServer // shared setup only
 }
 
 func newVerdictFleet(t *testing.T, setup verdictSetup) *verdictFleet {
@@ -128,8 +129,8 @@ func newVerdictFleet(t *testing.T, setup verdictSetup) *verdictFleet {
 		okPayTo: testenv.NewAccount(t).Address, denied: testenv.NewAccount(t).Address,
 		payer: chain.Accounts[1],
 	}
-	f.adminKey = randomHex(t)
-	f.facKey = randomHex(t)
+	f.adminKey = canary.adminKey
+	f.facKey = canary.facilitatorKey
 	f.env = []string{
 		"X402_RPC_URL=" + chain.RPCURL,
 		"X402_TOKEN=" + tok.Address.Hex(),
@@ -142,16 +143,13 @@ func newVerdictFleet(t *testing.T, setup verdictSetup) *verdictFleet {
 		"VERDICT_ADMIN_KEY=" + f.adminKey,
 	}
 	if setup.shared {
-		f.env = append(f.env, "REDIS_URL="+testenv.StartRedis(t), "PG_DSN="+testenv.StartPostgres(t))
+		f.redis = testenv.StartRedisServer(t, testenv.RedisConfig{Password: testenv.DefaultRedisPassword})
+		f.pg = testenv.StartPostgresServer(t, testenv.PostgresConfig{Password: testenv.DefaultPostgresPassword})
+		f.env = append(f.env, "REDIS_URL="+f.redis.URL, "PG_DSN="+f.pg.DSN)
 	}
 	f.caddyfile = verdictCaddyfile(setup)
 	f.operate(t)
 	return f
-}
-
-func randomHex(t *testing.T) string {
-	n := testenv.RandomNonce(t)
-	return hexutil.Encode(n[:])[2:]
 }
 
 // cli runs `caddy verdict <args>` against the fleet's Caddyfile, as an operator would, and
@@ -183,6 +181,7 @@ func (f *verdictFleet) operate(t *testing.T) {
 		t.Fatalf("agent add printed %q", out)
 	}
 	f.key = strings.TrimSpace(f.cli(t, "key", "create", "--agent", "buyer"))
+	testenv.AddCanary("verdict agent key", f.key)
 	if !strings.HasPrefix(f.key, "vk_") || strings.ContainsAny(f.key, " \n\t") {
 		t.Fatalf("key create printed %q, want the key alone", f.key)
 	}
@@ -211,6 +210,7 @@ func (f *verdictFleet) demoAgent(t *testing.T, token, payTo common.Address, paye
 	t.Helper()
 	f.cli(t, "agent", "add", "demo")
 	key := strings.TrimSpace(f.cli(t, "key", "create", "--agent", "demo"))
+	testenv.AddCanary("verdict agent key (demo)", key)
 	for _, p := range payers {
 		f.cli(t, "wallet", "add", "--agent", "demo", "--chain", "84532", p.Hex())
 	}
@@ -431,8 +431,13 @@ func doJSON(t *testing.T, url string, header map[string]string, body []byte) map
 		t.Fatalf("POST %s: %v", url, err)
 	}
 	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	scanAnswer(t.Name(), resp.Header, raw)
 	var out map[string]any
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+	if err := json.Unmarshal(raw, &out); err != nil {
 		t.Fatalf("POST %s: status %d, body is not JSON: %v", url, resp.StatusCode, err)
 	}
 	return out

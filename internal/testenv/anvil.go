@@ -306,6 +306,9 @@ type tailBuffer struct {
 	mu  sync.Mutex
 	max int
 	b   []byte
+	// scanAs, when set, hands what the buffer drops to ScanCanaries under this name, so
+	// that output beyond max is scanned too (Caddy's; see canary.go).
+	scanAs string
 }
 
 func (b *tailBuffer) Write(p []byte) (int, error) {
@@ -313,9 +316,21 @@ func (b *tailBuffer) Write(p []byte) (int, error) {
 	defer b.mu.Unlock()
 	b.b = append(b.b, p...)
 	if len(b.b) > b.max {
-		b.b = b.b[len(b.b)-b.max:]
+		drop := len(b.b) - b.max
+		if b.scanAs != "" {
+			// The overlap keeps a canary cut by the boundary whole in one of the scans.
+			ScanCanaries(b.scanAs, b.b[:min(len(b.b), drop+MaxCanaryLen())])
+		}
+		b.b = b.b[drop:]
 	}
 	return len(p), nil
+}
+
+// bytes returns a copy of what the buffer holds.
+func (b *tailBuffer) bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]byte(nil), b.b...)
 }
 
 func (b *tailBuffer) String() string {

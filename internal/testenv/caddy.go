@@ -194,7 +194,7 @@ func StartCaddy(t testing.TB, caddyfile string, opts CaddyOptions) *Caddy {
 		AdminURL: "http://" + admin,
 		DataDir:  filepath.Join(dir, "data", "caddy"),
 		exited:   make(chan struct{}),
-		logs:     &tailBuffer{max: caddyLogMax},
+		logs:     &tailBuffer{max: caddyLogMax, scanAs: t.Name() + ": caddy output"},
 	}
 	c.cmd = exec.Command(bin(t), "run", "--config", config, "--adapter", "caddyfile")
 	c.cmd.Dir = dir
@@ -219,7 +219,9 @@ func StartCaddy(t testing.TB, caddyfile string, opts CaddyOptions) *Caddy {
 		close(c.exited)
 	}()
 	t.Cleanup(func() {
+		c.scanAdmin(t.Name())
 		c.Stop()
+		ScanCanaries(t.Name()+": caddy output", c.logs.bytes())
 		if t.Failed() {
 			t.Logf("caddy output:\n%s", c.logs.String())
 		}
@@ -322,6 +324,24 @@ func (c *Caddy) Metrics(t testing.TB) string {
 		t.Fatalf("testenv: caddy /metrics answered %d: %v", resp.StatusCode, err)
 	}
 	return string(body)
+}
+
+// scanAdmin hands the admin API's /config/ and /metrics answers to ScanCanaries, when
+// Caddy still runs.
+func (c *Caddy) scanAdmin(test string) {
+	if c.Exited() {
+		return
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	for _, path := range []string{"/config/", "/metrics"} {
+		resp, err := client.Get(c.AdminURL + path)
+		if err != nil {
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		ScanCanaries(test+": admin "+path, body)
+	}
 }
 
 // Logs returns everything Caddy wrote to stdout and stderr so far: its logs, and the access

@@ -45,11 +45,12 @@ type PostgresServer struct {
 	stopOnce sync.Once
 }
 
-// StartPostgres starts a PostgreSQL cluster for t and returns its DSN. It is stopped and
+// StartPostgres starts a PostgreSQL cluster for t, its postgres user's password
+// DefaultPostgresPassword when that is set, and returns its DSN. It is stopped and
 // removed when t ends.
 func StartPostgres(t testing.TB) string {
 	t.Helper()
-	return StartPostgresServer(t, PostgresConfig{}).DSN
+	return StartPostgresServer(t, PostgresConfig{Password: DefaultPostgresPassword}).DSN
 }
 
 // StartPostgresServer starts a throwaway cluster for t: initdb into a new temporary

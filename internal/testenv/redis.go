@@ -38,10 +38,17 @@ type RedisServer struct {
 	stopOnce sync.Once
 }
 
-// StartRedis starts a redis-server for t and returns its URL. It is stopped when t ends.
+// DefaultRedisPassword and DefaultPostgresPassword are the passwords StartRedis and
+// StartPostgres give their servers; empty means none. A test binary's TestMain may set
+// them before m.Run, so that every server its tests start requires a password and the
+// URLs carry it (the secret canaries of docs/caddy.md#secrets).
+var DefaultRedisPassword, DefaultPostgresPassword string
+
+// StartRedis starts a redis-server for t, requiring DefaultRedisPassword when it is set,
+// and returns its URL. It is stopped when t ends.
 func StartRedis(t testing.TB) string {
 	t.Helper()
-	return StartRedisServer(t, RedisConfig{}).URL
+	return StartRedisServer(t, RedisConfig{Password: DefaultRedisPassword}).URL
 }
 
 // StartRedisServer starts a redis-server for t: a free loopback port, no RDB or AOF,
