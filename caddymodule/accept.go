@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -172,12 +173,20 @@ func readSchemaFile(path string) (json.RawMessage, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A device or a pipe states no size (/dev/zero would be read for ever): regular
+	// files only, and never more than the cap, whatever Stat said.
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
 	if st.Size() > maxSchemaFile {
 		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxSchemaFile)
 	}
-	raw, err := os.ReadFile(path)
+	raw, err := io.ReadAll(io.LimitReader(f, maxSchemaFile+1))
 	if err != nil {
 		return nil, fmt.Errorf("cannot read %s: %w", path, err)
+	}
+	if len(raw) > maxSchemaFile {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxSchemaFile)
 	}
 	var b bytes.Buffer
 	if err := json.Compact(&b, raw); err != nil {
