@@ -3,7 +3,10 @@ package integration_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"math/big"
 	"net/http"
 	"path/filepath"
@@ -260,4 +263,170 @@ func transfersAfter(t *testing.T, f *verdictFleet, head uint64) []types.Log {
 // chainSender recovers a transaction's sender.
 func chainSender(tx *types.Transaction) (common.Address, error) {
 	return types.Sender(types.LatestSignerForChainID(tx.ChainId()), tx)
+}
+
+// submitVerdict posts a payment of price to payTo for the fleet's agent, with traceId, and
+// returns the status and the record's requestHash. err is the transport's: a Caddy that
+// died before answering.
+func (f *verdictFleet) submitVerdict(in *verdictInstance, payTo common.Address, traceID string) (int, string, error) {
+	body := fmt.Sprintf(`{"escrowAddress":%q,"prompt":"pay","proposedTx":{"protocol":"payment","rail":"x402","chainId":84532,"payTo":%q,"asset":%q,"amount":"%d"},"metadata":{"traceId":%q}}`,
+		f.payer.Address.Hex(), payTo.Hex(), f.tok.Address.Hex(), price, traceID)
+	r, err := doVerdictAPI(http.MethodPost, in.verdictAPI+"/transactions", f.key, body)
+	if err != nil {
+		return 0, "", err
+	}
+	var rec struct {
+		RequestHash string `json:"requestHash"`
+	}
+	_ = json.Unmarshal(r.Body, &rec)
+	return r.Status, rec.RequestHash, nil
+}
+
+func doVerdictAPI(method, url, key, body string) (httpResult, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), requestBound)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+	if err != nil {
+		return httpResult{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("x-api-key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return httpResult{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return httpResult{Status: resp.StatusCode, Header: resp.Header, Body: b}, err
+}
+
+// verdictOf reads the stored verdict of hash: nil while it is pending.
+func (f *verdictFleet) verdictOf(t *testing.T, in *verdictInstance, hash string) json.RawMessage {
+	t.Helper()
+	r, err := doVerdictAPI(http.MethodGet, in.verdictAPI+"/transactions/"+hash+"/approval-status", f.key, "")
+	if err != nil || r.Status != http.StatusOK {
+		t.Fatalf("approval-status of %s: %d %v: %s", hash, r.Status, err, r.Body)
+	}
+	var st struct {
+		Verdict json.RawMessage `json:"verdict"`
+	}
+	if err := json.Unmarshal(r.Body, &st); err != nil {
+		t.Fatalf("approval-status of %s: %v", hash, err)
+	}
+	if string(st.Verdict) == "null" {
+		return nil
+	}
+	return st.Verdict
+}
+
+// awaitVerdict polls hash's approval status until it is terminal, within crashBound.
+func (f *verdictFleet) awaitVerdict(t *testing.T, in *verdictInstance, hash string) json.RawMessage {
+	t.Helper()
+	deadline := time.Now().Add(crashBound)
+	for {
+		if v := f.verdictOf(t, in, hash); v != nil {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no verdict for %s after the restart", hash)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// awaitPoint waits until in's Caddy wrote that it reached point.
+func awaitPoint(t *testing.T, in *verdictInstance, point string) {
+	t.Helper()
+	deadline := time.Now().Add(crashBound)
+	for !strings.Contains(in.caddy.Logs(), "x402faults: reached "+point) {
+		if time.Now().After(deadline) || in.caddy.Exited() {
+			t.Fatalf("Caddy did not reach %s", point)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestCrashDuringVerdicts SIGKILLs the verdict service (the verdict app of the x402faults
+// build) between a 201 and the worker, during an evaluation, and after a record is stored
+// but before its 201, then restarts it on the same store, with SQLite and with PostgreSQL.
+// After the restart every accepted transaction gets its verdict (the one whose 201 was lost
+// is found by its traceId), and a verdict that was terminal before a crash is the same
+// bytes after it (docs/reliability.md#crash-safety).
+func TestCrashDuringVerdicts(t *testing.T) {
+	for _, setup := range []verdictSetup{{}, {shared: true}} {
+		name := "sqlite"
+		if setup.shared {
+			name = "postgres"
+		}
+		t.Run(name, func(t *testing.T) {
+			f := crashFleet(t, setup)
+			submit := func(in *verdictInstance, payTo common.Address, trace string) string {
+				t.Helper()
+				status, hash, err := f.submitVerdict(in, payTo, trace)
+				if err != nil || status != http.StatusCreated || hash == "" {
+					t.Fatalf("POST /transactions %s: %d %v", trace, status, err)
+				}
+				return hash
+			}
+
+			// Between the 201 and the worker: the record is accepted, then the process dies.
+			a := f.startFaulty(t, "verdict.before-worker=block")
+			waiting := submit(a, f.okPayTo, "crash-before-worker")
+			awaitPoint(t, a, "verdict.before-worker")
+			if v := f.verdictOf(t, a, waiting); v != nil {
+				t.Fatalf("the record blocked before its worker has a verdict: %s", v)
+			}
+			a.caddy.Kill()
+
+			// During an evaluation: the same record, swept at start, blocks in the engine;
+			// a record submitted meanwhile is judged by another worker and is terminal
+			// before the crash.
+			b := f.startFaulty(t, "verdict.evaluate=block")
+			awaitPoint(t, b, "verdict.evaluate")
+			judged := submit(b, f.denied, "crash-judged-before")
+			before := f.awaitVerdict(t, b, judged)
+			if v := f.verdictOf(t, b, waiting); v != nil {
+				t.Fatalf("the record blocked in its evaluation has a verdict: %s", v)
+			}
+			b.caddy.Kill()
+
+			// After the store, before the 201: the client never learns it was accepted.
+			c := f.startFaulty(t, "verdict.after-create=kill")
+			if status, _, err := f.submitVerdict(c, f.okPayTo, "crash-before-201"); err == nil {
+				t.Fatalf("POST /transactions was answered %d though Caddy was to crash before the 201", status)
+			}
+			if !c.caddy.WaitExit(crashBound) {
+				t.Fatal("Caddy did not die after storing the record")
+			}
+
+			d := f.startFaulty(t, "")
+			if v := f.awaitVerdict(t, d, waiting); !strings.Contains(string(v), `"outcome":"approved"`) {
+				t.Errorf("verdict of the record crashed before its worker and in its evaluation: %s, want approved (the policy allows okPayTo)", v)
+			}
+			if after := f.verdictOf(t, d, judged); !bytes.Equal(after, before) {
+				t.Errorf("a terminal verdict changed across the crash:\nbefore %s\nafter  %s", before, after)
+			}
+			if !strings.Contains(string(before), `"outcome":"rejected"`) {
+				t.Errorf("verdict of a payment to a payee the policy does not allow: %s, want rejected", before)
+			}
+			// The submit whose 201 was lost: found by its traceId, then judged.
+			r, err := doVerdictAPI(http.MethodGet, d.verdictAPI+"/transactions?traceId=crash-before-201", f.key, "")
+			var list struct {
+				Transactions []struct {
+					RequestHash string `json:"requestHash"`
+				} `json:"transactions"`
+			}
+			if err != nil || r.Status != http.StatusOK || json.Unmarshal(r.Body, &list) != nil || len(list.Transactions) != 1 {
+				t.Fatalf("GET /transactions?traceId= of the submit whose 201 was lost: %d %v: %s", r.Status, err, r.Body)
+			}
+			if v := f.awaitVerdict(t, d, list.Transactions[0].RequestHash); !strings.Contains(string(v), `"outcome":"approved"`) {
+				t.Errorf("verdict of the submit whose 201 was lost: %s", v)
+			}
+			// Submitting it again is refused as a duplicate trace: nothing is judged twice.
+			if status, _, err := f.submitVerdict(d, f.okPayTo, "crash-before-201"); err != nil || status != http.StatusConflict {
+				t.Errorf("the same submit again: %d %v, want 409 duplicate trace", status, err)
+			}
+			f.noSecretsIn(t, a.caddy.Logs()+b.caddy.Logs()+c.caddy.Logs()+d.caddy.Logs())
+		})
+	}
 }
