@@ -46,13 +46,13 @@ func crashFleet(t *testing.T, setup verdictSetup) *verdictFleet {
 }
 
 // startFaulty starts an instance of f from the x402faults build, with faults armed
-// ("point=kill"), or none.
-func (f *verdictFleet) startFaulty(t *testing.T, faults string) *verdictInstance {
+// ("point=kill"), or none; env entries override the fleet's.
+func (f *verdictFleet) startFaulty(t *testing.T, faults string, env ...string) *verdictInstance {
 	t.Helper()
 	apiPort, verdictPort, facPort := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
 	c := testenv.StartCaddy(t, f.caddyfile, testenv.CaddyOptions{
-		Env: append(append([]string{}, f.env...), "VERDICT_KEY="+f.key,
-			"API_PORT="+strconv.Itoa(apiPort), "VERDICT_PORT="+strconv.Itoa(verdictPort), "FACILITATOR_PORT="+strconv.Itoa(facPort)),
+		Env: append(append(append([]string{}, f.env...), "VERDICT_KEY="+f.key,
+			"API_PORT="+strconv.Itoa(apiPort), "VERDICT_PORT="+strconv.Itoa(verdictPort), "FACILITATOR_PORT="+strconv.Itoa(facPort)), env...),
 		WaitPorts:   []int{apiPort, verdictPort, facPort},
 		Faults:      faults,
 		FaultBinary: true,

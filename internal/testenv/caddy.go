@@ -397,6 +397,9 @@ func (c *Caddy) Kill() {
 	})
 }
 
+// Pid is the Caddy process's id, to sample its resident memory (/proc/<pid>/status).
+func (c *Caddy) Pid() int { return c.cmd.Process.Pid }
+
 // WaitExit waits up to bound for Caddy to exit by itself (a crash point that killed it),
 // and reports whether it did.
 func (c *Caddy) WaitExit(bound time.Duration) bool {

@@ -32,10 +32,13 @@ type RedisServer struct {
 	// Addr is 127.0.0.1:port.
 	Addr string
 
+	bin, dir string
+	cfg      RedisConfig
+	port     int
 	cmd      *exec.Cmd
 	exited   chan struct{}
 	out      *redisLog
-	stopOnce sync.Once
+	stopOnce *sync.Once
 }
 
 // DefaultRedisPassword and DefaultPostgresPassword are the passwords StartRedis and
@@ -67,7 +70,7 @@ func StartRedisServer(t testing.TB, cfg RedisConfig) *RedisServer {
 	dir := t.TempDir()
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ { // a free port can be taken before redis binds it
-		s, err := redisTryStart(bin, dir, cfg)
+		s, err := redisTryStart(bin, dir, cfg, 0)
 		if err == nil {
 			t.Cleanup(s.Stop)
 			return s
@@ -78,10 +81,12 @@ func StartRedisServer(t testing.TB, cfg RedisConfig) *RedisServer {
 	return nil
 }
 
-func redisTryStart(bin, dir string, cfg RedisConfig) (*RedisServer, error) {
-	port, err := redisFreePort()
-	if err != nil {
-		return nil, err
+func redisTryStart(bin, dir string, cfg RedisConfig, port int) (*RedisServer, error) {
+	if port == 0 {
+		var err error
+		if port, err = redisFreePort(); err != nil {
+			return nil, err
+		}
 	}
 	args := []string{
 		"--port", strconv.Itoa(port),
@@ -95,9 +100,11 @@ func redisTryStart(bin, dir string, cfg RedisConfig) (*RedisServer, error) {
 		args = append(args, "--requirepass", cfg.Password)
 	}
 	s := &RedisServer{
-		Addr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-		exited: make(chan struct{}),
-		out:    &redisLog{},
+		Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		bin:  bin, dir: dir, cfg: cfg, port: port,
+		exited:   make(chan struct{}),
+		out:      &redisLog{},
+		stopOnce: new(sync.Once),
 	}
 	u := url.URL{Scheme: "redis", Host: s.Addr, Path: "/0"}
 	if cfg.Password != "" {
@@ -149,6 +156,24 @@ func redisAnswers(addr string) bool {
 		return false
 	}
 	return strings.HasPrefix(line, "+PONG") || strings.HasPrefix(line, "-NOAUTH")
+}
+
+// Restart kills the server and starts a new one on the same port and directory, with no
+// data: a restarted Redis without persistence, as a fleet may see one. It returns once
+// PING answers.
+func (s *RedisServer) Restart(t testing.TB) {
+	t.Helper()
+	s.Stop()
+	var err error
+	for attempt := 0; attempt < 50; attempt++ { // the old socket may linger a moment
+		var n *RedisServer
+		if n, err = redisTryStart(s.bin, s.dir, s.cfg, s.port); err == nil {
+			s.cmd, s.exited, s.out, s.stopOnce = n.cmd, n.exited, n.out, n.stopOnce
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("testenv: restart redis-server on %s: %v", s.Addr, err)
 }
 
 // Stop kills the server and waits for it to exit. Later calls do nothing.

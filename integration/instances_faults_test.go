@@ -1,0 +1,216 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/x402gate/x402gate/facilitator/journal"
+	"github.com/x402gate/x402gate/internal/testenv"
+)
+
+// fleetPayment is one payment of the fleet test and what became of it.
+type fleetPayment struct {
+	path    string
+	auth    testenv.Authorization
+	header  string
+	sentTo  []int // the instances it was sent to, in order
+	answers []int // their statuses; 0 for no answer (the instance died)
+}
+
+// served reports whether some answer of p served the content.
+func (p *fleetPayment) served() bool {
+	for _, s := range p.answers {
+		if s == http.StatusOK {
+			return true
+		}
+	}
+	return false
+}
+
+// TestSeveralInstancesUnderFaults runs three Caddy instances on one Redis and one
+// PostgreSQL (approvals, claims, retry credits, journal, verdicts) under paid traffic, kills
+// one of them with SIGKILL in the middle of it, then restarts Redis (empty, as a Redis
+// without persistence comes back) while traffic goes on (docs/reliability.md#several-instances):
+//
+//   - no payment is settled twice: one AuthorizationUsed event at most per authorization,
+//     and the payer's balance moved by the price times the settled payments;
+//   - no paid request is lost: a client whose instance died sends the same header to
+//     another one; every payment is served once, or refused with nothing charged, or (its
+//     settle had passed the broadcast when its instance died) settled once with the
+//     transaction in the shared journal, and the upstream ran once per served payment;
+//   - a payment whose answer was a 502 settlement_pending, with its retry token, is
+//     redeemed on another instance after the first one died.
+func TestSeveralInstancesUnderFaults(t *testing.T) {
+	f := newVerdictFleet(t, verdictSetup{shared: true})
+	redis := testenv.StartRedisServer(t, testenv.RedisConfig{})
+	for i, e := range f.env {
+		if strings.HasPrefix(e, "REDIS_URL=") {
+			f.env[i] = "REDIS_URL=" + redis.URL
+		}
+	}
+	// One payer pays many times here: the verdict rate is raised so that the per-payer
+	// limit (docs/facilitator.md#guardian) does not refuse the traffic; a short receipt
+	// wait lets the last step see a settlement_pending.
+	f.caddyfile = strings.Replace(f.caddyfile, "guardian_mode required", "guardian_mode required\n\t\t\tverdict_rate 1000 1000\n\t\t\treceipt_timeout 2s", 1)
+	// Each instance signs with its own key: a signer's nonces are counted in its process
+	// (docs/reliability.md#several-instances).
+	ins := make([]*verdictInstance, 3)
+	for i := range ins {
+		ins[i] = f.startFaulty(t, "", "X402_FACILITATOR_KEY_FILE="+writeKeyFile(t, f.chain.Accounts[2+i]))
+	}
+	alive := func(i int) bool { return !ins[i].caddy.Exited() }
+	j := f.openJournal(t)
+	bal := balances(t, f.tok, f.payer.Address, f.okPayTo)
+	head := blockNumber(t, f.chain)
+
+	const workers, perWorker = 6, 6
+	payments := make([]*fleetPayment, workers*perWorker)
+	var done atomic.Int32
+	killed := make(chan struct{})
+	restarted := make(chan struct{})
+	pay := func(p *fleetPayment, first int) {
+		for k := 0; k < 3; k++ {
+			i := (first + k) % 3
+			if !alive(i) {
+				continue
+			}
+			p.sentTo = append(p.sentTo, i)
+			r, err := do(t, http.MethodGet, ins[i].api+p.path, "", map[string]string{"X-PAYMENT": p.header})
+			if err != nil {
+				p.answers = append(p.answers, 0)
+				continue // the instance died under the request: the client tries another
+			}
+			p.answers = append(p.answers, r.Status)
+			return
+		}
+	}
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for n := 0; n < perWorker; n++ {
+				k := w*perWorker + n
+				header, auth := goV1Header(t, f.tok, f.payer, f.okPayTo)
+				p := &fleetPayment{path: fmt.Sprintf("/allowed/fleet-%d", k), auth: auth, header: header}
+				payments[k] = p
+				pay(p, (w+n)%3)
+				if done.Add(1) == workers*perWorker/3 {
+					ins[1].caddy.Kill() // mid-traffic: other workers' requests are in flight
+					close(killed)
+				}
+				if n == perWorker-2 {
+					<-restarted
+				}
+			}
+		}(w)
+	}
+	<-killed
+	redis.Restart(t)
+	close(restarted)
+	wg.Wait()
+
+	settled, servedN, lost := 0, 0, 0
+	for _, p := range payments {
+		events, _ := authorizationUses(t, f.chain, f.tok, p.auth, head)
+		if events > 1 {
+			t.Errorf("%s: the authorization was used %d times on chain", p.path, events)
+		}
+		settled += events
+		served := p.served()
+		if c := f.up.count(p.path); served && c != 1 || !served && c != 0 {
+			t.Errorf("%s: the upstream ran %d times; answers %v from instances %v", p.path, c, p.answers, p.sentTo)
+		}
+		for _, s := range p.answers {
+			switch s {
+			case 0, http.StatusOK, http.StatusPaymentRequired, http.StatusServiceUnavailable, http.StatusBadGateway:
+			default:
+				t.Errorf("%s: answer %d; answers %v from instances %v", p.path, s, p.answers, p.sentTo)
+			}
+		}
+		switch {
+		case served:
+			servedN++
+			if events != 1 {
+				t.Errorf("%s: served with %d settlements", p.path, events)
+			}
+		case events == 1:
+			// settled, no answer served: only a request that was on the killed instance
+			lost++
+			row, ok := journalRow(t, j, f.authorizationKey(p.auth))
+			if !ok || row.State != journal.StateConfirmed || p.sentTo[0] != 1 || p.answers[0] != 0 {
+				t.Errorf("%s: settled without a served answer (journal %q, answers %v from instances %v)", p.path, row.State, p.answers, p.sentTo)
+			}
+		}
+	}
+	t.Logf("%d payments: %d served, %d settled, %d settled whose answer died with instance B", len(payments), servedN, settled, lost)
+	if servedN == 0 {
+		t.Fatal("no payment was served")
+	}
+	wantDelta(t, f.tok, f.payer.Address, bal[0], -price*int64(settled))
+	wantDelta(t, f.tok, f.okPayTo, bal[1], price*int64(settled))
+
+	t.Run("a pending settlement is redeemed on another instance", func(t *testing.T) {
+		a, c := ins[0], ins[2]
+		const path = "/allowed/fleet-pending"
+		header, auth := goV1Header(t, f.tok, f.payer, f.okPayTo)
+		f.chain.SetAutomine(t, false)
+		r := mustDo(t, http.MethodGet, a.api+path, map[string]string{"X-PAYMENT": header})
+		token := r.Header.Get("X-PAYMENT-RETRY")
+		if r.Status != http.StatusBadGateway || token == "" {
+			f.chain.SetAutomine(t, true)
+			t.Fatalf("a settle whose receipt is late: status %d, retry token %v: %s", r.Status, token != "", r.Body)
+		}
+		a.caddy.Kill()
+		f.chain.SetAutomine(t, true)
+		f.chain.Mine(t)
+		// Behind one load balancer every instance sees the site's host, to which the
+		// credit is bound (the resource URL): the request to C carries A's.
+		retry := map[string]string{"X-PAYMENT": header, "X-PAYMENT-RETRY": token}
+		redeemed := doAsHost(t, c.api+path, strings.TrimPrefix(a.api, "http://"), retry)
+		if redeemed.Status != http.StatusOK {
+			t.Fatalf("redeeming on another instance: status %d: %s", redeemed.Status, redeemed.Body)
+		}
+		if events, _ := authorizationUses(t, f.chain, f.tok, auth, head); events != 1 || f.up.count(path) != 1 {
+			t.Errorf("the pending payment: %d uses on chain, %d upstream calls, want 1 and 1", events, f.up.count(path))
+		}
+		if again := doAsHost(t, c.api+path, strings.TrimPrefix(a.api, "http://"), retry); again.Status == http.StatusOK {
+			t.Error("the redeemed token served a second answer")
+		}
+	})
+	for _, in := range ins {
+		f.noSecretsIn(t, in.caddy.Logs())
+	}
+}
+
+// doAsHost sends a GET to url with the Host header host, as a load balancer in front of
+// several instances forwards it.
+func doAsHost(t *testing.T, url, host string, header map[string]string) httpResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), requestBound)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return httpResult{Status: resp.StatusCode, Header: resp.Header, Body: body}
+}
