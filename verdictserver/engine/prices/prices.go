@@ -105,8 +105,13 @@ func (t *Table) USD(chainID int64, asset common.Address, amount *big.Int) (*big.
 
 // Value returns amount base units of the token in USD, exactly.
 func (p Price) Value(amount *big.Int) *big.Rat {
-	v := new(big.Rat).SetFrac(amount, pow10(p.Decimals))
-	return v.Mul(v, p.USD)
+	// amount × USD / 10^decimals as one fraction, reduced once.
+	num := new(big.Int).Mul(amount, p.USD.Num())
+	den := pow10(p.Decimals)
+	if !p.USD.IsInt() {
+		den = new(big.Int).Mul(den, p.USD.Denom())
+	}
+	return new(big.Rat).SetFrac(num, den)
 }
 
 // pow10s are 10^0 … 10^77, the scales of the decimals a Table accepts; read only.

@@ -52,3 +52,21 @@ func TestNewRefusesBadEntries(t *testing.T) {
 		}
 	}
 }
+
+// TestValueIsTheExactProduct: Value is amount / 10^decimals × USD, exactly, for integer and
+// fractional prices and any decimals.
+func TestValueIsTheExactProduct(t *testing.T) {
+	for _, usd := range []string{"1", "0", "3000", "0.9998", "2/3", "123456789.123456789"} {
+		for _, dec := range []int{0, 1, 6, 8, 18, 77, 80} {
+			for _, amount := range []string{"0", "1", "5000000", "995000000000000000", "115792089237316195423570985008687907853269984665640564039457584007913129639935"} {
+				u, _ := new(big.Rat).SetString(usd)
+				a, _ := new(big.Int).SetString(amount, 10)
+				want := new(big.Rat).SetFrac(a, new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(dec)), nil))
+				want.Mul(want, u)
+				if got := (Price{USD: u, Decimals: dec}).Value(a); got.Cmp(want) != 0 || got.String() != want.String() {
+					t.Errorf("%s × %s / 10^%d = %s, want %s", amount, usd, dec, got, want)
+				}
+			}
+		}
+	}
+}
