@@ -1,6 +1,9 @@
 package engine
 
 import (
+	mathrand "math/rand"
+	"math/rand/v2"
+
 	"math"
 	"math/big"
 	"strings"
@@ -47,6 +50,32 @@ func TestRatStringOfIntegers(t *testing.T) {
 		want := strings.TrimSuffix(strings.TrimRight(r.FloatString(18), "0"), ".")
 		if got := ratString(r); got != want {
 			t.Errorf("ratString(%s) = %v, want %s", s, got, want)
+		}
+	}
+}
+
+// TestRelativeBpsIsTheOldFormula: relativeBps gives the Rat that (x − y) / base × 10000
+// gives step by step, for base x or y, on rationals of every shape.
+func TestRelativeBpsIsTheOldFormula(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 9))
+	mrand := mathrand.New(mathrand.NewSource(7))
+	rat := func() *big.Rat {
+		n := new(big.Int).Rand(mrand, new(big.Int).Lsh(big.NewInt(1), uint(1+rng.IntN(200))))
+		d := new(big.Int).Rand(mrand, new(big.Int).Lsh(big.NewInt(1), uint(1+rng.IntN(100))))
+		d.Add(d, big.NewInt(1))
+		return new(big.Rat).SetFrac(n.Add(n, big.NewInt(1)), d)
+	}
+	for i := 0; i < 2000; i++ {
+		x, y := rat(), rat()
+		if i%10 == 0 {
+			y = new(big.Rat).Set(x)
+		}
+		for _, base := range []*big.Rat{x, y} {
+			want := new(big.Rat).Sub(x, y)
+			want.Quo(want, base).Mul(want, big.NewRat(10000, 1))
+			if got := relativeBps(x, y, base); got.Cmp(want) != 0 || got.String() != want.String() {
+				t.Fatalf("relativeBps(%s, %s, base %s) = %s, want %s", x, y, base, got, want)
+			}
 		}
 	}
 }

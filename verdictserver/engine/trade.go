@@ -136,9 +136,6 @@ func (ev *evaluation) slippage() result {
 	return passed("every swap is guarded within the policy", field, obs, exp)
 }
 
-// tenThousand is 10000 bps, read only.
-var tenThousand = big.NewRat(10000, 1)
-
 // unguarded says why a swap has no slippage guard, or "" when it has one.
 func unguarded(t *Trade) string {
 	if t.ExactOut {
@@ -176,19 +173,39 @@ func (ev *evaluation) slippageBps(t *Trade) (*big.Rat, string) {
 	if !okIn || !okOut {
 		return nil, "no reference price for the pair in the price table or its feeds"
 	}
-	base, diff := in, new(big.Rat).Sub(in, out)
+	base := in
 	if t.ExactOut {
-		base, diff = out, new(big.Rat).Sub(in, out)
+		base = out
 	}
 	if base.Sign() == 0 {
 		return nil, "no reference price: the price table values the amount at zero"
 	}
-	if diff.Sign() < 0 {
+	bps := relativeBps(in, out, base)
+	if bps.Sign() < 0 {
 		return new(big.Rat), ""
 	}
-	bps := new(big.Rat).Quo(diff, base)
-	return bps.Mul(bps, tenThousand), ""
+	return bps, ""
 }
+
+// relativeBps is (x − y) / base × 10000, exactly, for base x or y (> 0), as one fraction
+// reduced once: with x = a/b and y = c/d, (ad − cb) × 10000 / (ad) when base is x and
+// (ad − cb) × 10000 / (bc) when base is y.
+func relativeBps(x, y, base *big.Rat) *big.Rat {
+	a, b, c, d := x.Num(), x.Denom(), y.Num(), y.Denom()
+	num := new(big.Int).Mul(a, d)
+	num.Sub(num, new(big.Int).Mul(c, b))
+	num.Mul(num, bigTenThousand)
+	var den *big.Int
+	if base == x {
+		den = new(big.Int).Mul(a, d)
+	} else {
+		den = new(big.Int).Mul(b, c)
+	}
+	return new(big.Rat).SetFrac(num, den)
+}
+
+// bigTenThousand is 10000, read only.
+var bigTenThousand = big.NewInt(10000)
 
 // priceBound is execution_price_bound over every order (docs/policy.md#trades).
 func (ev *evaluation) priceBound() result {
@@ -224,8 +241,8 @@ func (ev *evaluation) priceBound() result {
 		if limited {
 			if ref, ok := ev.reference(a); ok {
 				o["reference"] = ev.ratString(ref)
-				dev = new(big.Rat).Sub(t.LimitPrice, ref)
-				dev.Abs(dev).Quo(dev, ref).Mul(dev, tenThousand)
+				dev = relativeBps(t.LimitPrice, ref, ref)
+				dev.Abs(dev)
 				f, _ := dev.Float64()
 				o["deviationBps"] = f
 			} else {
