@@ -604,7 +604,11 @@ func openVerdictListener(address string, handler http.Handler, log *zap.Logger) 
 	}
 	l := &verdictListener{}
 	l.handler.Store(&handler)
-	l.srv = &http.Server{Handler: l, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	// The own listener has no Caddy server options, so its bounds are fixed here: headers
+	// within 10 s and 64 KiB, the whole request (a body of at most 64 KiB) within 30 s, the
+	// answer within 60 s (docs/reliability.md#resource-limits).
+	l.srv = &http.Server{Handler: l, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	go func() {
 		if err := l.srv.Serve(ln.(net.Listener)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("verdict listener stopped", zap.Error(err))

@@ -9,11 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"net/http"
 	"time"
 
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/crypto"
 	"github.com/ethereum/go-ethereum/ethclient"
+	"github.com/ethereum/go-ethereum/rpc"
 	"go.uber.org/zap"
 
 	"github.com/x402gate/x402gate/facilitator/approval"
@@ -42,6 +44,7 @@ const (
 const (
 	DefaultApprovalTTL    = 5 * time.Minute
 	DefaultReceiptTimeout = 30 * time.Second
+	DefaultRPCTimeout     = 30 * time.Second
 	DefaultBalanceCache   = 30 * time.Second
 	DefaultStuckAfter     = 2 * time.Minute
 	// DefaultMaxFeeFactor: with Config.MaxFeePerGas nil, a settlement's replacements
@@ -123,6 +126,11 @@ type Config struct {
 	// ReceiptTimeout bounds the wait for a settlement's receipt. Default 30s; after it the
 	// settlement is reported as settlement_pending with its transaction hash.
 	ReceiptTimeout time.Duration
+	// RPCTimeout bounds each JSON-RPC request over HTTP, whatever its caller's context, so
+	// that a node that accepts a request and never answers cannot hold a settle, a
+	// reconcile run or a health read forever. Default DefaultRPCTimeout (30 s)
+	// (docs/reliability.md#resource-limits).
+	RPCTimeout time.Duration
 	// StuckAfter is how long an unmined settlement transaction that is next in the signer's
 	// nonce order may wait before Reconcile replaces it with a fee-bumped one, even though
 	// its fee cap still covers the base fee (a tip too low to be picked). A transaction whose
@@ -258,6 +266,9 @@ func (cfg *Config) check() error {
 	if cfg.ReceiptTimeout <= 0 {
 		cfg.ReceiptTimeout = DefaultReceiptTimeout
 	}
+	if cfg.RPCTimeout <= 0 {
+		cfg.RPCTimeout = DefaultRPCTimeout
+	}
 	if cfg.StuckAfter == 0 {
 		cfg.StuckAfter = DefaultStuckAfter
 	}
@@ -288,10 +299,11 @@ func (cfg *Config) check() error {
 // dial connects to one network and checks its chain id.
 func (e *Engine) dial(ctx context.Context, nc NetworkConfig) (*chain, error) {
 	red := redact.URL(nc.RPCURL, "rpc")
-	client, err := ethclient.DialContext(ctx, nc.RPCURL)
+	rc, err := rpc.DialOptions(ctx, nc.RPCURL, rpc.WithHTTPClient(&http.Client{Timeout: e.cfg.RPCTimeout}))
 	if err != nil {
 		return nil, fmt.Errorf("network %s: dial: %w: %s", nc.Network.CAIP2, errRPCUnavailable, red.Replace(err.Error()))
 	}
+	client := ethclient.NewClient(rc)
 	c := &chain{cfg: nc, net: nc.Network, client: client, abi: e.abi, redactor: red}
 	id, err := client.ChainID(ctx)
 	if err != nil {

@@ -143,10 +143,13 @@ func (e *Engine) reconcile(ctx context.Context, minAge time.Duration) (Reconcile
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	sem := make(chan struct{}, maxReconcileWaits)
 	for _, w := range wait {
 		wg.Add(1)
+		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
+			defer func() { <-sem }()
 			rcpt, err := w.c.sender.waitReceipts(ctx, w.p.hashes, w.p.latest, e.cfg.ReceiptTimeout)
 			mu.Lock()
 			defer mu.Unlock()
@@ -165,6 +168,11 @@ func (e *Engine) reconcile(ctx context.Context, minAge time.Duration) (Reconcile
 		zap.Int("pending", rep.Pending))
 	return rep, nil
 }
+
+// maxReconcileWaits bounds the receipt waits one reconcile run keeps going at once (each
+// polls the node until ReceiptTimeout): after an outage that left many rows unfinished, a
+// run does not start one poller per row (docs/reliability.md#resource-limits).
+const maxReconcileWaits = 32
 
 // noteReceiptHidden is the reconcile note of a row whose attempt the node lists as mined
 // but whose receipt it does not return yet.

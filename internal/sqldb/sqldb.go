@@ -91,10 +91,32 @@ func OpenPostgres(ctx context.Context, dsn string) (*DB, error) {
 		// pgx quotes the DSN, redacted only on a best-effort basis: say nothing of it.
 		return nil, errors.New("postgres: invalid dsn: want postgres://user[:password]@host:port/db[?sslmode=...]")
 	}
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = pgConnectTimeout
+	}
 	return ping(ctx, &DB{DB: stdlib.OpenDB(*cfg), Dialect: Postgres, secret: cfg.Password})
 }
 
+// Pool bounds of every handle Open* returns (docs/reliability.md#resource-limits): at
+// most MaxOpenConns connections, of which MaxIdleConns stay open when idle, for at most
+// ConnMaxIdleTime. database/sql's own default is no bound on open connections, which a
+// burst could turn into as many PostgreSQL backends as requests in flight. Every
+// statement of ours holds a connection only for itself (a transaction for its own
+// statements), so the bound queues work and cannot deadlock it.
+const (
+	MaxOpenConns    = 20
+	MaxIdleConns    = 10
+	ConnMaxIdleTime = 5 * time.Minute
+)
+
+// pgConnectTimeout bounds a PostgreSQL connection attempt when the DSN sets no
+// connect_timeout.
+const pgConnectTimeout = 10 * time.Second
+
 func ping(ctx context.Context, db *DB) (*DB, error) {
+	db.SetMaxOpenConns(MaxOpenConns)
+	db.SetMaxIdleConns(MaxIdleConns)
+	db.SetConnMaxIdleTime(ConnMaxIdleTime)
 	err := db.PingContext(ctx)
 	// A new SQLite file that several processes or handles open at once: switching it to
 	// WAL takes a lock that the busy timeout does not wait for, so the first connection
