@@ -112,6 +112,7 @@ func startDemo(t *testing.T, env []string) *demoScript {
 	}()
 	t.Cleanup(func() {
 		d.stop()
+		testenv.ScanCanaries(t.Name()+": scripts/run output", []byte(d.output()))
 		if t.Failed() {
 			t.Logf("scripts/run output:\n%s", d.output())
 		}
