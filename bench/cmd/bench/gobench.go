@@ -227,7 +227,7 @@ func (e *env) memory() {
 			keys = append(keys, u)
 		}
 		sort.Strings(keys)
-		keys = slices.DeleteFunc(keys, func(u string) bool { return u == "ns/op" })
+		keys = slices.DeleteFunc(keys, func(u string) bool { return u == "ns/op" || u == "B/op" || u == "allocs/op" })
 		var parts, perMillion []string
 		for _, u := range keys {
 			v := l.metrics[u]
