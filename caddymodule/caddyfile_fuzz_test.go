@@ -59,7 +59,9 @@ func checkParseError(t *testing.T, toks []caddyfile.Token, err error) {
 	}
 	named := errOption.MatchString(msg)
 	for i, tok := range toks {
-		if tok.Text != "{" && tok.Text != "}" && tok.Text != "" && strings.Contains(msg, tok.Text) {
+		// a brace counts only quoted (`subdirective "{"`, `after '}'`), not as any { in the text
+		if tok.Text != "" && (tok.Text != "{" && tok.Text != "}" && strings.Contains(msg, tok.Text) ||
+			strings.Contains(msg, strconv.Quote(tok.Text)) || strings.Contains(msg, "'"+tok.Text+"'")) {
 			named = true
 		}
 		if i > 0 && secretOptions[toks[i-1].Text] && toks[i-1].Line == tok.Line && len(tok.Text) >= 12 &&
