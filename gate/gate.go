@@ -86,6 +86,7 @@ type Gate struct {
 	defaultBody    []byte      // v1 error string of an unpaid 402
 	pass           *passIssuer // nil: no access passes (docs/gate.md#access-passes)
 	passes         PassBook
+	challenges     *challengeTemplate // nil: every 402 is built in full
 }
 
 // New checks cfg and returns a Gate that verifies and settles through
@@ -147,6 +148,7 @@ func New(cfg Config, opts Options) (*Gate, error) {
 		g.pricingTimeout = DefaultPricingTimeout
 	}
 	g.warnPrices()
+	g.challenges = newChallengeTemplate(g)
 	return g, nil
 }
 

@@ -86,6 +86,7 @@ type Result struct {
 	retryTTL  int64     // grant lifetime in milliseconds (first attempt only)
 	retryData []byte    // what a granted retry returns
 	resumed   bool      // a pending settlement found settled on a retry: a first run for ReportUpstream
+	length    string    // Content-Length of a cached challenge's body (cachedChallenge)
 	// paymentIDKey is the payment id store key of a settled request whose payment
 	// carried an id; ReportUpstream ends its lease.
 	paymentIDKey string

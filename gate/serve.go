@@ -58,6 +58,13 @@ func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, in Input, next Next
 	if in.Resource == "" {
 		in.Resource = DefaultResource(r)
 	}
+	if res := g.cachedChallenge(r, in); res != nil {
+		if g.onResult != nil {
+			g.onResult(res)
+		}
+		res.writeCached(w, r)
+		return nil
+	}
 	if in.Method == "" {
 		in.Method = r.Method
 	}
