@@ -89,6 +89,27 @@ func BenchmarkVerifyCPU(b *testing.B) {
 	}
 }
 
+// BenchmarkEcrecoverBound is the bound of BenchmarkVerifyCPU: go-ethereum's bare
+// crypto.Ecrecover of the same payment's signature over its digest, and nothing else.
+func BenchmarkEcrecoverBound(b *testing.B) {
+	key, _ := crypto.GenerateKey()
+	now := time.Now()
+	p, _ := signedPayment(b, x402.BaseSepolia, key, common.HexToAddress("0x000000000000000000000000000000000000beef"), big.NewInt(10_000), now)
+	net := x402.BaseSepolia
+	h, err := x402.TransferWithAuthorizationHash(net.ChainID, net.USDC.Address, net.USDC.Name, net.USDC.Version, p.Authorization)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sig := append([]byte(nil), p.Signature...)
+	sig[64] -= 27
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := crypto.Ecrecover(h[:], sig); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkVerifyCPUParallel is BenchmarkVerifyCPU on every core (GOMAXPROCS goroutines).
 func BenchmarkVerifyCPUParallel(b *testing.B) {
 	e := offlineEngine(b, x402.BaseSepolia)

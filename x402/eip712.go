@@ -1,13 +1,13 @@
 package x402
 
 import (
+	"errors"
 	"fmt"
 	"math/big"
+	"sync"
 
 	"github.com/ethereum/go-ethereum/common"
-	"github.com/ethereum/go-ethereum/common/math"
 	"github.com/ethereum/go-ethereum/crypto"
-	"github.com/ethereum/go-ethereum/signer/core/apitypes"
 )
 
 // EIP-712 type hashes of EIP-3009 (docs/protocol.md#eip-712-and-eip-3009).
@@ -20,30 +20,15 @@ var (
 	EIP712DomainTypeHash = common.HexToHash("0x8b73c3c69bb8fe3d512ecc4cf759cc79239f7b179b0ffacaa9a75d522b39400f")
 )
 
-// transferWithAuthorizationTypes are the EIP-712 types every x402 client signs
-// (x402 legacy/x402/src/types/shared/evm/eip3009.ts, docs/protocol.md#eip-712-and-eip-3009).
-var transferWithAuthorizationTypes = apitypes.Types{
-	"EIP712Domain": {
-		{Name: "name", Type: "string"},
-		{Name: "version", Type: "string"},
-		{Name: "chainId", Type: "uint256"},
-		{Name: "verifyingContract", Type: "address"},
-	},
-	"TransferWithAuthorization": {
-		{Name: "from", Type: "address"},
-		{Name: "to", Type: "address"},
-		{Name: "value", Type: "uint256"},
-		{Name: "validAfter", Type: "uint256"},
-		{Name: "validBefore", Type: "uint256"},
-		{Name: "nonce", Type: "bytes32"},
-	},
-}
-
 // TransferWithAuthorizationHash returns the EIP-712 digest a payer signs for a: domain
 // {name, version, chainId, verifyingContract: asset}, primary type
 // TransferWithAuthorization. name and version come from the requirement's extra
 // (Requirements.Domain). Errors are *DecodeError with ReasonInvalidPayload or
 // ReasonMissingEIP712Domain.
+//
+// Both structs have only static fields, so each hashes as keccak256 of its type hash and
+// its 32-byte words (EIP-712 encodeData), without reflection; a token's domain separator
+// is kept once computed (docs/protocol.md#eip-712-and-eip-3009).
 func TransferWithAuthorizationHash(chainID *big.Int, asset common.Address, name, version string, a Authorization) (common.Hash, error) {
 	if chainID == nil || chainID.Sign() <= 0 {
 		return common.Hash{}, &DecodeError{Reason: ReasonInvalidNetwork, Field: "chainId", Msg: "must be positive"}
@@ -59,29 +44,96 @@ func TransferWithAuthorizationHash(chainID *big.Int, asset common.Address, name,
 			return common.Hash{}, errPayload("payload.authorization."+f.name, "must be a uint256")
 		}
 	}
-	td := apitypes.TypedData{
-		Types:       transferWithAuthorizationTypes,
-		PrimaryType: "TransferWithAuthorization",
-		Domain: apitypes.TypedDataDomain{
-			Name:              name,
-			Version:           version,
-			ChainId:           (*math.HexOrDecimal256)(new(big.Int).Set(chainID)),
-			VerifyingContract: asset.Hex(),
-		},
-		Message: apitypes.TypedDataMessage{
-			"from":        a.From.Hex(),
-			"to":          a.To.Hex(),
-			"value":       new(big.Int).Set(a.Value),
-			"validAfter":  new(big.Int).Set(a.ValidAfter),
-			"validBefore": new(big.Int).Set(a.ValidBefore),
-			"nonce":       a.Nonce,
-		},
+	if chainID.BitLen() > 256 {
+		return common.Hash{}, &DecodeError{Reason: ReasonInvalidPayload, Msg: "hash typed data", Err: errors.New("chainId is larger than uint256")}
 	}
-	digest, _, err := apitypes.TypedDataAndHash(td)
-	if err != nil {
-		return common.Hash{}, &DecodeError{Reason: ReasonInvalidPayload, Msg: "hash typed data", Err: err}
+	k := keccakPool.Get().(*keccakScratch)
+	defer keccakPool.Put(k)
+	// keccak256(0x1901 ‖ domain separator ‖ hashStruct(message))
+	k.msg[0], k.msg[1] = 0x19, 0x01
+	domainSeparator(k, chainID, asset, name, version)
+	w := &k.words
+	clear(w[:])
+	copy(w[0:32], TransferWithAuthorizationTypeHash[:])
+	copy(w[32+12:64], a.From[:])
+	copy(w[64+12:96], a.To[:])
+	a.Value.FillBytes(w[96:128])
+	a.ValidAfter.FillBytes(w[128:160])
+	a.ValidBefore.FillBytes(w[160:192])
+	copy(w[192:224], a.Nonce[:])
+	k.sum(k.msg[34:66], w[:])
+	k.sum(k.out[:], k.msg[:])
+	return common.Hash(k.out), nil
+}
+
+// keccakScratch is a Keccak-256 state with the buffers one digest needs. Passing a buffer
+// to the state's Write moves it to the heap, so the buffers travel with the state, in a
+// pool.
+type keccakScratch struct {
+	h     crypto.KeccakState
+	msg   [2 + 32 + 32]byte
+	words [7 * 32]byte
+	out   [32]byte
+}
+
+var keccakPool = sync.Pool{New: func() any { return &keccakScratch{h: crypto.NewKeccakState()} }}
+
+// sum writes keccak256(data) into out[:32].
+func (k *keccakScratch) sum(out, data []byte) {
+	k.h.Reset()
+	_, _ = k.h.Write(data)
+	_, _ = k.h.Read(out[:32])
+}
+
+// domainKey names one token's EIP-712 domain.
+type domainKey struct {
+	chainID       uint64
+	asset         common.Address
+	name, version string
+}
+
+// maxDomains bounds the kept domain separators: a facilitator or a gate knows a handful of
+// tokens; past the bound, a domain is hashed each time.
+const maxDomains = 256
+
+var domains struct {
+	sync.RWMutex
+	m map[domainKey]common.Hash
+}
+
+// domainSeparator writes hashStruct(EIP712Domain) of the token into k.msg[2:34].
+func domainSeparator(k *keccakScratch, chainID *big.Int, asset common.Address, name, version string) {
+	out := k.msg[2:34]
+	key := domainKey{asset: asset, name: name, version: version}
+	kept := chainID.IsUint64()
+	if kept {
+		key.chainID = chainID.Uint64()
+		domains.RLock()
+		d, ok := domains.m[key]
+		domains.RUnlock()
+		if ok {
+			copy(out, d[:])
+			return
+		}
 	}
-	return common.BytesToHash(digest), nil
+	w := k.words[:5*32]
+	clear(w)
+	copy(w[0:32], EIP712DomainTypeHash[:])
+	k.sum(w[32:64], []byte(name))
+	k.sum(w[64:96], []byte(version))
+	chainID.FillBytes(w[96:128])
+	copy(w[128+12:160], asset[:])
+	k.sum(out, w)
+	if kept {
+		domains.Lock()
+		if domains.m == nil {
+			domains.m = make(map[domainKey]common.Hash)
+		}
+		if len(domains.m) < maxDomains {
+			domains.m[key] = common.Hash(out)
+		}
+		domains.Unlock()
+	}
 }
 
 // SplitSignature splits a 65-byte ECDSA signature r‖s‖v into the arguments of the
@@ -128,11 +180,16 @@ func RecoverSigner(hash common.Hash, sig []byte) (common.Address, error) {
 	copy(rsv[:32], r[:])
 	copy(rsv[32:64], s[:])
 	rsv[64] = v - 27
-	pub, err := crypto.SigToPub(hash[:], rsv[:])
-	if err != nil {
+	// The address is the last 20 bytes of keccak256 of the uncompressed key without its
+	// 0x04 prefix, as crypto.PubkeyToAddress takes it, without unmarshalling the key.
+	pub, err := crypto.Ecrecover(hash[:], rsv[:])
+	if err != nil || len(pub) != 65 || pub[0] != 4 {
 		return common.Address{}, sigErr("recover public key", ErrSignatureInvalid)
 	}
-	return crypto.PubkeyToAddress(*pub), nil
+	k := keccakPool.Get().(*keccakScratch)
+	defer keccakPool.Put(k)
+	k.sum(k.out[:], pub[1:])
+	return common.BytesToAddress(k.out[12:]), nil
 }
 
 func sigErr(msg string, cause error) *DecodeError {
