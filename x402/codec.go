@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/big"
+	"math/bits"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/ethereum/go-ethereum/common"
@@ -63,6 +65,17 @@ func decodeBase64JSON(value string, max int, reason Reason) ([]byte, error) {
 	if len(value)%4 != 0 {
 		return nil, &DecodeError{Reason: reason, Msg: "base64 is not padded to a multiple of 4"}
 	}
+	// The strict decoder refuses every character outside the alphabet and misplaced
+	// padding, but lets CR and LF through: without them, its success is the answer, and
+	// only a refusal needs the character walk below for its message.
+	if strings.IndexByte(value, '\r') < 0 && strings.IndexByte(value, '\n') < 0 {
+		if raw, err := base64.StdEncoding.Strict().DecodeString(value); err == nil {
+			if !utf8.Valid(raw) {
+				return nil, &DecodeError{Reason: reason, Msg: "decoded header is not UTF-8"}
+			}
+			return raw, nil
+		}
+	}
 	pad := 0
 	for i := 0; i < len(value); i++ {
 		c := value[i]
@@ -92,11 +105,17 @@ func decodeBase64JSON(value string, max int, reason Reason) ([]byte, error) {
 }
 
 // object is one JSON object being read field by field. Keys match exactly (encoding/json
-// alone would match them case-insensitively, which no JS client does).
+// alone would match them case-insensitively, which no JS client does); of a key given
+// twice, the last counts, as with encoding/json.
 type object struct {
-	path   string
-	reason Reason
-	m      map[string]json.RawMessage
+	// path names the object in errors: its parent's path and its key in the parent, or
+	// path itself at the root. It is built only for an error.
+	parent  *object
+	key     string
+	path    string
+	reason  Reason
+	members []member
+	arena   *arena // set on the root: see release
 }
 
 func parseObject(raw []byte, path string, reason Reason) (*object, error) {
@@ -104,18 +123,33 @@ func parseObject(raw []byte, path string, reason Reason) (*object, error) {
 	if len(raw) == 0 || raw[0] != '{' {
 		return nil, &DecodeError{Reason: reason, Field: path, Msg: "must be a JSON object"}
 	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
+	o, err := splitObject(raw)
+	if err != nil {
 		return nil, &DecodeError{Reason: reason, Field: path, Msg: "bad JSON", Err: err}
 	}
-	return &object{path: path, reason: reason, m: m}, nil
+	o.path, o.reason = path, reason
+	return o, nil
+}
+
+// get is the member named key; the last one when it is given twice.
+func (o *object) get(key string) (*member, bool) {
+	for i := len(o.members) - 1; i >= 0; i-- {
+		if o.members[i].key == key {
+			return &o.members[i], true
+		}
+	}
+	return nil, false
 }
 
 func (o *object) field(key string) string {
-	if o.path == "" {
+	path := o.path
+	if o.parent != nil {
+		path = o.parent.field(o.key)
+	}
+	if path == "" {
 		return key
 	}
-	return o.path + "." + key
+	return path + "." + key
 }
 
 func (o *object) fail(key, msg string) *DecodeError {
@@ -124,7 +158,8 @@ func (o *object) fail(key, msg string) *DecodeError {
 
 // only refuses keys outside allowed.
 func (o *object) only(allowed ...string) error {
-	for k := range o.m {
+	for i := range o.members {
+		k := o.members[i].key
 		ok := false
 		for _, a := range allowed {
 			if k == a {
@@ -141,21 +176,24 @@ func (o *object) only(allowed ...string) error {
 
 // has reports whether key is present and not null.
 func (o *object) has(key string) bool {
-	v, ok := o.m[key]
-	return ok && !bytes.Equal(bytes.TrimSpace(v), []byte("null"))
+	m, ok := o.get(key)
+	return ok && m.val != "null"
 }
 
 func (o *object) str(key string) (string, error) {
-	v, ok := o.m[key]
+	m, ok := o.get(key)
 	if !ok {
 		return "", o.fail(key, "missing")
 	}
-	v = bytes.TrimSpace(v)
+	v := m.val
 	if len(v) == 0 || v[0] != '"' {
 		return "", o.fail(key, "must be a string")
 	}
-	var s string
-	if err := json.Unmarshal(v, &s); err != nil {
+	if m.plain {
+		return v[1 : len(v)-1], nil
+	}
+	s, ok := unquote(v)
+	if !ok {
 		return "", o.fail(key, "bad string")
 	}
 	return s, nil
@@ -178,19 +216,30 @@ func (o *object) nonEmptyStr(key string) (string, error) {
 }
 
 func (o *object) obj(key string) (*object, error) {
-	v, ok := o.m[key]
+	m, ok := o.get(key)
 	if !ok {
 		return nil, o.fail(key, "missing")
 	}
-	return parseObject(v, o.field(key), o.reason)
+	if m.obj == nil {
+		if len(m.val) == 0 || m.val[0] != '{' {
+			return nil, &DecodeError{Reason: o.reason, Field: o.field(key), Msg: "must be a JSON object"}
+		}
+		c, ok := splitMember(m.val)
+		if !ok {
+			return nil, &DecodeError{Reason: o.reason, Field: o.field(key), Msg: "bad JSON"}
+		}
+		m.obj = c
+	}
+	m.obj.parent, m.obj.key, m.obj.reason = o, key, o.reason
+	return m.obj, nil
 }
 
 func (o *object) boolean(key string) (bool, error) {
-	v, ok := o.m[key]
+	m, ok := o.get(key)
 	if !ok {
 		return false, o.fail(key, "missing")
 	}
-	switch string(bytes.TrimSpace(v)) {
+	switch m.val {
 	case "true":
 		return true, nil
 	case "false":
@@ -201,35 +250,57 @@ func (o *object) boolean(key string) (bool, error) {
 
 // optMap reads an optional free-form object (extra, extensions, outputSchema). Absent,
 // null and {} read as nil, so they re-encode alike (omitted). Numbers stay json.Number so
-// they re-encode unchanged.
+// they re-encode unchanged. An object of plain strings is read from the scan; any other
+// by encoding/json.
 func (o *object) optMap(key string) (map[string]any, error) {
 	if !o.has(key) {
 		return nil, nil
 	}
-	v := bytes.TrimSpace(o.m[key])
+	m, _ := o.get(key)
+	v := m.val
 	if v[0] != '{' {
 		return nil, o.fail(key, "must be an object")
 	}
-	d := json.NewDecoder(bytes.NewReader(v))
+	if c := m.obj; c != nil && plainStrings(c) {
+		if len(c.members) == 0 {
+			return nil, nil
+		}
+		out := make(map[string]any, len(c.members))
+		for _, cm := range c.members {
+			out[cm.key] = cm.val[1 : len(cm.val)-1]
+		}
+		return out, nil
+	}
+	d := json.NewDecoder(strings.NewReader(v))
 	d.UseNumber()
-	var m map[string]any
-	if err := d.Decode(&m); err != nil {
+	var out map[string]any
+	if err := d.Decode(&out); err != nil {
 		return nil, o.fail(key, "bad object")
 	}
-	if len(m) == 0 {
+	if len(out) == 0 {
 		return nil, nil
 	}
-	return m, nil
+	return out, nil
+}
+
+// plainStrings reports whether every member of o is a plain string.
+func plainStrings(o *object) bool {
+	for i := range o.members {
+		if !o.members[i].plain {
+			return false
+		}
+	}
+	return true
 }
 
 // smallInt reads a JSON integer literal in [min, max]: no sign, fraction, exponent or
 // leading zero.
 func (o *object) smallInt(key string, min, max int) (int, error) {
-	v, ok := o.m[key]
+	m, ok := o.get(key)
 	if !ok {
 		return 0, o.fail(key, "missing")
 	}
-	s := string(bytes.TrimSpace(v))
+	s := m.val
 	if !isDecimal(s) || len(s) > 10 {
 		return 0, o.fail(key, "must be a non-negative JSON integer")
 	}
@@ -253,7 +324,9 @@ func (o *object) address(key string) (common.Address, error) {
 	if !isHexN(s, 40) {
 		return common.Address{}, o.fail(key, "must be a 20-byte 0x-hex address")
 	}
-	return common.HexToAddress(s), nil
+	var a common.Address
+	hexInto(a[:], s[2:])
+	return a, nil
 }
 
 // uint reads a canonical decimal integer string of at most maxDigits characters that fits
@@ -277,11 +350,49 @@ func parseUint(s string, maxDigits int) (*big.Int, string) {
 	if len(s) > maxDigits {
 		return nil, fmt.Sprintf("has more than %d digits", maxDigits)
 	}
+	if len(s) <= 19 { // below 10^19, so it fits a uint64: one allocation
+		var u uint64
+		for i := 0; i < len(s); i++ {
+			u = u*10 + uint64(s[i]-'0')
+		}
+		return smallInt(u), ""
+	}
 	n, ok := new(big.Int).SetString(s, 10)
 	if !ok || n.BitLen() > 256 {
 		return nil, "does not fit in uint256"
 	}
 	return n, ""
+}
+
+// smallInt is u as a *big.Int whose one word lives beside it, in one allocation.
+func smallInt(u uint64) *big.Int {
+	n := new(struct {
+		i big.Int
+		w [64 / bits.UintSize]big.Word
+	})
+	if bits.UintSize == 64 {
+		n.w[0] = big.Word(u)
+	} else {
+		n.w[0], n.w[len(n.w)-1] = big.Word(u), big.Word(u>>32)
+	}
+	return n.i.SetBits(n.w[:])
+}
+
+// hexInto decodes s, hex digits already checked (isHexN), into dst[:len(s)/2].
+func hexInto(dst []byte, s string) {
+	for i := 0; i+1 < len(s); i += 2 {
+		dst[i/2] = unhex(s[i])<<4 | unhex(s[i+1])
+	}
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0'
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10
+	}
+	return c - 'A' + 10
 }
 
 // clip quotes an input string for an error message, cut to 64 bytes: errors get logged,

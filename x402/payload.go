@@ -72,6 +72,7 @@ func decodePayload(raw []byte, reg *Registry, want int) (*Payment, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer o.release()
 	v, err := readVersion(o)
 	if err != nil {
 		return nil, err
@@ -87,7 +88,7 @@ func decodePayload(raw []byte, reg *Registry, want int) (*Payment, error) {
 }
 
 func readVersion(o *object) (int, error) {
-	if _, ok := o.m["x402Version"]; !ok {
+	if _, ok := o.get("x402Version"); !ok {
 		return 0, &DecodeError{Reason: ReasonInvalidVersion, Field: "x402Version", Msg: "missing"}
 	}
 	v, err := o.smallInt("x402Version", Version1, Version2)
@@ -222,9 +223,8 @@ func readExactPayload(parent *object, p *Payment) error {
 	if !isHexN(sig, 0) {
 		return o.fail("signature", "must be 0x-hex of even length")
 	}
-	if p.Signature, err = hexutil.Decode(sig); err != nil {
-		return o.fail("signature", "bad hex")
-	}
+	p.Signature = make([]byte, len(sig)/2-1)
+	hexInto(p.Signature, sig[2:])
 	ao, err := o.obj("authorization")
 	if err != nil {
 		return err
@@ -255,11 +255,7 @@ func readExactPayload(parent *object, p *Payment) error {
 	if !isHexN(nonce, 64) {
 		return ao.fail("nonce", "must be 32 bytes of 0x-hex")
 	}
-	b, err := hexutil.Decode(nonce)
-	if err != nil {
-		return ao.fail("nonce", "bad hex")
-	}
-	copy(a.Nonce[:], b)
+	hexInto(a.Nonce[:], nonce[2:])
 	return nil
 }
 

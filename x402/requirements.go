@@ -27,6 +27,7 @@ func DecodeRequirementsJSON(raw []byte, version int, reg *Registry) (*Requiremen
 	if err != nil {
 		return nil, err
 	}
+	defer o.release()
 	switch version {
 	case Version1:
 		return decodeRequirementsV1(o, registryOr(reg))

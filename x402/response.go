@@ -1,7 +1,6 @@
 package x402
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -200,11 +199,11 @@ func DecodeSettleResponse(value string) (*SettleResponse, error) {
 
 // array reads a JSON array's elements.
 func (o *object) array(key string) ([]json.RawMessage, error) {
-	v, ok := o.m[key]
+	m, ok := o.get(key)
 	if !ok {
 		return nil, o.fail(key, "missing")
 	}
-	v = bytes.TrimSpace(v)
+	v := []byte(m.val)
 	if len(v) == 0 || v[0] != '[' {
 		return nil, o.fail(key, "must be an array")
 	}
