@@ -62,8 +62,7 @@ type PaymentIDStatus = int
 
 // Begin outcomes.
 const (
-	// PaymentIDNew: the id is new, or its first attempt ended without a settlement; the
-	// caller pays, holding the lease.
+	// PaymentIDNew: the id is new; the caller pays, holding the lease.
 	PaymentIDNew PaymentIDStatus = iota
 	// PaymentIDReplay: the payment was settled; a credit was taken, the lease is held,
 	// and data is the settlement.
@@ -75,6 +74,10 @@ const (
 	// PaymentIDSpent: the payment was settled and its credits are used up (it got its
 	// good answer); data is the settlement.
 	PaymentIDSpent
+	// PaymentIDResumed: an earlier attempt of this id and payment ended, or its process
+	// died, without recording a settlement; the caller pays, holding the lease, and a
+	// refusal as already settled is checked with the facilitator (payOnce).
+	PaymentIDResumed
 )
 
 // PaymentIDStore keeps payment identifiers. Every method is atomic across every process
@@ -243,6 +246,9 @@ func (g *Gate) payOnce(ctx context.Context, in Input, req *x402.Requirements, he
 		return res
 	}
 	res := g.pay(ctx, in, req, header, p)
+	if status == PaymentIDResumed && res.Kind == KindRejected && retryable(res.Reason) {
+		res = g.resumeSettled(ctx, req, p, res)
+	}
 	bg := context.WithoutCancel(ctx)
 	switch {
 	case res.Kind == KindSettled && res.Settlement != nil:
@@ -267,6 +273,37 @@ func (g *Gate) payOnce(ctx context.Context, in Input, req *x402.Requirements, he
 		}
 	}
 	return res
+}
+
+// resumeSettled handles a payment refused as already settled (refused, the rejection)
+// when an earlier attempt under its id ended without recording a settlement: the process
+// that served it died between the settle and the answer, or its outcome was unknown. The
+// facilitator's journal decides (docs/gate.md#payment-identifier): a settlement of this
+// exact payment confirmed → the paid result, served now as the answer that was lost;
+// still pending → 502, the id kept for a later repeat; otherwise the rejection stands.
+func (g *Gate) resumeSettled(ctx context.Context, req *x402.Requirements, p *x402.Payment, refused *Result) *Result {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.settleTimeout)
+	sr, err := g.f.SettlementStatus(sctx, p, req)
+	cancel()
+	s := g.settlement(req, p, sr)
+	reason := x402.ReasonFromWire(sr.ErrorReason)
+	payer := p.Authorization.From.Hex()
+	switch {
+	case errors.Is(err, errors.ErrUnsupported):
+		return refused
+	case err != nil:
+		g.log.Warn("x402 settlement status unavailable", zap.String("payer", payer), zap.Error(err))
+		s.ErrorReason = ""
+		return g.settleUnknown(req, p, s, nil, "the settlement's outcome is unknown; retry later with the same payment and id")
+	case sr.Success && isTxHash(s.Transaction):
+		g.log.Info("x402 settlement of an unanswered payment id confirmed; paid request proceeds", zap.String("payer", payer), zap.String("tx", s.Transaction))
+		res := g.settled(req, p, s, nil)
+		res.Retry, res.resumed = true, true
+		return res
+	case reason == x402.ReasonSettlementPending:
+		return g.settleUnknown(req, p, s, nil, "the settlement is still pending; retry later with the same payment and id")
+	}
+	return refused
 }
 
 // storedSettlement decodes the settlement kept for a payment id, in p's version.
@@ -355,7 +392,7 @@ func (s *MemoryPaymentIDStore) Begin(_ context.Context, key string, fp []byte, t
 		return nil, PaymentIDBusy, nil
 	case e.data == nil:
 		e.lease = now.Add(lease)
-		return nil, PaymentIDNew, nil
+		return nil, PaymentIDResumed, nil
 	case e.n <= 0:
 		return append([]byte(nil), e.data...), PaymentIDSpent, nil
 	}

@@ -1,12 +1,15 @@
 package gate
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/x402gate/x402gate/gate/redisretry"
 	"github.com/x402gate/x402gate/internal/testenv"
@@ -183,5 +186,77 @@ func TestPaymentIdentifierAcrossInstances(t *testing.T) {
 	v.expectMoved(t, payer.Address, l, 1)
 	if up.calls.Load() != 1 {
 		t.Errorf("the upstream ran %d times, want 1", up.calls.Load())
+	}
+}
+
+// crashedIDs is the payment id store of an instance that dies between a settle and its
+// answer: Begin goes through (with a lease that has run out by the next request, as the
+// dead holder's lease does in time), and nothing after it reaches the store.
+type crashedIDs struct{ PaymentIDStore }
+
+func (c crashedIDs) Begin(ctx context.Context, key string, fp []byte, ttl, _ time.Duration, credits int) ([]byte, PaymentIDStatus, error) {
+	return c.PaymentIDStore.Begin(ctx, key, fp, ttl, time.Millisecond, credits)
+}
+func (crashedIDs) Settled(context.Context, string, []byte) error { return nil }
+func (crashedIDs) End(context.Context, string, bool) error       { return nil }
+
+// TestPaymentIdentifierRedeemsAnAnswerLostInACrash: instance A settles a payment carrying
+// an id and dies before its answer (nothing after Begin reaches the shared Redis). The same
+// payment and id sent to instance B is refused by the facilitator as already settled; B
+// finds the id begun without a settlement, the journal confirms this payment's settlement,
+// and B serves the answer that was lost, once: the repeat after it is 409 used. A fresh id
+// on the same settled payment is refused (402): only the id the payment was first sent
+// under can redeem it (docs/gate.md#payment-identifier).
+func TestPaymentIdentifierRedeemsAnAnswerLostInACrash(t *testing.T) {
+	v := newTestEnv(t)
+	rs, err := redisretry.Open(context.Background(), testenv.StartRedis(t), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rs.Close() })
+	cfg := v.config()
+	cfg.PaymentID = PaymentIDOptional
+	up := &upstream{}
+	public := MiddlewareOptions{Resource: func(*http.Request) string { return "https://api.example/data" }}
+	var urls []string
+	for _, ids := range []PaymentIDStore{crashedIDs{rs.PaymentIDs()}, rs.PaymentIDs()} {
+		g := v.gate(t, cfg, Options{RetryStore: rs, PaymentIDs: ids})
+		srv := httptest.NewServer(g.Middleware(public)(up))
+		t.Cleanup(srv.Close)
+		urls = append(urls, srv.URL+"/data")
+	}
+	c := fetchChallenge(t, urls[0])
+	payer := v.chain.Accounts[6]
+	l := v.ledger(t, payer.Address)
+	name, value := signOffer(t, v.token, x402.Version2, payer, c, 0, withID(c, "pay_lost_answer_000001"))
+	if res := get(t, urls[0], name, value); res.StatusCode != http.StatusOK {
+		t.Fatalf("instance A: %d %s", res.StatusCode, readBody(t, res))
+	}
+	// A's answer is lost with A. The payer sends the same payment and id to B.
+	time.Sleep(50 * time.Millisecond) // past the 1 ms lease the dead A held
+	res := get(t, urls[1], name, value)
+	if body := readBody(t, res); res.StatusCode != http.StatusOK {
+		t.Fatalf("instance B, the same payment and id after A died: %d %s, want 200", res.StatusCode, body)
+	}
+	if res.Header.Get("PAYMENT-RESPONSE") == "" {
+		t.Error("B's answer carries no PAYMENT-RESPONSE")
+	}
+	res = get(t, urls[1], name, value)
+	if body := readBody(t, res); res.StatusCode != http.StatusConflict || errorOf(t, body) != string(ReasonPaymentIDUsed) {
+		t.Errorf("the repeat after B's answer: %d %s, want 409 %s", res.StatusCode, body, ReasonPaymentIDUsed)
+	}
+	// The same signed payment under a fresh id: never begun before, so not redeemable.
+	raw, err := base64.StdEncoding.DecodeString(value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := base64.StdEncoding.EncodeToString(bytes.Replace(raw, []byte("pay_lost_answer_000001"), []byte("pay_lost_answer_000002"), 1))
+	res = get(t, urls[1], name, fresh)
+	if body := readBody(t, res); res.StatusCode != http.StatusPaymentRequired {
+		t.Errorf("the settled payment under a fresh id: %d %s, want 402", res.StatusCode, body)
+	}
+	v.expectMoved(t, payer.Address, l, 1)
+	if up.calls.Load() != 2 {
+		t.Errorf("the upstream ran %d times, want 2 (A's lost answer and B's)", up.calls.Load())
 	}
 }

@@ -27,6 +27,7 @@ const (
 	idBusy     = 2
 	idConflict = 3
 	idSpent    = 4
+	idResumed  = 5
 )
 
 var (
@@ -50,7 +51,7 @@ if diff ~= 0 then return {3, ''} end
 if tonumber(v[4]) ~= nil and tonumber(v[4]) > ms then return {2, ''} end
 if not v[3] then
   redis.call('HSET', KEYS[1], 'l', ms + tonumber(ARGV[3]))
-  return {0, ''}
+  return {5, ''}
 end
 if (tonumber(v[2]) or 0) <= 0 then return {4, v[3]} end
 redis.call('HINCRBY', KEYS[1], 'n', -1)
