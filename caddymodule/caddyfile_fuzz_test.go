@@ -64,7 +64,6 @@ func checkParseError(t *testing.T, toks []caddyfile.Token, err error) {
 			strings.Contains(msg, strconv.Quote(tok.Text)) || strings.Contains(msg, "'"+tok.Text+"'")) {
 			named = true
 		}
-		// toks[0] is the directive's own name, whatever the fuzzer made it
 		if i > 1 && secretOptions[toks[i-1].Text] && toks[i-1].Line == tok.Line && len(tok.Text) >= 12 &&
 			!strings.HasPrefix(tok.Text, "{") && strings.Contains(msg, tok.Text) {
 			t.Fatalf("the error quotes the value of %s: %q", toks[i-1].Text, msg)
@@ -91,10 +90,12 @@ func checkRoundTrip[T any](t *testing.T, v *T) {
 	}
 }
 
-// fuzzUnmarshal runs one UnmarshalCaddyfile on input and checks its outcome.
-func fuzzUnmarshal[T any](t *testing.T, input string, parse func(*T, *caddyfile.Dispenser) error) {
+// fuzzUnmarshal runs one UnmarshalCaddyfile on input and checks its outcome. Caddy hands a
+// parser its tokens from its own name on, so an input that starts with another word is not
+// one a parser can be given.
+func fuzzUnmarshal[T any](t *testing.T, name, input string, parse func(*T, *caddyfile.Dispenser) error) {
 	toks, ok := fuzzTokens(input)
-	if !ok {
+	if !ok || toks[0].Text != name {
 		return
 	}
 	v := new(T)
@@ -109,21 +110,21 @@ func FuzzX402Directive(f *testing.F) {
 	f.Add("x402 {\n\tprice 0.01 USDC\n\tpay_to " + payee + "\n\tnetwork base-sepolia\n}")
 	f.Add("x402 {\n\tpay_to " + payee + "\n\taccept {\n\t\tnetwork base\n\t\tprice 1 USDC\n\t}\n\taccept {\n\t}\n}")
 	f.Fuzz(func(t *testing.T, input string) {
-		fuzzUnmarshal(t, input, (*Handler).UnmarshalCaddyfile)
+		fuzzUnmarshal(t, "x402", input, (*Handler).UnmarshalCaddyfile)
 	})
 }
 
 func FuzzX402GlobalOption(f *testing.F) {
 	f.Add("x402 {\n\tfacilitator {\n\t\tnetwork base-sepolia {\n\t\t\trpc {env.RPC}\n\t\t}\n\t\tsigner_key {env.K}\n\t}\n}")
 	f.Fuzz(func(t *testing.T, input string) {
-		fuzzUnmarshal(t, input, (*App).UnmarshalCaddyfile)
+		fuzzUnmarshal(t, "x402", input, (*App).UnmarshalCaddyfile)
 	})
 }
 
 func FuzzVerdictGlobalOption(f *testing.F) {
 	f.Add("verdict {\n\tdatabase sqlite /tmp/v.db\n\tadmin_key {env.ADMIN}\n}")
 	f.Fuzz(func(t *testing.T, input string) {
-		fuzzUnmarshal(t, input, (*VerdictApp).UnmarshalCaddyfile)
+		fuzzUnmarshal(t, "verdict", input, (*VerdictApp).UnmarshalCaddyfile)
 	})
 }
 
@@ -131,14 +132,14 @@ func FuzzVerdictAPIDirective(f *testing.F) {
 	f.Add("verdict_api")
 	f.Add("verdict_api {\n}")
 	f.Fuzz(func(t *testing.T, input string) {
-		fuzzUnmarshal(t, input, (*VerdictAPI).UnmarshalCaddyfile)
+		fuzzUnmarshal(t, "verdict_api", input, (*VerdictAPI).UnmarshalCaddyfile)
 	})
 }
 
 func FuzzFacilitatorDirective(f *testing.F) {
 	f.Add("x402_facilitator {\n\tfacilitator main\n\tapi_key {env.K}\n\thealth_detail on\n\tstrip_prefix /f\n}")
 	f.Fuzz(func(t *testing.T, input string) {
-		fuzzUnmarshal(t, input, (*FacilitatorHandler).UnmarshalCaddyfile)
+		fuzzUnmarshal(t, "x402_facilitator", input, (*FacilitatorHandler).UnmarshalCaddyfile)
 	})
 }
 
@@ -146,7 +147,7 @@ func FuzzRedactEncoder(f *testing.F) {
 	f.Add("x402_redact json")
 	f.Add("x402_redact console {\n\ttime_format iso8601\n}")
 	f.Fuzz(func(t *testing.T, input string) {
-		fuzzUnmarshal(t, input, (*RedactEncoder).UnmarshalCaddyfile)
+		fuzzUnmarshal(t, "x402_redact", input, (*RedactEncoder).UnmarshalCaddyfile)
 	})
 }
 
