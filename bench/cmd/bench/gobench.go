@@ -133,6 +133,9 @@ func (e *env) cpu() {
 	if v == nil || bound == nil {
 		e.rep.missing = append(e.rep.missing, "the verify CPU comparison: BenchmarkVerifyCPU or the Ecrecover bound did not report")
 	} else {
+		r := bound.metrics["ns/op"] / v.metrics["ns/op"]
+		e.rep.headline = append(e.rep.headline, fmt.Sprintf("**Verify, CPU only:** %s per verify against %s for the bare `crypto.Ecrecover` (%.2f× the bound; goal 0.8×)%s.",
+			fmtNs(v.metrics["ns/op"]), fmtNs(bound.metrics["ns/op"]), r, lose(r/0.8, ": **under the goal**")))
 		e.rep.add(row{section: sec, measure: "verify CPU (ns/op) vs bare crypto.Ecrecover (the bound)", ours: fmtNs(v.metrics["ns/op"]), peer: fmtNs(bound.metrics["ns/op"]), ratio: bound.metrics["ns/op"] / v.metrics["ns/op"], higherBetter: true,
 			note: fmt.Sprintf("ratio = bound/ours (goal ≥ 0.8; ours includes the one recovery, so above 1 is noise); ours %.0f allocs, %.0f B per op; bound: %s; median of 5 rounds, the two in turn", v.metrics["allocs/op"], v.metrics["B/op"], boundNote)})
 	}
@@ -182,6 +185,15 @@ func (e *env) verdict() {
 	if len(lines) == 0 {
 		e.rep.missing = append(e.rep.missing, "the engine benchmarks reported nothing")
 	}
+	var p99s []string
+	for _, l := range lines {
+		if v, ok := l.metrics["p99-ns"]; ok {
+			p99s = append(p99s, fmt.Sprintf("%s %s", strings.TrimPrefix(l.name, "BenchmarkEvaluate"), fmtNs(v)))
+		}
+	}
+	if len(p99s) > 0 {
+		e.rep.headline = append(e.rep.headline, "**Policy evaluation in process, p99** (target 100 µs; on a loaded machine the tail is mostly waiting for a core): "+strings.Join(p99s, ", ")+".")
+	}
 	h := e.goBench("bench-verdict-http", 8*time.Minute, "-bench", `BenchmarkHTTP`, "-benchmem", "-benchtime", "3s", "./verdictserver/")
 	for _, l := range h {
 		var parts []string
@@ -216,6 +228,17 @@ func (e *env) verdict() {
 		e.rep.add(row{section: sec, measure: "over HTTP: " + strings.TrimPrefix(l.name, "Benchmark"), ours: main, peer: target, ratio: ratio, higherBetter: true,
 			note: strings.Join(parts, ", ") + "; ratio = rate/target"})
 	}
+	var rates []string
+	for _, l := range h {
+		for u, v := range l.metrics {
+			if strings.HasSuffix(u, "/s") {
+				rates = append(rates, fmt.Sprintf("%s %.0f %s", strings.TrimPrefix(l.name, "BenchmarkHTTP"), v, u))
+			}
+		}
+	}
+	if len(rates) > 0 {
+		e.rep.headline = append(e.rep.headline, "**Verdict service over HTTP** (targets: 2,000 durable submits/s, 10,000 status reads/s): "+strings.Join(rates, ", ")+".")
+	}
 	if len(h) == 0 {
 		e.rep.missing = append(e.rep.missing, "submit + approval-status over HTTP (SQLite, PostgreSQL): no BenchmarkHTTP* in verdictserver/ on this commit")
 	}
@@ -248,6 +271,9 @@ func (e *env) memory() {
 			if what, ok := strings.CutPrefix(u, "B/"); ok && what != "op" {
 				perMillion = append(perMillion, fmt.Sprintf("1M %ss ≈ %.0f MiB", what, v*1e6/(1<<20)))
 			}
+		}
+		if len(perMillion) > 0 {
+			e.rep.headline = append(e.rep.headline, fmt.Sprintf("**Heap** (%s): %s.", strings.TrimPrefix(l.name, "Benchmark"), strings.Join(perMillion, "; ")))
 		}
 		e.rep.add(row{section: "5. Memory", measure: strings.TrimPrefix(l.name, "Benchmark") + " (-benchtime 1x)", ours: strings.Join(parts, ", "), peer: "–", note: strings.Join(perMillion, "; ")})
 	}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -29,6 +30,7 @@ type report struct {
 	profiles         []profile
 	missing          []string
 	notes            []string
+	headline         []string // bullets for the README's Benchmarks section
 	soak             string
 	runtime          time.Duration
 	challengeBody    int
@@ -235,6 +237,13 @@ func (r *report) write(path string) {
 	if err := writeFile(path, b.String()); err != nil {
 		logf("write %s: %v", path, err)
 	}
+	// The headline, for the README's Benchmarks section.
+	var h strings.Builder
+	fmt.Fprintf(&h, "Run of %s UTC on %s, load average %s → %s:\n\n", r.started.Format("2006-01-02 15:04"), commit(), r.loadBefore, loadavg())
+	for _, l := range r.headline {
+		fmt.Fprintf(&h, "- %s\n", l)
+	}
+	_ = writeFile(filepath.Join(c.out, "headline.md"), h.String())
 }
 
 func firstLine(s string) string {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/big"
 	"net/http"
 	"os"
@@ -121,6 +122,8 @@ func (e *env) challenge() {
 		note: fmt.Sprintf("goal ≥ 0.9×; rounds: ours %s; respond %s", perRound(0), perRound(1))})
 	e.rep.add(row{section: "1. Challenge (402)", measure: "402 req/s vs x402-express 1.2.0", ours: fmt.Sprintf("%.0f", ours), peer: fmt.Sprintf("%.0f", ref), ratio: ours / ref, higherBetter: true,
 		note: fmt.Sprintf("rounds: express %s", perRound(2))})
+	e.rep.headline = append(e.rep.headline, fmt.Sprintf("**402 path:** %.2f× the rate of Caddy's own `respond` serving the same 402 from the same binary (%.0f against %.0f requests/s; goal 0.9×)%s; %.1f× `x402-express` 1.2.0.",
+		ours/resp, ours, resp, lose(ours/resp, " (**we lose**; results.md has the profile)"), ours/ref))
 	p99 := func(w wrkRun) float64 { return w.p99 }
 	e.rep.add(row{section: "1. Challenge (402)", measure: "402 p99 latency (ms) vs Caddy `respond`", ours: fmt.Sprintf("%.2f", med(0, p99)), peer: fmt.Sprintf("%.2f", med(1, p99)), ratio: med(1, p99) / med(0, p99), higherBetter: true,
 		note: "ratio = peer/ours: above 1 is better for us"})
@@ -224,6 +227,8 @@ func (e *env) verify() {
 		return s
 	}
 	sec := "2. Verify (HTTP /verify, same client, same payloads)"
+	e.rep.headline = append(e.rep.headline, fmt.Sprintf("**Verify** (HTTP `/verify`, same client, same payloads, %d concurrent): %.1f× the verifications per second of the `x402` 1.2.0 reference facilitator (%.0f against %.0f), p50 %.1f ms against %.1f ms, p99 %.1f ms against %.1f ms.",
+		e.c.verifyConc, rate(0)/rate(1), rate(0), rate(1), lat(0, .5), lat(1, .5), lat(0, .99), lat(1, .99)))
 	e.rep.add(row{section: sec, measure: fmt.Sprintf("verifications/s at %d concurrent", e.c.verifyConc), ours: fmt.Sprintf("%.0f", rate(0)), peer: fmt.Sprintf("%.0f", rate(1)), ratio: rate(0) / rate(1), higherBetter: true,
 		note: "ours " + valid(0) + "; peer " + valid(1)})
 	e.rep.add(row{section: sec, measure: "node round trips per verify", ours: fmt.Sprintf("%.2f", runs[0][0].perRequest(roundTrips)), peer: fmt.Sprintf("%.2f", runs[1][0].perRequest(roundTrips)), ratio: runs[1][0].perRequest(roundTrips) / runs[0][0].perRequest(roundTrips), higherBetter: true,
@@ -314,8 +319,17 @@ func (e *env) paid() {
 		}
 	}()
 	oursRate, oursP50 := map[int]float64{}, map[int]float64{}
+	var parts []string
 	defer func() {
+		e.rep.headline = append(e.rep.headline, "**Paid requests end to end** (verify + settle + proxy; settled per second, ours against the reference, and the share each settled): "+strings.Join(parts, "; ")+".")
 		if oursRate[8] > 0 && oursP50[8] > 0 {
+			e.rep.headline = append(e.rep.headline, fmt.Sprintf("**Scaling of our paid path:** the rate at 64 concurrent is %.2f× the rate at 8 (goal ≥ 1) and the p50 %.1f× (goal ≤ 2)%s.",
+				oursRate[64]/oursRate[8], oursP50[64]/oursP50[8], func() string {
+					if oursRate[64]/oursRate[8] < 1 || oursP50[64]/oursP50[8] > 2 {
+						return ": **not met**"
+					}
+					return ": met"
+				}()))
 			e.rep.add(row{section: sec, measure: "ours: rate at c=64 / rate at c=8", ours: fmt.Sprintf("%.2f", oursRate[64]/oursRate[8]), peer: "≥ 1 (goal)", note: "the issue's goal for pipelined settlement"})
 			e.rep.add(row{section: sec, measure: "ours: p50 at c=64 / p50 at c=8", ours: fmt.Sprintf("%.2f", oursP50[64]/oursP50[8]), peer: "≤ 2 (goal)", note: "the issue's goal for pipelined settlement"})
 		}
@@ -364,6 +378,7 @@ func (e *env) paid() {
 		ch := func(r result) float64 { return ms(pct(r.chain, .5)) }
 		cpu := func(r result) float64 { return 100 * r.cpu / r.elapsed.Seconds() }
 		oursRate[conc], oursP50[conc] = med(0, rate), med(0, p50)
+		parts = append(parts, fmt.Sprintf("%.1f× at concurrency %d (%.1f against %.1f/s; %s against %s settled)", med(0, rate)/med(1, rate), conc, med(0, rate), med(1, rate), okPct(runs[0]), okPct(runs[1])))
 		e.rep.add(row{section: sec, measure: fmt.Sprintf("c=%d: settled requests/s", conc), ours: fmt.Sprintf("%.1f", med(0, rate)), peer: fmt.Sprintf("%.1f", med(1, rate)), ratio: med(0, rate) / med(1, rate), higherBetter: true,
 			note: fmt.Sprintf("success: ours %s; peer %s", okAll(0), okAll(1))})
 		e.rep.add(row{section: sec, measure: fmt.Sprintf("c=%d: p50 / p99 (ms)", conc), ours: fmt.Sprintf("%.1f / %.1f", med(0, p50), med(0, p99)), peer: fmt.Sprintf("%.1f / %.1f", med(1, p50), med(1, p99)), ratio: med(1, p50) / med(0, p50), higherBetter: true,
@@ -430,6 +445,8 @@ func (e *env) soakRSS() {
 			}
 			return ""
 		}(), res.rate(), float64(startRSS)/1024, float64(lo)/1024, float64(hi)/1024, float64(endRSS)/1024, float64(warm)/1024, growth, verdict, interval, strings.Join(series, " "))
+	e.rep.headline = append(e.rep.headline, fmt.Sprintf("**Memory:** Caddy's RSS over a %s paid soak (%d settled): %.0f MiB after warm-up, %.0f MiB at the end (%+.1f%%): %s.",
+		e.c.soak, res.ok, float64(warm)/1024, float64(endRSS)/1024, growth, verdict))
 	e.rep.add(row{section: "5. Memory", measure: fmt.Sprintf("Caddy RSS over a %s paid soak: start → end (MiB)", e.c.soak), ours: fmt.Sprintf("%.1f → %.1f", float64(startRSS)/1024, float64(endRSS)/1024), peer: "–", note: fmt.Sprintf("%s (%+.1f%% after warm-up; max %.1f MiB)", verdict, growth, float64(hi)/1024)})
 }
 
@@ -499,4 +516,21 @@ func refErrors(path string, offset int64) string {
 		parts = append(parts, fmt.Sprintf("%d× `%s`", e.v, e.k))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// lose is s when ratio, as printed with two decimals, is below 1.
+func lose(ratio float64, s string) string {
+	if math.Round(ratio*100) < 100 {
+		return s
+	}
+	return ""
+}
+
+func okPct(runs []result) string {
+	ok, all := 0, 0
+	for _, r := range runs {
+		ok += r.ok
+		all += r.ok + r.failed
+	}
+	return fmt.Sprintf("%.0f%%", 100*float64(ok)/float64(max(all, 1)))
 }
