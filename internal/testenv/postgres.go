@@ -28,10 +28,14 @@ type PostgresConfig struct {
 	// Password, when set, becomes the postgres user's password, TCP connections must
 	// present it (scram-sha-256), and DSN carries it. Default: none, trust on loopback.
 	Password string
+	// Durable, when set, runs the cluster with fsync, synchronous_commit and
+	// full_page_writes on, as in production, for a benchmark of durable writes. Default:
+	// off, which is faster and enough for a test.
+	Durable bool
 }
 
 // PostgresServer is a throwaway PostgreSQL cluster in a temporary directory, listening on
-// a loopback port, with fsync off.
+// a loopback port, with fsync off unless Durable.
 type PostgresServer struct {
 	// DSN is postgres://postgres[:password]@127.0.0.1:port/postgres?sslmode=disable.
 	DSN string
@@ -41,6 +45,7 @@ type PostgresServer struct {
 	bin      string // directory of initdb and pg_ctl
 	dir      string // owned by the postgres user when run as root
 	asRoot   bool
+	durable  bool
 	uid, gid int // of the postgres user, when asRoot
 	stopOnce sync.Once
 }
@@ -65,7 +70,7 @@ func StartPostgresServer(t testing.TB, cfg PostgresConfig) *PostgresServer {
 	if err != nil {
 		t.Fatalf("testenv: %v; %s", err, pgInstallHint)
 	}
-	s := &PostgresServer{bin: bin, asRoot: os.Geteuid() == 0}
+	s := &PostgresServer{bin: bin, asRoot: os.Geteuid() == 0, durable: cfg.Durable}
 	if s.asRoot {
 		if _, err := exec.LookPath("runuser"); err != nil {
 			t.Fatalf("testenv: running as root needs runuser to start PostgreSQL as its own user: %v", err)
@@ -225,8 +230,10 @@ func (s *PostgresServer) initdb(password string) error {
 }
 
 func (s *PostgresServer) start(port int) error {
-	opts := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -c unix_socket_directories=%s "+
-		"-c fsync=off -c synchronous_commit=off -c full_page_writes=off", port, s.dir)
+	opts := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -c unix_socket_directories=%s", port, s.dir)
+	if !s.durable {
+		opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	}
 	_ = os.Remove(s.logFile())
 	cmd := s.command("pg_ctl", "-D", s.dataDir(), "-l", s.logFile(), "-w", "-t", "60", "-o", opts, "start")
 	if out, err := cmd.CombinedOutput(); err != nil {
