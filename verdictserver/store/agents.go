@@ -157,10 +157,14 @@ func (s *Store) CreateKey(ctx context.Context, agentID string, keyID string, has
 const keyColumns = `id, agent_id, hash, scopes, created_at, revoked_at`
 
 // KeyByHash returns the valid key whose secret hashes to hash. An unknown or revoked key
-// is ErrNotFound. The stored hash is compared in constant time.
+// is ErrNotFound. The stored hash is compared in constant time. A key found is remembered
+// for KeyCacheTTL; RevokeKey on this Store forgets it at once.
 func (s *Store) KeyByHash(ctx context.Context, hash [32]byte) (Key, error) {
-	k, stored, err := s.scanKey(s.db.QueryRowContext(ctx, `SELECT `+keyColumns+` FROM api_keys
-		WHERE hash = $1 AND revoked_at IS NULL`, hash[:]))
+	if k, ok := s.keys.get(hash); ok {
+		return k, nil
+	}
+	gen := s.keys.generation()
+	k, stored, err := s.scanKey(s.stmts.keyByHash.QueryRowContext(ctx, hash[:]))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Key{}, fmt.Errorf("verdict store key by hash: %w", ErrNotFound)
 	}
@@ -170,6 +174,7 @@ func (s *Store) KeyByHash(ctx context.Context, hash [32]byte) (Key, error) {
 	if subtle.ConstantTimeCompare(stored, hash[:]) != 1 {
 		return Key{}, fmt.Errorf("verdict store key by hash: %w", ErrNotFound)
 	}
+	s.keys.put(hash, k, gen)
 	return k, nil
 }
 
@@ -185,10 +190,14 @@ func (s *Store) Key(ctx context.Context, keyID string) (Key, error) {
 	return k, nil
 }
 
-// RevokeKey revokes the key keyID; KeyByHash no longer finds it. Revoking a revoked key
+// RevokeKey revokes the key keyID; KeyByHash of this Store no longer finds it once
+// RevokeKey returns, that of other Stores at most KeyCacheTTL later. Revoking a revoked key
 // changes nothing and succeeds. An unknown key is ErrNotFound.
 func (s *Store) RevokeKey(ctx context.Context, keyID string) error {
 	op := "revoke key " + keyID
+	// Forgotten after the write, whatever its outcome: a lookup that read the key before
+	// the revocation committed cannot remember it past this point.
+	defer s.keys.revoke(keyID)
 	if _, err := s.db.ExecContext(ctx, `UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL`,
 		micros(now()), keyID); err != nil {
 		return s.fail(op, err)
@@ -282,24 +291,29 @@ func (s *Store) AddWallet(ctx context.Context, agentID string, chainID int64, ad
 }
 
 // WalletOwner returns the id of the agent that registered addr on chainID, or
-// ErrNotFound.
+// ErrNotFound. An owner found is remembered: a wallet never changes hands.
 func (s *Store) WalletOwner(ctx context.Context, chainID int64, addr common.Address) (string, error) {
+	ck := walletKey{chainID: chainID, addr: addr}
+	if owner, ok := s.wallets.get(ck); ok {
+		return owner, nil
+	}
 	w, err := s.wallet(ctx, chainID, addr)
 	if err != nil {
 		return "", fmt.Errorf("verdict store wallet owner: %w", err)
 	}
+	s.wallets.put(ck, w.AgentID)
 	return w.AgentID, nil
 }
 
+const walletSelectSQL = `SELECT chain_id, address, agent_id, created_at FROM wallets WHERE chain_id = $1 AND address = $2`
+
 func (s *Store) wallet(ctx context.Context, chainID int64, addr common.Address) (Wallet, error) {
-	op := fmt.Sprintf("wallet %d:%s", chainID, hexAddress(addr))
-	w, err := s.scanWallet(s.db.QueryRowContext(ctx, `SELECT chain_id, address, agent_id, created_at FROM wallets
-		WHERE chain_id = $1 AND address = $2`, chainID, hexAddress(addr)))
+	w, err := s.scanWallet(s.stmts.walletOwner.QueryRowContext(ctx, chainID, hexAddress(addr)))
 	if errors.Is(err, sql.ErrNoRows) {
-		return Wallet{}, fmt.Errorf("%s: %w", op, ErrNotFound)
+		return Wallet{}, fmt.Errorf("wallet %d:%s: %w", chainID, hexAddress(addr), ErrNotFound)
 	}
 	if err != nil {
-		return Wallet{}, s.fail(op, err)
+		return Wallet{}, s.fail(fmt.Sprintf("wallet %d:%s", chainID, hexAddress(addr)), err)
 	}
 	return w, nil
 }

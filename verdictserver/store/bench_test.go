@@ -83,3 +83,36 @@ func BenchmarkKeyByHash(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkVerdictByHash: the read behind every approval-status request, over 1024
+// completed records.
+func BenchmarkVerdictByHash(b *testing.B) {
+	for _, engine := range []string{"sqlite", "postgres"} {
+		b.Run(engine, func(b *testing.B) {
+			s := benchStore(b, engine)
+			ctx := context.Background()
+			a, err := s.CreateAgent(ctx, "bench")
+			if err != nil {
+				b.Fatal(err)
+			}
+			const records = 1024
+			hashes := make([]string, records)
+			for i := range records {
+				tx := testTransaction(a.ID, i, epoch)
+				if err := s.CreateTransaction(ctx, tx); err != nil {
+					b.Fatal(err)
+				}
+				if err := s.Complete(ctx, tx.RequestHash, StatusApproved, json.RawMessage(approvedVerdict), ptr(1)); err != nil {
+					b.Fatal(err)
+				}
+				hashes[i] = tx.RequestHash
+			}
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				if _, err := s.VerdictByHash(ctx, hashes[i%records]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -52,7 +52,8 @@ const policyColumns = `agent_id, version, document, created_at, actor`
 
 // ActivePolicy returns the agent's newest policy version, or ErrNotFound when it has none.
 func (s *Store) ActivePolicy(ctx context.Context, agentID string) (PolicyVersion, error) {
-	return s.policyWhere(ctx, "active policy of "+agentID, `agent_id = $1 ORDER BY version DESC LIMIT 1`, agentID)
+	p, err := scanPolicy(s.stmts.activePolicy.QueryRowContext(ctx, agentID))
+	return p, s.lookup("active policy of "+agentID, err)
 }
 
 // Policy returns version of the agent's policy, or ErrNotFound.

@@ -108,7 +108,49 @@ type Transaction struct {
 // Store is the verdict service's store on one database. It is safe for concurrent use,
 // and several Stores (instances) may share one PostgreSQL database.
 type Store struct {
-	db *sqldb.DB
+	db      *sqldb.DB
+	stmts   statements
+	writes  *committer
+	keys    *keyCache
+	wallets *walletCache
+}
+
+// Connection pools: every connection stays open once opened, up to a bound, so that a
+// busy service never pays for a new one. SQLite runs in WAL mode, where readers never
+// wait for the writer: its pool is the read pool, beside the one connection the group
+// commit writes on at a time.
+const (
+	sqliteConns   = 8
+	postgresConns = 16
+)
+
+// statements are the hot queries, prepared once per Store (and by database/sql once
+// per connection).
+type statements struct {
+	insertTransaction, completeTransaction, transactionByHash, verdictByHash *sql.Stmt
+	keyByHash, walletOwner, activePolicy                                     *sql.Stmt
+}
+
+func (s *Store) prepare(ctx context.Context) error {
+	for _, p := range []struct {
+		stmt **sql.Stmt
+		q    string
+	}{
+		{&s.stmts.insertTransaction, insertTransactionSQL},
+		{&s.stmts.completeTransaction, completeTransactionSQL},
+		{&s.stmts.transactionByHash, `SELECT ` + transactionColumns + ` FROM transactions WHERE request_hash = $1`},
+		{&s.stmts.verdictByHash, `SELECT agent_id, status, verdict FROM transactions WHERE request_hash = $1`},
+		{&s.stmts.keyByHash, `SELECT ` + keyColumns + ` FROM api_keys WHERE hash = $1 AND revoked_at IS NULL`},
+		{&s.stmts.walletOwner, walletSelectSQL},
+		{&s.stmts.activePolicy, `SELECT ` + policyColumns + ` FROM policy_versions WHERE agent_id = $1 ORDER BY version DESC LIMIT 1`},
+	} {
+		st, err := s.db.PrepareContext(ctx, p.q)
+		if err != nil {
+			return s.fail("prepare", err)
+		}
+		*p.stmt = st
+	}
+	return nil
 }
 
 // Open migrates db to this build's schema and returns a Store on it. The Store owns db:
@@ -121,11 +163,24 @@ func Open(ctx context.Context, db *sqldb.DB) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("verdict store: %w", err)
 	}
-	return &Store{db: db}, nil
+	conns := postgresConns
+	if db.Dialect.Name == sqldb.SQLite.Name {
+		conns = sqliteConns
+	}
+	db.SetMaxOpenConns(conns)
+	db.SetMaxIdleConns(conns)
+	s := &Store{db: db, keys: newKeyCache(), wallets: newWalletCache()}
+	if err := s.prepare(ctx); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("verdict store: %w", err)
+	}
+	s.writes = newCommitter(db.DB)
+	return s, nil
 }
 
-// Close closes the database.
+// Close closes the database, once the writes under way have committed; later writes fail.
 func (s *Store) Close() error {
+	s.writes.stop()
 	if err := s.db.Close(); err != nil {
 		return s.fail("close", err)
 	}

@@ -60,19 +60,16 @@ func (s *Store) CreateTransaction(ctx context.Context, t *Transaction) error {
 	}
 	rec.CreatedAt = rec.CreatedAt.UTC().Truncate(time.Microsecond)
 	rec.UpdatedAt = rec.CreatedAt
-	res, err := s.db.ExecContext(ctx, `INSERT INTO transactions (`+transactionColumns+`)
-		SELECT $1, $2, a.id, $4, $5, $6, $7, $8, $9, $10, $11, $12, NULL, NULL, $13, $13
-		FROM agents a WHERE a.id = $3
-		ON CONFLICT DO NOTHING`,
-		rec.ID, rec.RequestHash, rec.AgentID, hexAddress(rec.Escrow), rec.ChainID, rec.Prompt, rec.Description,
-		string(rec.ProposedTx), nullJSON(rec.Metadata), nullJSON(rec.ContextLogs), rec.TraceID, rec.Status,
-		micros(rec.CreatedAt))
+	wrote, err := s.writes.do(ctx, func(ctx context.Context, tx *sql.Tx) (bool, error) {
+		return affected(tx.StmtContext(ctx, s.stmts.insertTransaction).ExecContext(ctx,
+			rec.ID, rec.RequestHash, rec.AgentID, hexAddress(rec.Escrow), rec.ChainID, rec.Prompt, rec.Description,
+			string(rec.ProposedTx), nullJSON(rec.Metadata), nullJSON(rec.ContextLogs), rec.TraceID, rec.Status,
+			micros(rec.CreatedAt)))
+	})
 	if err != nil {
 		return s.fail(op, err)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return s.fail(op, err)
-	} else if n > 0 {
+	if wrote {
 		*t = rec
 		return nil
 	}
@@ -91,12 +88,49 @@ func (s *Store) CreateTransaction(ctx context.Context, t *Transaction) error {
 	return fmt.Errorf("verdict store %s: id or request hash exists: %w", op, ErrConflict)
 }
 
+const insertTransactionSQL = `INSERT INTO transactions (` + transactionColumns + `)
+	SELECT $1, $2, a.id, $4, $5, $6, $7, $8, $9, $10, $11, $12, NULL, NULL, $13, $13
+	FROM agents a WHERE a.id = $3
+	ON CONFLICT DO NOTHING`
+
 const transactionColumns = `id, request_hash, agent_id, escrow, chain_id, prompt, description, proposed_tx,
 	metadata, context_logs, trace_id, status, verdict, policy_version, created_at, updated_at`
 
 // TransactionByHash returns the transaction with requestHash, or ErrNotFound.
 func (s *Store) TransactionByHash(ctx context.Context, requestHash string) (Transaction, error) {
-	return s.transactionWhere(ctx, "transaction "+requestHash, `request_hash = $1`, requestHash)
+	t, err := scanTransaction(s.stmts.transactionByHash.QueryRowContext(ctx, requestHash))
+	return t, s.lookup("transaction "+requestHash, err)
+}
+
+// TransactionVerdict is what an approval-status read needs of a transaction.
+type TransactionVerdict struct {
+	AgentID string
+	Status  string          // StatusPending, StatusApproved or StatusRejected
+	Verdict json.RawMessage // nil while pending
+}
+
+// VerdictByHash returns the owner, status and verdict of the transaction requestHash, or
+// ErrNotFound: TransactionByHash without the request's documents.
+func (s *Store) VerdictByHash(ctx context.Context, requestHash string) (TransactionVerdict, error) {
+	var v TransactionVerdict
+	// A NULL verdict scans as nil; a stored one is copied once, from the driver's buffer.
+	err := s.stmts.verdictByHash.QueryRowContext(ctx, requestHash).Scan(&v.AgentID, &v.Status, (*[]byte)(&v.Verdict))
+	if err != nil {
+		return TransactionVerdict{}, s.lookup("verdict of "+requestHash, err)
+	}
+	return v, nil
+}
+
+// lookup is the error of a one-row read: ErrNotFound for no row.
+func (s *Store) lookup(op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("verdict store %s: %w", op, ErrNotFound)
+	default:
+		return s.fail(op, err)
+	}
 }
 
 // TransactionByTrace returns the agent's transaction whose trace id is traceID, or
@@ -141,14 +175,15 @@ func (s *Store) Complete(ctx context.Context, requestHash string, status string,
 		}
 		pv = *policyVersion
 	}
-	res, err := s.db.ExecContext(ctx, `UPDATE transactions SET status = $1, verdict = $2, policy_version = $3, updated_at = $4
-		WHERE request_hash = $5 AND status = 'PENDING'`, status, string(verdictJSON), pv, micros(now()), requestHash)
+	updated := micros(now())
+	wrote, err := s.writes.do(ctx, func(ctx context.Context, tx *sql.Tx) (bool, error) {
+		return affected(tx.StmtContext(ctx, s.stmts.completeTransaction).ExecContext(ctx,
+			status, string(verdictJSON), pv, updated, requestHash))
+	})
 	if err != nil {
 		return s.fail(op, err)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return s.fail(op, err)
-	} else if n > 0 {
+	if wrote {
 		return nil
 	}
 	t, err := s.TransactionByHash(ctx, requestHash)
@@ -156,6 +191,22 @@ func (s *Store) Complete(ctx context.Context, requestHash string, status string,
 		return fmt.Errorf("verdict store complete: %w", err)
 	}
 	return fmt.Errorf("verdict store %s: already %s: %w", op, t.Status, ErrTerminal)
+}
+
+const completeTransactionSQL = `UPDATE transactions SET status = $1, verdict = $2, policy_version = $3, updated_at = $4
+	WHERE request_hash = $5 AND status = 'PENDING'`
+
+// affected is whether an Exec wrote a row; its error is the driver's, for the caller to
+// wrap.
+func affected(res sql.Result, err error) (bool, error) {
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, err
+	}
+	return n > 0, nil
 }
 
 // Pending returns up to limit PENDING transactions (every one when limit <= 0), oldest
