@@ -130,11 +130,32 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		status = http.StatusInternalServerError
 		body, _ = json.Marshal(newAPIError(codeInternal, "answer could not be encoded"))
 	}
+	writeRaw(w, status, append(body, '\n'))
+}
+
+// The headers of every JSON answer, set as slices that are never modified.
+var (
+	headerJSON    = []string{"application/json"}
+	headerNoStore = []string{"no-store"}
+	headerNoSniff = []string{"nosniff"}
+)
+
+// writeRaw sends the concatenation of parts, a JSON document and its final newline,
+// with status.
+func writeRaw(w http.ResponseWriter, status int, parts ...[]byte) {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Content-Length", strconv.Itoa(len(body)+1))
+	h["Content-Type"] = headerJSON
+	h["Cache-Control"] = headerNoStore
+	h["X-Content-Type-Options"] = headerNoSniff
+	h["Content-Length"] = []string{strconv.Itoa(n)}
 	w.WriteHeader(status)
-	_, _ = w.Write(append(body, '\n'))
+	for _, p := range parts {
+		if _, err := w.Write(p); err != nil {
+			return
+		}
+	}
 }

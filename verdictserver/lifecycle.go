@@ -269,7 +269,7 @@ func (s *Server) input(ctx context.Context, t store.Transaction) (engine.Input, 
 	case err != nil:
 		return in, err
 	}
-	doc, err := policy.Parse(pv.Document)
+	doc, err := s.parsedPolicy(pv)
 	if err != nil {
 		// a stored version that this build's schema refuses (stored by an older or newer
 		// build) is not guessed at: the record waits for an operator's fix
@@ -277,6 +277,35 @@ func (s *Server) input(ctx context.Context, t store.Transaction) (engine.Input, 
 	}
 	in.Policy = &policy.Policy{Version: pv.Version, Doc: doc}
 	return in, nil
+}
+
+// policyKey names one version of one agent's policy.
+type policyKey struct {
+	agentID string
+	version int64
+}
+
+// policyCacheSize bounds the parsed policy versions a Server keeps.
+const policyCacheSize = 1024
+
+// parsedPolicy parses a stored policy version once: a version is immutable
+// (docs/verdict-api.md#policies), so its parse is too. The engine only reads a Document.
+func (s *Server) parsedPolicy(pv store.PolicyVersion) (*policy.Document, error) {
+	k := policyKey{pv.AgentID, pv.Version}
+	s.policyMu.Lock()
+	doc, ok := s.policies.Get(k)
+	s.policyMu.Unlock()
+	if ok {
+		return doc, nil
+	}
+	doc, err := policy.Parse(pv.Document)
+	if err != nil {
+		return nil, err
+	}
+	s.policyMu.Lock()
+	s.policies.Add(k, doc)
+	s.policyMu.Unlock()
+	return doc, nil
 }
 
 // object decodes a stored JSON object strictly (numbers as json.Number); nil stays nil.

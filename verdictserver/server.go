@@ -15,10 +15,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/x402gate/x402gate/verdictserver/engine"
+	"github.com/x402gate/x402gate/verdictserver/policy"
 	"github.com/x402gate/x402gate/verdictserver/store"
 )
 
@@ -76,6 +78,9 @@ type Server struct {
 	now          func() time.Time
 
 	queue chan string // request hashes for the workers
+
+	policyMu sync.Mutex
+	policies *simplelru.LRU[policyKey, *policy.Document] // parsed policy versions
 
 	mu       sync.Mutex
 	inFlight map[string]bool       // queued or being evaluated here
@@ -135,6 +140,7 @@ func New(opts Options) (*Server, error) {
 		maxBody: opts.MaxBodyBytes, log: opts.Logger.Named("verdict"), now: opts.Now,
 		queue: make(chan string, opts.Queue), inFlight: map[string]bool{}, retry: map[string]retryState{},
 	}
+	s.policies, _ = simplelru.NewLRU[policyKey, *policy.Document](policyCacheSize, nil) // fails only for size <= 0
 	s.op = &Operator{store: opts.Store}
 	return s, nil
 }
