@@ -2,8 +2,13 @@ package approval
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -45,15 +50,96 @@ type MemoryStore struct {
 
 	mu        sync.Mutex
 	closed    bool
-	approvals *simplelru.LRU[string, memApproval]
-	claims    *simplelru.LRU[string, time.Time] // authorization key -> claim expiry
-	verdicts  *simplelru.LRU[string, memVerdict]
+	approvals *simplelru.LRU[memKey, memApproval]
+	claims    *simplelru.LRU[memKey, time.Time] // authorization key -> claim expiry
+	verdicts  *simplelru.LRU[memKey, memVerdict]
 }
 
-// memApproval carries the record's own expiry, checked on read.
+// memKey is a payment key (paymentKey) or an authorization key (authorizationKey) as the
+// store holds it: 32 bytes, where the text of x402.PaymentKey.String would take about 220.
+type memKey [32]byte
+
+// paymentKey is the SHA-256 of an injective encoding of what k.String() says: the
+// lower-case network, the three addresses, the amount ("0" when nil) and the nonce. Two
+// keys share a paymentKey exactly when their String()s are equal.
+func paymentKey(k x402.PaymentKey) memKey {
+	amount := "0"
+	if k.Amount != nil {
+		amount = k.Amount.String()
+	}
+	var buf [256]byte
+	b := append(buf[:0], 'p')
+	b = appendField(b, strings.ToLower(k.Network))
+	b = append(append(append(b, k.Asset[:]...), k.Payer[:]...), k.PayTo[:]...)
+	b = appendField(b, amount)
+	return sha256.Sum256(append(b, k.Nonce[:]...))
+}
+
+// authorizationKey is the same for what k.AuthorizationKey() says: network, asset, payer
+// and nonce. Its first byte differs from a paymentKey's encoding.
+func authorizationKey(k x402.PaymentKey) memKey {
+	var buf [128]byte
+	b := append(buf[:0], 'a')
+	b = appendField(b, strings.ToLower(k.Network))
+	b = append(append(b, k.Asset[:]...), k.Payer[:]...)
+	return sha256.Sum256(append(b, k.Nonce[:]...))
+}
+
+// appendField appends v with its length first, so that no two field lists encode alike.
+func appendField(b []byte, v string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(v))), v...)
+}
+
+// memApproval is an Approval as the store holds it, with the record's own expiry, checked
+// on read. The usual approval (a requestHash of the verdict service's form, "0x" and 64
+// lower-case hex digits, and times after 1970) is kept as 32 bytes and two unix
+// nanosecond counts; any other is kept whole in odd.
 type memApproval struct {
-	approval  Approval
-	expiresAt time.Time
+	hash       [32]byte
+	recordedAt int64 // unix nanoseconds
+	approvalTo int64 // Approval.ExpiresAt, unix nanoseconds
+	odd        *Approval
+	expiresAt  time.Time
+}
+
+func toMem(a Approval, expiresAt time.Time) memApproval {
+	m := memApproval{expiresAt: expiresAt}
+	h, ok := canonicalHash(a.RequestHash)
+	if !ok || !compactTime(a.RecordedAt) || !compactTime(a.ExpiresAt) {
+		m.odd = &a
+		return m
+	}
+	m.hash, m.recordedAt, m.approvalTo = h, a.RecordedAt.UnixNano(), a.ExpiresAt.UnixNano()
+	return m
+}
+
+func (m memApproval) approval() Approval {
+	if m.odd != nil {
+		return *m.odd
+	}
+	return Approval{
+		RequestHash: "0x" + hex.EncodeToString(m.hash[:]),
+		RecordedAt:  time.Unix(0, m.recordedAt), ExpiresAt: time.Unix(0, m.approvalTo),
+	}
+}
+
+// compactTime reports whether t is the same instant once kept as unix nanoseconds: after
+// 1970 and before 2262.
+func compactTime(t time.Time) bool {
+	return t.After(time.Unix(0, 0)) && t.Before(time.Unix(0, math.MaxInt64))
+}
+
+// canonicalHash reads h when it is "0x" and 64 lower-case hex digits, the only form whose
+// text comes back byte for byte from its 32 bytes.
+func canonicalHash(h string) ([32]byte, bool) {
+	var out [32]byte
+	if len(h) != 66 || h[:2] != "0x" || strings.ToLower(h) != h {
+		return out, false
+	}
+	if _, err := hex.Decode(out[:], []byte(h[2:])); err != nil {
+		return out, false
+	}
+	return out, true
 }
 
 // memVerdict is a remembered verdict with its own expiry.
@@ -86,9 +172,9 @@ func NewMemoryStore(size int, opts ...MemoryStoreOption) *MemoryStore {
 		o(s)
 	}
 	// simplelru.NewLRU fails only for a size <= 0, excluded above.
-	s.approvals, _ = simplelru.NewLRU[string, memApproval](size, nil)
-	s.claims, _ = simplelru.NewLRU[string, time.Time](size, nil)
-	s.verdicts, _ = simplelru.NewLRU[string, memVerdict](size, nil)
+	s.approvals, _ = simplelru.NewLRU[memKey, memApproval](size, nil)
+	s.claims, _ = simplelru.NewLRU[memKey, time.Time](size, nil)
+	s.verdicts, _ = simplelru.NewLRU[memKey, memVerdict](size, nil)
 	return s
 }
 
@@ -115,11 +201,11 @@ func (s *MemoryStore) Record(ctx context.Context, k x402.PaymentKey, a Approval,
 	if s.closed {
 		return errMemoryStoreClosed
 	}
-	key, now := k.String(), time.Now()
+	key, now := paymentKey(k), time.Now()
 	if e, ok := s.approvals.Peek(key); ok && now.Before(e.expiresAt) {
 		return nil
 	}
-	s.approvals.Add(key, memApproval{approval: a, expiresAt: now.Add(ttl)})
+	s.approvals.Add(key, toMem(a, now.Add(ttl)))
 	return nil
 }
 
@@ -129,7 +215,7 @@ func (s *MemoryStore) Consume(ctx context.Context, k x402.PaymentKey) (Approval,
 	if err := ctx.Err(); err != nil {
 		return Approval{}, fmt.Errorf("consume approval: %w", err)
 	}
-	key := k.String()
+	key := paymentKey(k)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -143,7 +229,7 @@ func (s *MemoryStore) Consume(ctx context.Context, k x402.PaymentKey) (Approval,
 	if !time.Now().Before(e.expiresAt) {
 		return Approval{}, ErrNotFound
 	}
-	return e.approval, nil
+	return e.approval(), nil
 }
 
 // Claim atomically marks the authorization of k as being settled, for ttl. It returns
@@ -155,7 +241,7 @@ func (s *MemoryStore) Claim(ctx context.Context, k x402.PaymentKey, ttl time.Dur
 	if err := s.checkTTL(ttl); err != nil {
 		return fmt.Errorf("claim authorization: %w", err)
 	}
-	key := k.AuthorizationKey()
+	key := authorizationKey(k)
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -196,7 +282,7 @@ func (s *MemoryStore) RememberVerdict(ctx context.Context, k x402.PaymentKey, v 
 	if s.closed {
 		return errMemoryStoreClosed
 	}
-	key, now := k.String(), time.Now()
+	key, now := paymentKey(k), time.Now()
 	if e, ok := s.verdicts.Peek(key); ok && now.Before(e.expiresAt) {
 		return nil
 	}
@@ -214,7 +300,7 @@ func (s *MemoryStore) RecallVerdict(ctx context.Context, k x402.PaymentKey) (Ver
 	if s.closed {
 		return Verdict{}, errMemoryStoreClosed
 	}
-	e, ok := s.verdicts.Peek(k.String())
+	e, ok := s.verdicts.Peek(paymentKey(k))
 	if !ok || !time.Now().Before(e.expiresAt) {
 		return Verdict{}, ErrNotFound
 	}
