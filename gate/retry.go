@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -267,19 +268,22 @@ const DefaultMemoryRetryEntries = 100_000
 // concurrent use.
 type MemoryRetryStore struct {
 	mu  sync.Mutex
-	m   map[string]*credit
+	m   map[[32]byte]*credit // by the SHA-256 of the key
 	max int
 	now func() time.Time
 	// MemoryPassBook is the pass book of the same instance (docs/gate.md#sign-in-with-x).
 	*MemoryPassBook
 }
 
+// credit is one grant as the store holds it: fixed-size fields and the data
+// (bench/verdict.md). Times are unix nanoseconds of the store's
+// clock.
 type credit struct {
-	n     int
-	hash  []byte // SHA-256 of the retry token
+	hash  [sha256.Size]byte // SHA-256 of the retry token
+	n     int32
+	exp   int64
+	lease int64 // a retry holds the grant until then
 	data  []byte
-	exp   time.Time
-	lease time.Time // a retry holds the grant until then
 }
 
 // NewMemoryRetryStore returns an empty store holding at most maxEntries grants (0 means
@@ -289,29 +293,39 @@ func NewMemoryRetryStore(maxEntries int) *MemoryRetryStore {
 	if maxEntries <= 0 {
 		maxEntries = DefaultMemoryRetryEntries
 	}
-	return &MemoryRetryStore{m: map[string]*credit{}, max: maxEntries, now: time.Now, MemoryPassBook: NewMemoryPassBook(0)}
+	return &MemoryRetryStore{m: map[[32]byte]*credit{}, max: maxEntries, now: time.Now, MemoryPassBook: NewMemoryPassBook(0)}
 }
 
 // errNoTokenHash refuses a grant that no token could unlock, or that any would.
-var errNoTokenHash = errors.New("retry store: a grant needs its token hash")
+var errNoTokenHash = errors.New("retry store: a grant needs its token hash (32 bytes, SHA-256)")
+
+// memKey is a key as the store holds it.
+func memKey(key string) [32]byte { return sha256.Sum256([]byte(key)) }
+
+// unlocks reports whether tokenHash is the grant's, in constant time.
+func (c *credit) unlocks(tokenHash []byte) bool {
+	return len(tokenHash) == sha256.Size && subtle.ConstantTimeCompare(c.hash[:], tokenHash) == 1
+}
 
 // Grant implements RetryStore.
 func (s *MemoryRetryStore) Grant(_ context.Context, key string, tokenHash []byte, n int, ttl time.Duration, data []byte) (bool, error) {
-	if len(tokenHash) == 0 {
+	if len(tokenHash) != sha256.Size {
 		return false, errNoTokenHash
 	}
 	if n <= 0 || ttl <= 0 {
 		return false, nil
 	}
+	n = min(n, math.MaxInt32)
+	k := memKey(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
-	if c, ok := s.m[key]; ok && now.Before(c.exp) {
+	now := s.now().UnixNano()
+	if c, ok := s.m[k]; ok && now < c.exp {
 		return false, nil
 	}
 	if len(s.m) >= s.max {
 		for k, c := range s.m {
-			if !now.Before(c.exp) {
+			if now >= c.exp {
 				delete(s.m, k)
 			}
 		}
@@ -319,42 +333,44 @@ func (s *MemoryRetryStore) Grant(_ context.Context, key string, tokenHash []byte
 			return false, fmt.Errorf("memory retry store holds %d grants: %w", s.max, ErrRetryStoreUnavailable)
 		}
 	}
-	s.m[key] = &credit{
-		n: n, hash: append([]byte(nil), tokenHash...), data: append([]byte(nil), data...), exp: now.Add(ttl),
-	}
+	c := &credit{n: int32(n), exp: now + int64(ttl), data: append([]byte(nil), data...)}
+	copy(c.hash[:], tokenHash)
+	s.m[k] = c
 	return true, nil
 }
 
 // Acquire implements RetryStore.
 func (s *MemoryRetryStore) Acquire(_ context.Context, key string, tokenHash []byte, lease time.Duration) ([]byte, CreditStatus, error) {
+	k := memKey(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c, ok := s.m[key]
+	c, ok := s.m[k]
 	if !ok {
 		return nil, CreditNone, nil
 	}
-	now := s.now()
-	if !now.Before(c.exp) {
-		delete(s.m, key)
+	now := s.now().UnixNano()
+	if now >= c.exp {
+		delete(s.m, k)
 		return nil, CreditNone, nil
 	}
-	if len(tokenHash) == 0 || subtle.ConstantTimeCompare(c.hash, tokenHash) != 1 || c.n <= 0 {
+	if !c.unlocks(tokenHash) || c.n <= 0 {
 		return nil, CreditNone, nil // kept until it expires, so a new Grant cannot refill it
 	}
-	if now.Before(c.lease) {
+	if now < c.lease {
 		return nil, CreditBusy, nil
 	}
 	c.n--
-	c.lease = now.Add(lease)
+	c.lease = now + int64(lease)
 	return append([]byte(nil), c.data...), CreditTaken, nil
 }
 
 // Peek implements RetryStore.
 func (s *MemoryRetryStore) Peek(_ context.Context, key string, tokenHash []byte) ([]byte, bool, error) {
+	k := memKey(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c, ok := s.m[key]
-	if !ok || !s.now().Before(c.exp) || len(tokenHash) == 0 || subtle.ConstantTimeCompare(c.hash, tokenHash) != 1 || c.n <= 0 {
+	c, ok := s.m[k]
+	if !ok || s.now().UnixNano() >= c.exp || !c.unlocks(tokenHash) || c.n <= 0 {
 		return nil, false, nil
 	}
 	return append([]byte(nil), c.data...), true, nil
@@ -362,10 +378,11 @@ func (s *MemoryRetryStore) Peek(_ context.Context, key string, tokenHash []byte)
 
 // Release implements RetryStore.
 func (s *MemoryRetryStore) Release(_ context.Context, key string) error {
+	k := memKey(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if c, ok := s.m[key]; ok {
-		c.lease = time.Time{}
+	if c, ok := s.m[k]; ok {
+		c.lease = 0
 	}
 	return nil
 }
@@ -373,9 +390,10 @@ func (s *MemoryRetryStore) Release(_ context.Context, key string) error {
 // Revoke implements RetryStore. The entry stays, empty, until it expires, so a later
 // Grant for the same payment cannot refill it.
 func (s *MemoryRetryStore) Revoke(_ context.Context, key string) error {
+	k := memKey(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if c, ok := s.m[key]; ok {
+	if c, ok := s.m[k]; ok {
 		c.n = 0
 	}
 	return nil
