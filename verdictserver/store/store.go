@@ -115,13 +115,14 @@ type Store struct {
 	wallets *walletCache
 }
 
-// Connection pools: every connection stays open once opened, up to a bound, so that a
-// busy service never pays for a new one. SQLite runs in WAL mode, where readers never
-// wait for the writer: its pool is the read pool, beside the one connection the group
-// commit writes on at a time.
+// Connection pools (docs/reliability.md#resource-limits): every connection stays open
+// once opened, up to the bound, so that a busy service never pays for a new one. SQLite
+// runs in WAL mode, where readers never wait for the writer: its pool is the read pool,
+// beside the one connection the group commit writes on at a time; 8 suffice for 2 cores.
+// PostgreSQL keeps sqldb's bound.
 const (
 	sqliteConns   = 8
-	postgresConns = 16
+	postgresConns = sqldb.MaxOpenConns
 )
 
 // statements are the hot queries, prepared once per Store (and by database/sql once
