@@ -199,9 +199,26 @@ func kindArgs(d *caddyfile.Dispenser, what, local, remote string) ([]string, err
 		return args, nil
 	case args[0] == local || args[0] == remote:
 		return nil, d.ArgErr()
+	case !plainWord(args[0]):
+		// a URL or DSN without its type: never echo it, it may hold a password
+		// (docs/caddy.md#secrets)
+		return nil, d.Errf("%s wants a type first, %s or %s (then its path, URL or DSN)", what, local, remote)
 	default:
 		return nil, d.Errf("unknown %s %q (want %s or %s)", what, args[0], local, remote)
 	}
+}
+
+// plainWord reports whether s is a short word that an error may quote: no URL, DSN or key.
+func plainWord(s string) bool {
+	if len(s) == 0 || len(s) > 32 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // parseDatabase reads `<what> sqlite [<path>] | postgres <dsn>`: the settlement journal of

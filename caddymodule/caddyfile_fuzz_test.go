@@ -36,7 +36,35 @@ var errOption = regexp.MustCompile(`^([a-z0-9_.-]+ \d+/)?[a-z][a-z0-9_]*(/[a-z0-
 // secretOptions take a secret (a placeholder, or a literal that is refused).
 var secretOptions = map[string]bool{
 	"signer_key": true, "api_key": true, "verdict_key": true, "facilitator_key": true,
-	"pass_key": true, "admin_key": true, "rpc": true, "store": true, "journal": true, "database": true,
+	"pass_key": true, "admin_key": true, "rpc": true,
+}
+
+// secretValue reports whether toks[i] is the value of a secret option: the argument of a
+// key option, or the URL or DSN of a store, journal or database (its second argument, or its
+// first when that is not a plain type word). A placeholder is no secret.
+func secretValue(toks []caddyfile.Token, i int) bool {
+	tok := toks[i]
+	if len(tok.Text) < 12 || strings.HasPrefix(tok.Text, "{") {
+		return false
+	}
+	prev := toks[i-1]
+	if prev.Line != tok.Line {
+		return false
+	}
+	switch prev.Text {
+	case "store", "journal", "database":
+		return strings.ContainsAny(tok.Text, ":@/=")
+	}
+	if secretOptions[prev.Text] {
+		return true
+	}
+	if i > 2 && toks[i-2].Line == tok.Line {
+		switch toks[i-2].Text {
+		case "store", "journal", "database":
+			return true
+		}
+	}
+	return false
 }
 
 // fuzzTokens tokenizes input as Caddy does; ok is false for text that is no Caddyfile.
@@ -64,8 +92,7 @@ func checkParseError(t *testing.T, toks []caddyfile.Token, err error) {
 			strings.Contains(msg, strconv.Quote(tok.Text)) || strings.Contains(msg, "'"+tok.Text+"'")) {
 			named = true
 		}
-		if i > 1 && secretOptions[toks[i-1].Text] && toks[i-1].Line == tok.Line && len(tok.Text) >= 12 &&
-			!strings.HasPrefix(tok.Text, "{") && strings.Contains(msg, tok.Text) {
+		if i > 1 && secretValue(toks, i) && strings.Contains(msg, tok.Text) {
 			t.Fatalf("the error quotes the value of %s: %q", toks[i-1].Text, msg)
 		}
 	}
@@ -188,6 +215,28 @@ func TestSchemaFileIsARegularFile(t *testing.T) {
 		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("x402 {\n\tdiscovery {\n\t\tinput_schema " + dev + "\n\t}\n}"))
 		if err == nil || !strings.Contains(err.Error(), dev) || !strings.Contains(err.Error(), "Caddyfile:3") && !strings.Contains(err.Error(), "Testfile:3") {
 			t.Errorf("input_schema %s: error %v, want one naming the file and line 3", dev, err)
+		}
+	}
+}
+
+// TestATypelessDSNIsNotEchoed: a store or journal written as its URL or DSN, without the type
+// in front, is refused without quoting it, since it may hold a password (found by
+// FuzzVerdictGlobalOption); an unknown plain word is still quoted.
+func TestATypelessDSNIsNotEchoed(t *testing.T) {
+	const pw = "hunter2-canary-pw"
+	for _, c := range []struct {
+		input string
+		parse func(*caddyfile.Dispenser) error
+		want  string
+	}{
+		{"verdict {\n\tstore postgres://verdict:" + pw + "@db/verdict\n}", func(d *caddyfile.Dispenser) error { return new(VerdictApp).UnmarshalCaddyfile(d) }, "store wants a type first"},
+		{"x402 {\n\tfacilitator {\n\t\tjournal postgres://x402:" + pw + "@db/x402\n\t}\n}", func(d *caddyfile.Dispenser) error { return new(App).UnmarshalCaddyfile(d) }, "journal wants a type first"},
+		{"x402 {\n\tfacilitator {\n\t\tstore redis://:" + pw + "@cache:6379\n\t}\n}", func(d *caddyfile.Dispenser) error { return new(App).UnmarshalCaddyfile(d) }, "store wants a type first"},
+		{"verdict {\n\tstore mysql x\n}", func(d *caddyfile.Dispenser) error { return new(VerdictApp).UnmarshalCaddyfile(d) }, `unknown store "mysql"`},
+	} {
+		err := c.parse(caddyfile.NewTestDispenser(c.input))
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), pw) {
+			t.Errorf("%q: error %v, want one containing %q and no password", c.input, err, c.want)
 		}
 	}
 }

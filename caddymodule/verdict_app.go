@@ -250,6 +250,9 @@ func (a *VerdictApp) settings() (*verdictSettings, error) {
 				return nil, &VerdictConfigError{Option: "store", Err: errors.Unwrap(err)}
 			}
 		default:
+			if !plainWord(st.Type) {
+				return nil, verdictErr("store", "unknown type (want sqlite or postgres)")
+			}
 			return nil, verdictErr("store", "unknown type %q (want sqlite or postgres)", st.Type)
 		}
 	}
