@@ -70,7 +70,8 @@ var schema = sqldb.Schema{
 // twice, across every instance that shares the database. No error carries the database
 // password.
 type DB struct {
-	db *sqldb.DB
+	db    *sqldb.DB
+	group *groupCommit // SQLite's writes; nil on PostgreSQL
 }
 
 // OpenSQLite opens (creating it and its parent directory if needed) the SQLite journal at
@@ -101,7 +102,11 @@ func open(ctx context.Context, db *sqldb.DB) (*DB, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("journal: %w", err)
 	}
-	return &DB{db: db}, nil
+	j := &DB{db: db}
+	if db.Dialect.Name == sqldb.SQLite.Name {
+		j.group = &groupCommit{db: db, fail: j.fail, lead: make(chan struct{}, 1)}
+	}
+	return j, nil
 }
 
 // fail wraps a database error with op, scrubbing the password from its text and keeping
@@ -115,8 +120,60 @@ const settlementColumns = `authorization_key, payment_key, network, asset, payer
 
 // Prepare inserts s in StatePrepared (whatever s.State says), before anything is
 // broadcast. It returns ErrDuplicateSettlement when a row for s.AuthorizationKey exists,
-// whatever its state: one authorization is broadcast once. A zero CreatedAt is now.
+// whatever its state: one authorization is broadcast once. A zero CreatedAt is now. It
+// returns once the row is durable.
 func (j *DB) Prepare(ctx context.Context, s Settlement) error {
+	if err := checkSettlement(s); err != nil {
+		return err
+	}
+	return j.write(ctx, false, func(ctx context.Context, q querier) error { return j.insert(ctx, q, s) })
+}
+
+// PrepareAll is Prepare of every row of rows, in one transaction: all of them are written,
+// or none. When rows for some of the authorization keys exist, it writes nothing and
+// returns a *DuplicatesError naming them (errors.Is ErrDuplicateSettlement). It returns
+// once the rows are durable.
+func (j *DB) PrepareAll(ctx context.Context, rows []Settlement) error {
+	for _, s := range rows {
+		if err := checkSettlement(s); err != nil {
+			return err
+		}
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	return j.write(ctx, len(rows) > 1, func(ctx context.Context, q querier) error {
+		var dup []int
+		for i, s := range rows {
+			err := j.insert(ctx, q, s)
+			switch {
+			case errors.Is(err, ErrDuplicateSettlement):
+				dup = append(dup, i)
+			case err != nil:
+				return err
+			}
+		}
+		if len(dup) > 0 {
+			return &DuplicatesError{Index: dup}
+		}
+		return nil
+	})
+}
+
+// DuplicatesError is PrepareAll's refusal: the rows at Index already exist. Nothing was
+// written.
+type DuplicatesError struct {
+	Index []int
+}
+
+func (e *DuplicatesError) Error() string {
+	return fmt.Sprintf("journal prepare: %d of the settlements are already journaled", len(e.Index))
+}
+
+// Is makes a DuplicatesError match ErrDuplicateSettlement.
+func (e *DuplicatesError) Is(target error) bool { return target == ErrDuplicateSettlement }
+
+func checkSettlement(s Settlement) error {
 	if s.AuthorizationKey == "" {
 		return errors.New("journal prepare: empty authorization key")
 	}
@@ -126,6 +183,11 @@ func (j *DB) Prepare(ctx context.Context, s Settlement) error {
 	if s.SenderNonce > math.MaxInt64 {
 		return fmt.Errorf("journal prepare %s: sender nonce %d out of range", s.AuthorizationKey, s.SenderNonce)
 	}
+	return nil
+}
+
+// insert writes s as a new prepared row on q, or returns ErrDuplicateSettlement.
+func (j *DB) insert(ctx context.Context, q querier, s Settlement) error {
 	created := s.CreatedAt
 	if created.IsZero() {
 		created = time.Now()
@@ -134,7 +196,7 @@ func (j *DB) Prepare(ctx context.Context, s Settlement) error {
 	if raw == nil {
 		raw = []byte{}
 	}
-	res, err := j.db.ExecContext(ctx, `INSERT INTO settlements (`+settlementColumns+`)
+	res, err := q.ExecContext(ctx, `INSERT INTO settlements (`+settlementColumns+`)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
 		ON CONFLICT (authorization_key) DO NOTHING`,
 		s.AuthorizationKey, s.PaymentKey, s.Network,
@@ -151,6 +213,30 @@ func (j *DB) Prepare(ctx context.Context, s Settlement) error {
 	}
 	if n == 0 {
 		return fmt.Errorf("journal prepare %s: %w", s.AuthorizationKey, ErrDuplicateSettlement)
+	}
+	return nil
+}
+
+// write runs op durably. On SQLite, op joins the next group commit (groupCommit). On
+// PostgreSQL, which flushes concurrent commits together itself, op runs on the pool, in a
+// transaction of its own when atomic (several statements that must land together).
+func (j *DB) write(ctx context.Context, atomic bool, op writeOp) error {
+	if j.group != nil {
+		return j.group.do(ctx, op)
+	}
+	if !atomic {
+		return op(ctx, j.db)
+	}
+	tx, err := j.db.BeginTx(ctx, nil)
+	if err != nil {
+		return j.fail("begin", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if err := op(ctx, tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return j.fail("commit", err)
 	}
 	return nil
 }
@@ -182,7 +268,13 @@ func (j *DB) update(ctx context.Context, authorizationKey string, state State, r
 	if settled != nil {
 		set, args = `, settled_tx_hash = $5`, append(args, strings.ToLower(settled.Hex()))
 	}
-	res, err := j.db.ExecContext(ctx, `UPDATE settlements SET state = $1, reason = $2, updated_at = $3`+set+`
+	return j.write(ctx, false, func(ctx context.Context, q querier) error {
+		return j.updateOn(ctx, q, authorizationKey, state, set, in, args)
+	})
+}
+
+func (j *DB) updateOn(ctx context.Context, q querier, authorizationKey string, state State, set string, in []string, args []any) error {
+	res, err := q.ExecContext(ctx, `UPDATE settlements SET state = $1, reason = $2, updated_at = $3`+set+`
 		WHERE authorization_key = $4 AND state IN (`+strings.Join(in, ", ")+`)`, args...)
 	if err != nil {
 		return j.fail("update "+authorizationKey, err)
@@ -195,7 +287,7 @@ func (j *DB) update(ctx context.Context, authorizationKey string, state State, r
 		return nil
 	}
 	var from string
-	err = j.db.QueryRowContext(ctx, `SELECT state FROM settlements WHERE authorization_key = $1`, authorizationKey).Scan(&from)
+	err = q.QueryRowContext(ctx, `SELECT state FROM settlements WHERE authorization_key = $1`, authorizationKey).Scan(&from)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("journal update %s: %w", authorizationKey, ErrNotFound)
 	}
@@ -218,7 +310,13 @@ func (j *DB) AddAttempt(ctx context.Context, authorizationKey string, a Attempt)
 	if created.IsZero() {
 		created = time.Now()
 	}
-	res, err := j.db.ExecContext(ctx, `INSERT INTO settlement_attempts (authorization_key, seq, tx_hash, raw_tx, created_at)
+	return j.write(ctx, false, func(ctx context.Context, q querier) error {
+		return j.addAttempt(ctx, q, authorizationKey, a, created)
+	})
+}
+
+func (j *DB) addAttempt(ctx context.Context, q querier, authorizationKey string, a Attempt, created time.Time) error {
+	res, err := q.ExecContext(ctx, `INSERT INTO settlement_attempts (authorization_key, seq, tx_hash, raw_tx, created_at)
 		SELECT s.authorization_key, $2, $3, $4, $5 FROM settlements s
 		WHERE s.authorization_key = $1 AND s.state IN ('prepared', 'broadcast')
 		ON CONFLICT (authorization_key, seq) DO NOTHING`,
@@ -233,8 +331,13 @@ func (j *DB) AddAttempt(ctx context.Context, authorizationKey string, a Attempt)
 	if n > 0 {
 		return nil
 	}
-	if _, err := j.Get(ctx, authorizationKey); err != nil {
-		return fmt.Errorf("journal add attempt: %w", err)
+	var one int
+	err = q.QueryRowContext(ctx, `SELECT 1 FROM settlements WHERE authorization_key = $1`, authorizationKey).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("journal add attempt %s: %w", authorizationKey, ErrNotFound)
+	}
+	if err != nil {
+		return j.fail("add attempt "+authorizationKey, err)
 	}
 	return fmt.Errorf("journal add attempt %s #%d: %w", authorizationKey, a.Seq, ErrAttemptConflict)
 }

@@ -59,6 +59,10 @@ type Journal interface {
 	// Prepare inserts s in StatePrepared. It returns ErrDuplicateSettlement when a row for
 	// s.AuthorizationKey exists, whatever its state: one authorization is broadcast once.
 	Prepare(ctx context.Context, s Settlement) error
+	// PrepareAll is Prepare of several rows in one transaction: every row is written, or
+	// none. When rows for some keys exist it writes nothing and returns a
+	// *DuplicatesError (errors.Is ErrDuplicateSettlement) naming them.
+	PrepareAll(ctx context.Context, rows []Settlement) error
 	// Update moves the row of authorizationKey to state, recording reason.
 	Update(ctx context.Context, authorizationKey string, state State, reason string) error
 	// UpdateSettled is Update that also records txHash, the attempt whose receipt decided

@@ -1,16 +1,20 @@
 package journal
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"math/big"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -284,6 +288,91 @@ var journalCases = []struct {
 			t.Fatalf("open err = %v, want a newer-schema refusal", err)
 		}
 	}},
+	{"PrepareAll writes every row or none", func(t *testing.T, open journalOpen) {
+		j, ctx := mustOpen(t, open), context.Background()
+		a, b, c := testSettlement(70, journalEpoch), testSettlement(71, journalEpoch), testSettlement(72, journalEpoch)
+		if err := j.Prepare(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		again := a
+		again.TxHash = common.HexToHash("0x77")
+		err := j.PrepareAll(ctx, []Settlement{b, again, c})
+		var dup *DuplicatesError
+		if !errors.Is(err, ErrDuplicateSettlement) || !errors.As(err, &dup) || !reflect.DeepEqual(dup.Index, []int{1}) {
+			t.Fatalf("PrepareAll with a journaled key: err = %v, want DuplicatesError{[1]}", err)
+		}
+		for _, s := range []Settlement{b, c} {
+			if _, err := j.Get(ctx, s.AuthorizationKey); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("row %s written by a refused PrepareAll: %v", s.AuthorizationKey, err)
+			}
+		}
+		if got, err := j.Get(ctx, a.AuthorizationKey); err != nil || got.TxHash != a.TxHash {
+			t.Fatalf("the journaled row = %+v, %v; want it untouched", got, err)
+		}
+		if err := j.PrepareAll(ctx, []Settlement{b, c}); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []Settlement{b, c} {
+			if got, err := j.Get(ctx, s.AuthorizationKey); err != nil || got.State != StatePrepared || got.SenderNonce != s.SenderNonce {
+				t.Fatalf("row = %+v, %v; want prepared", got, err)
+			}
+		}
+	}},
+	{"concurrent writes each get their own answer", func(t *testing.T, open journalOpen) {
+		j, ctx := mustOpen(t, open), context.Background()
+		taken := testSettlement(80, journalEpoch)
+		if err := j.Prepare(ctx, taken); err != nil {
+			t.Fatal(err)
+		}
+		if err := j.Update(ctx, taken.AuthorizationKey, StateConfirmed, ""); err != nil {
+			t.Fatal(err)
+		}
+		// Writes that succeed, and writes refused for their own reason, all at once: in a
+		// group commit, the refused ones must leave nothing and change nothing for the others.
+		const n = 48
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				switch i % 4 {
+				case 0, 1:
+					errs[i] = j.Prepare(ctx, testSettlement(100+i, journalEpoch))
+				case 2:
+					dup := taken
+					dup.TxHash = common.HexToHash(fmt.Sprintf("0x%x", i))
+					errs[i] = j.PrepareAll(ctx, []Settlement{testSettlement(100+i, journalEpoch), dup})
+				case 3:
+					errs[i] = j.Update(ctx, taken.AuthorizationKey, StateFailed, "late")
+				}
+			}()
+		}
+		wg.Wait()
+		for i, err := range errs {
+			switch i % 4 {
+			case 0, 1:
+				if err != nil {
+					t.Errorf("prepare %d: %v", i, err)
+				} else if _, err := j.Get(ctx, testSettlement(100+i, journalEpoch).AuthorizationKey); err != nil {
+					t.Errorf("row %d after its prepare returned: %v", i, err)
+				}
+			case 2:
+				if !errors.Is(err, ErrDuplicateSettlement) {
+					t.Errorf("PrepareAll %d: err = %v, want ErrDuplicateSettlement", i, err)
+				} else if _, err := j.Get(ctx, testSettlement(100+i, journalEpoch).AuthorizationKey); !errors.Is(err, ErrNotFound) {
+					t.Errorf("row %d of a refused PrepareAll: %v, want not found", i, err)
+				}
+			case 3:
+				if !errors.Is(err, ErrInvalidTransition) {
+					t.Errorf("update %d: err = %v, want ErrInvalidTransition", i, err)
+				}
+			}
+		}
+		if got, err := j.Get(ctx, taken.AuthorizationKey); err != nil || got.State != StateConfirmed || got.TxHash != taken.TxHash {
+			t.Errorf("the confirmed row = %+v, %v; want it unchanged", got, err)
+		}
+	}},
 	{"a settlement without an amount is refused", func(t *testing.T, open journalOpen) {
 		j := mustOpen(t, open)
 		s := testSettlement(50, journalEpoch)
@@ -474,4 +563,87 @@ func TestJournalAttemptsMigrateOldRows(t *testing.T) {
 			}
 		})
 	}
+}
+
+// durableChildEnv names the database a child process of TestSQLiteGroupCommitIsDurable
+// writes to.
+const durableChildEnv = "X402GATE_JOURNAL_DURABLE_CHILD"
+
+// TestSQLiteGroupCommitIsDurable: with writes grouped into shared transactions, a Prepare
+// that has returned is on disk all the same. A child process prepares rows from 16
+// goroutines without end and prints each one whose Prepare returned; the test kills it
+// (SIGKILL, no Close) after 64 of them and reopens the database: every row the child
+// printed is there. The connections run synchronous=FULL, so a committed row also
+// survives a power loss (docs/facilitator.md#settlement-journal).
+func TestSQLiteGroupCommitIsDurable(t *testing.T) {
+	if path := os.Getenv(durableChildEnv); path != "" {
+		durableChild(path)
+		return
+	}
+	path := filepath.Join(t.TempDir(), "journal.db")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSQLiteGroupCommitIsDurable$", "-test.count=1")
+	cmd.Env = append(os.Environ(), durableChildEnv+"="+path)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var acked []int
+	sc := bufio.NewScanner(out)
+	for len(acked) < 64 && sc.Scan() {
+		var i int
+		if _, err := fmt.Sscanf(sc.Text(), "prepared %d", &i); err == nil {
+			acked = append(acked, i)
+		}
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if len(acked) < 64 {
+		t.Fatalf("the child acknowledged %d prepares before it stopped, want 64", len(acked))
+	}
+	j, err := OpenSQLite(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	for _, i := range acked {
+		want := testSettlement(i, journalEpoch)
+		if got, err := j.Get(context.Background(), want.AuthorizationKey); err != nil || got.TxHash != want.TxHash {
+			t.Errorf("row %d, acknowledged before the kill: tx %s, %v", i, got.TxHash, err)
+		}
+	}
+	var sync int
+	if err := j.db.QueryRowContext(context.Background(), `PRAGMA synchronous`).Scan(&sync); err != nil || sync != 2 {
+		t.Errorf("PRAGMA synchronous = %d, %v; want 2 (FULL)", sync, err)
+	}
+}
+
+// durableChild is the child of TestSQLiteGroupCommitIsDurable: it prepares rows until it
+// is killed, printing each one once its Prepare returned.
+func durableChild(path string) {
+	j, err := OpenSQLite(context.Background(), path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	var mu sync.Mutex
+	var next atomic.Int64
+	for range 16 {
+		go func() {
+			for {
+				i := int(next.Add(1))
+				if err := j.Prepare(context.Background(), testSettlement(i, journalEpoch)); err != nil {
+					fmt.Fprintln(os.Stderr, err)
+					os.Exit(2)
+				}
+				mu.Lock()
+				fmt.Printf("prepared %d\n", i)
+				mu.Unlock()
+			}
+		}()
+	}
+	select {}
 }
