@@ -16,6 +16,8 @@ import (
 	"github.com/ethereum/go-ethereum/core/types"
 	"github.com/ethereum/go-ethereum/crypto"
 	"go.uber.org/zap"
+
+	"github.com/x402gate/x402gate/facilitator/journal"
 )
 
 // Outcomes of a send that did not end in a broadcast.
@@ -38,11 +40,14 @@ const (
 )
 
 // sender signs and broadcasts the facilitator's transactions on one chain. It owns the
-// signer account's nonce: read once from the node's pending nonce, then counted locally
-// under a mutex, so concurrent settlements never race for a nonce (docs/README.md "A paid
-// request" step 3). The lock covers signing, the journal write and the broadcast only;
-// receipts are awaited outside it, so transactions are pipelined. After a nonce error or
-// an uncertain broadcast the next send reads the pending nonce again.
+// signer account's nonce: read once from the node's pending nonce, then counted locally,
+// so concurrent settlements never race for a nonce (docs/README.md "A paid request" step
+// 3). Sends are pipelined (docs/facilitator.md#settle-order): concurrent sends queue, and
+// whoever takes the lead takes the whole queue as one batch, signs it with consecutive nonces,
+// journals every row of it in one transaction (one fsync), and broadcasts it in nonce
+// order. Receipts are awaited outside the lead, so no broadcast waits for another's receipt.
+// After a nonce error or an uncertain broadcast the next batch reads the pending nonce
+// again.
 type sender struct {
 	c      *chain
 	key    *ecdsa.PrivateKey
@@ -50,9 +55,12 @@ type sender struct {
 	signer types.Signer
 	log    *zap.Logger
 
-	mu     sync.Mutex
+	lead   chan struct{} // holds a token while a batch runs; next and synced are the batch's
 	next   uint64
 	synced bool
+
+	qmu   sync.Mutex
+	queue []*sendReq // sends waiting for the next batch
 
 	feeMu  sync.Mutex
 	tip    *big.Int
@@ -67,6 +75,7 @@ func newSender(c *chain, key *ecdsa.PrivateKey, log *zap.Logger) *sender {
 		addr:   crypto.PubkeyToAddress(key.PublicKey),
 		signer: types.LatestSignerForChainID(c.net.ChainID),
 		log:    log,
+		lead:   make(chan struct{}, 1),
 	}
 }
 
@@ -115,53 +124,196 @@ func (s *sender) fees(ctx context.Context) (*big.Int, *big.Int, error) {
 	return tip, feeCap, nil
 }
 
-// send signs cl with the next nonce, hands the signed transaction to prepare (the journal
-// write, which must succeed before anything is broadcast), and broadcasts it. The error
-// wraps errNotBroadcast (prepare failed, or the node refused the transaction: the nonce is
-// not used) or errBroadcastUnknown (the transaction may be in the node's pool).
-func (s *sender) send(ctx context.Context, cl call, prepare func(*types.Transaction) error) (*types.Transaction, error) {
+// journaled is how send journals a transaction before broadcasting it. Every journaled
+// send of one sender names the same journal, its engine's.
+type journaled struct {
+	j journal.Journal
+	// row is the journal row of the signed transaction.
+	row func(*types.Transaction) (journal.Settlement, error)
+	// after, if set, runs once the row is durable and before the broadcast; an error stops
+	// the broadcast (the crash test seam).
+	after func(journal.Settlement) error
+}
+
+// sendReq is one send waiting in, or handled by, a batch.
+type sendReq struct {
+	ctx  context.Context
+	cl   call
+	jn   *journaled
+	tx   *types.Transaction
+	row  journal.Settlement
+	err  error
+	done chan struct{}
+}
+
+// send signs cl with the next nonce, journals the signed transaction through jn (nil: not
+// journaled; when set, the row must be durable before anything is broadcast), and
+// broadcasts it. The error wraps errNotBroadcast (journaling failed, or the node refused
+// the transaction, or an earlier transaction of its batch was not broadcast: the nonce is
+// not used) or errBroadcastUnknown (the transaction may be in the node's pool). A journal
+// refusal keeps its error (journal.ErrDuplicateSettlement), with no transaction.
+func (s *sender) send(ctx context.Context, cl call, jn *journaled) (*types.Transaction, error) {
+	r := &sendReq{ctx: ctx, cl: cl, jn: jn, done: make(chan struct{})}
+	s.qmu.Lock()
+	s.queue = append(s.queue, r)
+	s.qmu.Unlock()
+	// Wait for a batch to answer r, or lead the next batch. A send that an earlier batch
+	// answered returns without taking the lead, so the senders of a batch do not queue for
+	// it one by one to learn they are done.
+	select {
+	case <-r.done:
+	case s.lead <- struct{}{}:
+		s.qmu.Lock()
+		batch := s.queue
+		s.queue = nil
+		s.qmu.Unlock()
+		// A batch answers every send it takes before it lets go of the lead, so r is in
+		// this one unless an earlier batch answered it.
+		if len(batch) > 0 {
+			s.runBatch(ctx, batch)
+		}
+		<-s.lead
+		<-r.done
+	}
+	return r.tx, r.err
+}
+
+// runBatch signs, journals and broadcasts batch, holding the lead, and answers each send.
+func (s *sender) runBatch(ctx context.Context, batch []*sendReq) {
+	defer func() {
+		for _, r := range batch {
+			close(r.done)
+		}
+	}()
+	failAll := func(rs []*sendReq, err error) {
+		for _, r := range rs {
+			r.tx, r.err = nil, err
+		}
+	}
 	tip, feeCap, err := s.fees(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errNotBroadcast, err)
+		failAll(batch, fmt.Errorf("%w: %w", errNotBroadcast, err))
+		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if !s.synced {
 		n, err := s.c.client.PendingNonceAt(ctx, s.addr)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", errNotBroadcast, s.c.unavailable("pending nonce", err))
+			failAll(batch, fmt.Errorf("%w: %w", errNotBroadcast, s.c.unavailable("pending nonce", err)))
+			return
 		}
 		s.next, s.synced = n, true
 	}
-	to := cl.to
-	tx, err := types.SignNewTx(s.key, s.signer, &types.DynamicFeeTx{
-		ChainID: s.c.net.ChainID, Nonce: s.next, GasTipCap: tip, GasFeeCap: feeCap,
-		Gas: cl.gas, To: &to, Value: new(big.Int), Data: cl.data,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%w: sign: %w", errNotBroadcast, err)
-	}
-	if prepare != nil {
-		if err := prepare(tx); err != nil {
-			return nil, fmt.Errorf("%w: %w", errNotBroadcast, err)
+	// Sign with consecutive nonces and journal every row in one transaction. A send the
+	// journal refuses (its authorization is journaled already) drops out, and the rest are
+	// signed again, so the nonces stay consecutive.
+	pending := batch
+	for len(pending) > 0 {
+		var (
+			rows  []journal.Settlement
+			owner []*sendReq
+			drop  = map[*sendReq]bool{}
+			j     journal.Journal
+		)
+		for i, r := range pending {
+			to := r.cl.to
+			r.tx, err = types.SignNewTx(s.key, s.signer, &types.DynamicFeeTx{
+				ChainID: s.c.net.ChainID, Nonce: s.next + uint64(i), GasTipCap: tip, GasFeeCap: feeCap,
+				Gas: r.cl.gas, To: &to, Value: new(big.Int), Data: r.cl.data,
+			})
+			if err != nil {
+				r.tx, r.err, drop[r] = nil, fmt.Errorf("%w: sign: %w", errNotBroadcast, err), true
+				continue
+			}
+			if r.jn == nil {
+				continue
+			}
+			if r.row, err = r.jn.row(r.tx); err != nil {
+				r.tx, r.err, drop[r] = nil, fmt.Errorf("%w: journal prepare: %w", errNotBroadcast, err), true
+				continue
+			}
+			rows, owner, j = append(rows, r.row), append(owner, r), r.jn.j
 		}
+		if len(drop) == 0 && len(rows) > 0 {
+			err = j.PrepareAll(ctx, rows)
+			var dup *journal.DuplicatesError
+			switch {
+			case errors.As(err, &dup):
+				for _, i := range dup.Index {
+					r := owner[i]
+					r.tx, r.err, drop[r] = nil, fmt.Errorf("%w: journal prepare %s: %w", errNotBroadcast,
+						r.row.AuthorizationKey, journal.ErrDuplicateSettlement), true
+				}
+			case err != nil:
+				failAll(pending, fmt.Errorf("%w: journal prepare: %w", errNotBroadcast, err))
+				return
+			}
+		}
+		if len(drop) == 0 {
+			break
+		}
+		kept := pending[:0:0]
+		for _, r := range pending {
+			if !drop[r] {
+				kept = append(kept, r)
+			}
+		}
+		pending = kept
 	}
-	if err := s.c.client.SendTransaction(ctx, tx); err != nil && !isAlreadyKnown(err) {
-		if isRPCReply(err) && isDefiniteRefusal(err) {
+	s.broadcast(pending)
+}
+
+// broadcast sends the signed, journaled transactions of pending in nonce order, and moves
+// the nonce past those the node took. At the first that is not broadcast, it stops: the
+// rest would wait behind a nonce gap, so they are not sent, their rows are closed as
+// failed (not_broadcast), and the next batch signs from the first unused nonce.
+func (s *sender) broadcast(pending []*sendReq) {
+	for i, r := range pending {
+		if r.jn != nil && r.jn.after != nil {
+			if err := r.jn.after(r.row); err != nil {
+				r.tx, r.err = nil, fmt.Errorf("%w: before broadcast: %w", errNotBroadcast, err)
+				s.abandon(pending[i+1:])
+				return
+			}
+		}
+		err := s.c.client.SendTransaction(r.ctx, r.tx)
+		if err == nil || isAlreadyKnown(err) {
+			s.next = r.tx.Nonce() + 1
+			continue
+		}
+		switch {
+		case isRPCReply(err) && isDefiniteRefusal(err):
 			if isNonceError(err) {
 				s.synced = false
 			}
-			return tx, fmt.Errorf("%w: node refused the transaction: %s", errNotBroadcast, s.c.redact(err))
+			r.err = fmt.Errorf("%w: node refused the transaction: %s", errNotBroadcast, s.c.redact(err))
+		case errors.Is(err, syscall.ECONNREFUSED):
+			r.err = fmt.Errorf("%w: %w", errNotBroadcast, s.c.unavailable("send transaction", err))
+		default:
+			s.synced = false
+			r.err = fmt.Errorf("%w: %w", errBroadcastUnknown, s.c.unavailable("send transaction", err))
 		}
-		if errors.Is(err, syscall.ECONNREFUSED) {
-			return tx, fmt.Errorf("%w: %w", errNotBroadcast, s.c.unavailable("send transaction", err))
-		}
-		s.synced = false
-		return tx, fmt.Errorf("%w: %w", errBroadcastUnknown, s.c.unavailable("send transaction", err))
+		s.abandon(pending[i+1:])
+		return
 	}
-	s.next++
-	return tx, nil
 }
+
+// abandon answers the sends of rest, signed and journaled but behind a transaction that
+// was not broadcast: they are not sent, and their rows are closed before any later batch
+// reuses their nonces.
+func (s *sender) abandon(rest []*sendReq) {
+	for _, r := range rest {
+		r.err = fmt.Errorf("%w: an earlier transaction of its batch was not broadcast", errNotBroadcast)
+		if r.jn == nil {
+			continue
+		}
+		if err := r.jn.j.Update(r.ctx, r.row.AuthorizationKey, journal.StateFailed, reasonNotBroadcast); err != nil {
+			s.log.Error("journal update", zap.String("tx", r.tx.Hash().Hex()), zap.Error(err))
+		}
+	}
+}
+
+// reasonNotBroadcast is the journal reason of a row whose transaction was never sent.
+const reasonNotBroadcast = "not_broadcast"
 
 // resend broadcasts an already signed transaction again (same bytes, same hash): it is the
 // same transaction, not a second one. "already known" counts as success.
@@ -172,9 +324,9 @@ func (s *sender) resend(ctx context.Context, tx *types.Transaction) error {
 	}
 	if isRPCReply(err) {
 		if isNonceError(err) {
-			s.mu.Lock()
+			s.lead <- struct{}{}
 			s.synced = false
-			s.mu.Unlock()
+			<-s.lead
 		}
 		return fmt.Errorf("resend %s: node refused: %s", tx.Hash().Hex(), s.c.redact(err))
 	}

@@ -124,7 +124,7 @@ func (e *Engine) settle(ctx context.Context, p *x402.Payment, r *x402.Requiremen
 			return refuse(f)
 		}
 	}
-	tx, err := c.chain.sender.send(ctx, cl, func(tx *types.Transaction) error { return e.journalPrepare(ctx, c, tx) })
+	tx, err := c.chain.sender.send(ctx, cl, e.journaled(c))
 	if tx != nil {
 		res.resp.Transaction, res.resp.TxHash = tx.Hash().Hex(), tx.Hash().Hex()
 	}
@@ -137,7 +137,7 @@ func (e *Engine) settle(ctx context.Context, p *x402.Payment, r *x402.Requiremen
 		return refuse(fail(x402.ReasonSettlementPending, "broadcast outcome unknown; reconcile before retrying"))
 	case errors.Is(err, errNotBroadcast) && tx != nil:
 		// The journal row exists but the node refused the transaction.
-		e.journalUpdate(ctx, c, journal.StateFailed, "not_broadcast")
+		e.journalUpdate(ctx, c, journal.StateFailed, reasonNotBroadcast)
 		e.logChainErr("broadcast refused", c.chain, err)
 		if errors.Is(err, errRPCUnavailable) {
 			return refuse(fail(x402.ReasonChainUnavailable, "rpc unavailable"))
@@ -362,40 +362,41 @@ func checkReceipt(ch *chain, r *types.Receipt, a x402.Authorization) *failure {
 	return fail(x402.ReasonTransferEventMismatch, "receipt lacks the expected Transfer event")
 }
 
-// journalPrepare writes the signed settlement transaction before it is broadcast, then
-// runs the crash test seam.
-func (e *Engine) journalPrepare(ctx context.Context, c *checked, tx *types.Transaction) error {
-	raw, err := tx.MarshalBinary()
-	if err != nil {
-		return fmt.Errorf("encode transaction: %w", err)
-	}
-	now := e.now()
-	s := journal.Settlement{
-		AuthorizationKey: c.key.AuthorizationKey(),
-		PaymentKey:       c.key.String(),
-		Network:          c.key.Network,
-		Asset:            c.key.Asset,
-		Payer:            c.key.Payer,
-		PayTo:            c.key.PayTo,
-		Amount:           c.key.Amount,
-		Nonce:            c.key.Nonce,
-		TxHash:           tx.Hash(),
-		RawTx:            raw,
-		SenderNonce:      tx.Nonce(),
-		State:            journal.StatePrepared,
-		CreatedAt:        now,
-		UpdatedAt:        now,
-	}
-	if err := e.cfg.Journal.Prepare(ctx, s); err != nil {
-		return fmt.Errorf("journal prepare: %w", err)
-	}
-	faults.Point("settle.after-journal")
-	if e.cfg.beforeBroadcast != nil {
-		if err := e.cfg.beforeBroadcast(s); err != nil {
-			return fmt.Errorf("before broadcast: %w", err)
+// journaled is how the settlement transaction of c is journaled: its row is written before
+// it is broadcast (with the other sends of its batch, in one transaction), then the crash
+// test seam runs.
+func (e *Engine) journaled(c *checked) *journaled {
+	jn := &journaled{j: e.cfg.Journal, row: func(tx *types.Transaction) (journal.Settlement, error) {
+		raw, err := tx.MarshalBinary()
+		if err != nil {
+			return journal.Settlement{}, fmt.Errorf("encode transaction: %w", err)
 		}
+		now := e.now()
+		return journal.Settlement{
+			AuthorizationKey: c.key.AuthorizationKey(),
+			PaymentKey:       c.key.String(),
+			Network:          c.key.Network,
+			Asset:            c.key.Asset,
+			Payer:            c.key.Payer,
+			PayTo:            c.key.PayTo,
+			Amount:           c.key.Amount,
+			Nonce:            c.key.Nonce,
+			TxHash:           tx.Hash(),
+			RawTx:            raw,
+			SenderNonce:      tx.Nonce(),
+			State:            journal.StatePrepared,
+			CreatedAt:        now,
+			UpdatedAt:        now,
+		}, nil
+	}}
+	jn.after = func(s journal.Settlement) error {
+		faults.Point("settle.after-journal")
+		if e.cfg.beforeBroadcast != nil {
+			return e.cfg.beforeBroadcast(s)
+		}
+		return nil
 	}
-	return nil
+	return jn
 }
 
 // journalSettled is journalUpdate for a state decided by the receipt of attempt txHash,

@@ -1,0 +1,144 @@
+package facilitator
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/x402gate/x402gate/x402"
+)
+
+// BenchmarkSettleConcurrent settles b.N distinct payments through one Engine against anvil
+// with automine (GUARDIAN_MODE off, MemoryStore, SQLite journal), from c goroutines at
+// once: the paid path's settle as payers are added. The payments come from the nine
+// funded payer accounts in turn, each with a fresh EIP-3009 nonce, signed before the
+// timer starts. All settlements share the one facilitator signer, so they contend for its
+// nonce, the journal and the node. It reports settles/s, the median and 99th percentile
+// latency of one Settle, the share that settled, and the CPU time per settle of this
+// process and of the anvil node (bench/pipeline.md).
+//
+//	go test -run '^$' -bench BenchmarkSettleConcurrent -benchtime 256x ./facilitator/
+func BenchmarkSettleConcurrent(b *testing.B) {
+	for _, c := range []int{1, 8, 64} {
+		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) { benchSettleConcurrent(b, c) })
+	}
+}
+
+func benchSettleConcurrent(b *testing.B, conc int) {
+	env := benchEnv(b)
+	e := env.engine(b, env.config(b))
+	payee := env.chain.Accounts[len(env.chain.Accounts)-1].Address
+	payers := env.chain.Accounts[1 : len(env.chain.Accounts)-1]
+	type job struct {
+		p *x402.Payment
+		r *x402.Requirements
+	}
+	jobs := make(chan job, b.N)
+	for i := range b.N {
+		p, r := env.pay(b, x402.Version2, payers[i%len(payers)], payee)
+		jobs <- job{p, r}
+	}
+	close(jobs)
+	// Warm the engine (fee cache, sender nonce, connections) outside the timer.
+	p, r := env.pay(b, x402.Version2, payers[0], payee)
+	if res, err := e.Settle(context.Background(), p, r); err != nil || !res.Success {
+		b.Fatalf("warm-up settle = %+v, %v", res, err)
+	}
+	lat := make([]time.Duration, b.N)
+	var next, ok, failed atomic.Int64
+	signer := env.chain.FacilitatorAccount().Address
+	var wg sync.WaitGroup
+	b.ReportAllocs()
+	b.ResetTimer()
+	selfBefore, nodeBefore := selfCPU(), childrenCPU()
+	start := time.Now()
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				t0 := time.Now()
+				res, err := e.Settle(context.Background(), j.p, j.r)
+				d := time.Since(t0)
+				lat[next.Add(1)-1] = d
+				if err == nil && res.Success {
+					ok.Add(1)
+				} else if failed.Add(1) == 1 {
+					// Say where the transactions are: a node that leaves ready transactions
+					// unmined in automine shows them pending here (bench/pipeline.md).
+					var pool map[string]any
+					env.chain.RPC(b, &pool, "txpool_status")
+					b.Logf("settle = %+v, %v; signer nonce mined %d, pending %d; txpool %v", res, err,
+						env.signerNonce(b, signer), env.pendingNonce(b, signer), pool)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	self, node := selfCPU()-selfBefore, childrenCPU()-nodeBefore
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "settles/s")
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[min(len(lat)-1, len(lat)*99/100)].Microseconds())/1000, "p99-ms")
+	b.ReportMetric(100*float64(ok.Load())/float64(b.N), "settled-%")
+	b.ReportMetric(float64(self.Microseconds())/1000/float64(b.N), "cpu-ms/settle")
+	b.ReportMetric(float64(node.Microseconds())/1000/float64(b.N), "anvil-cpu-ms/settle")
+}
+
+// selfCPU is the CPU time this process has used (user and system).
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// childrenCPU is the CPU time used so far by the live descendants of this process (the
+// anvil node, under its npm wrapper), read from /proc; 0 where there is no /proc.
+func childrenCPU() time.Duration {
+	const clockTick = 10 * time.Millisecond // USER_HZ, 100 on Linux
+	dirs, _ := os.ReadDir("/proc")
+	parent := map[int]int{}
+	ticks := map[int]int64{}
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile("/proc/" + d.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// Fields after the parenthesised command: state ppid ... utime(14) stime(15).
+		f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		parent[pid], ticks[pid] = ppid, ut+st
+	}
+	self := os.Getpid()
+	var sum int64
+	for pid, t := range ticks {
+		for p := parent[pid]; p > 1; p = parent[p] {
+			if p == self {
+				sum += t
+				break
+			}
+		}
+	}
+	return time.Duration(sum) * clockTick
+}
