@@ -220,8 +220,9 @@ func TestSchemaFileIsARegularFile(t *testing.T) {
 }
 
 // TestATypelessDSNIsNotEchoed: a store or journal written as its URL or DSN, without the type
-// in front, is refused without quoting it, since it may hold a password (found by
-// FuzzVerdictGlobalOption); an unknown plain word is still quoted.
+// in front, and a verdict rpc URL without its chain id or in its place, are refused without
+// quoting them, since they may hold a password or key (found by FuzzVerdictGlobalOption); an
+// unknown plain word is still quoted.
 func TestATypelessDSNIsNotEchoed(t *testing.T) {
 	const pw = "hunter2-canary-pw"
 	for _, c := range []struct {
@@ -232,6 +233,8 @@ func TestATypelessDSNIsNotEchoed(t *testing.T) {
 		{"verdict {\n\tstore postgres://verdict:" + pw + "@db/verdict\n}", func(d *caddyfile.Dispenser) error { return new(VerdictApp).UnmarshalCaddyfile(d) }, "store wants a type first"},
 		{"x402 {\n\tfacilitator {\n\t\tjournal postgres://x402:" + pw + "@db/x402\n\t}\n}", func(d *caddyfile.Dispenser) error { return new(App).UnmarshalCaddyfile(d) }, "journal wants a type first"},
 		{"x402 {\n\tfacilitator {\n\t\tstore redis://:" + pw + "@cache:6379\n\t}\n}", func(d *caddyfile.Dispenser) error { return new(App).UnmarshalCaddyfile(d) }, "store wants a type first"},
+		{"verdict {\n\trpc https://rpc.example/v3/" + pw + "\n}", func(d *caddyfile.Dispenser) error { return new(VerdictApp).UnmarshalCaddyfile(d) }, "rpc wants <chain id> <url placeholder>"},
+		{"verdict {\n\trpc https://rpc.example/v3/" + pw + " 8453\n}", func(d *caddyfile.Dispenser) error { return new(VerdictApp).UnmarshalCaddyfile(d) }, "the chain id comes first"},
 		{"verdict {\n\tstore mysql x\n}", func(d *caddyfile.Dispenser) error { return new(VerdictApp).UnmarshalCaddyfile(d) }, `unknown store "mysql"`},
 	} {
 		err := c.parse(caddyfile.NewTestDispenser(c.input))

@@ -207,6 +207,9 @@ func refreshSanctions(ctx context.Context, e *engine.Evaluator, every time.Durat
 func parseChainID(d *caddyfile.Dispenser, option, s string) (int64, error) {
 	id, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || id <= 0 {
+		if !plainWord(s) { // an rpc URL in the chain id's place: never echo it (docs/caddy.md#secrets)
+			return 0, d.Errf("%s: the chain id comes first, as a positive integer", option)
+		}
 		return 0, d.Errf("%s: chain id %q is not a positive integer", option, s)
 	}
 	return id, nil
@@ -216,7 +219,8 @@ func parseChainID(d *caddyfile.Dispenser, option, s string) (int64, error) {
 func parseVerdictRPC(d *caddyfile.Dispenser) (VerdictRPCConfig, error) {
 	args := d.RemainingArgs()
 	if len(args) != 2 {
-		return VerdictRPCConfig{}, d.ArgErr()
+		// not ArgErr, which quotes the last word: that may be the URL with its key
+		return VerdictRPCConfig{}, d.Errf("rpc wants <chain id> <url placeholder>: wrong argument count (%d)", len(args))
 	}
 	id, err := parseChainID(d, "rpc", args[0])
 	if err != nil {
