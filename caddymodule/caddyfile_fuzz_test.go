@@ -87,9 +87,9 @@ func checkParseError(t *testing.T, toks []caddyfile.Token, err error) {
 	}
 	named := errOption.MatchString(msg)
 	for i, tok := range toks {
-		// a brace counts only quoted (`subdirective "{"`, `after '}'`), not as any { in the text
-		if tok.Text != "" && (tok.Text != "{" && tok.Text != "}" && strings.Contains(msg, tok.Text) ||
-			strings.Contains(msg, strconv.Quote(tok.Text)) || strings.Contains(msg, "'"+tok.Text+"'")) {
+		// a brace or an empty word ("") counts only quoted (`subdirective "{"`, `after '}'`)
+		if tok.Text != "" && tok.Text != "{" && tok.Text != "}" && strings.Contains(msg, tok.Text) ||
+			strings.Contains(msg, strconv.Quote(tok.Text)) || strings.Contains(msg, "'"+tok.Text+"'") {
 			named = true
 		}
 		if i > 1 && secretValue(toks, i) && strings.Contains(msg, tok.Text) {
