@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -121,13 +122,47 @@ func RemoveCaddyBuild() {
 // address. (Another process may take it before Caddy binds it; the window is small.)
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := pickPort()
 	if err != nil {
-		t.Fatalf("testenv: find a free port: %v", err)
+		t.Fatalf("testenv: %v", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
+
+// pickPort is FreePort for the servers testenv starts itself (Redis, PostgreSQL).
+func pickPort() (int, error) {
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for range 200 {
+		port := freePortLow + rand.IntN(freePortHigh-freePortLow)
+		if handedOut.ports[port] {
+			continue
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		handedOut.ports[port] = true
+		return port, nil
+	}
+	return 0, fmt.Errorf("no free loopback port in [%d, %d) after 200 tries", freePortLow, freePortHigh)
+}
+
+// FreePort and pickPort draw from below Linux's ephemeral range (32768-60999), so that neither
+// a port the kernel picks for another listener nor the source port of an outgoing connection
+// takes it between the pick and the bind, and they never hand the same port out twice in one
+// process (a Caddy's admin and site ports once came out equal, and the test talked to the
+// admin API).
+const (
+	freePortLow  = 20000
+	freePortHigh = 32000
+)
+
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
 
 // CaddyOptions change how StartCaddy runs Caddy.
 type CaddyOptions struct {

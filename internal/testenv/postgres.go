@@ -85,7 +85,7 @@ func StartPostgresServer(t testing.TB, cfg PostgresConfig) *PostgresServer {
 	}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ { // a free port can be taken before postgres binds it
-		port, err := pgFreePort()
+		port, err := pickPort()
 		if err != nil {
 			t.Fatalf("testenv: %v", err)
 		}
@@ -296,15 +296,6 @@ func pgWaitReady(dsn string) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-func pgFreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free loopback port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func pgTail(b []byte) string {

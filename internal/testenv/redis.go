@@ -84,7 +84,7 @@ func StartRedisServer(t testing.TB, cfg RedisConfig) *RedisServer {
 func redisTryStart(bin, dir string, cfg RedisConfig, port int) (*RedisServer, error) {
 	if port == 0 {
 		var err error
-		if port, err = redisFreePort(); err != nil {
+		if port, err = pickPort(); err != nil {
 			return nil, err
 		}
 	}
@@ -182,15 +182,6 @@ func (s *RedisServer) Stop() {
 		_ = s.cmd.Process.Kill()
 		<-s.exited
 	})
-}
-
-func redisFreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free loopback port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // redisLog keeps the server's output for a failure message.
