@@ -47,18 +47,22 @@ func secretValue(toks []caddyfile.Token, i int) bool {
 	if len(tok.Text) < 12 || strings.HasPrefix(tok.Text, "{") {
 		return false
 	}
+	// an option is the first word of its line (in `facilitator rpc …`, rpc is a name)
+	startsLine := func(j int) bool { return j == 0 || toks[j-1].Line != toks[j].Line }
 	prev := toks[i-1]
 	if prev.Line != tok.Line {
 		return false
 	}
-	switch prev.Text {
-	case "store", "journal", "database":
-		return strings.ContainsAny(tok.Text, ":@/=")
+	if startsLine(i - 1) {
+		switch prev.Text {
+		case "store", "journal", "database":
+			return strings.ContainsAny(tok.Text, ":@/=")
+		}
+		if secretOptions[prev.Text] {
+			return true
+		}
 	}
-	if secretOptions[prev.Text] {
-		return true
-	}
-	if i > 2 && toks[i-2].Line == tok.Line {
+	if i > 2 && toks[i-2].Line == tok.Line && startsLine(i-2) {
 		switch toks[i-2].Text {
 		case "store", "journal", "database":
 			return true
