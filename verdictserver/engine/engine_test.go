@@ -310,14 +310,14 @@ func TestPaymentEvidence(t *testing.T) {
 			t.Errorf("check %s (%s): observation present %v", c.CheckID, c.Status, has)
 		}
 	}
-	cap := v.Evidence.Observations["per_tx_cap"].(map[string]any)
-	if cap["observed"] != 0.01 || cap["expected"] != 5.0 {
+	cap := v.Evidence.Observations["per_tx_cap"].(*Observation)
+	if cap.Observed != 0.01 || cap.Expected != 5.0 {
 		t.Errorf("per_tx_cap observation %v", cap)
 	}
 	if v.USDNotional == nil || *v.USDNotional != 0.01 {
 		t.Errorf("usdNotional %v, want 0.01", v.USDNotional)
 	}
-	scr := v.Evidence.Observations["sanctions"].(map[string]any)["observed"].(map[string]any)["screened"].([]string)
+	scr := v.Evidence.Observations["sanctions"].(*Observation).Observed.(map[string]any)["screened"].([]string)
 	if len(scr) != 3 {
 		t.Errorf("screened %v, want escrow, payTo and asset", scr)
 	}

@@ -180,11 +180,11 @@ func TestHyperliquidEvidence(t *testing.T) {
 	if tr := legs[1]["trigger"].(map[string]any); tr["isMarket"] != true || tr["triggerPx"] != "95000" || tr["tpsl"] != "sl" {
 		t.Errorf("trigger %v", tr)
 	}
-	screened := v.Evidence.Observations["sanctions"].(map[string]any)["observed"].(map[string]any)["screened"].([]string)
+	screened := v.Evidence.Observations["sanctions"].(*Observation).Observed.(map[string]any)["screened"].([]string)
 	if !slices.Contains(screened, payee.Hex()) || !slices.Contains(screened, stranger.Hex()) {
 		t.Errorf("the builder and the vault are not screened: %v", screened)
 	}
-	if lev := v.Evidence.Observations["leverage"].(map[string]any)["observed"].([]float64); !slices.Equal(lev, []float64{3, 3}) {
+	if lev := v.Evidence.Observations["leverage"].(*Observation).Observed.([]float64); !slices.Equal(lev, []float64{3, 3}) {
 		t.Errorf("leverage observed %v", lev)
 	}
 	if *v.USDNotional != 1001+855 {

@@ -105,6 +105,15 @@ func (ev *evaluation) sanctionsFresh() bool {
 	return !ev.sanctions.AsOf().Add(ev.ttl).Before(ev.now)
 }
 
+// Observation is one check's entry in evidence.observations: what the check observed against
+// what the policy expected. Its JSON is that of the map {"expected", "observed"} (members in
+// the order encoding/json writes a map's keys), in one allocation instead of a map's two and
+// about 300 bytes.
+type Observation struct {
+	Expected any `json:"expected"`
+	Observed any `json:"observed"`
+}
+
 // verdictBox holds a verdict and what its pointers point to, allocated at once.
 type verdictBox struct {
 	v             verdict.Verdict
@@ -167,7 +176,7 @@ func (ev *evaluation) verdict() *verdict.Verdict {
 			chk.TriggeringPolicyField = &box.fields[i]
 		}
 		if r.ran {
-			observations[string(c.id)] = map[string]any{"observed": r.obs, "expected": r.exp}
+			observations[string(c.id)] = &Observation{Expected: r.exp, Observed: r.obs}
 		}
 		v.Checks[i] = chk
 	}

@@ -249,11 +249,11 @@ func TestTradeEvidence(t *testing.T) {
 	if len(legs) != 2 || legs[0]["trade"].(map[string]any)["minOut"] != "2900000000" || legs[1]["trade"].(map[string]any)["limitPrice"] != "150000" {
 		t.Errorf("legs %v", legs)
 	}
-	slip := v.Evidence.Observations["slippage_guard"].(map[string]any)["observed"].([]map[string]any)[0]
+	slip := v.Evidence.Observations["slippage_guard"].(*Observation).Observed.([]map[string]any)[0]
 	if bps := slip["slippageBps"].(float64); bps < 333.3 || bps > 333.4 {
 		t.Errorf("slippage observation %v", slip)
 	}
-	dev := v.Evidence.Observations["execution_price_bound"].(map[string]any)["observed"].([]map[string]any)[0]
+	dev := v.Evidence.Observations["execution_price_bound"].(*Observation).Observed.([]map[string]any)[0]
 	if dev["deviationBps"] != 5000.0 || dev["reference"] != "100000" {
 		t.Errorf("deviation observation %v", dev)
 	}
