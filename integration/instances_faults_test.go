@@ -1,9 +1,7 @@
 package integration_test
 
 import (
-	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -178,44 +176,18 @@ func TestSeveralInstancesUnderFaults(t *testing.T) {
 		// Behind one load balancer every instance sees the site's host, to which the
 		// credit is bound (the resource URL): the request to C carries A's.
 		retry := map[string]string{"X-PAYMENT": header, "X-PAYMENT-RETRY": token}
-		redeemed := doAsHost(t, c.api+path, strings.TrimPrefix(a.api, "http://"), retry)
+		redeemed := doHost(t, c.api+path, strings.TrimPrefix(a.api, "http://"), retry)
 		if redeemed.Status != http.StatusOK {
 			t.Fatalf("redeeming on another instance: status %d: %s", redeemed.Status, redeemed.Body)
 		}
 		if events, _ := authorizationUses(t, f.chain, f.tok, auth, head); events != 1 || f.up.count(path) != 1 {
 			t.Errorf("the pending payment: %d uses on chain, %d upstream calls, want 1 and 1", events, f.up.count(path))
 		}
-		if again := doAsHost(t, c.api+path, strings.TrimPrefix(a.api, "http://"), retry); again.Status == http.StatusOK {
+		if again := doHost(t, c.api+path, strings.TrimPrefix(a.api, "http://"), retry); again.Status == http.StatusOK {
 			t.Error("the redeemed token served a second answer")
 		}
 	})
 	for _, in := range append(ins, b) {
 		f.noSecretsIn(t, in.caddy.Logs())
 	}
-}
-
-// doAsHost sends a GET to url with the Host header host, as a load balancer in front of
-// several instances forwards it.
-func doAsHost(t *testing.T, url, host string, header map[string]string) httpResult {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), requestBound)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Host = host
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return httpResult{Status: resp.StatusCode, Header: resp.Header, Body: body}
 }
