@@ -17,6 +17,9 @@ type row struct {
 	section, measure, ours, peer, note string
 	ratio                              float64 // 0: none
 	higherBetter                       bool
+	// goal, when set, is the ratio the issue asks for: a row that cannot beat its peer (a
+	// bound) is marked against the goal instead of "(we lose)".
+	goal float64
 }
 
 type profile struct{ title, top string }
@@ -121,6 +124,12 @@ func (r *report) ratioCell(x row) string {
 		return "–"
 	}
 	s := fmt.Sprintf("%.2f×", x.ratio)
+	if x.goal > 0 {
+		if x.ratio < x.goal {
+			s += " (below the goal)"
+		}
+		return s
+	}
 	if x.higherBetter && math.Round(x.ratio*100) < 100 { // as printed: 0.995 is 1.00×, a tie
 		s += " (we lose)"
 	}
