@@ -8,6 +8,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -147,7 +148,8 @@ func (e *Evaluator) SetSanctions(l *sanctions.List) { e.sanctions.Store(l) }
 // or a pending verdict.
 func (e *Evaluator) Evaluate(ctx context.Context, in Input) *verdict.Verdict {
 	start := time.Now()
-	ev := &evaluation{
+	ev := evaluations.Get().(*evaluation)
+	*ev = evaluation{
 		ctx:       ctx,
 		feeds:     e.feeds,
 		oracles:   e.oracles,
@@ -157,11 +159,48 @@ func (e *Evaluator) Evaluate(ctx context.Context, in Input) *verdict.Verdict {
 		prices:    e.prices,
 		now:       e.now().UTC(),
 		refs:      e.refs,
+
+		sources:       ev.sources,
+		cached:        ev.cached,
+		pricedAmounts: ev.pricedAmounts,
+		degraded:      ev.degraded,
 	}
 	ev.act, ev.decodeErr = e.decode(in.ProposedTx, in.Escrow)
 	v := ev.verdict()
 	v.LatencyMs = time.Since(start).Milliseconds()
+	ev.release()
 	return v
+}
+
+// evaluations recycles the state of an evaluation (and its lists' arrays): the verdict
+// keeps nothing of it (it copies what it reports), so the next Evaluate can reuse it.
+var evaluations = sync.Pool{New: func() any { return new(evaluation) }}
+
+// maxRecycled bounds the lists an evaluation keeps for the next one.
+const maxRecycled = 16
+
+// release drops what ev refers to and puts it back in evaluations.
+func (ev *evaluation) release() {
+	keep := func(n int) bool { return n <= maxRecycled }
+	clear(ev.sources)
+	clear(ev.cached)
+	clear(ev.pricedAmounts)
+	clear(ev.degraded)
+	next := evaluation{}
+	if keep(cap(ev.sources)) {
+		next.sources = ev.sources[:0]
+	}
+	if keep(cap(ev.cached)) {
+		next.cached = ev.cached[:0]
+	}
+	if keep(cap(ev.pricedAmounts)) {
+		next.pricedAmounts = ev.pricedAmounts[:0]
+	}
+	if keep(cap(ev.degraded)) {
+		next.degraded = ev.degraded[:0]
+	}
+	*ev = next
+	evaluations.Put(ev)
 }
 
 // decode finds the decoder for proposedTx.protocol (docs/policy.md#default-deny: none is a

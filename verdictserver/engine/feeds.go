@@ -103,12 +103,24 @@ func (ev *evaluation) usdOfUncached(chainID int64, asset common.Address, value *
 // annotate adds members to the evidence source called name (evidence.sources carries more
 // than dataFreshness.sources: docs/policy.md#evidence).
 func (ev *evaluation) annotate(name string, kv ...any) {
+	ev.annotateWith(name, false, kv)
+}
+
+// annotateStable is annotate with kv one shared slice that every evaluation consulting the
+// source gives alike (listAnnotations), so its rendering can be cached (renderSources).
+func (ev *evaluation) annotateStable(name string, kv []any) {
+	ev.annotateWith(name, true, kv)
+}
+
+func (ev *evaluation) annotateWith(name string, stable bool, kv []any) {
 	for i := range ev.sources {
 		if s := &ev.sources[i]; s.name == name {
 			if s.extra == nil {
 				s.extra = slices.Clip(kv) // kv may be shared (listAnnotations): never append into it
+				s.stable = stable
 			} else {
 				s.extra = append(s.extra, kv...)
+				s.stable = false
 			}
 			return
 		}
@@ -160,7 +172,7 @@ func (ev *evaluation) screenAddrs(addrs []common.Address) result {
 	var on string                      // the names of the list and the oracle, ", " between
 	if l != nil {
 		ev.source(l.Name(), l.AsOf(), ev.sanctionsFresh())
-		ev.annotate(l.Name(), listAnnotations(l)...)
+		ev.annotateStable(l.Name(), listAnnotations(l))
 		on = l.Name()
 		for _, a := range uniq {
 			if l.Contains(a) {

@@ -49,6 +49,9 @@ type sourceRec struct {
 	asOf  time.Time
 	fresh bool
 	extra []any // key, value, key, value …
+	// stable: extra is one shared slice that is the same for every evaluation that consults
+	// this source (a sanctions list's annotations), so the rendered maps can be cached.
+	stable bool
 }
 
 // source records a data source consulted (docs/policy.md#data-freshness).
@@ -74,31 +77,74 @@ var (
 )
 
 // renderSources is evidence.sources and dataFreshness.sources: the same name, asOf and
-// status in both, and the annotations in evidence only.
+// status in both, and the annotations in evidence only. A source rendered the same way
+// every time (no annotations, or a list's shared ones) is rendered once and its maps are
+// shared by every verdict that cites it: they are read-only, like every cached value.
 func (ev *evaluation) renderSources() ([]any, []map[string]any) {
 	evs := make([]any, len(ev.sources))
 	dfs := make([]map[string]any, len(ev.sources))
 	for i := range ev.sources {
 		s := &ev.sources[i]
-		name := boxString(s.name)
-		asOf := rfc3339(s.asOf).box
-		status := statusFresh
-		if !s.fresh {
-			status = statusCached
+		if len(s.extra) == 0 || s.stable {
+			r := renderedSource(s)
+			evs[i], dfs[i] = r.ev, r.df
+			continue
 		}
-		em := make(map[string]any, 3+len(s.extra)/2)
-		em["name"], em["asOf"], em["status"] = name, asOf, status
-		for j := 0; j+1 < len(s.extra); j += 2 {
-			em[s.extra[j].(string)] = s.extra[j+1]
-		}
-		evs[i] = em
-		if len(s.extra) == 0 {
-			dfs[i] = em // the same three members: one read-only map in both lists
-		} else {
-			dfs[i] = map[string]any{"name": name, "asOf": asOf, "status": status}
-		}
+		evs[i], dfs[i] = renderSource(s)
 	}
 	return evs, dfs
+}
+
+// renderSource is s's entries in evidence.sources and in dataFreshness.sources.
+func renderSource(s *sourceRec) (evidence any, freshness map[string]any) {
+	name := boxString(s.name)
+	asOf := rfc3339(s.asOf).box
+	status := statusFresh
+	if !s.fresh {
+		status = statusCached
+	}
+	em := make(map[string]any, 3+len(s.extra)/2)
+	em["name"], em["asOf"], em["status"] = name, asOf, status
+	for j := 0; j+1 < len(s.extra); j += 2 {
+		em[s.extra[j].(string)] = s.extra[j+1]
+	}
+	if len(s.extra) == 0 {
+		return em, em // the same three members: one read-only map in both lists
+	}
+	return em, map[string]any{"name": name, "asOf": asOf, "status": status}
+}
+
+// sourceKey identifies a source's rendering: its name, asOf to the second (what RFC 3339
+// shows), status, and its shared annotations by identity.
+type sourceKey struct {
+	name  string
+	asOf  int64
+	fresh bool
+	extra *any
+}
+
+type sourceMaps struct {
+	ev any
+	df map[string]any
+}
+
+var sourceRenders memo[sourceKey, sourceMaps]
+
+// renderedSource is renderSource(s) for a source without annotations or with stable ones,
+// cached.
+func renderedSource(s *sourceRec) sourceMaps {
+	k := sourceKey{name: s.name, asOf: s.asOf.Unix(), fresh: s.fresh}
+	if len(s.extra) > 0 {
+		k.extra = &s.extra[0]
+	}
+	h := fnvString(s.name) ^ mix(uint64(k.asOf))
+	if !s.fresh {
+		h = ^h
+	}
+	return sourceRenders.get(k, h, func(sourceKey) sourceMaps {
+		e, d := renderSource(s)
+		return sourceMaps{ev: e, df: d}
+	}).val
 }
 
 func (ev *evaluation) sanctionsFresh() bool {
