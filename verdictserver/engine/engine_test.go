@@ -317,7 +317,7 @@ func TestPaymentEvidence(t *testing.T) {
 	if v.USDNotional == nil || *v.USDNotional != 0.01 {
 		t.Errorf("usdNotional %v, want 0.01", v.USDNotional)
 	}
-	scr := v.Evidence.Observations["sanctions"].(*Observation).Observed.(map[string]any)["screened"].([]string)
+	scr := v.Evidence.Observations["sanctions"].(*Observation).Observed.(*screenObserved).Screened
 	if len(scr) != 3 {
 		t.Errorf("screened %v, want escrow, payTo and asset", scr)
 	}

@@ -86,37 +86,70 @@ func (ev *evaluation) renderAction(act *Action, depth int) map[string]any {
 	return out
 }
 
-func (ev *evaluation) renderTrade(t *Trade) map[string]any {
-	m := make(map[string]any, 8)
-	m["kind"] = boxString(t.Kind)
-	if t.Side != "" {
-		m["side"] = boxString(t.Side)
-	}
-	if t.Market != "" {
-		m["market"] = boxString(t.Market)
-	}
-	if t.Kind == TradeSwap {
-		m["assetIn"], m["assetOut"], m["exactOut"] = ev.hexAny(t.AssetIn), ev.hexAny(t.AssetOut), t.ExactOut
-		if t.ExactOut {
-			m["amountOut"], m["maxIn"] = decimal(t.AmountOut), decimal(t.MaxIn)
-		} else {
-			m["amountIn"], m["minOut"] = decimal(t.AmountIn), decimal(t.MinOut)
-		}
+func (ev *evaluation) renderTrade(t *Trade) any {
+	var lev, limit, size any
+	if t.Leverage != nil {
+		lev = ev.ratString(t.Leverage)
 	}
 	if t.LimitPrice != nil {
-		m["limitPrice"] = ev.ratString(t.LimitPrice)
+		limit = ev.ratString(t.LimitPrice)
 	}
 	if t.Size != nil {
-		m["size"] = ev.ratString(t.Size)
+		size = ev.ratString(t.Size)
 	}
-	if t.Leverage != nil {
-		m["leverage"] = ev.ratString(t.Leverage)
+	switch {
+	case t.Kind == TradeSwap && t.ExactOut:
+		return &swapOutTrade{AmountOut: decimal(t.AmountOut), AssetIn: ev.hexAny(t.AssetIn), AssetOut: ev.hexAny(t.AssetOut), ExactOut: true,
+			Kind: t.Kind, Leverage: lev, LimitPrice: limit, Market: t.Market, MaxIn: decimal(t.MaxIn), ReduceOnly: t.ReduceOnly, Side: t.Side, Size: size}
+	case t.Kind == TradeSwap:
+		return &swapInTrade{AmountIn: decimal(t.AmountIn), AssetIn: ev.hexAny(t.AssetIn), AssetOut: ev.hexAny(t.AssetOut),
+			Kind: t.Kind, Leverage: lev, LimitPrice: limit, Market: t.Market, MinOut: decimal(t.MinOut), ReduceOnly: t.ReduceOnly, Side: t.Side, Size: size}
 	}
-	if t.ReduceOnly {
-		m["reduceOnly"] = true
-	}
-	return m
+	return &orderTrade{Kind: t.Kind, Leverage: lev, LimitPrice: limit, Market: t.Market, ReduceOnly: t.ReduceOnly, Side: t.Side, Size: size}
 }
+
+// decodedAction.trade, by kind of trade (docs/policy.md#evidence). Members are in the order
+// encoding/json writes a map's keys, so each encodes exactly as the map {member: value}
+// would; the optional ones are left out when empty.
+type (
+	swapInTrade struct {
+		AmountIn   any    `json:"amountIn"`
+		AssetIn    any    `json:"assetIn"`
+		AssetOut   any    `json:"assetOut"`
+		ExactOut   bool   `json:"exactOut"`
+		Kind       string `json:"kind"`
+		Leverage   any    `json:"leverage,omitempty"`
+		LimitPrice any    `json:"limitPrice,omitempty"`
+		Market     string `json:"market,omitempty"`
+		MinOut     any    `json:"minOut"`
+		ReduceOnly bool   `json:"reduceOnly,omitempty"`
+		Side       string `json:"side,omitempty"`
+		Size       any    `json:"size,omitempty"`
+	}
+	swapOutTrade struct {
+		AmountOut  any    `json:"amountOut"`
+		AssetIn    any    `json:"assetIn"`
+		AssetOut   any    `json:"assetOut"`
+		ExactOut   bool   `json:"exactOut"`
+		Kind       string `json:"kind"`
+		Leverage   any    `json:"leverage,omitempty"`
+		LimitPrice any    `json:"limitPrice,omitempty"`
+		Market     string `json:"market,omitempty"`
+		MaxIn      any    `json:"maxIn"`
+		ReduceOnly bool   `json:"reduceOnly,omitempty"`
+		Side       string `json:"side,omitempty"`
+		Size       any    `json:"size,omitempty"`
+	}
+	orderTrade struct {
+		Kind       string `json:"kind"`
+		Leverage   any    `json:"leverage,omitempty"`
+		LimitPrice any    `json:"limitPrice,omitempty"`
+		Market     string `json:"market,omitempty"`
+		ReduceOnly bool   `json:"reduceOnly,omitempty"`
+		Side       string `json:"side,omitempty"`
+		Size       any    `json:"size,omitempty"`
+	}
+)
 
 func decimal(n *big.Int) any {
 	if n == nil {

@@ -128,7 +128,14 @@ func (ev *evaluation) annotateWith(name string, stable bool, kv []any) {
 }
 
 // noneListed is the "listed" of a screening that found nothing.
-var noneListed any = []string{}
+var noneListed = []string{}
+
+// screenObserved is the sanctions check's observation: the addresses screened and those
+// listed, in the order encoding/json writes a map's keys (the JSON of the map it replaces).
+type screenObserved struct {
+	Listed   []string `json:"listed"`
+	Screened []string `json:"screened"`
+}
 
 // listAnnotation is what evidence.sources says of a sanctions list, boxed once per list.
 type listAnnotation struct {
@@ -196,7 +203,7 @@ func (ev *evaluation) screenAddrs(addrs []common.Address) result {
 		case err != nil && len(listed) == 0:
 			ev.degrade(oracle.Name() + " did not answer")
 			return failed(verdict.ReasonDataUnavailable, "the sanctions oracle on chain "+strconv.FormatInt(oracle.ChainID(), 10)+" did not answer: "+err.Error(), "",
-				map[string]any{"screened": ev.sortedHexes(uniq), "listed": []string{}}, exp)
+				&screenObserved{Listed: []string{}, Screened: ev.sortedHexes(uniq)}, exp)
 		case err != nil:
 			ev.degrade(oracle.Name() + " did not answer")
 		default:
@@ -220,8 +227,8 @@ func (ev *evaluation) screenAddrs(addrs []common.Address) result {
 				hits = append(hits, h)
 			}
 			return failed(verdict.ReasonSanctionedAddress, "sanctioned address "+ev.hex(a)+" ("+on+")", "",
-				map[string]any{"screened": obs, "listed": ev.sortedHexes(hits)}, exp)
+				&screenObserved{Listed: ev.sortedHexes(hits), Screened: obs}, exp)
 		}
 	}
-	return passed(prefixed(pNoAddressOn, on).val, "", map[string]any{"screened": obs, "listed": noneListed}, exp)
+	return passed(prefixed(pNoAddressOn, on).val, "", &screenObserved{Listed: noneListed, Screened: obs}, exp)
 }

@@ -169,18 +169,18 @@ func TestHyperliquidEvidence(t *testing.T) {
 	if len(legs) != 2 {
 		t.Fatalf("legs %v", legs)
 	}
-	entry, stop := legs[0]["trade"].(map[string]any), legs[1]["trade"].(map[string]any)
-	if entry["side"] != SideLong || entry["market"] != "BTC" || entry["limitPrice"] != "100100" || entry["size"] != "0.01" || entry["leverage"] != "3" || legs[0]["cloid"] != "0x0000000000000000000000000000abcd" || legs[0]["tif"] != "Gtc" {
+	entry, stop := legs[0]["trade"].(*orderTrade), legs[1]["trade"].(*orderTrade)
+	if entry.Side != SideLong || entry.Market != "BTC" || entry.LimitPrice != "100100" || entry.Size != "0.01" || entry.Leverage != "3" || legs[0]["cloid"] != "0x0000000000000000000000000000abcd" || legs[0]["tif"] != "Gtc" {
 		t.Errorf("entry leg %v", legs[0])
 	}
 	// A market stop with p 0 is bound 10% past its trigger: 95000 × 0.9.
-	if stop["side"] != SideShort || stop["reduceOnly"] != true || stop["limitPrice"] != "85500" || !slices.Equal(legs[1]["coins"].([]string), []string{"BTC"}) {
+	if stop.Side != SideShort || !stop.ReduceOnly || stop.LimitPrice != "85500" || !slices.Equal(legs[1]["coins"].([]string), []string{"BTC"}) {
 		t.Errorf("stop leg %v", legs[1])
 	}
 	if tr := legs[1]["trigger"].(map[string]any); tr["isMarket"] != true || tr["triggerPx"] != "95000" || tr["tpsl"] != "sl" {
 		t.Errorf("trigger %v", tr)
 	}
-	screened := v.Evidence.Observations["sanctions"].(*Observation).Observed.(map[string]any)["screened"].([]string)
+	screened := v.Evidence.Observations["sanctions"].(*Observation).Observed.(*screenObserved).Screened
 	if !slices.Contains(screened, payee.Hex()) || !slices.Contains(screened, stranger.Hex()) {
 		t.Errorf("the builder and the vault are not screened: %v", screened)
 	}

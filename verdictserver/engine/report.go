@@ -210,6 +210,7 @@ func (ev *evaluation) verdict() *verdict.Verdict {
 		}
 	}
 	observations := make(map[string]any, ran)
+	obs := make([]Observation, 0, ran) // one allocation for every check's observation
 	for i, c := range checks {
 		r := &results[i]
 		chk := verdict.Check{CheckID: c.id, Status: r.status, HumanReason: r.reason}
@@ -222,7 +223,8 @@ func (ev *evaluation) verdict() *verdict.Verdict {
 			chk.TriggeringPolicyField = &box.fields[i]
 		}
 		if r.ran {
-			observations[string(c.id)] = &Observation{Expected: r.exp, Observed: r.obs}
+			obs = append(obs, Observation{Expected: r.exp, Observed: r.obs})
+			observations[string(c.id)] = &obs[len(obs)-1]
 		}
 		v.Checks[i] = chk
 	}

@@ -84,30 +84,24 @@ func (ev *evaluation) slippage() result {
 	if !require && maxBps == nil {
 		return notChecked("swaps.requireMinOut and swaps.maxSlippageBps are not configured")
 	}
-	exp := map[string]any{"requireMinOut": require, "maxSlippageBps": nil}
-	if maxBps != nil {
-		exp["maxSlippageBps"] = *maxBps
-	}
-	obs := make([]map[string]any, len(swaps))
+	exp := &slippageExpected{MaxSlippageBps: maxBps, RequireMinOut: require}
+	obs := make([]any, len(swaps))
 	var first *result
 	for i, a := range swaps {
 		t := a.Trade
-		o := map[string]any{"kind": a.Kind, "assetIn": ev.hex(t.AssetIn), "assetOut": ev.hex(t.AssetOut), "exactOut": t.ExactOut}
-		obs[i] = o
-		if t.ExactOut {
-			o["amountOut"], o["maxIn"] = decimal(t.AmountOut), decimal(t.MaxIn)
-		} else {
-			o["amountIn"], o["minOut"] = decimal(t.AmountIn), decimal(t.MinOut)
-		}
 		guarded := unguarded(t) == ""
 		bps, note := ev.slippageBps(t)
-		o["slippageBps"] = nil
+		var slip any
 		if bps != nil {
 			f, _ := bps.Float64()
-			o["slippageBps"] = f
+			slip = f
 		}
-		if note != "" {
-			o["note"] = note
+		if t.ExactOut {
+			obs[i] = &swapOutObserved{AmountOut: decimal(t.AmountOut), AssetIn: ev.hex(t.AssetIn), AssetOut: ev.hex(t.AssetOut), ExactOut: true,
+				Kind: a.Kind, MaxIn: decimal(t.MaxIn), Note: note, SlippageBps: slip}
+		} else {
+			obs[i] = &swapInObserved{AmountIn: decimal(t.AmountIn), AssetIn: ev.hex(t.AssetIn), AssetOut: ev.hex(t.AssetOut),
+				Kind: a.Kind, MinOut: decimal(t.MinOut), Note: note, SlippageBps: slip}
 		}
 		if first != nil {
 			continue
@@ -135,6 +129,51 @@ func (ev *evaluation) slippage() result {
 	}
 	return passed("every swap is guarded within the policy", field, obs, exp)
 }
+
+// The observations and expectations of slippage_guard and execution_price_bound. Their
+// members are in the order encoding/json writes a map's keys, so each encodes exactly as the
+// map {member: value} would, in one allocation instead of a map's.
+type (
+	slippageExpected struct {
+		MaxSlippageBps *int `json:"maxSlippageBps"`
+		RequireMinOut  bool `json:"requireMinOut"`
+	}
+	// swapInObserved is an exact-input swap's.
+	swapInObserved struct {
+		AmountIn    any    `json:"amountIn"`
+		AssetIn     string `json:"assetIn"`
+		AssetOut    string `json:"assetOut"`
+		ExactOut    bool   `json:"exactOut"`
+		Kind        string `json:"kind"`
+		MinOut      any    `json:"minOut"`
+		Note        string `json:"note,omitempty"`
+		SlippageBps any    `json:"slippageBps"`
+	}
+	// swapOutObserved is an exact-output swap's.
+	swapOutObserved struct {
+		AmountOut   any    `json:"amountOut"`
+		AssetIn     string `json:"assetIn"`
+		AssetOut    string `json:"assetOut"`
+		ExactOut    bool   `json:"exactOut"`
+		Kind        string `json:"kind"`
+		MaxIn       any    `json:"maxIn"`
+		Note        string `json:"note,omitempty"`
+		SlippageBps any    `json:"slippageBps"`
+	}
+	orderExpected struct {
+		MaxPriceDeviationBps *int `json:"maxPriceDeviationBps"`
+		RequireLimitPrice    bool `json:"requireLimitPrice"`
+	}
+	orderObserved struct {
+		DeviationBps any    `json:"deviationBps"`
+		Kind         string `json:"kind"`
+		LimitPrice   any    `json:"limitPrice"`
+		Market       string `json:"market"`
+		Note         string `json:"note,omitempty"`
+		Reference    any    `json:"reference"`
+		Side         string `json:"side"`
+	}
+)
 
 // unguarded says why a swap has no slippage guard, or "" when it has one.
 func unguarded(t *Trade) string {
@@ -226,27 +265,24 @@ func (ev *evaluation) priceBound() result {
 	if !require && maxBps == nil {
 		return notChecked("orders.requireLimitPrice and orders.maxPriceDeviationBps are not configured")
 	}
-	exp := map[string]any{"requireLimitPrice": require, "maxPriceDeviationBps": nil}
-	if maxBps != nil {
-		exp["maxPriceDeviationBps"] = *maxBps
-	}
-	obs := make([]map[string]any, len(orders))
+	exp := &orderExpected{MaxPriceDeviationBps: maxBps, RequireLimitPrice: require}
+	obs := make([]orderObserved, len(orders))
 	var first *result
 	for i, a := range orders {
 		t := a.Trade
-		o := map[string]any{"kind": a.Kind, "market": t.Market, "side": t.Side, "limitPrice": ev.ratString(t.LimitPrice), "reference": nil, "deviationBps": nil}
-		obs[i] = o
+		o := &obs[i]
+		*o = orderObserved{Kind: a.Kind, Market: t.Market, Side: t.Side, LimitPrice: ev.ratString(t.LimitPrice)}
 		limited := t.LimitPrice != nil && t.LimitPrice.Sign() > 0
 		var dev *big.Rat
 		if limited {
 			if ref, ok := ev.reference(a); ok {
-				o["reference"] = ev.ratString(ref)
+				o.Reference = ev.ratString(ref)
 				dev = relativeBps(t.LimitPrice, ref, ref)
 				dev.Abs(dev)
 				f, _ := dev.Float64()
-				o["deviationBps"] = f
+				o.DeviationBps = f
 			} else {
-				o["note"] = "no reference price for " + t.Market
+				o.Note = "no reference price for " + t.Market
 			}
 		}
 		if first != nil {

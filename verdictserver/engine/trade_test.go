@@ -246,15 +246,15 @@ func TestTradeEvidence(t *testing.T) {
 		t.Fatalf("%s: %s", v.ReasonCode, v.HumanReason)
 	}
 	legs := v.Evidence.DecodedAction["legs"].([]map[string]any)
-	if len(legs) != 2 || legs[0]["trade"].(map[string]any)["minOut"] != "2900000000" || legs[1]["trade"].(map[string]any)["limitPrice"] != "150000" {
+	if len(legs) != 2 || legs[0]["trade"].(*swapInTrade).MinOut != "2900000000" || legs[1]["trade"].(*orderTrade).LimitPrice != "150000" {
 		t.Errorf("legs %v", legs)
 	}
-	slip := v.Evidence.Observations["slippage_guard"].(*Observation).Observed.([]map[string]any)[0]
-	if bps := slip["slippageBps"].(float64); bps < 333.3 || bps > 333.4 {
+	slip := v.Evidence.Observations["slippage_guard"].(*Observation).Observed.([]any)[0].(*swapInObserved)
+	if bps := slip.SlippageBps.(float64); bps < 333.3 || bps > 333.4 {
 		t.Errorf("slippage observation %v", slip)
 	}
-	dev := v.Evidence.Observations["execution_price_bound"].(*Observation).Observed.([]map[string]any)[0]
-	if dev["deviationBps"] != 5000.0 || dev["reference"] != "100000" {
+	dev := v.Evidence.Observations["execution_price_bound"].(*Observation).Observed.([]orderObserved)[0]
+	if dev.DeviationBps != 5000.0 || dev.Reference != "100000" {
 		t.Errorf("deviation observation %v", dev)
 	}
 	var names []string
