@@ -90,20 +90,27 @@ func (d HyperliquidDecoder) Decode(tx map[string]any) (*Action, error) {
 	if !ok || chainID != HyperliquidChainID {
 		return nil, fail("chainId", "must be 1337, the chain id of Hyperliquid actions")
 	}
-	fields := map[string]any{}
+	// The members of the request itself, added to the action's fields at the end (where the
+	// action's own member of the same name, if any, wins).
+	var top [4]struct {
+		k string
+		v any
+	}
+	nTop := 0
+	field := func(k string, v any) { top[nTop].k, top[nTop].v = k, v; nTop++ }
 	if v, present := tx["nonce"]; present {
 		n, ok := intOf(v, 1, 1<<62)
 		if !ok {
 			return nil, fail("nonce", "must be a positive integer (milliseconds)")
 		}
-		fields["nonce"] = n
+		field("nonce", n)
 	}
 	if v, present := tx["expiresAfter"]; present && v != nil {
 		n, ok := intOf(v, 1, 1<<62)
 		if !ok {
 			return nil, fail("expiresAfter", "must be null or a positive integer (milliseconds)")
 		}
-		fields["expiresAfter"] = n
+		field("expiresAfter", n)
 	}
 	var vault *common.Address
 	if v, present := tx["vaultAddress"]; present && v != nil {
@@ -112,14 +119,14 @@ func (d HyperliquidDecoder) Decode(tx map[string]any) (*Action, error) {
 			return nil, de
 		}
 		vault = &a
-		fields["vaultAddress"] = a.Hex()
+		field("vaultAddress", a.Hex())
 	}
 	action, ok := tx["action"].(map[string]any)
 	if !ok {
 		return nil, fail("action", "must be an object")
 	}
 	typ, _ := action["type"].(string)
-	fields["type"] = typ
+	field("type", typ)
 	var act *Action
 	var de *DecodeError
 	switch typ {
@@ -143,10 +150,14 @@ func (d HyperliquidDecoder) Decode(tx map[string]any) (*Action, error) {
 	if _, present := tx["leverage"]; present && typ != "order" {
 		return nil, fail("leverage", "applies to an order action only")
 	}
-	for k, v := range act.Fields {
-		fields[k] = v
+	if act.Fields == nil {
+		act.Fields = make(map[string]any, nTop)
 	}
-	act.Fields = fields
+	for _, f := range top[:nTop] {
+		if _, own := act.Fields[f.k]; !own {
+			act.Fields[f.k] = f.v
+		}
+	}
 	if vault != nil {
 		act.Screen = append(act.Screen, *vault)
 	}

@@ -164,8 +164,6 @@ type Observation struct {
 type verdictBox struct {
 	v             verdict.Verdict
 	checks        [numChecks]verdict.Check
-	codes         [numChecks]verdict.ReasonCode
-	fields        [numChecks + 1]string // the checks' triggeringPolicyField, then the verdict's
 	policyVersion int64
 	usd           float64
 	trustNote     string
@@ -215,12 +213,10 @@ func (ev *evaluation) verdict() *verdict.Verdict {
 		r := &results[i]
 		chk := verdict.Check{CheckID: c.id, Status: r.status, HumanReason: r.reason}
 		if r.status == verdict.CheckFailed {
-			box.codes[i] = r.code
-			chk.Code = &box.codes[i]
+			chk.Code = reasonCodePtr(r.code)
 		}
 		if r.field != "" {
-			box.fields[i] = r.field
-			chk.TriggeringPolicyField = &box.fields[i]
+			chk.TriggeringPolicyField = fieldPtr(r.field)
 		}
 		if r.ran {
 			obs = append(obs, Observation{Expected: r.exp, Observed: r.obs})
@@ -243,8 +239,7 @@ func (ev *evaluation) verdict() *verdict.Verdict {
 			if r := &results[i]; r.status == verdict.CheckFailed {
 				v.Outcome, v.ReasonCode, v.HumanReason = verdict.OutcomeRejected, r.code, r.reason
 				if r.field != "" {
-					box.fields[numChecks] = r.field
-					v.TriggeringPolicyField = &box.fields[numChecks]
+					v.TriggeringPolicyField = fieldPtr(r.field)
 				}
 				break
 			}
@@ -275,6 +270,21 @@ func (ev *evaluation) verdict() *verdict.Verdict {
 		v.USDNotional = &box.usd
 	}
 	return v
+}
+
+// A verdict's codes and triggeringPolicyFields point to values shared by every verdict that
+// names the same one: they are read-only, like everything a verdict points to.
+var (
+	codeValues  memo[verdict.ReasonCode, verdict.ReasonCode]
+	fieldValues memo[string, string]
+)
+
+func reasonCodePtr(c verdict.ReasonCode) *verdict.ReasonCode {
+	return &codeValues.get(c, fnvString(string(c)), func(c verdict.ReasonCode) verdict.ReasonCode { return c }).val
+}
+
+func fieldPtr(f string) *string {
+	return &fieldValues.get(f, fnvString(f), func(f string) string { return f }).val
 }
 
 // approvedReason is the humanReason of an approval under policy version v, cached.
