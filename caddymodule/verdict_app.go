@@ -58,7 +58,7 @@ type VerdictApp struct {
 	// AdminKey is the admin API's key (header x-admin-key), an {env.*} or {file.*}
 	// placeholder. Default: none; only agent keys with an admin scope reach the admin API.
 	AdminKey string `json:"admin_key,omitempty"`
-	// Workers is how many evaluations run at once. Default: 4.
+	// Workers is how many evaluations run at once. Default: 64 (verdictserver.DefaultWorkers).
 	Workers int `json:"workers,omitempty"`
 	// Queue bounds the evaluations waiting for a worker. Default: 1024.
 	Queue int `json:"queue,omitempty"`

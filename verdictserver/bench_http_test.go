@@ -195,3 +195,30 @@ func BenchmarkHTTPStatus(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkJudge: b.N submits over loopback from 64 clients, as BenchmarkHTTPSubmit, timed
+// until the workers have judged every one (no record PENDING): judged/s is the rate the
+// service turns submitted transactions into verdicts, which must keep up with the rate it
+// accepts them or the backlog grows (bench/verdict.md#judging).
+func BenchmarkJudge(b *testing.B) {
+	for _, sb := range benchStores {
+		be := newBenchEnv(b, sb.open(b))
+		b.Run(sb.name, func(b *testing.B) {
+			parallel(b, "submits", func(i int) error {
+				_, err := be.submit(i)
+				return err
+			})
+			for {
+				n, err := be.st.CountPending(context.Background())
+				if err != nil {
+					b.Fatal(err)
+				}
+				if n == 0 {
+					break
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "judged/s")
+		})
+	}
+}

@@ -25,13 +25,20 @@ import (
 )
 
 // Options configures a Server.
+// DefaultWorkers is the default Options.Workers. An evaluation takes tens of microseconds
+// of CPU but then waits for its verdict's durable write (a group commit: one fsync for
+// every verdict waiting), so the workers are many more than the cores: with a few, the
+// service judged about 200-360 records/s while it accepted 1,000-2,200 submits/s, and its
+// backlog grew (bench/verdict.md#judging).
+const DefaultWorkers = 64
+
 type Options struct {
 	// Store holds agents, keys, wallets, policies and transactions. It stays the
 	// caller's to close. Required.
 	Store *store.Store
 	// Engine evaluates each transaction. Required.
 	Engine engine.Engine
-	// Workers is how many evaluations run at once. Default 4.
+	// Workers is how many evaluations run at once. Default DefaultWorkers.
 	Workers int
 	// Queue bounds the transactions waiting for a worker. A transaction that finds the
 	// queue full stays PENDING in the store, and the sweeper hands it over later.
@@ -103,7 +110,7 @@ func New(opts Options) (*Server, error) {
 		return nil, errors.New("verdictserver: workers, queue, sweep interval and body cap must not be negative")
 	}
 	if opts.Workers == 0 {
-		opts.Workers = 4
+		opts.Workers = DefaultWorkers
 	}
 	if opts.Queue == 0 {
 		opts.Queue = 1024
