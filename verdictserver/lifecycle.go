@@ -216,23 +216,18 @@ func (s *Server) evaluate(ctx context.Context, hash string) (done bool) {
 		return false
 	}
 	faults.Point("verdict.evaluate")
-	v := s.engine.Evaluate(ctx, in)
-	if v == nil || !v.Terminal() || v.Consistent() != nil {
+	j, ok := s.judge(ctx, in)
+	if !ok {
 		// the engine promises a terminal, consistent verdict; anything else is never
 		// stored as one (docs/verdict-api.md#lifecycle)
 		log.Error("evaluate: the engine answered no terminal, consistent verdict; left pending")
 		return false
 	}
-	raw, err := json.Marshal(v)
-	if err != nil {
-		log.Error("evaluate: cannot encode the verdict", zapError(err))
+	if j.err != nil {
+		log.Error("evaluate: cannot encode the verdict", zapError(j.err))
 		return false
 	}
-	status := store.StatusRejected
-	if v.Outcome == verdict.OutcomeApproved {
-		status = store.StatusApproved
-	}
-	switch err := s.store.Complete(ctx, hash, status, raw, v.PolicyVersion); {
+	switch err := s.store.Complete(ctx, hash, j.status, j.raw, j.policyVersion); {
 	case errors.Is(err, store.ErrTerminal):
 		log.Debug("evaluate: completed elsewhere first")
 		return true
@@ -241,10 +236,48 @@ func (s *Server) evaluate(ctx context.Context, hash string) (done bool) {
 			log.Warn("evaluate: cannot store the verdict; left pending", zapError(err))
 		}
 	default:
-		log.Debug("evaluated", zap.String("outcome", string(v.Outcome)), zap.String("reasonCode", string(v.ReasonCode)))
+		log.Debug("evaluated", zap.String("outcome", j.outcome), zap.String("reasonCode", j.reasonCode))
 		return true
 	}
 	return false
+}
+
+// judgement is what evaluate keeps of a verdict: its JSON and what the store and the log
+// need, copied out of it.
+type judgement struct {
+	raw                 json.RawMessage
+	err                 error // encoding the verdict failed
+	status              string
+	policyVersion       *int64
+	outcome, reasonCode string
+}
+
+// judge evaluates in and keeps what evaluate needs, through the engine's Judge when it has
+// one (the verdict's memory is then reused once it is encoded). ok is false when the engine
+// answered no terminal, consistent verdict.
+func (s *Server) judge(ctx context.Context, in engine.Input) (j judgement, ok bool) {
+	use := func(v *verdict.Verdict) {
+		if v == nil || !v.Terminal() || v.Consistent() != nil {
+			return
+		}
+		ok = true
+		j.raw, j.err = json.Marshal(v)
+		j.status = store.StatusRejected
+		if v.Outcome == verdict.OutcomeApproved {
+			j.status = store.StatusApproved
+		}
+		if v.PolicyVersion != nil {
+			pv := *v.PolicyVersion
+			j.policyVersion = &pv
+		}
+		j.outcome, j.reasonCode = string(v.Outcome), string(v.ReasonCode)
+	}
+	if jg, isJudger := s.engine.(engine.Judger); isJudger {
+		jg.Judge(ctx, in, use)
+	} else {
+		use(s.engine.Evaluate(ctx, in))
+	}
+	return j, ok
 }
 
 // input builds the engine's input from a stored record and the agent's active policy,

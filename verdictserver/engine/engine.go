@@ -148,6 +148,16 @@ func (e *Evaluator) SetSanctions(l *sanctions.List) { e.sanctions.Store(l) }
 // or a pending verdict.
 func (e *Evaluator) Evaluate(ctx context.Context, in Input) *verdict.Verdict {
 	start := time.Now()
+	ev := e.newEvaluation(ctx, in)
+	ev.act, ev.decodeErr = e.decode(in.ProposedTx, in.Escrow)
+	v := ev.verdict(&verdictBox{})
+	v.LatencyMs = time.Since(start).Milliseconds()
+	ev.release()
+	return v
+}
+
+// newEvaluation is the state of one evaluation of in, recycled (evaluations).
+func (e *Evaluator) newEvaluation(ctx context.Context, in Input) *evaluation {
 	ev := evaluations.Get().(*evaluation)
 	*ev = evaluation{
 		ctx:       ctx,
@@ -165,11 +175,29 @@ func (e *Evaluator) Evaluate(ctx context.Context, in Input) *verdict.Verdict {
 		pricedAmounts: ev.pricedAmounts,
 		degraded:      ev.degraded,
 	}
+	return ev
+}
+
+// Judge is Evaluate for a caller that uses the verdict at once and keeps nothing of it (the
+// service's workers encode it and store the bytes): it hands the verdict to use, and once use
+// returns, the verdict's memory (its checks, evidence maps and observations) is reused by a
+// later Judge. Neither the verdict nor anything it points to may be kept or read after use
+// returns; copy what is needed (docs/policy.md#evidence-in-process-evaluate-and-judge).
+func (e *Evaluator) Judge(ctx context.Context, in Input, use func(*verdict.Verdict)) {
+	start := time.Now()
+	ev := e.newEvaluation(ctx, in)
 	ev.act, ev.decodeErr = e.decode(in.ProposedTx, in.Escrow)
-	v := ev.verdict()
+	box := boxes.Get().(*verdictBox)
+	v := ev.verdict(box)
 	v.LatencyMs = time.Since(start).Milliseconds()
 	ev.release()
-	return v
+	use(v)
+	box.recycle()
+}
+
+// Judger is an Engine that also offers Judge.
+type Judger interface {
+	Judge(ctx context.Context, in Input, use func(*verdict.Verdict))
 }
 
 // evaluations recycles the state of an evaluation (and its lists' arrays): the verdict

@@ -14,6 +14,11 @@ func (ev *evaluation) decodedAction(act *Action) map[string]any {
 }
 
 func (ev *evaluation) renderAction(act *Action, depth int) map[string]any {
+	return ev.renderActionInto(nil, act, depth)
+}
+
+// renderActionInto is renderAction into out, an empty map, or a new one when out is nil.
+func (ev *evaluation) renderActionInto(out map[string]any, act *Action, depth int) map[string]any {
 	n := len(act.Fields) + 5 // protocol, chainId, kind, recipients, assets
 	if act.To != nil {
 		n += 2
@@ -24,7 +29,9 @@ func (ev *evaluation) renderAction(act *Action, depth int) map[string]any {
 			n++
 		}
 	}
-	out := make(map[string]any, n)
+	if out == nil {
+		out = make(map[string]any, n)
+	}
 	for k, v := range act.Fields {
 		switch x := v.(type) {
 		case common.Address:

@@ -11,7 +11,8 @@ import (
 	"github.com/x402gate/x402gate/verdict"
 )
 
-// benchEvaluate runs one approved action through every check and reports, beside ns/op and
+// benchEvaluate runs one approved action through every check, as the service's workers do
+// (Judge: the verdict is used at once and its memory reused), and reports, beside ns/op and
 // allocations, the CPU time per op and the median and 99th percentile of single
 // evaluations (p50-ns, p99-ns).
 func benchEvaluate(b *testing.B, opts Options, in Input) {
@@ -27,7 +28,11 @@ func benchEvaluate(b *testing.B, opts Options, in Input) {
 	for b.Loop() {
 		n++
 		start := time.Now()
-		e.Evaluate(ctx, in)
+		e.Judge(ctx, in, func(v *verdict.Verdict) {
+			if v.Outcome != verdict.OutcomeApproved {
+				b.Errorf("outcome %s", v.Outcome)
+			}
+		})
 		if len(lat) < cap(lat) {
 			lat = append(lat, time.Since(start))
 		}

@@ -46,13 +46,40 @@ func TestConcurrentEvaluationsAnswerAlike(t *testing.T) {
 			t.Fatalf("input %d: %s", i, want[i])
 		}
 	}
+	// Judge recycles a verdict's memory once its use returns: whatever ran before, in this
+	// goroutine or another, its verdict is Evaluate's, byte for byte. The inputs add a
+	// rejection, a decode failure and an agent without a policy, whose evidence has other
+	// members, so that a member left over from an earlier verdict would show.
+	inputs = append(inputs,
+		Input{Escrow: escrow, ProposedTx: evmTx("uniswap", 84532, router02, []byte{0xde, 0xad, 0xbe, 0xef, 1}, nil), Policy: uni},
+		Input{Escrow: escrow, ProposedTx: evmTx("evm", 84532, usdc, pack(t, tokenABI, "transfer(address,uint256)", payee, e6(5)), nil)},
+		Input{Escrow: escrow, Policy: hl, ProposedTx: hlTx(t, []byte(`{"action": {"type": "order", "orders": [{"a": 0, "b": true, "p": "150000", "s": "0.01", "r": false, "t": {"limit": {"tif": "Gtc"}}}], "grouping": "na"}, "nonce": 1763640000000, "leverage": 20}`))},
+	)
+	for _, in := range inputs[len(want):] {
+		want = append(want, answer(in))
+	}
+	judged := func(in Input) []byte {
+		var b []byte
+		e.Judge(context.Background(), in, func(v *verdict.Verdict) {
+			v.LatencyMs = 0
+			var err error
+			if b, err = json.Marshal(v); err != nil {
+				t.Error(err)
+			}
+		})
+		return b
+	}
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
 			for n := range 40 {
 				i := (g + n) % len(inputs)
-				if got := answer(inputs[i]); !bytes.Equal(got, want[i]) {
-					t.Errorf("input %d answered\n%s\nalone it answers\n%s", i, got, want[i])
+				got, how := answer(inputs[i]), "Evaluate"
+				if (g+n)%2 == 0 {
+					got, how = judged(inputs[i]), "Judge"
+				}
+				if !bytes.Equal(got, want[i]) {
+					t.Errorf("input %d: %s answered\n%s\nalone Evaluate answers\n%s", i, how, got, want[i])
 					return
 				}
 			}

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/x402gate/x402gate/verdict"
@@ -160,18 +161,48 @@ type Observation struct {
 	Observed any `json:"observed"`
 }
 
-// verdictBox holds a verdict and what its pointers point to, allocated at once.
+// verdictBox holds a verdict and what its pointers point to, allocated at once. A box
+// that Judge recycles keeps its maps and observations for the next verdict.
 type verdictBox struct {
 	v             verdict.Verdict
 	checks        [numChecks]verdict.Check
 	policyVersion int64
 	usd           float64
 	trustNote     string
+
+	observations map[string]any // evidence.observations, when recycled
+	obs          []Observation  // what observations points to
+	action       map[string]any // evidence.decodedAction, when recycled
 }
 
-// verdict runs the checks and assembles the verdict (docs/policy.md#check-order).
-func (ev *evaluation) verdict() *verdict.Verdict {
-	box := &verdictBox{}
+// boxes recycles the verdicts of Judge.
+var boxes = sync.Pool{New: func() any { return new(verdictBox) }}
+
+// maxRecycledMembers bounds the maps a recycled box keeps (a multicall's decodedAction can
+// be larger than the common case; such a map is dropped, not kept).
+const maxRecycledMembers = 32
+
+// recycle empties box, keeping its maps and observations array, and puts it back in boxes.
+func (box *verdictBox) recycle() {
+	next := verdictBox{}
+	if m := box.observations; m != nil && len(m) <= maxRecycledMembers {
+		clear(m)
+		next.observations = m
+	}
+	if m := box.action; m != nil && len(m) <= maxRecycledMembers {
+		clear(m)
+		next.action = m
+	}
+	if cap(box.obs) <= numChecks {
+		clear(box.obs[:cap(box.obs)])
+		next.obs = box.obs[:0]
+	}
+	*box = next
+	boxes.Put(box)
+}
+
+// verdict runs the checks and assembles the verdict (docs/policy.md#check-order) in box.
+func (ev *evaluation) verdict(box *verdictBox) *verdict.Verdict {
 	v := &box.v
 	v.SchemaVersion, v.Timestamp, v.Checks = 1, ev.now, box.checks[:]
 	var results [numChecks]result
@@ -207,8 +238,16 @@ func (ev *evaluation) verdict() *verdict.Verdict {
 			ran++
 		}
 	}
-	observations := make(map[string]any, ran)
-	obs := make([]Observation, 0, ran) // one allocation for every check's observation
+	// One allocation for every check's observation, and never grown below: observations
+	// points into it. A recycled box has room for every check.
+	observations, obs := box.observations, box.obs[:0]
+	if observations == nil {
+		observations, obs = make(map[string]any, ran), make([]Observation, 0, ran)
+		box.observations = observations
+	} else if cap(obs) < numChecks {
+		obs = make([]Observation, 0, numChecks)
+	}
+	box.obs = obs
 	for i, c := range checks {
 		r := &results[i]
 		chk := verdict.Check{CheckID: c.id, Status: r.status, HumanReason: r.reason}
@@ -252,7 +291,8 @@ func (ev *evaluation) verdict() *verdict.Verdict {
 
 	var da map[string]any
 	if ev.act != nil {
-		da = ev.decodedAction(ev.act)
+		da = ev.renderActionInto(box.action, ev.act, 0)
+		box.action = da
 	} else {
 		de := ev.decodeErr
 		if de == nil {
