@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ethereum/go-ethereum"
 	"github.com/ethereum/go-ethereum/accounts/abi"
@@ -138,6 +140,21 @@ type chain struct {
 	balance      *big.Int // cached native balance of the signer
 	assetBalance *big.Int // cached asset balance of the signer
 	balanceAt    int64    // unix nanos of the cached read
+	// requests counts the HTTP requests sent to the RPC endpoint (a JSON-RPC batch is
+	// one); nil for a chain that was not dialled.
+	requests *atomic.Int64
+}
+
+// countingTransport counts the HTTP requests it forwards to next: the RPC requests a
+// chain costs its node (bench/pipeline.md reports them per settle).
+type countingTransport struct {
+	next http.RoundTripper
+	n    atomic.Int64
+}
+
+func (t *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	t.n.Add(1)
+	return t.next.RoundTrip(r)
 }
 
 // redact returns err's text without the RPC URL, for logs. Callers still never put it in

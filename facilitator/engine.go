@@ -299,12 +299,13 @@ func (cfg *Config) check() error {
 // dial connects to one network and checks its chain id.
 func (e *Engine) dial(ctx context.Context, nc NetworkConfig) (*chain, error) {
 	red := redact.URL(nc.RPCURL, "rpc")
-	rc, err := rpc.DialOptions(ctx, nc.RPCURL, rpc.WithHTTPClient(&http.Client{Timeout: e.cfg.RPCTimeout}))
+	rt := &countingTransport{next: http.DefaultTransport}
+	rc, err := rpc.DialOptions(ctx, nc.RPCURL, rpc.WithHTTPClient(&http.Client{Timeout: e.cfg.RPCTimeout, Transport: rt}))
 	if err != nil {
 		return nil, fmt.Errorf("network %s: dial: %w: %s", nc.Network.CAIP2, errRPCUnavailable, red.Replace(err.Error()))
 	}
 	client := ethclient.NewClient(rc)
-	c := &chain{cfg: nc, net: nc.Network, client: client, abi: e.abi, redactor: red}
+	c := &chain{cfg: nc, net: nc.Network, client: client, abi: e.abi, redactor: red, requests: &rt.n}
 	id, err := client.ChainID(ctx)
 	if err != nil {
 		client.Close()

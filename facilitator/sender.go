@@ -66,6 +66,15 @@ type sender struct {
 	tip    *big.Int
 	feeCap *big.Int
 	feeAt  time.Time
+
+	gasMu     sync.Mutex
+	gasLimits map[gasKey]uint64 // simulate's gas limit per target and function
+}
+
+// gasKey names the gas limits simulate keeps: one per contract and function selector.
+type gasKey struct {
+	to       common.Address
+	selector [4]byte
 }
 
 func newSender(c *chain, key *ecdsa.PrivateKey, log *zap.Logger) *sender {
@@ -76,6 +85,8 @@ func newSender(c *chain, key *ecdsa.PrivateKey, log *zap.Logger) *sender {
 		signer: types.LatestSignerForChainID(c.net.ChainID),
 		log:    log,
 		lead:   make(chan struct{}, 1),
+
+		gasLimits: map[gasKey]uint64{},
 	}
 }
 
@@ -97,6 +108,52 @@ func (s *sender) estimate(ctx context.Context, to common.Address, data []byte) (
 		return call{}, s.c.unavailable("estimate gas", err)
 	}
 	return call{to: to, data: data, gas: gas * gasHeadroomNum / gasHeadroomDen}, nil
+}
+
+// simulateHeadroom is the factor from a gas estimate to the limit simulate keeps for
+// later calls of the same function (docs/facilitator.md#gas-limit).
+const simulateHeadroom = 2
+
+// simulate runs data against to as the signer would send it, and returns the call with a
+// gas limit it succeeded within. The first call of a function (per target and selector)
+// is estimated (eth_estimateGas, a binary search that runs it many times), and twice the
+// estimate is kept as its limit; later calls run once, by eth_call with that limit as
+// their gas, so a success proves the transaction with that limit succeeds on the same
+// state. Any error reply of that eth_call (a revert, or running out of gas because the
+// state or the contract changed) falls back to eth_estimateGas, which decides: its revert
+// is the refusal (errCallReverted with the node's message, as from estimate), its success
+// the new limit. A transport failure is a chainError (docs/facilitator.md#gas-limit).
+func (s *sender) simulate(ctx context.Context, to common.Address, data []byte) (call, error) {
+	var key gasKey
+	if len(data) >= 4 {
+		key = gasKey{to: to, selector: [4]byte(data[:4])}
+		s.gasMu.Lock()
+		gas, ok := s.gasLimits[key]
+		s.gasMu.Unlock()
+		if ok {
+			_, err := s.c.client.CallContract(ctx, ethereum.CallMsg{From: s.addr, To: &to, Gas: gas, Data: data}, nil)
+			if err == nil {
+				return call{to: to, data: data, gas: gas}, nil
+			}
+			if !isRPCReply(err) {
+				return call{}, s.c.unavailable("simulate", err)
+			}
+		}
+	}
+	gas, err := s.c.client.EstimateGas(ctx, ethereum.CallMsg{From: s.addr, To: &to, Data: data})
+	if err != nil {
+		if isRPCReply(err) {
+			return call{}, fmt.Errorf("estimate gas: %w: %s", errCallReverted, s.c.redact(err))
+		}
+		return call{}, s.c.unavailable("estimate gas", err)
+	}
+	gas *= simulateHeadroom
+	if len(data) >= 4 {
+		s.gasMu.Lock()
+		s.gasLimits[key] = gas
+		s.gasMu.Unlock()
+	}
+	return call{to: to, data: data, gas: gas}, nil
 }
 
 // fees returns the EIP-1559 tip and fee cap: the node's suggested tip plus twice the

@@ -30,7 +30,8 @@ import (
 //     asks for a verdict, and a settle that finds no approval claims that marker (in step
 //     4, once the payment proved settleable), so a payment once submitted for a verdict
 //     is never settled without a consumed approval.
-//  3. Simulate (eth_estimateGas); a revert is mapped to a reason and nothing is sent.
+//  3. Simulate (eth_call with a kept gas limit, else eth_estimateGas); a revert is mapped
+//     to a reason and nothing is sent.
 //  4. Claim the authorization in the approval.Store, so concurrent settles on every
 //     instance sharing the store make one broadcast (duplicate_settlement for the others).
 //     A settle refused before this step leaves nothing claimed and may be tried again.
@@ -280,14 +281,21 @@ func (e *Engine) claim(ctx context.Context, c *checked) *failure {
 	}
 }
 
-// simulate packs transferWithAuthorization for c and estimates its gas, which runs the
-// token's own checks without broadcasting.
+// simulate packs transferWithAuthorization for c and runs it without broadcasting (the
+// token's own checks), which also sets the transaction's gas limit.
 func (e *Engine) simulate(ctx context.Context, c *checked) (call, *failure) {
 	data, err := c.chain.transferCalldata(c.auth, c.sig, c.eoa)
 	if err != nil {
 		return call{}, fail(x402.ReasonInvalidSignature, "signature cannot be encoded for the token")
 	}
-	cl, err := c.chain.sender.estimate(ctx, c.chain.net.USDC.Address, data)
+	// An EOA signature runs the token's own code only, whose gas the sender's kept limit
+	// bounds (docs/facilitator.md#gas-limit); a contract signer's isValidSignature is its
+	// own code, so its transfer is estimated every time.
+	simulate := c.chain.sender.estimate
+	if c.eoa {
+		simulate = c.chain.sender.simulate
+	}
+	cl, err := simulate(ctx, c.chain.net.USDC.Address, data)
 	if err != nil {
 		e.logChainErr("simulate settlement", c.chain, err)
 		if errors.Is(err, errRPCUnavailable) {

@@ -22,8 +22,9 @@ import (
 // funded payer accounts in turn, each with a fresh EIP-3009 nonce, signed before the
 // timer starts. All settlements share the one facilitator signer, so they contend for its
 // nonce, the journal and the node. It reports settles/s, the median and 99th percentile
-// latency of one Settle, the share that settled, and the CPU time per settle of this
-// process and of the anvil node (bench/pipeline.md).
+// latency of one Settle, the share that settled, the CPU time per settle of this process
+// and of the anvil node, and the HTTP requests per settle to the node (a JSON-RPC batch
+// counts once) (bench/pipeline.md).
 //
 //	go test -run '^$' -bench BenchmarkSettleConcurrent -benchtime 256x ./facilitator/
 func BenchmarkSettleConcurrent(b *testing.B) {
@@ -59,6 +60,7 @@ func benchSettleConcurrent(b *testing.B, conc int) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	selfBefore, nodeBefore := selfCPU(), childrenCPU()
+	rpcBefore := e.order[0].requests.Load()
 	start := time.Now()
 	for range conc {
 		wg.Add(1)
@@ -85,6 +87,7 @@ func benchSettleConcurrent(b *testing.B, conc int) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	self, node := selfCPU()-selfBefore, childrenCPU()-nodeBefore
+	rpcs := e.order[0].requests.Load() - rpcBefore
 	b.StopTimer()
 	slices.Sort(lat)
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "settles/s")
@@ -93,6 +96,7 @@ func benchSettleConcurrent(b *testing.B, conc int) {
 	b.ReportMetric(100*float64(ok.Load())/float64(b.N), "settled-%")
 	b.ReportMetric(float64(self.Microseconds())/1000/float64(b.N), "cpu-ms/settle")
 	b.ReportMetric(float64(node.Microseconds())/1000/float64(b.N), "anvil-cpu-ms/settle")
+	b.ReportMetric(float64(rpcs)/float64(b.N), "rpc/settle")
 }
 
 // selfCPU is the CPU time this process has used (user and system).
