@@ -188,6 +188,7 @@ func (e *Evaluator) Judge(ctx context.Context, in Input, use func(*verdict.Verdi
 	ev := e.newEvaluation(ctx, in)
 	ev.act, ev.decodeErr = e.decode(in.ProposedTx, in.Escrow)
 	box := boxes.Get().(*verdictBox)
+	ev.box = box
 	v := ev.verdict(box)
 	v.LatencyMs = time.Since(start).Milliseconds()
 	ev.release()

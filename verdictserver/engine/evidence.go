@@ -85,12 +85,28 @@ func (ev *evaluation) renderActionInto(out map[string]any, act *Action, depth in
 		legs := make([]map[string]any, 0, len(act.Legs))
 		for _, l := range act.Legs {
 			if l != nil {
-				legs = append(legs, ev.renderAction(l, depth+1))
+				legs = append(legs, ev.renderActionInto(ev.legMap(), l, depth+1))
 			}
 		}
 		out["legs"] = legs
 	}
 	return out
+}
+
+// legMap is an empty map for a leg's decodedAction from the recycled box being filled
+// (Judge), or nil (a new map) when there is none or none is left.
+func (ev *evaluation) legMap() map[string]any {
+	b := ev.box
+	if b == nil || b.nLegs == len(b.legs) {
+		if b != nil && len(b.legs) < maxRecycledLegs {
+			b.legs = append(b.legs, make(map[string]any, 16))
+			b.nLegs++
+			return b.legs[b.nLegs-1]
+		}
+		return nil
+	}
+	b.nLegs++
+	return b.legs[b.nLegs-1]
 }
 
 func (ev *evaluation) renderTrade(t *Trade) any {

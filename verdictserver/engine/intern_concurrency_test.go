@@ -75,7 +75,7 @@ func TestConcurrentEvaluationsAnswerAlike(t *testing.T) {
 			for n := range 40 {
 				i := (g + n) % len(inputs)
 				got, how := answer(inputs[i]), "Evaluate"
-				if (g+n)%2 == 0 {
+				if n%3 != 0 { // 3 and len(inputs) are coprime: every input is judged too
 					got, how = judged(inputs[i]), "Judge"
 				}
 				if !bytes.Equal(got, want[i]) {

@@ -27,6 +27,8 @@ type evaluation struct {
 	prices    *prices.Table
 	now       time.Time
 
+	box *verdictBox // the recycled box the verdict is built in (Judge), or nil
+
 	sources       []sourceRec
 	cached        []string // names of cached sources
 	priced        bool     // notional was computed (usd nil: unpriced)
@@ -170,10 +172,15 @@ type verdictBox struct {
 	usd           float64
 	trustNote     string
 
-	observations map[string]any // evidence.observations, when recycled
-	obs          []Observation  // what observations points to
-	action       map[string]any // evidence.decodedAction, when recycled
+	observations map[string]any   // evidence.observations, when recycled
+	obs          []Observation    // what observations points to
+	action       map[string]any   // evidence.decodedAction, when recycled
+	legs         []map[string]any // decodedAction.legs' maps, when recycled
+	nLegs        int              // how many of legs this verdict uses
 }
+
+// maxRecycledLegs bounds the legs' maps a recycled box keeps.
+const maxRecycledLegs = 8
 
 // boxes recycles the verdicts of Judge.
 var boxes = sync.Pool{New: func() any { return new(verdictBox) }}
@@ -192,6 +199,16 @@ func (box *verdictBox) recycle() {
 	if m := box.action; m != nil && len(m) <= maxRecycledMembers {
 		clear(m)
 		next.action = m
+	}
+	keepLegs := true
+	for _, m := range box.legs {
+		keepLegs = keepLegs && len(m) <= maxRecycledMembers // an oversized one: drop them all
+	}
+	if keepLegs {
+		for _, m := range box.legs {
+			clear(m)
+		}
+		next.legs = box.legs
 	}
 	if cap(box.obs) <= numChecks {
 		clear(box.obs[:cap(box.obs)])
