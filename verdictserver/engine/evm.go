@@ -157,8 +157,8 @@ func method(a *abi.ABI, data []byte) (*abi.Method, []any, *DecodeError) {
 	if len(data) < 4 {
 		return nil, nil, fail("data", "has no 4-byte selector")
 	}
-	m, err := a.MethodById(data[:4])
-	if err != nil {
+	m := methodByID(a, data[:4])
+	if m == nil {
 		return nil, nil, fail("data", "selector 0x"+hex.EncodeToString(data[:4])+" is not one this decoder reads")
 	}
 	vals, err := unpack(m.Inputs, data[4:])

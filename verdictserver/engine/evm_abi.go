@@ -64,6 +64,37 @@ var (
 	routerABI = mustABI(routerABIJSON)
 )
 
+// methodIndexes maps each built-in ABI's selectors to its methods, built once: go-ethereum's
+// ABI.MethodById scans every method and returns a copy of the one found, on the heap.
+var methodIndexes = map[*abi.ABI]map[[4]byte]*abi.Method{}
+
+func init() {
+	for _, a := range []*abi.ABI{&tokenABI, &routerABI} {
+		idx := make(map[[4]byte]*abi.Method, len(a.Methods))
+		for name := range a.Methods {
+			m := a.Methods[name]
+			if _, dup := idx[[4]byte(m.ID)]; dup {
+				panic("engine: two built-in methods share the selector of " + m.Sig)
+			}
+			idx[[4]byte(m.ID)] = &m
+		}
+		methodIndexes[a] = idx
+	}
+}
+
+// methodByID is a.MethodById(sel) for a built-in ABI, read only; nil when a has no method
+// with that selector.
+func methodByID(a *abi.ABI, sel []byte) *abi.Method {
+	if idx, ok := methodIndexes[a]; ok {
+		return idx[[4]byte(sel)]
+	}
+	m, err := a.MethodById(sel)
+	if err != nil {
+		return nil
+	}
+	return m
+}
+
 func mustABI(s string) abi.ABI {
 	a, err := abi.JSON(strings.NewReader(s))
 	if err != nil {

@@ -229,3 +229,20 @@ func FuzzCanonicalMatchesRepack(f *testing.F) {
 		}
 	})
 }
+
+// TestMethodByIDIsMethodById: the selector index finds, for every selector, the method
+// go-ethereum's ABI.MethodById finds, and nothing where it finds nothing.
+func TestMethodByIDIsMethodById(t *testing.T) {
+	for _, a := range []*abi.ABI{&tokenABI, &routerABI} {
+		for _, m := range a.Methods {
+			got := methodByID(a, m.ID)
+			want, err := a.MethodById(m.ID)
+			if err != nil || got == nil || got.Sig != want.Sig || !bytes.Equal(got.ID, want.ID) {
+				t.Errorf("%s: methodByID %v, MethodById %v %v", m.Sig, got, want, err)
+			}
+		}
+		if m := methodByID(a, []byte{0xde, 0xad, 0xbe, 0xef}); m != nil {
+			t.Errorf("an unknown selector found %s", m.Sig)
+		}
+	}
+}
