@@ -335,7 +335,7 @@ func (ev *evaluation) perTxCap() result {
 	if !priced {
 		return failed(verdict.ReasonDataUnavailable, "no USD price for "+ev.unpriced+" on chain "+strconv.FormatInt(act.ChainID, 10), policy.FieldPerTxUSD, nil, *limit)
 	}
-	f, _ := usd.Float64()
+	f := ratFloat64(usd)
 	// Compare with the cap as written (0.3, not the binary float just below it).
 	c := bound(*limit)
 	if usd.Cmp(c.rat) > 0 {

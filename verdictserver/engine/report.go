@@ -323,7 +323,7 @@ func (ev *evaluation) verdict(box *verdictBox) *verdict.Verdict {
 	v.Trust = ev.trust(&box.trustNote)
 	v.Redaction = redaction(ev.in.Metadata, ev.in.ContextLogs, nil)
 	if ev.usd != nil {
-		box.usd, _ = ev.usd.Float64()
+		box.usd = ratFloat64(ev.usd)
 		v.USDNotional = &box.usd
 	}
 	return v

@@ -93,7 +93,7 @@ func (ev *evaluation) slippage() result {
 		bps, note := ev.slippageBps(t)
 		var slip any
 		if bps != nil {
-			f, _ := bps.Float64()
+			f := ratFloat64(bps)
 			slip = f
 		}
 		if t.ExactOut {
@@ -114,7 +114,7 @@ func (ev *evaluation) slippage() result {
 			// a configured bound that cannot be measured is not met (docs/policy.md#trades)
 			r := failed(verdict.ReasonDataUnavailable, "the slippage of this "+a.Kind+" cannot be measured against swaps.maxSlippageBps: "+note, policy.FieldMaxSlippage, nil, nil)
 			first = &r
-		case maxBps != nil && bps != nil && bps.Cmp(new(big.Rat).SetInt64(int64(*maxBps))) > 0:
+		case maxBps != nil && bps != nil && ratCmpInt(bps, int64(*maxBps)) > 0:
 			r := failed(verdict.ReasonNoSlippageGuard, "this "+a.Kind+" allows "+bps.FloatString(2)+" bps of slippage, more than swaps.maxSlippageBps "+strconv.Itoa(*maxBps), policy.FieldMaxSlippage, nil, nil)
 			first = &r
 		}
@@ -279,7 +279,7 @@ func (ev *evaluation) priceBound() result {
 				o.Reference = ev.ratString(ref)
 				dev = relativeBps(t.LimitPrice, ref, ref)
 				dev.Abs(dev)
-				f, _ := dev.Float64()
+				f := ratFloat64(dev)
 				o.DeviationBps = f
 			} else {
 				o.Note = "no reference price for " + t.Market
@@ -299,7 +299,7 @@ func (ev *evaluation) priceBound() result {
 			// a configured bound that cannot be measured is not met (docs/policy.md#trades)
 			r := failed(verdict.ReasonDataUnavailable, "the limit price of this "+a.Kind+" cannot be measured against orders.maxPriceDeviationBps: no reference price for "+t.Market, policy.FieldMaxDeviation, nil, nil)
 			first = &r
-		case dev != nil && maxBps != nil && dev.Cmp(new(big.Rat).SetInt64(int64(*maxBps))) > 0:
+		case dev != nil && maxBps != nil && ratCmpInt(dev, int64(*maxBps)) > 0:
 			r := failed(verdict.ReasonNoExecutionPriceBound, "the limit price of this "+a.Kind+" is "+dev.FloatString(2)+" bps from the reference price, more than orders.maxPriceDeviationBps "+strconv.Itoa(*maxBps), policy.FieldMaxDeviation, nil, nil)
 			first = &r
 		}
@@ -356,7 +356,7 @@ func (ev *evaluation) leverage() result {
 	capRat := c.rat
 	obs := make([]float64, len(ls))
 	for i, a := range ls {
-		obs[i], _ = a.Trade.Leverage.Float64()
+		obs[i] = ratFloat64(a.Trade.Leverage)
 	}
 	for i, a := range ls {
 		if a.Trade.Leverage.Cmp(capRat) > 0 {
