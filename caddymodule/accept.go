@@ -79,7 +79,7 @@ func (h *Handler) gateDiscovery() *gate.DiscoveryConfig {
 // "accept <n>/<option>" for errors.
 func (h *Handler) unmarshalAccept(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
-		return d.ArgErr()
+		return argErr(d)
 	}
 	i := len(h.Accepts)
 	h.lines.set(gate.AcceptOption(i, ""), d)
@@ -91,7 +91,7 @@ func (h *Handler) unmarshalAccept(d *caddyfile.Dispenser) error {
 		case "price":
 			args := d.RemainingArgs()
 			if len(args) == 0 || len(args) > 2 {
-				return d.ArgErr()
+				return argErr(d)
 			}
 			a.Price = strings.Join(args, " ")
 		case "network", "asset", "asset_name", "asset_version", "symbol", "pay_to":
@@ -118,7 +118,7 @@ func (h *Handler) unmarshalAccept(d *caddyfile.Dispenser) error {
 // unmarshalDiscovery reads the `discovery { … }` block, and the schema files it names.
 func (h *Handler) unmarshalDiscovery(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
-		return d.ArgErr()
+		return argErr(d)
 	}
 	if h.Discovery != nil {
 		return d.Errf("discovery is given twice")
@@ -136,7 +136,7 @@ func (h *Handler) unmarshalDiscovery(d *caddyfile.Dispenser) error {
 		case "tags":
 			args := d.RemainingArgs()
 			if len(args) == 0 {
-				return d.ArgErr()
+				return argErr(d)
 			}
 			dc.Tags = append(dc.Tags, args...)
 		case "input_schema", "output_schema":

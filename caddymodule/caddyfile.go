@@ -136,13 +136,13 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "price", "price_min", "price_max":
 			args := d.RemainingArgs()
 			if len(args) == 0 || len(args) > 2 {
-				return d.ArgErr()
+				return argErr(d)
 			}
 			*map[string]*string{"price": &h.Price, "price_min": &h.PriceMin, "price_max": &h.PriceMax}[opt] = strings.Join(args, " ")
 		case "pay_to_allowed":
 			args := d.RemainingArgs()
 			if len(args) == 0 {
-				return d.ArgErr()
+				return argErr(d)
 			}
 			h.PayToAllowed = append(h.PayToAllowed, args...)
 		case "pay_to":
@@ -182,7 +182,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			args := d.RemainingArgs()
 			switch {
 			case len(args) == 0 || len(args) > 2:
-				return d.ArgErr()
+				return argErr(d)
 			case args[0] == "bundled":
 				if len(args) == 2 {
 					h.Facilitator = args[1]
@@ -194,7 +194,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 		case "insecure_http":
 			if d.NextArg() {
-				return d.ArgErr()
+				return argErr(d)
 			}
 			h.InsecureHTTP = true
 		case "guardian":
@@ -295,7 +295,7 @@ func (f *FacilitatorHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		switch opt {
 		case "facilitator":
 			if len(args) > 1 {
-				return d.ArgErr()
+				return argErr(d)
 			}
 			f.Facilitator = DefaultFacilitatorName
 			if len(args) == 1 {
@@ -303,7 +303,7 @@ func (f *FacilitatorHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 		case "api_key":
 			if len(args) != 1 {
-				return d.ArgErr()
+				return argErr(d)
 			}
 			f.APIKey = args[0]
 		case "health_detail":
@@ -313,7 +313,7 @@ func (f *FacilitatorHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			f.HealthDetail = args[0] == "on"
 		case "strip_prefix":
 			if len(args) != 1 {
-				return d.ArgErr()
+				return argErr(d)
 			}
 			f.StripPrefix = args[0]
 		default:
@@ -331,15 +331,33 @@ func (f *FacilitatorHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 func blockOnly(d *caddyfile.Dispenser) error {
 	d.Next() // directive or option name
 	if d.NextArg() {
-		return d.ArgErr()
+		return argErr(d)
 	}
 	return nil
+}
+
+// argErr is d.ArgErr() without the word the dispenser stopped at, which can be the value of
+// a secret (a database URL with its password, a key): it names the option, the first word of
+// the line, instead (docs/caddy.md#errors).
+func argErr(d *caddyfile.Dispenser) error {
+	line, opt, back := d.Line(), d.Val(), 0
+	for d.Prev() {
+		back++
+		if d.Line() != line {
+			break
+		}
+		opt = d.Val()
+	}
+	for ; back > 0; back-- {
+		d.Next()
+	}
+	return d.Errf("wrong number of values for %s", opt)
 }
 
 // oneArg reads the single argument of the current option into dst.
 func oneArg(d *caddyfile.Dispenser, dst *string) error {
 	if !d.Args(dst) || d.NextArg() {
-		return d.ArgErr()
+		return argErr(d)
 	}
 	return nil
 }

@@ -73,7 +73,7 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			name = d.Val()
 		}
 		if d.NextArg() {
-			return d.ArgErr()
+			return argErr(d)
 		}
 		if _, dup := a.Facilitators[name]; dup {
 			return d.Errf("facilitator %q is declared twice", name)
@@ -157,7 +157,7 @@ func (fc *FacilitatorConfig) unmarshalCaddyfile(d *caddyfile.Dispenser, lines op
 		case "verdict_rate":
 			args := d.RemainingArgs()
 			if len(args) != 2 {
-				return d.ArgErr()
+				return argErr(d)
 			}
 			r, err := strconv.ParseFloat(args[0], 64)
 			if err != nil || !(r > 0) || math.IsInf(r, 0) {
@@ -177,7 +177,7 @@ func (fc *FacilitatorConfig) unmarshalCaddyfile(d *caddyfile.Dispenser, lines op
 		case "erc6492_factories":
 			args := d.RemainingArgs()
 			if len(args) == 0 {
-				return d.ArgErr()
+				return argErr(d)
 			}
 			fc.ERC6492Factories = append(fc.ERC6492Factories, args...)
 		default:
@@ -194,11 +194,11 @@ func kindArgs(d *caddyfile.Dispenser, what, local, remote string) ([]string, err
 	args := d.RemainingArgs()
 	switch {
 	case len(args) == 0:
-		return nil, d.ArgErr()
+		return nil, argErr(d)
 	case args[0] == local && len(args) <= 2, args[0] == remote && len(args) == 2:
 		return args, nil
 	case args[0] == local || args[0] == remote:
-		return nil, d.ArgErr()
+		return nil, argErr(d)
 	case !plainWord(args[0]):
 		// a URL or DSN without its type: never echo it, it may hold a password
 		// (docs/caddy.md#secrets)
@@ -282,7 +282,7 @@ func (n *NetworkConfig) unmarshalCaddyfile(d *caddyfile.Dispenser, lines optionT
 func parseVerdictPoll(d *caddyfile.Dispenser) (*VerdictPollConfig, error) {
 	args := d.RemainingArgs()
 	if len(args) < 2 || len(args) > 3 {
-		return nil, d.ArgErr()
+		return nil, argErr(d)
 	}
 	interval, err := caddy.ParseDuration(args[0])
 	if err != nil || interval <= 0 {

@@ -240,6 +240,14 @@ func TestATypelessDSNIsNotEchoed(t *testing.T) {
 		{"verdict {\n\trpc https://rpc.example/v3/" + pw + "\n}", func(d *caddyfile.Dispenser) error { return new(VerdictApp).UnmarshalCaddyfile(d) }, "rpc wants <chain id> <url placeholder>"},
 		{"verdict {\n\trpc https://rpc.example/v3/" + pw + " 8453\n}", func(d *caddyfile.Dispenser) error { return new(VerdictApp).UnmarshalCaddyfile(d) }, "the chain id comes first"},
 		{"verdict {\n\tstore mysql x\n}", func(d *caddyfile.Dispenser) error { return new(VerdictApp).UnmarshalCaddyfile(d) }, `unknown store "mysql"`},
+		// A wrong number of values names the option, never the word it stopped at, which can be
+		// the secret itself (FuzzX402GlobalOption found `journal 0 <value>` in a network block,
+		// whose error quoted the value).
+		{"x402 {\n\tfacilitator {\n\t\tjournal postgres postgres://x402:" + pw + "@db/x402 extra\n\t}\n}", func(d *caddyfile.Dispenser) error { return new(App).UnmarshalCaddyfile(d) }, "wrong number of values for journal"},
+		{"x402 {\n\tfacilitator {\n\t\tnetwork base {\n\t\t\trpc https://rpc.example/v3/" + pw + " extra\n\t\t}\n\t}\n}", func(d *caddyfile.Dispenser) error { return new(App).UnmarshalCaddyfile(d) }, "wrong number of values for rpc"},
+		{"x402 {\n\tfacilitator {\n\t\tnetwork base {\n\t\t\tjournal postgres postgres://x402:" + pw + "@db/x402\n\t\t}\n\t}\n}", func(d *caddyfile.Dispenser) error { return new(App).UnmarshalCaddyfile(d) }, "wrong number of values for journal"},
+		{"x402_facilitator {\n\tapi_key {env.K} " + pw + "\n}", func(d *caddyfile.Dispenser) error { return new(FacilitatorHandler).UnmarshalCaddyfile(d) }, "wrong number of values for api_key"},
+		{"verdict {\n\tstore postgres postgres://verdict:" + pw + "@db/verdict extra\n}", func(d *caddyfile.Dispenser) error { return new(VerdictApp).UnmarshalCaddyfile(d) }, "wrong number of values for store"},
 	} {
 		err := c.parse(caddyfile.NewTestDispenser(c.input))
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), pw) {

@@ -73,13 +73,13 @@ func TestHandlerCaddyfile(t *testing.T) {
 			input: "x402 {\nprice $0.5\npay_to " + payee + "\nnetwork base\nfacilitator bundled\n}",
 			want:  Handler{Price: "$0.5", PayTo: payee, Network: "base"},
 		},
-		{name: "price with three words", input: "x402 {\nprice 1 USDC now\npay_to " + payee + "\nnetwork base\n}", wantErr: "wrong argument count"},
+		{name: "price with three words", input: "x402 {\nprice 1 USDC now\npay_to " + payee + "\nnetwork base\n}", wantErr: "wrong number of values for price"},
 		{name: "bad guardian word", input: "x402 {\nprice 1\npay_to " + payee + "\nnetwork base\nguardian on\n}", wantErr: "guardian wants `off` or a block"},
 		{name: "bad guardian fee", input: "x402 {\nprice 1\npay_to " + payee + "\nnetwork base\nguardian {\nfee maybe\n}\n}", wantErr: "not on or off"},
 		{name: "unknown subdirective", input: "x402 {\nprice 1\npay_to " + payee + "\nnetwork base\ncurrency USDC\n}", wantErr: `unrecognized subdirective "currency"`},
 		{name: "bad facilitator", input: "x402 {\nprice 1\npay_to " + payee + "\nnetwork base\nfacilitator ftp://x\n}", wantErr: "bundled [<name>]` or an http(s) url"},
 		{name: "bad max_timeout", input: "x402 {\nprice 1\npay_to " + payee + "\nnetwork base\nmax_timeout soon\n}", wantErr: "not a positive duration"},
-		{name: "argument on the directive", input: "x402 extra {\nprice 1\n}", wantErr: "wrong argument count"},
+		{name: "argument on the directive", input: "x402 extra {\nprice 1\n}", wantErr: "wrong number of values for x402"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got Handler
@@ -116,7 +116,7 @@ func TestFacilitatorHandlerCaddyfile(t *testing.T) {
 		{name: "facilitator without a name is the default", input: "x402_facilitator {\nfacilitator\napi_key {env.K}\nhealth_detail off\n}", want: FacilitatorHandler{Facilitator: "default", APIKey: "{env.K}"}},
 		{name: "bad health_detail", input: "x402_facilitator {\nhealth_detail yes\n}", wantErr: "health_detail wants on or off"},
 		{name: "relative strip_prefix", input: "x402_facilitator {\nstrip_prefix facilitator\n}", wantErr: "strip_prefix: wants a path starting with /, at Testfile:2"},
-		{name: "api_key without value", input: "x402_facilitator {\napi_key\n}", wantErr: "wrong argument count"},
+		{name: "api_key without value", input: "x402_facilitator {\napi_key\n}", wantErr: "wrong number of values for api_key"},
 		{name: "unknown subdirective", input: "x402_facilitator {\nlisten :9000\n}", wantErr: `unrecognized subdirective "listen"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -251,12 +251,12 @@ func TestGlobalOptionCaddyfile(t *testing.T) {
 		{"missing signer key", "x402 {\nfacilitator {\n" + net + "}\n}", "signer_key: is required, at Testfile:2"},
 		{"no network", "x402 {\nfacilitator {\nsigner_key {env.K}\n}\n}", "network: at least one is required, at Testfile:2"},
 		{"bad guardian mode", "x402 {\nfacilitator {\n" + net + "signer_key {env.K}\nguardian_mode sometimes\n}\n}", "not off, optional or required"},
-		{"verdict_poll without attempts", "x402 {\nfacilitator {\n" + net + "signer_key {env.K}\nverdict_poll 1s\n}\n}", "wrong argument count"},
+		{"verdict_poll without attempts", "x402 {\nfacilitator {\n" + net + "signer_key {env.K}\nverdict_poll 1s\n}\n}", "wrong number of values for verdict_poll"},
 		{"verdict_poll zero attempts", "x402 {\nfacilitator {\n" + net + "signer_key {env.K}\nverdict_poll 1s 0\n}\n}", "not a positive integer"},
 		{"verdict_poll negative interval", "x402 {\nfacilitator {\n" + net + "signer_key {env.K}\nverdict_poll -1s 3\n}\n}", "not a positive duration"},
 		{"guardian without verdict url", "x402 {\nfacilitator {\n" + net + "signer_key {env.K}\nguardian_mode optional\n}\n}", "needs verdict_url"},
 		{"unknown store", "x402 {\nfacilitator {\n" + net + "signer_key {env.K}\nstore etcd x\n}\n}", `unknown store "etcd"`},
-		{"redis without url", "x402 {\nfacilitator {\n" + net + "signer_key {env.K}\nstore redis\n}\n}", "wrong argument count"},
+		{"redis without url", "x402 {\nfacilitator {\n" + net + "signer_key {env.K}\nstore redis\n}\n}", "wrong number of values for store"},
 		{"unknown journal", "x402 {\nfacilitator {\n" + net + "signer_key {env.K}\njournal mysql x\n}\n}", `unknown journal "mysql"`},
 		{"bad duration", "x402 {\nfacilitator {\n" + net + "signer_key {env.K}\napproval_ttl -1s\n}\n}", "not a positive duration"},
 		{"bad factory", "x402 {\nfacilitator {\n" + net + "signer_key {env.K}\nerc6492_factories nope\n}\n}", `erc6492_factories: "nope" is not a 0x-hex address, at Testfile:7`},
@@ -279,7 +279,7 @@ func TestRedactEncoderCaddyfile(t *testing.T) {
 		{input: "x402_redact json", wrap: `{"format":"json"}`},
 		{input: "x402_redact console", wrap: `{"format":"console"}`},
 		{input: "x402_redact logfmt", wantErr: "unknown format"},
-		{input: "x402_redact json console", wantErr: "wrong argument count"},
+		{input: "x402_redact json console", wantErr: "wrong number of values for x402_redact"},
 	} {
 		var e RedactEncoder
 		err := e.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.input))

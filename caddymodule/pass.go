@@ -26,13 +26,13 @@ func (h *Handler) unmarshalPass(d *caddyfile.Dispenser) error {
 	args := d.RemainingArgs()
 	if opt == "pass_key" {
 		if len(args) == 0 {
-			return d.ArgErr()
+			return argErr(d)
 		}
 		h.PassKeys = append(h.PassKeys, args...)
 		return nil
 	}
 	if len(args) == 0 || len(args) > 2 {
-		return d.ArgErr()
+		return argErr(d)
 	}
 	dur, err := caddy.ParseDuration(args[0])
 	if err != nil || dur <= 0 {

@@ -70,7 +70,7 @@ func (e *RedactEncoder) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 	}
 	if d.NextArg() {
-		return d.ArgErr()
+		return argErr(d)
 	}
 	if d.NextBlock(0) {
 		return d.Errf("x402_redact: unexpected block")

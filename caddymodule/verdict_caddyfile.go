@@ -86,7 +86,7 @@ func (a *VerdictApp) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "workers":
 			args := d.RemainingArgs()
 			if len(args) < 1 || len(args) > 2 {
-				return d.ArgErr()
+				return argErr(d)
 			}
 			n, err := strconv.Atoi(args[0])
 			if err != nil || n <= 0 {
@@ -103,7 +103,7 @@ func (a *VerdictApp) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "rate_limit":
 			args := d.RemainingArgs()
 			if len(args) != 3 {
-				return d.ArgErr()
+				return argErr(d)
 			}
 			r, err := strconv.ParseFloat(args[1], 64)
 			if err != nil || !(r > 0) || math.IsInf(r, 0) {
@@ -154,7 +154,7 @@ func (a *VerdictApp) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			a.Prices = append(a.Prices, p)
 		case "fee":
 			if d.NextArg() {
-				return d.ArgErr()
+				return argErr(d)
 			}
 			f, err := parseVerdictFee(d)
 			if err != nil {
@@ -182,7 +182,7 @@ func (a *VerdictApp) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 func parseVerdictPrice(d *caddyfile.Dispenser) (VerdictPriceConfig, error) {
 	args := d.RemainingArgs()
 	if len(args) < 3 || len(args) > 5 {
-		return VerdictPriceConfig{}, d.ArgErr()
+		return VerdictPriceConfig{}, argErr(d)
 	}
 	id, err := strconv.ParseInt(args[0], 10, 64)
 	if err != nil || id <= 0 {
@@ -252,7 +252,7 @@ func parseVerdictAPI(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error
 func (v *VerdictAPI) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next()
 	if d.NextArg() {
-		return d.ArgErr()
+		return argErr(d)
 	}
 	if d.NextBlock(0) {
 		return d.Errf("verdict_api takes no options; configure the service in the verdict global option")

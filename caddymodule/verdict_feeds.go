@@ -233,7 +233,7 @@ func parseVerdictRPC(d *caddyfile.Dispenser) (VerdictRPCConfig, error) {
 func parseVerdictPriceFeed(d *caddyfile.Dispenser) (VerdictPriceFeedConfig, error) {
 	args := d.RemainingArgs()
 	if len(args) < 3 || len(args) > 4 {
-		return VerdictPriceFeedConfig{}, d.ArgErr()
+		return VerdictPriceFeedConfig{}, argErr(d)
 	}
 	id, err := parseChainID(d, "price_feed", args[0])
 	if err != nil {
@@ -254,7 +254,7 @@ func parseVerdictPriceFeed(d *caddyfile.Dispenser) (VerdictPriceFeedConfig, erro
 func parseVerdictOracle(d *caddyfile.Dispenser) (VerdictOracleConfig, error) {
 	args := d.RemainingArgs()
 	if len(args) != 2 {
-		return VerdictOracleConfig{}, d.ArgErr()
+		return VerdictOracleConfig{}, argErr(d)
 	}
 	id, err := parseChainID(d, "sanctions_oracle", args[0])
 	if err != nil {
@@ -275,7 +275,7 @@ func parseVerdictSanctions(d *caddyfile.Dispenser, a *VerdictApp) error {
 		args = args[:len(args)-2]
 	}
 	if len(args) < 1 || len(args) > 2 {
-		return d.ArgErr()
+		return argErr(d)
 	}
 	a.Sanctions = args[0]
 	if len(args) == 2 {

@@ -21,7 +21,7 @@ func TestAdaptErrorsOfVerdict(t *testing.T) {
 		{"a redis url written into the config", verdict("\t\tredis redis://:hunter2@127.0.0.1:6379 # <-\n"), "redis: must be an {env.*} or {file.*} placeholder"},
 		{"a postgres dsn written into the config", verdict("\t\tstore postgres postgres://v:hunter2@db/v # <-\n"), "store: must be an {env.*} or {file.*} placeholder"},
 		{"an unknown store", verdict("\t\tstore mysql x # <-\n"), `unknown store "mysql"`},
-		{"postgres without a dsn", verdict("\t\tstore postgres # <-\n"), "wrong argument count"},
+		{"postgres without a dsn", verdict("\t\tstore postgres # <-\n"), "wrong number of values for store"},
 		{"a listen address that is not one", verdict("\t\tlisten 127.0.0.1:99999999 # <-\n"), "listen:"},
 		{"workers that are not a number", verdict("\t\tworkers many # <-\n"), `workers "many" is not a positive integer`},
 		{"a rate limit of an unknown kind", verdict("\t\trate_limit user 1 2 # <-\n"), `rate_limit "user": want key or ip`},
