@@ -13,8 +13,11 @@ import (
 
 	"github.com/ethereum/go-ethereum"
 	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/common/hexutil"
 	"github.com/ethereum/go-ethereum/core/types"
 	"github.com/ethereum/go-ethereum/crypto"
+	"github.com/ethereum/go-ethereum/params"
+	"github.com/ethereum/go-ethereum/rpc"
 	"go.uber.org/zap"
 
 	"github.com/x402gate/x402gate/facilitator/journal"
@@ -45,9 +48,9 @@ const (
 // 3). Sends are pipelined (docs/facilitator.md#settle-order): concurrent sends queue, and
 // whoever takes the lead takes the whole queue as one batch, signs it with consecutive nonces,
 // journals every row of it in one transaction (one fsync), and broadcasts it in nonce
-// order. Receipts are awaited outside the lead, so no broadcast waits for another's receipt.
-// After a nonce error or an uncertain broadcast the next batch reads the pending nonce
-// again.
+// order in one JSON-RPC batch request. Receipts are awaited outside the lead, so no
+// broadcast waits for another's receipt. After a nonce error or an uncertain broadcast the
+// next batch reads the pending nonce again.
 type sender struct {
 	c      *chain
 	key    *ecdsa.PrivateKey
@@ -319,39 +322,160 @@ func (s *sender) runBatch(ctx context.Context, batch []*sendReq) {
 	s.broadcast(pending)
 }
 
-// broadcast sends the signed, journaled transactions of pending in nonce order, and moves
-// the nonce past those the node took. At the first that is not broadcast, it stops: the
-// rest would wait behind a nonce gap, so they are not sent, their rows are closed as
-// failed (not_broadcast), and the next batch signs from the first unused nonce.
+// maxSendBatch bounds the transactions broadcast in one JSON-RPC batch request (node
+// providers limit batch sizes); a larger batch goes out in chunks of this size.
+const maxSendBatch = 100
+
+// broadcast sends the signed, journaled transactions of pending, in nonce order, and moves
+// the nonce past those the node took. They go out together, as one JSON-RPC batch request
+// (in chunks of maxSendBatch), so a batch costs the node one request, not one round trip
+// per transaction (docs/facilitator.md#settle-order). A transaction whose journal hook
+// fails is not sent, nor any after it. Each transaction's own reply decides it, as for a
+// single send: taken (or already known), refused for certain (errNotBroadcast), or
+// outcome unknown (errBroadcastUnknown). After a chunk with any transaction not taken, the
+// later chunks are not sent: their rows are closed as failed (not_broadcast), and the
+// next batch signs from the first unused nonce. A refused transaction that leaves a gap
+// before ones the node took has its nonce taken by a filler (fillGaps), so they are mined.
 func (s *sender) broadcast(pending []*sendReq) {
 	for i, r := range pending {
 		if r.jn != nil && r.jn.after != nil {
 			if err := r.jn.after(r.row); err != nil {
 				r.tx, r.err = nil, fmt.Errorf("%w: before broadcast: %w", errNotBroadcast, err)
 				s.abandon(pending[i+1:])
-				return
+				pending = pending[:i]
+				break
 			}
 		}
-		err := s.c.client.SendTransaction(r.ctx, r.tx)
+	}
+	for len(pending) > 0 {
+		chunk := pending[:min(len(pending), maxSendBatch)]
+		pending = pending[len(chunk):]
+		if !s.broadcastChunk(chunk) {
+			s.abandon(pending)
+			return
+		}
+	}
+}
+
+// broadcastChunk sends chunk in one request and answers each of its sends. It reports
+// whether the node took every transaction of it.
+func (s *sender) broadcastChunk(chunk []*sendReq) bool {
+	errs := s.sendAll(chunk)
+	var (
+		gap     bool                 // a transaction before this one was not taken
+		refused []*types.Transaction // refused for certain, in nonce order
+		last    = -1                 // the last one taken
+	)
+	for i, r := range chunk {
+		err := errs[i]
 		if err == nil || isAlreadyKnown(err) {
-			s.next = r.tx.Nonce() + 1
+			if !gap {
+				s.next = r.tx.Nonce() + 1
+			}
+			last = i
 			continue
 		}
+		gap = true
 		switch {
 		case isRPCReply(err) && isDefiniteRefusal(err):
 			if isNonceError(err) {
 				s.synced = false
 			}
 			r.err = fmt.Errorf("%w: node refused the transaction: %s", errNotBroadcast, s.c.redact(err))
-		case errors.Is(err, syscall.ECONNREFUSED):
+			refused = append(refused, r.tx)
+		case errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, errRequestNotSent):
 			r.err = fmt.Errorf("%w: %w", errNotBroadcast, s.c.unavailable("send transaction", err))
+			refused = append(refused, r.tx)
 		default:
 			s.synced = false
 			r.err = fmt.Errorf("%w: %w", errBroadcastUnknown, s.c.unavailable("send transaction", err))
 		}
-		s.abandon(pending[i+1:])
-		return
 	}
+	if !gap {
+		return true
+	}
+	if last >= 0 && chunk[last].tx.Nonce() >= s.next {
+		// Some transaction after a failed one was taken: it waits behind the nonce of each
+		// refused one before it until that nonce is used.
+		s.fillGaps(refused, chunk[last].tx.Nonce())
+	}
+	return false
+}
+
+// fillGaps sends, for each transaction of refused with a nonce below upTo, a filler: a
+// transfer of 0 to the signer itself with the same nonce and fees, which takes the slot
+// the refused transaction left, so the transactions after it can be mined. A refused
+// transaction is not in the node's pool. Should another transaction of the signer hold
+// that nonce there (one whose broadcast was uncertain), the filler, with the batch's fees,
+// replaces it only as the batch's own transaction at that nonce could have, and reconcile
+// closes that row as dropped (the payer is not charged). When every filler is taken the
+// sender's nonce moves past upTo; otherwise the next batch reads the pending nonce again,
+// and its own transactions (or reconcile) fill the gap.
+func (s *sender) fillGaps(refused []*types.Transaction, upTo uint64) {
+	for _, old := range refused {
+		if old.Nonce() > upTo {
+			break
+		}
+		to := s.addr
+		tx, err := types.SignNewTx(s.key, s.signer, &types.DynamicFeeTx{
+			ChainID: s.c.net.ChainID, Nonce: old.Nonce(), GasTipCap: old.GasTipCap(), GasFeeCap: old.GasFeeCap(),
+			Gas: params.TxGas, To: &to, Value: new(big.Int),
+		})
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), fillerBound)
+			err = s.c.client.SendTransaction(ctx, tx)
+			cancel()
+		}
+		if err != nil && !isAlreadyKnown(err) {
+			s.log.Warn("nonce gap filler not sent", zap.Uint64("senderNonce", old.Nonce()), zap.String("error", s.c.redact(err)))
+			s.synced = false
+			return
+		}
+		s.log.Warn("nonce gap filled", zap.Uint64("senderNonce", old.Nonce()), zap.String("tx", tx.Hash().Hex()))
+	}
+	if s.synced {
+		s.next = upTo + 1
+	}
+}
+
+// fillerBound bounds the broadcast of one gap filler.
+const fillerBound = 10 * time.Second
+
+// errRequestNotSent: a batch request that was never made.
+var errRequestNotSent = errors.New("request not sent")
+
+// sendAll broadcasts the transactions of rs in one JSON-RPC batch request (one
+// eth_sendRawTransaction alone), and returns each one's error: its own reply, or the
+// request's failure for all of them.
+func (s *sender) sendAll(rs []*sendReq) []error {
+	errs := make([]error, len(rs))
+	if len(rs) == 1 {
+		errs[0] = s.c.client.SendTransaction(rs[0].ctx, rs[0].tx)
+		return errs
+	}
+	batch := make([]rpc.BatchElem, len(rs))
+	for i, r := range rs {
+		raw, err := r.tx.MarshalBinary()
+		if err != nil {
+			// Not for a transaction this sender signed; the request is not sent.
+			for j := range errs {
+				errs[j] = fmt.Errorf("%w: encode transaction: %w", errRequestNotSent, err)
+			}
+			return errs
+		}
+		batch[i] = rpc.BatchElem{Method: "eth_sendRawTransaction", Args: []any{hexutil.Bytes(raw)}, Result: new(common.Hash)}
+	}
+	// No send's context ends the request for the others: Config.RPCTimeout bounds it.
+	if err := s.c.client.Client().BatchCallContext(context.WithoutCancel(rs[0].ctx), batch); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	for i, el := range batch {
+		errs[i] = el.Error
+	}
+	return errs
 }
 
 // abandon answers the sends of rest, signed and journaled but behind a transaction that
