@@ -93,7 +93,13 @@ func TestOracleFailsClosed(t *testing.T) {
 		{"a node that never answers", common.HexToAddress("0x000000000000000000000000000000000000c0de"), hung, "timed out"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o, err := sanctions.NewOracle(sanctions.OracleOptions{ChainID: 84532, Address: tc.addr, Caller: tc.caller, Deadline: 100 * time.Millisecond})
+			// the hung node has to outlast the deadline; anvil must answer within it, even on
+			// a loaded machine (a 100 ms deadline timed out on anvil at load 12)
+			deadline := 30 * time.Second
+			if tc.caller == hung {
+				deadline = 100 * time.Millisecond
+			}
+			o, err := sanctions.NewOracle(sanctions.OracleOptions{ChainID: 84532, Address: tc.addr, Caller: tc.caller, Deadline: deadline})
 			if err != nil {
 				t.Fatal(err)
 			}
