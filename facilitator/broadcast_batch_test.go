@@ -1,9 +1,15 @@
 package facilitator
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,5 +101,143 @@ func TestBatchBroadcastFillsTheGapOfARefusedTransaction(t *testing.T) {
 	settleOK(t, env, e, p, r)
 	if got := env.signerNonce(t, signer); got != start+5 {
 		t.Errorf("signer has %d transactions mined since, want 5", got-start)
+	}
+}
+
+// droppingNode forwards every JSON-RPC request to the real node at target, except, while
+// *drop is set, the second eth_sendRawTransaction of a batch: that one is not forwarded, and
+// its reply is an error that is no definite answer (a hosted provider's rate limit inside a
+// batch). The node never gets the transaction; the sender cannot know that. It is a fault
+// the real node will not produce on demand.
+func droppingNode(t *testing.T, target string, drop *atomic.Bool) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var calls []map[string]json.RawMessage
+		var dropped json.RawMessage // the id of the element not forwarded
+		if json.Unmarshal(body, &calls) == nil && len(calls) > 1 && drop.Load() && string(calls[1]["method"]) == `"eth_sendRawTransaction"` {
+			dropped = calls[1]["id"]
+			calls = append(calls[:1], calls[2:]...)
+			body, _ = json.Marshal(calls)
+			drop.Store(false)
+		}
+		res, err := http.Post(target, "application/json", bytes.NewReader(body))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		out, _ := io.ReadAll(res.Body)
+		_ = res.Body.Close()
+		if dropped != nil {
+			var replies []json.RawMessage
+			if err := json.Unmarshal(out, &replies); err != nil {
+				t.Errorf("batch reply: %v", err)
+			}
+			refusal, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": dropped,
+				"error": map[string]any{"code": -32005, "message": "request limit reached"}})
+			out, _ = json.Marshal(append(replies, refusal))
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(out)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestBatchBroadcastNeverSignsBelowATakenTransaction: in a batch of three, the node takes
+// the first and the third, and the reply for the second says nothing certain (the node
+// never got it). The third waits in the node's queue behind the second's nonce, and the
+// node's pending nonce does not count it. The sender sends the second's own bytes again to
+// fill the gap, and the next batch signs above the third instead of from the node's
+// pending nonce: no transaction the node took is replaced, and all five are mined.
+func TestBatchBroadcastNeverSignsBelowATakenTransaction(t *testing.T) {
+	env := newTestEnv(t)
+	var drop atomic.Bool
+	cfg := env.config(t)
+	cfg.Networks[0].RPCURL = droppingNode(t, env.chain.RPCURL, &drop)
+	e := env.engine(t, cfg)
+	ctx := context.Background()
+	payee := env.chain.Accounts[9].Address
+	signer := env.chain.FacilitatorAccount().Address
+	p, r := env.pay(t, x402.Version2, env.chain.Accounts[1], payee)
+	settleOK(t, env, e, p, r) // syncs the sender's nonce
+	before := env.token.BalanceOf(t, payee)
+	start := env.signerNonce(t, signer)
+	s := e.order[0].sender
+
+	// batch sends the calls of n new payments as one batch and returns each answer.
+	type answer struct {
+		tx  *types.Transaction
+		err error
+	}
+	next := 2
+	batch := func(n int) []answer {
+		var calls []call
+		for range n {
+			p, r := env.pay(t, x402.Version2, env.chain.Accounts[next], payee)
+			next++
+			c, f := e.checkSigned(ctx, p, r)
+			if f != nil {
+				t.Fatalf("checkSigned: %+v", f)
+			}
+			cl, f := e.simulate(ctx, c)
+			if f != nil {
+				t.Fatalf("simulate: %+v", f)
+			}
+			calls = append(calls, cl)
+		}
+		s.lead <- struct{}{} // hold the lead while they queue, so one batch takes them all
+		answers := make([]chan answer, n)
+		for i, cl := range calls {
+			answers[i] = make(chan answer, 1)
+			go func() {
+				tx, err := s.send(ctx, cl, nil)
+				answers[i] <- answer{tx, err}
+			}()
+			waitFor(t, "the send queued", func() bool {
+				s.qmu.Lock()
+				defer s.qmu.Unlock()
+				return len(s.queue) == i+1
+			})
+		}
+		<-s.lead
+		out := make([]answer, n)
+		for i := range answers {
+			out[i] = <-answers[i]
+		}
+		return out
+	}
+
+	drop.Store(true)
+	first := batch(3)
+	if !errors.Is(first[1].err, errBroadcastUnknown) {
+		t.Fatalf("the dropped send = %v, want errBroadcastUnknown", first[1].err)
+	}
+	for _, i := range []int{0, 2} {
+		if first[i].err != nil {
+			t.Fatalf("send %d: %v", i, first[i].err)
+		}
+	}
+	second := batch(2)
+	for i, a := range second {
+		if a.err != nil {
+			t.Fatalf("send %d of the next batch: %v (a nonce the node had taken was signed again)", i, a.err)
+		}
+		if a.tx.Nonce() <= first[2].tx.Nonce() {
+			t.Errorf("send %d of the next batch has nonce %d, at or below %d, which the node took", i, a.tx.Nonce(), first[2].tx.Nonce())
+		}
+	}
+	for _, a := range append([]answer{first[0], first[2]}, second...) {
+		rcpt, err := s.waitReceipt(ctx, a.tx, 30*time.Second)
+		if err != nil || rcpt.Status != types.ReceiptStatusSuccessful {
+			t.Fatalf("receipt of nonce %d = %+v, %v; want it mined", a.tx.Nonce(), rcpt, err)
+		}
+	}
+	if got := env.signerNonce(t, signer); got != start+5 {
+		t.Errorf("signer has %d transactions mined since, want 5 (the dropped one sent again)", got-start)
+	}
+	want := new(big.Int).Mul(testAmount, big.NewInt(5))
+	if d := new(big.Int).Sub(env.token.BalanceOf(t, payee), before); d.Cmp(want) != 0 {
+		t.Errorf("payee received %s, want %s", d, want)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ethereum/go-ethereum"
 	"github.com/ethereum/go-ethereum/accounts/abi"
@@ -133,6 +134,7 @@ type chain struct {
 	cfg          NetworkConfig
 	net          x402.Network
 	client       *ethclient.Client
+	rpcTimeout   time.Duration // Config.RPCTimeout: bounds a request no caller's context ends
 	abi          *tokenABI
 	sender       *sender
 	redactor     *strings.Replacer

@@ -1,11 +1,13 @@
 package facilitator
 
 import (
+	"cmp"
 	"context"
 	"crypto/ecdsa"
 	"errors"
 	"fmt"
 	"math/big"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -58,9 +60,16 @@ type sender struct {
 	signer types.Signer
 	log    *zap.Logger
 
-	lead   chan struct{} // holds a token while a batch runs; next and synced are the batch's
+	lead   chan struct{} // holds a token while a batch runs; next, synced, floor and holes are the batch's
 	next   uint64
 	synced bool
+	// floor is one past the highest nonce the node took: a later batch never signs below
+	// it, even when the node's pending nonce is lower (a transaction queued behind a gap is
+	// not counted there), so it never replaces a transaction the node took.
+	floor uint64
+	// holes are the transactions below floor that the node did not take or may not have
+	// taken, not filled yet: the transactions after them wait until they are (fillGaps).
+	holes []hole
 
 	qmu   sync.Mutex
 	queue []*sendReq // sends waiting for the next batch
@@ -255,13 +264,19 @@ func (s *sender) runBatch(ctx context.Context, batch []*sendReq) {
 		failAll(batch, fmt.Errorf("%w: %w", errNotBroadcast, err))
 		return
 	}
+	if len(s.holes) > 0 && !s.fillGaps() {
+		// the transactions after a hole would wait behind it: send nothing more until it is
+		// filled (nothing is journaled or sent; the payers are not charged)
+		failAll(batch, fmt.Errorf("%w: %w: a nonce gap before a taken transaction is not filled yet", errNotBroadcast, errRPCUnavailable))
+		return
+	}
 	if !s.synced {
 		n, err := s.c.client.PendingNonceAt(ctx, s.addr)
 		if err != nil {
 			failAll(batch, fmt.Errorf("%w: %w", errNotBroadcast, s.c.unavailable("pending nonce", err)))
 			return
 		}
-		s.next, s.synced = n, true
+		s.next, s.synced = max(n, s.floor), true
 	}
 	// Sign with consecutive nonces and journal every row in one transaction. A send the
 	// journal refuses (its authorization is journaled already) drops out, and the rest are
@@ -361,18 +376,15 @@ func (s *sender) broadcast(pending []*sendReq) {
 // whether the node took every transaction of it.
 func (s *sender) broadcastChunk(chunk []*sendReq) bool {
 	errs := s.sendAll(chunk)
-	var (
-		gap     bool                 // a transaction before this one was not taken
-		refused []*types.Transaction // refused for certain, in nonce order
-		last    = -1                 // the last one taken
-	)
+	gap := false       // a transaction before this one was not taken
+	var missing []hole // not taken, in nonce order
 	for i, r := range chunk {
 		err := errs[i]
 		if err == nil || isAlreadyKnown(err) {
 			if !gap {
 				s.next = r.tx.Nonce() + 1
 			}
-			last = i
+			s.floor = max(s.floor, r.tx.Nonce()+1)
 			continue
 		}
 		gap = true
@@ -382,60 +394,75 @@ func (s *sender) broadcastChunk(chunk []*sendReq) bool {
 				s.synced = false
 			}
 			r.err = fmt.Errorf("%w: node refused the transaction: %s", errNotBroadcast, s.c.redact(err))
-			refused = append(refused, r.tx)
+			missing = append(missing, hole{tx: r.tx, refused: true})
 		case errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, errRequestNotSent):
 			r.err = fmt.Errorf("%w: %w", errNotBroadcast, s.c.unavailable("send transaction", err))
-			refused = append(refused, r.tx)
+			missing = append(missing, hole{tx: r.tx, refused: true})
 		default:
 			s.synced = false
 			r.err = fmt.Errorf("%w: %w", errBroadcastUnknown, s.c.unavailable("send transaction", err))
+			missing = append(missing, hole{tx: r.tx})
 		}
 	}
 	if !gap {
 		return true
 	}
-	if last >= 0 && chunk[last].tx.Nonce() >= s.next {
-		// Some transaction after a failed one was taken: it waits behind the nonce of each
-		// refused one before it until that nonce is used.
-		s.fillGaps(refused, chunk[last].tx.Nonce())
+	for _, h := range missing {
+		if h.tx.Nonce() < s.floor {
+			// a transaction after it was taken: it waits behind this nonce until it is used
+			s.holes = append(s.holes, h)
+		}
 	}
+	s.fillGaps()
 	return false
 }
 
-// fillGaps sends, for each transaction of refused with a nonce below upTo, a filler: a
-// transfer of 0 to the signer itself with the same nonce and fees, which takes the slot
-// the refused transaction left, so the transactions after it can be mined. A refused
-// transaction is not in the node's pool. Should another transaction of the signer hold
-// that nonce there (one whose broadcast was uncertain), the filler, with the batch's fees,
-// replaces it only as the batch's own transaction at that nonce could have, and reconcile
-// closes that row as dropped (the payer is not charged). When every filler is taken the
-// sender's nonce moves past upTo; otherwise the next batch reads the pending nonce again,
-// and its own transactions (or reconcile) fill the gap.
-func (s *sender) fillGaps(refused []*types.Transaction, upTo uint64) {
-	for _, old := range refused {
-		if old.Nonce() > upTo {
-			break
+// hole is a nonce below the sender's floor that the node did not take (refused: for
+// certain) or may not have taken (the reply was not a definite answer).
+type hole struct {
+	tx      *types.Transaction
+	refused bool
+}
+
+// fillGaps fills every hole, in nonce order, so that the transactions after it can be
+// mined. A transaction whose broadcast was uncertain is sent again, the same bytes (the
+// node answers "already known" if it has it; it is the same settlement, never a second
+// one). A refused one is not in the node's pool: its nonce gets a filler, a transfer of 0
+// to the signer itself with the refused one's nonce and fees. It reports whether every hole
+// is filled; those that are not stay in s.holes, and the next batch fills them before it
+// signs anything (runBatch), so no new transaction waits behind one.
+func (s *sender) fillGaps() bool {
+	for len(s.holes) > 0 {
+		h := s.holes[0]
+		tx := h.tx
+		var err error
+		if h.refused {
+			to := s.addr
+			tx, err = types.SignNewTx(s.key, s.signer, &types.DynamicFeeTx{
+				ChainID: s.c.net.ChainID, Nonce: h.tx.Nonce(), GasTipCap: h.tx.GasTipCap(), GasFeeCap: h.tx.GasFeeCap(),
+				Gas: params.TxGas, To: &to, Value: new(big.Int),
+			})
 		}
-		to := s.addr
-		tx, err := types.SignNewTx(s.key, s.signer, &types.DynamicFeeTx{
-			ChainID: s.c.net.ChainID, Nonce: old.Nonce(), GasTipCap: old.GasTipCap(), GasFeeCap: old.GasFeeCap(),
-			Gas: params.TxGas, To: &to, Value: new(big.Int),
-		})
 		if err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), fillerBound)
 			err = s.c.client.SendTransaction(ctx, tx)
 			cancel()
 		}
-		if err != nil && !isAlreadyKnown(err) {
-			s.log.Warn("nonce gap filler not sent", zap.Uint64("senderNonce", old.Nonce()), zap.String("error", s.c.redact(err)))
+		// "nonce too low": the slot is used already (the transaction itself, or an earlier
+		// filler)
+		if err != nil && !isAlreadyKnown(err) && !(isRPCReply(err) && isNonceError(err)) {
+			s.log.Warn("nonce gap not filled", zap.Uint64("senderNonce", h.tx.Nonce()), zap.Bool("refused", h.refused), zap.String("error", s.c.redact(err)))
 			s.synced = false
-			return
+			return false
 		}
-		s.log.Warn("nonce gap filled", zap.Uint64("senderNonce", old.Nonce()), zap.String("tx", tx.Hash().Hex()))
+		s.holes = s.holes[1:]
+		s.log.Warn("nonce gap filled", zap.Uint64("senderNonce", h.tx.Nonce()), zap.Bool("refused", h.refused), zap.String("tx", tx.Hash().Hex()))
 	}
+	s.holes = slices.Clip(s.holes)
 	if s.synced {
-		s.next = upTo + 1
+		s.next = max(s.next, s.floor)
 	}
+	return true
 }
 
 // fillerBound bounds the broadcast of one gap filler.
@@ -465,8 +492,11 @@ func (s *sender) sendAll(rs []*sendReq) []error {
 		}
 		batch[i] = rpc.BatchElem{Method: "eth_sendRawTransaction", Args: []any{hexutil.Bytes(raw)}, Result: new(common.Hash)}
 	}
-	// No send's context ends the request for the others: Config.RPCTimeout bounds it.
-	if err := s.c.client.Client().BatchCallContext(context.WithoutCancel(rs[0].ctx), batch); err != nil {
+	// No send's context ends the request for the others: Config.RPCTimeout bounds it, over
+	// HTTP by the client's timeout and over a websocket by this context.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(rs[0].ctx), cmp.Or(s.c.rpcTimeout, DefaultRPCTimeout))
+	defer cancel()
+	if err := s.c.client.Client().BatchCallContext(ctx, batch); err != nil {
 		for i := range errs {
 			errs[i] = err
 		}
