@@ -129,9 +129,9 @@ const simulateHeadroom = 2
 // simulate runs data against to as the signer would send it, and returns the call with a
 // gas limit it succeeded within. The first call of a function (per target and selector)
 // is estimated (eth_estimateGas, a binary search that runs it many times), and twice the
-// estimate is kept as its limit; later calls run once, by eth_call with that limit as
-// their gas, so a success proves the transaction with that limit succeeds on the same
-// state. Any error reply of that eth_call (a revert, or running out of gas because the
+// estimate is kept as its limit; later calls run once, by eth_call with 1/1.2 of that limit
+// as their gas, so a success proves the transaction succeeds on the same state with 20% of
+// gas to spare, as an estimate's limit has. Any error reply of that eth_call (a revert, or running out of gas because the
 // state or the contract changed) falls back to eth_estimateGas, which decides: its revert
 // is the refusal (errCallReverted with the node's message, as from estimate), its success
 // the new limit. A transport failure is a chainError (docs/facilitator.md#gas-limit).
@@ -143,7 +143,9 @@ func (s *sender) simulate(ctx context.Context, to common.Address, data []byte) (
 		gas, ok := s.gasLimits[key]
 		s.gasMu.Unlock()
 		if ok {
-			_, err := s.c.client.CallContract(ctx, ethereum.CallMsg{From: s.addr, To: &to, Gas: gas, Data: data}, nil)
+			// run with 1/1.2 of the limit, so that the limit sent keeps the same 20% over
+			// what this call needed as an estimate's limit does (estimate)
+			_, err := s.c.client.CallContract(ctx, ethereum.CallMsg{From: s.addr, To: &to, Gas: gas * gasHeadroomDen / gasHeadroomNum, Data: data}, nil)
 			if err == nil {
 				return call{to: to, data: data, gas: gas}, nil
 			}
