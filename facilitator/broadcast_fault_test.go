@@ -99,3 +99,62 @@ func TestAmbiguousNodeRefusalStaysUncertain(t *testing.T) {
 		})
 	}
 }
+
+// refusingNode forwards every JSON-RPC request to the real node at target, except
+// eth_sendRawTransaction, which it answers with a definite refusal without forwarding it:
+// the node never has the transaction. A fault the real node will not produce on demand.
+func refusingNode(t *testing.T, target, message string) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var call struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		var out []byte
+		if json.Unmarshal(body, &call) == nil && call.Method == "eth_sendRawTransaction" {
+			out, _ = json.Marshal(map[string]any{"jsonrpc": "2.0", "id": call.ID,
+				"error": map[string]any{"code": -32000, "message": message}})
+		} else {
+			res, err := http.Post(target, "application/json", bytes.NewReader(body))
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadGateway)
+				return
+			}
+			out, _ = io.ReadAll(res.Body)
+			_ = res.Body.Close()
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(out)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestDefiniteNodeRefusalNamesNoTransaction: when the node refuses the settlement
+// transaction for certain, nothing was broadcast and no money moved: the row is failed
+// (not_broadcast) and the answer names no transaction, so that a gate answers a refusal
+// (402) rather than an outcome to reconcile (502 with a retry credit).
+func TestDefiniteNodeRefusalNamesNoTransaction(t *testing.T) {
+	env := newTestEnv(t)
+	cfg := env.config(t)
+	cfg.Networks[0].RPCURL = refusingNode(t, env.chain.RPCURL, "insufficient funds for gas * price + value")
+	e := env.engine(t, cfg)
+	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
+	p, r := env.pay(t, x402.Version2, payer, payee.Address)
+	before := env.token.BalanceOf(t, payee.Address)
+	res, err := e.Settle(context.Background(), p, r)
+	if err != nil {
+		t.Fatalf("Settle: %v", err)
+	}
+	if res.Success || x402.ReasonFromWire(res.ErrorReason) != x402.ReasonUnexpectedSettle || res.Transaction != "" || res.TxHash != "" {
+		t.Fatalf("settle = %+v, want unexpected_settle_error naming no transaction", res)
+	}
+	row, err := cfg.Journal.Get(context.Background(), x402.KeyOf(p, r).AuthorizationKey())
+	if err != nil || row.State != journal.StateFailed {
+		t.Fatalf("journal row = %+v, %v; want failed", row, err)
+	}
+	if got := env.token.BalanceOf(t, payee.Address); got.Cmp(before) != 0 {
+		t.Errorf("payee balance %s, want %s unchanged", got, before)
+	}
+}

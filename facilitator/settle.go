@@ -137,7 +137,11 @@ func (e *Engine) settle(ctx context.Context, p *x402.Payment, r *x402.Requiremen
 		e.logChainErr("broadcast", c.chain, err)
 		return refuse(fail(x402.ReasonSettlementPending, "broadcast outcome unknown; reconcile before retrying"))
 	case errors.Is(err, errNotBroadcast) && tx != nil:
-		// The journal row exists but the node refused the transaction.
+		// The journal row exists but the node refused the transaction, for certain: it was
+		// never in the node's pool and no money moved. The answer names no transaction, so
+		// a gate answers a refusal (402) instead of an outcome to reconcile (502 with a
+		// retry credit).
+		res.resp.Transaction, res.resp.TxHash = "", ""
 		e.journalUpdate(ctx, c, journal.StateFailed, reasonNotBroadcast)
 		e.logChainErr("broadcast refused", c.chain, err)
 		if errors.Is(err, errRPCUnavailable) {
