@@ -36,45 +36,11 @@ func TestBatchBroadcastFillsTheGapOfARefusedTransaction(t *testing.T) {
 	before := env.token.BalanceOf(t, payee)
 	start := env.signerNonce(t, signer)
 
-	var calls []call
-	for i := range 4 {
-		p, r := env.pay(t, x402.Version2, env.chain.Accounts[2+i], payee)
-		c, f := e.checkSigned(ctx, p, r)
-		if f != nil {
-			t.Fatalf("checkSigned: %+v", f)
-		}
-		cl, f := e.simulate(ctx, c)
-		if f != nil {
-			t.Fatalf("simulate: %+v", f)
-		}
-		calls = append(calls, cl)
-	}
+	calls := settleCalls(t, env, e, 2, 4)
 	calls[1].gas = 20_000 // below the 21,000 any transaction needs: a definite refusal
-
-	// Hold the lead while the four queue in order, so one batch takes them all.
 	s := e.order[0].sender
-	s.lead <- struct{}{}
-	type answer struct {
-		tx  *types.Transaction
-		err error
-	}
-	answers := make([]chan answer, len(calls))
-	for i, cl := range calls {
-		answers[i] = make(chan answer, 1)
-		go func() {
-			tx, err := s.send(ctx, cl, nil)
-			answers[i] <- answer{tx, err}
-		}()
-		waitFor(t, "the send queued", func() bool {
-			s.qmu.Lock()
-			defer s.qmu.Unlock()
-			return len(s.queue) == i+1
-		})
-	}
-	<-s.lead
-
-	for i := range calls {
-		a := <-answers[i]
+	answers := sendAsOneBatch(t, s, calls)
+	for i, a := range answers {
 		if i == 1 {
 			if !errors.Is(a.err, errNotBroadcast) {
 				t.Errorf("refused send = %v, want errNotBroadcast", a.err)
@@ -165,47 +131,11 @@ func TestBatchBroadcastNeverSignsBelowATakenTransaction(t *testing.T) {
 	start := env.signerNonce(t, signer)
 	s := e.order[0].sender
 
-	// batch sends the calls of n new payments as one batch and returns each answer.
-	type answer struct {
-		tx  *types.Transaction
-		err error
-	}
 	next := 2
-	batch := func(n int) []answer {
-		var calls []call
-		for range n {
-			p, r := env.pay(t, x402.Version2, env.chain.Accounts[next], payee)
-			next++
-			c, f := e.checkSigned(ctx, p, r)
-			if f != nil {
-				t.Fatalf("checkSigned: %+v", f)
-			}
-			cl, f := e.simulate(ctx, c)
-			if f != nil {
-				t.Fatalf("simulate: %+v", f)
-			}
-			calls = append(calls, cl)
-		}
-		s.lead <- struct{}{} // hold the lead while they queue, so one batch takes them all
-		answers := make([]chan answer, n)
-		for i, cl := range calls {
-			answers[i] = make(chan answer, 1)
-			go func() {
-				tx, err := s.send(ctx, cl, nil)
-				answers[i] <- answer{tx, err}
-			}()
-			waitFor(t, "the send queued", func() bool {
-				s.qmu.Lock()
-				defer s.qmu.Unlock()
-				return len(s.queue) == i+1
-			})
-		}
-		<-s.lead
-		out := make([]answer, n)
-		for i := range answers {
-			out[i] = <-answers[i]
-		}
-		return out
+	batch := func(n int) []sendAnswer {
+		calls := settleCalls(t, env, e, next, n)
+		next += n
+		return sendAsOneBatch(t, s, calls)
 	}
 
 	drop.Store(true)
@@ -227,7 +157,7 @@ func TestBatchBroadcastNeverSignsBelowATakenTransaction(t *testing.T) {
 			t.Errorf("send %d of the next batch has nonce %d, at or below %d, which the node took", i, a.tx.Nonce(), first[2].tx.Nonce())
 		}
 	}
-	for _, a := range append([]answer{first[0], first[2]}, second...) {
+	for _, a := range append([]sendAnswer{first[0], first[2]}, second...) {
 		rcpt, err := s.waitReceipt(ctx, a.tx, 30*time.Second)
 		if err != nil || rcpt.Status != types.ReceiptStatusSuccessful {
 			t.Fatalf("receipt of nonce %d = %+v, %v; want it mined", a.tx.Nonce(), rcpt, err)
@@ -240,4 +170,56 @@ func TestBatchBroadcastNeverSignsBelowATakenTransaction(t *testing.T) {
 	if d := new(big.Int).Sub(env.token.BalanceOf(t, payee), before); d.Cmp(want) != 0 {
 		t.Errorf("payee received %s, want %s", d, want)
 	}
+}
+
+// settleCalls checks and simulates n new payments, from accounts first, first+1 … to
+// account 9, and returns their calls, ready to send.
+func settleCalls(t *testing.T, env *testEnv, e *Engine, first, n int) []call {
+	t.Helper()
+	var calls []call
+	for i := range n {
+		p, r := env.pay(t, x402.Version2, env.chain.Accounts[first+i], env.chain.Accounts[9].Address)
+		c, f := e.checkSigned(context.Background(), p, r)
+		if f != nil {
+			t.Fatalf("checkSigned: %+v", f)
+		}
+		cl, f := e.simulate(context.Background(), c)
+		if f != nil {
+			t.Fatalf("simulate: %+v", f)
+		}
+		calls = append(calls, cl)
+	}
+	return calls
+}
+
+// sendAnswer is what one send of sendAsOneBatch answered.
+type sendAnswer struct {
+	tx  *types.Transaction
+	err error
+}
+
+// sendAsOneBatch sends calls through s as one batch: it holds the lead while they queue in
+// order, so that the batch that takes the lead next takes them all, and returns each answer.
+func sendAsOneBatch(t *testing.T, s *sender, calls []call) []sendAnswer {
+	t.Helper()
+	s.lead <- struct{}{}
+	answers := make([]chan sendAnswer, len(calls))
+	for i, cl := range calls {
+		answers[i] = make(chan sendAnswer, 1)
+		go func() {
+			tx, err := s.send(context.Background(), cl, nil)
+			answers[i] <- sendAnswer{tx, err}
+		}()
+		waitFor(t, "the send queued", func() bool {
+			s.qmu.Lock()
+			defer s.qmu.Unlock()
+			return len(s.queue) == i+1
+		})
+	}
+	<-s.lead
+	out := make([]sendAnswer, len(calls))
+	for i := range answers {
+		out[i] = <-answers[i]
+	}
+	return out
 }

@@ -21,21 +21,38 @@ import (
 // this way when the forward times out. It is a fault the real node will not produce on
 // demand.
 func lyingNode(t *testing.T, target, message string) string {
+	return sendErrorNode(t, target, message, true)
+}
+
+// refusingNode is lyingNode without the forward: the node never has the transaction, and
+// the reply refuses it.
+func refusingNode(t *testing.T, target, message string) string {
+	return sendErrorNode(t, target, message, false)
+}
+
+// sendErrorNode forwards every JSON-RPC call to the node at target and answers
+// eth_sendRawTransaction with an error reply carrying message, after forwarding it when
+// forward is set.
+func sendErrorNode(t *testing.T, target, message string, forward bool) string {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		res, err := http.Post(target, "application/json", bytes.NewReader(body))
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		out, _ := io.ReadAll(res.Body)
-		_ = res.Body.Close()
 		var call struct {
 			ID     json.RawMessage `json:"id"`
 			Method string          `json:"method"`
 		}
-		if json.Unmarshal(body, &call) == nil && call.Method == "eth_sendRawTransaction" {
+		send := json.Unmarshal(body, &call) == nil && call.Method == "eth_sendRawTransaction"
+		var out []byte
+		if forward || !send {
+			res, err := http.Post(target, "application/json", bytes.NewReader(body))
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadGateway)
+				return
+			}
+			out, _ = io.ReadAll(res.Body)
+			_ = res.Body.Close()
+		}
+		if send {
 			out, _ = json.Marshal(map[string]any{"jsonrpc": "2.0", "id": call.ID,
 				"error": map[string]any{"code": -32000, "message": message}})
 		}
@@ -98,37 +115,6 @@ func TestAmbiguousNodeRefusalStaysUncertain(t *testing.T) {
 			}
 		})
 	}
-}
-
-// refusingNode forwards every JSON-RPC request to the real node at target, except
-// eth_sendRawTransaction, which it answers with a definite refusal without forwarding it:
-// the node never has the transaction. A fault the real node will not produce on demand.
-func refusingNode(t *testing.T, target, message string) string {
-	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		var call struct {
-			ID     json.RawMessage `json:"id"`
-			Method string          `json:"method"`
-		}
-		var out []byte
-		if json.Unmarshal(body, &call) == nil && call.Method == "eth_sendRawTransaction" {
-			out, _ = json.Marshal(map[string]any{"jsonrpc": "2.0", "id": call.ID,
-				"error": map[string]any{"code": -32000, "message": message}})
-		} else {
-			res, err := http.Post(target, "application/json", bytes.NewReader(body))
-			if err != nil {
-				http.Error(w, err.Error(), http.StatusBadGateway)
-				return
-			}
-			out, _ = io.ReadAll(res.Body)
-			_ = res.Body.Close()
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(out)
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL
 }
 
 // TestDefiniteNodeRefusalNamesNoTransaction: when the node refuses the settlement
