@@ -16,6 +16,12 @@ import (
 // allocations, the CPU time per op and the median and 99th percentile of single
 // evaluations (p50-ns, p99-ns).
 func benchEvaluate(b *testing.B, opts Options, in Input) {
+	benchEvaluateWith(b, opts, in, false)
+}
+
+// benchEvaluateWith is benchEvaluate through Evaluate when keep is set: the caller keeps
+// the verdict, so nothing of it is reused.
+func benchEvaluateWith(b *testing.B, opts Options, in Input, keep bool) {
 	e := newEngine(b, opts)
 	ctx := context.Background()
 	if v := e.Evaluate(ctx, in); v.Outcome != verdict.OutcomeApproved {
@@ -28,11 +34,15 @@ func benchEvaluate(b *testing.B, opts Options, in Input) {
 	for b.Loop() {
 		n++
 		start := time.Now()
-		e.Judge(ctx, in, func(v *verdict.Verdict) {
-			if v.Outcome != verdict.OutcomeApproved {
-				b.Errorf("outcome %s", v.Outcome)
-			}
-		})
+		if keep {
+			kept = e.Evaluate(ctx, in)
+		} else {
+			e.Judge(ctx, in, func(v *verdict.Verdict) {
+				if v.Outcome != verdict.OutcomeApproved {
+					b.Errorf("outcome %s", v.Outcome)
+				}
+			})
+		}
 		if len(lat) < cap(lat) {
 			lat = append(lat, time.Since(start))
 		}
@@ -54,12 +64,26 @@ func BenchmarkEvaluateERC20Transfer(b *testing.B) {
 	benchEvaluate(b, Options{}, Input{Escrow: escrow, ProposedTx: tx, Policy: mustPolicy(b, 1, evmPolicy)})
 }
 
+// kept holds the last verdict of a keep benchmark, so the compiler cannot drop it.
+var kept *verdict.Verdict
+
+// BenchmarkEvaluateKeptV3Swap is BenchmarkEvaluateV3Swap through Evaluate: a verdict the
+// caller keeps, whose memory is not reused (bench/engine.md#the-tail-closed).
+func BenchmarkEvaluateKeptV3Swap(b *testing.B) {
+	benchEvaluateWith(b, Options{}, v3SwapInput(b), true)
+}
+
+// v3SwapInput is the V3 swap of BenchmarkEvaluateV3Swap.
+func v3SwapInput(b *testing.B) Input {
+	data := pack(b, routerABI, "exactInputSingle((address,address,uint24,address,uint256,uint256,uint160))",
+		single02{usdc, weth, big.NewInt(500), msgSender, e6(3000), milli18(995), new(big.Int)})
+	return Input{Escrow: escrow, ProposedTx: evmTx("uniswap", 84532, router02, data, nil), Policy: mustPolicy(b, 1, uniPolicy)}
+}
+
 // BenchmarkEvaluateV3Swap: a SwapRouter02 exactInputSingle of USDC for WETH, through every
 // check including the trading checks, slippage priced from the table.
 func BenchmarkEvaluateV3Swap(b *testing.B) {
-	data := pack(b, routerABI, "exactInputSingle((address,address,uint24,address,uint256,uint256,uint160))",
-		single02{usdc, weth, big.NewInt(500), msgSender, e6(3000), milli18(995), new(big.Int)})
-	benchEvaluate(b, Options{}, Input{Escrow: escrow, ProposedTx: evmTx("uniswap", 84532, router02, data, nil), Policy: mustPolicy(b, 1, uniPolicy)})
+	benchEvaluate(b, Options{}, v3SwapInput(b))
 }
 
 // BenchmarkEvaluateURPlan: a Universal Router 2.1.1 plan: a V3 swap to the router, then
