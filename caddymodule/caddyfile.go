@@ -338,7 +338,8 @@ func blockOnly(d *caddyfile.Dispenser) error {
 
 // argErr is d.ArgErr() without the word the dispenser stopped at, which can be the value of
 // a secret (a database URL with its password, a key): it names the option, the first word of
-// the line, instead (docs/caddy.md#errors).
+// the line that is not a brace (`} journal …` closes a block first), instead
+// (docs/caddy.md#errors).
 func argErr(d *caddyfile.Dispenser) error {
 	line, opt, back := d.Line(), d.Val(), 0
 	for d.Prev() {
@@ -346,10 +347,15 @@ func argErr(d *caddyfile.Dispenser) error {
 		if d.Line() != line {
 			break
 		}
-		opt = d.Val()
+		if v := d.Val(); v != "{" && v != "}" {
+			opt = v
+		}
 	}
 	for ; back > 0; back-- {
 		d.Next()
+	}
+	if opt == "{" || opt == "}" {
+		return d.Errf("wrong number of values around %q", opt)
 	}
 	return d.Errf("wrong number of values for %s", opt)
 }
