@@ -24,6 +24,40 @@ type SenderDecoder interface {
 	DecodeFor(tx map[string]any, sender common.Address) (*Action, error)
 }
 
+// actionScratch is the memory of one top-level call Action, which a decoder fills instead of
+// allocating it when the engine decodes: the evaluation that owns the scratch drops the
+// action when it ends (the verdict copies what it reports), and the next evaluation reuses
+// the struct and its Fields map, cleared (bench/engine.md#the-tail-closed). Only the struct
+// and the map are reused, never a value stored in them.
+type actionScratch struct {
+	act    Action
+	to     common.Address
+	fields map[string]any
+}
+
+// scratchDecoder is a SenderDecoder that can decode into an actionScratch.
+type scratchDecoder interface {
+	decodeInto(tx map[string]any, sender common.Address, s *actionScratch) (*Action, error)
+}
+
+// maxScratchFields bounds the Fields map an actionScratch keeps.
+const maxScratchFields = 16
+
+// callAction is a top-level Action of protocol on chainID calling selector on to, with an
+// empty Fields map: s's memory, or new memory when s is nil.
+func (s *actionScratch) callAction(protocol string, chainID int64, to common.Address, selector string) *Action {
+	if s == nil {
+		return &Action{Protocol: protocol, ChainID: chainID, To: &to, Selector: selector, Fields: map[string]any{}}
+	}
+	if s.fields == nil {
+		s.fields = make(map[string]any, 8)
+	}
+	clear(s.fields) // empty already when the evaluation released it
+	s.to = to
+	s.act = Action{Protocol: protocol, ChainID: chainID, To: &s.to, Selector: selector, Fields: s.fields}
+	return &s.act
+}
+
 // DecodeError is a proposedTx a decoder could not read: the field at fault, as a dotted
 // path from the request ("proposedTx.amount"), and why.
 type DecodeError struct {

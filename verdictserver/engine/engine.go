@@ -149,7 +149,7 @@ func (e *Evaluator) SetSanctions(l *sanctions.List) { e.sanctions.Store(l) }
 func (e *Evaluator) Evaluate(ctx context.Context, in Input) *verdict.Verdict {
 	start := time.Now()
 	ev := e.newEvaluation(ctx, in)
-	ev.act, ev.decodeErr = e.decode(in.ProposedTx, in.Escrow)
+	ev.act, ev.decodeErr = e.decode(in.ProposedTx, in.Escrow, &ev.scratch)
 	v := ev.verdict(&verdictBox{})
 	v.LatencyMs = time.Since(start).Milliseconds()
 	ev.release()
@@ -170,6 +170,7 @@ func (e *Evaluator) newEvaluation(ctx context.Context, in Input) *evaluation {
 		now:       e.now().UTC(),
 		refs:      e.refs,
 
+		scratch:       ev.scratch,
 		sources:       ev.sources,
 		cached:        ev.cached,
 		pricedAmounts: ev.pricedAmounts,
@@ -186,7 +187,7 @@ func (e *Evaluator) newEvaluation(ctx context.Context, in Input) *evaluation {
 func (e *Evaluator) Judge(ctx context.Context, in Input, use func(*verdict.Verdict)) {
 	start := time.Now()
 	ev := e.newEvaluation(ctx, in)
-	ev.act, ev.decodeErr = e.decode(in.ProposedTx, in.Escrow)
+	ev.act, ev.decodeErr = e.decode(in.ProposedTx, in.Escrow, &ev.scratch)
 	box := boxes.Get().(*verdictBox)
 	ev.box = box
 	v := ev.verdict(box)
@@ -215,7 +216,12 @@ func (ev *evaluation) release() {
 	clear(ev.cached)
 	clear(ev.pricedAmounts)
 	clear(ev.degraded)
-	next := evaluation{}
+	fields := ev.scratch.fields
+	if len(fields) > maxScratchFields {
+		fields = nil
+	}
+	clear(fields)
+	next := evaluation{scratch: actionScratch{fields: fields}}
 	if keep(cap(ev.sources)) {
 		next.sources = ev.sources[:0]
 	}
@@ -234,7 +240,7 @@ func (ev *evaluation) release() {
 
 // decode finds the decoder for proposedTx.protocol (docs/policy.md#default-deny: none is a
 // decode failure).
-func (e *Evaluator) decode(tx map[string]any, sender common.Address) (act *Action, de *DecodeError) {
+func (e *Evaluator) decode(tx map[string]any, sender common.Address, s *actionScratch) (act *Action, de *DecodeError) {
 	defer func() {
 		// docs/policy.md#default-deny: a decoder that panics has not understood the action.
 		if r := recover(); r != nil {
@@ -253,7 +259,9 @@ func (e *Evaluator) decode(tx map[string]any, sender common.Address) (act *Actio
 		return nil, &DecodeError{Field: "proposedTx.protocol", Problem: "no decoder for this protocol"}
 	}
 	var err error
-	if sd, ok := d.(SenderDecoder); ok {
+	if sd, ok := d.(scratchDecoder); ok {
+		act, err = sd.decodeInto(tx, sender, s)
+	} else if sd, ok := d.(SenderDecoder); ok {
 		act, err = sd.DecodeFor(tx, sender)
 	} else {
 		act, err = d.Decode(tx)

@@ -154,18 +154,36 @@ func unpack(args abi.Arguments, enc []byte) (out []any, err error) {
 
 // method finds the method of a with the call's selector and unpacks its arguments.
 func method(a *abi.ABI, data []byte) (*abi.Method, []any, *DecodeError) {
+	m, de := methodOf(a, data)
+	if de != nil {
+		return nil, nil, de
+	}
+	vals, de := methodArgs(m, data)
+	if de != nil {
+		return nil, nil, de
+	}
+	return m, vals, nil
+}
+
+// methodOf finds the method of a with the call's selector.
+func methodOf(a *abi.ABI, data []byte) (*abi.Method, *DecodeError) {
 	if len(data) < 4 {
-		return nil, nil, fail("data", "has no 4-byte selector")
+		return nil, fail("data", "has no 4-byte selector")
 	}
 	m := methodByID(a, data[:4])
 	if m == nil {
-		return nil, nil, fail("data", "selector 0x"+hex.EncodeToString(data[:4])+" is not one this decoder reads")
+		return nil, fail("data", "selector 0x"+hex.EncodeToString(data[:4])+" is not one this decoder reads")
 	}
+	return m, nil
+}
+
+// methodArgs unpacks the arguments of the call data to m.
+func methodArgs(m *abi.Method, data []byte) ([]any, *DecodeError) {
 	vals, err := unpack(m.Inputs, data[4:])
 	if err != nil {
-		return nil, nil, fail("data", m.Sig+": "+err.Error())
+		return nil, fail("data", m.Sig+": "+err.Error())
 	}
-	return m, vals, nil
+	return vals, nil
 }
 
 // evmDecoder reads ProtocolEVM calls (docs/policy.md#evm-actions).
@@ -178,13 +196,18 @@ func (d evmDecoder) Decode(tx map[string]any) (*Action, error) {
 }
 
 // DecodeFor reads tx sent by sender: WETH's deposit and withdraw pay the sender.
-func (evmDecoder) DecodeFor(tx map[string]any, sender common.Address) (*Action, error) {
+func (d evmDecoder) DecodeFor(tx map[string]any, sender common.Address) (*Action, error) {
+	return d.decodeInto(tx, sender, nil)
+}
+
+func (evmDecoder) decodeInto(tx map[string]any, sender common.Address, s *actionScratch) (*Action, error) {
 	c, de := readCall(tx)
 	if de != nil {
 		return nil, de
 	}
 	to := c.to
-	act := &Action{Protocol: ProtocolEVM, ChainID: c.chainID, To: &to, Selector: c.selector(), Fields: map[string]any{"value": valueText(c.value)}}
+	act := s.callAction(ProtocolEVM, c.chainID, to, c.selector())
+	act.Fields["value"] = valueText(c.value)
 	if len(c.data) == 0 {
 		act.Kind = "evm.native"
 		act.Recipients = []common.Address{to}

@@ -139,7 +139,7 @@ func TestEveryEVMVerdictIsConsistent(t *testing.T) {
 		if !v.Approved() {
 			continue
 		}
-		act, de := e.decode(tx, escrow)
+		act, de := e.decode(tx, escrow, nil)
 		if de != nil {
 			t.Fatalf("seed %d: approved an action that does not decode: %v", seed, de)
 		}

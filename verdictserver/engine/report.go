@@ -28,6 +28,9 @@ type evaluation struct {
 	now       time.Time
 
 	box *verdictBox // the recycled box the verdict is built in (Judge), or nil
+	// scratch is the memory of the decoded action (actionScratch), kept with the
+	// evaluation for the next one.
+	scratch actionScratch
 
 	sources       []sourceRec
 	cached        []string // names of cached sources

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ethereum/go-ethereum/accounts/abi"
 	"github.com/ethereum/go-ethereum/common"
 )
 
@@ -33,14 +34,23 @@ type uni struct {
 	router  common.Address
 	sender  common.Address
 	value   *big.Int
+	// scratch is the memory of the top-level action, or nil (actionScratch).
+	scratch *actionScratch
+	// slowTuples reads every argument with go-ethereum's unpack, never in place
+	// (staticTuple); the tests compare the two.
+	slowTuples bool
 }
 
 func (d uniswapDecoder) DecodeFor(tx map[string]any, sender common.Address) (*Action, error) {
+	return d.decodeInto(tx, sender, nil)
+}
+
+func (uniswapDecoder) decodeInto(tx map[string]any, sender common.Address, s *actionScratch) (*Action, error) {
 	c, de := readCall(tx)
 	if de != nil {
 		return nil, de
 	}
-	u := &uni{chainID: c.chainID, router: c.to, sender: sender, value: c.value}
+	u := &uni{chainID: c.chainID, router: c.to, sender: sender, value: c.value, scratch: s}
 	if len(c.data) >= 4 && (c.selector() == selExecute || c.selector() == selExecuteNoDeadline) {
 		act, de := u.execute(c.data)
 		if de != nil {
@@ -66,12 +76,23 @@ var (
 
 // call decodes one router call: a swap, a payment helper, or a multicall of them.
 func (u *uni) call(data []byte, depth int) (*Action, *DecodeError) {
-	m, vals, de := method(&routerABI, data)
+	m, de := methodOf(&routerABI, data)
 	if de != nil {
 		return nil, de
 	}
-	to := u.router
-	act := &Action{Protocol: ProtocolUniswap, ChainID: u.chainID, To: &to, Selector: selectorText(m.ID), Fields: map[string]any{"function": m.Sig}}
+	var vals []any
+	var single *v3Single
+	if !u.slowTuples && isSingle(m.RawName) && readsInPlace(m, data, &single) {
+	} else if vals, de = methodArgs(m, data); de != nil {
+		return nil, de
+	}
+	var act *Action
+	if depth == 0 {
+		act = u.scratch.callAction(ProtocolUniswap, u.chainID, u.router, selectorText(m.ID))
+	} else {
+		act = (*actionScratch)(nil).callAction(ProtocolUniswap, u.chainID, u.router, selectorText(m.ID))
+	}
+	act.Fields["function"] = m.Sig
 	switch m.RawName {
 	case "multicall":
 		if depth > 0 {
@@ -102,7 +123,7 @@ func (u *uni) call(data []byte, depth int) (*Action, *DecodeError) {
 		}
 		return act, nil
 	}
-	if de := u.swap(act, m.Name, vals); de != nil {
+	if de := u.swap(act, m.Name, vals, single); de != nil {
 		return nil, de
 	}
 	if depth == 0 {
@@ -138,8 +159,61 @@ func (u *uni) payment(act *Action, name string, vals []any) {
 	}
 }
 
-// swap fills act from a V2 or V3 swap.
-func (u *uni) swap(act *Action, name string, vals []any) *DecodeError {
+// v3Single is the params of a V3 exactInputSingle or exactOutputSingle.
+type v3Single struct {
+	tokenIn, tokenOut, recipient common.Address
+	fee, sqrtPriceLimitX96       string // in decimal
+	// amount is amountIn (exact input) or amountOut (exact output); limit is
+	// amountOutMinimum or amountInMaximum.
+	amount, limit *big.Int
+}
+
+// isSingle reports whether name is exactInputSingle or exactOutputSingle.
+func isSingle(name string) bool {
+	return name == "exactInputSingle" || name == "exactOutputSingle"
+}
+
+// exactIn reports whether name, one of isSingle's, is the exact-input one.
+func exactIn(name string) bool { return name[:10] == "exactInput" }
+
+// readsInPlace sets *single from the call data to m, a single swap, when its params read in
+// place (staticTuple).
+func readsInPlace(m *abi.Method, data []byte, single **v3Single) bool {
+	st, ok := readStaticTuple(m, data[4:])
+	if ok {
+		*single = singleFromWords(st, m.RawName)
+	}
+	return ok
+}
+
+// singleFromWords reads the params of the single swap name from their words.
+func singleFromWords(st staticTuple, name string) *v3Single {
+	s := &v3Single{tokenIn: st.address("tokenIn"), tokenOut: st.address("tokenOut"), recipient: st.address("recipient"),
+		fee: st.decimal("fee"), sqrtPriceLimitX96: st.decimal("sqrtPriceLimitX96")}
+	if exactIn(name) {
+		s.amount, s.limit = st.bigInt("amountIn"), st.bigInt("amountOutMinimum")
+	} else {
+		s.amount, s.limit = st.bigInt("amountOut"), st.bigInt("amountInMaximum")
+	}
+	return s
+}
+
+// singleFromTuple reads the params of the single swap name from go-ethereum's unpacked tuple.
+func singleFromTuple(p any, name string) *v3Single {
+	s := &v3Single{tokenIn: member[common.Address](p, "TokenIn"), tokenOut: member[common.Address](p, "TokenOut"),
+		recipient: member[common.Address](p, "Recipient"),
+		fee:       member[*big.Int](p, "Fee").String(), sqrtPriceLimitX96: member[*big.Int](p, "SqrtPriceLimitX96").String()}
+	if exactIn(name) {
+		s.amount, s.limit = member[*big.Int](p, "AmountIn"), member[*big.Int](p, "AmountOutMinimum")
+	} else {
+		s.amount, s.limit = member[*big.Int](p, "AmountOut"), member[*big.Int](p, "AmountInMaximum")
+	}
+	return s
+}
+
+// swap fills act from a V2 or V3 swap: vals are its unpacked arguments, or single holds
+// the params of a single V3 swap read in place (staticTuple).
+func (u *uni) swap(act *Action, name string, vals []any, single *v3Single) *DecodeError {
 	t := &Trade{Kind: TradeSwap}
 	var tokens []common.Address
 	var rcpt common.Address
@@ -170,17 +244,20 @@ func (u *uni) swap(act *Action, name string, vals []any) *DecodeError {
 		ethIn = true
 		act.Kind = "uniswap.v2." + name
 	case "exactInputSingle", "exactInputSingle0", "exactOutputSingle", "exactOutputSingle0":
-		p := vals[0]
-		tokens = []common.Address{member[common.Address](p, "TokenIn"), member[common.Address](p, "TokenOut")}
-		rcpt = member[common.Address](p, "Recipient")
+		p := single
+		if p == nil {
+			p = singleFromTuple(vals[0], name)
+		}
+		tokens = []common.Address{p.tokenIn, p.tokenOut}
+		rcpt = p.recipient
 		placeholders = name[len(name)-1] == '0'
 		act.Kind = "uniswap.v3." + trimDigit(name)
-		act.Fields["fee"] = member[*big.Int](p, "Fee").String()
-		act.Fields["sqrtPriceLimitX96"] = member[*big.Int](p, "SqrtPriceLimitX96").String()
-		if name[:10] == "exactInput" {
-			t.AmountIn, t.MinOut = member[*big.Int](p, "AmountIn"), member[*big.Int](p, "AmountOutMinimum")
+		act.Fields["fee"] = p.fee
+		act.Fields["sqrtPriceLimitX96"] = p.sqrtPriceLimitX96
+		if exactIn(name) {
+			t.AmountIn, t.MinOut = p.amount, p.limit
 		} else {
-			t.ExactOut, t.AmountOut, t.MaxIn = true, member[*big.Int](p, "AmountOut"), member[*big.Int](p, "AmountInMaximum")
+			t.ExactOut, t.AmountOut, t.MaxIn = true, p.amount, p.limit
 		}
 	case "exactInput", "exactInput0", "exactOutput", "exactOutput0":
 		p := vals[0]
