@@ -24,38 +24,82 @@ type SenderDecoder interface {
 	DecodeFor(tx map[string]any, sender common.Address) (*Action, error)
 }
 
-// actionScratch is the memory of one top-level call Action, which a decoder fills instead of
-// allocating it when the engine decodes: the evaluation that owns the scratch drops the
+// actionScratch is memory for the Actions a decoder builds, which it takes instead of
+// allocating them when the engine decodes: the evaluation that owns the scratch drops the
 // action when it ends (the verdict copies what it reports), and the next evaluation reuses
-// the struct and its Fields map, cleared (bench/engine.md#the-tail-closed). Only the struct
-// and the map are reused, never a value stored in them.
+// the structs and the Fields maps, cleared (bench/engine.md#the-tail-closed). Only those are
+// reused, never a value stored in them. The first scratchActions actions of a decode come
+// from it, any further ones are allocated.
 type actionScratch struct {
-	act    Action
-	to     common.Address
-	fields map[string]any
+	acts   [scratchActions]Action
+	to     [scratchActions]common.Address
+	trades [scratchActions]Trade
+	fields [scratchActions]map[string]any
+	n      int // actions handed out
+	nt     int // trades handed out
 }
 
-// scratchDecoder is a SenderDecoder that can decode into an actionScratch.
+// scratchDecoder is a Decoder that can decode into an actionScratch.
 type scratchDecoder interface {
 	decodeInto(tx map[string]any, sender common.Address, s *actionScratch) (*Action, error)
 }
 
-// maxScratchFields bounds the Fields map an actionScratch keeps.
-const maxScratchFields = 16
+const (
+	// scratchActions is the actions a scratch holds: a call, or an order and its leg, and
+	// the legs of a small bundle.
+	scratchActions = 4
+	// maxScratchFields bounds the Fields map a scratch keeps for the next evaluation.
+	maxScratchFields = 16
+)
 
-// callAction is a top-level Action of protocol on chainID calling selector on to, with an
-// empty Fields map: s's memory, or new memory when s is nil.
+// action is a cleared Action with an empty Fields map, and where its To may point: s's
+// memory, or new memory when s is nil or used up.
+func (s *actionScratch) action() (*Action, *common.Address) {
+	if s == nil || s.n == scratchActions {
+		return &Action{Fields: make(map[string]any, 8)}, new(common.Address)
+	}
+	i := s.n
+	s.n++
+	if s.fields[i] == nil {
+		s.fields[i] = make(map[string]any, 8)
+	}
+	clear(s.fields[i]) // empty already when the evaluation released it
+	s.acts[i] = Action{Fields: s.fields[i]}
+	return &s.acts[i], &s.to[i]
+}
+
+// callAction is an Action of protocol on chainID calling selector on to, with an empty
+// Fields map (action).
 func (s *actionScratch) callAction(protocol string, chainID int64, to common.Address, selector string) *Action {
-	if s == nil {
-		return &Action{Protocol: protocol, ChainID: chainID, To: &to, Selector: selector, Fields: map[string]any{}}
+	act, at := s.action()
+	*at = to
+	act.Protocol, act.ChainID, act.To, act.Selector = protocol, chainID, at, selector
+	return act
+}
+
+// trade is a zero Trade: s's memory, or new memory when s is nil or used up.
+func (s *actionScratch) trade() *Trade {
+	if s == nil || s.nt == scratchActions {
+		return new(Trade)
 	}
-	if s.fields == nil {
-		s.fields = make(map[string]any, 8)
+	t := &s.trades[s.nt]
+	s.nt++
+	*t = Trade{}
+	return t
+}
+
+// reset drops what the scratch's actions refer to, for the next evaluation: a Fields map
+// that grew past maxScratchFields is let go.
+func (s *actionScratch) reset() {
+	for i := range s.n {
+		if len(s.fields[i]) > maxScratchFields {
+			s.fields[i] = nil
+		}
+		clear(s.fields[i])
 	}
-	clear(s.fields) // empty already when the evaluation released it
-	s.to = to
-	s.act = Action{Protocol: protocol, ChainID: chainID, To: &s.to, Selector: selector, Fields: s.fields}
-	return &s.act
+	clear(s.acts[:s.n])
+	clear(s.trades[:s.nt])
+	s.n, s.nt = 0, 0
 }
 
 // DecodeError is a proposedTx a decoder could not read: the field at fault, as a dotted

@@ -149,7 +149,7 @@ func (e *Evaluator) SetSanctions(l *sanctions.List) { e.sanctions.Store(l) }
 func (e *Evaluator) Evaluate(ctx context.Context, in Input) *verdict.Verdict {
 	start := time.Now()
 	ev := e.newEvaluation(ctx, in)
-	ev.act, ev.decodeErr = e.decode(in.ProposedTx, in.Escrow, &ev.scratch)
+	ev.act, ev.decodeErr = e.decode(in.ProposedTx, in.Escrow, ev.scratch)
 	v := ev.verdict(&verdictBox{})
 	v.LatencyMs = time.Since(start).Milliseconds()
 	ev.release()
@@ -159,6 +159,9 @@ func (e *Evaluator) Evaluate(ctx context.Context, in Input) *verdict.Verdict {
 // newEvaluation is the state of one evaluation of in, recycled (evaluations).
 func (e *Evaluator) newEvaluation(ctx context.Context, in Input) *evaluation {
 	ev := evaluations.Get().(*evaluation)
+	if ev.scratch == nil {
+		ev.scratch = new(actionScratch)
+	}
 	*ev = evaluation{
 		ctx:       ctx,
 		feeds:     e.feeds,
@@ -187,7 +190,7 @@ func (e *Evaluator) newEvaluation(ctx context.Context, in Input) *evaluation {
 func (e *Evaluator) Judge(ctx context.Context, in Input, use func(*verdict.Verdict)) {
 	start := time.Now()
 	ev := e.newEvaluation(ctx, in)
-	ev.act, ev.decodeErr = e.decode(in.ProposedTx, in.Escrow, &ev.scratch)
+	ev.act, ev.decodeErr = e.decode(in.ProposedTx, in.Escrow, ev.scratch)
 	box := boxes.Get().(*verdictBox)
 	ev.box = box
 	v := ev.verdict(box)
@@ -216,12 +219,10 @@ func (ev *evaluation) release() {
 	clear(ev.cached)
 	clear(ev.pricedAmounts)
 	clear(ev.degraded)
-	fields := ev.scratch.fields
-	if len(fields) > maxScratchFields {
-		fields = nil
+	if ev.scratch != nil {
+		ev.scratch.reset()
 	}
-	clear(fields)
-	next := evaluation{scratch: actionScratch{fields: fields}}
+	next := evaluation{scratch: ev.scratch}
 	if keep(cap(ev.sources)) {
 		next.sources = ev.sources[:0]
 	}

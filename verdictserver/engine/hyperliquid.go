@@ -81,6 +81,12 @@ var hyperliquidMembers = map[string]bool{
 // Decode reads proposedTx = {protocol, chainId: 1337, action: {type, …}, nonce?,
 // vaultAddress?, expiresAfter?, leverage?}.
 func (d HyperliquidDecoder) Decode(tx map[string]any) (*Action, error) {
+	return d.decodeInto(tx, common.Address{}, nil)
+}
+
+// decodeInto is Decode with memory for the actions (actionScratch); a Hyperliquid action
+// does not depend on its sender.
+func (d HyperliquidDecoder) decodeInto(tx map[string]any, _ common.Address, s *actionScratch) (*Action, error) {
 	for k := range tx {
 		if !hyperliquidMembers[k] {
 			return nil, fail(k, "is not a member of a Hyperliquid action")
@@ -131,7 +137,7 @@ func (d HyperliquidDecoder) Decode(tx map[string]any) (*Action, error) {
 	var de *DecodeError
 	switch typ {
 	case "order":
-		act, de = d.order(action, tx)
+		act, de = d.order(action, tx, s)
 	case "updateLeverage":
 		act, de = d.updateLeverage(action)
 	case "cancel", "cancelByCloid":
@@ -169,6 +175,14 @@ func hyperliquidAction(kind string) *Action {
 	return &Action{Protocol: ProtocolHyperliquid, ChainID: HyperliquidChainID, Kind: kind}
 }
 
+// hyperliquidAction is an Action of this protocol on chain 1337 with an empty Fields map,
+// in s's memory (actionScratch).
+func (s *actionScratch) hyperliquidAction(kind string) *Action {
+	act, _ := s.action()
+	act.Protocol, act.ChainID, act.Kind = ProtocolHyperliquid, HyperliquidChainID, kind
+	return act
+}
+
 // exactly refuses a member of obj (at path) that members does not name.
 func exactly(obj map[string]any, path string, members ...string) *DecodeError {
 	for k := range obj {
@@ -202,7 +216,7 @@ func (d HyperliquidDecoder) coin(asset int64, path string) (string, bool, *Decod
 	return "", false, fail(path, "builder-deployed perps and outcome assets (index ≥ 100000) are not decoded")
 }
 
-func (d HyperliquidDecoder) order(action, tx map[string]any) (*Action, *DecodeError) {
+func (d HyperliquidDecoder) order(action, tx map[string]any, s *actionScratch) (*Action, *DecodeError) {
 	if de := exactly(action, "action", "type", "orders", "grouping", "builder"); de != nil {
 		return nil, de
 	}
@@ -222,8 +236,8 @@ func (d HyperliquidDecoder) order(action, tx map[string]any) (*Action, *DecodeEr
 		}
 		leverage = new(big.Rat).SetInt64(n)
 	}
-	act := hyperliquidAction(KindHyperliquidOrder)
-	act.Fields = map[string]any{"grouping": grouping}
+	act := s.hyperliquidAction(KindHyperliquidOrder)
+	act.Fields["grouping"] = grouping
 	if raw, present := action["builder"]; present {
 		b, ok := raw.(map[string]any)
 		if !ok {
@@ -250,7 +264,7 @@ func (d HyperliquidDecoder) order(action, tx map[string]any) (*Action, *DecodeEr
 		if !ok {
 			return nil, fail(path, "must be an object {a, b, p, s, r, t, c?}")
 		}
-		leg, de := d.orderLeg(o, path, grouping)
+		leg, de := d.orderLeg(o, path, grouping, s)
 		if de != nil {
 			return nil, de
 		}
@@ -268,7 +282,7 @@ func (d HyperliquidDecoder) order(action, tx map[string]any) (*Action, *DecodeEr
 	return act, nil
 }
 
-func (d HyperliquidDecoder) orderLeg(o map[string]any, path, grouping string) (*Action, *DecodeError) {
+func (d HyperliquidDecoder) orderLeg(o map[string]any, path, grouping string, s *actionScratch) (*Action, *DecodeError) {
 	if de := exactly(o, path, "a", "b", "p", "s", "r", "t", "c"); de != nil {
 		return nil, de
 	}
@@ -305,7 +319,9 @@ func (d HyperliquidDecoder) orderLeg(o map[string]any, path, grouping string) (*
 	if !ok || len(ot) != 1 {
 		return nil, fail(path+".t", `must be {"limit": {"tif": …}} or {"trigger": {"isMarket", "triggerPx", "tpsl"}}`)
 	}
-	fields := map[string]any{"asset": asset, "coin": coin, "market": "perp", "p": pStr, "s": sStr}
+	leg := s.hyperliquidAction(KindHyperliquidOrder)
+	fields := leg.Fields
+	fields["asset"], fields["coin"], fields["market"], fields["p"], fields["s"] = asset, coin, "perp", pStr, sStr
 	if spot {
 		fields["market"] = "spot"
 	}
@@ -372,10 +388,9 @@ func (d HyperliquidDecoder) orderLeg(o map[string]any, path, grouping string) (*
 	if limit.Sign() == 0 {
 		limit = nil // p "0": no price bound
 	}
-	leg := hyperliquidAction(KindHyperliquidOrder)
-	leg.Fields = fields
 	leg.Coins = []string{coin}
-	leg.Trade = &Trade{Kind: TradeOrder, Side: side, Market: coin, LimitPrice: limit, Size: size, ReduceOnly: reduce}
+	leg.Trade = s.trade()
+	*leg.Trade = Trade{Kind: TradeOrder, Side: side, Market: coin, LimitPrice: limit, Size: size, ReduceOnly: reduce}
 	return leg, nil
 }
 

@@ -30,7 +30,7 @@ type evaluation struct {
 	box *verdictBox // the recycled box the verdict is built in (Judge), or nil
 	// scratch is the memory of the decoded action (actionScratch), kept with the
 	// evaluation for the next one.
-	scratch actionScratch
+	scratch *actionScratch
 
 	sources       []sourceRec
 	cached        []string // names of cached sources

@@ -34,7 +34,7 @@ type uni struct {
 	router  common.Address
 	sender  common.Address
 	value   *big.Int
-	// scratch is the memory of the top-level action, or nil (actionScratch).
+	// scratch is memory for the actions, or nil (actionScratch).
 	scratch *actionScratch
 	// slowTuples reads every argument with go-ethereum's unpack, never in place
 	// (staticTuple); the tests compare the two.
@@ -86,12 +86,7 @@ func (u *uni) call(data []byte, depth int) (*Action, *DecodeError) {
 	} else if vals, de = methodArgs(m, data); de != nil {
 		return nil, de
 	}
-	var act *Action
-	if depth == 0 {
-		act = u.scratch.callAction(ProtocolUniswap, u.chainID, u.router, selectorText(m.ID))
-	} else {
-		act = (*actionScratch)(nil).callAction(ProtocolUniswap, u.chainID, u.router, selectorText(m.ID))
-	}
+	act := u.scratch.callAction(ProtocolUniswap, u.chainID, u.router, selectorText(m.ID))
 	act.Fields["function"] = m.Sig
 	switch m.RawName {
 	case "multicall":
@@ -214,7 +209,8 @@ func singleFromTuple(p any, name string) *v3Single {
 // swap fills act from a V2 or V3 swap: vals are its unpacked arguments, or single holds
 // the params of a single V3 swap read in place (staticTuple).
 func (u *uni) swap(act *Action, name string, vals []any, single *v3Single) *DecodeError {
-	t := &Trade{Kind: TradeSwap}
+	t := u.scratch.trade()
+	t.Kind = TradeSwap
 	var tokens []common.Address
 	var rcpt common.Address
 	ethIn, ethOut := false, false
