@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/hex"
 	"math/big"
 	"time"
 
@@ -37,6 +38,34 @@ type actionScratch struct {
 	fields [scratchActions]map[string]any
 	n      int // actions handed out
 	nt     int // trades handed out
+	// calldata is the decoded call data of an EVM call: no Action keeps a part of it (they
+	// hold addresses, integers and strings, copied out of it).
+	calldata []byte
+}
+
+// maxScratchCalldata bounds the call data buffer a scratch keeps.
+const maxScratchCalldata = 4 << 10
+
+// hexBytes decodes the hex digits h, into scratch's buffer when scratch is not nil and the
+// bytes fit maxScratchCalldata.
+func hexBytes(h string, scratch *actionScratch) ([]byte, error) {
+	n := len(h) / 2
+	if scratch == nil || n > maxScratchCalldata {
+		return hex.DecodeString(h)
+	}
+	if cap(scratch.calldata) < n {
+		scratch.calldata = make([]byte, n, max(n, 512))
+	}
+	b := scratch.calldata[:n]
+	for i := range b {
+		hi, ok1 := unhex(h[2*i])
+		lo, ok2 := unhex(h[2*i+1])
+		if !ok1 || !ok2 {
+			return nil, hex.InvalidByteError(h[2*i])
+		}
+		b[i] = hi<<4 | lo
+	}
+	return b, nil
 }
 
 // scratchDecoder is a Decoder that can decode into an actionScratch.

@@ -40,7 +40,9 @@ var evmMembers = map[string]bool{"protocol": true, "chainId": true, "to": true, 
 // readCall reads the members of an EVM call strictly: to is required (a contract creation
 // is not an action we judge), data is 0x-prefixed hex (absent: none), value a decimal string
 // of base units (absent: 0), nonce a JSON integer >= 0 or a decimal string.
-func readCall(tx map[string]any) (evmCall, *DecodeError) {
+//
+// The call data goes into scratch's buffer when scratch is not nil (actionScratch.calldata).
+func readCall(tx map[string]any, scratch *actionScratch) (evmCall, *DecodeError) {
 	var c evmCall
 	for k := range tx {
 		if !evmMembers[k] {
@@ -62,7 +64,7 @@ func readCall(tx map[string]any) (evmCall, *DecodeError) {
 		if !ok || !strings.HasPrefix(s, "0x") || len(s)%2 != 0 || len(s) > 2+2*maxCalldata {
 			return c, fail("data", "must be 0x-prefixed hex of whole bytes, at most 128 KiB")
 		}
-		b, err := hex.DecodeString(s[2:])
+		b, err := hexBytes(s[2:], scratch)
 		if err != nil {
 			return c, fail("data", "must be 0x-prefixed hex of whole bytes, at most 128 KiB")
 		}
@@ -201,7 +203,7 @@ func (d evmDecoder) DecodeFor(tx map[string]any, sender common.Address) (*Action
 }
 
 func (evmDecoder) decodeInto(tx map[string]any, sender common.Address, s *actionScratch) (*Action, error) {
-	c, de := readCall(tx)
+	c, de := readCall(tx, s)
 	if de != nil {
 		return nil, de
 	}

@@ -46,7 +46,7 @@ func (d uniswapDecoder) DecodeFor(tx map[string]any, sender common.Address) (*Ac
 }
 
 func (uniswapDecoder) decodeInto(tx map[string]any, sender common.Address, s *actionScratch) (*Action, error) {
-	c, de := readCall(tx)
+	c, de := readCall(tx, s)
 	if de != nil {
 		return nil, de
 	}
@@ -81,10 +81,13 @@ func (u *uni) call(data []byte, depth int) (*Action, *DecodeError) {
 		return nil, de
 	}
 	var vals []any
-	var single *v3Single
-	if !u.slowTuples && isSingle(m.RawName) && readsInPlace(m, data, &single) {
-	} else if vals, de = methodArgs(m, data); de != nil {
-		return nil, de
+	var words v3Single
+	single := &words
+	if u.slowTuples || !isSingle(m.RawName) || !readsInPlace(m, data, single) {
+		single = nil
+		if vals, de = methodArgs(m, data); de != nil {
+			return nil, de
+		}
 	}
 	act := u.scratch.callAction(ProtocolUniswap, u.chainID, u.router, selectorText(m.ID))
 	act.Fields["function"] = m.Sig
@@ -171,9 +174,9 @@ func isSingle(name string) bool {
 // exactIn reports whether name, one of isSingle's, is the exact-input one.
 func exactIn(name string) bool { return name[:10] == "exactInput" }
 
-// readsInPlace sets *single from the call data to m, a single swap, when its params read in
+// readsInPlace fills single from the call data to m, a single swap, when its params read in
 // place (staticTuple).
-func readsInPlace(m *abi.Method, data []byte, single **v3Single) bool {
+func readsInPlace(m *abi.Method, data []byte, single *v3Single) bool {
 	st, ok := readStaticTuple(m, data[4:])
 	if ok {
 		*single = singleFromWords(st, m.RawName)
@@ -182,8 +185,8 @@ func readsInPlace(m *abi.Method, data []byte, single **v3Single) bool {
 }
 
 // singleFromWords reads the params of the single swap name from their words.
-func singleFromWords(st staticTuple, name string) *v3Single {
-	s := &v3Single{tokenIn: st.address("tokenIn"), tokenOut: st.address("tokenOut"), recipient: st.address("recipient"),
+func singleFromWords(st staticTuple, name string) v3Single {
+	s := v3Single{tokenIn: st.address("tokenIn"), tokenOut: st.address("tokenOut"), recipient: st.address("recipient"),
 		fee: st.decimal("fee"), sqrtPriceLimitX96: st.decimal("sqrtPriceLimitX96")}
 	if exactIn(name) {
 		s.amount, s.limit = st.bigInt("amountIn"), st.bigInt("amountOutMinimum")
