@@ -308,7 +308,7 @@ func balances(t *testing.T, tok *testenv.Token, addrs ...common.Address) []*big.
 }
 
 // wantDelta checks that addr's balance moved from before by exactly delta base units.
-func wantDelta(t *testing.T, tok *testenv.Token, addr common.Address, before *big.Int, delta int64) {
+func wantDelta(t testing.TB, tok *testenv.Token, addr common.Address, before *big.Int, delta int64) {
 	t.Helper()
 	got := new(big.Int).Sub(tok.BalanceOf(t, addr), before)
 	if got.Cmp(big.NewInt(delta)) != 0 {
@@ -486,4 +486,59 @@ func prettyHeaders(h http.Header) string {
 		fmt.Fprintf(&b, "%s: %s\n", k, strings.Join(v, ", "))
 	}
 	return b.String()
+}
+
+// recapped is a test whose failures are logged again at its very end, after the Caddy
+// output testenv logs for a failed test, so that the tail of a CI log shows them.
+type recapped struct {
+	testing.TB
+	msgs *[]string
+	mu   *sync.Mutex
+}
+
+// recap wraps t; call it before starting anything whose cleanup logs, so that its own
+// cleanup runs last.
+func recap(t *testing.T) recapped {
+	r := recapped{TB: t, msgs: new([]string), mu: new(sync.Mutex)}
+	t.Cleanup(func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if len(*r.msgs) > 0 {
+			t.Logf("the failures again, after the instances' output:\n%s", strings.Join(*r.msgs, "\n"))
+		}
+	})
+	return r
+}
+
+// of is r for t, a subtest of r's test: its failures are recapped with r's.
+func (r recapped) of(t testing.TB) recapped { return recapped{TB: t, msgs: r.msgs, mu: r.mu} }
+
+func (r recapped) note(msg string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	*r.msgs = append(*r.msgs, r.TB.Name()+": "+msg)
+}
+
+func (r recapped) Error(args ...any) {
+	r.TB.Helper()
+	r.note(fmt.Sprint(args...))
+	r.TB.Error(args...)
+}
+
+func (r recapped) Errorf(format string, args ...any) {
+	r.TB.Helper()
+	r.note(fmt.Sprintf(format, args...))
+	r.TB.Errorf(format, args...)
+}
+
+func (r recapped) Fatal(args ...any) {
+	r.TB.Helper()
+	r.note(fmt.Sprint(args...))
+	r.TB.Fatal(args...)
+}
+
+func (r recapped) Fatalf(format string, args ...any) {
+	r.TB.Helper()
+	r.note(fmt.Sprintf(format, args...))
+	r.TB.Fatalf(format, args...)
 }

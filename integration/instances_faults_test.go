@@ -17,8 +17,9 @@ type fleetPayment struct {
 	path    string
 	auth    testenv.Authorization
 	header  string
-	sentTo  []int // the instances it was sent to, in order
-	answers []int // their statuses; 0 for no answer (the instance died)
+	sentTo  []int  // the instances it was sent to, in order
+	answers []int  // their statuses; 0 for no answer (the instance died)
+	retry   string // the X-PAYMENT-RETRY token of a 502 whose settlement was pending
 }
 
 // served reports whether some answer of p served the content.
@@ -45,6 +46,7 @@ func (p *fleetPayment) served() bool {
 //   - a payment whose answer was a 502 settlement_pending, with its retry token, is
 //     redeemed on another instance after the first one died.
 func TestSeveralInstancesUnderFaults(t *testing.T) {
+	rt := recap(t)
 	f := newVerdictFleet(t, verdictSetup{shared: true})
 	redis := testenv.StartRedisServer(t, testenv.RedisConfig{})
 	for i, e := range f.env {
@@ -87,6 +89,9 @@ func TestSeveralInstancesUnderFaults(t *testing.T) {
 				continue // the instance died under the request: the client tries another
 			}
 			p.answers = append(p.answers, r.Status)
+			if r.Status == http.StatusBadGateway {
+				p.retry = r.Header.Get("X-PAYMENT-RETRY")
+			}
 			return
 		}
 	}
@@ -118,48 +123,66 @@ func TestSeveralInstancesUnderFaults(t *testing.T) {
 	// B comes back: its start-up reconcile finishes what it broadcast before it died (the
 	// others' periodic reconcile would too, once the rows are idle).
 	b := f.startFaulty(t, "", keys[1])
+	// A settlement still pending when its instance answered (the receipt wait is short here,
+	// and a loaded machine may exceed it) answered 502 with a retry token: the client redeems
+	// it, here on instance A behind the same site host (docs/gate.md#retry-credits).
+	for _, p := range payments {
+		if p.retry == "" {
+			continue
+		}
+		from := ins[p.sentTo[len(p.sentTo)-1]]
+		r := doHost(t, ins[0].api+p.path, strings.TrimPrefix(from.api, "http://"), map[string]string{"X-PAYMENT": p.header, "X-PAYMENT-RETRY": p.retry})
+		p.sentTo, p.answers = append(p.sentTo, 0), append(p.answers, r.Status)
+		if r.Status != http.StatusOK {
+			rt.Errorf("%s: redeeming the retry token of a pending settlement: %d %s", p.path, r.Status, r.Body)
+		}
+	}
 
 	settled, servedN, lost := 0, 0, 0
 	for _, p := range payments {
 		events, _ := authorizationUses(t, f.chain, f.tok, p.auth, head)
 		if events > 1 {
-			t.Errorf("%s: the authorization was used %d times on chain", p.path, events)
+			rt.Errorf("%s: the authorization was used %d times on chain", p.path, events)
 		}
 		settled += events
 		served := p.served()
-		if c := f.up.count(p.path); served && c != 1 || !served && c != 0 {
-			t.Errorf("%s: the upstream ran %d times; answers %v from instances %v", p.path, c, p.answers, p.sentTo)
+		// A request B was proxying when it died may have reached the upstream, whose answer
+		// then died with B: at most once, and only then unserved.
+		diedOnB := len(p.answers) > 0 && p.sentTo[0] == 1 && p.answers[0] == 0
+		if c := f.up.count(p.path); served && c != 1 || !served && c != 0 && !(diedOnB && c == 1) {
+			rt.Errorf("%s: the upstream ran %d times; answers %v from instances %v", p.path, c, p.answers, p.sentTo)
 		}
 		for _, s := range p.answers {
 			switch s {
 			case 0, http.StatusOK, http.StatusPaymentRequired, http.StatusServiceUnavailable, http.StatusBadGateway:
 			default:
-				t.Errorf("%s: answer %d; answers %v from instances %v", p.path, s, p.answers, p.sentTo)
+				rt.Errorf("%s: answer %d; answers %v from instances %v", p.path, s, p.answers, p.sentTo)
 			}
 		}
 		switch {
 		case served:
 			servedN++
 			if events != 1 {
-				t.Errorf("%s: served with %d settlements", p.path, events)
+				rt.Errorf("%s: served with %d settlements", p.path, events)
 			}
 		case events == 1:
 			// settled, no answer served: only a request that was on the killed instance
 			lost++
 			row, ok := journalRow(t, j, f.authorizationKey(p.auth))
-			if !ok || row.State != journal.StateConfirmed || p.sentTo[0] != 1 || p.answers[0] != 0 {
-				t.Errorf("%s: settled without a served answer (journal %q, answers %v from instances %v)", p.path, row.State, p.answers, p.sentTo)
+			if !ok || row.State != journal.StateConfirmed || !diedOnB {
+				rt.Errorf("%s: settled without a served answer (journal %q, answers %v from instances %v)", p.path, row.State, p.answers, p.sentTo)
 			}
 		}
 	}
 	t.Logf("%d payments: %d served, %d settled, %d settled whose answer died with instance B", len(payments), servedN, settled, lost)
 	if servedN == 0 {
-		t.Fatal("no payment was served")
+		rt.Fatal("no payment was served")
 	}
-	wantDelta(t, f.tok, f.payer.Address, bal[0], -price*int64(settled))
-	wantDelta(t, f.tok, f.okPayTo, bal[1], price*int64(settled))
+	wantDelta(rt, f.tok, f.payer.Address, bal[0], -price*int64(settled))
+	wantDelta(rt, f.tok, f.okPayTo, bal[1], price*int64(settled))
 
 	t.Run("a pending settlement is redeemed on another instance", func(t *testing.T) {
+		rt := rt.of(t)
 		a, c := ins[0], ins[2]
 		const path = "/allowed/fleet-pending"
 		header, auth := goV1Header(t, f.tok, f.payer, f.okPayTo)
@@ -168,7 +191,7 @@ func TestSeveralInstancesUnderFaults(t *testing.T) {
 		token := r.Header.Get("X-PAYMENT-RETRY")
 		if r.Status != http.StatusBadGateway || token == "" {
 			f.chain.SetAutomine(t, true)
-			t.Fatalf("a settle whose receipt is late: status %d, retry token %v: %s", r.Status, token != "", r.Body)
+			rt.Fatalf("a settle whose receipt is late: status %d, retry token %v: %s", r.Status, token != "", r.Body)
 		}
 		a.caddy.Kill()
 		f.chain.SetAutomine(t, true)
@@ -178,13 +201,13 @@ func TestSeveralInstancesUnderFaults(t *testing.T) {
 		retry := map[string]string{"X-PAYMENT": header, "X-PAYMENT-RETRY": token}
 		redeemed := doHost(t, c.api+path, strings.TrimPrefix(a.api, "http://"), retry)
 		if redeemed.Status != http.StatusOK {
-			t.Fatalf("redeeming on another instance: status %d: %s", redeemed.Status, redeemed.Body)
+			rt.Fatalf("redeeming on another instance: status %d: %s", redeemed.Status, redeemed.Body)
 		}
 		if events, _ := authorizationUses(t, f.chain, f.tok, auth, head); events != 1 || f.up.count(path) != 1 {
-			t.Errorf("the pending payment: %d uses on chain, %d upstream calls, want 1 and 1", events, f.up.count(path))
+			rt.Errorf("the pending payment: %d uses on chain, %d upstream calls, want 1 and 1", events, f.up.count(path))
 		}
 		if again := doHost(t, c.api+path, strings.TrimPrefix(a.api, "http://"), retry); again.Status == http.StatusOK {
-			t.Error("the redeemed token served a second answer")
+			rt.Error("the redeemed token served a second answer")
 		}
 	})
 	for _, in := range append(ins, b) {
