@@ -82,6 +82,9 @@ type Chain struct {
 	sendMu   sync.Mutex
 }
 
+// Pid is the anvil process's id, to sample its CPU time (/proc/<pid>/stat).
+func (c *Chain) Pid() int { return c.cmd.Process.Pid }
+
 // StartAnvil starts anvil on a free loopback port, waits until it answers eth_chainId, and
 // registers a cleanup that kills it. A missing anvil binary fails the test with the command
 // that installs it (cd integration && npm ci).

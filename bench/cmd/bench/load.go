@@ -32,6 +32,7 @@ type result struct {
 	chain    []time.Duration // eth_sendRawTransaction start → receipt answer
 	send     []time.Duration // eth_sendRawTransaction alone
 	cpu      float64         // CPU seconds of the measured server processes during the run
+	usage    cpuUsage        // where the machine's CPU went during the run (paid runs)
 	rpc      map[string]int  // JSON-RPC calls by method during the run (the timing proxy)
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -218,4 +219,73 @@ func run(ctx context.Context, dir string, env []string, bin string, args ...stri
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// cpuUsage is where the machine's CPU went during a run, in cores (1 = one core busy for
+// the whole run): all of it (/proc/stat), the node (anvil), the driver (this process: the
+// clients and the timing proxy) and the server under test.
+type cpuUsage struct {
+	machine, node, driver, server float64
+	cores                         int
+}
+
+// String is "machine 1.9 of 2 cores busy: anvil 0.9, driver 0.4, server 0.5".
+func (u cpuUsage) String() string {
+	return fmt.Sprintf("machine %.2f of %d cores busy: anvil %.2f, driver %.2f, server %.2f", u.machine, u.cores, u.node, u.driver, u.server)
+}
+
+// cpuSample is a reading of the counters cpuUsage is made of.
+type cpuSample struct {
+	at           time.Time
+	busy         float64 // machine-wide busy seconds (/proc/stat)
+	node, driver float64
+	server       float64
+}
+
+func sampleCPU(nodePid int, serverPids []int) cpuSample {
+	s := cpuSample{at: time.Now(), busy: machineBusy(), node: groupCPU(nodePid), driver: cpuSeconds(os.Getpid())}
+	for _, p := range serverPids {
+		s.server += groupCPU(p)
+	}
+	return s
+}
+
+// usageSince is the CPU used from a to now, in cores.
+func (a cpuSample) usageSince(nodePid int, serverPids []int) cpuUsage {
+	b := sampleCPU(nodePid, serverPids)
+	d := b.at.Sub(a.at).Seconds()
+	if d <= 0 {
+		return cpuUsage{}
+	}
+	return cpuUsage{machine: (b.busy - a.busy) / d, node: (b.node - a.node) / d, driver: (b.driver - a.driver) / d,
+		server: (b.server - a.server) / d, cores: runtime.NumCPU()}
+}
+
+// machineBusy is the machine's busy CPU seconds so far: the first line of /proc/stat, all
+// but idle and iowait, in clock ticks of 1/100 s.
+func machineBusy() float64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0
+	}
+	total := 0.0
+	for i, v := range f[1:] {
+		n, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return 0
+		}
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		if i >= 8 { // guest time is counted in user already
+			break
+		}
+		total += n
+	}
+	return total / 100
 }

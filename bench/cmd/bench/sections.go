@@ -276,7 +276,9 @@ func (e *env) paidRun(url string, conc, n int, cpuPids []int) result {
 	}
 	e.proxy.record(true)
 	takeTxLatencies()
+	usage0 := sampleCPU(e.chain.Pid(), cpuPids)
 	res := closedLoop(conc, e.c.paidDur, e.paidJob(url, pool, false))
+	res.usage = usage0.usageSince(e.chain.Pid(), cpuPids)
 	for tx, lat := range takeTxLatencies() {
 		if total, send, ok := e.proxy.chainTime(tx); ok {
 			res.chain = append(res.chain, total)
@@ -346,9 +348,9 @@ func (e *env) paid() {
 				s := sides[i]
 				logf("paid c=%d round %d/%d: %s, %s", conc, r+1, e.c.paidRounds, s.name, e.c.paidDur)
 				res := e.paidRun(s.url, conc, n, s.pids)
-				logf("  %d ok / %d failed, %.1f/s, p50 %.1f ms, p99 %.1f ms, chain p50 %.1f ms, overhead p50 %.1f ms, server CPU %.0f%% of a core %s",
+				logf("  %d ok / %d failed, %.1f/s, p50 %.1f ms, p99 %.1f ms, chain p50 %.1f ms, overhead p50 %.1f ms, server CPU %.0f%% of a core; %s %s",
 					res.ok, res.failed, res.rate(), ms(pct(res.lat, .5)), ms(pct(res.lat, .99)), ms(pct(res.chain, .5)), ms(pct(res.overhead, .5)),
-					100*res.cpu/res.elapsed.Seconds(), res.topReasons())
+					100*res.cpu/res.elapsed.Seconds(), res.usage, res.topReasons())
 				runs[i] = append(runs[i], res)
 			}
 		}
@@ -389,6 +391,8 @@ func (e *env) paid() {
 		}
 		e.rep.add(row{section: sec, measure: fmt.Sprintf("c=%d: overhead beyond the chain, p50 (ms)", conc), ours: fmt.Sprintf("%.1f", med(0, ov)), peer: fmt.Sprintf("%.1f", med(1, ov)), ratio: med(1, ov) / med(0, ov), higherBetter: true,
 			note: fmt.Sprintf("total minus eth_sendRawTransaction→receipt (p50 of that chain part: ours %.1f ms, peer %.1f ms); server CPU: ours %.0f%%, peer %.0f%% of one core", med(0, ch), med(1, ch), med(0, cpu), med(1, cpu))})
+		e.rep.add(row{section: sec, measure: fmt.Sprintf("c=%d: CPU during our run (cores)", conc), ours: fmt.Sprintf("%.2f of %d", runs[0][0].usage.machine, runs[0][0].usage.cores), peer: "–",
+			note: runs[0][0].usage.String() + " (first round; bench/pipeline.md#why-p50-at-c64-is-not-within-2x-of-c8-on-this-machine)"})
 	}
 }
 
