@@ -2,6 +2,7 @@ package facilitator
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"github.com/ethereum/go-ethereum/common/hexutil"
 	"github.com/ethereum/go-ethereum/ethclient"
 	"github.com/ethereum/go-ethereum/rpc"
+	"go.uber.org/zap"
 
 	"github.com/x402gate/x402gate/x402"
 )
@@ -145,6 +147,54 @@ type chain struct {
 	// requests counts the HTTP requests sent to the RPC endpoint (a JSON-RPC batch is
 	// one); nil for a chain that was not dialled.
 	requests *atomic.Int64
+	// noBatch: the endpoint refused a JSON-RPC batch request (batchRefused), so the calls
+	// of a batch go in requests of their own from then on (batchCall).
+	noBatch atomic.Bool
+	log     *zap.Logger
+}
+
+// batchCall makes the calls of batch in one JSON-RPC batch request, bounded by
+// Config.RPCTimeout, and sets each one's Result or Error; its error is the request's
+// failure, for all of them.
+//
+// An endpoint that does not take batches (docs/facilitator.md#rpc-batches: some providers
+// refuse them, or cap their size) gets each call in a request of its own: when it refuses
+// a batch request as a whole (batchRefused), and from then on; and a call its batch reply
+// left out is made again alone. Every call batched here is a read, or the broadcast of a
+// signed transaction, which the node takes once however often it gets the same bytes
+// ("already known" after that): making a call again is safe whatever became of the batch.
+func (c *chain) batchCall(ctx context.Context, batch []rpc.BatchElem) error {
+	if !c.noBatch.Load() {
+		bctx, cancel := context.WithTimeout(ctx, cmp.Or(c.rpcTimeout, DefaultRPCTimeout))
+		err := c.client.Client().BatchCallContext(bctx, batch)
+		cancel()
+		if err == nil {
+			for i := range batch {
+				if errors.Is(batch[i].Error, rpc.ErrMissingBatchResponse) {
+					batch[i].Error = c.callOne(ctx, &batch[i])
+				}
+			}
+			return nil
+		}
+		if !batchRefused(err) {
+			return err
+		}
+		if c.noBatch.CompareAndSwap(false, true) && c.log != nil {
+			c.log.Warn("the RPC endpoint refused a JSON-RPC batch request: each call goes in a request of its own from now on",
+				zap.String("network", c.net.CAIP2), zap.String("error", c.redact(err)))
+		}
+	}
+	for i := range batch {
+		batch[i].Error = c.callOne(ctx, &batch[i])
+	}
+	return nil
+}
+
+// callOne makes the call el in a request of its own, bounded by Config.RPCTimeout.
+func (c *chain) callOne(ctx context.Context, el *rpc.BatchElem) error {
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(c.rpcTimeout, DefaultRPCTimeout))
+	defer cancel()
+	return c.client.Client().CallContext(ctx, el.Result, el.Method, el.Args...)
 }
 
 // countingTransport counts the HTTP requests it forwards to next: the RPC requests a
@@ -255,7 +305,7 @@ func (c *chain) tokenState(ctx context.Context, from common.Address, nonce [32]b
 		{Method: "eth_call", Args: []any{callArg(asset, stateData), "latest"}, Result: &stateOut},
 		{Method: "eth_getCode", Args: []any{from, "latest"}, Result: &codeOut},
 	}
-	if err := c.client.Client().BatchCallContext(ctx, batch); err != nil {
+	if err := c.batchCall(ctx, batch); err != nil {
 		return nil, false, false, c.unavailable("token state", err)
 	}
 	for _, el := range batch {
@@ -295,7 +345,7 @@ func (c *chain) signerBalances(ctx context.Context, addr common.Address) (*big.I
 		{Method: "eth_getBalance", Args: []any{addr, "latest"}, Result: &native},
 		{Method: "eth_call", Args: []any{callArg(c.net.USDC.Address, data), "latest"}, Result: &assetOut},
 	}
-	if err := c.client.Client().BatchCallContext(ctx, batch); err != nil {
+	if err := c.batchCall(ctx, batch); err != nil {
 		return nil, nil, c.unavailable("signer balances", err)
 	}
 	for _, el := range batch {

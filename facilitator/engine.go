@@ -305,7 +305,7 @@ func (e *Engine) dial(ctx context.Context, nc NetworkConfig) (*chain, error) {
 		return nil, fmt.Errorf("network %s: dial: %w: %s", nc.Network.CAIP2, errRPCUnavailable, red.Replace(err.Error()))
 	}
 	client := ethclient.NewClient(rc)
-	c := &chain{cfg: nc, net: nc.Network, client: client, rpcTimeout: e.cfg.RPCTimeout, abi: e.abi, redactor: red, requests: &rt.n}
+	c := &chain{cfg: nc, net: nc.Network, client: client, rpcTimeout: e.cfg.RPCTimeout, abi: e.abi, redactor: red, requests: &rt.n, log: e.log}
 	id, err := client.ChainID(ctx)
 	if err != nil {
 		client.Close()

@@ -1,12 +1,13 @@
 package facilitator
 
 import (
-	"cmp"
 	"context"
 	"crypto/ecdsa"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/big"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -476,6 +477,8 @@ var errRequestNotSent = errors.New("request not sent")
 // sendAll broadcasts the transactions of rs in one JSON-RPC batch request (one
 // eth_sendRawTransaction alone), and returns each one's error: its own reply, or the
 // request's failure for all of them.
+// A node that does not take batches gets each transaction in a request of its own
+// (chain.batchCall).
 func (s *sender) sendAll(rs []*sendReq) []error {
 	errs := make([]error, len(rs))
 	if len(rs) == 1 {
@@ -495,10 +498,8 @@ func (s *sender) sendAll(rs []*sendReq) []error {
 		batch[i] = rpc.BatchElem{Method: "eth_sendRawTransaction", Args: []any{hexutil.Bytes(raw)}, Result: new(common.Hash)}
 	}
 	// No send's context ends the request for the others: Config.RPCTimeout bounds it, over
-	// HTTP by the client's timeout and over a websocket by this context.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(rs[0].ctx), cmp.Or(s.c.rpcTimeout, DefaultRPCTimeout))
-	defer cancel()
-	if err := s.c.client.Client().BatchCallContext(ctx, batch); err != nil {
+	// HTTP by the client's timeout and over a websocket by batchCall's context.
+	if err := s.c.batchCall(context.WithoutCancel(rs[0].ctx), batch); err != nil {
 		for i := range errs {
 			errs[i] = err
 		}
@@ -508,6 +509,20 @@ func (s *sender) sendAll(rs []*sendReq) []error {
 		errs[i] = el.Error
 	}
 	return errs
+}
+
+// batchRefused reports whether err, the failure of a JSON-RPC batch request, is the
+// endpoint refusing batches: an HTTP client error other than a timeout or a rate limit, or
+// a reply that is not a batch (one error object for the whole request). A timeout, a rate
+// limit, a server error or a broken connection says nothing of batches, and is what it is
+// for every transaction of the batch.
+func batchRefused(err error) bool {
+	var he rpc.HTTPError
+	if errors.As(err, &he) {
+		return he.StatusCode >= 400 && he.StatusCode < 500 && he.StatusCode != http.StatusRequestTimeout && he.StatusCode != http.StatusTooManyRequests
+	}
+	var ute *json.UnmarshalTypeError
+	return errors.As(err, &ute)
 }
 
 // abandon answers the sends of rest, signed and journaled but behind a transaction that

@@ -1,0 +1,113 @@
+package facilitator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ethereum/go-ethereum/core/types"
+
+	"github.com/x402gate/x402gate/x402"
+)
+
+// batchlessNode forwards JSON-RPC requests to the real node at target, as a provider that
+// does not take batches as they are would (a fault anvil does not make): how says what it
+// does with a request of more than one call.
+//   - "400": answers HTTP 400 with one error object, forwarding nothing;
+//   - "object": answers 200 with one error object, forwarding nothing;
+//   - "omit": forwards all calls but the second, and leaves the second's reply out.
+//
+// It counts the requests of more than one call it saw.
+func batchlessNode(t *testing.T, target, how string, batches *atomic.Int32) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var calls []json.RawMessage
+		if json.Unmarshal(body, &calls) == nil && len(calls) > 1 {
+			batches.Add(1)
+			refusal := []byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"batch requests are not supported"}}`)
+			switch how {
+			case "400":
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusBadRequest)
+				_, _ = w.Write(refusal)
+				return
+			case "object":
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = w.Write(refusal)
+				return
+			case "omit":
+				calls = append(calls[:1], calls[2:]...)
+				body, _ = json.Marshal(calls)
+			}
+		}
+		res, err := http.Post(target, "application/json", bytes.NewReader(body))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		out, _ := io.ReadAll(res.Body)
+		_ = res.Body.Close()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(out)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestBroadcastWithoutBatches: against a node that refuses JSON-RPC batches, with HTTP 400
+// or with one error object, the sender sends the transactions of the refused batch one
+// request each (the same signed bytes), and every later batch that way: all are taken and
+// mined, each once. Against a node whose batch reply leaves a transaction out, that one is
+// sent again alone and mined, and batches go on.
+func TestBroadcastWithoutBatches(t *testing.T) {
+	for _, how := range []string{"400", "object", "omit"} {
+		t.Run(how, func(t *testing.T) {
+			env := newTestEnv(t)
+			var batches atomic.Int32
+			cfg := env.config(t)
+			cfg.Networks[0].RPCURL = batchlessNode(t, env.chain.RPCURL, how, &batches)
+			e := env.engine(t, cfg)
+			ctx := context.Background()
+			payee := env.chain.Accounts[9].Address
+			signer := env.chain.FacilitatorAccount().Address
+			p, r := env.pay(t, x402.Version2, env.chain.Accounts[1], payee)
+			settleOK(t, env, e, p, r) // syncs the sender's nonce
+			before := env.token.BalanceOf(t, payee)
+			start := env.signerNonce(t, signer)
+			s := e.order[0].sender
+
+			first := sendAsOneBatch(t, s, settleCalls(t, env, e, 2, 3))
+			second := sendAsOneBatch(t, s, settleCalls(t, env, e, 5, 2))
+			for i, a := range append(first, second...) {
+				if a.err != nil {
+					t.Fatalf("send %d: %v", i, a.err)
+				}
+				rcpt, err := s.waitReceipt(ctx, a.tx, 30*time.Second)
+				if err != nil || rcpt.Status != types.ReceiptStatusSuccessful {
+					t.Fatalf("receipt of send %d (nonce %d) = %+v, %v; want it mined", i, a.tx.Nonce(), rcpt, err)
+				}
+			}
+			if got := env.signerNonce(t, signer); got != start+5 {
+				t.Errorf("signer has %d transactions mined since, want 5", got-start)
+			}
+			want := new(big.Int).Mul(testAmount, big.NewInt(5))
+			if d := new(big.Int).Sub(env.token.BalanceOf(t, payee), before); d.Cmp(want) != 0 {
+				t.Errorf("payee received %s, want %s", d, want)
+			}
+			// Refused: the first batch (a verify's token state) is the last one sent. A
+			// partial reply is no refusal: batches go on.
+			got, oneByOne := batches.Load(), s.c.noBatch.Load()
+			if how != "omit" && (got != 1 || !oneByOne) || how == "omit" && (got < 3 || oneByOne) {
+				t.Errorf("the node saw %d batch requests, one call per request from then on: %v", got, oneByOne)
+			}
+		})
+	}
+}
