@@ -161,6 +161,7 @@ func esc(s string) string { return strings.ReplaceAll(s, "|", "\\|") }
 func (r *report) write(path string) {
 	var b strings.Builder
 	c := r.c
+	rev, after := commit(), loadavg() // before results.md changes the work tree
 	b.WriteString("# Benchmarks against peers: results\n\n")
 	b.WriteString("Written by `bench/run` (`bench/cmd/bench`); do not edit by hand. Each comparison runs both sides in the\n" +
 		"same run, on the same machine, against the same anvil (automine, chain id 84532), alternating the sides\n" +
@@ -168,9 +169,9 @@ func (r *report) write(path string) {
 		"latencies and costs, so above 1 means we are faster; \"(we lose)\" marks the rows below 1.\n\n")
 	b.WriteString("| | |\n|---|---|\n")
 	fmt.Fprintf(&b, "| date (UTC) | %s |\n", r.started.Format("2006-01-02 15:04"))
-	fmt.Fprintf(&b, "| commit | %s |\n", commit())
+	fmt.Fprintf(&b, "| commit | %s |\n", rev)
 	fmt.Fprintf(&b, "| machine | %s CPUs (`nproc`), %s, %s memory |\n", cmdOut("nproc"), cpuModel(), memTotal())
-	fmt.Fprintf(&b, "| load average | %s before, %s after (1, 5, 15 min) |\n", r.loadBefore, loadavg())
+	fmt.Fprintf(&b, "| load average | %s before, %s after (1, 5, 15 min) |\n", r.loadBefore, after)
 	fmt.Fprintf(&b, "| Go | %s |\n", runtime.Version())
 	fmt.Fprintf(&b, "| node | %s; x402-express 1.2.0, x402 1.2.0, express 4.22.3, viem 2.57.20 (bench/package-lock.json) |\n", cmdOut(c.node, "--version"))
 	fmt.Fprintf(&b, "| wrk | %s |\n", firstLine(cmdOut(c.wrk, "--version")))
@@ -248,7 +249,7 @@ func (r *report) write(path string) {
 	}
 	// The headline, for the README's Benchmarks section.
 	var h strings.Builder
-	fmt.Fprintf(&h, "Run of %s UTC on %s, load average %s → %s:\n\n", r.started.Format("2006-01-02 15:04"), commit(), r.loadBefore, loadavg())
+	fmt.Fprintf(&h, "Run of %s UTC on %s, load average %s → %s:\n\n", r.started.Format("2006-01-02 15:04"), rev, r.loadBefore, after)
 	for _, l := range r.headline {
 		fmt.Fprintf(&h, "- %s\n", l)
 	}
