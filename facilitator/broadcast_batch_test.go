@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/core/types"
 
 	"github.com/x402gate/x402gate/x402"
@@ -27,18 +28,10 @@ import (
 func TestBatchBroadcastFillsTheGapOfARefusedTransaction(t *testing.T) {
 	env := newTestEnv(t)
 	e := env.engine(t, env.config(t))
-	ctx := context.Background()
-	payee := env.chain.Accounts[9].Address
-	signer := env.chain.FacilitatorAccount().Address
-	// A first settle syncs the sender's nonce.
-	p, r := env.pay(t, x402.Version2, env.chain.Accounts[1], payee)
-	settleOK(t, env, e, p, r)
-	before := env.token.BalanceOf(t, payee)
-	start := env.signerNonce(t, signer)
+	s, payee, before, start := synced(t, env, e)
 
 	calls := settleCalls(t, env, e, 2, 4)
 	calls[1].gas = 20_000 // below the 21,000 any transaction needs: a definite refusal
-	s := e.order[0].sender
 	answers := sendAsOneBatch(t, s, calls)
 	for i, a := range answers {
 		if i == 1 {
@@ -47,27 +40,13 @@ func TestBatchBroadcastFillsTheGapOfARefusedTransaction(t *testing.T) {
 			}
 			continue
 		}
-		if a.err != nil {
-			t.Fatalf("send %d: %v", i, a.err)
-		}
-		rcpt, err := s.waitReceipt(ctx, a.tx, 30*time.Second)
-		if err != nil || rcpt.Status != types.ReceiptStatusSuccessful {
-			t.Fatalf("receipt of send %d (nonce %d) = %+v, %v; want it mined", i, a.tx.Nonce(), rcpt, err)
-		}
+		wantMined(t, s, i, a)
 	}
-	if got := env.signerNonce(t, signer); got != start+4 {
-		t.Errorf("signer has %d transactions mined since, want 4 (three transfers and the filler)", got-start)
-	}
-	want := new(big.Int).Mul(testAmount, big.NewInt(3))
-	if d := new(big.Int).Sub(env.token.BalanceOf(t, payee), before); d.Cmp(want) != 0 {
-		t.Errorf("payee received %s, want %s", d, want)
-	}
+	wantMoved(t, env, payee, before, 3, start, 4) // three transfers and the filler
 	// The sender continues from the next nonce.
-	p, r = env.pay(t, x402.Version2, env.chain.Accounts[1], payee)
+	p, r := env.pay(t, x402.Version2, env.chain.Accounts[1], payee)
 	settleOK(t, env, e, p, r)
-	if got := env.signerNonce(t, signer); got != start+5 {
-		t.Errorf("signer has %d transactions mined since, want 5", got-start)
-	}
+	wantMoved(t, env, payee, before, 4, start, 5)
 }
 
 // droppingNode forwards every JSON-RPC request to the real node at target, except, while
@@ -87,13 +66,11 @@ func droppingNode(t *testing.T, target string, drop *atomic.Bool) string {
 			body, _ = json.Marshal(calls)
 			drop.Store(false)
 		}
-		res, err := http.Post(target, "application/json", bytes.NewReader(body))
+		out, err := relay(target, body)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadGateway)
 			return
 		}
-		out, _ := io.ReadAll(res.Body)
-		_ = res.Body.Close()
 		if dropped != nil {
 			var replies []json.RawMessage
 			if err := json.Unmarshal(out, &replies); err != nil {
@@ -122,14 +99,7 @@ func TestBatchBroadcastNeverSignsBelowATakenTransaction(t *testing.T) {
 	cfg := env.config(t)
 	cfg.Networks[0].RPCURL = droppingNode(t, env.chain.RPCURL, &drop)
 	e := env.engine(t, cfg)
-	ctx := context.Background()
-	payee := env.chain.Accounts[9].Address
-	signer := env.chain.FacilitatorAccount().Address
-	p, r := env.pay(t, x402.Version2, env.chain.Accounts[1], payee)
-	settleOK(t, env, e, p, r) // syncs the sender's nonce
-	before := env.token.BalanceOf(t, payee)
-	start := env.signerNonce(t, signer)
-	s := e.order[0].sender
+	s, payee, before, start := synced(t, env, e)
 
 	next := 2
 	batch := func(n int) []sendAnswer {
@@ -157,19 +127,10 @@ func TestBatchBroadcastNeverSignsBelowATakenTransaction(t *testing.T) {
 			t.Errorf("send %d of the next batch has nonce %d, at or below %d, which the node took", i, a.tx.Nonce(), first[2].tx.Nonce())
 		}
 	}
-	for _, a := range append([]sendAnswer{first[0], first[2]}, second...) {
-		rcpt, err := s.waitReceipt(ctx, a.tx, 30*time.Second)
-		if err != nil || rcpt.Status != types.ReceiptStatusSuccessful {
-			t.Fatalf("receipt of nonce %d = %+v, %v; want it mined", a.tx.Nonce(), rcpt, err)
-		}
+	for i, a := range append([]sendAnswer{first[0], first[2]}, second...) {
+		wantMined(t, s, i, a)
 	}
-	if got := env.signerNonce(t, signer); got != start+5 {
-		t.Errorf("signer has %d transactions mined since, want 5 (the dropped one sent again)", got-start)
-	}
-	want := new(big.Int).Mul(testAmount, big.NewInt(5))
-	if d := new(big.Int).Sub(env.token.BalanceOf(t, payee), before); d.Cmp(want) != 0 {
-		t.Errorf("payee received %s, want %s", d, want)
-	}
+	wantMoved(t, env, payee, before, 5, start, 5) // the dropped one sent again
 }
 
 // settleCalls checks and simulates n new payments, from accounts first, first+1 … to
@@ -222,4 +183,50 @@ func sendAsOneBatch(t *testing.T, s *sender, calls []call) []sendAnswer {
 		out[i] = <-answers[i]
 	}
 	return out
+}
+
+// wantMined fails t unless send i was answered with a transaction that was mined and
+// succeeded.
+func wantMined(t *testing.T, s *sender, i int, a sendAnswer) {
+	t.Helper()
+	if a.err != nil {
+		t.Fatalf("send %d: %v", i, a.err)
+	}
+	rcpt, err := s.waitReceipt(context.Background(), a.tx, 30*time.Second)
+	if err != nil || rcpt.Status != types.ReceiptStatusSuccessful {
+		t.Fatalf("receipt of send %d (nonce %d) = %+v, %v; want it mined", i, a.tx.Nonce(), rcpt, err)
+	}
+}
+
+// wantMoved fails t unless payee received n payments since its balance was before, and
+// the facilitator's signer had txs transactions mined since its nonce was start.
+func wantMoved(t *testing.T, env *testEnv, payee common.Address, before *big.Int, n int64, start, txs uint64) {
+	t.Helper()
+	if got := env.signerNonce(t, env.chain.FacilitatorAccount().Address); got != start+txs {
+		t.Errorf("signer has %d transactions mined since, want %d", got-start, txs)
+	}
+	want := new(big.Int).Mul(testAmount, big.NewInt(n))
+	if d := new(big.Int).Sub(env.token.BalanceOf(t, payee), before); d.Cmp(want) != 0 {
+		t.Errorf("payee received %s, want %s", d, want)
+	}
+}
+
+// synced settles one payment to account 9 through e, which syncs its sender's nonce, and
+// returns the sender, the payee, the payee's balance and the signer's nonce after it.
+func synced(t *testing.T, env *testEnv, e *Engine) (s *sender, payee common.Address, before *big.Int, start uint64) {
+	t.Helper()
+	payee = env.chain.Accounts[9].Address
+	p, r := env.pay(t, x402.Version2, env.chain.Accounts[1], payee)
+	settleOK(t, env, e, p, r)
+	return e.order[0].sender, payee, env.token.BalanceOf(t, payee), env.signerNonce(t, env.chain.FacilitatorAccount().Address)
+}
+
+// relay posts the JSON-RPC request body to the node at target and returns its reply.
+func relay(target string, body []byte) ([]byte, error) {
+	res, err := http.Post(target, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	return io.ReadAll(res.Body)
 }

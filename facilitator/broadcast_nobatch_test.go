@@ -1,20 +1,12 @@
 package facilitator
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"io"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
-	"time"
-
-	"github.com/ethereum/go-ethereum/core/types"
-
-	"github.com/x402gate/x402gate/x402"
 )
 
 // batchlessNode forwards JSON-RPC requests to the real node at target, as a provider that
@@ -48,13 +40,11 @@ func batchlessNode(t *testing.T, target, how string, batches *atomic.Int32) stri
 				body, _ = json.Marshal(calls)
 			}
 		}
-		res, err := http.Post(target, "application/json", bytes.NewReader(body))
+		out, err := relay(target, body)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadGateway)
 			return
 		}
-		out, _ := io.ReadAll(res.Body)
-		_ = res.Body.Close()
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(out)
 	}))
@@ -75,33 +65,14 @@ func TestBroadcastWithoutBatches(t *testing.T) {
 			cfg := env.config(t)
 			cfg.Networks[0].RPCURL = batchlessNode(t, env.chain.RPCURL, how, &batches)
 			e := env.engine(t, cfg)
-			ctx := context.Background()
-			payee := env.chain.Accounts[9].Address
-			signer := env.chain.FacilitatorAccount().Address
-			p, r := env.pay(t, x402.Version2, env.chain.Accounts[1], payee)
-			settleOK(t, env, e, p, r) // syncs the sender's nonce
-			before := env.token.BalanceOf(t, payee)
-			start := env.signerNonce(t, signer)
-			s := e.order[0].sender
+			s, payee, before, start := synced(t, env, e)
 
 			first := sendAsOneBatch(t, s, settleCalls(t, env, e, 2, 3))
 			second := sendAsOneBatch(t, s, settleCalls(t, env, e, 5, 2))
 			for i, a := range append(first, second...) {
-				if a.err != nil {
-					t.Fatalf("send %d: %v", i, a.err)
-				}
-				rcpt, err := s.waitReceipt(ctx, a.tx, 30*time.Second)
-				if err != nil || rcpt.Status != types.ReceiptStatusSuccessful {
-					t.Fatalf("receipt of send %d (nonce %d) = %+v, %v; want it mined", i, a.tx.Nonce(), rcpt, err)
-				}
+				wantMined(t, s, i, a)
 			}
-			if got := env.signerNonce(t, signer); got != start+5 {
-				t.Errorf("signer has %d transactions mined since, want 5", got-start)
-			}
-			want := new(big.Int).Mul(testAmount, big.NewInt(5))
-			if d := new(big.Int).Sub(env.token.BalanceOf(t, payee), before); d.Cmp(want) != 0 {
-				t.Errorf("payee received %s, want %s", d, want)
-			}
+			wantMoved(t, env, payee, before, 5, start, 5)
 			// Refused: the first batch (a verify's token state) is the last one sent. A
 			// partial reply is no refusal: batches go on.
 			got, oneByOne := batches.Load(), s.c.noBatch.Load()

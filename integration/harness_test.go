@@ -521,8 +521,7 @@ func (r recapped) note(msg string) {
 
 func (r recapped) Error(args ...any) {
 	r.TB.Helper()
-	r.note(fmt.Sprint(args...))
-	r.TB.Error(args...)
+	r.Errorf("%s", fmt.Sprint(args...))
 }
 
 func (r recapped) Errorf(format string, args ...any) {
@@ -533,8 +532,7 @@ func (r recapped) Errorf(format string, args ...any) {
 
 func (r recapped) Fatal(args ...any) {
 	r.TB.Helper()
-	r.note(fmt.Sprint(args...))
-	r.TB.Fatal(args...)
+	r.Fatalf("%s", fmt.Sprint(args...))
 }
 
 func (r recapped) Fatalf(format string, args ...any) {
