@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/hex"
 	"math"
 	"math/big"
 	"strconv"
@@ -144,6 +145,7 @@ var reasonAffixes = [][2]string{
 	pNoneOn: {"none on ", ""}, pNoAddressOn: {"no address is on ", ""},
 	pUniverse: {"assets.universe.", ""}, pUniverseNot: {"assets.universe.", " is not configured"},
 	pEveryAsset: {"every asset is in ", ""},
+	pURLeg:      {"uniswap.ur.", ""}, pV4Leg: {"uniswap.v4.", ""},
 }
 
 // The indexes of reasonAffixes.
@@ -157,6 +159,8 @@ const (
 	pUniverse
 	pUniverseNot
 	pEveryAsset
+	pURLeg // the kind of a Universal Router command's leg
+	pV4Leg // the kind of a v4 action's leg
 )
 
 var reasons memo[reasonKey, string]
@@ -203,6 +207,17 @@ func prefixed(which int, s string) *memoEntry[reasonKey, string] {
 		return reasonAffixes[k.n][0] + k.s + reasonAffixes[k.n][1]
 	})
 }
+
+// byteTexts are "0x" and two hex digits, for each byte.
+var byteTexts = func() (t [256]string) {
+	for i := range t {
+		t[i] = "0x" + hex.EncodeToString([]byte{byte(i)})
+	}
+	return t
+}()
+
+// byteText is "0x" and the two hex digits of b (a command or action byte).
+func byteText(b byte) string { return byteTexts[b] }
 
 // chainKey is strconv.FormatInt(id, 10), cached.
 func chainKey(id int64) string {

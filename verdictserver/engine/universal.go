@@ -156,10 +156,10 @@ func (u *uni) execute(data []byte) (*Action, *DecodeError) {
 	if de != nil {
 		return nil, de
 	}
-	to := u.router
 	v := urVersionOf(u.chainID, u.router)
-	act := &Action{Protocol: ProtocolUniswap, ChainID: u.chainID, To: &to, Selector: selectorText(m.ID), Kind: "uniswap.ur.execute",
-		Fields: map[string]any{"function": m.Sig, "routerVersion": v.name, "value": u.value.String()}, Notional: []Amount{}}
+	act := u.scratch.callAction(ProtocolUniswap, u.chainID, u.router, selectorText(m.ID))
+	act.Kind, act.Notional = "uniswap.ur.execute", []Amount{}
+	act.Fields["function"], act.Fields["routerVersion"], act.Fields["value"] = m.Sig, v.name, valueText(u.value)
 	if u.value.Sign() > 0 {
 		act.Assets = []common.Address{NativeAsset}
 		act.Notional = []Amount{{NativeAsset, u.value}}
@@ -188,8 +188,9 @@ func (p *plan) commands(cmds []byte, inputs [][]byte, field string, depth int) (
 		if !known || (p.v == urUnknown && b&0x7f != cmd) {
 			return nil, &DecodeError{Field: f, Problem: "command 0x" + hex.EncodeToString([]byte{b}) + " is not one this decoder reads on a version " + p.v.name + " Universal Router"}
 		}
-		leg := &Action{Protocol: ProtocolUniswap, ChainID: p.chainID, Kind: "uniswap.ur." + name, Notional: []Amount{},
-			Fields: map[string]any{"command": "0x" + hex.EncodeToString([]byte{b}), "allowRevert": b&0x80 != 0}}
+		leg, _ := p.scratch.action()
+		leg.Protocol, leg.ChainID, leg.Kind, leg.Notional = ProtocolUniswap, p.chainID, prefixed(pURLeg, name).val, []Amount{}
+		leg.Fields["command"], leg.Fields["allowRevert"] = byteText(b), b&0x80 != 0
 		if de := p.command(leg, cmd, inputs[i], f, depth); de != nil {
 			return nil, de
 		}
@@ -272,7 +273,8 @@ func (p *plan) command(leg *Action, cmd byte, in []byte, field string, depth int
 		if exactOut && !v2 {
 			tokens = reversed(tokens) // docs/policy.md#uniswap: V3 exact-output paths run backwards
 		}
-		t := &Trade{Kind: TradeSwap, AssetIn: tokens[0], AssetOut: tokens[len(tokens)-1], ExactOut: exactOut}
+		t := p.scratch.trade()
+		*t = Trade{Kind: TradeSwap, AssetIn: tokens[0], AssetOut: tokens[len(tokens)-1], ExactOut: exactOut}
 		a1, a2 := vals[1].(*big.Int), vals[2].(*big.Int)
 		if exactOut {
 			t.AmountOut, t.MaxIn = a1, a2

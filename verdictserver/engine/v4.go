@@ -100,7 +100,9 @@ func (p *plan) v4Swap(leg *Action, in []byte, field string) *DecodeError {
 		if err != nil {
 			return &DecodeError{Field: f, Problem: name + " parameters: " + err.Error()}
 		}
-		l := &Action{Protocol: ProtocolUniswap, ChainID: p.chainID, Kind: "uniswap.v4." + name, Notional: []Amount{}, Fields: map[string]any{"action": "0x" + hex.EncodeToString([]byte{a})}}
+		l, _ := p.scratch.action()
+		l.Protocol, l.ChainID, l.Kind, l.Notional = ProtocolUniswap, p.chainID, prefixed(pV4Leg, name).val, []Amount{}
+		l.Fields["action"] = byteText(a)
 		if de := p.v4Action(l, a, vals, f); de != nil {
 			return de
 		}
@@ -123,7 +125,8 @@ func (p *plan) v4Action(l *Action, a byte, vals []any, field string) *DecodeErro
 			l.Screen = append(l.Screen, h)
 			l.Fields["hooks"] = h
 		}
-		t := &Trade{Kind: TradeSwap, AssetIn: in, AssetOut: out}
+		t := p.scratch.trade()
+		*t = Trade{Kind: TradeSwap, AssetIn: in, AssetOut: out}
 		if a == v4SwapExactInSingle {
 			t.AmountIn, t.MinOut = member[*big.Int](s, "AmountIn"), member[*big.Int](s, "AmountOutMinimum")
 		} else {
@@ -143,7 +146,8 @@ func (p *plan) v4Action(l *Action, a byte, vals []any, field string) *DecodeErro
 				l.Screen = appendNew(l.Screen, hk)
 			}
 		}
-		t := &Trade{Kind: TradeSwap}
+		t := p.scratch.trade()
+		t.Kind = TradeSwap
 		if a == v4SwapExactIn {
 			tokens = append([]common.Address{urToken(member[common.Address](s, "CurrencyIn"))}, tokens...)
 			t.AmountIn, t.MinOut = member[*big.Int](s, "AmountIn"), member[*big.Int](s, "AmountOutMinimum")
