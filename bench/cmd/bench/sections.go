@@ -398,6 +398,23 @@ func (e *env) paid() {
 		e.rep.add(row{section: sec, measure: fmt.Sprintf("c=%d: CPU during our run (cores)", conc), ours: fmt.Sprintf("%.2f of %d", runs[0][0].usage.machine, runs[0][0].usage.cores), peer: "–",
 			note: runs[0][0].usage.String() + " (first round; bench/pipeline.md#why-p50-at-c64-is-not-within-2x-of-c8-on-this-machine)"})
 	}
+	// Where our Caddy's CPU goes on the paid path at 64 concurrent, in an extra, unmeasured run.
+	prof := filepath.Join(e.dir, "paid-cpu.pprof")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.paidRun(e.gateURL, 64, 4000, nil)
+	}()
+	time.Sleep(time.Second)
+	if err := fetchToFile("http://"+e.admin+"/debug/pprof/profile?seconds=4", prof); err != nil {
+		logf("paid profile: %v", err)
+	} else {
+		e.rep.profiles = append(e.rep.profiles, profile{
+			title: "Caddy on the paid path at 64 concurrent (verify, settle, proxy), CPU, from the admin endpoint /debug/pprof/profile",
+			top:   e.pprofTop(e.c.caddy, prof),
+		})
+	}
+	<-done
 }
 
 // --- 5. RSS soak -----------------------------------------------------------------------------
