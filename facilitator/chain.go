@@ -147,11 +147,16 @@ type chain struct {
 	// requests counts the HTTP requests sent to the RPC endpoint (a JSON-RPC batch is
 	// one); nil for a chain that was not dialled.
 	requests *atomic.Int64
-	// noBatch: the endpoint refused a JSON-RPC batch request (batchRefused), so the calls
-	// of a batch go in requests of their own from then on (batchCall).
-	noBatch atomic.Bool
-	log     *zap.Logger
+	// oneByOneUntil (unix nanos): the endpoint refused a JSON-RPC batch request
+	// (batchRefused), so until then the calls of a batch go in requests of their own
+	// (batchCall); batching is tried again after batchRetry.
+	oneByOneUntil atomic.Int64
+	log           *zap.Logger
 }
+
+// batchRetry is how long a chain whose endpoint refused a batch request sends each call
+// alone before it tries a batch again.
+const batchRetry = 10 * time.Minute
 
 // batchCall makes the calls of batch in one JSON-RPC batch request, bounded by
 // Config.RPCTimeout, and sets each one's Result or Error; its error is the request's
@@ -159,43 +164,84 @@ type chain struct {
 //
 // An endpoint that does not take batches (docs/facilitator.md#rpc-batches: some providers
 // refuse them, or cap their size) gets each call in a request of its own: when it refuses
-// a batch request as a whole (batchRefused), and from then on; and a call its batch reply
-// left out is made again alone. Every call batched here is a read, or the broadcast of a
-// signed transaction, which the node takes once however often it gets the same bytes
-// ("already known" after that): making a call again is safe whatever became of the batch.
+// a batch request as a whole (batchRefused), and then for batchRetry; and a call its batch
+// reply left out is made again alone. Every call batched here is a read, or the broadcast
+// of a signed transaction, which the node takes once however often it gets the same bytes:
+// making a call again never makes a second settlement. But a broadcast made again after a
+// batch that may have delivered it can fail because the first one was taken ("nonce too
+// low" once it is mined), so its failure, other than "already known", says nothing certain
+// (errMaybeSent).
 func (c *chain) batchCall(ctx context.Context, batch []rpc.BatchElem) error {
-	if !c.noBatch.Load() {
-		bctx, cancel := context.WithTimeout(ctx, cmp.Or(c.rpcTimeout, DefaultRPCTimeout))
-		err := c.client.Client().BatchCallContext(bctx, batch)
-		cancel()
-		if err == nil {
-			for i := range batch {
-				if errors.Is(batch[i].Error, rpc.ErrMissingBatchResponse) {
-					batch[i].Error = c.callOne(ctx, &batch[i])
-				}
+	if time.Now().UnixNano() < c.oneByOneUntil.Load() {
+		c.callEach(ctx, batch, nil, false)
+		return nil
+	}
+	bctx, cancel := context.WithTimeout(ctx, cmp.Or(c.rpcTimeout, DefaultRPCTimeout))
+	err := c.client.Client().BatchCallContext(bctx, batch)
+	cancel()
+	if err == nil {
+		var missing []int
+		for i := range batch {
+			if errors.Is(batch[i].Error, rpc.ErrMissingBatchResponse) {
+				missing = append(missing, i)
 			}
-			return nil
 		}
-		if !batchRefused(err) {
-			return err
+		if len(missing) > 0 {
+			c.callEach(ctx, batch, missing, true)
 		}
-		if c.noBatch.CompareAndSwap(false, true) && c.log != nil {
-			c.log.Warn("the RPC endpoint refused a JSON-RPC batch request: each call goes in a request of its own from now on",
-				zap.String("network", c.net.CAIP2), zap.String("error", c.redact(err)))
-		}
+		return nil
 	}
-	for i := range batch {
-		batch[i].Error = c.callOne(ctx, &batch[i])
+	if !batchRefused(err) {
+		return err
 	}
+	c.oneByOneUntil.Store(time.Now().Add(batchRetry).UnixNano())
+	if c.log != nil {
+		c.log.Warn("the RPC endpoint refused a JSON-RPC batch request: each call goes in a request of its own for a while",
+			zap.String("network", c.net.CAIP2), zap.Duration("for", batchRetry), zap.String("error", c.redact(err)))
+	}
+	c.callEach(ctx, batch, nil, true)
 	return nil
 }
 
-// callOne makes the call el in a request of its own, bounded by Config.RPCTimeout.
-func (c *chain) callOne(ctx context.Context, el *rpc.BatchElem) error {
+// callEach makes the calls of batch at the indexes idx (all when nil) one request each, in
+// order, within one Config.RPCTimeout. After a failure to reach the endpoint, the calls
+// left are not made. maybeDelivered: a batch request that may have reached the node
+// carried these calls already, so a broadcast that fails now, or is not made, may have
+// been taken (errMaybeSent); otherwise a call not made certainly was not
+// (errRequestNotSent).
+func (c *chain) callEach(ctx context.Context, batch []rpc.BatchElem, idx []int, maybeDelivered bool) {
+	if idx == nil {
+		idx = make([]int, len(batch))
+		for i := range idx {
+			idx[i] = i
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, cmp.Or(c.rpcTimeout, DefaultRPCTimeout))
 	defer cancel()
-	return c.client.Client().CallContext(ctx, el.Result, el.Method, el.Args...)
+	var stop error // the failure to reach the endpoint that ended the loop
+	for _, i := range idx {
+		el := &batch[i]
+		var err error
+		if stop != nil {
+			err = fmt.Errorf("%w: %s", errRequestNotSent, c.redact(stop))
+		} else {
+			err = c.client.Client().CallContext(ctx, el.Result, el.Method, el.Args...)
+			if err != nil && !isRPCReply(err) {
+				stop = err
+			}
+		}
+		if err != nil && maybeDelivered && el.Method == "eth_sendRawTransaction" && !isAlreadyKnown(err) {
+			err = fmt.Errorf("%w: %s", errMaybeSent, c.redact(err))
+		}
+		el.Error = err
+	}
 }
+
+// errMaybeSent: a broadcast made again after a batch request that may have delivered it
+// failed, or was not made: the transaction may be in the node's pool or mined all the
+// same. It is neither an RPC reply nor a refused connection, so the sender takes its
+// outcome as unknown (errBroadcastUnknown), for a receipt or reconcile to decide.
+var errMaybeSent = errors.New("sent again after a batch that may have delivered it")
 
 // countingTransport counts the HTTP requests it forwards to next: the RPC requests a
 // chain costs its node (bench/pipeline.md reports them per settle).

@@ -512,17 +512,23 @@ func (s *sender) sendAll(rs []*sendReq) []error {
 }
 
 // batchRefused reports whether err, the failure of a JSON-RPC batch request, is the
-// endpoint refusing batches: an HTTP client error other than a timeout or a rate limit, or
-// a reply that is not a batch (one error object for the whole request). A timeout, a rate
-// limit, a server error or a broken connection says nothing of batches, and is what it is
-// for every transaction of the batch.
+// endpoint refusing batches: an HTTP status that says the request's form or size is not
+// taken (400, 405, 413, 415, 422, 501), or a reply that is one object instead of a list
+// (one error for the whole request). Anything else (a timeout, a rate limit, an
+// authorization or server error, a broken connection, a list with a malformed element)
+// says nothing of batches, and is what it is for every call of the batch.
 func batchRefused(err error) bool {
 	var he rpc.HTTPError
 	if errors.As(err, &he) {
-		return he.StatusCode >= 400 && he.StatusCode < 500 && he.StatusCode != http.StatusRequestTimeout && he.StatusCode != http.StatusTooManyRequests
+		switch he.StatusCode {
+		case http.StatusBadRequest, http.StatusMethodNotAllowed, http.StatusRequestEntityTooLarge,
+			http.StatusUnsupportedMediaType, http.StatusUnprocessableEntity, http.StatusNotImplemented:
+			return true
+		}
+		return false
 	}
 	var ute *json.UnmarshalTypeError
-	return errors.As(err, &ute)
+	return errors.As(err, &ute) && ute.Value == "object" && ute.Field == ""
 }
 
 // abandon answers the sends of rest, signed and journaled but behind a transaction that
