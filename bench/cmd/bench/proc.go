@@ -289,3 +289,25 @@ func machineBusy() float64 {
 	}
 	return total / 100
 }
+
+// quiesce waits, up to 30 s, until the machine is quiet (under a quarter of a core busy
+// over two half-second windows in a row), so that one side's run does not pay for work the
+// other side left running: the reference's facilitator keeps polling the node for the
+// receipts of the settlements it lost for a while after its run ends, and the node's CPU
+// then goes to that.
+func quiesce() {
+	start := time.Now()
+	quiet := 0
+	for quiet < 2 && time.Since(start) < 30*time.Second {
+		b0 := machineBusy()
+		time.Sleep(500 * time.Millisecond)
+		if (machineBusy()-b0)/0.5 < 0.25 {
+			quiet++
+		} else {
+			quiet = 0
+		}
+	}
+	if d := time.Since(start); d > 1500*time.Millisecond {
+		logf("  waited %s for the machine to be quiet", d.Round(100*time.Millisecond))
+	}
+}
