@@ -108,6 +108,10 @@ func StartAnvil(t testing.TB, opts ...AnvilOption) *Chain {
 		"--chain-id", strconv.FormatUint(cfg.chainID, 10),
 		"--accounts", strconv.Itoa(cfg.accounts),
 		"--config-out", configOut,
+		// No state of past blocks is written to disk: anvil otherwise persists them under
+		// ~/.foundry/anvil/tmp, gigabytes in a benchmark or a test suite, left behind when the
+		// process is killed; the recent ones it keeps in memory are all a test reads.
+		"--prune-history",
 	}
 	if cfg.blockTime > 0 {
 		args = append(args, "--block-time", strconv.Itoa(cfg.blockTime))
