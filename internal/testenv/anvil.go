@@ -110,8 +110,10 @@ func StartAnvil(t testing.TB, opts ...AnvilOption) *Chain {
 		"--config-out", configOut,
 		// No state of past blocks is written to disk: anvil otherwise persists them under
 		// ~/.foundry/anvil/tmp, gigabytes in a benchmark or a test suite, left behind when the
-		// process is killed; the recent ones it keeps in memory are all a test reads.
-		"--prune-history",
+		// process is killed. The last 512 stay in memory: a call at "latest" may be resolved
+		// to a block that a new one follows before the call runs (with only the newest state
+		// kept, such a call fails with BlockOutOfRangeError under concurrent settles).
+		"--prune-history", "512",
 	}
 	if cfg.blockTime > 0 {
 		args = append(args, "--block-time", strconv.Itoa(cfg.blockTime))
