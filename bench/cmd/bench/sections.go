@@ -133,18 +133,24 @@ func (e *env) challenge() {
 		note: "ratio = peer/ours: above 1 is better for us"})
 
 	// The profile of our 402 path under the same load, taken in an extra, unmeasured run.
-	prof := filepath.Join(e.dir, "challenge-cpu.pprof")
+	e.profileCaddy("challenge", "Caddy serving our 402 (wrk -t2 -c32)", 5, func() { e.wrk(e.gateURL, 7*time.Second) })
+}
+
+// profileCaddy takes a CPU profile of our Caddy from its admin endpoint for seconds, a
+// second into load (run alone, unmeasured), and adds its top to the report's profiles.
+func (e *env) profileCaddy(name, what string, seconds int, load func()) {
+	prof := filepath.Join(e.dir, name+"-cpu.pprof")
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		e.wrk(e.gateURL, 7*time.Second)
+		load()
 	}()
 	time.Sleep(time.Second)
-	if err := fetchToFile("http://"+e.admin+"/debug/pprof/profile?seconds=5", prof); err != nil {
-		logf("challenge profile: %v", err)
+	if err := fetchToFile(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", e.admin, seconds), prof); err != nil {
+		logf("%s profile: %v", name, err)
 	} else {
 		e.rep.profiles = append(e.rep.profiles, profile{
-			title: "Caddy serving our 402 (wrk -t2 -c32), CPU, from the admin endpoint /debug/pprof/profile",
+			title: what + ", CPU, from the admin endpoint /debug/pprof/profile",
 			top:   e.pprofTop(e.c.caddy, prof),
 		})
 	}
@@ -400,22 +406,7 @@ func (e *env) paid() {
 			note: runs[0][0].usage.String() + " (first round; bench/pipeline.md#why-p50-at-c64-is-not-within-2x-of-c8-on-this-machine)"})
 	}
 	// Where our Caddy's CPU goes on the paid path at 64 concurrent, in an extra, unmeasured run.
-	prof := filepath.Join(e.dir, "paid-cpu.pprof")
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		e.paidRun(e.gateURL, 64, 4000, nil)
-	}()
-	time.Sleep(time.Second)
-	if err := fetchToFile("http://"+e.admin+"/debug/pprof/profile?seconds=4", prof); err != nil {
-		logf("paid profile: %v", err)
-	} else {
-		e.rep.profiles = append(e.rep.profiles, profile{
-			title: "Caddy on the paid path at 64 concurrent (verify, settle, proxy), CPU, from the admin endpoint /debug/pprof/profile",
-			top:   e.pprofTop(e.c.caddy, prof),
-		})
-	}
-	<-done
+	e.profileCaddy("paid", "Caddy on the paid path at 64 concurrent (verify, settle, proxy)", 4, func() { e.paidRun(e.gateURL, 64, 4000, nil) })
 }
 
 // --- 5. RSS soak -----------------------------------------------------------------------------
