@@ -25,6 +25,11 @@ type fleetPayment struct {
 	sentTo  []int  // the instances it was sent to, in order
 	answers []int  // their statuses; 0 for no answer (the instance died)
 	retry   string // the X-PAYMENT-RETRY token of a 502 whose settlement was pending
+	// oldRedis: the token was granted before Redis came back empty, so its credit may be
+	// gone with the old Redis (no persistence).
+	oldRedis bool
+	// creditLost: its credit was gone with the old Redis when the client redeemed it.
+	creditLost bool
 }
 
 // served reports whether some answer of p served the content.
@@ -81,6 +86,7 @@ func TestSeveralInstancesUnderFaults(t *testing.T) {
 	var done atomic.Int32
 	killed := make(chan struct{})
 	restarted := make(chan struct{})
+	var redisBack atomic.Bool // Redis is back, empty
 	pay := func(p *fleetPayment, first int) {
 		for k := 0; k < 3; k++ {
 			i := (first + k) % 3
@@ -95,7 +101,7 @@ func TestSeveralInstancesUnderFaults(t *testing.T) {
 			}
 			p.answers = append(p.answers, r.Status)
 			if r.Status == http.StatusBadGateway {
-				p.retry = r.Header.Get("X-PAYMENT-RETRY")
+				p.retry, p.oldRedis = r.Header.Get("X-PAYMENT-RETRY"), !redisBack.Load()
 			}
 			return
 		}
@@ -123,6 +129,7 @@ func TestSeveralInstancesUnderFaults(t *testing.T) {
 	}
 	<-killed
 	redis.Restart(t)
+	redisBack.Store(true)
 	close(restarted)
 	wg.Wait()
 	// B comes back: its start-up reconcile finishes what it broadcast before it died (the
@@ -130,7 +137,9 @@ func TestSeveralInstancesUnderFaults(t *testing.T) {
 	b := f.startFaulty(t, "", keys[1])
 	// A settlement still pending when its instance answered (the receipt wait is short here,
 	// and a loaded machine may exceed it) answered 502 with a retry token: the client redeems
-	// it, here on instance A behind the same site host (docs/gate.md#retry-credits).
+	// it, here on instance A behind the same site host (docs/gate.md#retry-credits). A
+	// credit granted before Redis came back empty may be gone with it: that payment is then
+	// only in the journal (docs/reliability.md#several-instances).
 	for _, p := range payments {
 		if p.retry == "" {
 			continue
@@ -138,7 +147,12 @@ func TestSeveralInstancesUnderFaults(t *testing.T) {
 		from := ins[p.sentTo[len(p.sentTo)-1]]
 		r := doHost(t, ins[0].api+p.path, strings.TrimPrefix(from.api, "http://"), map[string]string{"X-PAYMENT": p.header, "X-PAYMENT-RETRY": p.retry})
 		p.sentTo, p.answers = append(p.sentTo, 0), append(p.answers, r.Status)
-		if r.Status != http.StatusOK {
+		switch {
+		case r.Status == http.StatusOK:
+		case p.oldRedis:
+			p.creditLost = true
+			t.Logf("%s: the pending credit was granted before Redis came back empty: %d", p.path, r.Status)
+		default:
 			rt.Errorf("%s: redeeming the retry token of a pending settlement: %d %s", p.path, r.Status, r.Body)
 		}
 	}
@@ -172,10 +186,12 @@ func TestSeveralInstancesUnderFaults(t *testing.T) {
 				rt.Errorf("%s: served with %d settlements", p.path, events)
 			}
 		case events == 1:
-			// settled, no answer served: only a request that was on the killed instance
+			// settled, no answer served: only a request that was on the killed instance, or
+			// whose pending credit was gone with the old Redis
 			lost++
 			row, ok := journalRow(t, j, f.authorizationKey(p.auth))
-			if !ok || row.State != journal.StateConfirmed || !diedOnB || !signedBy(t, f.chain, row.TxHash, f.chain.Accounts[3].Address) {
+			byB := diedOnB && signedBy(t, f.chain, row.TxHash, f.chain.Accounts[3].Address)
+			if !ok || row.State != journal.StateConfirmed || !byB && !p.creditLost {
 				rt.Errorf("%s: settled without a served answer (journal %q, answers %v from instances %v; B's key signs as %s)", p.path, row.State, p.answers, p.sentTo, f.chain.Accounts[3].Address)
 			}
 		}
