@@ -28,7 +28,7 @@ type SenderDecoder interface {
 // actionScratch is memory for the Actions a decoder builds, which it takes instead of
 // allocating them when the engine decodes: the evaluation that owns the scratch drops the
 // action when it ends (the verdict copies what it reports), and the next evaluation reuses
-// the structs and the Fields maps, cleared (bench/engine.md#the-tail-closed). Only those are
+// the structs and the Fields maps, cleared (bench/engine.md#the-margin-2026-11-23-session-7). Only those are
 // reused, never a value stored in them. The first scratchActions actions of a decode come
 // from it, any further ones are allocated.
 type actionScratch struct {

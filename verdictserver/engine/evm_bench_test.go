@@ -68,7 +68,7 @@ func BenchmarkEvaluateERC20Transfer(b *testing.B) {
 var kept *verdict.Verdict
 
 // BenchmarkEvaluateKeptV3Swap is BenchmarkEvaluateV3Swap through Evaluate: a verdict the
-// caller keeps, whose memory is not reused (bench/engine.md#the-tail-closed).
+// caller keeps, whose memory is not reused (bench/engine.md#the-tail-closed-2026-11-23-session-6).
 func BenchmarkEvaluateKeptV3Swap(b *testing.B) {
 	benchEvaluateWith(b, Options{}, v3SwapInput(b), true)
 }

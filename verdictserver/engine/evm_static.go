@@ -11,7 +11,7 @@ import (
 // staticTuple is a call whose one argument is a tuple of address and unsigned integer
 // members (a V3 exactInputSingle's params), read in place: one word per member, without
 // go-ethereum's reflective unpacking, which builds a struct type's value and a big.Int per
-// member (bench/engine.md#the-tail-closed). It reads what unpack would: readStaticTuple
+// member (bench/engine.md#the-margin-2026-11-23-session-7). It reads what unpack would: readStaticTuple
 // answers false for anything unpack might refuse or read otherwise, and the caller then
 // takes the general path, so a refusal keeps its words (TestStaticTupleReadsAsUnpack).
 type staticTuple struct {
