@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/x402gate/x402gate/facilitator/journal"
+	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -73,17 +74,7 @@ func TestAmbiguousNodeRefusalStaysUncertain(t *testing.T) {
 		"backend error: upstream connect error or disconnect/reset before headers",
 	} {
 		t.Run(message, func(t *testing.T) {
-			env := newTestEnv(t)
-			cfg := env.config(t)
-			cfg.Networks[0].RPCURL = lyingNode(t, env.chain.RPCURL, message)
-			e := env.engine(t, cfg)
-			payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
-			p, r := env.pay(t, x402.Version2, payer, payee.Address)
-			before := env.token.BalanceOf(t, payee.Address)
-			res, err := e.Settle(context.Background(), p, r)
-			if err != nil {
-				t.Fatalf("Settle: %v", err)
-			}
+			env, cfg, e, p, r, payee, before, res := settleThrough(t, func(env *testEnv) string { return lyingNode(t, env.chain.RPCURL, message) })
 			if res.Success || x402.ReasonFromWire(res.ErrorReason) != x402.ReasonSettlementPending {
 				t.Fatalf("settle = %+v, want settlement_pending: the outcome is unknown", res)
 			}
@@ -122,17 +113,9 @@ func TestAmbiguousNodeRefusalStaysUncertain(t *testing.T) {
 // (not_broadcast) and the answer names no transaction, so that a gate answers a refusal
 // (402) rather than an outcome to reconcile (502 with a retry credit).
 func TestDefiniteNodeRefusalNamesNoTransaction(t *testing.T) {
-	env := newTestEnv(t)
-	cfg := env.config(t)
-	cfg.Networks[0].RPCURL = refusingNode(t, env.chain.RPCURL, "insufficient funds for gas * price + value")
-	e := env.engine(t, cfg)
-	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
-	p, r := env.pay(t, x402.Version2, payer, payee.Address)
-	before := env.token.BalanceOf(t, payee.Address)
-	res, err := e.Settle(context.Background(), p, r)
-	if err != nil {
-		t.Fatalf("Settle: %v", err)
-	}
+	env, cfg, _, p, r, payee, before, res := settleThrough(t, func(env *testEnv) string {
+		return refusingNode(t, env.chain.RPCURL, "insufficient funds for gas * price + value")
+	})
 	if res.Success || x402.ReasonFromWire(res.ErrorReason) != x402.ReasonUnexpectedSettle || res.Transaction != "" || res.TxHash != "" {
 		t.Fatalf("settle = %+v, want unexpected_settle_error naming no transaction", res)
 	}
@@ -143,4 +126,23 @@ func TestDefiniteNodeRefusalNamesNoTransaction(t *testing.T) {
 	if got := env.token.BalanceOf(t, payee.Address); got.Cmp(before) != 0 {
 		t.Errorf("payee balance %s, want %s unchanged", got, before)
 	}
+}
+
+// settleThrough settles one payment from account 1 to account 2 through an engine whose RPC
+// endpoint is rpc(env) (a proxy of the real node), and returns what the tests look at
+// after it: the payee's balance before, and the settle's answer.
+func settleThrough(t *testing.T, rpc func(*testEnv) string) (env *testEnv, cfg Config, e *Engine, p *x402.Payment, r *x402.Requirements, payee testenv.Account, before *big.Int, res x402.SettleResponse) {
+	t.Helper()
+	env = newTestEnv(t)
+	cfg = env.config(t)
+	cfg.Networks[0].RPCURL = rpc(env)
+	e = env.engine(t, cfg)
+	payee = env.chain.Accounts[2]
+	p, r = env.pay(t, x402.Version2, env.chain.Accounts[1], payee.Address)
+	before = env.token.BalanceOf(t, payee.Address)
+	res, err := e.Settle(context.Background(), p, r)
+	if err != nil {
+		t.Fatalf("Settle: %v", err)
+	}
+	return env, cfg, e, p, r, payee, before, res
 }
