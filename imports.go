@@ -1,14 +1,14 @@
 // Package x402gate is the root of x402gate, an x402 payment gate for Caddy. Importing it
 // registers every x402gate Caddy module, so that
 //
-//	xcaddy build --with github.com/x402gate/x402gate
+//	xcaddy build --with github.com/x402gate/x402gate@v0.1.0=.
 //
 // builds a Caddy with them. cmd/caddy is the same build without xcaddy.
 package x402gate
 
 import (
-	// The Caddy modules: the x402 app, the x402 and x402_facilitator handlers and the
-	// x402_redact log encoder.
+	// The Caddy modules: the x402 and verdict apps, the x402, x402_facilitator and
+	// verdict_api handlers, and the x402_redact log encoder.
 	_ "github.com/x402gate/x402gate/caddymodule"
 )
 
