@@ -52,8 +52,8 @@ type DB struct {
 // before it fails with SQLITE_BUSY.
 const sqliteBusyTimeoutMillis = 10_000
 
-// OpenSQLite opens (creating it and its parent directory if needed) the SQLite database at
-// path and checks it answers. The database runs in WAL mode with synchronous=FULL, so a
+// OpenSQLite opens (creating it, mode 0600, and its parent directory, mode 0700, if needed)
+// the SQLite database at path and checks it answers. The database runs in WAL mode with synchronous=FULL, so a
 // committed row survives a crash; a write waits up to 10 s for the write lock; foreign keys
 // are enforced; transactions begin IMMEDIATE.
 func OpenSQLite(ctx context.Context, path string) (*DB, error) {
@@ -67,6 +67,13 @@ func OpenSQLite(ctx context.Context, path string) (*DB, error) {
 	if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
 		return nil, fmt.Errorf("sqlite: %w", err)
 	}
+	// A new database is created readable by its owner only; SQLite gives its -wal and
+	// -shm files the database file's mode.
+	f, err := os.OpenFile(abs, os.O_RDONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	f.Close()
 	// A file: URI, so a path holding '?' or '#' stays a path.
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", sqliteBusyTimeoutMillis))

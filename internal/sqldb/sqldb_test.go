@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -101,5 +103,31 @@ func TestOpenPostgresRefusesAMalformedDSNQuietly(t *testing.T) {
 	_, err := OpenPostgres(context.Background(), "host=127.0.0.1 password=pw-31aa port=bad")
 	if err == nil || strings.Contains(err.Error(), "pw-31aa") {
 		t.Fatalf("err = %v, want a refusal without the password", err)
+	}
+}
+
+// TestSQLiteFilesAreTheOwners: a new database, its write-ahead log and its shared-memory
+// file are readable by their owner only, whatever the umask.
+func TestSQLiteFilesAreTheOwners(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "state", "verdict.db")
+	old := syscall.Umask(0o022)
+	defer syscall.Umask(old)
+	db, err := OpenSQLite(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Migrate(ctx, testSchema); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm", filepath.Dir(path)} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+			t.Errorf("%s has mode %o, want no group or other bits", filepath.Base(p), perm)
+		}
 	}
 }
