@@ -39,8 +39,14 @@ func sortedByLength(secrets []string) []string {
 // URL returns a Replacer that removes rawURL from text. The URL, in every form net/http and
 // url.Error print it (as given, normalised, password masked), becomes "<label>"; its host
 // "<label-host>"; its user info, password, path and query, each of which can be a
-// provider's API key, become Mask. A rawURL that does not parse is removed as given.
+// provider's API key, become Mask. A rawURL that does not parse is removed as given. A URL
+// with nothing of that kind (scheme, host and port alone, such as http://127.0.0.1:8545)
+// carries no credential: it stays in the text, so an operator sees which endpoint failed.
 func URL(rawURL, label string) *strings.Replacer {
+	if u, err := url.Parse(rawURL); err == nil && u.Host != "" && u.User == nil && u.RawQuery == "" &&
+		!u.ForceQuery && u.Fragment == "" && (u.Path == "" || u.Path == "/") && !strings.Contains(u.Host, "@") {
+		return strings.NewReplacer()
+	}
 	var pairs []string
 	add := func(secret, with string) {
 		if secret != "" {

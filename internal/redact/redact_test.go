@@ -89,3 +89,20 @@ func TestURLPassword(t *testing.T) {
 		}
 	}
 }
+
+// TestURLWithoutCredentialStays: a URL of a scheme, host and port alone carries no
+// credential, so an error about it names it; one with a path, query, user or fragment
+// does not.
+func TestURLWithoutCredentialStays(t *testing.T) {
+	for _, raw := range []string{"http://127.0.0.1:8545", "https://rpc.example.com/", "ws://localhost:8546"} {
+		msg := `Post "` + raw + `": dial tcp: connection refused`
+		if got := URL(raw, "rpc").Replace(msg); got != msg {
+			t.Errorf("URL(%q) changed %q to %q", raw, msg, got)
+		}
+	}
+	for _, raw := range []string{"https://rpc.example.com/v2/k", "https://rpc.example.com?key=k", "https://u:k@rpc.example.com", "https://rpc.example.com/#k"} {
+		if got := URL(raw, "rpc").Replace("at " + raw); strings.Contains(got, "rpc.example.com") {
+			t.Errorf("URL(%q) left the host in %q", raw, got)
+		}
+	}
+}
