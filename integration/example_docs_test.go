@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,8 +20,28 @@ import (
 const commandBound = 2 * time.Minute
 
 // readmeCommands returns the commands of README.md's ```sh blocks whose text contains want,
-// with backslash-continued lines joined and comments dropped.
+// with backslash-continued lines joined and comments dropped. A ```sh script block is one
+// command: its lines run together, in one shell.
 func readmeCommands(t *testing.T, want string) []string {
+	t.Helper()
+	var cmds []string
+	for _, ex := range readmeExamples(t) {
+		if strings.Contains(ex.command, want) {
+			cmds = append(cmds, ex.command)
+		}
+	}
+	return cmds
+}
+
+// readmeExample is one command of README.md and the ```json block that shows its output: the
+// first one after the command's block and before the next ```sh block ("" when none).
+type readmeExample struct {
+	command, output string
+}
+
+// readmeExamples returns every command of README.md's ```sh blocks, in order, as
+// readmeCommands describes them, each with the output the README shows for it.
+func readmeExamples(t *testing.T) []readmeExample {
 	t.Helper()
 	root, err := testenv.ModuleRoot()
 	if err != nil {
@@ -30,34 +51,63 @@ func readmeCommands(t *testing.T, want string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cmds []string
-	inSh, cur := false, ""
+	var (
+		exs            []readmeExample
+		block, cur     string // the fence's info string inside a block; a continued line
+		script, output []string
+		pending        []int // examples of the last ```sh block, waiting for their output
+	)
 	for _, line := range strings.Split(string(readme), "\n") {
-		switch {
-		case strings.HasPrefix(line, "```sh"):
-			inSh = true
+		if info, ok := strings.CutPrefix(line, "```"); ok {
+			switch {
+			case block == "" && strings.HasPrefix(info, "sh"):
+				block, pending = info, nil
+			case block == "" && info != "":
+				block = info
+			case block == "sh script":
+				exs = append(exs, readmeExample{command: strings.Join(script, "\n")})
+				pending, script = []int{len(exs) - 1}, nil
+				block = ""
+			case block == "json":
+				for _, i := range pending {
+					exs[i].output = strings.Join(output, "\n")
+				}
+				pending, output, block = nil, nil, ""
+			default:
+				block = ""
+			}
 			continue
-		case strings.HasPrefix(line, "```"):
-			inSh = false
+		}
+		switch block {
+		case "json":
+			output = append(output, line)
 			continue
-		case !inSh:
+		case "sh", "sh script":
+		default:
 			continue
 		}
 		if i := strings.Index(line, " #"); i >= 0 {
 			line = line[:i]
 		}
 		line = strings.TrimSpace(line)
+		if block == "sh script" {
+			if line != "" {
+				script = append(script, line)
+			}
+			continue
+		}
 		if strings.HasSuffix(line, `\`) {
 			cur += strings.TrimSuffix(line, `\`)
 			continue
 		}
 		cmd := strings.Join(strings.Fields(cur+line), " ")
 		cur = ""
-		if strings.Contains(cmd, want) {
-			cmds = append(cmds, cmd)
+		if cmd != "" {
+			exs = append(exs, readmeExample{command: cmd})
+			pending = append(pending, len(exs)-1)
 		}
 	}
-	return cmds
+	return exs
 }
 
 // runCaddy runs the built Caddy with args in the module root and an environment that holds
@@ -238,6 +288,10 @@ func payCommands(t *testing.T) []string {
 // Caddyfile.example on that chain. Only the ports move. Each must pay: status 200.
 func TestDocumentedPayCommandsPay(t *testing.T) {
 	cmds := payCommands(t)
+	outputs := map[string]string{}
+	for _, ex := range readmeExamples(t) {
+		outputs[ex.command] = ex.output
+	}
 	ex := startExample(t)
 	root, err := testenv.ModuleRoot()
 	if err != nil {
@@ -270,6 +324,20 @@ func TestDocumentedPayCommandsPay(t *testing.T) {
 			var out payOutput
 			if err := json.Unmarshal([]byte(stdout.String()), &out); err != nil {
 				t.Fatalf("printed no JSON: %v: %q", err, stdout.String())
+			}
+			if shown, ok := outputs[command]; ok && shown != "" {
+				checkShownOutput(t, shown, stdout.String())
+			}
+			// A call on the pass, or signed in with sign-in-with-x, comes in without paying.
+			if strings.Contains(command, "X402_PASS=") || strings.Contains(command, "X402_SIWX=1") {
+				if out.Status != http.StatusOK || out.PaymentResponseHeader != nil {
+					t.Errorf("status %d, paymentResponseHeader %v: want 200 without a payment: %s", out.Status, out.PaymentResponseHeader, out.Body)
+				}
+				return
+			}
+			// The site on :8080 sells a pass: its paid answer carries it, and its expiry.
+			if strings.Contains(command, "127.0.0.1:8080") && out.Status == http.StatusOK && (out.Pass == "" || out.PassExpires == "") {
+				t.Errorf("a paid answer of the site printed no pass and expiry")
 			}
 			// /api/tip pays a payee the demo policy does not allow: the verdict refuses it.
 			if strings.Contains(command, "/api/tip") {
@@ -358,5 +426,45 @@ func TestCaddyfileExampleLeavesFaviconFree(t *testing.T) {
 				t.Errorf("GET %s: status %d, want %d", tc.rawPath, r.Status, tc.want)
 			}
 		})
+	}
+}
+
+// errorField finds the "error" member of a 402 body, as the README shows it escaped in the
+// output's "body" string or as the body holds it.
+var errorField = regexp.MustCompile(`\\?"error\\?":\\?"([a-z_]+)`)
+
+// checkShownOutput compares what a pay script printed with the output README.md shows for
+// it, where the README elides long values with "…": the same members, the same status,
+// null where the README shows null, and the same x402 "error" in the body.
+func checkShownOutput(t *testing.T, shown, printed string) {
+	t.Helper()
+	var want, got map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(shown), &want); err != nil {
+		t.Fatalf("README shows output that is not JSON: %v\n%s", err, shown)
+	}
+	if err := json.Unmarshal([]byte(printed), &got); err != nil {
+		t.Fatalf("printed no JSON: %v", err)
+	}
+	for k, v := range want {
+		g, ok := got[k]
+		switch {
+		case !ok:
+			t.Errorf("README shows %q, which the script does not print", k)
+		case k == "status" && string(g) != string(v):
+			t.Errorf("README shows status %s, the script printed %s", v, g)
+		case string(v) == "null" && string(g) != "null":
+			t.Errorf("README shows %q null, the script printed %.60s", k, g)
+		case k == "body":
+			if m := errorField.FindStringSubmatch(string(v)); m != nil {
+				if n := errorField.FindStringSubmatch(string(g)); n == nil || n[1] != m[1] {
+					t.Errorf("README shows the body's error %q, the script printed %.200s", m[1], g)
+				}
+			}
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("the script prints %q, which README does not show", k)
+		}
 	}
 }

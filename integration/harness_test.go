@@ -62,6 +62,8 @@ type payOutput struct {
 	Body                  string  `json:"body"`
 	PaymentResponseHeader *string `json:"paymentResponseHeader"`
 	PaymentHeader         string  `json:"paymentHeader"`
+	Pass                  string  `json:"pass"`
+	PassExpires           string  `json:"passExpires"`
 }
 
 // payWith runs a pay script for payer against url; the key travels in the environment only.

@@ -44,6 +44,20 @@ export function payScript(name) {
 
   const signOnly = process.env.X402_SIGN_ONLY === "1";
 
+  // requestHeaders returns the headers the script's own request carries: X-402-PASS with
+  // X402_PASS (a pass an earlier paid answer printed), so a client comes back on it without
+  // paying. The pass is a bearer secret of the payer: it is never printed on stderr.
+  function requestHeaders() {
+    const pass = process.env.X402_PASS;
+    if (pass === undefined || pass === "") {
+      return {};
+    }
+    if (!/^[A-Za-z0-9._~-]+$/.test(pass)) {
+      fail("X402_PASS must be the pass an earlier answer printed (\"pass\")");
+    }
+    return { "X-402-PASS": pass };
+  }
+
   // recorder returns a fetch for the x402 client to call, and sentHeader() giving the payment
   // header the client last sent, or undefined. sentBy(args) returns the payment header the
   // client put on that call (undefined or null when none). With X402_SIGN_ONLY=1 a call that
@@ -68,7 +82,8 @@ export function payScript(name) {
   // have built in header (such as "an X-PAYMENT header"). Otherwise it
   // is {"status", "body", "paymentResponseHeader", "paymentResponse"}: responseHeader is the
   // settlement header's raw value (or null) and decode(value) decodes it; a value decode
-  // rejects gives paymentResponse null.
+  // rejects gives paymentResponse null. An answer that carries an access pass adds "pass"
+  // (X-402-PASS, to send back with X402_PASS) and "passExpires" (X-402-PASS-EXPIRES, RFC 3339).
   async function report(res, paymentHeader, header, responseHeader, decode) {
     if (signOnly) {
       if (paymentHeader === undefined) {
@@ -83,6 +98,11 @@ export function payScript(name) {
       paymentResponseHeader: responseHeader,
       paymentResponse: decodeOrNull(decode, responseHeader),
     };
+    const pass = res.headers.get("X-402-PASS");
+    if (pass) {
+      out.pass = pass;
+      out.passExpires = res.headers.get("X-402-PASS-EXPIRES");
+    }
     process.stdout.write(JSON.stringify(out) + "\n");
   }
 
@@ -91,7 +111,7 @@ export function payScript(name) {
     main().catch((e) => fail(e?.message ?? String(e)));
   }
 
-  return { fail, payerKey, url, signOnly, recorder, report, run };
+  return { fail, payerKey, url, signOnly, requestHeaders, recorder, report, run };
 }
 
 function decodeOrNull(decode, value) {

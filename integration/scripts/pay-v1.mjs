@@ -12,6 +12,8 @@
 //   X402_MAX_VALUE       the client's spending cap in base units (default: x402-fetch's own,
 //                        100000 = 0.1 USDC; a larger price makes the client refuse to pay).
 //   X402_METHOD          the HTTP method (default GET).
+//   X402_PASS            an access pass an earlier answer printed ("pass"): sent as X-402-PASS,
+//                        so the request comes in on the pass without paying.
 //   X402_SIGN_ONLY=1     make the first request and let the client build the X-PAYMENT header,
 //                        but do not send the paid retry: the header is printed as paymentHeader
 //                        and nothing is paid. Tests use it to replay or tamper a real header.
@@ -19,7 +21,8 @@
 //   {"status": <HTTP status of the last response>, "body": "<its body as text>",
 //    "paymentResponseHeader": "<X-PAYMENT-RESPONSE or null>",
 //    "paymentResponse": <that header decoded, or null>}
-//   plus "paymentHeader" with X402_SIGN_ONLY=1.
+//   plus "pass" and "passExpires" when the answer carries an access pass (X-402-PASS),
+//   and "paymentHeader" alone with X402_SIGN_ONLY=1.
 // A failure of the client itself (it refused the requirements, the network failed) exits 1 with
 // the reason on stderr.
 
@@ -29,7 +32,7 @@ import { privateKeyToAccount } from "viem/accounts";
 import { baseSepolia } from "viem/chains";
 import { payScript } from "./pay-common.mjs";
 
-const { payerKey, url, recorder, report, run } = payScript("pay-v1");
+const { payerKey, url, requestHeaders, recorder, report, run } = payScript("pay-v1");
 
 async function main() {
   const target = url();
@@ -46,7 +49,7 @@ async function main() {
   const { recordingFetch, sentHeader } = recorder((input, init) => init?.headers?.["X-PAYMENT"]);
   const maxValue = process.env.X402_MAX_VALUE ? BigInt(process.env.X402_MAX_VALUE) : undefined;
   const fetchWithPayment = wrapFetchWithPayment(recordingFetch, wallet, maxValue);
-  const res = await fetchWithPayment(target, { method: process.env.X402_METHOD || "GET" });
+  const res = await fetchWithPayment(target, { method: process.env.X402_METHOD || "GET", headers: requestHeaders() });
 
   await report(
     res,

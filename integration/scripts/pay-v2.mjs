@@ -15,6 +15,8 @@
 //                        (spendControls.allowedAssets). Unset: allowedAssets true (any asset).
 //   X402_MAX_VALUE       per-payment cap in base units for X402_TOKEN (default: uncapped).
 //   X402_METHOD          the HTTP method (default GET).
+//   X402_PASS            an access pass an earlier answer printed ("pass"): sent as X-402-PASS,
+//                        so the request comes in on the pass without paying.
 //   X402_PAYMENT_ID      a payment-identifier id: when the 402 declares the extension, the
 //                        client writes it with @x402/extensions' appendPaymentIdentifierToExtensions
 //                        in an onBeforePaymentCreation hook, as that package documents.
@@ -25,7 +27,8 @@
 //                        with SIGN-IN-WITH-X before it pays (a wallet that holds a pass gets in).
 // Output on stdout, one JSON line: {"status", "body", "paymentResponseHeader" (PAYMENT-RESPONSE,
 // else X-PAYMENT-RESPONSE, or null), "paymentResponse" (decoded, or null)}, or with
-// X402_SIGN_ONLY=1 {"paymentHeader"}. A failure of the client itself exits 1, reason on stderr.
+// X402_SIGN_ONLY=1 {"paymentHeader"}; "pass" and "passExpires" are added when the answer
+// carries an access pass (X-402-PASS). A failure of the client itself exits 1, reason on stderr.
 
 import { wrapFetchWithPayment, x402Client, decodePaymentResponseHeader } from "@x402/fetch";
 import { appendPaymentIdentifierToExtensions } from "@x402/extensions/payment-identifier";
@@ -34,7 +37,7 @@ import { ExactEvmScheme } from "@x402/evm";
 import { privateKeyToAccount } from "viem/accounts";
 import { payScript } from "./pay-common.mjs";
 
-const { fail, payerKey, url, recorder, report, run } = payScript("pay-v2");
+const { fail, payerKey, url, requestHeaders, recorder, report, run } = payScript("pay-v2");
 
 async function main() {
   const target = url();
@@ -68,7 +71,7 @@ async function main() {
     });
   }
   const fetchWithPayment = wrapFetchWithPayment(recordingFetch, client);
-  const res = await fetchWithPayment(target, { method: process.env.X402_METHOD || "GET" });
+  const res = await fetchWithPayment(target, { method: process.env.X402_METHOD || "GET", headers: requestHeaders() });
 
   await report(
     res,
