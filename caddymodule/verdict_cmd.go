@@ -314,5 +314,8 @@ func policyErrors(w io.Writer, err error) error {
 	for _, p := range pe.Problems {
 		fmt.Fprintf(w, "%s: %s\n", p.Field, p.Problem)
 	}
+	if len(pe.Problems) == 1 {
+		return errors.New("the policy document is invalid (1 problem)")
+	}
 	return errors.New("the policy document is invalid (" + strconv.Itoa(len(pe.Problems)) + " problems)")
 }

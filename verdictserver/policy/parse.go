@@ -99,14 +99,20 @@ func Parse(raw []byte) (*Document, error) {
 	if err != nil {
 		return nil, err
 	}
+	var ps []Problem
 	if err := s.Validate(tree); err != nil {
 		ve, ok := err.(*jsonschema.ValidationError)
 		if !ok {
 			return nil, one("", err.Error())
 		}
-		return nil, finish(schemaProblems(ve))
+		ps = schemaProblems(ve)
 	}
-	if ps := semantic(tree.(map[string]any)); len(ps) > 0 {
+	// The rules the schema cannot express run on a document the schema refused too, so that
+	// every problem is reported at once; a field the schema refused is not reported twice.
+	if m, ok := tree.(map[string]any); ok {
+		ps = append(ps, notUnder(semantic(m), ps)...)
+	}
+	if len(ps) > 0 {
 		return nil, finish(ps)
 	}
 	var doc Document
@@ -114,6 +120,25 @@ func Parse(raw []byte) (*Document, error) {
 		return nil, one("", "cannot be read: "+err.Error())
 	}
 	return &doc, nil
+}
+
+// notUnder returns the problems of ps whose field is neither a field of reported nor
+// inside one.
+func notUnder(ps, reported []Problem) []Problem {
+	var out []Problem
+	for _, p := range ps {
+		inside := false
+		for _, r := range reported {
+			if p.Field == r.Field || strings.HasPrefix(p.Field, r.Field+".") {
+				inside = true
+				break
+			}
+		}
+		if !inside {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func one(field, problem string) *Errors {

@@ -167,6 +167,23 @@ func TestParseReportsEveryProblemAtOnce(t *testing.T) {
 	}
 }
 
+// TestParseReportsSchemaAndChecksumProblemsTogether: a checksum the schema cannot judge is
+// reported with the schema's own problems, not only once they are fixed.
+func TestParseReportsSchemaAndChecksumProblemsTogether(t *testing.T) {
+	_, err := Parse([]byte(`{"limits": {"perTxUsd": -1}, "recipients": {"allowed": ["` + badSum + `"]}}`))
+	var pe *Errors
+	if !errors.As(err, &pe) {
+		t.Fatalf("error %v", err)
+	}
+	var fields []string
+	for _, p := range pe.Problems {
+		fields = append(fields, p.Field)
+	}
+	if got, want := strings.Join(fields, " "), "limits.perTxUsd recipients.allowed.0"; got != want {
+		t.Errorf("fields %q, want %q (%v)", got, want, err)
+	}
+}
+
 func TestParseRefusesOversizedDocuments(t *testing.T) {
 	big := `{"description": "` + strings.Repeat("a", MaxDocumentBytes) + `"}`
 	if _, err := Parse([]byte(big)); err == nil {
