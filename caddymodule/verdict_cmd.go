@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -263,11 +265,39 @@ func openConfiguredStore(ctx context.Context, c *cobra.Command) (*store.Store, e
 	if err != nil {
 		return nil, err
 	}
+	if err := existingStore(c.ErrOrStderr(), rv); err != nil {
+		return nil, err
+	}
 	db, err := openVerdictDB(ctx, rv.storeType, rv.storePath, rv.storeDSN)
 	if err != nil {
 		return nil, fmt.Errorf("opening the verdict store: %w", err)
 	}
 	return store.Open(ctx, db)
+}
+
+// existingStore names on w the store a command opens, and refuses an SQLite file that does
+// not exist: a command works on the store the verdict app made, and never makes a new,
+// empty one (a relative path is read from the current directory, so a command run from
+// another directory would otherwise read and write a store of its own). The PostgreSQL DSN
+// is a secret and is not named.
+func existingStore(w io.Writer, rv *resolvedVerdict) error {
+	if rv.storeType == "postgres" {
+		fmt.Fprintln(w, "verdict store: postgres (the DSN of the config)")
+		return nil
+	}
+	abs, err := filepath.Abs(rv.storePath)
+	if err != nil {
+		return fmt.Errorf("verdict store %s: %w", rv.storePath, err)
+	}
+	if _, err := os.Stat(abs); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("no verdict store at %s: the verdict app creates it when Caddy runs this config; a relative store path is read from the current directory", abs)
+		}
+		return fmt.Errorf("verdict store %s: %w", abs, err)
+	}
+	rv.storePath = abs
+	fmt.Fprintln(w, "verdict store: "+abs)
+	return nil
 }
 
 // agentFlag resolves --agent, an agent's id or name, to its id.

@@ -188,6 +188,7 @@ func newFeedsEnv(t *testing.T, refresh string) *feedsEnv {
 		"FEED=" + f.feed.Address.Hex(),
 		"ORACLE=" + f.oracle.Address.Hex(),
 	}
+	initVerdictStore(t, filepath.Join(f.dir, "verdict.db"))
 	f.cli(t, "agent", "add", "trader")
 	f.key = strings.TrimSpace(f.cli(t, "key", "create", "--agent", "trader"))
 	f.cli(t, "wallet", "add", "--agent", "trader", "--chain", "84532", f.escrow.Hex())

@@ -3,6 +3,7 @@ package integration_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,7 +20,9 @@ import (
 
 	"github.com/ethereum/go-ethereum/common"
 
+	"github.com/x402gate/x402gate/internal/sqldb"
 	"github.com/x402gate/x402gate/internal/testenv"
+	"github.com/x402gate/x402gate/verdictserver/store"
 )
 
 // verdictSetup is how one Caddy of the verdict tests stores its state: the embedded
@@ -148,8 +151,28 @@ func newVerdictFleet(t *testing.T, setup verdictSetup) *verdictFleet {
 		f.env = append(f.env, "REDIS_URL="+f.redis.URL, "PG_DSN="+f.pg.DSN)
 	}
 	f.caddyfile = verdictCaddyfile(setup)
+	if !setup.shared {
+		// `caddy verdict` never creates a store: the first start of the verdict app does, and
+		// so does store.Open here, as devchain does for the demo.
+		initVerdictStore(t, filepath.Join(f.dir, "verdict.db"))
+	}
 	f.operate(t)
 	return f
+}
+
+// initVerdictStore creates an empty verdict store at path.
+func initVerdictStore(t *testing.T, path string) {
+	t.Helper()
+	ctx := context.Background()
+	db, err := sqldb.OpenSQLite(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
 }
 
 // cli runs `caddy verdict <args>` against the fleet's Caddyfile, as an operator would, and
