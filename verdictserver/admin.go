@@ -107,6 +107,20 @@ func (o *Operator) Wallets(ctx context.Context, agentID string) ([]store.Wallet,
 	return o.store.Wallets(ctx, agentID)
 }
 
+// Transactions lists up to limit of an agent's transactions, newest first, created before
+// the cursor after (the zero Cursor: the newest), with their verdicts.
+func (o *Operator) Transactions(ctx context.Context, agentID string, after store.Cursor, limit int) ([]store.Transaction, error) {
+	if limit < 1 || limit > store.MaxPage {
+		return nil, &InputError{Field: "limit", Problem: fmt.Sprintf("must be 1 to %d", store.MaxPage)}
+	}
+	return o.store.AgentTransactions(ctx, agentID, after, limit)
+}
+
+// Transaction returns one transaction by its request hash, with its verdict.
+func (o *Operator) Transaction(ctx context.Context, requestHash string) (store.Transaction, error) {
+	return o.store.TransactionByHash(ctx, requestHash)
+}
+
 // ValidatePolicy checks a policy document against the schema and the semantic rules
 // (policy.Parse, which also refuses duplicate keys); the error is a *policy.Errors that names every field at fault.
 func (o *Operator) ValidatePolicy(doc []byte) error {

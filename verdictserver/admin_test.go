@@ -111,3 +111,53 @@ func TestAdminAuth(t *testing.T) {
 	noAdmin := newEnv(t, nil, func(o *Options) { o.AdminKeyHash = [32]byte{} })
 	wantError(t, call(t, "GET", noAdmin.admin.URL+"/admin/agents", nil, "x-admin-key", ""), 401, codeInvalidKey)
 }
+
+// TestAdminListsAnAgentsTransactions: GET /admin/agents/{id}/transactions pages an agent's
+// transactions newest first with their verdicts (a refused one carries its reason), follows
+// "next" to the end, refuses a bad limit or cursor, and answers 404 for an unknown agent.
+func TestAdminListsAnAgentsTransactions(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	admin := func(path string) answer {
+		return call(t, "GET", e.admin.URL+path, nil, "x-admin-key", e.adminKey)
+	}
+	wallet := common.HexToAddress("0xCA401000000000000000000000000000000000C2")
+	a := e.agent("dave", wallet, allowPolicy)
+	denied := common.HexToAddress("0x90F79bf6EB2c4f870365E785982E1f101E93b906")
+	var hashes []string
+	for i := 0; i < 3; i++ {
+		to := allowedPay
+		if i == 2 {
+			to = denied
+		}
+		r := e.submit(a.Key, submitBody(wallet, to, ""))
+		if r.status != 201 {
+			t.Fatalf("submit = %d %s", r.status, r.raw)
+		}
+		h := r.body["requestHash"].(string)
+		e.await(a.Key, h)
+		hashes = append(hashes, h)
+	}
+	first := admin("/admin/agents/" + a.ID + "/transactions?limit=2")
+	if first.status != 200 {
+		t.Fatalf("list = %d %s", first.status, first.raw)
+	}
+	items := first.body["transactions"].([]any)
+	if len(items) != 2 || first.body["next"] == nil {
+		t.Fatalf("first page = %s, want 2 items and a next cursor", first.raw)
+	}
+	newest := items[0].(map[string]any)
+	v, _ := newest["verdict"].(map[string]any)
+	if newest["requestHash"] != hashes[2] || v == nil || v["outcome"] != "rejected" || v["humanReason"] == "" || newest["proposedTx"] == nil {
+		t.Errorf("the newest = %v, want the refused payment with its verdict and reason", newest)
+	}
+	second := admin("/admin/agents/" + a.ID + "/transactions?limit=2&before=" + first.body["next"].(string))
+	if second.status != 200 || len(second.body["transactions"].([]any)) != 1 || second.body["next"] != nil {
+		t.Fatalf("second page = %s, want the last item and no next", second.raw)
+	}
+	if got := second.body["transactions"].([]any)[0].(map[string]any)["requestHash"]; got != hashes[0] {
+		t.Errorf("the last item is %v, want the oldest %s", got, hashes[0])
+	}
+	wantError(t, admin("/admin/agents/"+a.ID+"/transactions?limit=0"), 400, codeInvalidBody)
+	wantError(t, admin("/admin/agents/"+a.ID+"/transactions?before=yesterday"), 400, codeInvalidBody)
+	wantError(t, admin("/admin/agents/nobody/transactions"), 404, codeNotFound)
+}

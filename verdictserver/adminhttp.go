@@ -3,8 +3,10 @@ package verdictserver
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/x402gate/x402gate/verdict"
@@ -32,6 +34,7 @@ func (s *Server) adminRoutes() []route {
 		rt(http.MethodGet, "/admin/agents/{agentId}/policy/versions", read, []int{200, 404}, (*Server).adminPolicyVersions),
 		rt(http.MethodGet, "/admin/agents/{agentId}/policy/versions/{version}", read, []int{200, 404}, (*Server).adminPolicyVersion),
 		rt(http.MethodPost, "/admin/policy/validate", read, []int{200, 413, 415}, (*Server).adminValidatePolicy),
+		rt(http.MethodGet, "/admin/agents/{agentId}/transactions", read, []int{200, 400, 404}, (*Server).adminListTransactions),
 	}
 }
 
@@ -325,4 +328,75 @@ func (s *Server) adminValidatePolicy(w http.ResponseWriter, r *http.Request, _ *
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"valid": true})
+}
+
+// DefaultTransactionPage is how many transactions GET /admin/agents/{agentId}/transactions
+// answers without a limit.
+const DefaultTransactionPage = 50
+
+// adminTransaction is one item of an agent's transaction list: the transaction record, what
+// the agent proposed and said, and its verdict (null while pending).
+type adminTransaction struct {
+	record
+	Prompt     string          `json:"prompt"`
+	ProposedTx json.RawMessage `json:"proposedTx"`
+	Verdict    json.RawMessage `json:"verdict"`
+}
+
+func toAdminTransaction(t store.Transaction) adminTransaction {
+	v := t.Verdict
+	if v == nil {
+		v = json.RawMessage("null")
+	}
+	return adminTransaction{record: toRecord(t), Prompt: t.Prompt, ProposedTx: t.ProposedTx, Verdict: v}
+}
+
+// adminListTransactions answers GET /admin/agents/{agentId}/transactions?limit=&before=
+// (docs/verdict-api.md#admin-api): a page of the agent's transactions, newest first, and
+// "next", the cursor of the following page (null on the last).
+func (s *Server) adminListTransactions(w http.ResponseWriter, r *http.Request, _ *principal) {
+	q := r.URL.Query()
+	limit := DefaultTransactionPage
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > store.MaxPage {
+			writeFieldError(w, badField("limit", fmt.Sprintf("must be an integer from 1 to %d", store.MaxPage)))
+			return
+		}
+		limit = n
+	}
+	after, err := parseCursor(q.Get("before"))
+	if err != nil {
+		writeFieldError(w, badField("before", "is not a cursor this list answered"))
+		return
+	}
+	txs, err := s.op.Transactions(r.Context(), r.PathValue("agentId"), after, limit)
+	if err != nil {
+		s.operatorFailed(w, "list transactions", err)
+		return
+	}
+	var next *string
+	if len(txs) == limit {
+		c := formatCursor(txs[len(txs)-1])
+		next = &c
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"transactions": mapSlice(txs, toAdminTransaction), "next": next})
+}
+
+// formatCursor is the cursor after t: its creation time in unix microseconds and its id.
+func formatCursor(t store.Transaction) string {
+	return strconv.FormatInt(t.CreatedAt.UnixMicro(), 10) + "_" + t.ID
+}
+
+// parseCursor reads formatCursor's form; "" is the zero Cursor.
+func parseCursor(s string) (store.Cursor, error) {
+	if s == "" {
+		return store.Cursor{}, nil
+	}
+	us, id, ok := strings.Cut(s, "_")
+	n, err := strconv.ParseInt(us, 10, 64)
+	if !ok || err != nil || n <= 0 || id == "" || len(id) > 64 {
+		return store.Cursor{}, errors.New("malformed cursor")
+	}
+	return store.Cursor{CreatedAt: time.UnixMicro(n).UTC(), ID: id}, nil
 }

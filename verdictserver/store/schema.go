@@ -72,5 +72,9 @@ var schema = sqldb.Schema{
 			`CREATE UNIQUE INDEX transactions_agent_trace ON transactions (agent_id, trace_id) WHERE trace_id <> ''`,
 			`CREATE INDEX transactions_pending ON transactions (created_at, id) WHERE status = 'PENDING'`,
 		}},
+		// An agent's transactions, newest first (AgentTransactions, the admin API's list).
+		{Version: 2, Statements: []string{
+			`CREATE INDEX transactions_agent_created ON transactions (agent_id, created_at, id)`,
+		}},
 	},
 }

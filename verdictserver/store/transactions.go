@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/ethereum/go-ethereum/common"
@@ -216,23 +217,58 @@ func (s *Store) Pending(ctx context.Context, limit int) ([]Transaction, error) {
 	if limit > 0 {
 		q, args = q+` LIMIT $1`, append(args, limit)
 	}
+	return s.transactions(ctx, "pending", q, args...)
+}
+
+// transactions runs a query of transactionColumns and scans its rows.
+func (s *Store) transactions(ctx context.Context, op, q string, args ...any) ([]Transaction, error) {
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
-		return nil, s.fail("pending", err)
+		return nil, s.fail(op, err)
 	}
 	defer rows.Close()
 	var out []Transaction
 	for rows.Next() {
 		t, err := scanTransaction(rows)
 		if err != nil {
-			return nil, s.fail("pending", err)
+			return nil, s.fail(op, err)
 		}
 		out = append(out, t)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, s.fail("pending", err)
+		return nil, s.fail(op, err)
 	}
 	return out, nil
+}
+
+// MaxPage bounds the transactions one AgentTransactions call returns.
+const MaxPage = 500
+
+// Cursor is where a page of AgentTransactions ends: the creation time and id of its last
+// transaction. The zero Cursor is before nothing: the first page.
+type Cursor struct {
+	CreatedAt time.Time
+	ID        string
+}
+
+// AgentTransactions returns up to limit (1 to MaxPage) of the agent's transactions, newest
+// first (ties by id, descending), created before the cursor after; the zero Cursor starts
+// at the newest. An agent with none gives an empty list; an unknown agent is ErrNotFound.
+func (s *Store) AgentTransactions(ctx context.Context, agentID string, after Cursor, limit int) ([]Transaction, error) {
+	op := "transactions of agent " + agentID
+	if limit < 1 || limit > MaxPage {
+		return nil, invalid(op, "limit %d is not 1 to %d", limit, MaxPage)
+	}
+	if _, err := s.Agent(ctx, agentID); err != nil {
+		return nil, fmt.Errorf("verdict store %s: %w", op, err)
+	}
+	created, id := int64(math.MaxInt64), ""
+	if !after.CreatedAt.IsZero() {
+		created, id = micros(after.CreatedAt), after.ID
+	}
+	return s.transactions(ctx, op, `SELECT `+transactionColumns+` FROM transactions
+		WHERE agent_id = $1 AND (created_at < $2 OR (created_at = $2 AND id < $3))
+		ORDER BY created_at DESC, id DESC LIMIT $4`, agentID, created, id, limit)
 }
 
 // CountPending returns how many transactions are PENDING.
