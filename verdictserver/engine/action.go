@@ -209,7 +209,9 @@ type Approval struct {
 	Asset   common.Address
 	// Amount is the allowance in base units.
 	Amount *big.Int
-	// Unlimited is set for an allowance of 2^256-1 (or any the token treats as infinite).
+	// Unlimited is set for an allowance of 2^256-1 (or any the token treats as infinite, such
+	// as Permit2's 2^160-1). It is a reading of Amount: the allowance is priced at Amount
+	// all the same (docs/policy.md#pricing).
 	Unlimited bool
 }
 
@@ -258,6 +260,10 @@ type Trade struct {
 	AmountOut *big.Int
 	// MaxIn is an exact-output swap's maximum input, in base units of AssetIn.
 	MaxIn *big.Int
+	// PriceLimited marks a swap that carries its own price limit beside its minimum out: a
+	// V3 sqrtPriceLimitX96 inside the pool's bounds, or a Universal Router 2.1.1
+	// minHopPriceX36 for every hop (swaps.requirePriceLimit).
+	PriceLimited bool
 
 	// LimitPrice is an order's limit price in USD per unit of Market; nil or zero is none.
 	LimitPrice *big.Rat

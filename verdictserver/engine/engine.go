@@ -75,6 +75,10 @@ type Options struct {
 	// SanctionsOracles screen, beside the list, the addresses of actions on their chain;
 	// optional, at most one per chain (docs/policy.md#sanctions-oracle).
 	SanctionsOracles []*sanctions.Oracle
+	// Contracts are known contracts added to the canonical ones built in: a protocol decoder
+	// reads calls only to a contract known on the call's chain; one at the address of a
+	// built-in one replaces it. Default none (docs/policy.md#known-contracts).
+	Contracts []KnownContract
 }
 
 // Evaluator is the Engine. It is safe for concurrent use.
@@ -111,7 +115,11 @@ func New(o Options) (*Evaluator, error) {
 		}
 		e.prices = t
 	}
-	for _, d := range append([]Decoder{paymentDecoder{}, evmDecoder{}, uniswapDecoder{}, HyperliquidDecoder{}}, o.Decoders...) {
+	reg, err := newRegistry(o.Contracts)
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	for _, d := range append([]Decoder{paymentDecoder{}, evmDecoder{}, uniswapDecoder{reg: reg}, HyperliquidDecoder{}}, o.Decoders...) {
 		if d == nil || d.Protocol() == "" {
 			return nil, fmt.Errorf("engine: a decoder without a protocol")
 		}

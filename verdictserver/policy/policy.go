@@ -33,7 +33,7 @@ type Document struct {
 	Recipients *Recipients `json:"recipients,omitempty"`
 	// Trading is trading.sides.
 	Trading *Trading `json:"trading,omitempty"`
-	// Swaps is swaps.requireMinOut and swaps.maxSlippageBps.
+	// Swaps is swaps.requireMinOut, swaps.maxSlippageBps and swaps.requirePriceLimit.
 	Swaps *Swaps `json:"swaps,omitempty"`
 	// Orders is orders.requireLimitPrice and orders.maxPriceDeviationBps.
 	Orders *Orders `json:"orders,omitempty"`
@@ -86,6 +86,9 @@ type Swaps struct {
 	RequireMinOut *bool `json:"requireMinOut,omitempty"`
 	// MaxSlippageBps bounds the slippage a minimum output allows (0..10000).
 	MaxSlippageBps *int `json:"maxSlippageBps,omitempty"`
+	// RequirePriceLimit demands that a swap carry its own price limit (a V3
+	// sqrtPriceLimitX96, a Universal Router minHopPriceX36) as well as a minimum output.
+	RequirePriceLimit *bool `json:"requirePriceLimit,omitempty"`
 }
 
 // Orders is the orders section.
@@ -116,18 +119,19 @@ type Sinks struct {
 
 // The dotted paths the checks report as triggeringPolicyField (docs/policy.md#sections).
 const (
-	FieldVenues        = "venues.allowed"
-	FieldChains        = "chains.allowed"
-	FieldContracts     = "contracts"
-	FieldAssetUniverse = "assets.universe"
-	FieldHyperliquid   = "assets.hyperliquid"
-	FieldRecipients    = "recipients.allowed"
-	FieldSides         = "trading.sides"
-	FieldRequireMinOut = "swaps.requireMinOut"
-	FieldMaxSlippage   = "swaps.maxSlippageBps"
-	FieldRequireLimit  = "orders.requireLimitPrice"
-	FieldMaxDeviation  = "orders.maxPriceDeviationBps"
-	FieldMaxLeverage   = "perps.maxLeverage"
-	FieldPerTxUSD      = "limits.perTxUsd"
-	FieldSinksExtra    = "sinks.extra"
+	FieldVenues           = "venues.allowed"
+	FieldChains           = "chains.allowed"
+	FieldContracts        = "contracts"
+	FieldAssetUniverse    = "assets.universe"
+	FieldHyperliquid      = "assets.hyperliquid"
+	FieldRecipients       = "recipients.allowed"
+	FieldSides            = "trading.sides"
+	FieldRequireMinOut    = "swaps.requireMinOut"
+	FieldMaxSlippage      = "swaps.maxSlippageBps"
+	FieldRequireSwapLimit = "swaps.requirePriceLimit"
+	FieldRequireLimit     = "orders.requireLimitPrice"
+	FieldMaxDeviation     = "orders.maxPriceDeviationBps"
+	FieldMaxLeverage      = "perps.maxLeverage"
+	FieldPerTxUSD         = "limits.perTxUsd"
+	FieldSinksExtra       = "sinks.extra"
 )
