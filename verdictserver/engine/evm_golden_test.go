@@ -228,7 +228,7 @@ func TestEVMGolden(t *testing.T) {
 			verdict.ReasonRecipientNotAllowed, "recipients.allowed", ids("recipient"), st{"per_tx_cap": cP}, "permit2.permit"},
 		{"why 2: Permit2's transferFrom pays its recipient, priced", selfCapped, uni(permit2, pack(t, permit2ABI, "transferFrom(address,address,uint160,address)", escrow, escrow, e6(150), usdc), nil),
 			verdict.ReasonPerTxCapExceeded, "limits.perTxUsd", ids("per_tx_cap"), st{"recipient": cP}, "permit2.transferFrom"},
-		{"why 2: an EIP-2612 permit of 2^256-2 is priced at its amount", selfCapped, tok(pack(t, tokenABI, "permit(address,address,uint256,uint256,uint8,bytes32,bytes32)", escrow, escrow, new(big.Int).Sub(maxU, one), deadline, uint8(27), r, s)),
+		{"an EIP-2612 permit of 2^256-2 is priced at its amount, as before", selfCapped, tok(pack(t, tokenABI, "permit(address,address,uint256,uint256,uint8,bytes32,bytes32)", escrow, escrow, new(big.Int).Sub(maxU, one), deadline, uint8(27), r, s)),
 			verdict.ReasonPerTxCapExceeded, "limits.perTxUsd", ids("per_tx_cap"), nil, "eip2612.permit"},
 		{"why 3: a V3 swap without its own price limit fails swaps.requirePriceLimit", uniPriceLimit, uni(swapRouter, v3single(usdc, weth, escrow, e6(3000), milli18(995)), nil),
 			verdict.ReasonNoExecutionPriceBound, "swaps.requirePriceLimit", ids("execution_price_bound"), st{"slippage_guard": cP}, ""},
