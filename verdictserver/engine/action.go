@@ -41,6 +41,9 @@ type actionScratch struct {
 	// calldata is the decoded call data of an EVM call: no Action keeps a part of it (they
 	// hold addresses, integers and strings, copied out of it).
 	calldata []byte
+	// added are the contracts the evaluation's policy adds to the registry (knownContracts),
+	// or nil: read only, the policy's own.
+	added map[string]map[string]string
 }
 
 // maxScratchCalldata bounds the call data buffer a scratch keeps.
@@ -66,6 +69,19 @@ func hexBytes(h string, scratch *actionScratch) ([]byte, error) {
 		b[i] = hi<<4 | lo
 	}
 	return b, nil
+}
+
+// knownAt is the contract the registry r or, beside it, the policy of s's evaluation knows at
+// addr on chainID (docs/policy.md#known-contracts): a built-in or configured contract is never
+// redefined by a policy.
+func (s *actionScratch) knownAt(r registry, chainID int64, addr common.Address) (known, bool) {
+	if k, ok := r.lookup(chainID, addr); ok {
+		return k, true
+	}
+	if s == nil || s.added == nil {
+		return known{}, false
+	}
+	return policyContract(s.added, chainID, addr)
 }
 
 // scratchDecoder is a Decoder that can decode into an actionScratch.
@@ -128,7 +144,7 @@ func (s *actionScratch) reset() {
 	}
 	clear(s.acts[:s.n])
 	clear(s.trades[:s.nt])
-	s.n, s.nt = 0, 0
+	s.n, s.nt, s.added = 0, 0, nil
 }
 
 // DecodeError is a proposedTx a decoder could not read: the field at fault, as a dotted

@@ -157,7 +157,7 @@ func (e *Evaluator) SetSanctions(l *sanctions.List) { e.sanctions.Store(l) }
 func (e *Evaluator) Evaluate(ctx context.Context, in Input) *verdict.Verdict {
 	start := time.Now()
 	ev := e.newEvaluation(ctx, in)
-	ev.act, ev.decodeErr = e.decode(in.ProposedTx, in.Escrow, ev.scratch)
+	ev.decode(e)
 	v := ev.verdict(&verdictBox{})
 	v.LatencyMs = time.Since(start).Milliseconds()
 	ev.release()
@@ -198,7 +198,7 @@ func (e *Evaluator) newEvaluation(ctx context.Context, in Input) *evaluation {
 func (e *Evaluator) Judge(ctx context.Context, in Input, use func(*verdict.Verdict)) {
 	start := time.Now()
 	ev := e.newEvaluation(ctx, in)
-	ev.act, ev.decodeErr = e.decode(in.ProposedTx, in.Escrow, ev.scratch)
+	ev.decode(e)
 	box := boxes.Get().(*verdictBox)
 	ev.box = box
 	v := ev.verdict(box)
@@ -206,6 +206,14 @@ func (e *Evaluator) Judge(ctx context.Context, in Input, use func(*verdict.Verdi
 	ev.release()
 	use(v)
 	box.recycle()
+}
+
+// decode decodes ev's proposedTx, with the contracts its policy adds to the registry.
+func (ev *evaluation) decode(e *Evaluator) {
+	if p := ev.in.Policy; p != nil && p.Doc != nil {
+		ev.scratch.added = p.Doc.KnownContracts
+	}
+	ev.act, ev.decodeErr = e.decode(ev.in.ProposedTx, ev.in.Escrow, ev.scratch)
 }
 
 // Judger is an Engine that also offers Judge.

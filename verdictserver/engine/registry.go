@@ -2,13 +2,14 @@ package engine
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/ethereum/go-ethereum/common"
 )
 
 // The registry of known contracts (docs/policy.md#known-contracts): a protocol decoder reads
-// calls only to the contracts it knows on the call's chain, the canonical deployments built in
-// and the ones Options.Contracts adds. A router's selector at any other address is a decode
+// calls only to the contracts it knows on the call's chain, the canonical deployments built in,
+// the ones Options.Contracts adds, and those the agent's policy adds (knownContracts). A router's selector at any other address is a decode
 // failure: the engine cannot know what that contract does with it. Token interfaces (ERC-20,
 // EIP-2612, EIP-3009) are read on any token contract, since the asset check judges the token.
 
@@ -99,18 +100,9 @@ var urVersions = map[string]*urVersion{urV1_2.name: urV1_2, urV2_0.name: urV2_0,
 func newRegistry(extra []KnownContract) (registry, error) {
 	r := registry{}
 	for i, k := range append(append([]KnownContract{}, canonicalContracts...), extra...) {
-		e := known{kind: k.Kind}
-		switch k.Kind {
-		case ContractUniversalRouter:
-			if e.ur = urVersions[k.Version]; e.ur == nil {
-				return nil, fmt.Errorf("contract %d (%s on %d): Universal Router version %q is not 1.2, 2.0 or 2.1.1", i, k.Address.Hex(), k.ChainID, k.Version)
-			}
-		case ContractV2Router, ContractSwapRouter, ContractSwapRouter02, ContractPermit2:
-			if k.Version != "" {
-				return nil, fmt.Errorf("contract %d (%s on %d): only a Universal Router has a version", i, k.Address.Hex(), k.ChainID)
-			}
-		default:
-			return nil, fmt.Errorf("contract %d (%s on %d): kind %q is not a known contract kind", i, k.Address.Hex(), k.ChainID, k.Kind)
+		e, err := entryOf(k.Kind, k.Version)
+		if err != nil {
+			return nil, fmt.Errorf("contract %d (%s on %d): %w", i, k.Address.Hex(), k.ChainID, err)
 		}
 		if k.ChainID <= 0 || k.Address == (common.Address{}) {
 			return nil, fmt.Errorf("contract %d: needs a chain id > 0 and an address", i)
@@ -121,6 +113,37 @@ func newRegistry(extra []KnownContract) (registry, error) {
 		r[k.ChainID][k.Address] = e
 	}
 	return r, nil
+}
+
+// entryOf is the registry entry of a contract of kind; version is a Universal Router's.
+func entryOf(kind ContractKind, version string) (known, error) {
+	e := known{kind: kind}
+	switch kind {
+	case ContractUniversalRouter:
+		if e.ur = urVersions[version]; e.ur == nil {
+			return e, fmt.Errorf("Universal Router version %q is not 1.2, 2.0 or 2.1.1", version)
+		}
+	case ContractV2Router, ContractSwapRouter, ContractSwapRouter02, ContractPermit2:
+		if version != "" {
+			return e, fmt.Errorf("only a Universal Router has a version")
+		}
+	default:
+		return e, fmt.Errorf("kind %q is not a known contract kind", kind)
+	}
+	return e, nil
+}
+
+// policyContract is the contract a policy's knownContracts names at addr on chainID: its kind
+// written "kind" or "kind@version" (docs/policy.md#known-contracts).
+func policyContract(added map[string]map[string]string, chainID int64, addr common.Address) (known, bool) {
+	for written, kind := range added[chainKey(chainID)] {
+		if a, ok := strictAddress(written); ok && a == addr {
+			k, v, _ := strings.Cut(kind, "@")
+			e, err := entryOf(ContractKind(k), v)
+			return e, err == nil
+		}
+	}
+	return known{}, false
 }
 
 // lookup is the contract known at addr on chainID.

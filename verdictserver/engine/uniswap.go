@@ -55,7 +55,7 @@ func (d uniswapDecoder) decodeInto(tx map[string]any, sender common.Address, s *
 	if de != nil {
 		return nil, de
 	}
-	k, ok := d.reg.lookup(c.chainID, c.to)
+	k, ok := s.knownAt(d.reg, c.chainID, c.to)
 	if !ok {
 		// docs/policy.md#known-contracts: a router selector means nothing at an unknown address.
 		return nil, fail("to", c.to.Hex()+" is not a Uniswap contract known on chain "+strconv.FormatInt(c.chainID, 10))

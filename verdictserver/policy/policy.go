@@ -27,6 +27,10 @@ type Document struct {
 	Chains *Chains `json:"chains,omitempty"`
 	// Contracts is contracts.<chainId>.<address>: the selectors allowed on each contract.
 	Contracts map[string]map[string][]string `json:"contracts,omitempty"`
+	// KnownContracts is knownContracts.<chainId>.<address>: contracts the engine's protocol
+	// decoders read calls to beside the built-in ones, each with its kind
+	// ("uniswap.swapRouter02", "uniswap.universalRouter@2.1.1" …).
+	KnownContracts map[string]map[string]string `json:"knownContracts,omitempty"`
 	// Assets is assets.universe.<chainId> and assets.hyperliquid.
 	Assets *Assets `json:"assets,omitempty"`
 	// Recipients is recipients.allowed.
@@ -122,6 +126,7 @@ const (
 	FieldVenues           = "venues.allowed"
 	FieldChains           = "chains.allowed"
 	FieldContracts        = "contracts"
+	FieldKnownContracts   = "knownContracts"
 	FieldAssetUniverse    = "assets.universe"
 	FieldHyperliquid      = "assets.hyperliquid"
 	FieldRecipients       = "recipients.allowed"
