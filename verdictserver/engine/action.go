@@ -41,6 +41,9 @@ type actionScratch struct {
 	// calldata is the decoded call data of an EVM call: no Action keeps a part of it (they
 	// hold addresses, integers and strings, copied out of it).
 	calldata []byte
+	// added are the contracts the evaluation's policy adds to the registry (knownContracts),
+	// or nil: read only, the policy's own.
+	added map[string]map[string]string
 }
 
 // maxScratchCalldata bounds the call data buffer a scratch keeps.
@@ -66,6 +69,19 @@ func hexBytes(h string, scratch *actionScratch) ([]byte, error) {
 		b[i] = hi<<4 | lo
 	}
 	return b, nil
+}
+
+// knownAt is the contract the registry r or, beside it, the policy of s's evaluation knows at
+// addr on chainID (docs/policy.md#known-contracts): a built-in or configured contract is never
+// redefined by a policy.
+func (s *actionScratch) knownAt(r registry, chainID int64, addr common.Address) (known, bool) {
+	if k, ok := r.lookup(chainID, addr); ok {
+		return k, true
+	}
+	if s == nil || s.added == nil {
+		return known{}, false
+	}
+	return policyContract(s.added, chainID, addr)
 }
 
 // scratchDecoder is a Decoder that can decode into an actionScratch.
@@ -128,7 +144,7 @@ func (s *actionScratch) reset() {
 	}
 	clear(s.acts[:s.n])
 	clear(s.trades[:s.nt])
-	s.n, s.nt = 0, 0
+	s.n, s.nt, s.added = 0, 0, nil
 }
 
 // DecodeError is a proposedTx a decoder could not read: the field at fault, as a dotted
@@ -209,7 +225,9 @@ type Approval struct {
 	Asset   common.Address
 	// Amount is the allowance in base units.
 	Amount *big.Int
-	// Unlimited is set for an allowance of 2^256-1 (or any the token treats as infinite).
+	// Unlimited is set for an allowance of 2^256-1 (or any the token treats as infinite, such
+	// as Permit2's 2^160-1). It is a reading of Amount: the allowance is priced at Amount
+	// all the same (docs/policy.md#pricing).
 	Unlimited bool
 }
 
@@ -258,6 +276,10 @@ type Trade struct {
 	AmountOut *big.Int
 	// MaxIn is an exact-output swap's maximum input, in base units of AssetIn.
 	MaxIn *big.Int
+	// PriceLimited marks a swap that carries its own price limit beside its minimum out: a
+	// V3 sqrtPriceLimitX96 inside the pool's bounds, or a Universal Router 2.1.1
+	// minHopPriceX36 for every hop (swaps.requirePriceLimit).
+	PriceLimited bool
 
 	// LimitPrice is an order's limit price in USD per unit of Market; nil or zero is none.
 	LimitPrice *big.Rat

@@ -211,7 +211,7 @@ func (ev *evaluation) asset() result {
 
 func (ev *evaluation) recipient() result {
 	act, d := ev.act, ev.in.Policy.Doc
-	recipients := ev.all(func(a *Action) []common.Address { return a.Recipients })
+	recipients := ev.all(recipientsOf)
 	if len(recipients) == 0 {
 		return notChecked(kindReason(act.Kind, kNoRecipient))
 	}
@@ -257,7 +257,7 @@ func compareAddr(a, b common.Address) int { return bytes.Compare(a[:], b[:]) }
 
 func (ev *evaluation) sink() result {
 	act, d := ev.act, ev.in.Policy.Doc
-	recipients := ev.all(func(a *Action) []common.Address { return a.Recipients })
+	recipients := ev.all(recipientsOf)
 	stranded := ev.all(func(a *Action) []common.Address { return a.Stranded })
 	if len(recipients) == 0 && len(stranded) == 0 {
 		return notChecked(kindReason(act.Kind, kNoRecipient))
@@ -303,22 +303,12 @@ func (ev *evaluation) all(field func(*Action) []common.Address) []common.Address
 }
 
 // perTxCap prices the notional even when no cap is configured: usdNotional reports it
-// (docs/policy.md#prices). An unlimited approval exceeds any cap.
+// (docs/policy.md#pricing).
 func (ev *evaluation) perTxCap() result {
 	act, d := ev.act, ev.in.Policy.Doc
-	var unlimited *Approval
 	moves := false
-	act.walk(func(a *Action) {
-		for i := range a.Approvals {
-			if a.Approvals[i].Unlimited && unlimited == nil {
-				unlimited = &a.Approvals[i]
-			}
-		}
-		if len(a.Notional) > 0 || len(a.CoinAmounts) > 0 || (a.Notional == nil && a.Trade != nil && a.Trade.Kind != TradeLeverage) {
-			moves = true
-		}
-	})
-	if !moves && unlimited == nil {
+	act.walk(func(a *Action) { moves = moves || exposes(a) })
+	if !moves {
 		return notChecked(kindReason(act.Kind, kNoValue))
 	}
 	usd, priced := ev.notional()
@@ -328,9 +318,6 @@ func (ev *evaluation) perTxCap() result {
 	}
 	if limit == nil {
 		return notChecked("limits.perTxUsd is not configured")
-	}
-	if unlimited != nil {
-		return failed(verdict.ReasonPerTxCapExceeded, "an unlimited approval of "+ev.hex(unlimited.Asset)+" to "+ev.hex(unlimited.Spender)+" exceeds any limits.perTxUsd", policy.FieldPerTxUSD, "unlimited", *limit)
 	}
 	if !priced {
 		return failed(verdict.ReasonDataUnavailable, "no USD price for "+ev.unpriced+" on chain "+strconv.FormatInt(act.ChainID, 10), policy.FieldPerTxUSD, nil, *limit)
@@ -344,8 +331,8 @@ func (ev *evaluation) perTxCap() result {
 	return passed("notional "+usd.FloatString(6)+" USD is within limits.perTxUsd", policy.FieldPerTxUSD, f, c.f)
 }
 
-// notional prices everything the action and its legs move; false when something has no
-// price (ev.unpriced names it).
+// notional prices, through the pricing table, everything the action and its legs expose;
+// false when something has no price (ev.unpriced names it).
 func (ev *evaluation) notional() (*big.Rat, bool) {
 	if ev.priced {
 		return ev.usd, ev.usd != nil
@@ -361,37 +348,8 @@ func (ev *evaluation) notional() (*big.Rat, bool) {
 	}
 	ok := true
 	ev.act.walk(func(a *Action) {
-		if !ok {
-			return
-		}
-		for _, c := range a.CoinAmounts {
-			v, good := ev.coinUSD(a, c)
-			if !good {
-				ok, ev.unpriced = false, c.Coin
-				return
-			}
-			add(v)
-		}
-		amounts := a.Notional
-		if amounts == nil && a.Trade != nil {
-			if a.Trade.Kind == TradeOrder {
-				v, good := ev.orderUSD(a)
-				if !good {
-					ok, ev.unpriced = false, "the order on "+a.Trade.Market
-					return
-				}
-				add(v)
-				return
-			}
-			amounts = TradeNotional(a.Trade)
-		}
-		for _, x := range amounts {
-			v, good := ev.usdOf(a.ChainID, x.Asset, x.Value)
-			if !good {
-				ok, ev.unpriced = false, ev.hex(x.Asset)
-				return
-			}
-			add(v)
+		if ok {
+			ev.unpriced, ok = ev.exposureUSD(a, add)
 		}
 	})
 	if !ok {

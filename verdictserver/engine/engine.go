@@ -75,6 +75,10 @@ type Options struct {
 	// SanctionsOracles screen, beside the list, the addresses of actions on their chain;
 	// optional, at most one per chain (docs/policy.md#sanctions-oracle).
 	SanctionsOracles []*sanctions.Oracle
+	// Contracts are known contracts added to the canonical ones built in: a protocol decoder
+	// reads calls only to a contract known on the call's chain; one at the address of a
+	// built-in one replaces it. Default none (docs/policy.md#known-contracts).
+	Contracts []KnownContract
 }
 
 // Evaluator is the Engine. It is safe for concurrent use.
@@ -111,7 +115,11 @@ func New(o Options) (*Evaluator, error) {
 		}
 		e.prices = t
 	}
-	for _, d := range append([]Decoder{paymentDecoder{}, evmDecoder{}, uniswapDecoder{}, HyperliquidDecoder{}}, o.Decoders...) {
+	reg, err := newRegistry(o.Contracts)
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	for _, d := range append([]Decoder{paymentDecoder{}, evmDecoder{}, uniswapDecoder{reg: reg}, HyperliquidDecoder{}}, o.Decoders...) {
 		if d == nil || d.Protocol() == "" {
 			return nil, fmt.Errorf("engine: a decoder without a protocol")
 		}
@@ -149,7 +157,7 @@ func (e *Evaluator) SetSanctions(l *sanctions.List) { e.sanctions.Store(l) }
 func (e *Evaluator) Evaluate(ctx context.Context, in Input) *verdict.Verdict {
 	start := time.Now()
 	ev := e.newEvaluation(ctx, in)
-	ev.act, ev.decodeErr = e.decode(in.ProposedTx, in.Escrow, ev.scratch)
+	ev.decode(e)
 	v := ev.verdict(&verdictBox{})
 	v.LatencyMs = time.Since(start).Milliseconds()
 	ev.release()
@@ -190,7 +198,7 @@ func (e *Evaluator) newEvaluation(ctx context.Context, in Input) *evaluation {
 func (e *Evaluator) Judge(ctx context.Context, in Input, use func(*verdict.Verdict)) {
 	start := time.Now()
 	ev := e.newEvaluation(ctx, in)
-	ev.act, ev.decodeErr = e.decode(in.ProposedTx, in.Escrow, ev.scratch)
+	ev.decode(e)
 	box := boxes.Get().(*verdictBox)
 	ev.box = box
 	v := ev.verdict(box)
@@ -198,6 +206,14 @@ func (e *Evaluator) Judge(ctx context.Context, in Input, use func(*verdict.Verdi
 	ev.release()
 	use(v)
 	box.recycle()
+}
+
+// decode decodes ev's proposedTx, with the contracts its policy adds to the registry.
+func (ev *evaluation) decode(e *Evaluator) {
+	if p := ev.in.Policy; p != nil && p.Doc != nil {
+		ev.scratch.added = p.Doc.KnownContracts
+	}
+	ev.act, ev.decodeErr = e.decode(ev.in.ProposedTx, ev.in.Escrow, ev.scratch)
 }
 
 // Judger is an Engine that also offers Judge.

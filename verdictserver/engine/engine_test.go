@@ -65,6 +65,9 @@ func newEngine(t testing.TB, o Options) *Evaluator {
 	if o.Now == nil {
 		o.Now = func() time.Time { return clock }
 	}
+	if o.Contracts == nil {
+		o.Contracts = testContracts
+	}
 	if o.Sanctions == nil && o.SanctionsFile == "" {
 		o.SanctionsFile = "sanctions/testdata/sdn_advanced.xml" // dated 2026-11-20: fresh at clock
 	}

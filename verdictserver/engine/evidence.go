@@ -49,7 +49,7 @@ func (ev *evaluation) renderActionInto(out map[string]any, act *Action, depth in
 		out["to"] = ev.hexAny(*act.To)
 		out["selector"] = boxString(act.Selector)
 	}
-	out["recipients"] = ev.hexes(act.Recipients)
+	out["recipients"] = ev.hexes(recipientsOf(act)) // an allowance's spender is one (docs/policy.md#pricing)
 	out["assets"] = ev.hexes(act.Assets)
 	if len(act.Coins) > 0 {
 		out["coins"] = act.Coins

@@ -262,18 +262,13 @@ func (evmDecoder) decodeInto(tx map[string]any, sender common.Address, s *action
 		} else {
 			sp, v = vals[0].(common.Address), vals[1].(*big.Int)
 		}
-		unlimited := v.Cmp(maxUint256) == 0
 		act.Kind = "erc20." + m.Name
 		if m.Name == "permit" {
 			act.Kind = "eip2612.permit"
 		}
-		act.Recipients = []common.Address{sp}
-		act.Approvals = []Approval{{Spender: sp, Asset: token, Amount: v, Unlimited: unlimited}}
 		act.Notional = []Amount{}
-		if !unlimited {
-			act.Notional = []Amount{{token, v}}
-		}
-		act.Fields["spender"], act.Fields["amount"], act.Fields["unlimited"] = sp, v.String(), unlimited
+		grant(act, sp, token, v, maxUint256)
+		act.Fields["spender"], act.Fields["amount"], act.Fields["unlimited"] = sp, v.String(), act.Approvals[0].Unlimited
 	case "transferFrom":
 		from, rcpt, v := vals[0].(common.Address), vals[1].(common.Address), vals[2].(*big.Int)
 		act.Kind = "erc20.transferFrom"

@@ -69,7 +69,7 @@ var (
 var methodIndexes = map[*abi.ABI]map[[4]byte]*abi.Method{}
 
 func init() {
-	for _, a := range []*abi.ABI{&tokenABI, &routerABI} {
+	for _, a := range []*abi.ABI{&tokenABI, &routerABI, &permit2ABI} {
 		idx := make(map[[4]byte]*abi.Method, len(a.Methods))
 		for name := range a.Methods {
 			m := a.Methods[name]

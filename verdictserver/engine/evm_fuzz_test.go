@@ -79,7 +79,7 @@ func FuzzUniswapDecoder(f *testing.F) {
 	e := newEngine(f, Options{})
 	f.Fuzz(func(t *testing.T, data []byte, router uint8, value uint64) {
 		to := routers[int(router)%len(routers)]
-		fuzzDecode(t, e, uniswapDecoder{}, evmTx("uniswap", 84532, to, data, new(big.Int).SetUint64(value)))
+		fuzzDecode(t, e, uniswapDecoder{reg: testRegistry}, evmTx("uniswap", 84532, to, data, new(big.Int).SetUint64(value)))
 		if len(data) < 4 || !slices.Contains([]string{selExecute, selExecuteNoDeadline}, selectorText(data[:4])) {
 			sameInPlace(t, to, data, new(big.Int).SetUint64(value))
 		}
@@ -110,6 +110,6 @@ func FuzzUniversalRouterPlan(f *testing.F) {
 			cmds = cmds[:2]
 		}
 		data := execute(t, cmds, inputs...)
-		fuzzDecode(t, e, uniswapDecoder{}, evmTx("uniswap", r.chain, r.addr, data, nil))
+		fuzzDecode(t, e, uniswapDecoder{reg: testRegistry}, evmTx("uniswap", r.chain, r.addr, data, nil))
 	})
 }

@@ -50,6 +50,19 @@ func TestEVMGolden(t *testing.T) {
 	}
 	one := big.NewInt(1)
 	maxU := new(big.Int).Set(maxUint256)
+	maxUint160m1 := new(big.Int).Sub(maxUint160, one)
+	sqrtLimit := new(big.Int).Lsh(big.NewInt(1), 96) // a price of 1: inside the pool's bounds
+	v3limited := func(min, sqrt *big.Int) []byte {
+		return pack(t, routerABI, "exactInputSingle((address,address,uint24,address,uint256,uint256,uint256,uint160))",
+			single{usdc, weth, big.NewInt(500), escrow, deadline, e6(3000), min, sqrt})
+	}
+	const (
+		// selfCapped is the audit's policy: recipients self only, a $100 cap.
+		selfCapped = `{"venues": {"allowed": ["uniswap", "evm"]}, "chains": {"allowed": [84532]}, "recipients": {"allowed": ["self"]}, "limits": {"perTxUsd": 100}}`
+		// uniPriceLimit is uniPolicy requiring a swap's own price limit.
+		uniPriceLimit = `{"venues": {"allowed": ["uniswap"]}, "chains": {"allowed": [84532]}, "recipients": {"allowed": ["self", "0x209693Bc6afc0C5328bA36FaF03C514EF312287C"]},
+			"swaps": {"requireMinOut": true, "requirePriceLimit": true}, "limits": {"perTxUsd": 10000}}`
+	)
 
 	rows := []golden{
 		// Native transfers and token calls (protocol evm).
@@ -175,10 +188,9 @@ func TestEVMGolden(t *testing.T) {
 		{"UR 2.0: a sanctioned recipient inside a sub-plan is found", uniOpen, uni(urV20, execute(t, []byte{cmdExecuteSubPlan},
 			encode(t, []string{"bytes", "bytes[]"}, []byte{cmdTransfer}, [][]byte{urTokenTo(t, usdc, listed, one)})), nil),
 			verdict.ReasonSanctionedAddress, "", ids("sanctions"), nil, ""},
-		{"UR: an unlimited Permit2 allowance exceeds the cap", uniPolicy, uni(urV21, execute(t, []byte{cmdPermit2Permit, cmdV3SwapExactIn},
-			encode(t, []string{"permitSingle", "bytes"}, permitSingle{permitDetail{usdc, maxUint160, big.NewInt(1_900_000_000), big.NewInt(0)}, urV21, deadline}, make([]byte, 65)),
-			urV3In(t, msgSender, e6(3000), milli18(995), v3path(usdc, weth), true, true)), nil),
-			verdict.ReasonPerTxCapExceeded, "limits.perTxUsd", ids("per_tx_cap"), nil, ""},
+		{"UR: an unlimited Permit2 allowance to the router exceeds the cap, and the router is a recipient", uniPolicy, uni(urV21, execute(t, []byte{cmdPermit2Permit, cmdV3SwapExactIn},
+			permit2Single(t, usdc, maxUint160, urV21), urV3In(t, msgSender, e6(3000), milli18(995), v3path(usdc, weth), true, true)), nil),
+			verdict.ReasonRecipientNotAllowed, "recipients.allowed", ids("recipient", "per_tx_cap"), nil, ""},
 		{"UR: a fee paid to a recipient the policy lacks", uniPolicy, uni(urV21, execute(t, []byte{cmdV3SwapExactIn, cmdPayPortion, cmdSweep},
 			urV3In(t, addressThis, e6(3000), milli18(995), v3path(usdc, weth), true, true), urTokenTo(t, weth, stranger, big.NewInt(25)), urTokenTo(t, weth, msgSender, milli18(990))), nil),
 			verdict.ReasonRecipientNotAllowed, "recipients.allowed", ids("recipient"), nil, ""},
@@ -192,8 +204,56 @@ func TestEVMGolden(t *testing.T) {
 			verdict.ReasonAllowed, "", nil, st{"recipient": cN, "sink_recipient": cP}, ""},
 		{"UR 2.1.1 refuses swap inputs without minHopPriceX36", uniPolicy, uni(urV21, execute(t, []byte{cmdV3SwapExactIn}, urV3In(t, msgSender, e6(3000), milli18(995), v3path(usdc, weth), true, false)), nil),
 			verdict.ReasonDecodeFailure, "", nil, nil, ""},
-		{"an unknown router reads swap inputs with or without minHopPriceX36", uniOpen, uni(urOther, execute(t, []byte{cmdV3SwapExactIn}, urV3In(t, msgSender, e6(3000), milli18(995), v3path(usdc, weth), true, false)), nil),
-			verdict.ReasonAllowed, "", nil, nil, ""},
+		{"an unknown router's swap is undecodable, with or without minHopPriceX36", uniOpen, uni(urOther, execute(t, []byte{cmdV3SwapExactIn}, urV3In(t, msgSender, e6(3000), milli18(995), v3path(usdc, weth), true, false)), nil),
+			verdict.ReasonDecodeFailure, "", nil, nil, ""},
+
+		// Issue 21: nothing the engine cannot understand and price is approved.
+		{"why 1: a plan at an unknown contract granting it 2^160-2 USDC through Permit2 is undecodable", selfCapped, uni(urOther, execute(t, []byte{cmdPermit2Permit},
+			permit2Single(t, usdc, maxUint160m1, urOther)), nil),
+			verdict.ReasonDecodeFailure, "", nil, nil, "undecoded"},
+		{"why 1: a SwapRouter selector at an unknown address is undecodable", uniOpen, uni(urOther, v3single(usdc, weth, escrow, e6(3000), milli18(995)), nil),
+			verdict.ReasonDecodeFailure, "", nil, nil, "undecoded"},
+		{"why 1: a V3 SwapRouter function sent to a V2 router is undecodable", uniOpen, uni(v2Router, v3single(usdc, weth, escrow, e6(3000), milli18(995)), nil),
+			verdict.ReasonDecodeFailure, "", nil, nil, "undecoded"},
+		{"why 1: a Permit2 grant of 2^160-2 USDC to a known router is priced at its amount, and its spender is a recipient", selfCapped, uni(urV21, execute(t, []byte{cmdPermit2Permit},
+			permit2Single(t, usdc, maxUint160m1, urV21)), nil),
+			verdict.ReasonRecipientNotAllowed, "recipients.allowed", ids("recipient", "per_tx_cap"), nil, "uniswap.ur.execute"},
+		{"why 1: a Permit2 batch grant under the cap to an allowed spender passes, priced", uniPolicy, uni(urV21, execute(t, []byte{cmdPermit2PermitBatch},
+			encode(t, []string{"permitBatch", "bytes"}, permitBatch{[]permitDetail{{usdc, e6(100), deadline, big.NewInt(0)}}, payee, deadline}, make([]byte, 65))), nil),
+			verdict.ReasonAllowed, "", nil, st{"recipient": cP, "per_tx_cap": cP}, ""},
+		{"why 2: Permit2's own approve is priced at its amount", selfCapped, uni(permit2, pack(t, permit2ABI, "approve(address,address,uint160,uint48)", usdc, escrow, e6(200), big.NewInt(1_900_000_000)), nil),
+			verdict.ReasonPerTxCapExceeded, "limits.perTxUsd", ids("per_tx_cap"), st{"recipient": cP}, "permit2.approve"},
+		{"why 2: Permit2's own permit to a stranger is a recipient the policy lacks", selfCapped, uni(permit2, pack(t, permit2ABI, "permit(address,((address,uint160,uint48,uint48),address,uint256),bytes)",
+			escrow, permitSingle{permitDetail{usdc, e6(50), deadline, big.NewInt(0)}, stranger, deadline}, make([]byte, 65)), nil),
+			verdict.ReasonRecipientNotAllowed, "recipients.allowed", ids("recipient"), st{"per_tx_cap": cP}, "permit2.permit"},
+		{"why 2: Permit2's transferFrom pays its recipient, priced", selfCapped, uni(permit2, pack(t, permit2ABI, "transferFrom(address,address,uint160,address)", escrow, escrow, e6(150), usdc), nil),
+			verdict.ReasonPerTxCapExceeded, "limits.perTxUsd", ids("per_tx_cap"), st{"recipient": cP}, "permit2.transferFrom"},
+		{"an EIP-2612 permit of 2^256-2 is priced at its amount, as before", selfCapped, tok(pack(t, tokenABI, "permit(address,address,uint256,uint256,uint8,bytes32,bytes32)", escrow, escrow, new(big.Int).Sub(maxU, one), deadline, uint8(27), r, s)),
+			verdict.ReasonPerTxCapExceeded, "limits.perTxUsd", ids("per_tx_cap"), nil, "eip2612.permit"},
+		{"a policy's knownContracts adds a Universal Router at its version", `{"venues": {"allowed": ["uniswap"]}, "chains": {"allowed": [84532]},
+			"knownContracts": {"84532": {"0x7777777777777777777777777777777777777777": "uniswap.universalRouter@2.1.1"}}}`,
+			uni(urOther, execute(t, []byte{cmdV3SwapExactIn}, urV3In(t, msgSender, e6(3000), milli18(995), v3path(usdc, weth), true, true)), nil),
+			verdict.ReasonAllowed, "", nil, nil, "uniswap.ur.execute"},
+		{"a policy's knownContracts on another chain adds nothing here", `{"venues": {"allowed": ["uniswap"]}, "chains": {"allowed": [84532]},
+			"knownContracts": {"8453": {"0x7777777777777777777777777777777777777777": "uniswap.universalRouter@2.1.1"}}}`,
+			uni(urOther, execute(t, []byte{cmdV3SwapExactIn}, urV3In(t, msgSender, e6(3000), milli18(995), v3path(usdc, weth), true, true)), nil),
+			verdict.ReasonDecodeFailure, "", nil, nil, "undecoded"},
+		{"a policy cannot redefine a built-in router", `{"venues": {"allowed": ["uniswap"]}, "chains": {"allowed": [84532]},
+			"knownContracts": {"84532": {"0x8B844f885672f333Bc0042cB669255f93a4C1E6b": "uniswap.swapRouter"}}}`,
+			uni(urV21, v3single(usdc, weth, escrow, e6(3000), milli18(995)), nil),
+			verdict.ReasonDecodeFailure, "", nil, nil, "undecoded"},
+		{"why 3: a V3 swap without its own price limit fails swaps.requirePriceLimit", uniPriceLimit, uni(swapRouter, v3single(usdc, weth, escrow, e6(3000), milli18(995)), nil),
+			verdict.ReasonNoExecutionPriceBound, "swaps.requirePriceLimit", ids("execution_price_bound"), st{"slippage_guard": cP}, ""},
+		{"why 3: a V3 swap with its own price limit and a minimum out passes swaps.requirePriceLimit", uniPriceLimit, uni(swapRouter, v3limited(milli18(995), sqrtLimit), nil),
+			verdict.ReasonAllowed, "", nil, st{"execution_price_bound": cP}, ""},
+		{"why 3: a price limit does not stand in for a minimum out", `{"venues": {"allowed": ["uniswap"]}, "chains": {"allowed": [84532]}, "swaps": {"requirePriceLimit": true}}`,
+			uni(swapRouter, v3limited(new(big.Int), sqrtLimit), nil),
+			verdict.ReasonNoExecutionPriceBound, "swaps.requirePriceLimit", ids("execution_price_bound"), nil, ""},
+		{"why 3: a sqrtPriceLimitX96 at the pool's bound limits nothing", uniPriceLimit, uni(swapRouter, v3limited(milli18(995), new(big.Int).Add(minSqrtRatio, one)), nil),
+			verdict.ReasonNoExecutionPriceBound, "swaps.requirePriceLimit", ids("execution_price_bound"), nil, ""},
+		{"why 3: a Universal Router 2.1.1 swap with a minHopPriceX36 for its hop passes", uniPriceLimit, uni(urV21, execute(t, []byte{cmdV3SwapExactIn},
+			urV3InHops(t, msgSender, e6(3000), milli18(995), v3path(usdc, weth), true, []*big.Int{big.NewInt(1)})), nil),
+			verdict.ReasonAllowed, "", nil, st{"execution_price_bound": cP}, ""},
 	}
 	if len(rows) < 40 {
 		t.Fatalf("%d rows", len(rows))

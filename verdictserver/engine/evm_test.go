@@ -29,6 +29,16 @@ var (
 	dead       = common.HexToAddress("0x000000000000000000000000000000000000dEaD")
 )
 
+// testContracts are the routers the tests call on Base Sepolia at their Base and Ethereum
+// addresses, added to the registry the way the config adds contracts (Options.Contracts);
+// urOther is not added.
+var testContracts = []KnownContract{
+	{84532, v2Router, ContractV2Router, ""}, {84532, swapRouter, ContractSwapRouter, ""}, {84532, router02, ContractSwapRouter02, ""},
+}
+
+// testRegistry is the registry of newEngine's evaluators, for the tests that decode alone.
+var testRegistry = mustRegistry(testContracts)
+
 func e18(n int64) *big.Int { return new(big.Int).Mul(big.NewInt(n), big.NewInt(1e18)) }
 func e6(n int64) *big.Int  { return new(big.Int).Mul(big.NewInt(n), big.NewInt(1e6)) }
 func milli18(n int64) *big.Int {
@@ -60,10 +70,13 @@ func encode(t testing.TB, types []string, vals ...any) []byte {
 		var ty abi.Type
 		var err error
 		switch s {
-		case "permitSingle":
-			ty, err = abi.NewType("tuple", "", []abi.ArgumentMarshaling{{Name: "details", Type: "tuple", Components: []abi.ArgumentMarshaling{
-				{Name: "token", Type: "address"}, {Name: "amount", Type: "uint160"}, {Name: "expiration", Type: "uint48"}, {Name: "nonce", Type: "uint48"}}},
-				{Name: "spender", Type: "address"}, {Name: "sigDeadline", Type: "uint256"}})
+		case "permitSingle", "permitBatch":
+			details := abi.ArgumentMarshaling{Name: "details", Type: "tuple", Components: []abi.ArgumentMarshaling{
+				{Name: "token", Type: "address"}, {Name: "amount", Type: "uint160"}, {Name: "expiration", Type: "uint48"}, {Name: "nonce", Type: "uint48"}}}
+			if s == "permitBatch" {
+				details.Type = "tuple[]"
+			}
+			ty, err = abi.NewType("tuple", "", []abi.ArgumentMarshaling{details, {Name: "spender", Type: "address"}, {Name: "sigDeadline", Type: "uint256"}})
 		default:
 			ty, err = abi.NewType(s, "", nil)
 		}
@@ -90,13 +103,28 @@ type permitSingle struct {
 	Spender     common.Address
 	SigDeadline *big.Int
 }
+type permitBatch struct {
+	Details     []permitDetail
+	Spender     common.Address
+	SigDeadline *big.Int
+}
+
+// permit2Single is a PERMIT2_PERMIT input: amount of token to spender, and a signature.
+func permit2Single(t testing.TB, token common.Address, amount *big.Int, spender common.Address) []byte {
+	return encode(t, []string{"permitSingle", "bytes"}, permitSingle{permitDetail{token, amount, big.NewInt(1_900_000_000), big.NewInt(0)}, spender, deadline}, make([]byte, 65))
+}
 
 // Universal Router command inputs.
 func urV3In(t testing.TB, rcpt common.Address, amtIn, minOut *big.Int, path []byte, payerIsUser, hop bool) []byte {
 	if hop {
-		return encode(t, []string{"address", "uint256", "uint256", "bytes", "bool", "uint256[]"}, rcpt, amtIn, minOut, path, payerIsUser, []*big.Int{})
+		return urV3InHops(t, rcpt, amtIn, minOut, path, payerIsUser, []*big.Int{})
 	}
 	return encode(t, []string{"address", "uint256", "uint256", "bytes", "bool"}, rcpt, amtIn, minOut, path, payerIsUser)
+}
+
+// urV3InHops is a 2.1.1 V3 swap input with its minHopPriceX36.
+func urV3InHops(t testing.TB, rcpt common.Address, amtIn, minOut *big.Int, path []byte, payerIsUser bool, hops []*big.Int) []byte {
+	return encode(t, []string{"address", "uint256", "uint256", "bytes", "bool", "uint256[]"}, rcpt, amtIn, minOut, path, payerIsUser, hops)
 }
 func urV2In(t testing.TB, rcpt common.Address, a1, a2 *big.Int, path []common.Address, payerIsUser bool) []byte {
 	return encode(t, []string{"address", "uint256", "uint256", "address[]", "bool"}, rcpt, a1, a2, path, payerIsUser)

@@ -187,7 +187,8 @@ func TestHyperliquidEvidence(t *testing.T) {
 	if lev := v.Evidence.Observations["leverage"].(*Observation).Observed.([]float64); !slices.Equal(lev, []float64{3, 3}) {
 		t.Errorf("leverage observed %v", lev)
 	}
-	if *v.USDNotional != 1001+855 {
+	// The stop is a short: priced at the higher of its limit (85500) and the reference.
+	if *v.USDNotional != 1001+1000 {
 		t.Errorf("usdNotional %v", *v.USDNotional)
 	}
 	if !slices.ContainsFunc(v.DataFreshness.Sources, func(s map[string]any) bool { return s["name"] == "test.marks" }) {

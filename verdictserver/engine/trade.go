@@ -246,16 +246,24 @@ func relativeBps(x, y, base *big.Rat) *big.Rat {
 // bigTenThousand is 10000, read only.
 var bigTenThousand = big.NewInt(10000)
 
-// priceBound is execution_price_bound over every order (docs/policy.md#trades).
+// priceBound is execution_price_bound over every order, and over every swap when
+// swaps.requirePriceLimit is set (docs/policy.md#trades).
 func (ev *evaluation) priceBound() result {
 	orders := ev.trades(TradeOrder)
+	d := ev.in.Policy.Doc
+	if d.Swaps != nil && d.Swaps.RequirePriceLimit != nil && *d.Swaps.RequirePriceLimit {
+		if swaps := ev.trades(TradeSwap); len(swaps) > 0 {
+			if r := swapPriceLimits(swaps); r.status == verdict.CheckFailed || len(orders) == 0 {
+				return r
+			}
+		}
+	}
 	if len(orders) == 0 {
 		if len(ev.trades(TradeSwap)) > 0 {
 			return notChecked("a swap's price bound is its minimum output or maximum input: see slippage_guard")
 		}
 		return notChecked(kindReason(ev.act.Kind, kNoOrder))
 	}
-	d := ev.in.Policy.Doc
 	var require bool
 	var maxBps *int
 	if d.Orders != nil {
@@ -315,6 +323,41 @@ func (ev *evaluation) priceBound() result {
 	return passed("every order has a limit price within the policy", field, obs, exp)
 }
 
+// swapLimitObserved is a swap's observation under swaps.requirePriceLimit (members in
+// encoding/json's map order, as the others).
+type swapLimitObserved struct {
+	Kind         string `json:"kind"`
+	MinOut       bool   `json:"minOut"`
+	PriceLimited bool   `json:"priceLimited"`
+}
+
+// swapPriceLimits is execution_price_bound under swaps.requirePriceLimit: every swap carries
+// its own price limit and a minimum output (or a bounded maximum input).
+func swapPriceLimits(swaps []*Action) result {
+	obs := make([]swapLimitObserved, len(swaps))
+	var first *result
+	for i, a := range swaps {
+		t := a.Trade
+		why := unguarded(t)
+		obs[i] = swapLimitObserved{Kind: a.Kind, MinOut: why == "", PriceLimited: t.PriceLimited}
+		switch {
+		case first != nil:
+		case !t.PriceLimited:
+			r := failed(verdict.ReasonNoExecutionPriceBound, "this "+a.Kind+" carries no price limit of its own", policy.FieldRequireSwapLimit, nil, nil)
+			first = &r
+		case why != "":
+			r := failed(verdict.ReasonNoExecutionPriceBound, "this "+a.Kind+" "+why+": a price limit does not stand in for it", policy.FieldRequireSwapLimit, nil, nil)
+			first = &r
+		}
+	}
+	exp := map[string]any{"requirePriceLimit": true}
+	if first != nil {
+		first.obs, first.exp = obs, exp
+		return *first
+	}
+	return passed("every swap carries its own price limit and a minimum output", policy.FieldRequireSwapLimit, obs, exp)
+}
+
 // reference is the reference price of an order's market, recorded as a source.
 func (ev *evaluation) reference(a *Action) (*big.Rat, bool) {
 	return ev.marketReference(a.Protocol, a.ChainID, a.Trade.Market)
@@ -364,39 +407,4 @@ func (ev *evaluation) leverage() result {
 		}
 	}
 	return passed("every leverage is within perps.maxLeverage", policy.FieldMaxLeverage, obs, c.f)
-}
-
-// TradeNotional is what a trade moves when its action carries no Notional: a swap's input
-// (AmountIn, or MaxIn for exact output) of AssetIn; nothing for an order, whose notional is
-// Size × LimitPrice in USD (see orderUSD).
-func TradeNotional(t *Trade) []Amount {
-	if t == nil || t.Kind != TradeSwap {
-		return nil
-	}
-	v := t.AmountIn
-	if t.ExactOut {
-		v = t.MaxIn
-	}
-	return []Amount{{Asset: t.AssetIn, Value: v}}
-}
-
-// orderUSD is an order's notional in USD: Size × LimitPrice, or Size × the reference price
-// when the order has no limit price.
-func (ev *evaluation) orderUSD(a *Action) (*big.Rat, bool) {
-	t := a.Trade
-	if t.Size == nil {
-		return nil, false
-	}
-	p := t.LimitPrice
-	if p == nil || p.Sign() <= 0 {
-		ref, ok := ev.reference(a)
-		if !ok {
-			return nil, false
-		}
-		p = ref
-	} else {
-		// docs/policy.md#prices: the order prices itself; a source like the others.
-		ev.source("order", ev.now, true)
-	}
-	return new(big.Rat).Mul(t.Size, p), true
 }

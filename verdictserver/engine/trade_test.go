@@ -170,17 +170,17 @@ func TestTradeChecksOnTheSharedActionModel(t *testing.T) {
 		{"a short order against long-only fails", "long-near", `"trading": {"sides": ["short"]}`,
 			verdict.ReasonSideNotAllowed, "trading.sides", st{"side": F}, 1005},
 		{"a reduce-only order passes any side", "short-reduce", `"trading": {"sides": ["long"]}`,
-			verdict.ReasonAllowed, "", st{"side": P}, 990},
+			verdict.ReasonAllowed, "", st{"side": P}, 1000},
 		{"a 20x order against a 5x cap fails", "long-20x", `"perps": {"maxLeverage": 5}`,
 			verdict.ReasonLeverageCapExceeded, "perps.maxLeverage", st{"leverage": F}, 1000},
 		{"setting 5x under a 5x cap passes and moves nothing", "leverage-5", `"perps": {"maxLeverage": 5}, "trading": {"sides": ["long"]}, "limits": {"perTxUsd": 1}`,
 			verdict.ReasonAllowed, "", st{"leverage": P, "side": N, "per_tx_cap": N}, 0},
 		{"an order over the cap, priced by size × limit", "long-near", `"limits": {"perTxUsd": 1000}`,
 			verdict.ReasonPerTxCapExceeded, "limits.perTxUsd", st{"per_tx_cap": F}, 1005},
-		{"an unlimited approval exceeds any cap", "unlimited", `"limits": {"perTxUsd": 1000000}`,
-			verdict.ReasonPerTxCapExceeded, "limits.perTxUsd", st{"per_tx_cap": F, "recipient": N}, 0},
+		{"an unlimited approval exceeds any cap: it is priced at its amount", "unlimited", `"limits": {"perTxUsd": 1000000}`,
+			verdict.ReasonPerTxCapExceeded, "limits.perTxUsd", st{"per_tx_cap": F, "recipient": N}, unlimitedUSDC},
 		{"an unlimited approval without a cap is not_checked, and flagged in evidence", "unlimited", ``,
-			verdict.ReasonAllowed, "", st{"per_tx_cap": N}, 0},
+			verdict.ReasonAllowed, "", st{"per_tx_cap": N}, unlimitedUSDC},
 		{"a sanctioned recipient two legs deep is found", "nested-sanctioned", ``,
 			verdict.ReasonSanctionedAddress, "", st{"sanctions": F, "sink_recipient": P}, 3001},
 		{"a nested recipient the allow-list lacks", "nested-sanctioned", `"recipients": {"allowed": ["self"]}`,
@@ -221,6 +221,9 @@ func TestTradeChecksOnTheSharedActionModel(t *testing.T) {
 		})
 	}
 }
+
+// unlimitedUSDC is an allowance of 2^256-1 base units of USDC, in USD.
+var unlimitedUSDC = ratFloat64(new(big.Rat).SetFrac(maxUint256, big.NewInt(1e6)))
 
 func TestTradeEvidence(t *testing.T) {
 	cases := actionDecoder{

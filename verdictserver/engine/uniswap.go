@@ -11,10 +11,14 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 )
 
-// uniswapDecoder reads ProtocolUniswap calls: V2 Router02, V3 SwapRouter, SwapRouter02 and
-// the Universal Router (docs/policy.md#uniswap). It needs the caller: the routers' address(1)
-// placeholder means msg.sender, the agent's wallet.
-type uniswapDecoder struct{}
+// uniswapDecoder reads ProtocolUniswap calls: V2 Router02, V3 SwapRouter, SwapRouter02, the
+// Universal Router and Permit2 (docs/policy.md#uniswap), each only at an address its registry
+// knows for the chain (docs/policy.md#known-contracts). It needs the caller: the routers'
+// address(1) placeholder means msg.sender, the agent's wallet.
+type uniswapDecoder struct {
+	// reg is the registry of known contracts; nil is the built-in one.
+	reg registry
+}
 
 func (uniswapDecoder) Protocol() string { return ProtocolUniswap }
 
@@ -32,6 +36,7 @@ var (
 type uni struct {
 	chainID int64
 	router  common.Address
+	known   known // the registry's entry for router
 	sender  common.Address
 	value   *big.Int
 	// scratch is memory for the actions, or nil (actionScratch).
@@ -45,14 +50,29 @@ func (d uniswapDecoder) DecodeFor(tx map[string]any, sender common.Address) (*Ac
 	return d.decodeInto(tx, sender, nil)
 }
 
-func (uniswapDecoder) decodeInto(tx map[string]any, sender common.Address, s *actionScratch) (*Action, error) {
+func (d uniswapDecoder) decodeInto(tx map[string]any, sender common.Address, s *actionScratch) (*Action, error) {
 	c, de := readCall(tx, s)
 	if de != nil {
 		return nil, de
 	}
-	u := &uni{chainID: c.chainID, router: c.to, sender: sender, value: c.value, scratch: s}
-	if len(c.data) >= 4 && (c.selector() == selExecute || c.selector() == selExecuteNoDeadline) {
+	k, ok := s.knownAt(d.reg, c.chainID, c.to)
+	if !ok {
+		// docs/policy.md#known-contracts: a router selector means nothing at an unknown address.
+		return nil, fail("to", c.to.Hex()+" is not a Uniswap contract known on chain "+strconv.FormatInt(c.chainID, 10))
+	}
+	u := &uni{chainID: c.chainID, router: c.to, known: k, sender: sender, value: c.value, scratch: s}
+	switch k.kind {
+	case ContractUniversalRouter:
+		if len(c.data) < 4 || (c.selector() != selExecute && c.selector() != selExecuteNoDeadline) {
+			return nil, fail("data", "a Universal Router call must be execute")
+		}
 		act, de := u.execute(c.data)
+		if de != nil {
+			return nil, de
+		}
+		return act, nil
+	case ContractPermit2:
+		act, de := u.permit2Call(c.data)
 		if de != nil {
 			return nil, de
 		}
@@ -79,6 +99,9 @@ func (u *uni) call(data []byte, depth int) (*Action, *DecodeError) {
 	m, de := methodOf(&routerABI, data)
 	if de != nil {
 		return nil, de
+	}
+	if !routerReads(u.known.kind, m.Name) {
+		return nil, fail("data", m.Sig+" is not a function of a "+string(u.known.kind))
 	}
 	var vals []any
 	var words v3Single
@@ -112,8 +135,6 @@ func (u *uni) call(data []byte, depth int) (*Action, *DecodeError) {
 		}
 		u.settle(act)
 		return act, nil
-	case "execute":
-		return nil, fail("data", "execute is a Universal Router call, not a SwapRouter one")
 	case "unwrapWETH9", "sweepToken", "refundETH":
 		u.payment(act, m.Name, vals)
 		if depth == 0 {
@@ -128,6 +149,24 @@ func (u *uni) call(data []byte, depth int) (*Action, *DecodeError) {
 		u.settle(&Action{Legs: []*Action{act}})
 	}
 	return act, nil
+}
+
+// routerFunctions are the routerABI functions each swap router has, by go-ethereum's name
+// of the overload (evm_abi.go).
+var routerFunctions = map[ContractKind][]string{
+	ContractV2Router: {"swapExactTokensForTokens", "swapTokensForExactTokens", "swapExactETHForTokens", "swapETHForExactTokens",
+		"swapExactTokensForETH", "swapTokensForExactETH", "swapExactTokensForTokensSupportingFeeOnTransferTokens",
+		"swapExactETHForTokensSupportingFeeOnTransferTokens", "swapExactTokensForETHSupportingFeeOnTransferTokens"},
+	ContractSwapRouter: {"exactInputSingle", "exactInput", "exactOutputSingle", "exactOutput", "multicall", "unwrapWETH9",
+		"sweepToken", "refundETH"},
+	ContractSwapRouter02: {"swapExactTokensForTokens0", "swapTokensForExactTokens0", "exactInputSingle0", "exactInput0",
+		"exactOutputSingle0", "exactOutput0", "multicall", "multicall0", "multicall1", "unwrapWETH9", "unwrapWETH90",
+		"sweepToken", "sweepToken0", "refundETH"},
+}
+
+// routerReads reports whether a router of kind has the routerABI function name.
+func routerReads(kind ContractKind, name string) bool {
+	return slices.Contains(routerFunctions[kind], name)
 }
 
 // payment decodes the router's payment helpers: they pay out what the router holds.
@@ -253,6 +292,7 @@ func (u *uni) swap(act *Action, name string, vals []any, single *v3Single) *Deco
 		act.Kind = "uniswap.v3." + trimDigit(name)
 		act.Fields["fee"] = p.fee
 		act.Fields["sqrtPriceLimitX96"] = p.sqrtPriceLimitX96
+		t.PriceLimited = sqrtPriceLimited(p.sqrtPriceLimitX96)
 		if exactIn(name) {
 			t.AmountIn, t.MinOut = p.amount, p.limit
 		} else {

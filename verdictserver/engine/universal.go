@@ -11,8 +11,8 @@ import (
 
 // The Universal Router (docs/policy.md#universal-router): execute(commands, inputs[,
 // deadline]) runs one command per byte of commands. What a byte means depends on the
-// deployed version, so the router's address picks the table; a router we do not know is read
-// with only the commands every version reads the same way. A command outside the table
+// deployed version, so the router's entry in the registry of known contracts picks the table
+// (registry.go); a router the registry does not know is not read. A command outside the table
 // makes the whole plan undecodable: it is never skipped.
 
 // urVersion is one Universal Router version's command table.
@@ -24,8 +24,6 @@ type urVersion struct {
 	commands map[byte]string
 	// hopPrices: the swap commands' inputs end with uint256[] minHopPriceX36 (2.1.1).
 	hopPrices bool
-	// either: the swap inputs may come with or without minHopPriceX36 (an unknown router).
-	either bool
 }
 
 // The command types (Commands.sol).
@@ -67,39 +65,10 @@ func withCommands(extra map[byte]string) map[byte]string {
 }
 
 var (
-	urV1_2     = &urVersion{name: "1.2", mask: 0x1f, commands: commonCommands}
-	urV2_0     = &urVersion{name: "2.0", mask: 0x3f, commands: withCommands(map[byte]string{cmdBalanceCheckERC20: "BALANCE_CHECK_ERC20", cmdV4Swap: "V4_SWAP", cmdExecuteSubPlan: "EXECUTE_SUB_PLAN"})}
-	urV2_1     = &urVersion{name: "2.1.1", mask: 0x7f, hopPrices: true, commands: withCommands(map[byte]string{cmdPayPortionFull: "PAY_PORTION_FULL_PRECISION", cmdBalanceCheckERC20: "BALANCE_CHECK_ERC20", cmdV4Swap: "V4_SWAP", cmdExecuteSubPlan: "EXECUTE_SUB_PLAN"})}
-	urUnknown  = &urVersion{name: "unknown", mask: 0x7f, either: true, commands: commonCommands}
-	urRouters  = map[int64]map[common.Address]*urVersion{}
-	urByChains = []struct {
-		chain   int64
-		version *urVersion
-		address string
-	}{
-		{1, urV1_2, "0x3fC91A3afd70395Cd496C647d5a6CC9D4B2b7FAD"}, {1, urV2_0, "0x66a9893cc07d91d95644aedd05d03f95e1dba8af"}, {1, urV2_1, "0x4C82D1fBFe28C977cBB58D8C7FF8FCF9F70a2cCA"},
-		{8453, urV1_2, "0x3fC91A3afd70395Cd496C647d5a6CC9D4B2b7FAD"}, {8453, urV1_2, "0xeC8B0F7Ffe3ae75d7FfAb09429e3675bb63503e4"},
-		{8453, urV2_0, "0x6ff5693b99212da76ad316178a184ab56d299b43"}, {8453, urV2_1, "0xFdf682F51FE81Aa4898F0AE2163d8A55c127fbC7"},
-		{84532, urV2_0, "0x95273d871c8156636e114b63797d78D7E1720d81"}, {84532, urV2_1, "0x8B844f885672f333Bc0042cB669255f93a4C1E6b"},
-		{11155111, urV1_2, "0x3fC91A3afd70395Cd496C647d5a6CC9D4B2b7FAD"}, {11155111, urV2_0, "0x3a9d48ab9751398bbfa63ad67599bb04e4bdf98b"}, {11155111, urV2_1, "0x7DfD4F31be6814D2906BDE155c3e1B146EAc1468"},
-	}
+	urV1_2 = &urVersion{name: "1.2", mask: 0x1f, commands: commonCommands}
+	urV2_0 = &urVersion{name: "2.0", mask: 0x3f, commands: withCommands(map[byte]string{cmdBalanceCheckERC20: "BALANCE_CHECK_ERC20", cmdV4Swap: "V4_SWAP", cmdExecuteSubPlan: "EXECUTE_SUB_PLAN"})}
+	urV2_1 = &urVersion{name: "2.1.1", mask: 0x7f, hopPrices: true, commands: withCommands(map[byte]string{cmdPayPortionFull: "PAY_PORTION_FULL_PRECISION", cmdBalanceCheckERC20: "BALANCE_CHECK_ERC20", cmdV4Swap: "V4_SWAP", cmdExecuteSubPlan: "EXECUTE_SUB_PLAN"})}
 )
-
-func init() {
-	for _, r := range urByChains {
-		if urRouters[r.chain] == nil {
-			urRouters[r.chain] = map[common.Address]*urVersion{}
-		}
-		urRouters[r.chain][common.HexToAddress(r.address)] = r.version
-	}
-}
-
-func urVersionOf(chainID int64, router common.Address) *urVersion {
-	if v, ok := urRouters[chainID][router]; ok {
-		return v
-	}
-	return urUnknown
-}
 
 func args(types ...string) abi.Arguments {
 	out := make(abi.Arguments, len(types))
@@ -156,7 +125,7 @@ func (u *uni) execute(data []byte) (*Action, *DecodeError) {
 	if de != nil {
 		return nil, de
 	}
-	v := urVersionOf(u.chainID, u.router)
+	v := u.known.ur
 	act := u.scratch.callAction(ProtocolUniswap, u.chainID, u.router, selectorText(m.ID))
 	act.Kind, act.Notional = "uniswap.ur.execute", []Amount{}
 	act.Fields["function"], act.Fields["routerVersion"], act.Fields["value"] = m.Sig, v.name, valueText(u.value)
@@ -185,7 +154,7 @@ func (p *plan) commands(cmds []byte, inputs [][]byte, field string, depth int) (
 		f := field + "." + strconv.Itoa(i)
 		cmd := b & p.v.mask
 		name, known := p.v.commands[cmd]
-		if !known || (p.v == urUnknown && b&0x7f != cmd) {
+		if !known {
 			return nil, &DecodeError{Field: f, Problem: "command 0x" + hex.EncodeToString([]byte{b}) + " is not one this decoder reads on a version " + p.v.name + " Universal Router"}
 		}
 		leg, _ := p.scratch.action()
@@ -232,13 +201,7 @@ func (p *plan) swapArgs(v2 bool, in []byte) ([]any, error) {
 	if v2 {
 		base, hop = "v2", "v2hop"
 	}
-	switch {
-	case p.v.hopPrices:
-		return unpack(urIn[hop], in)
-	case p.v.either:
-		if vals, err := unpack(urIn[base], in); err == nil {
-			return vals, nil
-		}
+	if p.v.hopPrices {
 		return unpack(urIn[hop], in)
 	}
 	return unpack(urIn[base], in)
@@ -287,6 +250,9 @@ func (p *plan) command(leg *Action, cmd byte, in []byte, field string, depth int
 		t.Side = swapSide(p.chainID, t.AssetIn, t.AssetOut)
 		leg.Trade = t
 		leg.Assets = append([]common.Address{}, tokens...)
+		if p.v.hopPrices {
+			t.PriceLimited = hopPricesLimited(vals[5].([]*big.Int), len(tokens)-1)
+		}
 		payerIsUser := vals[4].(bool)
 		leg.Fields["payerIsUser"] = payerIsUser
 		if payerIsUser {
@@ -310,16 +276,8 @@ func (p *plan) command(leg *Action, cmd byte, in []byte, field string, depth int
 		if err != nil {
 			return bad(err)
 		}
-		rv := reflectSlice(vals[0])
-		if len(rv) == 0 || len(rv) > 16 {
-			return &DecodeError{Field: field, Problem: "a transfer batch must carry 1 to 16 transfers"}
-		}
-		for _, d := range rv {
-			token, amt := member[common.Address](d, "Token"), member[*big.Int](d, "Amount")
-			leg.Screen = appendNew(leg.Screen, member[common.Address](d, "From"))
-			leg.Assets = appendNew(leg.Assets, token)
-			leg.Notional = append(leg.Notional, Amount{token, amt})
-			p.pay(leg, token, member[common.Address](d, "To"))
+		if de := permit2Transfers(leg, vals[0], field, func(token, to common.Address) { p.pay(leg, token, to) }); de != nil {
+			return de
 		}
 	case cmdPermit2Permit, cmdPermit2PermitBatch:
 		key := "permit"
@@ -330,23 +288,9 @@ func (p *plan) command(leg *Action, cmd byte, in []byte, field string, depth int
 		if err != nil {
 			return bad(err)
 		}
-		spender := member[common.Address](vals[0], "Spender")
-		details := []any{member[any](vals[0], "Details")}
-		if cmd == cmdPermit2PermitBatch {
-			details = reflectSlice(details[0])
-			if len(details) == 0 || len(details) > 16 {
-				return &DecodeError{Field: field, Problem: "a permit batch must carry 1 to 16 permits"}
-			}
+		if de := permitGrants(leg, vals[0], cmd == cmdPermit2PermitBatch, field); de != nil {
+			return de
 		}
-		for _, d := range details {
-			token, amt := member[common.Address](d, "Token"), member[*big.Int](d, "Amount")
-			leg.Assets = appendNew(leg.Assets, token)
-			leg.Approvals = append(leg.Approvals, Approval{Spender: spender, Asset: token, Amount: amt, Unlimited: amt.Cmp(maxUint160) == 0})
-		}
-		if spender != p.router {
-			leg.Recipients = []common.Address{spender}
-		}
-		leg.Fields["spender"] = spender
 	case cmdSweep, cmdTransfer, cmdPayPortion, cmdPayPortionFull:
 		vals, err := unpack(urIn["tokenTo"], in)
 		if err != nil {

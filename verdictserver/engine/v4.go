@@ -132,6 +132,9 @@ func (p *plan) v4Action(l *Action, a byte, vals []any, field string) *DecodeErro
 		} else {
 			t.ExactOut, t.AmountOut, t.MaxIn = true, member[*big.Int](s, "AmountOut"), member[*big.Int](s, "AmountInMaximum")
 		}
+		if p.v.hopPrices {
+			t.PriceLimited = hopPricesLimited([]*big.Int{member[*big.Int](s, "MinHopPriceX36")}, 1)
+		}
 		p.v4Trade(l, t, []common.Address{in, out})
 	case v4SwapExactIn, v4SwapExactOut:
 		s := vals[0]
@@ -157,6 +160,9 @@ func (p *plan) v4Action(l *Action, a byte, vals []any, field string) *DecodeErro
 			t.ExactOut, t.AmountOut, t.MaxIn = true, member[*big.Int](s, "AmountOut"), member[*big.Int](s, "AmountInMaximum")
 		}
 		t.AssetIn, t.AssetOut = tokens[0], tokens[len(tokens)-1]
+		if p.v.hopPrices {
+			t.PriceLimited = hopPricesLimited(member[[]*big.Int](s, "MinHopPriceX36"), len(hops))
+		}
 		p.v4Trade(l, t, tokens)
 	case v4SettleAll:
 		cur, max := urToken(vals[0].(common.Address)), vals[1].(*big.Int)

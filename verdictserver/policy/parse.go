@@ -286,13 +286,18 @@ func semantic(doc map[string]any) []Problem {
 			integer(join("chains.allowed", strconv.Itoa(i)), v)
 		}
 	}
-	if c, ok := doc["contracts"].(map[string]any); ok {
+	// Both name contracts by chain and address: each address once per chain.
+	for _, name := range []string{FieldContracts, FieldKnownContracts} {
+		c, ok := doc[name].(map[string]any)
+		if !ok {
+			continue
+		}
 		for chain, v := range c {
-			chainKey(join("contracts", chain), chain)
+			chainKey(join(name, chain), chain)
 			byAddr, _ := v.(map[string]any)
 			seen := map[common.Address]string{}
 			for addr := range byAddr {
-				f := join(join("contracts", chain), addr)
+				f := join(join(name, chain), addr)
 				a, problem := address(addr)
 				if problem != "" {
 					bad(f, problem)

@@ -27,13 +27,17 @@ type Document struct {
 	Chains *Chains `json:"chains,omitempty"`
 	// Contracts is contracts.<chainId>.<address>: the selectors allowed on each contract.
 	Contracts map[string]map[string][]string `json:"contracts,omitempty"`
+	// KnownContracts is knownContracts.<chainId>.<address>: contracts the engine's protocol
+	// decoders read calls to beside the built-in ones, each with its kind
+	// ("uniswap.swapRouter02", "uniswap.universalRouter@2.1.1" …).
+	KnownContracts map[string]map[string]string `json:"knownContracts,omitempty"`
 	// Assets is assets.universe.<chainId> and assets.hyperliquid.
 	Assets *Assets `json:"assets,omitempty"`
 	// Recipients is recipients.allowed.
 	Recipients *Recipients `json:"recipients,omitempty"`
 	// Trading is trading.sides.
 	Trading *Trading `json:"trading,omitempty"`
-	// Swaps is swaps.requireMinOut and swaps.maxSlippageBps.
+	// Swaps is swaps.requireMinOut, swaps.maxSlippageBps and swaps.requirePriceLimit.
 	Swaps *Swaps `json:"swaps,omitempty"`
 	// Orders is orders.requireLimitPrice and orders.maxPriceDeviationBps.
 	Orders *Orders `json:"orders,omitempty"`
@@ -86,6 +90,9 @@ type Swaps struct {
 	RequireMinOut *bool `json:"requireMinOut,omitempty"`
 	// MaxSlippageBps bounds the slippage a minimum output allows (0..10000).
 	MaxSlippageBps *int `json:"maxSlippageBps,omitempty"`
+	// RequirePriceLimit demands that a swap carry its own price limit (a V3
+	// sqrtPriceLimitX96, a Universal Router minHopPriceX36) as well as a minimum output.
+	RequirePriceLimit *bool `json:"requirePriceLimit,omitempty"`
 }
 
 // Orders is the orders section.
@@ -116,18 +123,20 @@ type Sinks struct {
 
 // The dotted paths the checks report as triggeringPolicyField (docs/policy.md#sections).
 const (
-	FieldVenues        = "venues.allowed"
-	FieldChains        = "chains.allowed"
-	FieldContracts     = "contracts"
-	FieldAssetUniverse = "assets.universe"
-	FieldHyperliquid   = "assets.hyperliquid"
-	FieldRecipients    = "recipients.allowed"
-	FieldSides         = "trading.sides"
-	FieldRequireMinOut = "swaps.requireMinOut"
-	FieldMaxSlippage   = "swaps.maxSlippageBps"
-	FieldRequireLimit  = "orders.requireLimitPrice"
-	FieldMaxDeviation  = "orders.maxPriceDeviationBps"
-	FieldMaxLeverage   = "perps.maxLeverage"
-	FieldPerTxUSD      = "limits.perTxUsd"
-	FieldSinksExtra    = "sinks.extra"
+	FieldVenues           = "venues.allowed"
+	FieldChains           = "chains.allowed"
+	FieldContracts        = "contracts"
+	FieldKnownContracts   = "knownContracts"
+	FieldAssetUniverse    = "assets.universe"
+	FieldHyperliquid      = "assets.hyperliquid"
+	FieldRecipients       = "recipients.allowed"
+	FieldSides            = "trading.sides"
+	FieldRequireMinOut    = "swaps.requireMinOut"
+	FieldMaxSlippage      = "swaps.maxSlippageBps"
+	FieldRequireSwapLimit = "swaps.requirePriceLimit"
+	FieldRequireLimit     = "orders.requireLimitPrice"
+	FieldMaxDeviation     = "orders.maxPriceDeviationBps"
+	FieldMaxLeverage      = "perps.maxLeverage"
+	FieldPerTxUSD         = "limits.perTxUsd"
+	FieldSinksExtra       = "sinks.extra"
 )

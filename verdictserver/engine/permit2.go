@@ -1,0 +1,136 @@
+package engine
+
+import (
+	"math/big"
+
+	"github.com/ethereum/go-ethereum/common"
+)
+
+// Permit2 (docs/policy.md#permit2): the allowances it grants and the transfers it makes, read
+// the same way whether the agent calls Permit2 itself or a Universal Router carries them.
+
+const permit2ABIJSON = `[
+{"type":"function","name":"approve","inputs":[{"name":"token","type":"address"},{"name":"spender","type":"address"},{"name":"amount","type":"uint160"},{"name":"expiration","type":"uint48"}]},
+{"type":"function","name":"permit","inputs":[{"name":"owner","type":"address"},{"name":"permitSingle","type":"tuple","components":[{"name":"details","type":"tuple","components":[{"name":"token","type":"address"},{"name":"amount","type":"uint160"},{"name":"expiration","type":"uint48"},{"name":"nonce","type":"uint48"}]},{"name":"spender","type":"address"},{"name":"sigDeadline","type":"uint256"}]},{"name":"signature","type":"bytes"}]},
+{"type":"function","name":"permit","inputs":[{"name":"owner","type":"address"},{"name":"permitBatch","type":"tuple","components":[{"name":"details","type":"tuple[]","components":[{"name":"token","type":"address"},{"name":"amount","type":"uint160"},{"name":"expiration","type":"uint48"},{"name":"nonce","type":"uint48"}]},{"name":"spender","type":"address"},{"name":"sigDeadline","type":"uint256"}]},{"name":"signature","type":"bytes"}]},
+{"type":"function","name":"transferFrom","inputs":[{"name":"from","type":"address"},{"name":"to","type":"address"},{"name":"amount","type":"uint160"},{"name":"token","type":"address"}]},
+{"type":"function","name":"transferFrom","inputs":[{"name":"transferDetails","type":"tuple[]","components":[{"name":"from","type":"address"},{"name":"to","type":"address"},{"name":"amount","type":"uint160"},{"name":"token","type":"address"}]}]}
+]`
+
+var permit2ABI = mustABI(permit2ABIJSON)
+
+// permit2Call decodes a call to Permit2 itself: approve, permit (single or batch) and
+// transferFrom (single or batch). Anything else (lockdown, invalidateNonces …) is not read.
+func (u *uni) permit2Call(data []byte) (*Action, *DecodeError) {
+	m, vals, de := method(&permit2ABI, data)
+	if de != nil {
+		return nil, de
+	}
+	if u.value.Sign() != 0 {
+		return nil, fail("value", "must be 0 for a Permit2 call")
+	}
+	act := u.scratch.callAction(ProtocolUniswap, u.chainID, u.router, selectorText(m.ID))
+	act.Fields["function"], act.Notional = m.Sig, []Amount{}
+	switch m.Name {
+	case "approve":
+		token, spender, amt := vals[0].(common.Address), vals[1].(common.Address), vals[2].(*big.Int)
+		act.Kind = "permit2.approve"
+		grant(act, spender, token, amt, maxUint160)
+		act.Fields["spender"], act.Fields["amount"] = spender, amt.String()
+	case "permit", "permit0":
+		act.Kind = "permit2.permit"
+		act.Screen = []common.Address{vals[0].(common.Address)}
+		if de := permitGrants(act, vals[1], m.Name == "permit0", "data"); de != nil {
+			return nil, de
+		}
+	case "transferFrom":
+		from, to, amt, token := vals[0].(common.Address), vals[1].(common.Address), vals[2].(*big.Int), vals[3].(common.Address)
+		act.Kind = "permit2.transferFrom"
+		act.Screen, act.Assets, act.Recipients = []common.Address{from}, []common.Address{token}, []common.Address{to}
+		act.Notional = []Amount{{token, amt}}
+	default: // transferFrom0: the batch
+		act.Kind = "permit2.transferFromBatch"
+		if de := permit2Transfers(act, vals[0], "data", func(_, to common.Address) { act.Recipients = appendNew(act.Recipients, to) }); de != nil {
+			return nil, de
+		}
+	}
+	return act, nil
+}
+
+// grant records an allowance of amt of token to spender; unlimited is the amount the token or
+// Permit2 treats as infinite. docs/policy.md#pricing prices it at its amount and counts the
+// spender as a recipient, whatever the amount.
+func grant(act *Action, spender, token common.Address, amt, unlimited *big.Int) {
+	act.Assets = appendNew(act.Assets, token)
+	act.Approvals = append(act.Approvals, Approval{Spender: spender, Asset: token, Amount: amt, Unlimited: amt.Cmp(unlimited) >= 0})
+}
+
+// permitGrants records the allowances of a Permit2 PermitSingle, or a PermitBatch when batch.
+func permitGrants(act *Action, permit any, batch bool, field string) *DecodeError {
+	spender := member[common.Address](permit, "Spender")
+	details := []any{member[any](permit, "Details")}
+	if batch {
+		details = reflectSlice(details[0])
+		if len(details) == 0 || len(details) > 16 {
+			return fail(field, "a permit batch must carry 1 to 16 permits")
+		}
+	}
+	for _, d := range details {
+		grant(act, spender, member[common.Address](d, "Token"), member[*big.Int](d, "Amount"), maxUint160)
+	}
+	act.Fields["spender"] = spender
+	return nil
+}
+
+// permit2Transfers records a batch of Permit2 transfers (from, to, amount, token): each
+// amount is a notional and each from is screened; pay says where the token goes.
+func permit2Transfers(act *Action, batch any, field string, pay func(token, to common.Address)) *DecodeError {
+	rv := reflectSlice(batch)
+	if len(rv) == 0 || len(rv) > 16 {
+		return fail(field, "a transfer batch must carry 1 to 16 transfers")
+	}
+	for _, d := range rv {
+		token, amt := member[common.Address](d, "Token"), member[*big.Int](d, "Amount")
+		act.Screen = appendNew(act.Screen, member[common.Address](d, "From"))
+		act.Assets = appendNew(act.Assets, token)
+		act.Notional = append(act.Notional, Amount{token, amt})
+		pay(token, member[common.Address](d, "To"))
+	}
+	return nil
+}
+
+// The bounds of a V3 pool's sqrt price (TickMath): a sqrtPriceLimitX96 at or beyond them
+// limits nothing, and 0 is none (the router then swaps to the bound).
+var (
+	minSqrtRatio    = big.NewInt(4295128739)
+	maxSqrtRatio, _ = new(big.Int).SetString("1461446703485210103287273052203988822378723970342", 10)
+)
+
+// sqrtPriceLimited reports whether a V3 swap's sqrtPriceLimitX96 (in decimal) limits its
+// price: strictly between MIN_SQRT_RATIO+1 and MAX_SQRT_RATIO-1.
+func sqrtPriceLimited(decimal string) bool {
+	if decimal == "0" {
+		return false
+	}
+	v, ok := new(big.Int).SetString(decimal, 10)
+	if !ok {
+		return false
+	}
+	lo := new(big.Int).Add(minSqrtRatio, big.NewInt(1))
+	hi := new(big.Int).Sub(maxSqrtRatio, big.NewInt(1))
+	return v.Cmp(lo) > 0 && v.Cmp(hi) < 0
+}
+
+// hopPricesLimited reports whether a Universal Router 2.1.1 swap's minHopPriceX36 limits the
+// price of every one of its hops: one non-zero price per hop.
+func hopPricesLimited(prices []*big.Int, hops int) bool {
+	if len(prices) != hops || hops == 0 {
+		return false
+	}
+	for _, p := range prices {
+		if p == nil || p.Sign() <= 0 {
+			return false
+		}
+	}
+	return true
+}
