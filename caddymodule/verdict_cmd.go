@@ -224,7 +224,7 @@ func verdictCommand(cmd *cobra.Command) {
 			}
 		}
 	}
-	cmd.AddCommand(agent, key, wallet, pol)
+	cmd.AddCommand(agent, key, wallet, pol, txCommand())
 }
 
 // storeCmd is a subcommand that runs fn on the operator of the config's verdict store.

@@ -135,10 +135,17 @@ func runCaddy(t *testing.T, args ...string) (stdout, stderr string, err error) {
 }
 
 // caddyArgs turns a README command `./caddy <args>` into the built Caddy's arguments, with
+// the $NAME variables of env expanded as the README's shell does, and
 // .devchain/ (what scripts/run writes) replaced by devchain.
-func caddyArgs(t *testing.T, command, devchain string) []string {
+func caddyArgs(t *testing.T, command, devchain string, env ...string) []string {
 	t.Helper()
-	f := strings.Fields(command)
+	vars := map[string]string{}
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			vars[k] = v
+		}
+	}
+	f := strings.Fields(os.Expand(command, func(k string) string { return vars[k] }))
 	if len(f) == 0 || f[0] != "./caddy" {
 		t.Fatalf("README command %q does not run ./caddy", command)
 	}
@@ -184,6 +191,7 @@ type demoExample struct {
 	devchain string
 	site     int
 	api      int
+	verdict  int
 }
 
 // startExample runs Caddyfile.example, as scripts/run does, on a chain prepared by devchain:
@@ -200,7 +208,9 @@ func startExample(t *testing.T) demoExample {
 	}
 	devchain, env := startDevchain(t)
 	d := demoExample{devchain: devchain, site: testenv.FreePort(t), api: testenv.FreePort(t)}
-	fac, up, verdict := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
+	fac, up := testenv.FreePort(t), testenv.FreePort(t)
+	d.verdict = testenv.FreePort(t)
+	verdict := d.verdict
 	opts := testenv.CaddyOptions{
 		Env: []string{
 			"X402_DEMO_SITE_PORT=" + strconv.Itoa(d.site),
@@ -374,7 +384,8 @@ func TestDocumentedVerdictCommandsRun(t *testing.T) {
 	outputs := map[string]string{}
 	for _, command := range cmds {
 		ctx, cancel := context.WithTimeout(context.Background(), commandBound)
-		cmd := exec.CommandContext(ctx, testenv.CaddyBinary(t), caddyArgs(t, command, ex.devchain)...)
+		command = strings.ReplaceAll(command, "127.0.0.1:8083", "127.0.0.1:"+strconv.Itoa(ex.verdict))
+		cmd := exec.CommandContext(ctx, testenv.CaddyBinary(t), caddyArgs(t, command, ex.devchain, env...)...)
 		cmd.Dir = root
 		cmd.Env = append(env, "HOME="+t.TempDir(), "XDG_DATA_HOME="+t.TempDir(), "XDG_CONFIG_HOME="+t.TempDir())
 		var stdout, stderr strings.Builder
@@ -394,6 +405,14 @@ func TestDocumentedVerdictCommandsRun(t *testing.T) {
 	}
 	if !strings.Contains(outputs["set"], "version 2") {
 		t.Errorf("policy set printed %q, want version 2", outputs["set"])
+	}
+	// The operator's loop: a tip outside the policy, submitted as the agent, is refused with
+	// its reason, and the agent's list shows it.
+	if !strings.Contains(outputs["submit"], "verdict       rejected (recipient_not_allowed)") || !strings.Contains(outputs["submit"], "recipients.allowed") {
+		t.Errorf("tx submit printed %q, want the rejection and its reason", outputs["submit"])
+	}
+	if !strings.Contains(outputs["list"], "rejected\trecipient_not_allowed") {
+		t.Errorf("tx list printed %q, want the rejected tip", outputs["list"])
 	}
 }
 
