@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/x402gate/x402gate/internal/sqldb"
 	"github.com/x402gate/x402gate/internal/testenv"
+	"github.com/x402gate/x402gate/verdictserver"
+	"github.com/x402gate/x402gate/verdictserver/store"
 )
 
 // commandBound bounds one command a docs test runs; it only turns a hang into a failure.
@@ -485,5 +488,76 @@ func checkShownOutput(t *testing.T, shown, printed string) {
 		if _, ok := want[k]; !ok {
 			t.Errorf("the script prints %q, which README does not show", k)
 		}
+	}
+}
+
+// TestDevchainKeepsTheVerdictStore: scripts/run's devchain, run again on a fresh chain, keeps
+// the verdict store an operator worked on (an agent they added, a policy version they set,
+// the demo key), says so, and still leaves the demo ready: the key file holds a key the
+// store takes.
+func TestDevchainKeepsTheVerdictStore(t *testing.T) {
+	dir, _ := startDevchain(t)
+	ctx := context.Background()
+	dbPath := filepath.Join(dir, "verdict.db")
+	db, err := sqldb.OpenSQLite(ctx, dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := verdictserver.NewOperator(st)
+	if _, err := op.CreateAgent(ctx, "operator-made"); err != nil {
+		t.Fatal(err)
+	}
+	demo, err := st.AgentByName(ctx, "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join(dir, "policy.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := op.SetPolicy(ctx, demo.ID, doc, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	key, err := os.ReadFile(filepath.Join(dir, "verdict.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	chain := testenv.StartAnvil(t)
+	root, err := testenv.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc := exec.Command("go", "run", "./integration/cmd/devchain", "-rpc", chain.RPCURL, "-out", dir)
+	dc.Dir = root
+	out, err := dc.CombinedOutput()
+	if err != nil {
+		t.Fatalf("devchain again: %v: %s", err, out)
+	}
+	if !strings.Contains(string(out), "kept from an earlier run") || !strings.Contains(string(out), "policy version 2") {
+		t.Errorf("devchain printed %q, want it to say the store and policy version 2 were kept", out)
+	}
+	if again, _ := os.ReadFile(filepath.Join(dir, "verdict.key")); string(again) != string(key) {
+		t.Errorf("the demo key file changed although the store still takes its key")
+	}
+	db, err = sqldb.OpenSQLite(ctx, dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err = store.Open(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.AgentByName(ctx, "operator-made"); err != nil {
+		t.Errorf("the operator's agent is gone: %v", err)
+	}
+	if p, err := st.ActivePolicy(ctx, demo.ID); err != nil || p.Version != 2 {
+		t.Errorf("active policy %d, %v; want the operator's version 2", p.Version, err)
 	}
 }

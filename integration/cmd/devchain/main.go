@@ -123,7 +123,8 @@ func run(rpcURL, outDir, fund string) error {
 		return fmt.Errorf("chain id %s does not fit the verdict store", chainID)
 	}
 	verdictDB, verdictKey, policyFile := verdictFiles(abs)
-	if err := setUpVerdicts(ctx, verdictDB, verdictKey, policyFile, chainID.Int64(), token, payerAddr, payToAddr); err != nil {
+	said, err := setUpVerdicts(ctx, verdictDB, verdictKey, policyFile, chainID.Int64(), token, payerAddr, payToAddr)
+	if err != nil {
 		return fmt.Errorf("verdict store: %w", err)
 	}
 	env := fmt.Sprintf("X402_RPC_URL=%s\nX402_CHAIN_ID=%s\nX402_TOKEN=%s\nX402_PAY_TO=%s\nX402_TIP_TO=%s\nX402_PAYER=%s\nX402_FACILITATOR_KEY_FILE=%s\nX402_PAYER_KEY_FILE=%s\nX402_FACILITATOR_API_KEY_FILE=%s\nX402_VERDICT_DB=%s\nX402_VERDICT_KEY_FILE=%s\nX402_PASS_KEY_FILE=%s\n",
@@ -133,7 +134,7 @@ func run(rpcURL, outDir, fund string) error {
 		return err
 	}
 	fmt.Printf("token %s deployed on chain %s; payer %s funded with %s base units\n", token.Hex(), chainID, payerAddr.Hex(), amount)
-	fmt.Printf("verdict store %s: agent %q owns the payer's wallet; its policy allows paying %s only\n", verdictDB, demoAgent, payToAddr.Hex())
+	fmt.Println(said)
 	return nil
 }
 

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -34,48 +37,73 @@ func demoPolicy(chainID int64, token, payTo common.Address) []byte {
 `, chainID, chainID, token.Hex(), payTo.Hex())
 }
 
-// setUpVerdicts makes a fresh verdict store at dbPath for the demo's verdict app, with the
+// setUpVerdicts prepares the verdict store at dbPath for the demo's verdict app, with the
 // operator functions `caddy verdict` uses: the agent "demo", its key (written to keyFile), the
 // payer's wallet on the chain, and the demo policy (also written to policyFile, for
-// `caddy verdict policy validate`).
-func setUpVerdicts(ctx context.Context, dbPath, keyFile, policyFile string, chainID int64, token, payer, payTo common.Address) error {
-	for _, suffix := range []string{"", "-wal", "-shm"} {
-		if err := os.Remove(dbPath + suffix); err != nil && !os.IsNotExist(err) {
-			return err
-		}
-	}
+// `caddy verdict policy validate`). A store an earlier run made is kept, with what an operator
+// did to it (agents, keys, policy versions): only what the demo lacks is added, and a key
+// file whose key the store no longer takes gets a new key. It reports what it did.
+func setUpVerdicts(ctx context.Context, dbPath, keyFile, policyFile string, chainID int64, token, payer, payTo common.Address) (string, error) {
+	_, statErr := os.Stat(dbPath)
+	kept := statErr == nil
 	db, err := sqldb.OpenSQLite(ctx, dbPath)
 	if err != nil {
-		return fmt.Errorf("open the verdict store: %w", err)
+		return "", fmt.Errorf("open the verdict store: %w", err)
 	}
 	st, err := store.Open(ctx, db)
 	if err != nil {
-		return fmt.Errorf("open the verdict store: %w", err)
+		return "", fmt.Errorf("open the verdict store: %w", err)
 	}
 	defer st.Close()
 	op := verdictserver.NewOperator(st)
-	agent, err := op.CreateAgent(ctx, demoAgent)
-	if err != nil {
-		return err
+	agent, err := st.AgentByName(ctx, demoAgent)
+	if errors.Is(err, store.ErrNotFound) {
+		agent, err = op.CreateAgent(ctx, demoAgent)
 	}
-	_, key, err := op.CreateKey(ctx, agent.ID, nil)
 	if err != nil {
-		return err
+		return "", err
 	}
-	if err := os.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
-		return err
+	if !keyStillTaken(ctx, st, keyFile, agent.ID) {
+		_, key, err := op.CreateKey(ctx, agent.ID, nil)
+		if err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
+			return "", err
+		}
 	}
 	if _, err := op.AddWallet(ctx, agent.ID, chainID, payer.Hex()); err != nil {
-		return err
+		return "", err
 	}
 	doc := demoPolicy(chainID, token, payTo)
-	if err := os.WriteFile(policyFile, doc, 0o600); err != nil {
-		return err
+	if _, err := os.Stat(policyFile); err != nil {
+		if err := os.WriteFile(policyFile, doc, 0o600); err != nil {
+			return "", err
+		}
 	}
-	if _, err := op.SetPolicy(ctx, agent.ID, doc, "devchain"); err != nil {
-		return err
+	active, err := st.ActivePolicy(ctx, agent.ID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		if active, err = op.SetPolicy(ctx, agent.ID, doc, "devchain"); err != nil {
+			return "", err
+		}
+	case err != nil:
+		return "", err
 	}
-	return nil
+	if kept {
+		return fmt.Sprintf("verdict store %s kept from an earlier run: agent %q, its key in %s, policy version %d (remove the file for a new store)", dbPath, demoAgent, keyFile, active.Version), nil
+	}
+	return fmt.Sprintf("verdict store %s made: agent %q owns the payer's wallet; its policy allows paying %s only", dbPath, demoAgent, payTo.Hex()), nil
+}
+
+// keyStillTaken reports whether keyFile holds a key of agentID that the store takes.
+func keyStillTaken(ctx context.Context, st *store.Store, keyFile, agentID string) bool {
+	b, err := os.ReadFile(keyFile)
+	if err != nil {
+		return false
+	}
+	k, err := st.KeyByHash(ctx, sha256.Sum256(bytes.TrimSpace(b)))
+	return err == nil && k.AgentID == agentID && k.RevokedAt == nil
 }
 
 // verdictFiles are the paths setUpVerdicts writes under dir.
