@@ -34,38 +34,25 @@ const ambiguousCaddyfile = `{
 	}
 }
 
+# route <directory> <price> <pass_key> <paths>: the directory sold with passes of an hour
+(route) {
+	handle {args[0]}* {
+		x402 {
+			price {args[1]}
+			pay_to {$X402_PAY_TO}
+			network base-sepolia
+			pass 1h {args[0]}
+			pass_key {args[2]}
+			paths {args[3]}
+		}
+		reverse_proxy {$UPSTREAM}
+	}
+}
+
 (routes) {
-	handle /api/pass/a/other/* {
-		x402 {
-			price 0.05 USDC
-			pay_to {$X402_PAY_TO}
-			network base-sepolia
-			pass 1h /api/pass/a/other/
-			pass_key {env.X402_PASS_KEY_OTHER}
-		}
-		reverse_proxy {$UPSTREAM}
-	}
-	handle /api/pass/a/* {
-		x402 {
-			price 0.01 USDC
-			pay_to {$X402_PAY_TO}
-			network base-sepolia
-			pass 1h /api/pass/a/
-			pass_key {env.X402_PASS_KEY_A}
-			paths {args[0]}
-		}
-		reverse_proxy {$UPSTREAM}
-	}
-	handle /api/pass/b/* {
-		x402 {
-			price 0.05 USDC
-			pay_to {$X402_PAY_TO}
-			network base-sepolia
-			pass 1h /api/pass/b/
-			pass_key {env.X402_PASS_KEY_B}
-		}
-		reverse_proxy {$UPSTREAM}
-	}
+	import route /api/pass/a/other/ 0.05 {env.X402_PASS_KEY_OTHER} strict
+	import route /api/pass/a/ 0.01 {env.X402_PASS_KEY_A} {args[0]}
+	import route /api/pass/b/ 0.05 {env.X402_PASS_KEY_B} strict
 	handle {
 		reverse_proxy {$UPSTREAM}
 	}
