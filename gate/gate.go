@@ -253,10 +253,11 @@ func (g *Gate) CheckSupported(ctx context.Context) error {
 
 // Handle runs the gate for one request (docs/gate.md#results({xPayment?, ctx})): a resource
 // URL whose path an upstream could read as another gives error 400 ambiguous_path
-// (docs/gate.md#ambiguous-paths); no payment header gives payment-required; a malformed one gives error 400; a payment that does
-// not match the route or that the facilitator refuses gives rejected; an unreachable
-// facilitator gives error 502; otherwise the payment is settled before the upstream runs
-// (docs/gate.md#settle-before-proxy). Handle never panics.
+// (docs/gate.md#ambiguous-paths); no payment header gives payment-required; a malformed
+// one gives error 400; a payment that does not match the route or that the facilitator
+// refuses gives rejected; an unreachable facilitator gives error 502; otherwise the
+// payment is settled before the upstream runs (docs/gate.md#settle-before-proxy). Handle
+// never panics.
 func (g *Gate) Handle(ctx context.Context, in Input) *Result {
 	if res := g.refuseAmbiguousPath(in.Resource, ""); res != nil {
 		return res

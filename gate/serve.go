@@ -45,8 +45,9 @@ func FromContext(ctx context.Context) (*Paid, bool) {
 
 // Serve runs the gate for r and, on settled, next (docs/gate.md#settle-before-proxy): any other
 // result is written to w and next is not called. An ambiguous path (of in.Resource or of
-// r.URL) is refused first, before any pass or payment is looked at (docs/gate.md#ambiguous-paths). The settle response header is set before
-// next runs, and the request's context carries Paid. Serve watches next: a status >= 500,
+// r.URL) is refused first, before any pass or payment is looked at
+// (docs/gate.md#ambiguous-paths). The settle response header is set before next runs, and
+// the request's context carries Paid. Serve watches next: a status >= 500,
 // an error that Options.ErrorStatus maps to >= 500, or a panic counts as an upstream
 // failure and earns the payment its retry credits, granted before the failed answer is
 // passed on, with the retry token in its X-PAYMENT-RETRY header (see ReportUpstream; a
