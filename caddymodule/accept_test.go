@@ -25,6 +25,8 @@ func TestAdaptErrorsOfAcceptAndDiscovery(t *testing.T) {
 			"accept 2: pays the same network, payee and amount as accept 1"},
 		{"an unknown option in a block", site("\t\taccept {\n\t\t\tnetwork base-sepolia\n\t\t\tchain 1 # <-\n\t\t}\n"), `unrecognized accept option "chain"`},
 		{"an unknown payment_id mode", site("\t\tnetwork base-sepolia\n\t\tpayment_id always # <-\n"), `payment_id: "always" is not optional or required`},
+		{"an unknown paths mode", site("\t\tnetwork base-sepolia\n\t\tpaths loose # <-\n"), `paths: "loose" is not strict or lenient`},
+		{"paths without its mode", site("\t\tnetwork base-sepolia\n\t\tpaths # <-\n"), `wrong number of values for paths`},
 		{"a discovery schema with an external $ref", site("\t\tnetwork base-sepolia\n\t\tdiscovery {\n\t\t\tinput_schema testdata/external_ref.schema.json # <-\n\t\t}\n"),
 			`discovery/input_schema: $ref "https://schemas.example/city.json" refers outside the file`},
 		{"a discovery schema file that is missing", site("\t\tnetwork base-sepolia\n\t\tdiscovery {\n\t\t\toutput_schema testdata/none.json # <-\n\t\t}\n"),

@@ -116,10 +116,14 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //		}
 //		pass <duration> [<scope>]
 //		pass_key <placeholder> [<placeholder>...]
+//		paths strict|lenient
 //	}
 //
 // price and pay_to may hold placeholders, expanded per request; then price_min (and
 // optionally price_max) or pay_to_allowed must bound what a request may bring.
+//
+// paths lenient lets through a path that an upstream could read as another, which the
+// gate otherwise answers 400 ambiguous_path (docs/caddy.md#path-matching).
 //
 // Each accept block is one way to pay (docs/gate.md#several-ways-to-pay): with
 // blocks, network, asset, price and pay_to above are only their defaults. The schema
@@ -209,8 +213,9 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := h.unmarshalDiscovery(d); err != nil {
 				return err
 			}
-		case "payment_id":
-			if err := oneArg(d, &h.PaymentID); err != nil {
+		case "payment_id", "paths":
+			dst := map[string]*string{"payment_id": &h.PaymentID, "paths": &h.Paths}[opt]
+			if err := oneArg(d, dst); err != nil {
 				return err
 			}
 		case "pass", "pass_key":

@@ -97,6 +97,10 @@ type Handler struct {
 	// PassKeys sign and verify passes, {env.*} or {file.*} placeholders expanded in
 	// Provision; the first signs, all verify. Required with Pass.
 	PassKeys []string `json:"pass_keys,omitempty"`
+	// Paths is strict or lenient (docs/caddy.md#path-matching): strict answers a path an
+	// upstream could read as another 400 ambiguous_path, before any payment or pass.
+	// Default: strict.
+	Paths string `json:"paths,omitempty"`
 
 	gate         *gate.Gate
 	log          *zap.Logger
@@ -147,6 +151,7 @@ func (h *Handler) gateConfig() (gate.Config, error) {
 		PaymentID:         h.PaymentID,
 		Discovery:         h.gateDiscovery(),
 		Pass:              h.passConfig(),
+		Paths:             h.Paths,
 	}
 	if h.MaxTimeout != 0 && cfg.MaxTimeoutSeconds <= 0 {
 		return gate.Config{}, &gate.ConfigError{Option: "max_timeout", Err: errors.New("must be at least 1s")}

@@ -75,6 +75,10 @@ type Config struct {
 	// Pass makes one payment buy access for a while (docs/gate.md#access-passes).
 	// Default: none.
 	Pass PassConfig `json:"pass,omitempty"`
+	// Paths is how the route treats a path an upstream could read as another
+	// (docs/gate.md#ambiguous-paths): PathsStrict answers it 400 ambiguous_path before any
+	// payment or pass is looked at, PathsLenient lets it through. Default: strict.
+	Paths string `json:"paths,omitempty"`
 	// VerifyTimeout bounds a /verify call. Default DefaultVerifyTimeout.
 	VerifyTimeout time.Duration `json:"verifyTimeout,omitempty"`
 	// SettleTimeout bounds a /settle call. Settlement is not cancelled when the client goes
@@ -249,11 +253,13 @@ type routeConfig struct {
 	// serviceName and tags describe the route in every v2 resource (Config.Discovery).
 	serviceName string
 	tags        []string
+	// lenientPaths is Config.Paths == PathsLenient.
+	lenientPaths bool
 }
 
 // ConfigError is a Config that Validate refuses. Option is the name of the offending
 // setting as a configuration file spells it (price, pay_to, network, asset, asset_name,
-// decimals, max_timeout, guardian, retry_max, retry_grace), so an adapter can point at
+// decimals, max_timeout, guardian, retry_max, retry_grace, paths), so an adapter can point at
 // the line that sets it (docs/caddy.md).
 type ConfigError struct {
 	Option string
@@ -352,6 +358,13 @@ func checkConfig(cfg Config, reg *x402.Registry) (*routeConfig, error) {
 	}
 	if err := cfg.Pass.validate(); err != nil {
 		return nil, err
+	}
+	switch cfg.Paths {
+	case "", PathsStrict:
+	case PathsLenient:
+		route.lenientPaths = true
+	default:
+		return nil, configErr("paths", "%q is not %s or %s", cfg.Paths, PathsStrict, PathsLenient)
 	}
 	return route, nil
 }

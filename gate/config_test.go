@@ -35,6 +35,8 @@ func TestConfigValidate(t *testing.T) {
 		{"a pay_to failing its EIP-55 checksum", func(c *Config) { c.PayTo = "0x209693bc6afc0C5328bA36FaF03C514EF312287C" }, "pay_to"},
 		{"the zero address", func(c *Config) { c.PayTo = "0x0000000000000000000000000000000000000000" }, "pay_to"},
 		{"an asset failing its EIP-55 checksum", func(c *Config) { c.Asset.Address = "0x036cbD53842c5426634e7929541eC2318f3dCF7e" }, "asset"},
+		{"paths lenient", func(c *Config) { c.Paths = PathsLenient }, ""},
+		{"paths neither strict nor lenient", func(c *Config) { c.Paths = "loose" }, "paths"},
 		{"decimals over 36", func(c *Config) {
 			c.Asset = AssetConfig{Address: "0x1111111111111111111111111111111111111111", Name: "T", Version: "1", Decimals: 37}
 		}, "decimals"},

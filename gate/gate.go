@@ -251,12 +251,17 @@ func (g *Gate) CheckSupported(ctx context.Context) error {
 	return nil
 }
 
-// Handle runs the gate for one request (docs/gate.md#results({xPayment?, ctx})): no payment
-// header gives payment-required; a malformed one gives error 400; a payment that does
-// not match the route or that the facilitator refuses gives rejected; an unreachable
-// facilitator gives error 502; otherwise the payment is settled before the upstream runs
-// (docs/gate.md#settle-before-proxy). Handle never panics.
+// Handle runs the gate for one request (docs/gate.md#results({xPayment?, ctx})): a resource
+// URL whose path an upstream could read as another gives error 400 ambiguous_path
+// (docs/gate.md#ambiguous-paths); no payment header gives payment-required; a malformed
+// one gives error 400; a payment that does not match the route or that the facilitator
+// refuses gives rejected; an unreachable facilitator gives error 502; otherwise the
+// payment is settled before the upstream runs (docs/gate.md#settle-before-proxy). Handle
+// never panics.
 func (g *Gate) Handle(ctx context.Context, in Input) *Result {
+	if res := g.refuseAmbiguousPath(in.Resource, ""); res != nil {
+		return res
+	}
 	req, err := g.Requirements(ctx, in)
 	if err != nil {
 		g.log.Error("x402 route misconfigured", zap.Error(err))

@@ -122,6 +122,10 @@ func TestPassLetsInAndRefuses(t *testing.T) {
 	srvRotated := serve(t, env.gate(t, env.passConfig(testPassKeyNew, testPassKey), Options{Now: clk.now}), up)
 	// Retired: only the new key.
 	srvRetired := serve(t, env.gate(t, env.passConfig(testPassKeyNew), Options{Now: clk.now}), up)
+	// Lenient: a dot-dot path reaches the scope check instead of the ambiguous-path refusal.
+	lenient := env.passConfig(testPassKey)
+	lenient.Paths = PathsLenient
+	srvLenient := serve(t, env.gate(t, lenient, Options{Now: clk.now}), up)
 
 	before := env.ledger(t, env.payer.Address)
 	token, _ := env.payForPass(t, srvA.URL+"/premium/a.html", host)
@@ -153,7 +157,7 @@ func TestPassLetsInAndRefuses(t *testing.T) {
 		{"a pass signed with a key kept after rotation lets in", srvRotated.URL + "/premium/e.html", host, http.Header{HeaderPass: {token}}, 0, ""},
 		{"a pass for another site is refused", srvA.URL + "/premium/b.html", "other.example", http.Header{HeaderPass: {token}}, 0, PassOtherSite},
 		{"a pass for another scope is refused", srvA.URL + "/free/b.html", host, http.Header{HeaderPass: {token}}, 0, PassOtherScope},
-		{"a dot-dot path out of the scope is refused", srvA.URL + "/premium/../secret.html", host, http.Header{HeaderPass: {token}}, 0, PassOtherScope},
+		{"a dot-dot path out of the scope is refused with paths lenient", srvLenient.URL + "/premium/../secret.html", host, http.Header{HeaderPass: {token}}, 0, PassOtherScope},
 		{"a tampered pass is refused", srvA.URL + "/premium/b.html", host, http.Header{HeaderPass: {tampered}}, 0, PassInvalid},
 		{"a pass with a forged signature is refused", srvA.URL + "/premium/b.html", host, http.Header{HeaderPass: {forgedMAC}}, 0, PassInvalid},
 		{"something that is not a pass is refused", srvA.URL + "/premium/b.html", host, http.Header{"Cookie": {CookiePass + "=hello"}}, 0, PassInvalid},

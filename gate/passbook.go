@@ -26,9 +26,11 @@ type PassBook interface {
 // errPassBook is wrapped by pass book failures.
 var errPassBook = errors.New("pass book unavailable")
 
-// passBookKey names the pass of payer for scope on host.
-func passBookKey(host, scope, payer string) string {
-	sum := sha256.Sum256([]byte(strings.ToLower(host) + "\n" + scope + "\n" + strings.ToLower(payer)))
+// passBookKey names the pass of payer for scope on host, issued by a route whose first
+// pass key had the id keyID: a route finds only the passes issued under one of its own
+// keys (docs/gate.md#sign-in-with-x), as it honours only the pass tokens they signed.
+func passBookKey(keyID, host, scope, payer string) string {
+	sum := sha256.Sum256([]byte(keyID + "\n" + strings.ToLower(host) + "\n" + scope + "\n" + strings.ToLower(payer)))
 	return "pass:" + hex.EncodeToString(sum[:])
 }
 

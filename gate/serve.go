@@ -44,8 +44,10 @@ func FromContext(ctx context.Context) (*Paid, bool) {
 }
 
 // Serve runs the gate for r and, on settled, next (docs/gate.md#settle-before-proxy): any other
-// result is written to w and next is not called. The settle response header is set before
-// next runs, and the request's context carries Paid. Serve watches next: a status >= 500,
+// result is written to w and next is not called. An ambiguous path (of in.Resource or of
+// r.URL) is refused first, before any pass or payment is looked at
+// (docs/gate.md#ambiguous-paths). The settle response header is set before next runs, and
+// the request's context carries Paid. Serve watches next: a status >= 500,
 // an error that Options.ErrorStatus maps to >= 500, or a panic counts as an upstream
 // failure and earns the payment its retry credits, granted before the failed answer is
 // passed on, with the retry token in its X-PAYMENT-RETRY header (see ReportUpstream; a
@@ -57,6 +59,13 @@ func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, in Input, next Next
 	}
 	if in.Resource == "" {
 		in.Resource = DefaultResource(r)
+	}
+	if res := g.refuseAmbiguousPath(in.Resource, r.URL.Path); res != nil {
+		if g.onResult != nil {
+			g.onResult(res)
+		}
+		res.Write(w, r)
+		return nil
 	}
 	if res := g.cachedChallenge(r, in); res != nil {
 		if g.onResult != nil {

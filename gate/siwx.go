@@ -24,8 +24,8 @@ import (
 // "sign-in-with-x" extension (a challenge bound to this origin), the client signs the
 // EIP-4361 message it describes with its wallet (EIP-191) and sends it back in the
 // SIGN-IN-WITH-X header, and the gate lets the signer in while a pass it paid for covers
-// the request. That needs memory: the pass book records, per host, scope and payer, until
-// when a pass runs, and which challenge nonces were used. It lives in the retry store's
+// the request. That needs memory: the pass book records, per issuing key, host, scope and
+// payer, until when a pass runs, and which challenge nonces were used. It lives in the retry store's
 // backend (memory, or Redis for a fleet).
 
 // HeaderSignInWithX carries a sign-in-with-x proof: base64 of its JSON payload.
@@ -345,12 +345,7 @@ func (g *Gate) admitSIWX(ctx context.Context, in Input, h http.Header) (*Pass, P
 	if refused != "" {
 		return nil, refused
 	}
-	scopes := g.passScopes(s.path)
-	keys := make([]string, len(scopes))
-	for i, sc := range scopes {
-		keys[i] = passBookKey(s.host, sc, addr.Hex())
-	}
-	exp, err := g.passes.PassExpiry(ctx, keys)
+	exp, err := g.passes.PassExpiry(ctx, g.passBookKeys(s, addr.Hex()))
 	if err != nil {
 		g.log.Error("x402 pass book unavailable", zap.Error(err))
 		return nil, PassStoreUnavailable
@@ -368,6 +363,20 @@ func (g *Gate) admitSIWX(ctx context.Context, in Input, h http.Header) (*Pass, P
 	}
 	scope := g.pass.scopeOf(s.path)
 	return &Pass{Via: PassViaSIWX, Payer: addr.Hex(), Network: p.ChainID, Scope: scope, Expires: exp}, ""
+}
+
+// passBookKeys are the pass book entries that may hold payer's pass for a request on s:
+// one per scope that could cover it and per key of this route, the retired ones included
+// while the route keeps them to verify.
+func (g *Gate) passBookKeys(s site, payer string) []string {
+	scopes := g.passScopes(s.path)
+	keys := make([]string, 0, len(scopes)*len(g.pass.keys))
+	for _, k := range g.pass.keys {
+		for _, sc := range scopes {
+			keys = append(keys, passBookKey(k.id, s.host, sc, payer))
+		}
+	}
+	return keys
 }
 
 // passScopes are the scopes a pass covering the clean path p may have been bought for:
@@ -390,11 +399,12 @@ func (g *Gate) passScopes(p string) []string {
 	return out
 }
 
-// recordPass writes an issued pass into the pass book, so its payer can sign in.
+// recordPass writes an issued pass into the pass book under the id of the key that signed
+// it, so its payer can sign in on a route that holds that key.
 func (g *Gate) recordPass(ctx context.Context, host string, p *Pass) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportTimeout)
 	defer cancel()
-	if err := g.passes.RecordPass(ctx, passBookKey(host, p.Scope, p.Payer), p.Expires); err != nil {
+	if err := g.passes.RecordPass(ctx, passBookKey(g.pass.keys[0].id, host, p.Scope, p.Payer), p.Expires); err != nil {
 		g.log.Error("x402 pass not recorded for sign-in-with-x", zap.String("payer", p.Payer), zap.Error(err))
 	}
 }

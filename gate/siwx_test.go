@@ -220,3 +220,77 @@ func flipCase(a string) string {
 	}
 	return a
 }
+
+// TestSignInWithXBoundToIssuingKey: two routes of one site share one pass book, as every
+// route of a Caddy server shares its facilitator's store. A wallet pays the cheap route,
+// whose pass covers "/", then signs in on a dearer route that has its own pass_key and
+// the request's directory as its scope (so it looks up "/" too): it is refused with
+// siwx_no_pass and the ordinary 402, as its pass token is refused with pass_key_retired.
+// The same proof lets it in on the route that issued the pass, and on a route that keeps
+// the issuing key after a rotation. In memory and on Redis.
+func TestSignInWithXBoundToIssuingKey(t *testing.T) {
+	env := newTestEnv(t)
+	redisStore, err := redisretry.Open(t.Context(), testenv.StartRedis(t), "")
+	if err != nil {
+		t.Fatalf("redisretry.Open: %v", err)
+	}
+	t.Cleanup(func() { _ = redisStore.Close() })
+	const host = "shop.example"
+	const thirdKey = "test-pass-key-third-route-00112233445566778899"
+	for _, book := range []struct {
+		name  string
+		store RetryStore
+	}{{"memory", NewMemoryRetryStore(0)}, {"redis", redisStore}} {
+		t.Run(book.name, func(t *testing.T) {
+			up := &upstream{}
+			route := func(price string, scope string, keys ...string) string {
+				cfg := env.config()
+				cfg.Price = price
+				cfg.Pass = PassConfig{Duration: time.Hour, Scope: scope, Keys: keys}
+				return serve(t, env.gate(t, cfg, Options{RetryStore: book.store}), up).URL
+			}
+			cheap := route(testPrice, "/", testPassKey)
+			dear := route("0.05 USDC", "", testPassKeyNew)
+			rotated := route(testPrice, "/", thirdKey, testPassKey)
+
+			before := env.ledger(t, env.payer.Address)
+			token, _ := env.payForPass(t, cheap+"/cheap/a.html", host)
+			for _, tc := range []struct {
+				name string
+				url  string
+				pass bool        // present the pass token instead of a proof
+				want PassRefusal // "" lets in
+			}{
+				{"the cheap route's pass token is refused on the dear route", dear + "/dear/x.html", true, PassKeyRetired},
+				{"signing in on the dear route with the cheap route's pass is refused", dear + "/dear/x.html", false, SIWXNoPass},
+				{"signing in at the dear route's root is refused too", dear + "/x.html", false, SIWXNoPass},
+				{"signing in on the route that issued the pass lets in", cheap + "/cheap/b.html", false, ""},
+				{"signing in on a route that keeps the issuing key after rotation lets in", rotated + "/cheap/c.html", false, ""},
+			} {
+				t.Run(tc.name, func(t *testing.T) {
+					h := http.Header{HeaderPass: {token}}
+					if !tc.pass {
+						info, _ := siwxChallengeOf(t, getWith(t, tc.url, host, nil))
+						h = http.Header{HeaderSignInWithX: {siwxProof(t, info, "eip155:84532", env.payer.Key, nil)}}
+					}
+					calls := up.calls.Load()
+					res := getWith(t, tc.url, host, h)
+					body := readBody(t, res)
+					if tc.want == "" {
+						if p := up.lastPaid(); res.StatusCode != 200 || up.calls.Load() != calls+1 || p == nil || p.Pass == nil {
+							t.Fatalf("status %d (refused %q), Paid %+v; want 200 through sign-in-with-x", res.StatusCode, res.Header.Get(HeaderPassRefused), p)
+						}
+						return
+					}
+					if res.StatusCode != http.StatusPaymentRequired || errorOf(t, body) != "X-PAYMENT header is required" || up.calls.Load() != calls {
+						t.Fatalf("status %d %s, upstream calls %d; want the ordinary 402", res.StatusCode, body, up.calls.Load()-calls)
+					}
+					if got := res.Header.Get(HeaderPassRefused); got != string(tc.want) {
+						t.Errorf("%s = %q, want %q", HeaderPassRefused, got, tc.want)
+					}
+				})
+			}
+			env.expectMoved(t, env.payer.Address, before, 1)
+		})
+	}
+}

@@ -448,8 +448,9 @@ func testNeverReachedUnpaid(t *testing.T, e *gateEnv) {
 			"Origin": "http://evil.example", "Access-Control-Request-Method": "GET"}, []int{402}},
 		{"upper-case path", http.MethodGet, "/API/secret", nil, []int{402}},
 		{"double slash", http.MethodGet, "//api/secret", nil, []int{402}},
-		{"dot segments", http.MethodGet, "/x/../api/secret", nil, []int{402}},
-		{"dot slash", http.MethodGet, "/./api/secret", nil, []int{402}},
+		// docs/gate.md#ambiguous-paths: a dot segment is refused before the payment.
+		{"dot segments", http.MethodGet, "/x/../api/secret", nil, []int{400}},
+		{"dot slash", http.MethodGet, "/./api/secret", nil, []int{400}},
 		{"encoded slash", http.MethodGet, "/api%2Fsecret", nil, []int{402}},
 		{"encoded prefix", http.MethodGet, "/%61pi/secret", nil, []int{402}},
 		{"query and fragment", http.MethodGet, "/api/secret?x402=paid", nil, []int{402}},

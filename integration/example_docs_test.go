@@ -422,7 +422,7 @@ func TestDocumentedVerdictCommandsRun(t *testing.T) {
 // TestCaddyfileExampleLeavesFaviconFree asks Caddyfile.example's static paywall, unpaid, for
 // what a browser fetches on its own: /favicon.ico and /robots.txt are not paid for (the demo
 // site has neither, so file_server answers 404), while every other path still answers 402,
-// including ones that only look like the free paths.
+// including ones that only look like the free paths, or 400 when it is ambiguous.
 func TestCaddyfileExampleLeavesFaviconFree(t *testing.T) {
 	ex := startExample(t)
 	base := "http://127.0.0.1:" + strconv.Itoa(ex.site)
@@ -436,7 +436,7 @@ func TestCaddyfileExampleLeavesFaviconFree(t *testing.T) {
 		{"the favicon is free", "/favicon.ico", http.StatusNotFound},
 		{"robots.txt is free", "/robots.txt", http.StatusNotFound},
 		{"a path below the favicon costs", "/favicon.ico/index.html", http.StatusPaymentRequired},
-		{"a path that climbs out of the favicon costs", "/favicon.ico/../data.json", http.StatusPaymentRequired},
+		{"a path that climbs out of the favicon is refused (docs/gate.md#ambiguous-paths)", "/favicon.ico/../data.json", http.StatusBadRequest},
 		{"an escaped path to the page costs", "/%69ndex.html", http.StatusPaymentRequired},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

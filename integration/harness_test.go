@@ -121,7 +121,8 @@ type httpResult struct {
 }
 
 // do sends one request to Caddy. rawPath, when not empty, is sent as the request target
-// verbatim (no client-side cleaning), to probe path tricks.
+// verbatim (no client-side cleaning), to probe path tricks. A "Host" entry of header is the
+// request's Host.
 func do(t testing.TB, method, url, rawPath string, header map[string]string) (httpResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), requestBound)
 	defer cancel()
@@ -134,6 +135,9 @@ func do(t testing.TB, method, url, rawPath string, header map[string]string) (ht
 	}
 	for k, v := range header {
 		req.Header.Set(k, v)
+	}
+	if h := header["Host"]; h != "" {
+		req.Host = h
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
