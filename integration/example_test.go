@@ -43,6 +43,7 @@ func TestCaddyfileExampleServesTheDemo(t *testing.T) {
 		"X402_TOKEN=" + tok.Address.Hex(), "X402_PAY_TO=" + payTo.Hex(),
 	}}
 	f.env = append(f.env, "X402_VERDICT_DB="+filepath.Join(f.dir, "verdict.db"))
+	initVerdictStore(t, filepath.Join(f.dir, "verdict.db"))
 	verdictKeyFile := f.demoAgent(t, tok.Address, payTo, chain.Accounts[1].Address, chain.Accounts[2].Address, chain.Accounts[3].Address)
 	caddy := testenv.StartCaddy(t, string(example), testenv.CaddyOptions{
 		Env: []string{
