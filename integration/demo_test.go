@@ -273,6 +273,12 @@ func TestScriptsRunKeepsTheDevelopmentKeysOutOfItsLog(t *testing.T) {
 			t.Errorf("anvil.log holds the private key of development account %d", i)
 		}
 	}
+	// The demo's state is the chain's: the journal and autosave.json live under DEVCHAIN_DIR.
+	for _, f := range []string{"caddy/data/caddy/x402/journal.db", "caddy/config/caddy/autosave.json"} {
+		if _, err := os.Stat(filepath.Join(devchain, f)); err != nil {
+			t.Errorf("the demo's %s is not under DEVCHAIN_DIR: %v", f, err)
+		}
+	}
 
 	d.interrupt()
 	select {
