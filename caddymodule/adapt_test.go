@@ -168,6 +168,7 @@ func TestAdaptErrors(t *testing.T) {
 		{"a pass duration that is not one", route("network base-sepolia", "network base-sepolia\n\t\tpass forever # <-\n\t\tpass_key {env.K}"), `pass "forever" is not a positive duration`},
 		{"a pass scope that is not a directory", route("network base-sepolia", "network base-sepolia\n\t\tpass 1h /premium # <-\n\t\tpass_key {env.K}"), `pass: scope "/premium" must be a clean directory path that starts and ends with /`},
 		{"a pass with too many arguments", route("network base-sepolia", "network base-sepolia\n\t\tpass 1h /a/ /b/ # <-\n\t\tpass_key {env.K}"), "wrong number of values for pass"},
+		{"a pass whose duration is two words", route("network base-sepolia", "network base-sepolia\n\t\tpass 1 hour / # <-\n\t\tpass_key {env.K}"), "wrong number of values for pass; syntax: pass <duration> [<path scope>], e.g. pass 1h /"},
 
 		{"an unknown guardian_mode", facilitator(net + "\t\t\tsigner_key {env.K}\n\t\t\tguardian_mode sometimes # <-\n"), `guardian_mode: "sometimes" is not off, optional or required`},
 		{"an rpc url with its key in the clear", facilitator("\t\t\tnetwork base-sepolia {\n\t\t\t\trpc https://base-sepolia.g.alchemy.com/v2/a1B2c3D4e5F6g7H8i9J0 # <-\n\t\t\t}\n\t\t\tsigner_key {env.K}\n"), "rpc: carries a key-looking path segment; give the secret as an {env.*} or {file.*} placeholder"},

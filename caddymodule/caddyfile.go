@@ -362,7 +362,28 @@ func argErr(d *caddyfile.Dispenser) error {
 	if opt == "{" || opt == "}" {
 		return d.Errf("wrong number of values around %q", opt)
 	}
+	if u, ok := optionSyntax[opt]; ok {
+		return d.Errf("wrong number of values for %s; syntax: %s", opt, u)
+	}
 	return d.Errf("wrong number of values for %s", opt)
+}
+
+// optionSyntax is the syntax of the x402 directive's options whose values are easy to
+// miscount, quoted by a wrong-number-of-values error (docs/caddy.md#errors).
+var optionSyntax = map[string]string{
+	"price":       "price <amount> [<unit>], e.g. price 0.01 USDC",
+	"pay_to":      "pay_to <address>",
+	"network":     "network <name>, e.g. network base-sepolia",
+	"pass":        "pass <duration> [<path scope>], e.g. pass 1h / (a duration is one word: 1h, 30m, 24h)",
+	"pass_key":    "pass_key <key> [<older key>…], e.g. pass_key {env.X402_PASS_KEY}",
+	"retry_max":   "retry_max <count>",
+	"retry_grace": "retry_grace <duration>, e.g. retry_grace 10m",
+	"max_timeout": "max_timeout <duration>, e.g. max_timeout 60s",
+	"facilitator": "facilitator bundled [<name>] | facilitator <http(s) url>",
+	"payment_id":  "payment_id optional|required",
+	"paths":       "paths strict|lenient",
+	"description": `description "<text>"`,
+	"mime_type":   "mime_type <type>, e.g. mime_type application/json",
 }
 
 // oneArg reads the single argument of the current option into dst.
