@@ -154,8 +154,11 @@ func TestParseNamesTheFieldAtFault(t *testing.T) {
 	}
 }
 
-func TestParseReportsEveryProblemAtOnce(t *testing.T) {
-	_, err := Parse([]byte(`{"limits": {"perTxUsd": -1}, "chains": {"allowed": [0]}, "sinks": {"extra": ["0x1"]}}`))
+// wantProblemFields parses doc, which must be refused, and checks the fields its problems
+// name, in order; it returns the error.
+func wantProblemFields(t *testing.T, doc, want string) error {
+	t.Helper()
+	_, err := Parse([]byte(doc))
 	var pe *Errors
 	if !errors.As(err, &pe) {
 		t.Fatalf("error %v", err)
@@ -164,9 +167,15 @@ func TestParseReportsEveryProblemAtOnce(t *testing.T) {
 	for _, p := range pe.Problems {
 		fields = append(fields, p.Field)
 	}
-	if got, want := strings.Join(fields, " "), "chains.allowed.0 limits.perTxUsd sinks.extra.0"; got != want {
+	if got := strings.Join(fields, " "); got != want {
 		t.Errorf("fields %q, want %q (%v)", got, want, err)
 	}
+	return err
+}
+
+func TestParseReportsEveryProblemAtOnce(t *testing.T) {
+	err := wantProblemFields(t, `{"limits": {"perTxUsd": -1}, "chains": {"allowed": [0]}, "sinks": {"extra": ["0x1"]}}`,
+		"chains.allowed.0 limits.perTxUsd sinks.extra.0")
 	if !strings.Contains(err.Error(), "limits.perTxUsd: ") {
 		t.Errorf("Error() does not name the field: %v", err)
 	}
@@ -175,18 +184,7 @@ func TestParseReportsEveryProblemAtOnce(t *testing.T) {
 // TestParseReportsSchemaAndChecksumProblemsTogether: a checksum the schema cannot judge is
 // reported with the schema's own problems, not only once they are fixed.
 func TestParseReportsSchemaAndChecksumProblemsTogether(t *testing.T) {
-	_, err := Parse([]byte(`{"limits": {"perTxUsd": -1}, "recipients": {"allowed": ["` + badSum + `"]}}`))
-	var pe *Errors
-	if !errors.As(err, &pe) {
-		t.Fatalf("error %v", err)
-	}
-	var fields []string
-	for _, p := range pe.Problems {
-		fields = append(fields, p.Field)
-	}
-	if got, want := strings.Join(fields, " "), "limits.perTxUsd recipients.allowed.0"; got != want {
-		t.Errorf("fields %q, want %q (%v)", got, want, err)
-	}
+	wantProblemFields(t, `{"limits": {"perTxUsd": -1}, "recipients": {"allowed": ["`+badSum+`"]}}`, "limits.perTxUsd recipients.allowed.0")
 }
 
 func TestParseRefusesOversizedDocuments(t *testing.T) {
