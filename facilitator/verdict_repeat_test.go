@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/x402gate/x402gate/facilitator/approval"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/verdict"
 	"github.com/x402gate/x402gate/verdictclient"
@@ -119,14 +120,33 @@ func TestPolicyChangeBetweenVerifiesIsSeen(t *testing.T) {
 
 // TestConsumedApprovalIsNotRecreated: issue 20 "Why" 4. A settle that consumed the
 // approval and then failed (the payer's funds fell short) leaves nothing to re-create it
-// from: the next /verify of the same payment asks the verdict service again.
+// from: the next /verify of the same payment asks the verdict service again, on the
+// memory store and on Redis.
 func TestConsumedApprovalIsNotRecreated(t *testing.T) {
 	env := newTestEnv(t)
+	redisURL := testenv.StartRedis(t)
+	for _, store := range []string{"memory", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			cfg := env.config(t)
+			if store == "redis" {
+				rs, err := approval.NewRedisStore(context.Background(), redisURL, approval.WithKeyPrefix(t.Name()+":"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = rs.Close() })
+				cfg.Store = rs
+			}
+			verifySettleFailVerify(t, env, cfg)
+		})
+	}
+}
+
+// verifySettleFailVerify runs TestConsumedApprovalIsNotRecreated on cfg's store.
+func verifySettleFailVerify(t *testing.T, env *testEnv, cfg Config) {
 	payer, payee, other := testenv.NewAccount(t), env.chain.Accounts[2], env.chain.Accounts[3]
 	env.token.Mint(t, payer.Address, testAmount)
 	svc, current, vc := policyService(t, env)
 	current.Store(policyVerdict("approved", "allowed", 1))
-	cfg := env.config(t)
 	cfg.GuardianMode, cfg.Verdicts = GuardianRequired, vc
 	e := env.engine(t, cfg)
 	p, r := env.pay(t, x402.Version2, payer, payee.Address)
