@@ -199,7 +199,7 @@ func (e *Engine) verdictCheck(ctx context.Context, c *checked, in x402.VerifyInp
 // expires (docs/facilitator.md#fresh-verdicts): a later /verify of the payment asks again
 // without another fee or marker. A failure only means such a /verify is treated as a first.
 func (e *Engine) remember(ctx context.Context, c *checked, res verdict.GuardianResult) {
-	v := approval.Verdict{Status: string(res.Status), Reason: res.Reason, RequestHash: res.RequestHash}
+	v := approval.Verdict{Status: string(res.Status), RequestHash: res.RequestHash}
 	if res.Verdict != nil {
 		v.ReasonCode, v.PolicyVersion = string(res.Verdict.ReasonCode), res.Verdict.PolicyVersion
 	}
@@ -236,7 +236,8 @@ func (e *Engine) logVerdict(c *checked, res verdict.GuardianResult, before appro
 		fields = append(fields, zap.Int64("policyVersion", *res.Verdict.PolicyVersion))
 	}
 	if askedBefore {
-		fields = append(fields, zap.String("firstStatus", before.Status), zap.String("firstRequestHash", before.RequestHash))
+		fields = append(fields, zap.String("firstStatus", before.Status), zap.String("firstReasonCode", before.ReasonCode),
+			zap.String("firstRequestHash", before.RequestHash))
 		if before.PolicyVersion != nil {
 			fields = append(fields, zap.Int64("firstPolicyVersion", *before.PolicyVersion))
 		}

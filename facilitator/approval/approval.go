@@ -24,7 +24,6 @@ type Approval struct {
 // never approves anything by itself (docs/facilitator.md#fresh-verdicts).
 type Verdict struct {
 	Status      string `json:"status"`
-	Reason      string `json:"reason,omitempty"`
 	ReasonCode  string `json:"reasonCode,omitempty"`
 	RequestHash string `json:"requestHash,omitempty"`
 	// PolicyVersion is the agent's policy version the verdict was judged under, when the
