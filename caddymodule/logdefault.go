@@ -11,13 +11,17 @@ import (
 // hook that sets the default encoder of a site's access log (a log block without format
 // gets zap's plain encoder, which writes every request header but Cookie and
 // Authorization), and its table refuses a second registration of "log". The linkname
-// fails the build, never silently, if Caddy renames the table.
+// fails the build, and init panics at start-up, never silently, if Caddy renames the table
+// or the directive.
 //
 //go:linkname registeredDirectives github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile.registeredDirectives
 var registeredDirectives map[string]httpcaddyfile.UnmarshalFunc
 
 func init() {
 	parse := registeredDirectives["log"]
+	if parse == nil {
+		panic("caddymodule: Caddy's Caddyfile has no log directive to redact")
+	}
 	registeredDirectives["log"] = func(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 		h.Next()
 		seg := h.NextSegment()
