@@ -255,3 +255,46 @@ func TestATypelessDSNIsNotEchoed(t *testing.T) {
 		}
 	}
 }
+
+// FuzzLogDirective adapts a site whose log block is the input: whatever Caddy accepts,
+// no access log is left without an encoder, so none falls back to Caddy's plain one
+// (docs/caddy.md#secrets).
+func FuzzLogDirective(f *testing.F) {
+	for _, seed := range []string{"log", "log named", "log {\n\toutput stderr\n}", "log {\n\tformat json\n}",
+		"log {\n\tformat console\n\tlevel INFO\n}", "log {\n\tformat filter {\n\t\trequest>uri delete\n\t}\n}",
+		"log {\n\toutput file /tmp/x {\n\t\troll_keep 3\n\t}\n}", "log {\n\tformat x402_redact json\n}"} {
+		f.Add(seed)
+	}
+	adapter := caddyfile.Adapter{ServerType: httpcaddyfile.ServerType{}}
+	f.Fuzz(func(t *testing.T, input string) {
+		toks, ok := fuzzTokens(input)
+		if !ok || len(toks) == 0 || toks[0].Text != "log" {
+			return
+		}
+		for _, tok := range toks {
+			if tok.Text == "import" {
+				return
+			}
+		}
+		out, _, err := adapter.Adapt([]byte(":8080 {\n"+input+"\nrespond ok\n}\n"), map[string]any{"filename": fuzzFile})
+		if err != nil {
+			return
+		}
+		var cfg struct {
+			Logging struct {
+				Logs map[string]struct {
+					Encoder map[string]any `json:"encoder"`
+					Include []string       `json:"include"`
+				} `json:"logs"`
+			} `json:"logging"`
+		}
+		if err := json.Unmarshal(out, &cfg); err != nil {
+			t.Fatalf("adapted config is not JSON: %v", err)
+		}
+		for name, l := range cfg.Logging.Logs {
+			if len(l.Include) > 0 && l.Encoder == nil {
+				t.Fatalf("access log %s has Caddy's default encoder:\n%s", name, out)
+			}
+		}
+	})
+}

@@ -39,20 +39,27 @@ func (RedactEncoder) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
+// RedactedFields are the access log fields the x402_redact encoder deletes: the request
+// headers of RedactedHeaders, and the response headers that carry a secret. The retry
+// token is issued on a failed answer and an access pass on the paid one (Caddy redacts
+// the pass cookie's Set-Cookie itself, unless log_credentials is on).
+func RedactedFields() []string {
+	fields := make([]string, 0, len(RedactedHeaders)+2)
+	for _, h := range RedactedHeaders {
+		fields = append(fields, "request>headers>"+h)
+	}
+	return append(fields, "resp_headers>X-Payment-Retry", "resp_headers>X-402-Pass")
+}
+
 // Provision adds the delete filters to any configured ones and provisions the filter
 // encoder.
 func (e *RedactEncoder) Provision(ctx caddy.Context) error {
 	if e.FieldsRaw == nil {
 		e.FieldsRaw = map[string]json.RawMessage{}
 	}
-	for _, h := range RedactedHeaders {
-		e.FieldsRaw["request>headers>"+h] = json.RawMessage(`{"filter":"delete"}`)
+	for _, f := range RedactedFields() {
+		e.FieldsRaw[f] = json.RawMessage(`{"filter":"delete"}`)
 	}
-	// The retry token is issued on a failed answer: the access log records it among the
-	// response headers.
-	e.FieldsRaw["resp_headers>X-Payment-Retry"] = json.RawMessage(`{"filter":"delete"}`)
-	// So is an access pass, on the paid answer (Caddy redacts its Set-Cookie itself).
-	e.FieldsRaw["resp_headers>X-402-Pass"] = json.RawMessage(`{"filter":"delete"}`)
 	return e.FilterEncoder.Provision(ctx)
 }
 

@@ -111,8 +111,8 @@ type Config struct {
 	MaxMarkersPerPayer int
 	// VerdictRate and VerdictBurst rate-limit the verdict requests of one payer (per
 	// second, and at once). Default DefaultVerdictRate (1/s) and DefaultVerdictBurst (10).
-	// A repeated /verify of a payment with a terminal verdict is answered from memory and
-	// counts nothing.
+	// A repeated /verify of a payment asks again and counts like a first
+	// (docs/facilitator.md#fresh-verdicts).
 	VerdictRate  float64
 	VerdictBurst int
 	// SubmitLimiter applies VerdictRate and VerdictBurst per payer. Default: an in-process

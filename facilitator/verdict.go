@@ -95,12 +95,12 @@ func (e *Engine) verdictCheck(ctx context.Context, c *checked, in x402.VerifyInp
 		resp.GuardianStatus, resp.GuardianReason = string(verdict.GuardianError), "verdict service is not configured"
 		return deny(x402.ReasonVerdictNotApproved, "verdict required but no verdict service is configured")
 	}
-	// A payment whose verdict is terminal already is answered from memory: repeating its
-	// /verify never submits again, nor pays another fee.
-	switch remembered, err := e.cfg.Store.RecallVerdict(ctx, c.key); {
-	case err == nil:
-		return e.rememberedVerdict(ctx, c, remembered, resp, deny)
-	case !errors.Is(err, approval.ErrNotFound):
+	// A payment asked about before is asked again (docs/facilitator.md#fresh-verdicts): only
+	// the service knows the agent's current policy and key. What is remembered spares the
+	// payer a second fee, and in optional mode stands for the marker its first ask claimed.
+	before, err := e.cfg.Store.RecallVerdict(ctx, c.key)
+	askedBefore := err == nil
+	if err != nil && !errors.Is(err, approval.ErrNotFound) {
 		e.log.Error("recall verdict", zap.String("payer", c.auth.From.Hex()), zap.Error(err))
 		return deny(x402.ReasonApprovalStoreDown, "approval store unavailable")
 	}
@@ -112,14 +112,14 @@ func (e *Engine) verdictCheck(ctx context.Context, c *checked, in x402.VerifyInp
 		resp.GuardianStatus, resp.GuardianReason = string(verdict.GuardianError), "too many verdict requests from this payer; slow down"
 		return deny(x402.ReasonVerdictNotApproved, "verdict requests of this payer are rate-limited")
 	}
-	feeOwed := in.VerificationRequirements != nil
+	feeOwed := in.VerificationRequirements != nil && !askedBefore
 	if feeOwed {
 		if feeErr, f := e.feeCheck(ctx, c, in); f != nil {
 			resp.FeeError = feeErr
 			return deny(f.reason, f.msg)
 		}
 	}
-	if e.cfg.GuardianMode == GuardianOptional {
+	if e.cfg.GuardianMode == GuardianOptional && !askedBefore {
 		// The marker makes Settle demand an approval for this payment from now on, even
 		// if the verdict is never recorded (see claimVerdictMarker). Whoever claims it
 		// first wins: a marker already claimed means the payment was sent for a verdict
@@ -159,8 +159,7 @@ func (e *Engine) verdictCheck(ctx context.Context, c *checked, in x402.VerifyInp
 	if res.Verdict != nil && res.Status != verdict.GuardianError {
 		resp.GuardianReasonCode = string(res.Verdict.ReasonCode)
 	}
-	e.log.Info("verdict", zap.String("payer", c.auth.From.Hex()), zap.String("requestHash", res.RequestHash),
-		zap.String("status", string(res.Status)))
+	e.logVerdict(c, res, before, askedBefore)
 
 	feeOK := !feeOwed
 	if feeOwed && (res.Status == verdict.GuardianApproved || res.Status == verdict.GuardianRejected) {
@@ -172,6 +171,9 @@ func (e *Engine) verdictCheck(ctx context.Context, c *checked, in x402.VerifyInp
 	if !approved {
 		if res.Status == verdict.GuardianRejected {
 			e.remember(ctx, c, res)
+		}
+		if !e.withdrawApproval(ctx, c) {
+			return deny(x402.ReasonApprovalStoreDown, "approval store unavailable")
 		}
 		return deny(x402.ReasonVerdictNotApproved, "verdict is "+string(res.Status))
 	}
@@ -193,12 +195,13 @@ func (e *Engine) verdictCheck(ctx context.Context, c *checked, in x402.VerifyInp
 	return resp
 }
 
-// remember keeps the terminal verdict res of c's payment until its authorization expires
-// (docs/facilitator.md#guardian). A failure only means a repeat may ask again.
+// remember keeps the first terminal verdict res of c's payment until its authorization
+// expires (docs/facilitator.md#fresh-verdicts): a later /verify of the payment asks again
+// without another fee or marker. A failure only means such a /verify is treated as a first.
 func (e *Engine) remember(ctx context.Context, c *checked, res verdict.GuardianResult) {
-	v := approval.Verdict{Status: string(res.Status), Reason: res.Reason, RequestHash: res.RequestHash}
+	v := approval.Verdict{Status: string(res.Status), RequestHash: res.RequestHash}
 	if res.Verdict != nil {
-		v.ReasonCode = string(res.Verdict.ReasonCode)
+		v.ReasonCode, v.PolicyVersion = string(res.Verdict.ReasonCode), res.Verdict.PolicyVersion
 	}
 	recCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), approvalRecordTimeout)
 	defer cancel()
@@ -207,20 +210,37 @@ func (e *Engine) remember(ctx context.Context, c *checked, res verdict.GuardianR
 	}
 }
 
-// rememberedVerdict answers a /verify of a payment whose terminal verdict is remembered,
-// without asking the verdict service: a rejection stays a rejection; an approval records
-// the payment's approval again (kept if still there), for at most ApprovalTTL.
-func (e *Engine) rememberedVerdict(ctx context.Context, c *checked, v approval.Verdict, resp x402.VerifyResponse,
-	deny func(x402.Reason, string) x402.VerifyResponse) x402.VerifyResponse {
-	resp.GuardianStatus, resp.GuardianReason, resp.GuardianReasonCode = v.Status, v.Reason, v.ReasonCode
-	if v.Status != string(verdict.GuardianApproved) {
-		return deny(x402.ReasonVerdictNotApproved, "verdict is "+v.Status+" (already given for this payment)")
+// withdrawApproval drops an approval that an earlier verdict of c's payment recorded and no
+// settle has consumed: the latest answer of the verdict service stands, and it is not an
+// approval. It reports whether the store answered.
+func (e *Engine) withdrawApproval(ctx context.Context, c *checked) bool {
+	recCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), approvalRecordTimeout)
+	defer cancel()
+	a, err := e.cfg.Store.Consume(recCtx, c.key)
+	switch {
+	case err == nil:
+		e.log.Info("approval withdrawn by a later verdict", zap.String("payer", c.auth.From.Hex()), zap.String("requestHash", a.RequestHash))
+	case !errors.Is(err, approval.ErrNotFound):
+		e.log.Error("withdraw approval", zap.String("payer", c.auth.From.Hex()), zap.Error(err))
+		return false
 	}
-	ttl := min(e.cfg.ApprovalTTL, untilValidBefore(c.auth, e.now(), 0))
-	a := approval.Approval{RequestHash: v.RequestHash, RecordedAt: e.now(), ExpiresAt: e.now().Add(ttl)}
-	if err := e.cfg.Store.Record(ctx, c.key, a, ttl); err != nil {
-		e.log.Error("record approval", zap.String("payer", c.auth.From.Hex()), zap.String("requestHash", v.RequestHash), zap.Error(err))
-		return deny(x402.ReasonApprovalStoreDown, "approval store unavailable")
+	return true
+}
+
+// logVerdict logs the verdict res of c's payment and, when the payment was asked about
+// before, the verdict and policy version of that first ask.
+func (e *Engine) logVerdict(c *checked, res verdict.GuardianResult, before approval.Verdict, askedBefore bool) {
+	fields := []zap.Field{zap.String("payer", c.auth.From.Hex()), zap.String("requestHash", res.RequestHash),
+		zap.String("status", string(res.Status))}
+	if res.Verdict != nil && res.Verdict.PolicyVersion != nil {
+		fields = append(fields, zap.Int64("policyVersion", *res.Verdict.PolicyVersion))
 	}
-	return resp
+	if askedBefore {
+		fields = append(fields, zap.String("firstStatus", before.Status), zap.String("firstReasonCode", before.ReasonCode),
+			zap.String("firstRequestHash", before.RequestHash))
+		if before.PolicyVersion != nil {
+			fields = append(fields, zap.Int64("firstPolicyVersion", *before.PolicyVersion))
+		}
+	}
+	e.log.Info("verdict", fields...)
 }

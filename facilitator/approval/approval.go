@@ -19,13 +19,16 @@ type Approval struct {
 	ExpiresAt   time.Time `json:"expiresAt"`
 }
 
-// Verdict is the remembered terminal verdict of one exact payment, so a repeated /verify
-// of it is answered without asking the verdict service again.
+// Verdict is the remembered first terminal verdict of one exact payment. A repeated
+// /verify of it asks the verdict service again, without another fee; the remembered one
+// never approves anything by itself (docs/facilitator.md#fresh-verdicts).
 type Verdict struct {
 	Status      string `json:"status"`
-	Reason      string `json:"reason,omitempty"`
 	ReasonCode  string `json:"reasonCode,omitempty"`
 	RequestHash string `json:"requestHash,omitempty"`
+	// PolicyVersion is the agent's policy version the verdict was judged under, when the
+	// service named one.
+	PolicyVersion *int64 `json:"policyVersion,omitempty"`
 }
 
 // Errors of a Store.

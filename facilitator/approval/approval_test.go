@@ -197,7 +197,7 @@ var approvalStoreCases = []struct {
 		if _, err := s.RecallVerdict(ctx, k); !errors.Is(err, approval.ErrNotFound) {
 			t.Fatalf("recall before any verdict: %v, want ErrNotFound", err)
 		}
-		first := approval.Verdict{Status: "rejected", Reason: "recipient_not_allowed", RequestHash: "0xr1"}
+		first := approval.Verdict{Status: "rejected", ReasonCode: "recipient_not_allowed", RequestHash: "0xr1"}
 		if err := s.RememberVerdict(ctx, k, first, time.Minute); err != nil {
 			t.Fatal(err)
 		}
