@@ -44,7 +44,8 @@ func (App) CaddyModule() caddy.ModuleInfo {
 }
 
 // Provision resolves every facilitator's secrets and opens (or reuses across a reload)
-// its engine, stores and journal.
+// its engine, stores and journal. It contacts no chain: Start brings the networks up.
+// Under `caddy validate` it checks each network's chain id (checkChainIDs).
 func (a *App) Provision(ctx caddy.Context) error {
 	a.log = ctx.Logger()
 	a.bundles = map[string]*bundle{}
@@ -78,7 +79,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 		a.keys = append(a.keys, key)
 		b := v.(*bundle)
 		a.bundles[name] = b
-		a.log.Info("x402 facilitator ready",
+		a.log.Info("x402 facilitator open",
 			zap.String("facilitator", name),
 			zap.String("signer", b.engine.Address().Hex()),
 			zap.Bool("reused", loaded))
@@ -100,11 +101,13 @@ func (a *App) Validate() error {
 	return nil
 }
 
-// Start implements caddy.App: it starts each facilitator's periodic reconcile, once per
-// facilitator however many configs share it.
+// Start implements caddy.App: it brings each facilitator's networks up in the background
+// and starts its periodic reconcile, once per facilitator however many configs share it.
+// It returns at once: a route whose network is not ready answers 503
+// network_unavailable meanwhile (docs/facilitator.md#start-up).
 func (a *App) Start() error {
 	for _, b := range a.bundles {
-		b.startReconcile()
+		b.start()
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -33,9 +34,12 @@ import (
 // configuration (docs/caddy.md#configuration).
 var bundles = caddy.NewUsagePool()
 
-// openTimeout bounds opening one facilitator: dialling RPCs, Redis, the database, and the
-// startup reconcile.
+// openTimeout bounds opening one facilitator: Redis and the database. The networks come
+// up in the background once the app starts (docs/facilitator.md#start-up).
 const openTimeout = 2 * time.Minute
+
+// validateChainTimeout bounds the chain id check of `caddy validate`.
+const validateChainTimeout = 30 * time.Second
 
 // FacilitatorConfig configures one bundled facilitator. Secrets (signer_key, verdict_key,
 // rpc, store url, journal dsn) are {env.*} or {file.*} placeholders, expanded in
@@ -380,11 +384,13 @@ type bundle struct {
 	// verifyTimeout is the deadline its gates give one /verify (verifyTimeout).
 	verifyTimeout time.Duration
 	reconcile     time.Duration
-	// reconcileOnce starts the periodic reconcile; the mutex guards closers against
-	// startReconcile and Destruct running at once.
-	reconcileOnce sync.Once
-	mu            sync.Mutex
-	closers       []func() error
+	// startOnce starts the networks and the periodic reconcile; the mutex guards closers
+	// against start and Destruct running at once.
+	startOnce sync.Once
+	mu        sync.Mutex
+	closers   []func() error
+	// unready counts the networks not ready yet, in networksUnavailable.
+	unready atomic.Int64
 }
 
 // openBundle opens the stores, the journal and the engine of rc. On error everything
@@ -452,7 +458,7 @@ func openBundle(rc *resolved, log *zap.Logger) (_ *bundle, err error) {
 	if err != nil {
 		return nil, err
 	}
-	e, err := facilitator.New(ctx, facilitator.Config{
+	e, err := facilitator.Open(facilitator.Config{
 		Networks:         rc.Networks,
 		SignerKey:        rc.key,
 		Store:            b.store,
@@ -477,20 +483,52 @@ func openBundle(rc *resolved, log *zap.Logger) (_ *bundle, err error) {
 	b.verifyTimeout = verifyTimeout(rc)
 	b.closers = append(b.closers, func() error { e.Close(); return nil })
 	b.reconcile = rc.Reconcile
+	if validating() {
+		if err := checkChainIDs(e, log); err != nil {
+			return nil, err
+		}
+	}
+	b.unready.Store(int64(len(rc.Networks)))
+	networksUnavailable.Add(float64(len(rc.Networks)))
+	b.closers = append(b.closers, func() error {
+		networksUnavailable.Sub(float64(b.unready.Swap(0)))
+		return nil
+	})
 	return b, nil
 }
 
-// startReconcile starts the engine's periodic reconcile once per bundle, however many
-// configs share it; Destruct stops it. The app calls it from Start, so `caddy validate`,
-// which only provisions, starts nothing.
-func (b *bundle) startReconcile() {
-	b.reconcileOnce.Do(func() {
+// checkChainIDs is the chain id check of `caddy validate`, which never starts the app: a
+// network whose RPC endpoint serves another chain fails the validation; one that cannot
+// be reached is logged and passes, since the facilitator would wait for it.
+func checkChainIDs(e *facilitator.Engine, log *zap.Logger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), validateChainTimeout)
+	defer cancel()
+	unreachable, err := e.CheckChainIDs(ctx)
+	for _, n := range unreachable {
+		log.Warn("x402 network's RPC endpoint did not answer: its chain id is not checked", zap.String("network", n))
+	}
+	if err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	return nil
+}
+
+// start brings the engine's networks up in the background and starts its periodic
+// reconcile, once per bundle however many configs share it; Destruct stops both. The app
+// calls it from Start, so `caddy validate`, which only provisions, starts nothing, and
+// start-up never waits on a chain (docs/facilitator.md#start-up).
+func (b *bundle) start() {
+	b.startOnce.Do(func() {
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		if b.closers == nil {
 			return // destructed
 		}
 		ctx, cancel := context.WithCancel(context.Background())
+		wait := b.engine.Start(ctx, func(string) {
+			b.unready.Add(-1)
+			networksUnavailable.Dec()
+		})
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -498,6 +536,7 @@ func (b *bundle) startReconcile() {
 		}()
 		b.closers = append(b.closers, func() error {
 			cancel()
+			wait()
 			<-done
 			return nil
 		})

@@ -10,6 +10,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"go.uber.org/zap"
+
 	"github.com/x402gate/x402gate/facilitator"
 )
 
@@ -125,7 +127,7 @@ func TestOpenBundleFailsClosedWithoutLeakingSecrets(t *testing.T) {
 		{"unreachable rpc", FacilitatorConfig{
 			Networks:  []NetworkConfig{{Name: "base-sepolia", RPC: "{env.X402_T_SECRET_RPC}"}},
 			SignerKey: "{env.X402_T_KEY}", Journal: &DatabaseConfig{Path: filepath.Join(dir, "a.db")},
-		}, "engine"},
+		}, ""}, // no I/O on the chain: the network comes up in the background
 		{"verdict key too short", FacilitatorConfig{
 			Networks:  []NetworkConfig{{Name: "base-sepolia", RPC: "{env.X402_T_SECRET_RPC}"}},
 			SignerKey: "{env.X402_T_KEY}", Journal: &DatabaseConfig{Path: filepath.Join(dir, "b.db")},
@@ -141,7 +143,17 @@ func TestOpenBundleFailsClosedWithoutLeakingSecrets(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = openBundle(rc, nil)
+			b, err := openBundle(rc, zap.NewNop())
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("open: %v", err)
+				}
+				defer b.Destruct()
+				if s := b.engine.NetworkState("eip155:84532"); s != facilitator.NetworkStarting {
+					t.Fatalf("network state %q before start, want %q", s, facilitator.NetworkStarting)
+				}
+				return
+			}
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
 			}

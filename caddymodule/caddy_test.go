@@ -13,6 +13,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // freePort returns a TCP port that was free a moment ago.
@@ -33,8 +34,8 @@ func isolateCaddy(t *testing.T) {
 	t.Setenv("XDG_DATA_HOME", t.TempDir())
 }
 
-// loadCaddy adapts a Caddyfile and runs it in this process; the first call of a test
-// registers caddy.Stop as cleanup.
+// loadCaddy adapts a Caddyfile, runs it in this process and waits until the bundled
+// facilitators' networks are ready (they come up in the background).
 func loadCaddy(t *testing.T, caddyfileText string) {
 	t.Helper()
 	cfg, warn, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfileText), nil)
@@ -47,6 +48,24 @@ func loadCaddy(t *testing.T, caddyfileText string) {
 	if err := caddy.Load(cfg, true); err != nil {
 		t.Fatalf("load: %v", err)
 	}
+	for i := 0; unavailableNetworks(t) != 0; i++ {
+		if i == 3000 {
+			t.Fatalf("the networks are not ready after 30 s: %v unavailable", unavailableNetworks(t))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// unavailableNetworks reads the gauge caddy_x402_networks_unavailable.
+func unavailableNetworks(t *testing.T) float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(networksUnavailable)
+	mfs, err := reg.Gather()
+	if err != nil || len(mfs) != 1 {
+		t.Fatalf("gather the gauge: %v", err)
+	}
+	return mfs[0].GetMetric()[0].GetGauge().GetValue()
 }
 
 func stopCaddy(t *testing.T) {

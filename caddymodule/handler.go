@@ -108,6 +108,7 @@ type Handler struct {
 	reg          *x402.Registry           // the facilitator's networks; nil: the built-in ones
 	guardianMode facilitator.GuardianMode // a bundled facilitator's; empty for a remote one
 	lines        optionTokens             // where the Caddyfile sets each option
+	readiness    *networkReadiness        // a bundled facilitator's networks of this route; nil for a remote one
 }
 
 // CaddyModule returns the Caddy module information.
@@ -240,6 +241,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			return err
 		}
 		h.reg, h.guardianMode, verify = b.served, b.guardianMode, b.verifyTimeout
+		h.readiness = &networkReadiness{engine: b.engine, networks: h.routeNetworks(b.served)}
 		opts.Facilitator, opts.Registry, opts.RetryStore, opts.PaymentIDs = b.engine, b.registry, b.retries, b.paymentIDs
 		if pricingURL == "" {
 			pricingURL = b.pricingURL
@@ -312,8 +314,12 @@ func errorStatus(err error) int {
 	return http.StatusInternalServerError
 }
 
-// ServeHTTP runs the gate; next runs only for a settled payment.
+// ServeHTTP runs the gate; next runs only for a settled payment. While a network of the
+// route is not ready on the bundled facilitator, it answers 503 network_unavailable.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	if h.readiness.serveNotReady(w) {
+		return nil
+	}
 	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	if repl == nil {
 		repl = caddy.NewReplacer()

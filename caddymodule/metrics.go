@@ -45,6 +45,10 @@ var (
 		Namespace: "caddy", Subsystem: "x402", Name: "passes_total",
 		Help: "Access passes issued, requests a pass let in (by cookie, header or sign-in-with-x), and passes refused by reason.",
 	}, []string{"event", "via", "reason"})
+	networksUnavailable = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "caddy", Subsystem: "x402", Name: "networks_unavailable",
+		Help: "Networks of the bundled facilitators that are not ready: chain id not checked yet, start-up reconcile not run, or a wrong chain id.",
+	})
 	settleDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "caddy", Subsystem: "x402", Name: "settle_duration_seconds",
 		Help:    "Time of one facilitator settlement, receipt wait included.",
@@ -60,7 +64,7 @@ func registerMetrics(ctx caddy.Context) error {
 		return nil
 	}
 	for _, c := range []prometheus.Collector{challengesTotal, verificationsTotal, settlementsTotal,
-		settledAmountTotal, verdictDuration, settleDuration, passesTotal} {
+		settledAmountTotal, verdictDuration, settleDuration, passesTotal, networksUnavailable} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

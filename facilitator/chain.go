@@ -152,6 +152,8 @@ type chain struct {
 	// (batchCall); batching is tried again after batchRetry.
 	oneByOneUntil atomic.Int64
 	log           *zap.Logger
+	// state is the network's readiness (Engine.Ready).
+	state netState
 }
 
 // batchRetry is how long a chain whose endpoint refused a batch request sends each call

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math/big"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/ethereum/go-ethereum/common"
@@ -147,7 +148,8 @@ type Config struct {
 	ERC6492Factories []common.Address
 	// BalanceCacheTTL is how long Info caches the signer's native balance. Default 30s.
 	BalanceCacheTTL time.Duration
-	// SkipStartupReconcile stops New from running Reconcile. Default false.
+	// SkipStartupReconcile makes a network ready without the start-up reconcile of its
+	// unfinished settlements (New, Start). Default false.
 	SkipStartupReconcile bool
 	// Logger receives payer, request hash and transaction hash fields, never keys or RPC
 	// URLs. Default zap.NewNop().
@@ -174,14 +176,15 @@ type Engine struct {
 	order     []*chain          // configuration order
 	factories map[common.Address]bool
 	markers   *markerBudget
+	reconMu   sync.Mutex // guards lastRecon: networks come up concurrently
 	lastRecon ReconcileReport
 }
 
-// New checks cfg, dials every network's RPC endpoint, checks that each reports the
-// configured chain id and, unless cfg.SkipStartupReconcile, runs Reconcile to finish
-// settlements a previous process left unfinished. The Store and Journal stay owned by the
-// caller; Close releases only the RPC clients.
-func New(ctx context.Context, cfg Config) (*Engine, error) {
+// Open checks cfg and builds the engine without any I/O: the RPC clients are made (an
+// HTTP endpoint is not contacted until a call) and no network is ready. Start brings the
+// networks up in the background (docs/facilitator.md#start-up). The Store and Journal
+// stay owned by the caller; Close releases only the RPC clients.
+func Open(cfg Config) (*Engine, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
@@ -203,7 +206,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		e.factories[f] = true
 	}
 	for _, nc := range cfg.Networks {
-		c, err := e.dial(ctx, nc)
+		c, err := e.dial(nc)
 		if err != nil {
 			e.Close()
 			return nil, err
@@ -211,13 +214,23 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		e.chains[nc.Network.CAIP2] = c
 		e.order = append(e.order, c)
 	}
-	if !cfg.SkipStartupReconcile {
-		rep, err := e.Reconcile(ctx)
-		if err != nil {
+	return e, nil
+}
+
+// New is Open, then brings every network up once, in order, before it returns: it checks
+// that each RPC endpoint reports the configured chain id and, unless
+// cfg.SkipStartupReconcile, reconciles the settlements a previous process left
+// unfinished. An endpoint that cannot be reached or serves another chain is an error.
+func New(ctx context.Context, cfg Config) (*Engine, error) {
+	e, err := Open(cfg)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range e.order {
+		if err := e.bringUp(ctx, c); err != nil {
 			e.Close()
-			return nil, fmt.Errorf("startup reconcile: %w", err)
+			return nil, err
 		}
-		e.lastRecon = rep
 	}
 	return e, nil
 }
@@ -296,25 +309,17 @@ func (cfg *Config) check() error {
 	return nil
 }
 
-// dial connects to one network and checks its chain id.
-func (e *Engine) dial(ctx context.Context, nc NetworkConfig) (*chain, error) {
+// dial makes the RPC client of one network. The endpoint is http or https (Settings), so
+// this sends nothing: the first call connects.
+func (e *Engine) dial(nc NetworkConfig) (*chain, error) {
 	red := redact.URL(nc.RPCURL, "rpc")
 	rt := &countingTransport{next: http.DefaultTransport}
-	rc, err := rpc.DialOptions(ctx, nc.RPCURL, rpc.WithHTTPClient(&http.Client{Timeout: e.cfg.RPCTimeout, Transport: rt}))
+	rc, err := rpc.DialOptions(context.Background(), nc.RPCURL, rpc.WithHTTPClient(&http.Client{Timeout: e.cfg.RPCTimeout, Transport: rt}))
 	if err != nil {
 		return nil, fmt.Errorf("network %s: dial: %w: %s", nc.Network.CAIP2, errRPCUnavailable, red.Replace(err.Error()))
 	}
 	client := ethclient.NewClient(rc)
 	c := &chain{cfg: nc, net: nc.Network, client: client, rpcTimeout: e.cfg.RPCTimeout, abi: e.abi, redactor: red, requests: &rt.n, log: e.log}
-	id, err := client.ChainID(ctx)
-	if err != nil {
-		client.Close()
-		return nil, fmt.Errorf("network %s: chain id: %w: %s", nc.Network.CAIP2, errRPCUnavailable, c.redact(err))
-	}
-	if id.Cmp(nc.Network.ChainID) != 0 {
-		client.Close()
-		return nil, fmt.Errorf("network %s: rpc endpoint serves chain id %s", nc.Network.CAIP2, id)
-	}
 	c.sender = newSender(c, e.cfg.SignerKey, e.log)
 	return c, nil
 }
@@ -329,8 +334,13 @@ func (e *Engine) Close() {
 // Address is the facilitator signer's address: the account that pays gas.
 func (e *Engine) Address() common.Address { return e.address }
 
-// StartupReconcile returns the report of the Reconcile run by New (zero when skipped).
-func (e *Engine) StartupReconcile() ReconcileReport { return e.lastRecon }
+// StartupReconcile returns the report of the start-up reconciles of the networks brought
+// up so far, added up (zero when skipped).
+func (e *Engine) StartupReconcile() ReconcileReport {
+	e.reconMu.Lock()
+	defer e.reconMu.Unlock()
+	return e.lastRecon
+}
 
 // Supported lists a v1 kind (v1 network name) and a v2 kind (CAIP-2 id) of scheme "exact"
 // for every configured network, and the signer address under "eip155:*"
@@ -359,6 +369,9 @@ type NetworkInfo struct {
 	Asset        string `json:"asset"`
 	AssetName    string `json:"assetName"`    // EIP-712 domain name
 	AssetVersion string `json:"assetVersion"` // EIP-712 domain version
+	// State is the network's readiness: starting, wrong_chain_id or ready
+	// (docs/facilitator.md#start-up).
+	State string `json:"state"`
 	// Balance is the signer's native balance in wei, read at most once per
 	// Config.BalanceCacheTTL; empty when the RPC endpoint could not be read.
 	Balance string `json:"balance,omitempty"`
@@ -390,6 +403,11 @@ func (e *Engine) Info(ctx context.Context) EngineInfo {
 		ni := NetworkInfo{
 			Name: c.net.Name, CAIP2: c.net.CAIP2, ChainID: c.net.ChainID.String(), Scheme: x402.SchemeExact,
 			Asset: c.net.USDC.Address.Hex(), AssetName: c.net.USDC.Name, AssetVersion: c.net.USDC.Version,
+			State: c.state.get(),
+		}
+		if ni.State != NetworkReady {
+			info.Networks = append(info.Networks, ni) // no balances from an endpoint not known to serve this chain
+			continue
 		}
 		native, asset := e.cachedBalance(ctx, c)
 		if native != nil {

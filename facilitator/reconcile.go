@@ -44,7 +44,7 @@ type ReconcileReport struct {
 	Bumped    int // rows whose transaction was replaced by a fee-bumped one, same nonce and calldata
 	Pending   int // rows left unfinished: no receipt within ReceiptTimeout, fee ceiling, or RPC errors
 	Recent    int // rows ReconcileIdle left alone: a live settle may still own them
-	Skipped   int // rows of networks this engine does not serve
+	Skipped   int // rows of networks this engine does not serve, or that are not ready yet
 	Outcomes  []ReconcileOutcome
 }
 
@@ -83,7 +83,7 @@ type ReconcileOutcome struct {
 // Rows it cannot decide (RPC errors, no receipt yet) stay unfinished for the next run.
 // The error return is for a journal that cannot be read.
 func (e *Engine) Reconcile(ctx context.Context) (ReconcileReport, error) {
-	return e.reconcile(ctx, 0)
+	return e.reconcile(ctx, 0, nil)
 }
 
 // ReconcileIdle is Reconcile for rows no live settle can still own: it leaves alone rows
@@ -91,10 +91,14 @@ func (e *Engine) Reconcile(ctx context.Context) (ReconcileReport, error) {
 // a periodic run never races a settlement in flight in this or a like-configured
 // instance. Such rows count as Recent.
 func (e *Engine) ReconcileIdle(ctx context.Context) (ReconcileReport, error) {
-	return e.reconcile(ctx, e.detachedBound())
+	return e.reconcile(ctx, e.detachedBound(), nil)
 }
 
-func (e *Engine) reconcile(ctx context.Context, minAge time.Duration) (ReconcileReport, error) {
+// reconcile runs Reconcile on the rows at least minAge old. With only set, it is the
+// start-up reconcile of that network (bringUp) and reads no other network's rows;
+// otherwise the rows of a network that is not ready are Skipped: its own start-up
+// reconcile takes them.
+func (e *Engine) reconcile(ctx context.Context, minAge time.Duration, only *chain) (ReconcileReport, error) {
 	var rep ReconcileReport
 	all, err := e.cfg.Journal.Unfinished(ctx)
 	if err != nil {
@@ -102,6 +106,9 @@ func (e *Engine) reconcile(ctx context.Context, minAge time.Duration) (Reconcile
 	}
 	rows := all[:0:0]
 	for _, row := range all {
+		if only != nil && row.Network != only.net.CAIP2 {
+			continue
+		}
 		if minAge > 0 && e.now().Sub(row.UpdatedAt) < minAge {
 			rep.Recent++
 			continue
@@ -117,7 +124,7 @@ func (e *Engine) reconcile(ctx context.Context, minAge time.Duration) (Reconcile
 	var wait []waiting
 	for _, row := range rows {
 		c, ok := e.chainFor(row.Network)
-		if !ok {
+		if !ok || (only == nil && c.state.get() != NetworkReady) {
 			rep.Skipped++
 			continue
 		}

@@ -278,6 +278,9 @@ func (e *Engine) checkSigned(ctx context.Context, p *x402.Payment, r *x402.Requi
 	if f != nil {
 		return nil, f
 	}
+	if f := notReady(c.chain); f != nil {
+		return nil, f
+	}
 	if !c.eoa {
 		if f := e.checkContractSignature(ctx, c); f != nil {
 			return nil, f

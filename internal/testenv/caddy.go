@@ -179,6 +179,9 @@ type CaddyOptions struct {
 	// FaultBinary runs FaultCaddyBinary even with no Faults armed, so that a restarted
 	// process is the same build as the one that crashed.
 	FaultBinary bool
+	// NoWaitNetworks returns without waiting for the bundled facilitators' networks to be
+	// ready: for a test of the time before (an RPC endpoint down, a journal to reconcile).
+	NoWaitNetworks bool
 }
 
 // Caddy is a running caddy process, private to the test that started it.
@@ -295,7 +298,46 @@ func StartCaddy(t testing.TB, caddyfile string, opts CaddyOptions) *Caddy {
 			}
 		}
 	}
+	if !opts.NoWaitNetworks {
+		c.WaitNetworks(t, deadline)
+	}
 	return c
+}
+
+// WaitNetworks waits until no network of a bundled facilitator is unavailable (the
+// gauge caddy_x402_networks_unavailable of /metrics is 0 or absent): Caddy brings them
+// up in the background after it starts (docs/facilitator.md#start-up). It fails the test
+// at deadline.
+func (c *Caddy) WaitNetworks(t testing.TB, deadline time.Time) {
+	t.Helper()
+	for {
+		n := c.unavailableNetworks(t)
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("testenv: %d network(s) of the bundled facilitators not ready in time:\n%s", n, c.logs.String())
+		}
+		select {
+		case <-c.exited:
+			t.Fatalf("testenv: caddy exited before its networks were ready:\n%s", c.logs.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// unavailableNetworks is the value of caddy_x402_networks_unavailable, 0 when absent.
+func (c *Caddy) unavailableNetworks(t testing.TB) int {
+	for _, line := range strings.Split(c.Metrics(t), "\n") {
+		if v, ok := strings.CutPrefix(line, "caddy_x402_networks_unavailable "); ok {
+			n, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("testenv: caddy_x402_networks_unavailable %q: %v", v, err)
+			}
+			return int(n)
+		}
+	}
+	return 0
 }
 
 func (c *Caddy) adminUp(client *http.Client) bool {
@@ -310,12 +352,14 @@ func (c *Caddy) adminUp(client *http.Client) bool {
 
 // Reload replaces Caddy's config with caddyfile through the admin endpoint (POST /load,
 // Content-Type text/caddyfile), the way `caddy reload` does, and fails the test unless Caddy
-// accepted it. The new config must keep `admin {$CADDY_ADMIN}`.
+// accepted it and its networks are ready (WaitNetworks). The new config must keep
+// `admin {$CADDY_ADMIN}`.
 func (c *Caddy) Reload(t testing.TB, caddyfile string) {
 	t.Helper()
 	if err := c.Load(caddyfile); err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
+	c.WaitNetworks(t, time.Now().Add(caddyLoadBound))
 }
 
 // Load is Reload returning an error instead of failing the test, for configs Caddy must refuse
