@@ -8,7 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -184,6 +187,53 @@ func resolveSecret(repl *caddy.Replacer, s string) string {
 	return strings.TrimSpace(repl.ReplaceKnown(s, ""))
 }
 
+// placeholderRef matches the {env.NAME} and {file.PATH} placeholders of a value.
+var placeholderRef = regexp.MustCompile(`\{(env|file)\.([^{}]+)\}`)
+
+// expanded refuses a value that was given (raw) but expanded to nothing, naming each
+// placeholder of raw and why it gave nothing: an environment variable that is not set or is
+// empty, a file that does not exist, cannot be read or is empty. A placeholder's text is a
+// name or a path, never the secret; a value without placeholders is not quoted.
+func expanded(option, raw, value string) error {
+	if value != "" || raw == "" {
+		return nil
+	}
+	var causes []string
+	for _, m := range placeholderRef.FindAllStringSubmatch(raw, -1) {
+		causes = append(causes, placeholderCause(m[1], m[2]))
+	}
+	if len(causes) == 0 {
+		return fmt.Errorf("%s: is empty", option)
+	}
+	return fmt.Errorf("%s: is empty: %s", option, strings.Join(causes, "; "))
+}
+
+// placeholderCause says why the placeholder {kind.arg} expands to nothing.
+func placeholderCause(kind, arg string) string {
+	ref := "{" + kind + "." + arg + "}"
+	if kind == "env" {
+		if _, ok := os.LookupEnv(arg); !ok {
+			return ref + ": the environment variable " + arg + " is not set"
+		}
+		return ref + ": the environment variable " + arg + " is empty"
+	}
+	fi, err := os.Stat(arg)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return ref + ": the file " + arg + " does not exist"
+	case err != nil:
+		return ref + ": the file " + arg + " cannot be read (" + errors.Unwrap(err).Error() + ")"
+	case fi.IsDir():
+		return ref + ": " + arg + " is a directory"
+	}
+	f, err := os.Open(arg)
+	if err != nil {
+		return ref + ": the file " + arg + " cannot be read (" + errors.Unwrap(err).Error() + ")"
+	}
+	f.Close()
+	return ref + ": the file " + arg + " is empty"
+}
+
 // settings is fc as the facilitator package states its configuration, placeholders
 // unexpanded.
 func (fc *FacilitatorConfig) settings() facilitator.Settings {
@@ -237,14 +287,26 @@ func (fc *FacilitatorConfig) resolve(name string) (*resolved, error) {
 	repl := caddy.NewReplacer()
 	s := fc.settings()
 	s.SignerKey = strings.TrimPrefix(resolveSecret(repl, s.SignerKey), "0x")
-	if s.SignerKey == "" {
-		return nil, errors.New("signer_key resolved to an empty value")
+	if err := expanded("signer_key", fc.SignerKey, s.SignerKey); err != nil {
+		return nil, err
 	}
 	for i := range s.Networks {
-		s.Networks[i].RPC = resolveSecret(repl, s.Networks[i].RPC)
+		raw := s.Networks[i].RPC
+		s.Networks[i].RPC = resolveSecret(repl, raw)
+		if err := expanded("network "+s.Networks[i].Name+": rpc", raw, s.Networks[i].RPC); err != nil {
+			return nil, err
+		}
 	}
-	s.StoreURL = resolveSecret(repl, s.StoreURL)
-	s.JournalDSN = resolveSecret(repl, s.JournalDSN)
+	for _, v := range []struct {
+		option string
+		dst    *string
+	}{{"store redis", &s.StoreURL}, {"journal postgres", &s.JournalDSN}} {
+		raw := *v.dst
+		*v.dst = resolveSecret(repl, raw)
+		if err := expanded(v.option, raw, *v.dst); err != nil {
+			return nil, err
+		}
+	}
 	s.JournalPath = repl.ReplaceKnown(s.JournalPath, "")
 	s.VerdictURL = repl.ReplaceKnown(s.VerdictURL, "")
 	s.PricingURL = repl.ReplaceKnown(s.PricingURL, "")

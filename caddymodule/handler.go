@@ -259,7 +259,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	cfg.VerifyTimeout = verify
 	if verify > gate.DefaultVerifyTimeout {
-		h.log.Info("x402 verify deadline covers the verdict poll", zap.Duration("verify_timeout", verify))
+		h.log.Debug("x402 verify deadline covers the verdict poll", zap.Duration("verify_timeout", verify)) // every route says it: not at info
 	}
 	g, err := gate.New(cfg, opts)
 	if err != nil {
