@@ -2,10 +2,13 @@ package gate
 
 import (
 	"bytes"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/base64"
 	"errors"
 	"html/template"
-	"strconv"
+	"net/http"
+	"strings"
 
 	"github.com/x402gate/x402gate/x402"
 )
@@ -15,12 +18,51 @@ import (
 // authorization with eth_signTypedData_v4, then fetch the page again with
 // PAYMENT-SIGNATURE and replace the document with the answer, as the reference paywalls
 // do (docs/gate.md#paywall). It embeds no wallet bundle. html/template escapes every value,
-// and the requirement reaches the script as JSON in a script context.
+// and the requirement reaches the script as JSON in a data block, so the script itself is
+// the same on every page and its hash can stand in the Content-Security-Policy.
 
 //go:embed paywall.html
 var paywallHTML string
 
 var paywallTmpl = template.Must(template.New("paywall").Parse(paywallHTML))
+
+// paywallCSP is the paywall's Content-Security-Policy: its own inline script and style by
+// hash, and nothing from another origin. The page asks a wallet to sign, so no page may
+// frame it. Same-origin scripts, styles and images stay allowed because, without a pass,
+// the paid answer replaces the page in place and keeps this policy (docs/gate.md#paywall).
+var paywallCSP = func() string {
+	// html/template drops the script's comments, so the hashes are of a rendered page;
+	// the script and style hold no template action and are the same on every page.
+	var b bytes.Buffer
+	if err := paywallTmpl.Execute(&b, paywallView{}); err != nil {
+		panic(err) // the embedded page is constant
+	}
+	page := b.String()
+	return "default-src 'none'; script-src 'self' " + inlineHash(page, "<script>") +
+		"; style-src 'self' " + inlineHash(page, "<style>") +
+		"; img-src 'self' data:; font-src 'self'; media-src 'self'; connect-src 'self'" +
+		"; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+}()
+
+// inlineHash is the CSP source of the text between open, an element's exact start tag, and
+// its end tag in page: 'sha256-…'.
+func inlineHash(page, open string) string {
+	_, rest, ok := strings.Cut(page, open)
+	body, _, ok2 := strings.Cut(rest, "</"+open[1:])
+	if !ok || !ok2 {
+		panic("paywall: no " + open + " element") // the embedded page is constant
+	}
+	sum := sha256.Sum256([]byte(body))
+	return "'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'"
+}
+
+// setPaywallHeaders sets the security headers of the paywall page: the CSP, and
+// X-Frame-Options and nosniff for browsers that predate frame-ancestors.
+func setPaywallHeaders(h http.Header) {
+	h.Set("Content-Security-Policy", paywallCSP)
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("X-Content-Type-Options", "nosniff")
+}
 
 // paywallView is what the template shows.
 type paywallView struct {
@@ -35,7 +77,7 @@ type paywallView struct {
 	// Offers are the ways to pay, shown as a choice when there are several
 	// (docs/gate.md#several-ways-to-pay).
 	Offers []paywallOffer
-	Pass   string // what one payment buys: "24 hours of /premium/"; "" without passes
+	Pass   string // what one payment buys: "every page under /premium/ for 24 hours"; "" without passes
 	Data   paywallData
 }
 
@@ -48,18 +90,27 @@ type paywallOffer struct {
 	PayTo   string
 }
 
-// paywallData is what the script needs: the v2 PaymentRequired (as in PAYMENT-REQUIRED)
-// and the chain id.
+// paywallData is what the script needs: the v2 PaymentRequired (as in PAYMENT-REQUIRED),
+// each way to pay as a person reads it, and the words of the reasons.
 type paywallData struct {
 	PaymentRequired *x402.PaymentRequiredV2 `json:"paymentRequired"`
-	ChainID         int64                   `json:"chainId"`
-	ChainIDHex      string                  `json:"chainIdHex"`
-	Display         string                  `json:"display"`
-	// Displays is the price of each accepts entry, in its order.
-	Displays []string `json:"displays"`
+	// Ways are the accepts entries as a person reads them, in their order.
+	Ways []paywallWay `json:"ways"`
+	// Words are the plain words of each reason code (paywallWords).
+	Words map[string]string `json:"words"`
 	// Reload: a pass came with the payment, so the page is loaded again as a navigation
 	// and its stylesheets and images come under the pass.
 	Reload bool `json:"reload"`
+}
+
+// paywallWay is one accepts entry for the script: its price, token and network names,
+// and how to add its chain to a wallet (nil when the page knows no RPC endpoint for it).
+type paywallWay struct {
+	Price    string    `json:"price"`
+	Asset    string    `json:"asset"`
+	Network  string    `json:"network"`
+	ChainID  int64     `json:"chainId"`
+	AddChain *addChain `json:"addChain"`
 }
 
 // renderPaywall renders the page of a payment-required result.
@@ -68,8 +119,7 @@ func renderPaywall(r *Result) ([]byte, error) {
 	if req == nil || r.challenge == nil {
 		return nil, errors.New("paywall: no requirement")
 	}
-	n, err := chainIDOf(req.Network)
-	if err != nil {
+	if _, err := chainIDOf(req.Network); err != nil {
 		return nil, err
 	}
 	v := paywallView{
@@ -81,23 +131,33 @@ func renderPaywall(r *Result) ([]byte, error) {
 		NetworkID:   req.Network,
 		Asset:       req.Asset.Hex(),
 		Resource:    req.Resource.URL,
-		Pass:        r.display.pass,
 		Data: paywallData{
 			Reload:          r.display.pass != "",
 			PaymentRequired: r.challenge,
-			ChainID:         n,
-			ChainIDHex:      "0x" + strconv.FormatInt(n, 16),
-			Display:         r.display.price + " " + r.display.symbol,
+			Words:           paywallWords,
 		},
 	}
-	for i, d := range r.displays {
+	if r.display.pass != "" {
+		v.Pass = passWords(r.display.pass)
+	}
+	displays := r.displays
+	if len(displays) == 0 {
+		displays = []display{r.display}
+	}
+	for i, d := range displays {
 		if i >= len(r.challenge.Accepts) {
 			break
 		}
 		a := r.challenge.Accepts[i]
+		n, err := chainIDOf(a.Network)
+		if err != nil {
+			return nil, err
+		}
 		label := d.price + " " + d.symbol + " on " + d.network
 		v.Offers = append(v.Offers, paywallOffer{Index: i, Label: label, Network: a.Network, Asset: a.Asset, PayTo: a.PayTo})
-		v.Data.Displays = append(v.Data.Displays, d.price+" "+d.symbol)
+		v.Data.Ways = append(v.Data.Ways, paywallWay{
+			Price: d.price + " " + d.symbol, Asset: d.symbol, Network: d.network, ChainID: n, AddChain: chainToAdd(n),
+		})
 	}
 	var b bytes.Buffer
 	b.Grow(12 << 10)

@@ -186,6 +186,7 @@ func (r *Result) Write(w http.ResponseWriter, req *http.Request) {
 		if page, err := renderPaywall(r); err == nil {
 			h.Set("Content-Type", "text/html; charset=utf-8")
 			h.Set("Content-Length", strconv.Itoa(len(page)))
+			setPaywallHeaders(h)
 			w.WriteHeader(r.Status)
 			if req.Method != http.MethodHead {
 				_, _ = w.Write(page)
