@@ -2,13 +2,12 @@ package gate
 
 import (
 	"bytes"
-	"crypto/sha256"
+	"crypto/rand"
 	_ "embed"
 	"encoding/base64"
 	"errors"
 	"html/template"
 	"net/http"
-	"strings"
 
 	"github.com/x402gate/x402gate/x402"
 )
@@ -18,8 +17,7 @@ import (
 // authorization with eth_signTypedData_v4, then fetch the page again with
 // PAYMENT-SIGNATURE and replace the document with the answer, as the reference paywalls
 // do (docs/gate.md#paywall). It embeds no wallet bundle. html/template escapes every value,
-// and the requirement reaches the script as JSON in a data block, so the script itself is
-// the same on every page and its hash can stand in the Content-Security-Policy.
+// and the requirement reaches the script as JSON in a data block.
 
 //go:embed paywall.html
 var paywallHTML string
@@ -27,39 +25,30 @@ var paywallHTML string
 var paywallTmpl = template.Must(template.New("paywall").Parse(paywallHTML))
 
 // paywallCSP is the paywall's Content-Security-Policy: its own inline script and style by
-// hash, and nothing from another origin. The page asks a wallet to sign, so no page may
-// frame it. Same-origin scripts, styles and images stay allowed because, without a pass,
-// the paid answer replaces the page in place and keeps this policy (docs/gate.md#paywall).
-var paywallCSP = func() string {
-	// html/template drops the script's comments, so the hashes are of a rendered page;
-	// the script and style hold no template action and are the same on every page.
-	var b bytes.Buffer
-	if err := paywallTmpl.Execute(&b, paywallView{}); err != nil {
-		panic(err) // the embedded page is constant
-	}
-	page := b.String()
-	return "default-src 'none'; script-src 'self' " + inlineHash(page, "<script>") +
-		"; style-src 'self' " + inlineHash(page, "<style>") +
+// a nonce fresh on every page, and nothing from another origin. The page asks a wallet to
+// sign, so no page may frame it. Without a pass the paid answer replaces the page in place
+// and keeps this policy, so same-origin files stay allowed and the script hands the nonce
+// to the answer's own script and style elements (docs/gate.md#paywall).
+func paywallCSP(nonce string) string {
+	n := "'nonce-" + nonce + "'"
+	return "default-src 'none'; script-src 'self' " + n + "; style-src 'self' " + n +
 		"; img-src 'self' data:; font-src 'self'; media-src 'self'; connect-src 'self'" +
 		"; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
-}()
-
-// inlineHash is the CSP source of the text between open, an element's exact start tag, and
-// its end tag in page: 'sha256-…'.
-func inlineHash(page, open string) string {
-	_, rest, ok := strings.Cut(page, open)
-	body, _, ok2 := strings.Cut(rest, "</"+open[1:])
-	if !ok || !ok2 {
-		panic("paywall: no " + open + " element") // the embedded page is constant
-	}
-	sum := sha256.Sum256([]byte(body))
-	return "'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'"
 }
 
-// setPaywallHeaders sets the security headers of the paywall page: the CSP, and
+// newNonce is a CSP nonce: 128 random bits, base64url, which no escaping changes.
+func newNonce() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:]), nil
+}
+
+// setPaywallHeaders sets the security headers of the paywall page: its CSP, and
 // X-Frame-Options and nosniff for browsers that predate frame-ancestors.
-func setPaywallHeaders(h http.Header) {
-	h.Set("Content-Security-Policy", paywallCSP)
+func setPaywallHeaders(h http.Header, csp string) {
+	h.Set("Content-Security-Policy", csp)
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("X-Content-Type-Options", "nosniff")
 }
@@ -78,6 +67,7 @@ type paywallView struct {
 	// (docs/gate.md#several-ways-to-pay).
 	Offers []paywallOffer
 	Pass   string // what one payment buys: "every page under /premium/ for 24 hours"; "" without passes
+	Nonce  string // the CSP nonce of the page's script and style
 	Data   paywallData
 }
 
@@ -113,16 +103,19 @@ type paywallWay struct {
 	AddChain *addChain `json:"addChain"`
 }
 
-// renderPaywall renders the page of a payment-required result.
-func renderPaywall(r *Result) ([]byte, error) {
+// renderPaywall renders the page of a payment-required result and its
+// Content-Security-Policy.
+func renderPaywall(r *Result) (page []byte, csp string, err error) {
 	req := r.Requirements
 	if req == nil || r.challenge == nil {
-		return nil, errors.New("paywall: no requirement")
+		return nil, "", errors.New("paywall: no requirement")
 	}
-	if _, err := chainIDOf(req.Network); err != nil {
-		return nil, err
+	nonce, err := newNonce()
+	if err != nil {
+		return nil, "", err
 	}
 	v := paywallView{
+		Nonce:       nonce,
 		Description: req.Resource.Description,
 		Price:       r.display.price,
 		Symbol:      r.display.symbol,
@@ -151,7 +144,7 @@ func renderPaywall(r *Result) ([]byte, error) {
 		a := r.challenge.Accepts[i]
 		n, err := chainIDOf(a.Network)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		label := d.price + " " + d.symbol + " on " + d.network
 		v.Offers = append(v.Offers, paywallOffer{Index: i, Label: label, Network: a.Network, Asset: a.Asset, PayTo: a.PayTo})
@@ -162,9 +155,9 @@ func renderPaywall(r *Result) ([]byte, error) {
 	var b bytes.Buffer
 	b.Grow(12 << 10)
 	if err := paywallTmpl.Execute(&b, v); err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return b.Bytes(), nil
+	return b.Bytes(), paywallCSP(nonce), nil
 }
 
 // chainIDOf reads the chain id of a CAIP-2 eip155 network id.

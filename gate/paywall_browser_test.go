@@ -344,7 +344,7 @@ popup({{.Src}}, "pay", function (w, first) {
   (function poll() {
     var doc = w.document;
     var content = doc && doc.getElementById("content");
-    if (content) return done("PAID " + content.textContent);
+    if (content) return done("PAID " + content.textContent + " in " + w.getComputedStyle(content).color);
     var st = doc && doc.getElementById("status");
     if (st && st.className === "err") return done("FAIL " + st.textContent);
     if (++tries > 300) return done("FAIL timeout: " + (st ? st.textContent : "no status"));
@@ -356,14 +356,16 @@ popup({{.Src}}, "pay", function (w, first) {
 // TestPaywallPaysWithBrowserWallet drives the paywall's own script in Chromium: an
 // EIP-1193 provider (its key held by the test server) signs the page's EIP-712 typed
 // data, the page retries with PAYMENT-SIGNATURE, the payment settles on chain and the
-// page shows the upstream's content. Balances move by exactly the price.
+// page shows the upstream's content in its place, with the content's own inline style and
+// script applied under the paywall's policy. Balances move by exactly the price.
 func TestPaywallPaysWithBrowserWallet(t *testing.T) {
 	env := newTestEnv(t)
 	var upCalls atomic.Int32
 	content := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		upCalls.Add(1)
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		_, _ = io.WriteString(w, `<!doctype html><h1 id="content">premium article</h1>`)
+		_, _ = io.WriteString(w, `<!doctype html><style>#content{color:rgb(10, 120, 60)}</style><h1 id="content">premium article</h1>`+
+			`<script>document.getElementById("content").textContent += ", scripted"</script>`)
 	})
 	g := env.gate(t, env.config(), Options{})
 	var signs atomic.Int32
@@ -395,7 +397,7 @@ func TestPaywallPaysWithBrowserWallet(t *testing.T) {
 	before := env.ledger(t, env.payer.Address)
 	dom := runChromium(t, "--virtual-time-budget=30000", "--dump-dom", srv.URL+"/wallet")
 	v := verdictOf(t, dom)
-	if !strings.HasPrefix(v, "PAID premium article") {
+	if !strings.HasPrefix(v, "PAID premium article, scripted in rgb(10, 120, 60) ") {
 		e, _ := signErr.Load().(string)
 		t.Fatalf("in Chromium: %s (wallet error: %q)", v, e)
 	}
