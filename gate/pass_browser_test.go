@@ -67,9 +67,10 @@ func writeSite(t *testing.T) string {
 	return root
 }
 
-// passWrapper drives the paywall in a popup (it refuses every frame): it gives the page an EIP-1193 wallet and
-// clicks pay; the page pays and reloads itself; the wrapper then checks the real page
-// (its stylesheet applied, its image loaded), opens the second page and reloads it.
+// passWrapper drives the paywall in a popup, since it refuses every frame: it gives the
+// page an EIP-1193 wallet and clicks pay; the page pays and reloads itself; the wrapper
+// then checks the real page (its stylesheet applied, its image loaded), opens the second
+// page and reloads it.
 var passWrapper = template.Must(template.New("pass").Parse(`<!doctype html>
 <html><head><meta charset="utf-8"></head>
 <body><output id="verdict"></output>

@@ -28,6 +28,7 @@ import (
 	"github.com/ethereum/go-ethereum/crypto"
 	"github.com/ethereum/go-ethereum/signer/core/apitypes"
 
+	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -226,6 +227,7 @@ function check(doc, id, want) {
   return "";
 }`
 
+// checkWrapper opens the paywall at .Src in a popup and checks each [id, text] of .Checks.
 var checkWrapper = template.Must(template.New("wrapper").Parse(`<!doctype html>
 <html><head><meta charset="utf-8"></head>
 <body><output id="verdict"></output>
@@ -237,7 +239,7 @@ popup({{.Src}}, "pay", function (w, doc) {
     var errs = [];
     if (!doc) { errs.push("the paywall did not load"); }
     else {
-      [["price", {{.Price}}], ["payee", {{.PayTo}}], ["network", "base-sepolia"], ["pay", "pay"]].forEach(function (c) {
+      {{.Checks}}.forEach(function (c) {
         var e = check(doc, c[0], c[1]); if (e) errs.push(e);
       });
     }
@@ -258,7 +260,8 @@ func TestPaywallRendersInChromium(t *testing.T) {
 	mux.HandleFunc("/wrapper", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		_ = checkWrapper.Execute(w, map[string]any{
-			"Src": "/paid", "Check": template.JS(checkScript), "Popup": template.JS(popupScript), "Price": "0.01 USDC", "PayTo": env.payTo.Hex(),
+			"Src": "/paid", "Check": template.JS(checkScript), "Popup": template.JS(popupScript),
+			"Checks": [][2]string{{"price", "0.01 USDC"}, {"payee", env.payTo.Hex()}, {"network", "base-sepolia"}, {"pay", "pay"}},
 		})
 	})
 	srv := httptest.NewServer(mux)
@@ -312,46 +315,104 @@ func colourStats(img image.Image) (int, float64) {
 	return len(counts), float64(total-top) / float64(total)
 }
 
-var walletWrapper = template.Must(template.New("wallet").Parse(`<!doctype html>
+// chainWallet is an EIP-1193 wallet whose key signs on the test server
+// (eth_signTypedData_v4). It starts on the chain
+// .Start and knows the chains .Known; wallet_switchEthereumChain to another chain fails
+// with 4902, and wallet_addEthereumChain adds the chain and switches to it, as MetaMask
+// does. It records every call, with the parameters of the chain calls, and the opener
+// writes the paywall's last status (or the paid content) as its verdict.
+var chainWallet = template.Must(template.New("chain").Parse(`<!doctype html>
 <html><head><meta charset="utf-8"></head>
 <body><output id="verdict"></output>
 <script>
 {{.Popup}}
-var payer = {{.Payer}}, chainIdHex = {{.ChainID}}, calls = [];
-// An EIP-1193 wallet whose key signs on the test server (eth_signTypedData_v4).
+var payer = {{.Payer}}, chain = {{.Start}}, known = {{.Known}}, calls = [];
 var provider = {
   request: async function (args) {
-    calls.push(args.method);
-    switch (args.method) {
+    var m = args.method;
+    calls.push(m.indexOf("wallet_") === 0 ? m + " " + JSON.stringify(args.params) : m);
+    switch (m) {
     case "eth_requestAccounts": case "eth_accounts": return [payer];
-    case "eth_chainId": return chainIdHex;
+    case "eth_chainId": return chain;
+    case "wallet_switchEthereumChain":
+      if (known.indexOf(args.params[0].chainId) < 0) { var e = new Error("Unrecognized chain ID"); e.code = 4902; throw e; }
+      chain = args.params[0].chainId;
+      return null;
+    case "wallet_addEthereumChain":
+      known.push(args.params[0].chainId);
+      chain = args.params[0].chainId;
+      return null;
     case "eth_signTypedData_v4":
-      if (String(args.params[0]).toLowerCase() !== payer) throw new Error("asked to sign for " + args.params[0]);
       var r = await fetch("/wallet/sign", { method: "POST", body: args.params[1] });
       var text = (await r.text()).trim();
       if (!r.ok) throw new Error("wallet: " + text);
       return text;
     }
-    throw new Error("unsupported method " + args.method);
+    throw new Error("unsupported method " + m);
   }
 };
-function done(v) { document.getElementById("verdict").setAttribute("data-verdict", v + " calls=" + calls.join(",")); }
+function done(v) { document.getElementById("verdict").setAttribute("data-verdict", JSON.stringify({ verdict: v, calls: calls })); }
 popup({{.Src}}, "pay", function (w, first) {
   if (!first) return done("FAIL the paywall did not load");
   w.ethereum = provider;
   first.getElementById("pay").click();
   var tries = 0;
   (function poll() {
-    var doc = w.document;
-    var content = doc && doc.getElementById("content");
+    var doc = w.document, content = doc && doc.getElementById("content"), st = doc && doc.getElementById("status");
     if (content) return done("PAID " + content.textContent + " in " + w.getComputedStyle(content).color);
-    var st = doc && doc.getElementById("status");
-    if (st && st.className === "err") return done("FAIL " + st.textContent);
+    if (st && st.className === "err") return done("SAID " + st.textContent);
     if (++tries > 300) return done("FAIL timeout: " + (st ? st.textContent : "no status"));
     setTimeout(poll, 100);
   })();
 });
 </script></body></html>`))
+
+// walletRun is what a chainWallet page reported.
+type walletRun struct {
+	Verdict string   `json:"verdict"`
+	Calls   []string `json:"calls"`
+}
+
+// payInChromium serves env's gate at /paid, before an HTML page with an inline style and
+// script, and a chainWallet whose key is payer's; it runs Chromium on it and returns what
+// the page reported and how often the upstream ran.
+func payInChromium(t *testing.T, env *testEnv, payer testenv.Account, start string, known []string) (walletRun, int32) {
+	t.Helper()
+	var upCalls atomic.Int32
+	content := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		upCalls.Add(1)
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = io.WriteString(w, `<!doctype html><style>#content{color:rgb(10, 120, 60)}</style><h1 id="content">premium article</h1>`+
+			`<script>document.getElementById("content").textContent += ", scripted"</script>`)
+	})
+	mux := http.NewServeMux()
+	mux.Handle("/paid", env.gate(t, env.config(), Options{}).Middleware(MiddlewareOptions{})(content))
+	mux.HandleFunc("/wallet", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_ = chainWallet.Execute(w, map[string]any{
+			"Src": "/paid", "Popup": template.JS(popupScript), "Payer": strings.ToLower(payer.Address.Hex()),
+			"Start": start, "Known": known,
+		})
+	})
+	mux.HandleFunc("/wallet/sign", func(w http.ResponseWriter, r *http.Request) {
+		sig, err := walletSign(r.Body, payer.Address, env.token.Address, func(d []byte) ([]byte, error) {
+			return crypto.Sign(d, payer.Key)
+		})
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		_, _ = io.WriteString(w, hexutil.Encode(sig))
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	dom := runChromium(t, "--virtual-time-budget=30000", "--dump-dom", srv.URL+"/wallet")
+	var run walletRun
+	if err := json.Unmarshal([]byte(verdictOf(t, dom)), &run); err != nil {
+		t.Fatalf("the wallet page's verdict: %v", err)
+	}
+	return run, upCalls.Load()
+}
 
 // TestPaywallPaysWithBrowserWallet drives the paywall's own script in Chromium: an
 // EIP-1193 provider (its key held by the test server) signs the page's EIP-712 typed
@@ -360,55 +421,20 @@ popup({{.Src}}, "pay", function (w, first) {
 // script applied under the paywall's policy. Balances move by exactly the price.
 func TestPaywallPaysWithBrowserWallet(t *testing.T) {
 	env := newTestEnv(t)
-	var upCalls atomic.Int32
-	content := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		upCalls.Add(1)
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		_, _ = io.WriteString(w, `<!doctype html><style>#content{color:rgb(10, 120, 60)}</style><h1 id="content">premium article</h1>`+
-			`<script>document.getElementById("content").textContent += ", scripted"</script>`)
-	})
-	g := env.gate(t, env.config(), Options{})
-	var signs atomic.Int32
-	var signErr atomic.Value
-	mux := http.NewServeMux()
-	mux.Handle("/paid", g.Middleware(MiddlewareOptions{})(content))
-	mux.HandleFunc("/wallet", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		_ = walletWrapper.Execute(w, map[string]any{
-			"Src": "/paid", "Popup": template.JS(popupScript), "Payer": strings.ToLower(env.payer.Address.Hex()),
-			"ChainID": fmt.Sprintf("0x%x", env.chain.ChainID),
-		})
-	})
-	mux.HandleFunc("/wallet/sign", func(w http.ResponseWriter, r *http.Request) {
-		sig, err := walletSign(r.Body, env.payer.Address, env.token.Address, func(d []byte) ([]byte, error) {
-			return crypto.Sign(d, env.payer.Key)
-		})
-		if err != nil {
-			signErr.Store(err.Error())
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		signs.Add(1)
-		_, _ = io.WriteString(w, hexutil.Encode(sig))
-	})
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
-
+	chain := fmt.Sprintf("0x%x", env.chain.ChainID)
 	before := env.ledger(t, env.payer.Address)
-	dom := runChromium(t, "--virtual-time-budget=30000", "--dump-dom", srv.URL+"/wallet")
-	v := verdictOf(t, dom)
-	if !strings.HasPrefix(v, "PAID premium article, scripted in rgb(10, 120, 60) ") {
-		e, _ := signErr.Load().(string)
-		t.Fatalf("in Chromium: %s (wallet error: %q)", v, e)
+	run, up := payInChromium(t, env, env.payer, chain, []string{chain})
+	if run.Verdict != paidPage || up != 1 {
+		t.Fatalf("in Chromium: %s (upstream ran %d times)", run.Verdict, up)
 	}
-	if !strings.Contains(v, "eth_requestAccounts") || !strings.Contains(v, "eth_signTypedData_v4") {
-		t.Errorf("wallet calls: %s", v)
-	}
-	if signs.Load() != 1 || upCalls.Load() != 1 {
-		t.Errorf("%d signatures, %d upstream calls; want 1 and 1", signs.Load(), upCalls.Load())
+	if want := []string{"eth_requestAccounts", "eth_chainId", "eth_signTypedData_v4"}; strings.Join(run.Calls, ",") != strings.Join(want, ",") {
+		t.Errorf("wallet calls %q, want %q", run.Calls, want)
 	}
 	env.expectMoved(t, env.payer.Address, before, 1)
 }
+
+// paidPage is what payInChromium's wallet page reports once the paid page shows.
+const paidPage = "PAID premium article, scripted in rgb(10, 120, 60)"
 
 // walletSign is the test wallet: it checks that the typed data is an EIP-3009
 // TransferWithAuthorization from the wallet's account under the token's domain, and signs

@@ -1,11 +1,9 @@
 package gate
 
 import (
-	"encoding/json"
 	"fmt"
 	"html/template"
 	"image/png"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,109 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ethereum/go-ethereum/common/hexutil"
-	"github.com/ethereum/go-ethereum/crypto"
-
 	"github.com/x402gate/x402gate/facilitator"
 	"github.com/x402gate/x402gate/internal/testenv"
 )
-
-// chainWallet is an EIP-1193 wallet for the plain-words tests: it starts on the chain
-// .Start and knows the chains .Known; wallet_switchEthereumChain to another chain fails
-// with 4902, and wallet_addEthereumChain adds the chain and switches to it, as MetaMask
-// does. It records every call, with the parameters of the chain calls, and the opener
-// writes the paywall's last status (or the paid content) as its verdict.
-var chainWallet = template.Must(template.New("chain").Parse(`<!doctype html>
-<html><head><meta charset="utf-8"></head>
-<body><output id="verdict"></output>
-<script>
-{{.Popup}}
-var payer = {{.Payer}}, chain = {{.Start}}, known = {{.Known}}, calls = [];
-var provider = {
-  request: async function (args) {
-    var m = args.method;
-    calls.push(m.indexOf("wallet_") === 0 ? m + " " + JSON.stringify(args.params) : m);
-    switch (m) {
-    case "eth_requestAccounts": case "eth_accounts": return [payer];
-    case "eth_chainId": return chain;
-    case "wallet_switchEthereumChain":
-      if (known.indexOf(args.params[0].chainId) < 0) { var e = new Error("Unrecognized chain ID"); e.code = 4902; throw e; }
-      chain = args.params[0].chainId;
-      return null;
-    case "wallet_addEthereumChain":
-      known.push(args.params[0].chainId);
-      chain = args.params[0].chainId;
-      return null;
-    case "eth_signTypedData_v4":
-      var r = await fetch("/wallet/sign", { method: "POST", body: args.params[1] });
-      var text = (await r.text()).trim();
-      if (!r.ok) throw new Error("wallet: " + text);
-      return text;
-    }
-    throw new Error("unsupported method " + m);
-  }
-};
-function done(v) { document.getElementById("verdict").setAttribute("data-verdict", JSON.stringify({ verdict: v, calls: calls })); }
-popup({{.Src}}, "pay", function (w, first) {
-  if (!first) return done("FAIL the paywall did not load");
-  w.ethereum = provider;
-  first.getElementById("pay").click();
-  var tries = 0;
-  (function poll() {
-    var doc = w.document, content = doc && doc.getElementById("content"), st = doc && doc.getElementById("status");
-    if (content) return done("PAID " + content.textContent);
-    if (st && st.className === "err") return done("SAID " + st.textContent);
-    if (++tries > 300) return done("FAIL timeout: " + (st ? st.textContent : "no status"));
-    setTimeout(poll, 100);
-  })();
-});
-</script></body></html>`))
-
-// walletRun is what a chainWallet page reported.
-type walletRun struct {
-	Verdict string   `json:"verdict"`
-	Calls   []string `json:"calls"`
-}
-
-// payInChromium serves env's gate (on the engine of env) at /paid with a chainWallet
-// whose key is payer's, runs Chromium on it and returns what the page reported and how
-// often the upstream ran.
-func payInChromium(t *testing.T, env *testEnv, payer testenv.Account, start string, known []string) (walletRun, int32) {
-	t.Helper()
-	var upCalls atomic.Int32
-	content := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		upCalls.Add(1)
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		_, _ = io.WriteString(w, `<!doctype html><h1 id="content">premium article</h1>`)
-	})
-	mux := http.NewServeMux()
-	mux.Handle("/paid", env.gate(t, env.config(), Options{}).Middleware(MiddlewareOptions{})(content))
-	mux.HandleFunc("/wallet", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		_ = chainWallet.Execute(w, map[string]any{
-			"Src": "/paid", "Popup": template.JS(popupScript), "Payer": strings.ToLower(payer.Address.Hex()),
-			"Start": start, "Known": known,
-		})
-	})
-	mux.HandleFunc("/wallet/sign", func(w http.ResponseWriter, r *http.Request) {
-		sig, err := walletSign(r.Body, payer.Address, env.token.Address, func(d []byte) ([]byte, error) {
-			return crypto.Sign(d, payer.Key)
-		})
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		_, _ = io.WriteString(w, hexutil.Encode(sig))
-	})
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
-	dom := runChromium(t, "--virtual-time-budget=30000", "--dump-dom", srv.URL+"/wallet")
-	var run walletRun
-	if err := json.Unmarshal([]byte(verdictOf(t, dom)), &run); err != nil {
-		t.Fatalf("the wallet page's verdict: %v", err)
-	}
-	return run, upCalls.Load()
-}
 
 // TestPaywallSaysWhyInPlainWords: in Chromium, a refused payment shows the verdict's own
 // reason, and a wallet without USDC reads "not enough USDC on base-sepolia"; neither
@@ -170,7 +68,7 @@ func TestPaywallOffersTheRoutesChain(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			before := env.ledger(t, env.payer.Address)
 			run, up := payInChromium(t, env, env.payer, "0x1", tc.known)
-			if run.Verdict != "PAID premium article" || up != 1 {
+			if run.Verdict != paidPage || up != 1 {
 				t.Fatalf("the page says %q (upstream ran %d times); wallet calls %q", run.Verdict, up, run.Calls)
 			}
 			if strings.Join(run.Calls, "\n") != strings.Join(tc.want, "\n") {
@@ -180,19 +78,6 @@ func TestPaywallOffersTheRoutesChain(t *testing.T) {
 		})
 	}
 }
-
-// passWrapper checks, in a popup, that the paywall's pass line is visible and reads want.
-var passLineWrapper = template.Must(template.New("passline").Parse(`<!doctype html>
-<html><head><meta charset="utf-8"></head>
-<body><output id="verdict"></output>
-<script>
-{{.Check}}
-{{.Popup}}
-popup({{.Src}}, "pass", function (w, doc) {
-  var e = doc ? check(doc, "pass", {{.Want}}) : "the paywall did not load";
-  document.getElementById("verdict").setAttribute("data-verdict", e ? "FAIL " + e : "PASS");
-});
-</script></body></html>`))
 
 // TestPaywallSaysWhatAPassBuys: in Chromium, the paywall of a pass over / reads "this
 // whole site for 1 hour", and one over /premium/ "every page under /premium/ for 24 hours",
@@ -213,8 +98,9 @@ func TestPaywallSaysWhatAPassBuys(t *testing.T) {
 		mux.Handle("/premium/", env.gate(t, cfg, Options{}).Middleware(MiddlewareOptions{})(&upstream{}))
 		mux.HandleFunc("/check", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
-			_ = passLineWrapper.Execute(w, map[string]any{
-				"Src": "/premium/a.html", "Want": tc.want, "Check": template.JS(checkScript), "Popup": template.JS(popupScript),
+			_ = checkWrapper.Execute(w, map[string]any{
+				"Src": "/premium/a.html", "Checks": [][2]string{{"pass", tc.want}},
+				"Check": template.JS(checkScript), "Popup": template.JS(popupScript),
 			})
 		})
 		srv := httptest.NewServer(mux)
