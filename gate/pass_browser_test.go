@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ethereum/go-ethereum/accounts"
 	"github.com/ethereum/go-ethereum/common/hexutil"
 	"github.com/ethereum/go-ethereum/crypto"
 )
@@ -203,23 +202,7 @@ func TestPassInChromium(t *testing.T) {
 		_, _ = io.WriteString(w, hexutil.Encode(sig))
 	})
 	var messages atomic.Int32
-	mux.HandleFunc("/wallet/sign-message", func(w http.ResponseWriter, r *http.Request) {
-		// personal_sign: the message arrives as 0x-hex of its UTF-8 bytes.
-		raw, err := io.ReadAll(io.LimitReader(r.Body, 8<<10))
-		msg, derr := hexutil.Decode(strings.TrimSpace(string(raw)))
-		if err != nil || derr != nil || !strings.Contains(string(msg), " wants you to sign in with your Ethereum account:\n") {
-			http.Error(w, "not a sign-in message", http.StatusBadRequest)
-			return
-		}
-		sig, err := crypto.Sign(accounts.TextHash(msg), env.payer.Key)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		sig[64] += 27
-		messages.Add(1)
-		_, _ = io.WriteString(w, hexutil.Encode(sig))
-	})
+	mux.HandleFunc("/wallet/sign-message", signInHandler(env.payer.Key, &messages))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 

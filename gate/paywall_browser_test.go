@@ -3,6 +3,7 @@ package gate
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ethereum/go-ethereum/accounts"
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/common/hexutil"
 	"github.com/ethereum/go-ethereum/crypto"
@@ -342,8 +344,8 @@ var provider = {
       known.push(args.params[0].chainId);
       chain = args.params[0].chainId;
       return null;
-    case "eth_signTypedData_v4":
-      var r = await fetch("/wallet/sign", { method: "POST", body: args.params[1] });
+    case "eth_signTypedData_v4": case "personal_sign":
+      var r = await fetch(m === "personal_sign" ? "/wallet/sign-message" : "/wallet/sign", { method: "POST", body: args.params[m === "personal_sign" ? 0 : 1] });
       var text = (await r.text()).trim();
       if (!r.ok) throw new Error("wallet: " + text);
       return text;
@@ -352,10 +354,10 @@ var provider = {
   }
 };
 function done(v) { document.getElementById("verdict").setAttribute("data-verdict", JSON.stringify({ verdict: v, calls: calls })); }
-popup({{.Src}}, "pay", function (w, first) {
+popup({{.Src}}, {{.Button}}, function (w, first) {
   if (!first) return done("FAIL the paywall did not load");
   w.ethereum = provider;
-  first.getElementById("pay").click();
+  first.getElementById({{.Button}}).click();
   var tries = 0;
   (function poll() {
     var doc = w.document, content = doc && doc.getElementById("content"), st = doc && doc.getElementById("status");
@@ -373,10 +375,25 @@ type walletRun struct {
 	Calls   []string `json:"calls"`
 }
 
-// payInChromium serves env's gate at /paid, before an HTML page with an inline style and
+// browserWallet is how payInChromium's wallet is set up: whose key it holds, the chain it
+// starts on, the chains it knows, and the paywall's button it clicks ("pay" or "signin").
+type browserWallet struct {
+	payer  testenv.Account
+	start  string
+	known  []string
+	button string
+}
+
+// walletOn is a wallet of payer on env's chain that clicks pay.
+func walletOn(env *testEnv, payer testenv.Account) browserWallet {
+	chain := fmt.Sprintf("0x%x", env.chain.ChainID)
+	return browserWallet{payer: payer, start: chain, known: []string{chain}, button: "pay"}
+}
+
+// payInChromium serves env's gate on cfg at /paid, before an HTML page with an inline style and
 // script, and a chainWallet whose key is payer's; it runs Chromium on it and returns what
 // the page reported and how often the upstream ran.
-func payInChromium(t *testing.T, env *testEnv, payer testenv.Account, start string, known []string) (walletRun, int32) {
+func payInChromium(t *testing.T, env *testEnv, cfg Config, bw browserWallet) (walletRun, int32) {
 	t.Helper()
 	var upCalls atomic.Int32
 	content := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -386,17 +403,17 @@ func payInChromium(t *testing.T, env *testEnv, payer testenv.Account, start stri
 			`<script>document.getElementById("content").textContent += ", scripted"</script>`)
 	})
 	mux := http.NewServeMux()
-	mux.Handle("/paid", env.gate(t, env.config(), Options{}).Middleware(MiddlewareOptions{})(content))
+	mux.Handle("/paid", env.gate(t, cfg, Options{}).Middleware(MiddlewareOptions{})(content))
 	mux.HandleFunc("/wallet", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		_ = chainWallet.Execute(w, map[string]any{
-			"Src": "/paid", "Popup": template.JS(popupScript), "Payer": strings.ToLower(payer.Address.Hex()),
-			"Start": start, "Known": known,
+			"Src": "/paid", "Popup": template.JS(popupScript), "Payer": strings.ToLower(bw.payer.Address.Hex()),
+			"Start": bw.start, "Known": bw.known, "Button": bw.button,
 		})
 	})
 	mux.HandleFunc("/wallet/sign", func(w http.ResponseWriter, r *http.Request) {
-		sig, err := walletSign(r.Body, payer.Address, env.token.Address, func(d []byte) ([]byte, error) {
-			return crypto.Sign(d, payer.Key)
+		sig, err := walletSign(r.Body, bw.payer.Address, env.token.Address, func(d []byte) ([]byte, error) {
+			return crypto.Sign(d, bw.payer.Key)
 		})
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
@@ -404,6 +421,7 @@ func payInChromium(t *testing.T, env *testEnv, payer testenv.Account, start stri
 		}
 		_, _ = io.WriteString(w, hexutil.Encode(sig))
 	})
+	mux.HandleFunc("/wallet/sign-message", signInHandler(bw.payer.Key, &atomic.Int32{}))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	dom := runChromium(t, "--virtual-time-budget=30000", "--dump-dom", srv.URL+"/wallet")
@@ -421,9 +439,8 @@ func payInChromium(t *testing.T, env *testEnv, payer testenv.Account, start stri
 // script applied under the paywall's policy. Balances move by exactly the price.
 func TestPaywallPaysWithBrowserWallet(t *testing.T) {
 	env := newTestEnv(t)
-	chain := fmt.Sprintf("0x%x", env.chain.ChainID)
 	before := env.ledger(t, env.payer.Address)
-	run, up := payInChromium(t, env, env.payer, chain, []string{chain})
+	run, up := payInChromium(t, env, env.config(), walletOn(env, env.payer))
 	if run.Verdict != paidPage || up != 1 {
 		t.Fatalf("in Chromium: %s (upstream ran %d times)", run.Verdict, up)
 	}
@@ -435,6 +452,27 @@ func TestPaywallPaysWithBrowserWallet(t *testing.T) {
 
 // paidPage is what payInChromium's wallet page reports once the paid page shows.
 const paidPage = "PAID premium article, scripted in rgb(10, 120, 60)"
+
+// signInHandler is the test wallet's personal_sign: it signs a sign-in-with-x message,
+// which arrives as 0x-hex of its UTF-8 bytes, with key, and counts its signatures.
+func signInHandler(key *ecdsa.PrivateKey, count *atomic.Int32) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		raw, err := io.ReadAll(io.LimitReader(r.Body, 8<<10))
+		msg, derr := hexutil.Decode(strings.TrimSpace(string(raw)))
+		if err != nil || derr != nil || !strings.Contains(string(msg), " wants you to sign in with your Ethereum account:\n") {
+			http.Error(w, "not a sign-in message", http.StatusBadRequest)
+			return
+		}
+		sig, err := crypto.Sign(accounts.TextHash(msg), key)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		sig[64] += 27
+		count.Add(1)
+		_, _ = io.WriteString(w, hexutil.Encode(sig))
+	}
+}
 
 // walletSign is the test wallet: it checks that the typed data is an EIP-3009
 // TransferWithAuthorization from the wallet's account under the token's domain, and signs

@@ -1,7 +1,6 @@
 package gate
 
 import (
-	"fmt"
 	"html/template"
 	"image/png"
 	"net/http"
@@ -18,13 +17,12 @@ import (
 )
 
 // TestPaywallSaysWhyInPlainWords: in Chromium, a refused payment shows the verdict's own
-// reason, and a wallet without USDC reads "not enough USDC on base-sepolia"; neither
-// shows a reason code, and the upstream never runs.
+// reason, a wallet without USDC reads "not enough USDC on base-sepolia", and a sign-in
+// without a pass says so; none shows a reason code, and the upstream never runs.
 func TestPaywallSaysWhyInPlainWords(t *testing.T) {
 	t.Run("a payment the spending policy refuses shows the verdict's reason", func(t *testing.T) {
 		env := newTestEnvWith(t, func(c *facilitator.Config) { c.GuardianMode = facilitator.GuardianRequired })
-		chain := fmt.Sprintf("0x%x", env.chain.ChainID)
-		run, up := payInChromium(t, env, env.payer, chain, []string{chain})
+		run, up := payInChromium(t, env, env.config(), walletOn(env, env.payer))
 		const want = "SAID The site's spending policy refused this payment: verdict service is not configured"
 		if run.Verdict != want || up != 0 {
 			t.Errorf("the page says %q (upstream ran %d times), want %q", run.Verdict, up, want)
@@ -32,11 +30,22 @@ func TestPaywallSaysWhyInPlainWords(t *testing.T) {
 	})
 	t.Run("an empty wallet reads not enough USDC on base-sepolia", func(t *testing.T) {
 		env := newTestEnv(t)
-		chain := fmt.Sprintf("0x%x", env.chain.ChainID)
-		run, up := payInChromium(t, env, testenv.NewAccount(t), chain, []string{chain})
+		run, up := payInChromium(t, env, env.config(), walletOn(env, testenv.NewAccount(t)))
 		const want = "SAID There is not enough USDC on base-sepolia in this wallet to pay 0.01 USDC."
 		if run.Verdict != want || up != 0 {
 			t.Errorf("the page says %q (upstream ran %d times), want %q", run.Verdict, up, want)
+		}
+	})
+	t.Run("a sign-in of a wallet without a pass says so", func(t *testing.T) {
+		env := newTestEnv(t)
+		cfg := env.config()
+		cfg.Pass = PassConfig{Duration: time.Hour, Scope: "/", Keys: []string{testPassKey}}
+		bw := walletOn(env, env.payer)
+		bw.button = "signin"
+		run, up := payInChromium(t, env, cfg, bw)
+		const want = "SAID This wallet holds no live pass for this page. Pay to get one."
+		if run.Verdict != want || up != 0 {
+			t.Errorf("the page says %q (upstream ran %d times), want %q; wallet calls %q", run.Verdict, up, want, run.Calls)
 		}
 	})
 }
@@ -67,7 +76,7 @@ func TestPaywallOffersTheRoutesChain(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := env.ledger(t, env.payer.Address)
-			run, up := payInChromium(t, env, env.payer, "0x1", tc.known)
+			run, up := payInChromium(t, env, env.config(), browserWallet{payer: env.payer, start: "0x1", known: tc.known, button: "pay"})
 			if run.Verdict != paidPage || up != 1 {
 				t.Fatalf("the page says %q (upstream ran %d times); wallet calls %q", run.Verdict, up, run.Calls)
 			}

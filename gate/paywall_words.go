@@ -7,7 +7,8 @@ import (
 	"github.com/x402gate/x402gate/x402"
 )
 
-// paywallWords says each reason code the paywall can meet in plain words, for a person
+// paywallWords says each reason code the paywall can meet (a refused payment's, a refused
+// sign-in's) in plain words, for a person
 // who is paying (docs/gate.md#paywall). {asset}, {network} and {price} stand for the
 // chosen way to pay. The page shows a verdict's own reason before these words, and the
 // server's message, then the code, for a code not listed here.
@@ -44,6 +45,20 @@ var paywallWords = map[string]string{
 	string(ReasonRetryStoreUnavailable):      "The site cannot check this payment right now. Try again in a minute.",
 	string(ReasonRetryInProgress):            "This payment is being used by another request right now. Try again in a few seconds.",
 	string(ReasonFacilitatorUnavailable):     "The site's payment service is unavailable right now. Nothing was charged; try again in a minute.",
+	// Sign-in-with-x refusals (docs/gate.md#sign-in-with-x).
+	string(SIWXNoPass):           "This wallet holds no live pass for this page. Pay to get one.",
+	string(SIWXSignature):        "The wallet's sign-in signature did not check out. Sign in again.",
+	string(SIWXMalformed):        "The sign-in did not match this page's challenge. Reload the page and sign in again.",
+	string(SIWXDomainMismatch):   "The sign-in did not match this page's challenge. Reload the page and sign in again.",
+	string(SIWXURIMismatch):      "The sign-in did not match this page's challenge. Reload the page and sign in again.",
+	string(SIWXNonce):            "The sign-in did not match this page's challenge. Reload the page and sign in again.",
+	string(SIWXChainID):          "The sign-in names another network than this page's. Reload the page and sign in again.",
+	string(SIWXIssuedAt):         "The sign-in's time is off: check your computer's clock, then sign in again.",
+	string(SIWXInFuture):         "The sign-in's time is off: check your computer's clock, then sign in again.",
+	string(SIWXNotYetValid):      "The sign-in's time is off: check your computer's clock, then sign in again.",
+	string(SIWXTooOld):           "The sign-in took too long. Sign in again.",
+	string(SIWXExpired):          "The sign-in took too long. Sign in again.",
+	string(PassStoreUnavailable): "Passes cannot be checked right now. Try again in a minute.",
 }
 
 // addChain is the parameter of EIP-3085 wallet_addEthereumChain: what a wallet needs to

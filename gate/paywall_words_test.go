@@ -68,8 +68,8 @@ func TestPaywallAnswerIsLockedDown(t *testing.T) {
 	}
 }
 
-// TestPaywallWordsForEveryReason: each reason code the paywall can meet, x402's and the
-// gate's own, has plain words for a person, none of which is a code.
+// TestPaywallWordsForEveryReason: each reason code the paywall can meet, x402's, the
+// gate's own and a refused sign-in's, has plain words for a person, none of which is a code.
 func TestPaywallWordsForEveryReason(t *testing.T) {
 	reasons := []x402.Reason{
 		x402.ReasonInvalidVersion, x402.ReasonInvalidPayload, x402.ReasonInvalidRequirements, x402.ReasonInvalidScheme,
@@ -80,6 +80,12 @@ func TestPaywallWordsForEveryReason(t *testing.T) {
 		x402.ReasonApprovalStoreDown, x402.ReasonChainUnavailable, x402.ReasonDuplicateSettlement, x402.ReasonTransactionFailed,
 		x402.ReasonTransferEventMismatch, x402.ReasonSettlementPending, x402.ReasonUnexpectedVerify, x402.ReasonUnexpectedSettle,
 		ReasonPricingUnavailable, ReasonRetryStoreUnavailable, ReasonRetryInProgress, ReasonFacilitatorUnavailable,
+	}
+	for _, r := range []PassRefusal{
+		SIWXNoPass, SIWXSignature, SIWXMalformed, SIWXDomainMismatch, SIWXURIMismatch, SIWXNonce, SIWXChainID,
+		SIWXIssuedAt, SIWXInFuture, SIWXNotYetValid, SIWXTooOld, SIWXExpired, PassStoreUnavailable,
+	} {
+		reasons = append(reasons, x402.Reason(r))
 	}
 	code := regexp.MustCompile(`[a-z0-9]+_[a-z0-9_]+`)
 	for _, r := range reasons {
