@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ethereum/go-ethereum/accounts"
 	"github.com/ethereum/go-ethereum/common/hexutil"
 	"github.com/ethereum/go-ethereum/crypto"
 )
@@ -67,13 +66,15 @@ func writeSite(t *testing.T) string {
 	return root
 }
 
-// passWrapper drives the paywall in an iframe: it gives the page an EIP-1193 wallet and
-// clicks pay; the page pays and reloads itself; the wrapper then checks the real page
-// (its stylesheet applied, its image loaded), opens the second page and reloads it.
+// passWrapper drives the paywall in a popup, since it refuses every frame: it gives the
+// page an EIP-1193 wallet and clicks pay; the page pays and reloads itself; the wrapper
+// then checks the real page (its stylesheet applied, its image loaded), opens the second
+// page and reloads it.
 var passWrapper = template.Must(template.New("pass").Parse(`<!doctype html>
-<html><head><meta charset="utf-8"><style>html,body{margin:0}iframe{border:0;width:1280px;height:900px}</style></head>
-<body><output id="verdict"></output><iframe id="f" src="/premium/index.html"></iframe>
+<html><head><meta charset="utf-8"></head>
+<body><output id="verdict"></output>
 <script>
+{{.Popup}}
 var payer = {{.Payer}}, chainIdHex = {{.ChainID}}, button = {{.Button}}, calls = [], steps = [];
 var provider = {
   request: async function (args) {
@@ -96,12 +97,12 @@ var provider = {
     throw new Error("unsupported method " + args.method);
   }
 };
-var f = document.getElementById("f"), loads = 0;
+var w;
 function done(v) { document.getElementById("verdict").setAttribute("data-verdict", v + " | steps=" + steps.join(",") + " calls=" + calls.join(",")); }
 function waitFor(test, what, next) {
   var tries = 0;
   (function poll() {
-    var doc = f.contentDocument, err;
+    var doc = w.document, err;
     try { err = doc && doc.readyState === "complete" ? test(doc) : "loading"; } catch (e) { err = String(e); }
     if (err === "") { steps.push(what); return next(doc); }
     var st = doc && doc.getElementById("status");
@@ -118,10 +119,11 @@ function styled(doc, id) {
   if (win.getComputedStyle(doc.body).backgroundColor !== "rgb(250, 240, 200)") return "background " + win.getComputedStyle(doc.body).backgroundColor;
   return "";
 }
-f.addEventListener("load", function () {
-  if (++loads !== 1) return;
-  f.contentWindow.ethereum = provider;
-  f.contentDocument.getElementById(button).click();
+popup("/premium/index.html", button, function (win, first) {
+  w = win;
+  if (!first) return done("FAIL the paywall did not load");
+  w.ethereum = provider;
+  first.getElementById(button).click();
   waitFor(function (doc) {
     var e = styled(doc, "content");
     if (e) return e;
@@ -130,10 +132,10 @@ f.addEventListener("load", function () {
     return "";
   }, "page", function () {
     if (button !== "pay") return done("PASS");
-    f.src = "/premium/second.html";
+    w.location.href = "/premium/second.html";
     waitFor(function (doc) { return styled(doc, "second"); }, "second", function (doc) {
       doc.getElementById("second").id = "second-before-reload";
-      f.contentWindow.location.reload();
+      w.location.reload();
       waitFor(function (doc) { return styled(doc, "second"); }, "reload", function () { done("PASS"); });
     });
   });
@@ -185,6 +187,7 @@ func TestPassInChromium(t *testing.T) {
 		}
 		_ = passWrapper.Execute(w, map[string]any{
 			"Payer": strings.ToLower(env.payer.Address.Hex()), "ChainID": fmt.Sprintf("0x%x", env.chain.ChainID), "Button": button,
+			"Popup": template.JS(popupScript),
 		})
 	})
 	mux.HandleFunc("/wallet/sign", func(w http.ResponseWriter, r *http.Request) {
@@ -199,29 +202,13 @@ func TestPassInChromium(t *testing.T) {
 		_, _ = io.WriteString(w, hexutil.Encode(sig))
 	})
 	var messages atomic.Int32
-	mux.HandleFunc("/wallet/sign-message", func(w http.ResponseWriter, r *http.Request) {
-		// personal_sign: the message arrives as 0x-hex of its UTF-8 bytes.
-		raw, err := io.ReadAll(io.LimitReader(r.Body, 8<<10))
-		msg, derr := hexutil.Decode(strings.TrimSpace(string(raw)))
-		if err != nil || derr != nil || !strings.Contains(string(msg), " wants you to sign in with your Ethereum account:\n") {
-			http.Error(w, "not a sign-in message", http.StatusBadRequest)
-			return
-		}
-		sig, err := crypto.Sign(accounts.TextHash(msg), env.payer.Key)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		sig[64] += 27
-		messages.Add(1)
-		_, _ = io.WriteString(w, hexutil.Encode(sig))
-	})
+	mux.HandleFunc("/wallet/sign-message", signInHandler(env.payer.Key, &messages))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
 	// The paywall says what the payment buys.
 	res := getWith(t, srv.URL+"/premium/index.html", "", browserHeader())
-	if page := string(readBody(t, res)); res.StatusCode != 402 || !strings.Contains(page, "One payment buys 10 minutes of /premium/.") {
+	if page := string(readBody(t, res)); res.StatusCode != 402 || !strings.Contains(page, "One payment buys every page under /premium/ for 10 minutes.") {
 		t.Errorf("the paywall (%d) does not say what the payment buys:\n%s", res.StatusCode, tail(page, 1500))
 	}
 

@@ -2,10 +2,12 @@ package gate
 
 import (
 	"bytes"
+	"crypto/rand"
 	_ "embed"
+	"encoding/base64"
 	"errors"
 	"html/template"
-	"strconv"
+	"net/http"
 
 	"github.com/x402gate/x402gate/x402"
 )
@@ -15,12 +17,41 @@ import (
 // authorization with eth_signTypedData_v4, then fetch the page again with
 // PAYMENT-SIGNATURE and replace the document with the answer, as the reference paywalls
 // do (docs/gate.md#paywall). It embeds no wallet bundle. html/template escapes every value,
-// and the requirement reaches the script as JSON in a script context.
+// and the requirement reaches the script as JSON in a data block.
 
 //go:embed paywall.html
 var paywallHTML string
 
 var paywallTmpl = template.Must(template.New("paywall").Parse(paywallHTML))
+
+// paywallCSP is the paywall's Content-Security-Policy: its own inline script and style by
+// a nonce fresh on every page, and nothing from another origin. The page asks a wallet to
+// sign, so no page may frame it. Without a pass the paid answer replaces the page in place
+// and keeps this policy, so same-origin files stay allowed and the script hands the nonce
+// to the answer's own script and style elements (docs/gate.md#paywall).
+func paywallCSP(nonce string) string {
+	n := "'nonce-" + nonce + "'"
+	return "default-src 'none'; script-src 'self' " + n + "; style-src 'self' " + n +
+		"; img-src 'self' data:; font-src 'self'; media-src 'self'; connect-src 'self'" +
+		"; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+}
+
+// newNonce is a CSP nonce: 128 random bits, base64url, which no escaping changes.
+func newNonce() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:]), nil
+}
+
+// setPaywallHeaders sets the security headers of the paywall page: its CSP, and
+// X-Frame-Options and nosniff for browsers that predate frame-ancestors.
+func setPaywallHeaders(h http.Header, csp string) {
+	h.Set("Content-Security-Policy", csp)
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("X-Content-Type-Options", "nosniff")
+}
 
 // paywallView is what the template shows.
 type paywallView struct {
@@ -35,7 +66,8 @@ type paywallView struct {
 	// Offers are the ways to pay, shown as a choice when there are several
 	// (docs/gate.md#several-ways-to-pay).
 	Offers []paywallOffer
-	Pass   string // what one payment buys: "24 hours of /premium/"; "" without passes
+	Pass   string // what one payment buys: "every page under /premium/ for 24 hours"; "" without passes
+	Nonce  string // the CSP nonce of the page's script and style
 	Data   paywallData
 }
 
@@ -48,31 +80,42 @@ type paywallOffer struct {
 	PayTo   string
 }
 
-// paywallData is what the script needs: the v2 PaymentRequired (as in PAYMENT-REQUIRED)
-// and the chain id.
+// paywallData is what the script needs: the v2 PaymentRequired (as in PAYMENT-REQUIRED),
+// each way to pay as a person reads it, and the words of the reasons.
 type paywallData struct {
 	PaymentRequired *x402.PaymentRequiredV2 `json:"paymentRequired"`
-	ChainID         int64                   `json:"chainId"`
-	ChainIDHex      string                  `json:"chainIdHex"`
-	Display         string                  `json:"display"`
-	// Displays is the price of each accepts entry, in its order.
-	Displays []string `json:"displays"`
+	// Ways are the accepts entries as a person reads them, in their order.
+	Ways []paywallWay `json:"ways"`
+	// Words are the plain words of each reason code (paywallWords).
+	Words map[string]string `json:"words"`
 	// Reload: a pass came with the payment, so the page is loaded again as a navigation
 	// and its stylesheets and images come under the pass.
 	Reload bool `json:"reload"`
 }
 
-// renderPaywall renders the page of a payment-required result.
-func renderPaywall(r *Result) ([]byte, error) {
+// paywallWay is one accepts entry for the script: its price, token and network names,
+// and how to add its chain to a wallet (nil when the page knows no RPC endpoint for it).
+type paywallWay struct {
+	Price    string    `json:"price"`
+	Asset    string    `json:"asset"`
+	Network  string    `json:"network"`
+	ChainID  int64     `json:"chainId"`
+	AddChain *addChain `json:"addChain"`
+}
+
+// renderPaywall renders the page of a payment-required result and its
+// Content-Security-Policy.
+func renderPaywall(r *Result) (page []byte, csp string, err error) {
 	req := r.Requirements
 	if req == nil || r.challenge == nil {
-		return nil, errors.New("paywall: no requirement")
+		return nil, "", errors.New("paywall: no requirement")
 	}
-	n, err := chainIDOf(req.Network)
+	nonce, err := newNonce()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	v := paywallView{
+		Nonce:       nonce,
 		Description: req.Resource.Description,
 		Price:       r.display.price,
 		Symbol:      r.display.symbol,
@@ -81,30 +124,40 @@ func renderPaywall(r *Result) ([]byte, error) {
 		NetworkID:   req.Network,
 		Asset:       req.Asset.Hex(),
 		Resource:    req.Resource.URL,
-		Pass:        r.display.pass,
 		Data: paywallData{
 			Reload:          r.display.pass != "",
 			PaymentRequired: r.challenge,
-			ChainID:         n,
-			ChainIDHex:      "0x" + strconv.FormatInt(n, 16),
-			Display:         r.display.price + " " + r.display.symbol,
+			Words:           paywallWords,
 		},
 	}
-	for i, d := range r.displays {
+	if r.display.pass != "" {
+		v.Pass = passWords(r.display.pass)
+	}
+	displays := r.displays
+	if len(displays) == 0 {
+		displays = []display{r.display}
+	}
+	for i, d := range displays {
 		if i >= len(r.challenge.Accepts) {
 			break
 		}
 		a := r.challenge.Accepts[i]
+		n, err := chainIDOf(a.Network)
+		if err != nil {
+			return nil, "", err
+		}
 		label := d.price + " " + d.symbol + " on " + d.network
 		v.Offers = append(v.Offers, paywallOffer{Index: i, Label: label, Network: a.Network, Asset: a.Asset, PayTo: a.PayTo})
-		v.Data.Displays = append(v.Data.Displays, d.price+" "+d.symbol)
+		v.Data.Ways = append(v.Data.Ways, paywallWay{
+			Price: d.price + " " + d.symbol, Asset: d.symbol, Network: d.network, ChainID: n, AddChain: chainToAdd(n),
+		})
 	}
 	var b bytes.Buffer
 	b.Grow(12 << 10)
 	if err := paywallTmpl.Execute(&b, v); err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return b.Bytes(), nil
+	return b.Bytes(), paywallCSP(nonce), nil
 }
 
 // chainIDOf reads the chain id of a CAIP-2 eip155 network id.

@@ -183,9 +183,10 @@ func (r *Result) Write(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	if r.Kind == KindPaymentRequired && req != nil && IsBrowser(req.Header) && r.challenge != nil {
-		if page, err := renderPaywall(r); err == nil {
+		if page, csp, err := renderPaywall(r); err == nil {
 			h.Set("Content-Type", "text/html; charset=utf-8")
 			h.Set("Content-Length", strconv.Itoa(len(page)))
+			setPaywallHeaders(h, csp)
 			w.WriteHeader(r.Status)
 			if req.Method != http.MethodHead {
 				_, _ = w.Write(page)

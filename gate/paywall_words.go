@@ -1,0 +1,117 @@
+package gate
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/x402gate/x402gate/x402"
+)
+
+// paywallWords says each reason code the paywall can meet (a refused payment's, a refused
+// sign-in's) in plain words, for a person
+// who is paying (docs/gate.md#paywall). {asset}, {network} and {price} stand for the
+// chosen way to pay. The page shows a verdict's own reason before these words, and the
+// server's message, then the code, for a code not listed here.
+var paywallWords = map[string]string{
+	string(x402.ReasonInsufficientFunds):     "There is not enough {asset} on {network} in this wallet to pay {price}.",
+	string(x402.ReasonVerdictNotApproved):    "The site's spending policy refused this payment.",
+	string(x402.ReasonApprovalNotFound):      "The site's spending policy has no approval for this payment. Pay again.",
+	string(x402.ReasonApprovalStoreDown):     "The site's spending policy cannot be checked right now. Nothing was charged; try again in a minute.",
+	string(x402.ReasonInvalidSignature):      "The wallet's signature did not check out. Nothing was charged; try again or use another wallet.",
+	string(x402.ReasonUndeployedWallet):      "This smart wallet is not deployed on {network} yet, so it cannot pay.",
+	string(x402.ReasonFactoryNotAllowed):     "This smart wallet's kind is not accepted here.",
+	string(x402.ReasonNetworkMismatch):       "The payment was signed for another network than {network}. Reload the page and pay again.",
+	string(x402.ReasonAssetMismatch):         "The payment was signed for another token than {asset}. Reload the page and pay again.",
+	string(x402.ReasonAmountBelowMinimum):    "The payment is less than the price, {price}. Reload the page and pay again.",
+	string(x402.ReasonValueMismatch):         "The payment's amount is not the price, {price}. Reload the page and pay again.",
+	string(x402.ReasonRecipientMismatch):     "The payment names another recipient than this site. Reload the page and pay again.",
+	string(x402.ReasonValidBefore):           "The payment's authorization has expired. Nothing was charged; pay again.",
+	string(x402.ReasonValidAfter):            "The payment's authorization is not valid yet: check your computer's clock, then pay again.",
+	string(x402.ReasonNonceUsed):             "This payment's authorization was used already. Pay again.",
+	string(x402.ReasonMissingEIP712Domain):   "The site's token settings lack the token's signing domain; the site must fix its configuration.",
+	string(x402.ReasonInvalidVersion):        "This page and the server disagree on the payment's form. Reload the page and pay again.",
+	string(x402.ReasonInvalidPayload):        "This page and the server disagree on the payment's form. Reload the page and pay again.",
+	string(x402.ReasonInvalidRequirements):   "This page and the server disagree on the payment's form. Reload the page and pay again.",
+	string(x402.ReasonInvalidScheme):         "This page and the server disagree on the payment's form. Reload the page and pay again.",
+	string(x402.ReasonInvalidNetwork):        "The site does not accept payments on this network. Reload the page and pay again.",
+	string(x402.ReasonChainUnavailable):      "{network} cannot be reached right now. Nothing was charged; try again in a minute.",
+	string(x402.ReasonDuplicateSettlement):   "This payment was settled already. Pay again to load the page once more.",
+	string(x402.ReasonTransactionFailed):     "The transfer failed on {network}, so nothing was charged. Pay again.",
+	string(x402.ReasonTransferEventMismatch): "The transfer on {network} did not move what was agreed. Ask the site for help.",
+	string(x402.ReasonSettlementPending):     "Your payment was sent on {network} and is not confirmed yet. Wait a minute before paying again.",
+	string(x402.ReasonUnexpectedVerify):      "The payment could not be checked right now. Nothing was charged; try again in a minute.",
+	string(x402.ReasonUnexpectedSettle):      "The payment could not be completed right now. Wait a minute before paying again.",
+	string(ReasonPricingUnavailable):         "The site cannot price its policy check right now. Nothing was charged; try again in a minute.",
+	string(ReasonRetryStoreUnavailable):      "The site cannot check this payment right now. Try again in a minute.",
+	string(ReasonRetryInProgress):            "This payment is being used by another request right now. Try again in a few seconds.",
+	string(ReasonFacilitatorUnavailable):     "The site's payment service is unavailable right now. Nothing was charged; try again in a minute.",
+	// Sign-in-with-x refusals (docs/gate.md#sign-in-with-x).
+	string(SIWXNoPass):           "This wallet holds no live pass for this page. Pay to get one.",
+	string(SIWXSignature):        "The wallet's sign-in signature did not check out. Sign in again.",
+	string(SIWXMalformed):        "The sign-in did not match this page's challenge. Reload the page and sign in again.",
+	string(SIWXDomainMismatch):   "The sign-in did not match this page's challenge. Reload the page and sign in again.",
+	string(SIWXURIMismatch):      "The sign-in did not match this page's challenge. Reload the page and sign in again.",
+	string(SIWXNonce):            "The sign-in did not match this page's challenge. Reload the page and sign in again.",
+	string(SIWXChainID):          "The sign-in names another network than this page's. Reload the page and sign in again.",
+	string(SIWXIssuedAt):         "The sign-in's time is off: check your computer's clock, then sign in again.",
+	string(SIWXInFuture):         "The sign-in's time is off: check your computer's clock, then sign in again.",
+	string(SIWXNotYetValid):      "The sign-in's time is off: check your computer's clock, then sign in again.",
+	string(SIWXTooOld):           "The sign-in took too long. Sign in again.",
+	string(SIWXExpired):          "The sign-in took too long. Sign in again.",
+	string(PassStoreUnavailable): "Passes cannot be checked right now. Try again in a minute.",
+}
+
+// addChain is the parameter of EIP-3085 wallet_addEthereumChain: what a wallet needs to
+// know a chain it has not seen.
+type addChain struct {
+	ChainID           string         `json:"chainId"`
+	ChainName         string         `json:"chainName"`
+	NativeCurrency    nativeCurrency `json:"nativeCurrency"`
+	RPCURLs           []string       `json:"rpcUrls"`
+	BlockExplorerURLs []string       `json:"blockExplorerUrls,omitempty"`
+}
+
+// nativeCurrency is the gas currency of an addChain.
+type nativeCurrency struct {
+	Name     string `json:"name"`
+	Symbol   string `json:"symbol"`
+	Decimals int    `json:"decimals"`
+}
+
+// knownChains are the chains the paywall can add to a wallet, by chain id: Base and Base
+// Sepolia with their public RPC endpoints, and a local anvil chain (31337) at anvil's
+// default address. A route's gate never hands its own RPC URL to a browser (it may carry a
+// credential), so on any other chain the page asks the person to add the chain themselves
+// (docs/gate.md#paywall).
+var knownChains = map[int64]addChain{
+	8453: {ChainName: "Base", RPCURLs: []string{"https://mainnet.base.org"}, BlockExplorerURLs: []string{"https://basescan.org"}},
+	84532: {ChainName: "Base Sepolia", RPCURLs: []string{"https://sepolia.base.org"},
+		BlockExplorerURLs: []string{"https://sepolia.basescan.org"}},
+	31337: {ChainName: "Anvil (local)", RPCURLs: []string{"http://127.0.0.1:8545"}},
+}
+
+// chainToAdd is the wallet_addEthereumChain parameter of chain id n, or nil when the
+// page knows no RPC endpoint for it.
+func chainToAdd(n int64) *addChain {
+	c, ok := knownChains[n]
+	if !ok {
+		return nil
+	}
+	c.ChainID = "0x" + strconv.FormatInt(n, 16)
+	c.NativeCurrency = nativeCurrency{Name: "Ether", Symbol: "ETH", Decimals: 18}
+	return &c
+}
+
+// passWords says what a pass buys in plain words: "this whole site for 1 hour" for the
+// scope /, "every page under /premium/ for 24 hours" otherwise. desc is the gate's
+// description, "24 hours of /premium/"; a duration never holds " of ".
+func passWords(desc string) string {
+	d, scope, ok := strings.Cut(desc, " of ")
+	switch {
+	case !ok:
+		return desc
+	case scope == "/":
+		return "this whole site for " + d
+	}
+	return "every page under " + scope + " for " + d
+}
