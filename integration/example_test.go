@@ -142,6 +142,10 @@ func TestCaddyfileExampleServesTheDemo(t *testing.T) {
 	if strings.Contains(caddy.Logs(), apiKey) {
 		t.Errorf("the facilitator API key appears in Caddy's output")
 	}
+	// A start says what an operator needs once: no info line repeated by every route.
+	if n := strings.Count(caddy.Logs(), "verify deadline covers"); n != 0 {
+		t.Errorf("the verify deadline note is logged %d times at info", n)
+	}
 	cfg := mustDo(t, http.MethodGet, caddy.AdminURL+"/config/", nil)
 	if cfg.Status != http.StatusOK || strings.Contains(string(cfg.Body), chain.RPCURL) || strings.Contains(string(cfg.Body), apiKey) {
 		t.Errorf("admin /config/ (status %d) must hold neither the RPC URL nor the API key, only their placeholders", cfg.Status)
