@@ -291,7 +291,18 @@ func TestStartupJournalDoesNotDelay(t *testing.T) {
 		t.Fatalf("journal rows %+v, want one broadcast row", rows)
 	}
 
-	stall := startStallProxy(t, chain.RPCURL, "eth_getTransactionReceipt", "eth_getTransactionByHash")
+	stall := startStallProxy(t, chain.RPCURL, "eth_getTransactionReceipt", "eth_getTransactionByHash", "eth_sendRawTransaction")
+	// `caddy validate` of the same config and journal runs no reconcile and broadcasts
+	// nothing: it asks the node for no receipt, and the row stays as it was.
+	if out, err := first.validate(t, false, "X402_RPC_URL="+stall.url, "X402_JOURNAL="+jpath); err != nil {
+		t.Fatalf("caddy validate: %v:\n%s", err, out)
+	}
+	if n := stall.heldCount(); n != 0 {
+		t.Fatalf("caddy validate made %d receipt or broadcast calls: it ran a reconcile", n)
+	}
+	if rows := unfinished(t, jpath); len(rows) != 1 || rows[0].State != journal.StateBroadcast {
+		t.Fatalf("journal rows %+v after caddy validate, want the one broadcast row", rows)
+	}
 	g := startStartupGate(t, newStartupGate(t, chain, tok), stall.url, jpath, false)
 	for deadline := time.Now().Add(time.Minute); stall.heldCount() == 0; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -345,8 +356,9 @@ func TestStartupWrongChainID(t *testing.T) {
 	}
 }
 
-// validate runs `caddy validate` on the Caddyfile of g, with or without base.
-func (g *startupGate) validate(t *testing.T, wrongChain bool) (string, error) {
+// validate runs `caddy validate` on the Caddyfile of g, with or without base; env, last,
+// overrides g's environment and the temporary journal.
+func (g *startupGate) validate(t *testing.T, wrongChain bool, env ...string) (string, error) {
 	t.Helper()
 	dir := t.TempDir()
 	file := filepath.Join(dir, "Caddyfile")
@@ -357,6 +369,7 @@ func (g *startupGate) validate(t *testing.T, wrongChain bool) (string, error) {
 	cmd.Env = append(os.Environ(), g.env...)
 	cmd.Env = append(cmd.Env, testenv.CaddyAdminVar+"=127.0.0.1:"+strconv.Itoa(testenv.FreePort(t)),
 		"HOME="+dir, "XDG_CONFIG_HOME="+dir, "XDG_DATA_HOME="+dir, "X402_JOURNAL="+filepath.Join(dir, "journal.db"))
+	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.CombinedOutput()
 	testenv.ScanCanaries(t.Name()+": caddy validate output", out)
 	return string(out), err
