@@ -46,13 +46,7 @@ func fcCaddyfile(store, journal, guardian string) string {
 	}
 	x402 {
 		facilitator {
-			network base-sepolia {
-				rpc {env.X402_RPC_URL}
-				asset {$X402_TOKEN}
-				asset_name USDC
-				asset_version 2
-			}
-			signer_key {file.{$X402_FACILITATOR_KEY_FILE}}
+			` + testChainFacilitator + `
 			` + store + `
 			` + journal + `
 			` + guardian + `

@@ -546,3 +546,14 @@ func (r recapped) Fatalf(format string, args ...any) {
 	r.note(fmt.Sprintf(format, args...))
 	r.TB.Fatalf(format, args...)
 }
+
+// testChainFacilitator is the body of a Caddyfile's global `x402 { facilitator { … } }` for
+// the test chain: base-sepolia with our token, the RPC URL and the signer key from the
+// environment (X402_RPC_URL, X402_TOKEN, X402_FACILITATOR_KEY_FILE).
+const testChainFacilitator = `network base-sepolia {
+				rpc {env.X402_RPC_URL}
+				asset {$X402_TOKEN}
+				asset_name USDC
+				asset_version 2
+			}
+			signer_key {file.{$X402_FACILITATOR_KEY_FILE}}`

@@ -51,13 +51,7 @@ func verdictCaddyfile(s verdictSetup) string {
 	}
 	x402 {
 		facilitator {
-			network base-sepolia {
-				rpc {env.X402_RPC_URL}
-				asset {$X402_TOKEN}
-				asset_name USDC
-				asset_version 2
-			}
-			signer_key {file.{$X402_FACILITATOR_KEY_FILE}}
+			` + testChainFacilitator + `
 			` + approvals + `
 			` + journal + `
 			guardian_mode required
