@@ -89,8 +89,8 @@ func TestSignInWithXAcrossInstances(t *testing.T) {
 	clk := &clock{}
 	up := &upstream{}
 	const host = "shop.example"
-	srvA := serve(t, env.gate(t, env.passConfig(testPassKey), Options{Now: clk.now, RetryStore: store()}), up)
-	srvB := serve(t, env.gate(t, env.passConfig(testPassKey), Options{Now: clk.now, RetryStore: store()}), up)
+	srvA := serve(t, env.gate(t, env.passConfig(testPassKey), Options{Now: clk.now, Ledger: store()}), up)
+	srvB := serve(t, env.gate(t, env.passConfig(testPassKey), Options{Now: clk.now, Ledger: store()}), up)
 	before := env.ledger(t, env.payer.Address)
 	env.payForPass(t, srvA.URL+"/premium/a.html", host)
 
