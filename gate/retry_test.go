@@ -3,7 +3,6 @@ package gate
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -86,12 +85,6 @@ func isRetryToken(s string) bool {
 	}
 	_, err := hex.DecodeString(s)
 	return err == nil && strings.ToLower(s) == s
-}
-
-// hashOf is the SHA-256 of a test token, as the gate hands it to a RetryStore.
-func hashOf(s string) []byte {
-	sum := sha256.Sum256([]byte(s))
-	return sum[:]
 }
 
 const nonceUsed = "invalid_exact_evm_nonce_already_used"
