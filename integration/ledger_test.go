@@ -1,10 +1,15 @@
 package integration_test
 
 import (
+	"context"
+	"fmt"
+	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/x402gate/x402gate/internal/testenv"
 )
@@ -141,4 +146,136 @@ func TestCaddyLedgerIDsAndTokenOneAnswer(t *testing.T) {
 	}
 	wantDelta(t, tok, payer.Address, bal[0], -price*int64(payments))
 	wantDelta(t, tok, payTo, bal[1], price*int64(payments))
+}
+
+// lostAnswer is one payment of TestTwoInstancesServeAnswersLostWithOne.
+type lostAnswer struct {
+	path    string
+	auth    testenv.Authorization
+	header  string
+	answers []int // every status the client got; 0: no answer (the instance died)
+	waited  time.Duration
+}
+
+// sendAs sends GET url with header and the Host host (behind one load balancer every
+// instance sees the site's host, to which a payment's record is bound).
+func sendAs(url, host string, header map[string]string) (httpResult, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), requestBound)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return httpResult{}, err
+	}
+	req.Host = host
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return httpResult{}, err
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	return httpResult{Status: res.StatusCode, Header: res.Header, Body: body}, err
+}
+
+// resendBound is how long a client re-sends a payment whose instance died.
+const resendBound = 30 * time.Second
+
+// resend re-sends p's header to url as a client whose instance died does, until it is
+// served or refused for good: a 402 duplicate_settlement or a 409 (the dead attempt's
+// lease has not lapsed yet) and a 502 (pending; its retry token is kept) are tried again
+// a second later, within resendBound.
+func (p *lostAnswer) resend(url, host string) {
+	start := time.Now()
+	h := map[string]string{"X-PAYMENT": p.header}
+	for time.Since(start) < resendBound {
+		r, err := sendAs(url, host, h)
+		status := r.Status
+		if err != nil {
+			status = 0
+		}
+		p.answers = append(p.answers, status)
+		if tok := r.Header.Get("X-PAYMENT-RETRY"); tok != "" {
+			h["X-PAYMENT-RETRY"] = tok
+		}
+		again := status == 0 || status == http.StatusConflict || status == http.StatusBadGateway ||
+			status == http.StatusPaymentRequired && strings.Contains(string(r.Body), "duplicate_settlement")
+		if !again {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	p.waited = time.Since(start)
+}
+
+// TestTwoInstancesServeAnswersLostWithOne is point 8 of "Why" in issue 20 across two
+// instances: two Caddy instances on one Redis (the payment ledger) and one PostgreSQL
+// journal; instance B is killed with SIGKILL while 16 payments are in flight on it. Each
+// client whose answer died re-sends the same v1 header (no payment id, no token) to
+// instance A, behind the same site host. Every payment that moved got exactly one good
+// answer, within 30 s of its re-send; none moved twice.
+func TestTwoInstancesServeAnswersLostWithOne(t *testing.T) {
+	f := newVerdictFleet(t, verdictSetup{shared: true})
+	f.caddyfile = strings.Replace(f.caddyfile, "guardian_mode required", "guardian_mode required\n\t\t\tverdict_rate 1000 1000", 1)
+	a := f.startFaulty(t, "", "X402_FACILITATOR_KEY_FILE="+writeKeyFile(t, f.chain.Accounts[2]))
+	b := f.startFaulty(t, "", "X402_FACILITATOR_KEY_FILE="+writeKeyFile(t, f.chain.Accounts[3]))
+	host := strings.TrimPrefix(b.api, "http://")
+	bal := balances(t, f.tok, f.payer.Address, f.okPayTo)
+	head := blockNumber(t, f.chain)
+
+	const n = 16
+	payments := make([]*lostAnswer, n)
+	for i := range payments {
+		header, auth := goV1Header(t, f.tok, f.payer, f.okPayTo)
+		payments[i] = &lostAnswer{path: fmt.Sprintf("/allowed/lost-%d", i), auth: auth, header: header}
+	}
+	var wg sync.WaitGroup
+	for _, p := range payments {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := sendAs(b.api+p.path, host, map[string]string{"X-PAYMENT": p.header})
+			if err == nil {
+				p.answers = append(p.answers, r.Status)
+				return
+			}
+			p.answers = append(p.answers, 0)
+			p.resend(a.api+p.path, host) // B died under the request
+		}()
+	}
+	// Kill B once some of its settlements are broadcast: the rest are at every step of
+	// theirs, or not begun.
+	for strings.Count(b.caddy.Logs(), "settlement broadcast") < n/4 && !b.caddy.Exited() {
+		time.Sleep(2 * time.Millisecond)
+	}
+	b.caddy.Kill()
+	wg.Wait()
+
+	moved, served, rescued := 0, 0, 0
+	for _, p := range payments {
+		events, txs := authorizationUses(t, f.chain, f.tok, p.auth, head)
+		good := 0
+		for _, s := range p.answers {
+			if s == http.StatusOK {
+				good++
+			}
+		}
+		switch {
+		case events > 1 || txs > 1:
+			t.Errorf("%s: the authorization was used %d times on chain (%d transactions)", p.path, events, txs)
+		case events == 1 && good != 1:
+			t.Errorf("%s moved once: %d good answers (answers %v, re-sent for %v), want 1", p.path, good, p.answers, p.waited.Round(time.Second))
+		case events == 0 && good != 0:
+			t.Errorf("%s did not move but got %d good answers (answers %v)", p.path, good, p.answers)
+		}
+		moved += events
+		served += good
+		if good == 1 && p.answers[0] == 0 {
+			rescued++
+		}
+	}
+	t.Logf("%d payments: %d moved, %d served, %d of them on A after B died under them", n, moved, served, rescued)
+	wantDelta(t, f.tok, f.payer.Address, bal[0], -price*int64(moved))
+	wantDelta(t, f.tok, f.okPayTo, bal[1], price*int64(moved))
 }
