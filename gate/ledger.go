@@ -35,10 +35,12 @@ type Ledger = payledger.Ledger
 // closed on it: nothing is paid, served or granted.
 var ErrLedgerUnavailable = payledger.ErrUnavailable
 
-// MemoryLedger is the in-process Ledger of one instance, with the pass book of the same
-// instance (docs/gate.md#sign-in-with-x). It is safe for concurrent use.
+// MemoryLedger is a Ledger with the in-process pass book of its instance
+// (docs/gate.md#sign-in-with-x): NewMemoryLedger's in-process payledger.Memory, or a
+// ledger kept elsewhere (the facilitator's journal) beside an in-process pass book. It is
+// safe for concurrent use.
 type MemoryLedger struct {
-	*payledger.Memory
+	Ledger
 	*MemoryPassBook
 }
 
@@ -46,7 +48,7 @@ type MemoryLedger struct {
 // payledger.DefaultMemoryEntries). When it is full of live records, a new payment is refused
 // (503) rather than a paid-for record forgotten.
 func NewMemoryLedger(maxEntries int) *MemoryLedger {
-	return &MemoryLedger{Memory: payledger.NewMemory(maxEntries, nil), MemoryPassBook: NewMemoryPassBook(0)}
+	return &MemoryLedger{Ledger: payledger.NewMemory(maxEntries, nil), MemoryPassBook: NewMemoryPassBook(0)}
 }
 
 // ledgerKey names the record of a payment: its x402.PaymentKey, hashed.

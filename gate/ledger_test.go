@@ -21,9 +21,9 @@ import (
 // settlement transaction, so a test can tell how many good answers a payment bought. It
 // holds each request a little, so attempts overlap.
 type goodAnswers struct {
-	mu      sync.Mutex
-	rnd     *rand.Rand
-	good    map[string]int
+	mu   sync.Mutex
+	rnd  *rand.Rand
+	good map[string]int
 	inFlight,
 	maxInFlight atomic.Int32
 }
