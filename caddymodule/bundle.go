@@ -366,7 +366,7 @@ type bundle struct {
 	engine     *facilitator.Engine
 	store      approval.Store
 	journal    *journal.DB
-	ledger     gate.Ledger // in the approval store's backend
+	ledger     gate.Ledger // in Redis with store redis, else with the journal
 	registry   *x402.Registry
 	served     *x402.Registry // only the networks this facilitator serves, for gates' checks
 	pricingURL string
@@ -430,7 +430,6 @@ func openBundle(rc *resolved, log *zap.Logger) (_ *bundle, err error) {
 		s := approval.NewMemoryStore(rc.StoreMax)
 		b.store = s
 		b.closers = append(b.closers, s.Close)
-		b.ledger = gate.NewMemoryLedger(0)
 	}
 	switch rc.JournalType {
 	case facilitator.JournalPostgres:
@@ -447,6 +446,15 @@ func openBundle(rc *resolved, log *zap.Logger) (_ *bundle, err error) {
 		b.journal = j
 	}
 	b.closers = append(b.closers, b.journal.Close)
+	if b.ledger == nil {
+		// store memory: the payment ledger lives with the journal, so a restart keeps it
+		// (docs/gate.md#payment-ledger).
+		l, err := b.journal.Ledger(ctx)
+		if err != nil {
+			return nil, err
+		}
+		b.ledger = &gate.MemoryLedger{Ledger: l, MemoryPassBook: gate.NewMemoryPassBook(0)}
+	}
 	verdicts, err := newVerdicts(rc, b.registry, log)
 	if err != nil {
 		return nil, err

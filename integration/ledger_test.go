@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/big"
 	"net/http"
 	"strconv"
 	"strings"
@@ -153,7 +154,8 @@ type lostAnswer struct {
 	path    string
 	auth    testenv.Authorization
 	header  string
-	answers []int // every status the client got; 0: no answer (the instance died)
+	answers []int  // every status the client got; 0: no answer (the instance died)
+	retry   string // the X-PAYMENT-RETRY token of an answer
 	waited  time.Duration
 }
 
@@ -189,6 +191,9 @@ const resendBound = 30 * time.Second
 func (p *lostAnswer) resend(url, host string) {
 	start := time.Now()
 	h := map[string]string{"X-PAYMENT": p.header}
+	if p.retry != "" {
+		h["X-PAYMENT-RETRY"] = p.retry
+	}
 	for time.Since(start) < resendBound {
 		r, err := sendAs(url, host, h)
 		status := r.Status
@@ -224,34 +229,16 @@ func TestTwoInstancesServeAnswersLostWithOne(t *testing.T) {
 	bal := balances(t, f.tok, f.payer.Address, f.okPayTo)
 	head := blockNumber(t, f.chain)
 
-	const n = 16
-	payments := make([]*lostAnswer, n)
-	for i := range payments {
-		header, auth := goV1Header(t, f.tok, f.payer, f.okPayTo)
-		payments[i] = &lostAnswer{path: fmt.Sprintf("/allowed/lost-%d", i), auth: auth, header: header}
-	}
-	var wg sync.WaitGroup
-	for _, p := range payments {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r, err := sendAs(b.api+p.path, host, map[string]string{"X-PAYMENT": p.header})
-			if err == nil {
-				p.answers = append(p.answers, r.Status)
-				return
-			}
-			p.answers = append(p.answers, 0)
-			p.resend(a.api+p.path, host) // B died under the request
-		}()
-	}
-	// Kill B once some of its settlements are broadcast: the rest are at every step of
-	// theirs, or not begun.
-	for strings.Count(b.caddy.Logs(), "settlement broadcast") < n/4 && !b.caddy.Exited() {
-		time.Sleep(2 * time.Millisecond)
-	}
-	b.caddy.Kill()
-	wg.Wait()
+	payments := f.lostAnswers(t, 16, "lost")
+	f.payUntilKilled(b, host, payments, 4, func(p *lostAnswer) { p.resend(a.api+p.path, host) })
+	f.oneGoodAnswerEach(t, payments, head, bal)
+}
 
+// oneGoodAnswerEach checks the payments of a crash: none moved twice, and each that moved
+// got exactly one good answer (within its client's re-sends); the balances moved by the
+// payments that moved.
+func (f *verdictFleet) oneGoodAnswerEach(t *testing.T, payments []*lostAnswer, head uint64, bal []*big.Int) {
+	t.Helper()
 	moved, served, rescued := 0, 0, 0
 	for _, p := range payments {
 		events, txs := authorizationUses(t, f.chain, f.tok, p.auth, head)
@@ -275,7 +262,96 @@ func TestTwoInstancesServeAnswersLostWithOne(t *testing.T) {
 			rescued++
 		}
 	}
-	t.Logf("%d payments: %d moved, %d served, %d of them on A after B died under them", n, moved, served, rescued)
+	t.Logf("%d payments: %d moved, %d served, %d of them after their instance died under them", len(payments), moved, served, rescued)
 	wantDelta(t, f.tok, f.payer.Address, bal[0], -price*int64(moved))
 	wantDelta(t, f.tok, f.okPayTo, bal[1], price*int64(moved))
+}
+
+// lostAnswers signs n v1 payments of f's payer, one per path /allowed/<name>-<i>.
+func (f *verdictFleet) lostAnswers(t *testing.T, n int, name string) []*lostAnswer {
+	t.Helper()
+	payments := make([]*lostAnswer, n)
+	for i := range payments {
+		header, auth := goV1Header(t, f.tok, f.payer, f.okPayTo)
+		payments[i] = &lostAnswer{path: fmt.Sprintf("/allowed/%s-%d", name, i), auth: auth, header: header}
+	}
+	return payments
+}
+
+// payUntilKilled sends every payment to in at once, behind the site host, and kills in
+// with SIGKILL once it has broadcast broadcasts settlements (0: at once): the others are
+// at every step of theirs, or not begun. Each client whose answer died with in calls
+// died, in its own goroutine; payUntilKilled returns when they all have.
+func (f *verdictFleet) payUntilKilled(in *verdictInstance, host string, payments []*lostAnswer, broadcasts int, died func(p *lostAnswer)) {
+	var wg sync.WaitGroup
+	for _, p := range payments {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := sendAs(in.api+p.path, host, map[string]string{"X-PAYMENT": p.header})
+			if err == nil {
+				p.answers, p.retry = append(p.answers, r.Status), r.Header.Get("X-PAYMENT-RETRY")
+				return
+			}
+			p.answers = append(p.answers, 0)
+			if died != nil {
+				died(p)
+			}
+		}()
+	}
+	for strings.Count(in.caddy.Logs(), "settlement broadcast") < broadcasts && !in.caddy.Exited() {
+		time.Sleep(2 * time.Millisecond)
+	}
+	in.caddy.Kill()
+	wg.Wait()
+}
+
+// TestCrashWithPaymentsInFlight is point 8 of "Why" in issue 20 for a single instance:
+// with store memory the payment ledger lives with the journal. The instance is killed
+// with SIGKILL with 48 payments in flight, at several moments (before its first
+// broadcast, midway, after most), on SQLite and on PostgreSQL, and started again on the
+// same journal. Each client whose answer died, or who got a retry token, re-sends its
+// header (with the token) to the new process. Every payment that moved got exactly one
+// good answer, and none moved twice.
+func TestCrashWithPaymentsInFlight(t *testing.T) {
+	for _, setup := range []verdictSetup{{}, {shared: true}} {
+		name := "sqlite"
+		if setup.shared {
+			name = "postgres"
+		}
+		t.Run(name, func(t *testing.T) {
+			f := crashFleet(t, setup)
+			// One instance, its approvals in memory: the ledger is the journal's.
+			f.caddyfile = strings.Replace(f.caddyfile, "store redis {env.REDIS_URL}\n\t\t\tjournal", "store memory\n\t\t\tjournal", 1)
+			if strings.Contains(f.caddyfile, "store redis {env.REDIS_URL}\n\t\t\tjournal") {
+				t.Fatal("the verdict Caddyfile no longer has its approvals line before the journal's")
+			}
+			f.caddyfile = strings.Replace(f.caddyfile, "guardian_mode required", "guardian_mode required\n\t\t\tverdict_rate 1000 1000", 1)
+			for _, at := range []int{0, 24, 44} {
+				t.Run(fmt.Sprintf("killed after %d broadcasts", at), func(t *testing.T) {
+					in := f.startFaulty(t, "")
+					host := strings.TrimPrefix(in.api, "http://")
+					bal := balances(t, f.tok, f.payer.Address, f.okPayTo)
+					head := blockNumber(t, f.chain)
+					payments := f.lostAnswers(t, 48, fmt.Sprintf("crash-%s-%d", name, at))
+					f.payUntilKilled(in, host, payments, at, nil)
+					again := f.startFaulty(t, "")
+					var wg sync.WaitGroup
+					for _, p := range payments {
+						if p.answers[0] != 0 && p.retry == "" {
+							continue
+						}
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							p.resend(again.api+p.path, host)
+						}()
+					}
+					wg.Wait()
+					f.oneGoodAnswerEach(t, payments, head, bal)
+					again.caddy.Stop()
+				})
+			}
+		})
+	}
 }
