@@ -266,26 +266,17 @@ func (h *hold) release() { h.once.Do(func() { close(h.stop) }) }
 // settlement of this exact payment confirmed → the paid result, served now as the answer
 // that was lost; still pending → 502; otherwise the rejection stands.
 func (g *Gate) resumeSettled(ctx context.Context, req *x402.Requirements, p *x402.Payment, refused *Result) *Result {
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.settleTimeout)
-	sr, err := g.f.SettlementStatus(sctx, p, req)
-	cancel()
-	s := g.settlement(req, p, sr)
+	sr, s, err := g.settlementStatus(ctx, req, p)
 	reason := x402.ReasonFromWire(sr.ErrorReason)
-	payer := p.Authorization.From.Hex()
 	switch {
 	case errors.Is(err, errors.ErrUnsupported):
 		return refused
 	case err != nil:
-		g.log.Warn("x402 settlement status unavailable", zap.String("payer", payer), zap.Error(err))
-		s.ErrorReason = ""
-		return g.settleUnknown(req, p, s, nil, "the settlement's outcome is unknown; retry later with the same payment and id")
+		return g.statusUnavailable(req, p, s, err, "the settlement's outcome is unknown; retry later with the same payment")
 	case sr.Success && isTxHash(s.Transaction):
-		g.log.Info("x402 settlement of an unanswered payment id confirmed; paid request proceeds", zap.String("payer", payer), zap.String("tx", s.Transaction))
-		res := g.settled(req, p, s, nil)
-		res.Retry, res.resumed = true, true
-		return res
+		return g.confirmedRun(req, p, s, "x402 settlement of an unanswered payment confirmed; paid request proceeds")
 	case reason == x402.ReasonSettlementPending:
-		return g.settleUnknown(req, p, s, nil, "the settlement is still pending; retry later with the same payment and id")
+		return g.settleUnknown(req, p, s, nil, "the settlement is still pending; retry later with the same payment")
 	}
 	return refused
 }
@@ -299,4 +290,30 @@ func (g *Gate) storedSettlement(data []byte, p *x402.Payment) (*Settlement, bool
 	s.Version = p.Version
 	g.rebuildResponseHeader(&s)
 	return &s, true
+}
+
+// statusUnavailable is the 502 of a settlement whose status the facilitator could not
+// report.
+func (g *Gate) statusUnavailable(req *x402.Requirements, p *x402.Payment, s *Settlement, err error, msg string) *Result {
+	g.log.Warn("x402 settlement status unavailable", zap.String("payer", p.Authorization.From.Hex()), zap.Error(err))
+	s.ErrorReason = ""
+	return g.settleUnknown(req, p, s, nil, msg)
+}
+
+// confirmedRun is the paid result of a payment the facilitator reports settled though it
+// was never answered: its first run, served now without a charge.
+func (g *Gate) confirmedRun(req *x402.Requirements, p *x402.Payment, s *Settlement, msg string) *Result {
+	g.log.Info(msg, zap.String("payer", p.Authorization.From.Hex()), zap.String("tx", s.Transaction))
+	res := g.settled(req, p, s, nil)
+	res.Retry, res.resumed = true, true
+	return res
+}
+
+// settlementStatus asks the facilitator for the outcome of p's settlement, even when the
+// client has gone away, within SettleTimeout.
+func (g *Gate) settlementStatus(ctx context.Context, req *x402.Requirements, p *x402.Payment) (x402.SettleResponse, *Settlement, error) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.settleTimeout)
+	defer cancel()
+	sr, err := g.f.SettlementStatus(sctx, p, req)
+	return sr, g.settlement(req, p, sr), err
 }

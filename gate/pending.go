@@ -76,26 +76,17 @@ func (g *Gate) redeemPending(ctx context.Context, req *x402.Requirements, p *x40
 		g.end(ctx, h, payledger.Release)
 		return g.ledgerDown(req, p, errors.New("a pending record holds no settlement"))
 	}
-	payer := p.Authorization.From.Hex()
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.settleTimeout)
-	sr, err := g.f.SettlementStatus(sctx, p, req)
-	cancel()
-	s := g.settlement(req, p, sr)
+	sr, s, err := g.settlementStatus(ctx, req, p)
 	if s.Transaction == "" {
 		s.Transaction = prior.Transaction
 	}
 	reason := x402.ReasonFromWire(sr.ErrorReason)
 	switch {
 	case err != nil:
-		g.log.Warn("x402 settlement status unavailable", zap.String("payer", payer), zap.Error(err))
 		g.end(ctx, h, payledger.Release)
-		s.ErrorReason = ""
-		return g.settleUnknown(req, p, s, nil, "the settlement's outcome is still unknown; retry later with the same retry token")
+		return g.statusUnavailable(req, p, s, err, "the settlement's outcome is still unknown; retry later with the same retry token")
 	case sr.Success && isTxHash(s.Transaction):
-		g.log.Info("x402 pending settlement confirmed; paid request proceeds", zap.String("payer", payer), zap.String("tx", s.Transaction))
-		res := g.settled(req, p, s, nil)
-		res.Retry, res.resumed = true, true
-		return g.record(ctx, req, p, h, res)
+		return g.record(ctx, req, p, h, g.confirmedRun(req, p, s, "x402 pending settlement confirmed; paid request proceeds"))
 	case sr.Success, reason == x402.ReasonSettlementPending, reason == x402.ReasonUnexpectedSettle, reason == "":
 		// Still unknown (v1 writes settlement_pending as unexpected_settle_error).
 		g.end(ctx, h, payledger.Release)

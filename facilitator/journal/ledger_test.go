@@ -36,17 +36,6 @@ func ledgers(t *testing.T) map[string][2]*Ledger {
 }
 
 // TestLedgerConformance: the ledger kept with the journal answers as the in-process and
-// the Redis ones do, transition by transition, on SQLite and on PostgreSQL.
-func TestLedgerConformance(t *testing.T) {
-	for name, pair := range ledgers(t) {
-		t.Run(name, func(t *testing.T) { ledgertest.Conformance(t, pair[0], pair[1]) })
-	}
-}
-
-// TestLedgerOneLeaseUnderContention: 40 attempts of one payment, across two handles of
-// the database, begin at once: exactly one takes the lease.
-func TestLedgerOneLeaseUnderContention(t *testing.T) {
-	for name, pair := range ledgers(t) {
-		t.Run(name, func(t *testing.T) { ledgertest.OneLease(t, pair[0], pair[1]) })
-	}
-}
+// the Redis ones do, transition by transition, on SQLite and on PostgreSQL; 40 attempts
+// of one payment across two handles take one lease.
+func TestLedgerConformance(t *testing.T) { ledgertest.Run(t, ledgers(t)) }

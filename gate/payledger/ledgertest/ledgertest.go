@@ -211,3 +211,11 @@ func OneLease(t *testing.T, a, b payledger.Ledger) {
 		t.Errorf("%d leases taken, %d busy; want 1 and 39", taken.Load(), busy.Load())
 	}
 }
+
+// Run runs Conformance and OneLease on each pair of handles of one ledger, by name.
+func Run[L payledger.Ledger](t *testing.T, pairs map[string][2]L) {
+	for name, pair := range pairs {
+		t.Run(name+"/conformance", func(t *testing.T) { Conformance(t, pair[0], pair[1]) })
+		t.Run(name+"/one lease", func(t *testing.T) { OneLease(t, pair[0], pair[1]) })
+	}
+}
