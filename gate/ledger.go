@@ -168,6 +168,7 @@ func (g *Gate) record(ctx context.Context, req *x402.Requirements, p *x402.Payme
 			_, err = g.ledger.Settle(bg, h.key, h.owner, data)
 		}
 	case res.Kind == KindRejected || res.Status < 500:
+		h.release()
 		_, err = g.ledger.Forget(bg, h.key, h.owner)
 	case res.Settlement != nil:
 		return g.pend(bg, req, p, h, res)
@@ -207,6 +208,7 @@ func (g *Gate) refuse(req *x402.Requirements, p *x402.Payment, c payledger.Claim
 
 // end ends the lease h holds with outcome, logging a ledger failure.
 func (g *Gate) end(ctx context.Context, h *hold, outcome int) {
+	h.release()
 	if _, err := g.ledger.End(context.WithoutCancel(ctx), h.key, h.owner, outcome, nil, 0, 0); err != nil {
 		g.log.Error("x402 payment ledger unavailable", zap.Error(err))
 	}
@@ -220,6 +222,7 @@ type hold struct {
 	key, owner string
 	stop       chan struct{}
 	once       sync.Once
+	mu         sync.Mutex // a renewal runs under it, so release waits for one in flight
 }
 
 // hold starts renewing the lease owner took on key.
@@ -239,25 +242,43 @@ func (h *hold) renew() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), every)
-		ok, err := h.g.ledger.Renew(ctx, h.key, h.owner, h.g.lease)
-		cancel()
+		ok, stopped, err := h.renewOnce(every)
 		switch {
+		case stopped:
+			return
 		case err != nil:
 			h.g.log.Warn("x402 payment ledger unavailable; the lease was not renewed", zap.Error(err))
 		case !ok:
-			select {
-			case <-h.stop: // ended meanwhile
-			default:
-				h.g.log.Error("x402 lease of a payment lapsed while its attempt ran")
-			}
+			h.g.log.Error("x402 lease of a payment lapsed while its attempt ran")
 			return
 		}
 	}
 }
 
-// release stops renewing the lease; ending it is the ledger's End, Forget or Pend.
-func (h *hold) release() { h.once.Do(func() { close(h.stop) }) }
+// renewOnce renews the lease unless the hold was released.
+func (h *hold) renewOnce(timeout time.Duration) (ok, stopped bool, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	select {
+	case <-h.stop:
+		return false, true, nil
+	default:
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	ok, err = h.g.ledger.Renew(ctx, h.key, h.owner, h.g.lease)
+	return ok, false, err
+}
+
+// release stops renewing the lease, after a renewal in flight. Call it before the
+// transition that ends the lease (End, Forget, Pend), so no renewal follows that.
+func (h *hold) release() {
+	h.once.Do(func() {
+		h.mu.Lock()
+		close(h.stop)
+		h.mu.Unlock()
+	})
+}
 
 // resumeSettled handles a payment refused as already settled (refused, the rejection)
 // when its record was Reserved by an earlier attempt that ended without recording a

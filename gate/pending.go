@@ -53,6 +53,7 @@ func (g *Gate) pend(ctx context.Context, req *x402.Requirements, p *x402.Payment
 		g.end(ctx, h, payledger.Release)
 		return res
 	}
+	h.release()
 	ok, err := g.ledger.Pend(ctx, h.key, h.owner, hash, data)
 	if err != nil {
 		g.log.Error("x402 payment ledger unavailable", zap.Error(err))
@@ -93,6 +94,7 @@ func (g *Gate) redeemPending(ctx context.Context, req *x402.Requirements, p *x40
 		s.ErrorReason = x402.ReasonSettlementPending.V2()
 		return g.settleUnknown(req, p, s, nil, "the settlement is still pending; retry later with the same retry token")
 	}
+	h.release()
 	if _, err := g.ledger.Forget(context.WithoutCancel(ctx), h.key, h.owner); err != nil {
 		g.log.Error("x402 payment ledger unavailable", zap.Error(err))
 	}

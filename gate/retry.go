@@ -98,7 +98,7 @@ func (g *Gate) ReportUpstream(ctx context.Context, res *Result, failed bool) (re
 		return "", nil
 	}
 	h := res.hold
-	defer h.release()
+	h.release() // before End: no renewal after it
 	outcome, credits := payledger.Answer, 0
 	var hash []byte
 	if failed {
