@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/big"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -156,6 +158,7 @@ type lostAnswer struct {
 	header  string
 	answers []int  // every status the client got; 0: no answer (the instance died)
 	retry   string // the X-PAYMENT-RETRY token of an answer
+	refusal string // the error of the last refusal
 	waited  time.Duration
 }
 
@@ -240,7 +243,12 @@ func TestTwoInstancesServeAnswersLostWithOne(t *testing.T) {
 func (f *verdictFleet) oneGoodAnswerEach(t *testing.T, payments []*lostAnswer, head uint64, bal []*big.Int) {
 	t.Helper()
 	moved, served, rescued := 0, 0, 0
+	last, refusals := map[int]int{}, map[string]int{} // the last answer of each payment, by status; refusals by reason
 	for _, p := range payments {
+		last[p.answers[len(p.answers)-1]]++
+		if p.refusal != "" {
+			refusals[p.refusal]++
+		}
 		events, txs := authorizationUses(t, f.chain, f.tok, p.auth, head)
 		good := 0
 		for _, s := range p.answers {
@@ -262,7 +270,7 @@ func (f *verdictFleet) oneGoodAnswerEach(t *testing.T, payments []*lostAnswer, h
 			rescued++
 		}
 	}
-	t.Logf("%d payments: %d moved, %d served, %d of them after their instance died under them", len(payments), moved, served, rescued)
+	t.Logf("%d payments: %d moved, %d served, %d of them after their instance died under them; last answers by status %v; refusals of a first send %v", len(payments), moved, served, rescued, last, refusals)
 	wantDelta(t, f.tok, f.payer.Address, bal[0], -price*int64(moved))
 	wantDelta(t, f.tok, f.okPayTo, bal[1], price*int64(moved))
 }
@@ -279,18 +287,24 @@ func (f *verdictFleet) lostAnswers(t *testing.T, n int, name string) []*lostAnsw
 }
 
 // payUntilKilled sends every payment to in at once, behind the site host, and kills in
-// with SIGKILL once it has broadcast broadcasts settlements (0: at once): the others are
-// at every step of theirs, or not begun. Each client whose answer died with in calls
+// with SIGKILL once it has broadcast broadcasts settlements (0: at once), or once every
+// payment was answered: the others are at every step of theirs, or not begun. Each client whose answer died with in calls
 // died, in its own goroutine; payUntilKilled returns when they all have.
 func (f *verdictFleet) payUntilKilled(in *verdictInstance, host string, payments []*lostAnswer, broadcasts int, died func(p *lostAnswer)) {
 	var wg sync.WaitGroup
+	var answered atomic.Int32
 	for _, p := range payments {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			r, err := sendAs(in.api+p.path, host, map[string]string{"X-PAYMENT": p.header})
+			answered.Add(1)
 			if err == nil {
 				p.answers, p.retry = append(p.answers, r.Status), r.Header.Get("X-PAYMENT-RETRY")
+				var body struct{ Error string }
+				if r.Status != http.StatusOK && json.Unmarshal(r.Body, &body) == nil {
+					p.refusal = body.Error
+				}
 				return
 			}
 			p.answers = append(p.answers, 0)
@@ -299,7 +313,7 @@ func (f *verdictFleet) payUntilKilled(in *verdictInstance, host string, payments
 			}
 		}()
 	}
-	for strings.Count(in.caddy.Logs(), "settlement broadcast") < broadcasts && !in.caddy.Exited() {
+	for strings.Count(in.caddy.Logs(), "settlement broadcast") < broadcasts && int(answered.Load()) < len(payments) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	in.caddy.Kill()
