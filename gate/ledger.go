@@ -140,6 +140,11 @@ func (g *Gate) attempt(ctx context.Context, in Input, req *x402.Requirements, he
 	case payledger.Redeem:
 		return g.redeemPending(ctx, req, p, h, e.Data)
 	}
+	if e.Status == payledger.Serve && !g.provesPayer(ctx, in, p) {
+		g.end(ctx, h, payledger.Release)
+		return g.rejected(req, p, x402.ReasonNonceUsed, "this payment was settled and its answer lost; "+
+			"send it again with a sign-in-with-x proof of the paying wallet ("+HeaderSignInWithX+")", nil, nil)
+	}
 	s, ok := g.storedSettlement(e.Data, p)
 	if !ok {
 		g.end(ctx, h, payledger.Release)
@@ -337,4 +342,31 @@ func (g *Gate) settlementStatus(ctx context.Context, req *x402.Requirements, p *
 	defer cancel()
 	sr, err := g.f.SettlementStatus(sctx, p, req)
 	return sr, g.settlement(req, p, sr), err
+}
+
+// provesPayer reports whether a request that redeems a payment whose answer was lost
+// proves it comes from the payer, where the route offers a way to (docs/reliability.md#crash-safety):
+// on a route with passes, which offers sign-in-with-x, it must carry a fresh proof signed
+// by the payer's wallet, used up here; elsewhere nothing more can be asked.
+func (g *Gate) provesPayer(ctx context.Context, in Input, p *x402.Payment) bool {
+	if g.pass == nil {
+		return true
+	}
+	vs := in.Header.Values(HeaderSignInWithX)
+	s, ok := siteOf(in.Resource)
+	if len(vs) != 1 || !ok {
+		return false
+	}
+	proof, ok := parseSIWX(vs[0])
+	if !ok {
+		return false
+	}
+	if addr, refused := g.checkSIWX(proof, s); refused != "" || addr != p.Authorization.From {
+		return false
+	}
+	fresh, err := g.passes.UseNonce(ctx, "siwx:"+s.host+":"+proof.Nonce, siwxMaxAge+siwxSkew+time.Minute)
+	if err != nil {
+		g.log.Error("x402 pass book unavailable", zap.Error(err))
+	}
+	return err == nil && fresh
 }

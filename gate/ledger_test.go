@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/x402gate/x402gate/gate/payledger"
 	"github.com/x402gate/x402gate/gate/redisretry"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
@@ -276,5 +278,83 @@ func TestLedgerLeaseOwnedAndRenewed(t *testing.T) {
 	}
 	if g := up.good.Load(); g != 1 {
 		t.Errorf("the upstream gave %d good answers for one payment, want 1", g)
+	}
+}
+
+// diedAfterSettle is the ledger as an instance that dies after the settle, before its
+// answer, leaves it: the record is written and settled, with a lease that has run out by
+// the next request, and its end never comes.
+type diedAfterSettle struct{ payledger.Ledger }
+
+func (d diedAfterSettle) Begin(ctx context.Context, c payledger.Claim) (payledger.Entry, error) {
+	c.Lease = 50 * time.Millisecond
+	return d.Ledger.Begin(ctx, c)
+}
+func (diedAfterSettle) Renew(context.Context, string, string, time.Duration) (bool, error) {
+	return true, nil
+}
+func (diedAfterSettle) End(context.Context, string, string, int, []byte, int, time.Duration) (bool, error) {
+	return false, nil
+}
+
+// TestLedgerLostAnswerServedOnce: instance A settles a payment and dies before answering
+// (its ledger keeps the record settled, its lease lapses). The same bare header on
+// instance B is served once, as the answer that was lost, and then refused as a replay.
+// On a route with passes, which offers sign-in-with-x, B asks for the payer's proof: the
+// header alone, or with a stranger's proof, is refused; with the payer's, served once.
+func TestLedgerLostAnswerServedOnce(t *testing.T) {
+	v := newTestEnv(t)
+	const host = "shop.example"
+	for _, passes := range []bool{false, true} {
+		t.Run(fmt.Sprintf("passes %v", passes), func(t *testing.T) {
+			cfg := v.config()
+			if passes {
+				cfg = v.passConfig(testPassKey)
+			}
+			shared := payledger.NewMemory(0, nil)
+			up := &upstream{}
+			a := serve(t, v.gate(t, cfg, Options{Ledger: diedAfterSettle{shared}}), up)
+			b := serve(t, v.gate(t, cfg, Options{Ledger: &MemoryLedger{shared, NewMemoryPassBook(0)}}), up)
+			path := "/premium/lost.html"
+			c := readChallenge(t, getWith(t, a.URL+path, host, nil))
+			payer := v.chain.Accounts[6]
+			before := v.ledger(t, payer.Address)
+			name, value := signOffer(t, v.token, x402.Version2, payer, c, 0, nil)
+			if res := getWith(t, a.URL+path, host, http.Header{name: {value}}); res.StatusCode != http.StatusOK {
+				t.Fatalf("instance A: %d", res.StatusCode)
+			}
+			time.Sleep(100 * time.Millisecond) // past A's lease
+			status := func(h http.Header) int {
+				h.Set(name, value)
+				res := getWith(t, b.URL+path, host, h)
+				readBody(t, res)
+				return res.StatusCode
+			}
+			if passes {
+				if s := status(http.Header{}); s != http.StatusPaymentRequired {
+					t.Errorf("the bare header on a route with sign-in: %d, want 402", s)
+				}
+				stranger := testenv.NewAccount(t)
+				info, _ := siwxChallengeOf(t, getWith(t, b.URL+path, host, nil))
+				if s := status(http.Header{HeaderSignInWithX: {siwxProof(t, info, "eip155:84532", stranger.Key, nil)}}); s != http.StatusPaymentRequired {
+					t.Errorf("with a stranger's proof: %d, want 402", s)
+				}
+			}
+			h := http.Header{}
+			if passes {
+				info, _ := siwxChallengeOf(t, getWith(t, b.URL+path, host, nil))
+				h.Set(HeaderSignInWithX, siwxProof(t, info, "eip155:84532", payer.Key, nil))
+			}
+			if s := status(h); s != http.StatusOK {
+				t.Fatalf("the lost answer on instance B: %d, want 200", s)
+			}
+			if s := status(http.Header{}); s != http.StatusPaymentRequired {
+				t.Errorf("the header again after the answer: %d, want 402", s)
+			}
+			v.expectMoved(t, payer.Address, before, 1)
+			if n := up.calls.Load(); n != 2 {
+				t.Errorf("the upstream ran %d times, want 2 (A's lost answer and B's)", n)
+			}
+		})
 	}
 }
