@@ -18,24 +18,9 @@ import (
 )
 
 // ledgerCaddyfile gates the flaky upstream (its first answer per path is 503) on two
-// routes: one where a payment id is optional and one where it is required.
-const ledgerCaddyfile = `{
-	admin {$CADDY_ADMIN}
-	auto_https off
-	x402 {
-		facilitator {
-			network base-sepolia {
-				rpc {env.RPC_A}
-				asset {$TOKEN_A}
-				asset_name USDC
-				asset_version 2
-			}
-			signer_key {file.{$X402_FACILITATOR_KEY_FILE}}
-		}
-	}
-}
-
-http://:{$PORT} {
+// routes, one where a payment id is optional and one where it is required, with the
+// bundled facilitator of paymentIDCaddyfile.
+var ledgerCaddyfile = paymentIDCaddyfile[:strings.Index(paymentIDCaddyfile, "http://")] + `http://:{$PORT} {
 	bind 127.0.0.1
 	handle /api/flaky/optional/* {
 		x402 {
