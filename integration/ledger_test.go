@@ -354,3 +354,42 @@ func TestCrashWithPaymentsInFlight(t *testing.T) {
 		})
 	}
 }
+
+// TestCrashKeepsPendingRetryTokens is the last point of "Why" 8 in issue 20: the retry
+// tokens of 502 settlement_pending answers did not survive a restart on the default
+// store memory. Now the ledger lives with the journal: a single instance answers four
+// payments 502 with a retry token (their receipts are late), is killed with SIGKILL, and
+// started again; once the transactions are mined each token redeems its payment once.
+func TestCrashKeepsPendingRetryTokens(t *testing.T) {
+	f := crashFleet(t, verdictSetup{})
+	f.caddyfile = strings.Replace(f.caddyfile, "guardian_mode required", "guardian_mode required\n\t\t\treceipt_timeout 2s", 1)
+	in := f.startFaulty(t, "")
+	host := strings.TrimPrefix(in.api, "http://")
+	head := blockNumber(t, f.chain)
+	payments := f.lostAnswers(t, 4, "pending")
+	f.chain.SetAutomine(t, false)
+	for _, p := range payments {
+		r, err := sendAs(in.api+p.path, host, map[string]string{"X-PAYMENT": p.header})
+		if err != nil || r.Status != http.StatusBadGateway || r.Header.Get("X-PAYMENT-RETRY") == "" {
+			f.chain.SetAutomine(t, true)
+			t.Fatalf("%s: a settle whose receipt is late: %d %s, %v; want 502 with a retry token", p.path, r.Status, r.Body, err)
+		}
+		p.retry = r.Header.Get("X-PAYMENT-RETRY")
+	}
+	in.caddy.Kill()
+	f.chain.SetAutomine(t, true)
+	f.chain.Mine(t)
+	again := f.startFaulty(t, "")
+	for _, p := range payments {
+		r, err := sendAs(again.api+p.path, host, map[string]string{"X-PAYMENT": p.header, "X-PAYMENT-RETRY": p.retry})
+		if err != nil || r.Status != http.StatusOK {
+			t.Errorf("%s: its retry token after the restart: %d %s, %v; want 200", p.path, r.Status, r.Body, err)
+		}
+		if r, _ := sendAs(again.api+p.path, host, map[string]string{"X-PAYMENT": p.header, "X-PAYMENT-RETRY": p.retry}); r.Status == http.StatusOK {
+			t.Errorf("%s: the token served a second answer", p.path)
+		}
+		if events, _ := authorizationUses(t, f.chain, f.tok, p.auth, head); events != 1 || f.up.count(p.path) != 1 {
+			t.Errorf("%s: %d uses on chain, %d upstream calls; want 1 and 1", p.path, events, f.up.count(p.path))
+		}
+	}
+}
