@@ -246,7 +246,7 @@ func TestLedgerLeaseOwnedAndRenewed(t *testing.T) {
 	v := newTestEnv(t)
 	cfg := v.config()
 	cfg.Retry.Max = 3
-	cfg.Retry.Lease = 60 * time.Millisecond
+	cfg.Retry.Lease = 300 * time.Millisecond
 	up := &heldUpstream{release: make(chan struct{})}
 	srv := serve(t, v.gate(t, cfg, Options{}), up)
 	url := srv.URL + "/r"
