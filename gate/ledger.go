@@ -134,7 +134,11 @@ func (g *Gate) attempt(ctx context.Context, in Input, req *x402.Requirements, he
 	case payledger.New, payledger.Resume:
 		res := g.pay(ctx, in, req, header, p)
 		if e.Status == payledger.Resume && res.Kind == KindRejected && retryable(res.Reason) {
-			res = g.resumeSettled(ctx, req, p, res)
+			if res = g.resumeSettled(ctx, req, p, res); res.Kind == KindSettled && !g.provesPayer(ctx, in, p) {
+				g.record(ctx, req, p, h, res) // settled: a request with the proof is served
+				g.end(ctx, h, payledger.Release)
+				return g.needsProof(req, p)
+			}
 		}
 		return g.record(ctx, req, p, h, res)
 	case payledger.Redeem:
@@ -142,8 +146,7 @@ func (g *Gate) attempt(ctx context.Context, in Input, req *x402.Requirements, he
 	}
 	if e.Status == payledger.Serve && !g.provesPayer(ctx, in, p) {
 		g.end(ctx, h, payledger.Release)
-		return g.rejected(req, p, x402.ReasonNonceUsed, "this payment was settled and its answer lost; "+
-			"send it again with a sign-in-with-x proof of the paying wallet ("+HeaderSignInWithX+")", nil, nil)
+		return g.needsProof(req, p)
 	}
 	s, ok := g.storedSettlement(e.Data, p)
 	if !ok {
@@ -342,6 +345,13 @@ func (g *Gate) settlementStatus(ctx context.Context, req *x402.Requirements, p *
 	defer cancel()
 	sr, err := g.f.SettlementStatus(sctx, p, req)
 	return sr, g.settlement(req, p, sr), err
+}
+
+// needsProof refuses a lost answer to a request that does not prove it comes from the
+// payer where the route asks it to (provesPayer).
+func (g *Gate) needsProof(req *x402.Requirements, p *x402.Payment) *Result {
+	return g.rejected(req, p, x402.ReasonNonceUsed, "this payment was settled and its answer lost; "+
+		"send it again with a sign-in-with-x proof of the paying wallet ("+HeaderSignInWithX+")", nil, nil)
 }
 
 // provesPayer reports whether a request that redeems a payment whose answer was lost
