@@ -432,8 +432,7 @@ type bundle struct {
 	engine     *facilitator.Engine
 	store      approval.Store
 	journal    *journal.DB
-	retries    gate.RetryStore
-	paymentIDs gate.PaymentIDStore // in the approval store's backend
+	ledger     gate.Ledger // in Redis with store redis, else with the journal
 	registry   *x402.Registry
 	served     *x402.Registry // only the networks this facilitator serves, for gates' checks
 	pricingURL string
@@ -491,15 +490,14 @@ func openBundle(rc *resolved, log *zap.Logger) (_ *bundle, err error) {
 		b.closers = append(b.closers, lim.Close)
 		r, err := redisretry.Open(ctx, rc.StoreURL, "")
 		if err != nil {
-			return nil, fmt.Errorf("retry store: %w", err)
+			return nil, fmt.Errorf("payment ledger: %w", err)
 		}
-		b.retries, b.paymentIDs = r, r.PaymentIDs()
+		b.ledger = r
 		b.closers = append(b.closers, r.Close)
 	default:
 		s := approval.NewMemoryStore(rc.StoreMax)
 		b.store = s
 		b.closers = append(b.closers, s.Close)
-		b.retries, b.paymentIDs = gate.NewMemoryRetryStore(0), gate.NewMemoryPaymentIDStore(0)
 	}
 	switch rc.JournalType {
 	case facilitator.JournalPostgres:
@@ -516,6 +514,15 @@ func openBundle(rc *resolved, log *zap.Logger) (_ *bundle, err error) {
 		b.journal = j
 	}
 	b.closers = append(b.closers, b.journal.Close)
+	if b.ledger == nil {
+		// store memory: the payment ledger lives with the journal, so a restart keeps it
+		// (docs/gate.md#payment-ledger).
+		l, err := b.journal.Ledger(ctx)
+		if err != nil {
+			return nil, err
+		}
+		b.ledger = &gate.MemoryLedger{Ledger: l, MemoryPassBook: gate.NewMemoryPassBook(0)}
+	}
 	verdicts, err := newVerdicts(rc, b.registry, log)
 	if err != nil {
 		return nil, err

@@ -119,13 +119,13 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// retryPool shares one in-process retry store among the handlers that use a remote
+// retryPool shares one in-process payment ledger among the handlers that use a remote
 // facilitator, across reloads (bundled facilitators keep theirs in the bundle).
 var retryPool = caddy.NewUsagePool()
 
 const memoryRetryKey = "x402.retry/memory"
 
-type memoryRetry struct{ *gate.MemoryRetryStore }
+type memoryRetry struct{ *gate.MemoryLedger }
 
 func (memoryRetry) Destruct() error { return nil }
 
@@ -242,7 +242,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 		h.reg, h.guardianMode, verify = b.served, b.guardianMode, b.verifyTimeout
 		h.readiness = &networkReadiness{engine: b.engine, networks: h.routeNetworks(b.served)}
-		opts.Facilitator, opts.Registry, opts.RetryStore, opts.PaymentIDs = b.engine, b.registry, b.retries, b.paymentIDs
+		opts.Facilitator, opts.Registry, opts.Ledger = b.engine, b.registry, b.ledger
 		if pricingURL == "" {
 			pricingURL = b.pricingURL
 		}
@@ -270,7 +270,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 }
 
 // provisionRemote sets opts up for the remote facilitator at FacilitatorURL, with the
-// in-process retry store that such handlers share.
+// in-process payment ledger that such handlers share.
 func (h *Handler) provisionRemote(opts *gate.Options) error {
 	key := resolveSecret(caddy.NewReplacer(), h.FacilitatorKey)
 	if h.FacilitatorKey != "" && key == "" {
@@ -284,17 +284,17 @@ func (h *Handler) provisionRemote(opts *gate.Options) error {
 	}
 	opts.Facilitator = c
 	v, _, err := retryPool.LoadOrNew(memoryRetryKey, func() (caddy.Destructor, error) {
-		return memoryRetry{gate.NewMemoryRetryStore(0)}, nil
+		return memoryRetry{gate.NewMemoryLedger(0)}, nil
 	})
 	if err != nil {
-		return fmt.Errorf("retry store: %w", err)
+		return fmt.Errorf("payment ledger: %w", err)
 	}
 	h.retryKey = memoryRetryKey
-	opts.RetryStore = v.(memoryRetry).MemoryRetryStore
+	opts.Ledger = v.(memoryRetry).MemoryLedger
 	return nil
 }
 
-// Cleanup releases the shared retry store.
+// Cleanup releases the shared payment ledger.
 func (h *Handler) Cleanup() error {
 	if h.retryKey == "" {
 		return nil

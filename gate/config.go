@@ -25,8 +25,10 @@ const (
 	DefaultVerifyTimeout = 30 * time.Second
 	// DefaultSettleTimeout bounds one facilitator /settle call, receipt wait included.
 	DefaultSettleTimeout = 60 * time.Second
-	// DefaultRetryLease bounds how long one retry holds its payment's credit.
-	DefaultRetryLease = 5 * time.Minute
+	// DefaultRetryLease is how long an attempt holds its payment's record unless it
+	// renews it; the live holder renews it every third of it, so a dead holder's lapses
+	// within seconds.
+	DefaultRetryLease = 6 * time.Second
 	// DefaultPricingTimeout bounds one pricing fetch for the verification fee.
 	DefaultPricingTimeout = 5 * time.Second
 )
@@ -159,10 +161,10 @@ type RetryConfig struct {
 	// authorization's remaining validity (validBefore - now), after which the facilitator
 	// refuses the header anyway.
 	Grace time.Duration `json:"grace,omitempty"`
-	// Lease is how long a retry holds its payment's credit while its upstream runs; no
-	// other retry of the payment gets through meanwhile. The lease ends when the upstream
-	// answers; this bound only matters when an instance dies mid-retry. Default
-	// DefaultRetryLease.
+	// Lease is how long an attempt holds its payment's record (docs/gate.md#payment-ledger):
+	// no other attempt of the payment gets through meanwhile. The holder renews it every
+	// third of it until the upstream answers; this bound only matters when an instance
+	// dies mid-attempt. Default DefaultRetryLease.
 	Lease time.Duration `json:"lease,omitempty"`
 }
 
@@ -180,12 +182,11 @@ type Options struct {
 	Registry *x402.Registry
 	// Pricing fetches the verification fee. Required when Guardian.Fee is set.
 	Pricing PricingFunc
-	// RetryStore keeps retry credits. Default: an in-process MemoryRetryStore. Several
-	// instances behind one load balancer need a shared store (gate/redisretry).
-	RetryStore RetryStore
-	// PaymentIDs keeps payment identifiers when Config.PaymentID is set. Default: an
-	// in-process MemoryPaymentIDStore; several instances share gate/redisretry.PaymentIDs.
-	PaymentIDs PaymentIDStore
+	// Ledger is the payment ledger (docs/gate.md#payment-ledger): retry credits, payment
+	// identifiers and pending settlements of every payment. Default: an in-process
+	// MemoryLedger. Several instances behind one load balancer share one
+	// (gate/redisretry).
+	Ledger Ledger
 	// ErrorStatus maps an error returned by the next handler to the status it stands
 	// for; a status >= 500 counts as an upstream failure. Default: every error is 502.
 	// The Caddy adapter maps caddyhttp.HandlerError to its StatusCode.

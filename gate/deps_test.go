@@ -9,7 +9,8 @@ import (
 // TestGateLinksNoHeavyDependency: the gate is the framework-free part a plain net/http
 // server embeds, so it imports x402 and nothing heavier: no database driver, no Redis
 // client, no chain client and no Caddy (docs/gate.md#packages). Those come in through
-// the packages that need them (facilitator, gate/redisretry, caddymodule).
+// the packages that need them (facilitator, gate/redisretry, caddymodule). Its payment
+// ledger's contract, gate/payledger, imports only the standard library.
 func TestGateLinksNoHeavyDependency(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
 	if err != nil {
@@ -37,7 +38,7 @@ func TestGateLinksNoHeavyDependency(t *testing.T) {
 			ours = append(ours, d)
 		}
 	}
-	if want := []string{"github.com/x402gate/x402gate/x402", "github.com/x402gate/x402gate/gate"}; strings.Join(ours, " ") != strings.Join(want, " ") {
+	if want := []string{"github.com/x402gate/x402gate/gate/payledger", "github.com/x402gate/x402gate/x402", "github.com/x402gate/x402gate/gate"}; strings.Join(ours, " ") != strings.Join(want, " ") {
 		t.Errorf("gate's own dependencies are %v, want %v", ours, want)
 	}
 }

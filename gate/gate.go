@@ -70,8 +70,7 @@ type Gate struct {
 	reg            *x402.Registry
 	f              Facilitator
 	pricing        PricingFunc
-	retries        RetryStore
-	paymentIDs     PaymentIDStore
+	ledger         Ledger
 	errStatus      func(error) int
 	onResult       func(*Result)
 	onVerify       func(VerifyEvent)
@@ -82,9 +81,9 @@ type Gate struct {
 	verifyTimeout  time.Duration
 	settleTimeout  time.Duration
 	pricingTimeout time.Duration
-	retryLease     time.Duration
-	defaultBody    []byte      // v1 error string of an unpaid 402
-	pass           *passIssuer // nil: no access passes (docs/gate.md#access-passes)
+	lease          time.Duration // of a payment's record (docs/gate.md#payment-ledger)
+	defaultBody    []byte        // v1 error string of an unpaid 402
+	pass           *passIssuer   // nil: no access passes (docs/gate.md#access-passes)
 	passes         PassBook
 	challenges     *challengeTemplate // nil: every 402 is built in full
 }
@@ -108,21 +107,18 @@ func New(cfg Config, opts Options) (*Gate, error) {
 		return nil, errors.New("gate: Options.Facilitator is required")
 	}
 	g := &Gate{
-		route: route, reg: reg, f: f, pricing: opts.Pricing, retries: opts.RetryStore, paymentIDs: opts.PaymentIDs,
+		route: route, reg: reg, f: f, pricing: opts.Pricing, ledger: opts.Ledger,
 		errStatus: opts.ErrorStatus, onResult: opts.OnResult, onVerify: opts.OnVerify, onSettle: opts.OnSettle, onPass: opts.OnPass, log: opts.Logger, now: opts.Now,
 		verifyTimeout: cfg.VerifyTimeout, settleTimeout: cfg.SettleTimeout, pricingTimeout: cfg.PricingTimeout,
-		retryLease: cfg.Retry.Lease,
+		lease: cfg.Retry.Lease,
 	}
-	if g.retries == nil && route.retryMax > 0 {
-		g.retries = NewMemoryRetryStore(0)
-	}
-	if g.paymentIDs == nil && route.paymentID != "" {
-		g.paymentIDs = NewMemoryPaymentIDStore(0)
+	if g.ledger == nil {
+		g.ledger = NewMemoryLedger(0)
 	}
 	if g.pass, err = newPassIssuer(cfg.Pass); err != nil {
 		return nil, fmt.Errorf("gate config: %w", err)
 	}
-	g.passes, _ = g.retries.(PassBook)
+	g.passes, _ = g.ledger.(PassBook)
 	if g.passes == nil {
 		g.passes = NewMemoryPassBook(0)
 	}
@@ -141,8 +137,8 @@ func New(cfg Config, opts Options) (*Gate, error) {
 	if g.settleTimeout <= 0 {
 		g.settleTimeout = DefaultSettleTimeout
 	}
-	if g.retryLease <= 0 {
-		g.retryLease = DefaultRetryLease
+	if g.lease <= 0 {
+		g.lease = DefaultRetryLease
 	}
 	if g.pricingTimeout <= 0 {
 		g.pricingTimeout = DefaultPricingTimeout
@@ -326,11 +322,6 @@ func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header
 		if reason == "" {
 			reason = x402.ReasonUnexpectedVerify
 		}
-		if retryable(reason) {
-			if r := g.useRetry(ctx, in, req, p); r != nil {
-				return r
-			}
-		}
 		res := g.rejected(req, p, reason, vr.InvalidMessage, nil, guardian)
 		res.Verification = vin.VerificationRequirements
 		return res
@@ -353,7 +344,7 @@ func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header
 	switch {
 	case err != nil:
 		g.log.Error("x402 settle failed", zap.String("payer", payer), zap.String("tx", sr.Transaction), zap.Error(err))
-		return g.grantPending(ctx, in, req, p, g.settleUnknown(req, p, s, guardian, "the facilitator could not settle the payment; its outcome is unknown, do not retry blindly"))
+		return g.settleUnknown(req, p, s, guardian, "the facilitator could not settle the payment; its outcome is unknown, do not retry blindly")
 	case !sr.Success:
 		reason := x402.ReasonFromWire(sr.ErrorReason)
 		if reason == x402.ReasonSettlementPending || (reason == x402.ReasonUnexpectedSettle && s.Transaction != "") {
@@ -361,12 +352,7 @@ func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header
 			// reconcile instead of paying again (docs/facilitator.md#settle-order rule 3). In x402 v1,
 			// settlement_pending travels as unexpected_settle_error: with a transaction
 			// hash, that too is an outcome not known yet.
-			return g.grantPending(ctx, in, req, p, g.settleUnknown(req, p, s, guardian, "the settlement is pending; reconcile its transaction before paying again"))
-		}
-		if retryable(reason) {
-			if r := g.useRetry(ctx, in, req, p); r != nil {
-				return r
-			}
+			return g.settleUnknown(req, p, s, guardian, "the settlement is pending; reconcile its transaction before paying again")
 		}
 		if reason == "" {
 			reason = x402.ReasonUnexpectedSettle
@@ -374,13 +360,11 @@ func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header
 		return g.rejected(req, p, reason, sr.ErrorMessage, s, guardian)
 	case !isTxHash(sr.Transaction):
 		g.log.Error("x402 facilitator settled without a transaction hash", zap.String("payer", payer))
-		return g.grantPending(ctx, in, req, p, g.settleUnknown(req, p, s, guardian, "the facilitator reported success without a transaction hash"))
+		return g.settleUnknown(req, p, s, guardian, "the facilitator reported success without a transaction hash")
 	}
 	g.log.Info("x402 payment settled", zap.String("payer", payer), zap.String("tx", sr.Transaction),
 		zap.String("amount", s.Amount), zap.String("network", s.Network))
-	res := g.settled(req, p, s, guardian)
-	g.armRetry(res, in, req, p)
-	return res
+	return g.settled(req, p, s, guardian)
 }
 
 // guardianInput adds the verification fee to a /verify call according to

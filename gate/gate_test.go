@@ -656,8 +656,8 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		if g.route.retryMax != DefaultRetryMax {
 			t.Errorf("retry max %d", g.route.retryMax)
 		}
-		if _, ok := g.retries.(*MemoryRetryStore); !ok {
-			t.Errorf("default retry store %T", g.retries)
+		if _, ok := g.ledger.(*MemoryLedger); !ok {
+			t.Errorf("default ledger %T", g.ledger)
 		}
 	})
 }

@@ -12,8 +12,8 @@ import (
 )
 
 // PassBook remembers what sign-in-with-x needs. Every method is atomic across every
-// process that shares the book. MemoryRetryStore and redisretry.Store implement it; a
-// gate whose RetryStore does not gets an in-process MemoryPassBook.
+// process that shares the book. MemoryLedger and redisretry.Store implement it; a
+// gate whose Ledger does not gets an in-process MemoryPassBook.
 type PassBook interface {
 	// RecordPass remembers that key holds a pass until expiry; a later expiry wins.
 	RecordPass(ctx context.Context, key string, expiry time.Time) error

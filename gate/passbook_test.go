@@ -17,7 +17,7 @@ func TestPassBooks(t *testing.T) {
 		t.Fatalf("redisretry.Open: %v", err)
 	}
 	t.Cleanup(func() { _ = rs.Close() })
-	for name, book := range map[string]PassBook{"memory": NewMemoryPassBook(0), "retry store": NewMemoryRetryStore(0), "redis": rs} {
+	for name, book := range map[string]PassBook{"memory": NewMemoryPassBook(0), "ledger": NewMemoryLedger(0), "redis": rs} {
 		t.Run(name, func(t *testing.T) {
 			ctx := t.Context()
 			now := time.Now().Truncate(time.Millisecond)

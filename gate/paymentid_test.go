@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/x402gate/x402gate/gate/payledger"
 	"github.com/x402gate/x402gate/gate/redisretry"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
@@ -145,7 +146,7 @@ func TestPaymentIdentifierAcrossInstances(t *testing.T) {
 	// Behind one load balancer both instances see the same public URL.
 	public := MiddlewareOptions{Resource: func(*http.Request) string { return "https://api.example/data" }}
 	for range 2 {
-		g := v.gate(t, cfg, Options{RetryStore: rs, PaymentIDs: rs.PaymentIDs()})
+		g := v.gate(t, cfg, Options{Ledger: rs})
 		srv := httptest.NewServer(g.Middleware(public)(up))
 		t.Cleanup(srv.Close)
 		urls = append(urls, srv.URL+"/data")
@@ -189,16 +190,22 @@ func TestPaymentIdentifierAcrossInstances(t *testing.T) {
 	}
 }
 
-// crashedIDs is the payment id store of an instance that dies between a settle and its
-// answer: Begin goes through (with a lease that has run out by the next request, as the
-// dead holder's lease does in time), and nothing after it reaches the store.
-type crashedIDs struct{ PaymentIDStore }
+// crashedLedger is the ledger of an instance that dies between a settle and its answer:
+// Begin goes through (with a lease that has run out by the next request, as the dead
+// holder's lease does in time), and nothing after it reaches the ledger.
+type crashedLedger struct{ Ledger }
 
-func (c crashedIDs) Begin(ctx context.Context, key string, fp []byte, ttl, _ time.Duration, credits int) ([]byte, PaymentIDStatus, error) {
-	return c.PaymentIDStore.Begin(ctx, key, fp, ttl, time.Millisecond, credits)
+func (c crashedLedger) Begin(ctx context.Context, cl payledger.Claim) (payledger.Entry, error) {
+	cl.Lease = time.Millisecond
+	return c.Ledger.Begin(ctx, cl)
 }
-func (crashedIDs) Settled(context.Context, string, []byte) error { return nil }
-func (crashedIDs) End(context.Context, string, bool) error       { return nil }
+func (crashedLedger) Renew(context.Context, string, string, time.Duration) (bool, error) {
+	return true, nil
+}
+func (crashedLedger) Settle(context.Context, string, string, []byte) (bool, error) { return true, nil }
+func (crashedLedger) End(context.Context, string, string, int, []byte, int, time.Duration) (bool, error) {
+	return false, nil
+}
 
 // TestPaymentIdentifierRedeemsAnAnswerLostInACrash: instance A settles a payment carrying
 // an id and dies before its answer (nothing after Begin reaches the shared Redis). The same
@@ -219,8 +226,8 @@ func TestPaymentIdentifierRedeemsAnAnswerLostInACrash(t *testing.T) {
 	up := &upstream{}
 	public := MiddlewareOptions{Resource: func(*http.Request) string { return "https://api.example/data" }}
 	var urls []string
-	for _, ids := range []PaymentIDStore{crashedIDs{rs.PaymentIDs()}, rs.PaymentIDs()} {
-		g := v.gate(t, cfg, Options{RetryStore: rs, PaymentIDs: ids})
+	for _, l := range []Ledger{crashedLedger{rs}, rs} {
+		g := v.gate(t, cfg, Options{Ledger: l})
 		srv := httptest.NewServer(g.Middleware(public)(up))
 		t.Cleanup(srv.Close)
 		urls = append(urls, srv.URL+"/data")

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/x402gate/x402gate/x402"
 )
@@ -82,14 +83,12 @@ type Result struct {
 	challenge *x402.PaymentRequiredV2 // for the paywall page
 	display   display
 	displays  []display // one per accepts entry, for the paywall's choice
-	retryKey  string    // the payment's retry key, when retries are on
-	retryTTL  int64     // grant lifetime in milliseconds (first attempt only)
-	retryData []byte    // what a granted retry returns
-	resumed   bool      // a pending settlement found settled on a retry: a first run for ReportUpstream
+	resumed   bool      // a Retry that is the payment's first run (its answer was lost or pending)
 	length    string    // Content-Length of a cached challenge's body (cachedChallenge)
-	// paymentIDKey is the payment id store key of a settled request whose payment
-	// carried an id; ReportUpstream ends its lease.
-	paymentIDKey string
+	// hold is the lease a settled request holds on its payment's record;
+	// ReportUpstream ends it.
+	hold      *hold
+	creditTTL time.Duration // how long retry credits last after a failed first run
 }
 
 // display is what the paywall shows beside the requirement.

@@ -9,15 +9,17 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/x402gate/x402gate/gate/payledger"
 )
 
-// retryHeapCredits is how many grants BenchmarkMemoryRetryStoreHeap holds (bench/verdict.md).
+// retryHeapCredits is how many records BenchmarkMemoryLedgerHeap holds (bench/verdict.md).
 const retryHeapCredits = 1_000_000
 
-// BenchmarkMemoryRetryStoreHeap: the heap a MemoryRetryStore holds for 1M retry grants of
-// 3 credits, each with its settlement as armRetry encodes it, in bytes per grant. Run it
-// with -benchtime=1x.
-func BenchmarkMemoryRetryStoreHeap(b *testing.B) {
+// BenchmarkMemoryLedgerHeap: the heap a MemoryLedger holds for 1M payments whose first
+// run failed, each granted 3 credits and holding its settlement as the gate encodes it,
+// in bytes per record. Run it with -benchtime=1x.
+func BenchmarkMemoryLedgerHeap(b *testing.B) {
 	ctx := context.Background()
 	data, err := json.Marshal(Settlement{
 		Success: true, Payer: "0xA11CE00000000000000000000000000000000001",
@@ -36,23 +38,30 @@ func BenchmarkMemoryRetryStoreHeap(b *testing.B) {
 		hashes[i] = tok[:]
 	}
 	b.ReportAllocs()
-	var perGrant float64
+	var perRecord float64
 	for b.Loop() {
 		before := liveHeap()
-		s := NewMemoryRetryStore(retryHeapCredits)
+		s := NewMemoryLedger(retryHeapCredits)
 		for i, sum := range sums {
-			// each key is a new string, as retryKey makes one per request: a store that
+			// each key is a new string, as ledgerKey makes one per request: a ledger that
 			// keeps it holds it
-			k := "retry:" + hex.EncodeToString(sum[:])
-			if ok, err := s.Grant(ctx, k, hashes[i], 3, time.Hour, data); !ok || err != nil {
+			k := "pay:" + hex.EncodeToString(sum[:])
+			c := payledger.Claim{Key: k, Fingerprint: hashes[i], Binding: sum[:], Owner: "o", Lease: time.Hour, TTL: time.Hour}
+			if e, err := s.Begin(ctx, c); e.Status != payledger.New || err != nil {
+				b.Fatalf("begin %d: %v %v", i, e.Status, err)
+			}
+			if ok, err := s.Settle(ctx, k, "o", data); !ok || err != nil {
+				b.Fatalf("settle %d: %v %v", i, ok, err)
+			}
+			if ok, err := s.End(ctx, k, "o", payledger.Fail, hashes[i], 3, time.Hour); !ok || err != nil {
 				b.Fatalf("grant %d: %v %v", i, ok, err)
 			}
 		}
-		perGrant = float64(liveHeap()-before) / retryHeapCredits
+		perRecord = float64(liveHeap()-before) / retryHeapCredits
 		runtime.KeepAlive(s)
 	}
-	b.ReportMetric(perGrant, "B/grant")
-	b.ReportMetric(float64(len(data)), "B-data/grant")
+	b.ReportMetric(perRecord, "B/record")
+	b.ReportMetric(float64(len(data)), "B-data/record")
 }
 
 // liveHeap is the heap in use after a full collection.

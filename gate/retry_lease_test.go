@@ -43,13 +43,13 @@ func (u *heldUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func TestConcurrentRetriesOneGoodAnswer(t *testing.T) {
 	env := newTestEnv(t)
 	redisURL := testenv.StartRedis(t)
-	stores := map[string]func(t *testing.T) (RetryStore, RetryStore){
-		"memory": func(*testing.T) (RetryStore, RetryStore) {
-			s := NewMemoryRetryStore(0)
+	stores := map[string]func(t *testing.T) (Ledger, Ledger){
+		"memory": func(*testing.T) (Ledger, Ledger) {
+			s := NewMemoryLedger(0)
 			return s, s
 		},
-		"redis, two instances": func(t *testing.T) (RetryStore, RetryStore) {
-			open := func() RetryStore {
+		"redis, two instances": func(t *testing.T) (Ledger, Ledger) {
+			open := func() Ledger {
 				s, err := redisretry.Open(t.Context(), redisURL, "")
 				if err != nil {
 					t.Fatal(err)
@@ -66,9 +66,9 @@ func TestConcurrentRetriesOneGoodAnswer(t *testing.T) {
 				sa, sb := newStores(t)
 				up := &heldUpstream{release: make(chan struct{})}
 				resource := func(r *http.Request) string { return "https://api.example.com" + r.URL.Path }
-				a := httptest.NewServer(env.gate(t, env.config(), Options{RetryStore: sa}).Middleware(MiddlewareOptions{Resource: resource})(up))
+				a := httptest.NewServer(env.gate(t, env.config(), Options{Ledger: sa}).Middleware(MiddlewareOptions{Resource: resource})(up))
 				defer a.Close()
-				b := httptest.NewServer(env.gate(t, env.config(), Options{RetryStore: sb}).Middleware(MiddlewareOptions{Resource: resource})(up))
+				b := httptest.NewServer(env.gate(t, env.config(), Options{Ledger: sb}).Middleware(MiddlewareOptions{Resource: resource})(up))
 				defer b.Close()
 				name, value := env.sign(t, x402.Version2, env.payer, fetchChallenge(t, a.URL+"/r"), tamper{})
 				before := env.ledger(t, env.payer.Address)

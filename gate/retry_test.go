@@ -3,7 +3,6 @@ package gate
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -19,8 +18,8 @@ import (
 	"github.com/ethereum/go-ethereum/accounts/abi"
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/common/hexutil"
-	"github.com/redis/go-redis/v9"
 
+	"github.com/x402gate/x402gate/gate/payledger"
 	"github.com/x402gate/x402gate/gate/redisretry"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
@@ -86,12 +85,6 @@ func isRetryToken(s string) bool {
 	}
 	_, err := hex.DecodeString(s)
 	return err == nil && strings.ToLower(s) == s
-}
-
-// hashOf is the SHA-256 of a test token, as the gate hands it to a RetryStore.
-func hashOf(s string) []byte {
-	sum := sha256.Sum256([]byte(s))
-	return sum[:]
 }
 
 const nonceUsed = "invalid_exact_evm_nonce_already_used"
@@ -406,10 +399,9 @@ func TestRetryGraceExpires(t *testing.T) {
 	cfg.Retry.Grace = time.Minute
 	var mu sync.Mutex
 	clock := time.Unix(1_900_000_000, 0)
-	store := NewMemoryRetryStore(0)
-	store.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	store := &MemoryLedger{payledger.NewMemory(0, func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }), NewMemoryPassBook(0)}
 	up := &upstream{script: []int{500, 500, 500}}
-	srv := serve(t, env.gate(t, cfg, Options{RetryStore: store}), up)
+	srv := serve(t, env.gate(t, cfg, Options{Ledger: store}), up)
 	url := srv.URL + "/r"
 	name, value := env.sign(t, x402.Version2, env.payer, fetchChallenge(t, url), tamper{})
 	first := present(t, url, name, value)
@@ -473,9 +465,9 @@ func TestRetrySharedThroughRedis(t *testing.T) {
 	up := &upstream{script: []int{500, 503, 500, 500}}
 	// Both instances answer for the same public resource.
 	resource := func(r *http.Request) string { return "https://api.example.com" + r.URL.Path }
-	a := httptest.NewServer(env.gate(t, cfg, Options{RetryStore: newStore()}).Middleware(MiddlewareOptions{Resource: resource})(up))
+	a := httptest.NewServer(env.gate(t, cfg, Options{Ledger: newStore()}).Middleware(MiddlewareOptions{Resource: resource})(up))
 	defer a.Close()
-	b := httptest.NewServer(env.gate(t, cfg, Options{RetryStore: newStore()}).Middleware(MiddlewareOptions{Resource: resource})(up))
+	b := httptest.NewServer(env.gate(t, cfg, Options{Ledger: newStore()}).Middleware(MiddlewareOptions{Resource: resource})(up))
 	defer b.Close()
 
 	name, value := env.sign(t, x402.Version2, env.payer, fetchChallenge(t, a.URL+"/r"), tamper{})
@@ -528,9 +520,9 @@ func TestRetrySharedThroughRedis(t *testing.T) {
 
 	t.Run("retry succeeds behind the other instance", func(t *testing.T) {
 		up2 := &upstream{script: []int{502}}
-		a2 := httptest.NewServer(env.gate(t, cfg, Options{RetryStore: newStore()}).Middleware(MiddlewareOptions{Resource: resource})(up2))
+		a2 := httptest.NewServer(env.gate(t, cfg, Options{Ledger: newStore()}).Middleware(MiddlewareOptions{Resource: resource})(up2))
 		defer a2.Close()
-		b2 := httptest.NewServer(env.gate(t, cfg, Options{RetryStore: newStore()}).Middleware(MiddlewareOptions{Resource: resource})(up2))
+		b2 := httptest.NewServer(env.gate(t, cfg, Options{Ledger: newStore()}).Middleware(MiddlewareOptions{Resource: resource})(up2))
 		defer b2.Close()
 		name, value := env.sign(t, x402.Version1, env.payer, fetchChallenge(t, a2.URL+"/s"), tamper{})
 		before := env.ledger(t, env.payer.Address)
@@ -548,9 +540,9 @@ func TestRetrySharedThroughRedis(t *testing.T) {
 	})
 }
 
-// TestRetryStoreDownFailsClosed: when Redis is gone, a retry presentation with its token
-// is answered 503 retry_store_unavailable and nothing reaches the upstream; one without a
-// token gets the plain refusal, as it could never be a retry.
+// TestRetryStoreDownFailsClosed: when Redis is gone, a retry presentation with its token,
+// and the bare header too, is answered 503 retry_store_unavailable and nothing reaches the
+// upstream.
 func TestRetryStoreDownFailsClosed(t *testing.T) {
 	env := newTestEnv(t)
 	rs := testenv.StartRedisServer(t, testenv.RedisConfig{})
@@ -560,7 +552,7 @@ func TestRetryStoreDownFailsClosed(t *testing.T) {
 	}
 	defer store.Close()
 	up := &upstream{script: []int{500}}
-	srv := serve(t, env.gate(t, env.config(), Options{RetryStore: store}), up)
+	srv := serve(t, env.gate(t, env.config(), Options{Ledger: store}), up)
 	url := srv.URL + "/r"
 	name, value := env.sign(t, x402.Version2, env.payer, fetchChallenge(t, url), tamper{})
 	first := present(t, url, name, value)
@@ -572,8 +564,9 @@ func TestRetryStoreDownFailsClosed(t *testing.T) {
 	if a.status != http.StatusServiceUnavailable || a.err != "retry_store_unavailable" {
 		t.Fatalf("store down: %+v, want 503 retry_store_unavailable", a)
 	}
-	if a := present(t, url, name, value); a.status != http.StatusPaymentRequired || a.err != nonceUsed {
-		t.Fatalf("store down, no token: %+v, want 402 %s", a, nonceUsed)
+	// Every paid request begins at the ledger, before anything is verified or broadcast.
+	if a := present(t, url, name, value); a.status != http.StatusServiceUnavailable || a.err != "retry_store_unavailable" {
+		t.Fatalf("store down, no token: %+v, want 503 retry_store_unavailable", a)
 	}
 	if n := up.calls.Load(); n != 1 {
 		t.Errorf("upstream ran %d times, want 1", n)
@@ -586,257 +579,6 @@ func TestRetryStoreDownFailsClosed(t *testing.T) {
 	}
 }
 
-// take acquires a credit of key and releases its lease at once, as a retry whose upstream
-// failed does.
-func take(s RetryStore, ctx context.Context, key string, h []byte) ([]byte, bool, error) {
-	d, status, err := s.Acquire(ctx, key, h, time.Minute)
-	if status == CreditTaken {
-		if rerr := s.Release(ctx, key); err == nil {
-			err = rerr
-		}
-	}
-	return d, status == CreditTaken, err
-}
-
 func containsSecret(err error, s string) bool {
 	return err != nil && strings.Contains(err.Error(), s)
-}
-
-// TestRetryStores checks both stores' contract: Peek takes nothing and answers only the
-// grant's token hash while a credit is left; Use takes exactly n credits under
-// concurrency and only with the grant's token hash (a wrong one, raced against the right
-// one, takes nothing); a grant is never refilled nor rebound to another hash; Revoke
-// empties it; the grant expires; a grant without a hash is refused.
-func TestRetryStores(t *testing.T) {
-	url := testenv.StartRedis(t)
-	rs, err := redisretry.Open(t.Context(), url, "test:")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rs.Close()
-	good, bad := hashOf("good"), hashOf("bad")
-	for _, tc := range []struct {
-		name  string
-		store RetryStore
-	}{{"memory", NewMemoryRetryStore(0)}, {"redis", rs}} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
-			s := tc.store
-			if _, ok, err := take(s, ctx, "none", good); ok || err != nil {
-				t.Fatalf("Use of an unknown key: %v %v", ok, err)
-			}
-			if ok, err := s.Grant(ctx, "k", good, 3, time.Hour, []byte("data")); !ok || err != nil {
-				t.Fatalf("Grant: %v %v", ok, err)
-			}
-			// Each round, 40 retries race for the grant, half with the wrong hash: exactly
-			// one right-hash retry takes a credit and holds the lease, the other right-hash
-			// ones find it busy, and no wrong one gets anything. Its release lets the next
-			// round take the next credit, until the 3 credits are used up.
-			for round := range 4 {
-				var got, busy, wrong atomic.Int32
-				var wg sync.WaitGroup
-				for i := 0; i < 40; i++ {
-					h := good
-					if i%2 == 1 {
-						h = bad
-					}
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						d, status, err := s.Acquire(ctx, "k", h, time.Minute)
-						if err != nil {
-							t.Error(err)
-						}
-						if status != CreditNone && bytes.Equal(h, bad) {
-							wrong.Add(1)
-						}
-						switch status {
-						case CreditTaken:
-							got.Add(1)
-							if string(d) != "data" {
-								t.Errorf("data %q", d)
-							}
-						case CreditBusy:
-							busy.Add(1)
-						}
-					}()
-				}
-				wg.Wait()
-				// The last credit taken leaves none: the others find nothing to wait for.
-				want, wantBusy := []int32{1, 1, 1, 0}[round], []int32{19, 19, 0, 0}[round]
-				if got.Load() != want || wrong.Load() != 0 || busy.Load() != wantBusy {
-					t.Fatalf("round %d: %d credits taken, %d busy, %d answers to the wrong hash; want %d, %d, 0", round, got.Load(), busy.Load(), wrong.Load(), want, wantBusy)
-				}
-				if err := s.Release(ctx, "k"); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if ok, err := s.Grant(ctx, "k", bad, 3, time.Hour, []byte("data")); ok || err != nil {
-				t.Fatalf("Grant over a used-up grant: %v %v, want false", ok, err)
-			}
-			if _, ok, _ := take(s, ctx, "k", good); ok {
-				t.Error("a used-up grant was refilled")
-			}
-			if _, ok, _ := take(s, ctx, "k", bad); ok {
-				t.Error("a used-up grant was rebound to another token")
-			}
-
-			_, _ = s.Grant(ctx, "w", good, 1, time.Hour, []byte("w"))
-			for _, h := range [][]byte{bad, nil, {}, good[:16]} {
-				if _, ok, err := take(s, ctx, "w", h); ok || err != nil {
-					t.Errorf("Use with hash %x: %v %v, want nothing", h, ok, err)
-				}
-				if _, ok, err := s.Peek(ctx, "w", h); ok || err != nil {
-					t.Errorf("Peek with hash %x: %v %v, want nothing", h, ok, err)
-				}
-			}
-			for i := 0; i < 3; i++ {
-				if d, ok, err := s.Peek(ctx, "w", good); !ok || err != nil || string(d) != "w" {
-					t.Fatalf("Peek %d: %q %v %v, want the data", i, d, ok, err)
-				}
-			}
-			if d, ok, _ := take(s, ctx, "w", good); !ok || string(d) != "w" {
-				t.Error("wrong hashes took the one credit")
-			}
-			if _, ok, err := s.Peek(ctx, "w", good); ok || err != nil {
-				t.Errorf("Peek of a used-up grant: %v %v, want nothing", ok, err)
-			}
-			if _, ok, err := s.Peek(ctx, "none", good); ok || err != nil {
-				t.Errorf("Peek of an unknown key: %v %v, want nothing", ok, err)
-			}
-
-			_, _ = s.Grant(ctx, "r", good, 2, time.Hour, []byte("x"))
-			if err := s.Revoke(ctx, "r"); err != nil {
-				t.Fatal(err)
-			}
-			_, _ = s.Grant(ctx, "r", good, 2, time.Hour, []byte("x"))
-			if _, ok, _ := take(s, ctx, "r", good); ok {
-				t.Error("a revoked grant was refilled")
-			}
-			if ok, err := s.Grant(ctx, "zero", good, 0, time.Hour, nil); ok || err != nil {
-				t.Fatalf("Grant of 0: %v %v", ok, err)
-			}
-			if _, ok, _ := take(s, ctx, "zero", good); ok {
-				t.Error("a grant of 0 credits gave one")
-			}
-			if ok, err := s.Grant(ctx, "nohash", nil, 1, time.Hour, nil); ok || err == nil {
-				t.Errorf("Grant without a token hash: %v %v, want an error", ok, err)
-			}
-		})
-	}
-	t.Run("redis: two clients race one grant", func(t *testing.T) {
-		// Two stores on one Redis, as two instances hold them: the token check, the lease
-		// and the decrement are one step, so exactly one right-hash retry takes a credit
-		// while the lease is held, and no wrong one does.
-		ctx := context.Background()
-		other, err := redisretry.Open(ctx, url, "test:")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer other.Close()
-		if ok, err := rs.Grant(ctx, "race", good, 5, time.Hour, []byte("d")); !ok || err != nil {
-			t.Fatalf("Grant: %v %v", ok, err)
-		}
-		if ok, _ := other.Grant(ctx, "race", bad, 5, time.Hour, []byte("d")); ok {
-			t.Fatal("the other instance rebound the grant")
-		}
-		var got, wrong atomic.Int32
-		var wg sync.WaitGroup
-		for i := 0; i < 60; i++ {
-			s := []*redisretry.Store{rs, other}[i%2]
-			h := good
-			if i%3 == 0 {
-				h = bad
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_, status, err := s.Acquire(ctx, "race", h, time.Minute)
-				if err != nil {
-					t.Error(err)
-				}
-				if status == CreditTaken {
-					got.Add(1)
-					if bytes.Equal(h, bad) {
-						wrong.Add(1)
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		if got.Load() != 1 || wrong.Load() != 0 {
-			t.Fatalf("%d credits taken at once (%d with the wrong hash), want 1 (0): one lease across instances", got.Load(), wrong.Load())
-		}
-		if err := other.Release(ctx, "race"); err != nil {
-			t.Fatal(err)
-		}
-		for i := range 5 {
-			_, ok, err := take([]*redisretry.Store{rs, other}[i%2], ctx, "race", good)
-			if ok != (i < 4) || err != nil {
-				t.Fatalf("take %d after the release: %v %v", i, ok, err)
-			}
-		}
-		o, _ := redis.ParseURL(url)
-		c := redis.NewClient(o)
-		defer c.Close()
-		h, err := c.HGet(ctx, "test:race", "h").Bytes()
-		if err != nil || !bytes.Equal(h, good) {
-			t.Errorf("stored h = %x, %v; want the hash only", h, err)
-		}
-		if n, err := c.HGet(ctx, "test:race", "n").Int(); err != nil || n != 0 {
-			t.Errorf("credits left %d, %v; want 0", n, err)
-		}
-	})
-	t.Run("redis ttl", func(t *testing.T) {
-		ctx := context.Background()
-		if _, err := rs.Grant(ctx, "ttl", good, 1, 90*time.Second, []byte("x")); err != nil {
-			t.Fatal(err)
-		}
-		o, _ := redis.ParseURL(url)
-		c := redis.NewClient(o)
-		defer c.Close()
-		ttl, err := c.PTTL(ctx, "test:ttl").Result()
-		if err != nil || ttl <= 0 || ttl > 90*time.Second {
-			t.Fatalf("PTTL %v %v, want within (0, 90s]", ttl, err)
-		}
-	})
-	t.Run("memory expiry and bound", func(t *testing.T) {
-		ctx := context.Background()
-		clock := time.Unix(1_900_000_000, 0)
-		s := NewMemoryRetryStore(2)
-		s.now = func() time.Time { return clock }
-		_, _ = s.Grant(ctx, "a", good, 1, time.Minute, []byte("x"))
-		_, _ = s.Grant(ctx, "b", good, 1, 2*time.Minute, []byte("x"))
-		if _, err := s.Grant(ctx, "c", good, 1, time.Minute, []byte("x")); !errors.Is(err, ErrRetryStoreUnavailable) {
-			t.Errorf("full store: %v", err)
-		}
-		clock = clock.Add(time.Minute)
-		if _, ok, _ := take(s, ctx, "a", good); ok {
-			t.Error("an expired grant gave a credit")
-		}
-		if _, err := s.Grant(ctx, "c", good, 1, time.Minute, []byte("x")); err != nil {
-			t.Errorf("grant after expiry freed room: %v", err)
-		}
-		if _, ok, _ := take(s, ctx, "b", good); !ok {
-			t.Error("an unexpired grant gave no credit")
-		}
-	})
-	t.Run("redis down", func(t *testing.T) {
-		srv := testenv.StartRedisServer(t, testenv.RedisConfig{})
-		o, _ := redis.ParseURL(srv.URL)
-		c := redis.NewClient(o)
-		defer c.Close()
-		s := redisretry.New(c, "")
-		srv.Stop()
-		ctx := context.Background()
-		if _, err := s.Grant(ctx, "k", good, 1, time.Minute, nil); !errors.Is(err, redisretry.ErrUnavailable) {
-			t.Errorf("Grant: %v", err)
-		}
-		if _, _, err := take(s, ctx, "k", good); !errors.Is(err, redisretry.ErrUnavailable) {
-			t.Errorf("Use: %v", err)
-		}
-		if err := s.Revoke(ctx, "k"); !errors.Is(err, redisretry.ErrUnavailable) {
-			t.Errorf("Revoke: %v", err)
-		}
-	})
 }

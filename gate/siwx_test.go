@@ -89,8 +89,8 @@ func TestSignInWithXAcrossInstances(t *testing.T) {
 	clk := &clock{}
 	up := &upstream{}
 	const host = "shop.example"
-	srvA := serve(t, env.gate(t, env.passConfig(testPassKey), Options{Now: clk.now, RetryStore: store()}), up)
-	srvB := serve(t, env.gate(t, env.passConfig(testPassKey), Options{Now: clk.now, RetryStore: store()}), up)
+	srvA := serve(t, env.gate(t, env.passConfig(testPassKey), Options{Now: clk.now, Ledger: store()}), up)
+	srvB := serve(t, env.gate(t, env.passConfig(testPassKey), Options{Now: clk.now, Ledger: store()}), up)
 	before := env.ledger(t, env.payer.Address)
 	env.payForPass(t, srvA.URL+"/premium/a.html", host)
 
@@ -239,15 +239,15 @@ func TestSignInWithXBoundToIssuingKey(t *testing.T) {
 	const thirdKey = "test-pass-key-third-route-00112233445566778899"
 	for _, book := range []struct {
 		name  string
-		store RetryStore
-	}{{"memory", NewMemoryRetryStore(0)}, {"redis", redisStore}} {
+		store Ledger
+	}{{"memory", NewMemoryLedger(0)}, {"redis", redisStore}} {
 		t.Run(book.name, func(t *testing.T) {
 			up := &upstream{}
 			route := func(price string, scope string, keys ...string) string {
 				cfg := env.config()
 				cfg.Price = price
 				cfg.Pass = PassConfig{Duration: time.Hour, Scope: scope, Keys: keys}
-				return serve(t, env.gate(t, cfg, Options{RetryStore: book.store}), up).URL
+				return serve(t, env.gate(t, cfg, Options{Ledger: book.store}), up).URL
 			}
 			cheap := route(testPrice, "/", testPassKey)
 			dear := route("0.05 USDC", "", testPassKeyNew)

@@ -754,7 +754,8 @@ func TestFailClosedReceiptNeverComes(t *testing.T) {
 // TestFailClosedStores stops each store a running gate depends on (docs/failure-modes.md):
 // Redis (approvals and settlement claims), PostgreSQL (the settlement journal) and a
 // SQLite journal that can no longer be written. A payment is then refused unserved and
-// unsettled, because the claim or the journal row must be written before any broadcast.
+// unsettled, because the gate's payment ledger, kept in the same store
+// (docs/gate.md#payment-ledger), must be written before verify and settle.
 func TestFailClosedStores(t *testing.T) {
 	chain, tok := testenv.StartChainWithToken(t)
 
@@ -764,7 +765,7 @@ func TestFailClosedStores(t *testing.T) {
 		g.paidOnce(t, "/paid/redis-up")
 		nonce := signerNonce(t, chain)
 		redis.Stop()
-		g.refusedUnpaid(t, newPayer(t, tok), "/paid/redis-down", fcWant{402, "unexpected_settle_error", ""})
+		g.refusedUnpaid(t, newPayer(t, tok), "/paid/redis-down", fcWant{503, "retry_store_unavailable", ""})
 		if n := signerNonce(t, chain); n != nonce {
 			t.Errorf("the facilitator sent %d transactions with Redis down", n-nonce)
 		}
@@ -776,7 +777,7 @@ func TestFailClosedStores(t *testing.T) {
 		g.paidOnce(t, "/paid/pg-up")
 		nonce := signerNonce(t, chain)
 		pg.Stop()
-		g.refusedUnpaid(t, newPayer(t, tok), "/paid/pg-down", fcWant{502, "unexpected_settle_error", ""})
+		g.refusedUnpaid(t, newPayer(t, tok), "/paid/pg-down", fcWant{503, "retry_store_unavailable", ""})
 		if n := signerNonce(t, chain); n != nonce {
 			t.Errorf("the facilitator sent %d transactions with PostgreSQL down", n-nonce)
 		}
@@ -789,7 +790,7 @@ func TestFailClosedStores(t *testing.T) {
 		g.paidOnce(t, "/paid/sqlite-ok")
 		nonce := signerNonce(t, chain)
 		immutable(t, db, db+"-wal")
-		g.refusedUnpaid(t, newPayer(t, tok), "/paid/sqlite-ro", fcWant{502, "unexpected_settle_error", ""})
+		g.refusedUnpaid(t, newPayer(t, tok), "/paid/sqlite-ro", fcWant{503, "retry_store_unavailable", ""})
 		if n := signerNonce(t, chain); n != nonce {
 			t.Errorf("the facilitator sent %d transactions with the journal unwritable", n-nonce)
 		}

@@ -1,0 +1,382 @@
+package gate
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/x402gate/x402gate/gate/payledger"
+	"github.com/x402gate/x402gate/x402"
+)
+
+// One payment buys one good answer (docs/gate.md#payment-ledger). Every paid request
+// begins at the payment's record in the ledger, before anything is verified or
+// broadcast, and takes the record's lease, owned by this attempt: a new payment is paid;
+// a payment whose earlier attempt died is paid again (the facilitator's journal allows
+// no second broadcast) or served the answer it lost; a payment whose upstream failed is
+// served again, against its credits, to the holder of its retry token or its payment
+// identifier; a pending settlement is redeemed once it is confirmed. A payment answered
+// well is refused as a replay, however it is presented.
+
+// Ledger keeps one record per payment (see gate/payledger). The in-process MemoryLedger is
+// the default; gate/redisretry shares one among several instances.
+type Ledger = payledger.Ledger
+
+// ErrLedgerUnavailable is wrapped by every failure to reach a Ledger. The gate fails
+// closed on it: nothing is paid, served or granted.
+var ErrLedgerUnavailable = payledger.ErrUnavailable
+
+// MemoryLedger is a Ledger with the in-process pass book of its instance
+// (docs/gate.md#sign-in-with-x): NewMemoryLedger's in-process payledger.Memory, or a
+// ledger kept elsewhere (the facilitator's journal) beside an in-process pass book. It is
+// safe for concurrent use.
+type MemoryLedger struct {
+	Ledger
+	*MemoryPassBook
+}
+
+// NewMemoryLedger returns an empty ledger holding at most maxEntries payments (0 means
+// payledger.DefaultMemoryEntries). When it is full of live records, a new payment is refused
+// (503) rather than a paid-for record forgotten.
+func NewMemoryLedger(maxEntries int) *MemoryLedger {
+	return &MemoryLedger{Ledger: payledger.NewMemory(maxEntries, nil), MemoryPassBook: NewMemoryPassBook(0)}
+}
+
+// ledgerKey names the record of a payment: its x402.PaymentKey, hashed.
+func ledgerKey(req *x402.Requirements, p *x402.Payment) string {
+	sum := sha256.Sum256([]byte(x402.KeyOf(p, req).String()))
+	return "pay:" + hex.EncodeToString(sum[:])
+}
+
+// bindingOf names the request that pays: the resource URL, the method and the request
+// URI (path and query). A payment made by GET /r?a=1 is not served on POST /r or GET
+// /r?a=2.
+func bindingOf(in Input, req *x402.Requirements) []byte {
+	sum := sha256.Sum256([]byte(req.Resource.URL + "\n" + in.Method + " " + in.RequestURI))
+	return sum[:]
+}
+
+// paymentFingerprint identifies a payment payload: what it pays (x402.PaymentKey), its
+// time window and its signature. The same header sent again has the same fingerprint.
+func paymentFingerprint(p *x402.Payment, req *x402.Requirements) []byte {
+	a := p.Authorization
+	sum := sha256.Sum256([]byte(x402.KeyOf(p, req).String() + "\n" + bigString(a.ValidAfter) + "\n" +
+		bigString(a.ValidBefore) + "\n" + hex.EncodeToString(p.Signature)))
+	return sum[:]
+}
+
+// newOwner names one attempt: the owner of the lease it takes.
+func newOwner() (string, error) {
+	raw := make([]byte, 16)
+	if _, err := rand.Read(raw); err != nil {
+		return "", fmt.Errorf("lease owner: %w", err)
+	}
+	return hex.EncodeToString(raw), nil
+}
+
+// payOnce runs one paid request through the ledger: it begins at the payment's record,
+// and pays, redeems or serves it again under the lease it took, or refuses it.
+func (g *Gate) payOnce(ctx context.Context, in Input, req *x402.Requirements, header string, p *x402.Payment) *Result {
+	id, r := g.paymentIDFor(req, p)
+	if r != nil {
+		return r
+	}
+	ttl := min(g.remaining(p)+g.route.grace, maxRetryTTL)
+	if req.Matches(p) != nil || ttl < time.Millisecond {
+		return g.pay(ctx, in, req, header, p) // refused there, and nothing to remember
+	}
+	owner, err := newOwner()
+	if err != nil {
+		return g.ledgerDown(req, p, err)
+	}
+	c := payledger.Claim{Key: ledgerKey(req, p), Fingerprint: paymentFingerprint(p, req), Binding: bindingOf(in, req),
+		Owner: owner, Lease: g.lease, TTL: ttl}
+	if id != "" {
+		c.ID = paymentIDKey(p, id)
+	}
+	c.Token, _ = retryTokenHash(in.Header)
+	e, err := g.ledger.Begin(ctx, c)
+	if err != nil {
+		return g.ledgerDown(req, p, err)
+	}
+	if e.Status > payledger.Retry {
+		return g.refuse(req, p, c, e)
+	}
+	h := g.hold(c.Key, owner)
+	res := g.attempt(ctx, in, req, header, p, h, e)
+	if res.Kind != KindSettled {
+		h.release()
+		return res
+	}
+	res.hold, res.creditTTL = h, g.creditTTL(p)
+	context.AfterFunc(ctx, h.release) // a caller of Handle that never reports lets the lease lapse
+	return res
+}
+
+// ledgerDown is the 503 of a ledger that cannot be reached.
+func (g *Gate) ledgerDown(req *x402.Requirements, p *x402.Payment, err error) *Result {
+	g.log.Error("x402 payment ledger unavailable", zap.Error(err))
+	return g.errorResult(req, p.Version, http.StatusServiceUnavailable, ReasonRetryStoreUnavailable, "the payment ledger is unavailable")
+}
+
+// attempt runs a claim that took the lease.
+func (g *Gate) attempt(ctx context.Context, in Input, req *x402.Requirements, header string, p *x402.Payment, h *hold, e payledger.Entry) *Result {
+	switch e.Status {
+	case payledger.New, payledger.Resume:
+		res := g.pay(ctx, in, req, header, p)
+		if e.Status == payledger.Resume && res.Kind == KindRejected && retryable(res.Reason) {
+			if res = g.resumeSettled(ctx, req, p, res); res.Kind == KindSettled && !g.provesPayer(ctx, in, p) {
+				g.record(ctx, req, p, h, res) // settled: a request with the proof is served
+				g.end(ctx, h, payledger.Release)
+				return g.needsProof(req, p)
+			}
+		}
+		return g.record(ctx, req, p, h, res)
+	case payledger.Redeem:
+		return g.redeemPending(ctx, req, p, h, e.Data)
+	}
+	if e.Status == payledger.Serve && !g.provesPayer(ctx, in, p) {
+		g.end(ctx, h, payledger.Release)
+		return g.needsProof(req, p)
+	}
+	s, ok := g.storedSettlement(e.Data, p)
+	if !ok {
+		g.end(ctx, h, payledger.Release)
+		return g.ledgerDown(req, p, fmt.Errorf("the payment's record holds no settlement"))
+	}
+	res := g.settled(req, p, s, nil)
+	res.Retry, res.resumed = true, e.Status == payledger.Serve // a lost first run is still the first
+	if e.Status == payledger.Serve {
+		g.log.Info("x402 settled payment whose answer was lost is served", zap.String("payer", s.Payer), zap.String("tx", s.Transaction))
+	} else {
+		g.log.Info("x402 paid request retried without charge", zap.String("payer", s.Payer), zap.String("tx", s.Transaction))
+	}
+	return res
+}
+
+// record writes the outcome of a payment attempt to the record it holds: settled, or
+// pending with a retry token, or forgotten when it was refused before money moved, or
+// left reserved for a later attempt when the outcome is unknown.
+func (g *Gate) record(ctx context.Context, req *x402.Requirements, p *x402.Payment, h *hold, res *Result) *Result {
+	bg := context.WithoutCancel(ctx)
+	var err error
+	switch {
+	case res.Kind == KindSettled:
+		var data []byte
+		if data, err = json.Marshal(res.Settlement); err == nil {
+			_, err = g.ledger.Settle(bg, h.key, h.owner, data)
+		}
+	case res.Kind == KindRejected || res.Status < 500:
+		h.release()
+		_, err = g.ledger.Forget(bg, h.key, h.owner)
+	case res.Settlement != nil:
+		return g.pend(bg, req, p, h, res)
+	default:
+		g.end(bg, h, payledger.Release)
+	}
+	if err != nil {
+		g.log.Error("x402 payment ledger unavailable", zap.Error(err))
+	}
+	return res
+}
+
+// refuse answers a claim that took no lease.
+func (g *Gate) refuse(req *x402.Requirements, p *x402.Payment, c payledger.Claim, e payledger.Entry) *Result {
+	speaks := c.ID != "" || c.Token != nil // the client names this payment, not a stranger's replay
+	switch {
+	case e.Status == payledger.Busy && speaks:
+		res := g.errorResult(req, p.Version, http.StatusConflict, ReasonRetryInProgress, "this payment is being served; try again when it has answered")
+		res.Header.Set("Retry-After", "1")
+		return res
+	case e.Status == payledger.Busy:
+		return g.rejected(req, p, x402.ReasonDuplicateSettlement, "this payment is being settled or served", nil, nil)
+	case e.Status == payledger.Conflict && c.ID != "":
+		return g.errorResult(req, p.Version, http.StatusConflict, ReasonPaymentIDConflict, "this payment-identifier id names another payment")
+	case e.Status == payledger.Conflict:
+		return g.rejected(req, p, x402.ReasonDuplicateSettlement, "another payload pays with this nonce", nil, nil)
+	case e.Status == payledger.Spent && e.KnownID:
+		res := g.errorResult(req, p.Version, http.StatusConflict, ReasonPaymentIDUsed, "this payment was settled and answered; it buys one good answer")
+		if s, ok := g.storedSettlement(e.Data, p); ok {
+			res.Settlement = s
+			setResponseHeaders(res.Header, s)
+		}
+		return res
+	}
+	return g.rejected(req, p, x402.ReasonNonceUsed, "this payment was settled already", nil, nil)
+}
+
+// end ends the lease h holds with outcome, logging a ledger failure.
+func (g *Gate) end(ctx context.Context, h *hold, outcome int) {
+	h.release()
+	if _, err := g.ledger.End(context.WithoutCancel(ctx), h.key, h.owner, outcome, nil, 0, 0); err != nil {
+		g.log.Error("x402 payment ledger unavailable", zap.Error(err))
+	}
+}
+
+// hold is the lease one attempt holds on its payment's record. While it is held, a
+// goroutine renews it every third of the lease, so a live holder keeps it however long
+// its upstream runs and a dead one's lapses within a lease.
+type hold struct {
+	g          *Gate
+	key, owner string
+	stop       chan struct{}
+	once       sync.Once
+	mu         sync.Mutex // a renewal runs under it, so release waits for one in flight
+}
+
+// hold starts renewing the lease owner took on key.
+func (g *Gate) hold(key, owner string) *hold {
+	h := &hold{g: g, key: key, owner: owner, stop: make(chan struct{})}
+	go h.renew()
+	return h
+}
+
+func (h *hold) renew() {
+	every := max(h.g.lease/3, time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-t.C:
+		}
+		ok, stopped, err := h.renewOnce(every)
+		switch {
+		case stopped:
+			return
+		case err != nil:
+			h.g.log.Warn("x402 payment ledger unavailable; the lease was not renewed", zap.Error(err))
+		case !ok:
+			h.g.log.Error("x402 lease of a payment lapsed while its attempt ran")
+			return
+		}
+	}
+}
+
+// renewOnce renews the lease unless the hold was released.
+func (h *hold) renewOnce(timeout time.Duration) (ok, stopped bool, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	select {
+	case <-h.stop:
+		return false, true, nil
+	default:
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	ok, err = h.g.ledger.Renew(ctx, h.key, h.owner, h.g.lease)
+	return ok, false, err
+}
+
+// release stops renewing the lease, after a renewal in flight. Call it before the
+// transition that ends the lease (End, Forget, Pend), so no renewal follows that.
+func (h *hold) release() {
+	h.once.Do(func() {
+		h.mu.Lock()
+		close(h.stop)
+		h.mu.Unlock()
+	})
+}
+
+// resumeSettled handles a payment refused as already settled (refused, the rejection)
+// when its record was Reserved by an earlier attempt that ended without recording a
+// settlement: the instance that ran it died around the broadcast, or its outcome was
+// unknown. The facilitator's journal decides (docs/gate.md#payment-ledger): a
+// settlement of this exact payment confirmed → the paid result, served now as the answer
+// that was lost; still pending → 502; otherwise the rejection stands.
+func (g *Gate) resumeSettled(ctx context.Context, req *x402.Requirements, p *x402.Payment, refused *Result) *Result {
+	sr, s, err := g.settlementStatus(ctx, req, p)
+	reason := x402.ReasonFromWire(sr.ErrorReason)
+	switch {
+	case errors.Is(err, errors.ErrUnsupported):
+		return refused
+	case err != nil:
+		return g.statusUnavailable(req, p, s, err, "the settlement's outcome is unknown; retry later with the same payment")
+	case sr.Success && isTxHash(s.Transaction):
+		return g.confirmedRun(req, p, s, "x402 settlement of an unanswered payment confirmed; paid request proceeds")
+	case reason == x402.ReasonSettlementPending:
+		return g.settleUnknown(req, p, s, nil, "the settlement is still pending; retry later with the same payment")
+	}
+	return refused
+}
+
+// storedSettlement decodes the settlement kept on a payment's record, in p's version.
+func (g *Gate) storedSettlement(data []byte, p *x402.Payment) (*Settlement, bool) {
+	var s Settlement
+	if err := json.Unmarshal(data, &s); err != nil || !s.Success || !sameAddress(s.Payer, p.Authorization.From) {
+		return nil, false
+	}
+	s.Version = p.Version
+	g.rebuildResponseHeader(&s)
+	return &s, true
+}
+
+// statusUnavailable is the 502 of a settlement whose status the facilitator could not
+// report.
+func (g *Gate) statusUnavailable(req *x402.Requirements, p *x402.Payment, s *Settlement, err error, msg string) *Result {
+	g.log.Warn("x402 settlement status unavailable", zap.String("payer", p.Authorization.From.Hex()), zap.Error(err))
+	s.ErrorReason = ""
+	return g.settleUnknown(req, p, s, nil, msg)
+}
+
+// confirmedRun is the paid result of a payment the facilitator reports settled though it
+// was never answered: its first run, served now without a charge.
+func (g *Gate) confirmedRun(req *x402.Requirements, p *x402.Payment, s *Settlement, msg string) *Result {
+	g.log.Info(msg, zap.String("payer", p.Authorization.From.Hex()), zap.String("tx", s.Transaction))
+	res := g.settled(req, p, s, nil)
+	res.Retry, res.resumed = true, true
+	return res
+}
+
+// settlementStatus asks the facilitator for the outcome of p's settlement, even when the
+// client has gone away, within SettleTimeout.
+func (g *Gate) settlementStatus(ctx context.Context, req *x402.Requirements, p *x402.Payment) (x402.SettleResponse, *Settlement, error) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.settleTimeout)
+	defer cancel()
+	sr, err := g.f.SettlementStatus(sctx, p, req)
+	return sr, g.settlement(req, p, sr), err
+}
+
+// needsProof refuses a lost answer to a request that does not prove it comes from the
+// payer where the route asks it to (provesPayer).
+func (g *Gate) needsProof(req *x402.Requirements, p *x402.Payment) *Result {
+	return g.rejected(req, p, x402.ReasonNonceUsed, "this payment was settled and its answer lost; "+
+		"send it again with a sign-in-with-x proof of the paying wallet ("+HeaderSignInWithX+")", nil, nil)
+}
+
+// provesPayer reports whether a request that redeems a payment whose answer was lost
+// proves it comes from the payer, where the route offers a way to (docs/reliability.md#crash-safety):
+// on a route with passes, which offers sign-in-with-x, it must carry a fresh proof signed
+// by the payer's wallet, used up here; elsewhere nothing more can be asked.
+func (g *Gate) provesPayer(ctx context.Context, in Input, p *x402.Payment) bool {
+	if g.pass == nil {
+		return true
+	}
+	vs := in.Header.Values(HeaderSignInWithX)
+	s, ok := siteOf(in.Resource)
+	if len(vs) != 1 || !ok {
+		return false
+	}
+	proof, ok := parseSIWX(vs[0])
+	if !ok {
+		return false
+	}
+	if addr, refused := g.checkSIWX(proof, s); refused != "" || addr != p.Authorization.From {
+		return false
+	}
+	fresh, err := g.passes.UseNonce(ctx, "siwx:"+s.host+":"+proof.Nonce, siwxMaxAge+siwxSkew+time.Minute)
+	if err != nil {
+		g.log.Error("x402 pass book unavailable", zap.Error(err))
+	}
+	return err == nil && fresh
+}
