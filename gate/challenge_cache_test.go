@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -66,6 +67,35 @@ func serveOnce(t *testing.T, g *Gate, method, resource string, header http.Heade
 	if seen != nil {
 		a.result = Result{Kind: seen.Kind, Status: seen.Status, Header: seen.Header, Body: seen.Body, Requirements: seen.Requirements}
 	}
+	return withoutNonce(a)
+}
+
+// cspNonce finds the paywall's CSP nonce, fresh on every page.
+var cspNonce = regexp.MustCompile(`'nonce-([A-Za-z0-9_-]+)'`)
+
+// withoutNonce writes the paywall's per-page CSP nonce as NONCE in a's header and bodies,
+// so two builds of one page compare equal.
+func withoutNonce(a answerOf) answerOf {
+	m := cspNonce.FindStringSubmatch(a.header.Get("Content-Security-Policy"))
+	if m == nil {
+		return a
+	}
+	replace := func(h http.Header) http.Header {
+		if h == nil {
+			return nil
+		}
+		h = h.Clone()
+		for k, vs := range h {
+			for i, v := range vs {
+				vs[i] = strings.ReplaceAll(v, m[1], "NONCE")
+			}
+			h[k] = vs
+		}
+		return h
+	}
+	a.header, a.result.Header = replace(a.header), replace(a.result.Header)
+	a.body = strings.ReplaceAll(a.body, m[1], "NONCE")
+	a.result.Body = []byte(strings.ReplaceAll(string(a.result.Body), m[1], "NONCE"))
 	return a
 }
 
