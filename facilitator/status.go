@@ -172,10 +172,10 @@ func (e *Engine) takeOver(ctx context.Context, c *chain, row journal.Settlement,
 	return state, reason, rcpt.TxHash
 }
 
-// rowStatus decides an unfinished row whose transactions from signed from the chain, as
-// Reconcile's planRow does, but acts on nothing: state is "" while no journaled attempt
-// has a receipt and neither the authorization nor the sender nonce was used by another
-// transaction.
+// rowStatus decides an unfinished row, whose transactions the account from signed, from
+// the chain, as Reconcile's planRow does, but acts on nothing: state is "" while no
+// journaled attempt has a receipt and neither the authorization nor the sender nonce was
+// used by another transaction.
 func (e *Engine) rowStatus(ctx context.Context, c *chain, row journal.Settlement, from common.Address, hashes []common.Hash) (state journal.State, reason string, settled common.Hash, err error) {
 	// Chain state is read before the receipts, so a transaction mined in between shows up
 	// as a receipt rather than as "settled elsewhere" or "dropped".
