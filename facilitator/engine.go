@@ -48,6 +48,7 @@ const (
 	DefaultRPCTimeout     = 30 * time.Second
 	DefaultBalanceCache   = 30 * time.Second
 	DefaultStuckAfter     = 2 * time.Minute
+	DefaultTakeoverAfter  = 5 * time.Second
 	// DefaultMaxFeeFactor: with Config.MaxFeePerGas nil, a settlement's replacements
 	// never offer a fee cap above this multiple of its first transaction's cap.
 	DefaultMaxFeeFactor = 10
@@ -138,6 +139,12 @@ type Config struct {
 	// fee cap is below the base fee is replaced at once. Default 2m; negative: only the
 	// base-fee test applies.
 	StuckAfter time.Duration
+	// TakeoverAfter is how long a settlement that another instance's signer journaled and
+	// never marked broadcast (that instance died between the two) must stay unchanged before
+	// SettlementStatus sends its journaled transaction again itself: the same signed bytes
+	// and hash, never a new transaction (docs/facilitator.md#takeover). Default
+	// DefaultTakeoverAfter (5 s); negative: SettlementStatus never sends anything.
+	TakeoverAfter time.Duration
 	// MaxFeePerGas is the highest fee cap (wei per gas) a fee-bumped replacement may offer.
 	// Default nil: DefaultMaxFeeFactor (10) times the fee cap of the settlement's first
 	// transaction. A settlement that would need more is left pending and reported with
@@ -284,6 +291,9 @@ func (cfg *Config) check() error {
 	}
 	if cfg.StuckAfter == 0 {
 		cfg.StuckAfter = DefaultStuckAfter
+	}
+	if cfg.TakeoverAfter == 0 {
+		cfg.TakeoverAfter = DefaultTakeoverAfter
 	}
 	if cfg.MaxFeePerGas != nil && cfg.MaxFeePerGas.Sign() <= 0 {
 		return errors.New("facilitator config: max fee per gas must be positive")

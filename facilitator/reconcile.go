@@ -224,31 +224,16 @@ type rowPlan struct {
 // replacement (see Reconcile). An error is an RPC or journal failure: the row is left as
 // it is.
 func (e *Engine) planRow(ctx context.Context, c *chain, row journal.Settlement) (rowPlan, error) {
-	first := new(types.Transaction)
-	if err := first.UnmarshalBinary(row.RawTx); err != nil || first.Hash() != row.TxHash {
-		return rowPlan{state: journal.StateFailed, reason: ReconcileBadRawTx}, nil
-	}
-	from, err := types.Sender(types.LatestSignerForChainID(c.net.ChainID), first)
-	if err != nil {
+	first, from, ok := firstAttempt(c, row)
+	if !ok {
 		return rowPlan{state: journal.StateFailed, reason: ReconcileBadRawTx}, nil
 	}
 	attempts, err := e.cfg.Journal.Attempts(ctx, row.AuthorizationKey)
 	if err != nil {
 		return rowPlan{}, fmt.Errorf("journal attempts: %w", err)
 	}
-	p := rowPlan{}
-	latest, last := first, attempts[0]
-	for _, a := range attempts {
-		p.hashes = append(p.hashes, a.TxHash)
-		tx := new(types.Transaction)
-		// A replacement is only ever used when it decodes to its journaled hash and keeps
-		// the first transaction's nonce and calldata; its hash is watched regardless.
-		if a.Seq > 0 && tx.UnmarshalBinary(a.RawTx) == nil && tx.Hash() == a.TxHash &&
-			tx.Nonce() == first.Nonce() && bytes.Equal(tx.Data(), first.Data()) {
-			latest, last = tx, a
-		}
-	}
-	p.latestHash = latest.Hash()
+	latest, last, hashes := latestAttempt(first, attempts)
+	p := rowPlan{hashes: hashes, latestHash: latest.Hash()}
 	// Chain state is read before the receipts, so a transaction mined in between shows up
 	// as a receipt rather than as "settled elsewhere" or "dropped".
 	mined, err := c.client.NonceAt(ctx, from, nil)
@@ -304,6 +289,38 @@ func (e *Engine) planRow(ctx context.Context, c *chain, row journal.Settlement) 
 	e.log.Info("reconcile: resent journaled transaction", zap.String("payer", row.Payer.Hex()), zap.String("tx", latest.Hash().Hex()))
 	p.latest = latest
 	return p, nil
+}
+
+// firstAttempt decodes row's first journaled transaction and its sender; ok is false when
+// it does not decode to the row's hash or has no valid signature (ReconcileBadRawTx).
+func firstAttempt(c *chain, row journal.Settlement) (first *types.Transaction, from common.Address, ok bool) {
+	first = new(types.Transaction)
+	if err := first.UnmarshalBinary(row.RawTx); err != nil || first.Hash() != row.TxHash {
+		return nil, common.Address{}, false
+	}
+	from, err := types.Sender(types.LatestSignerForChainID(c.net.ChainID), first)
+	if err != nil {
+		return nil, common.Address{}, false
+	}
+	return first, from, true
+}
+
+// latestAttempt returns the newest usable attempt of a row whose first transaction is
+// first, the journal's record of it, and the hashes of every attempt, oldest first. A
+// replacement is only ever used when it decodes to its journaled hash and keeps the first
+// transaction's nonce and calldata; its hash is watched regardless.
+func latestAttempt(first *types.Transaction, attempts []journal.Attempt) (*types.Transaction, journal.Attempt, []common.Hash) {
+	latest, last := first, attempts[0]
+	hashes := make([]common.Hash, 0, len(attempts))
+	for _, a := range attempts {
+		hashes = append(hashes, a.TxHash)
+		tx := new(types.Transaction)
+		if a.Seq > 0 && tx.UnmarshalBinary(a.RawTx) == nil && tx.Hash() == a.TxHash &&
+			tx.Nonce() == first.Nonce() && bytes.Equal(tx.Data(), first.Data()) {
+			latest, last = tx, a
+		}
+	}
+	return latest, last, hashes
 }
 
 // stuck reports whether latest, the newest attempt of a row, needs a fee-bumped

@@ -19,9 +19,10 @@ import (
 const ReasonNoSettlement x402.Reason = "no_settlement"
 
 // SettlementStatus reports the outcome of the settlement of p for r that Settle left
-// unknown (settlement_pending, or an error after the broadcast), without broadcasting
-// anything. It reads the journal row of p's authorization, which must be of this exact
-// payment (payer, payee, amount, asset, network and nonce):
+// unknown (settlement_pending, or an error after the broadcast). It broadcasts nothing,
+// except to take over a settlement another instance journaled and never sent (below).
+// It reads the journal row of p's authorization, which must be of this exact payment
+// (payer, payee, amount, asset, network and nonce):
 //
 //   - confirmed: Success true with the transaction whose receipt settled it;
 //   - failed: Success false with the failure reason;
@@ -31,6 +32,13 @@ const ReasonNoSettlement x402.Reason = "no_settlement"
 //     another facilitator), or the sender nonce taken by another transaction fail it; the
 //     journal is updated either way. Otherwise it stays settlement_pending, with the
 //     latest attempt's hash;
+//   - takeover: a row still prepared (never marked broadcast), signed by another signer
+//     than this engine's and unchanged for Config.TakeoverAfter, was left by an instance
+//     that died between journaling and broadcasting. Its latest journaled attempt is sent
+//     again, the same signed bytes and hash (never a new transaction, never a fee bump),
+//     the row is marked broadcast, and its receipt is awaited within ctx and
+//     Config.ReceiptTimeout: it decides the row as above; none, or a send the node
+//     refused, leaves it settlement_pending (docs/facilitator.md#takeover);
 //   - no row, or a row of another payment: Success false, ReasonNoSettlement.
 //
 // An error means the journal or the chain could not be read; the outcome stays unknown.
@@ -87,7 +95,7 @@ func (e *Engine) SettlementStatus(ctx context.Context, p *x402.Payment, r *x402.
 	if !ok {
 		return resp, fmt.Errorf("settlement status: network %s is not served", row.Network)
 	}
-	state, reason, settled, err := e.rowStatus(ctx, c, row, hashes)
+	state, reason, settled, err := e.decideRow(ctx, c, row, attempts)
 	if err != nil {
 		e.logChainErr("settlement status", c, err)
 		return resp, fmt.Errorf("settlement status: %w", err)
@@ -116,18 +124,59 @@ func (e *Engine) SettlementStatus(ctx context.Context, p *x402.Payment, r *x402.
 	return refuse(failedReason(reason), "the settlement failed: "+reason)
 }
 
-// rowStatus decides an unfinished row from the chain, as Reconcile's planRow does, but
-// acts on nothing: state is "" while no journaled attempt has a receipt and neither the
-// authorization nor the sender nonce was used by another transaction.
-func (e *Engine) rowStatus(ctx context.Context, c *chain, row journal.Settlement, hashes []common.Hash) (state journal.State, reason string, settled common.Hash, err error) {
-	first := new(types.Transaction)
-	if err := first.UnmarshalBinary(row.RawTx); err != nil || first.Hash() != row.TxHash {
+// decideRow decides an unfinished row from the chain (rowStatus) and, when the chain
+// does not decide it yet and the row is another signer's left unsent, takes it over.
+// state is "" while the row stays unfinished.
+func (e *Engine) decideRow(ctx context.Context, c *chain, row journal.Settlement, attempts []journal.Attempt) (state journal.State, reason string, settled common.Hash, err error) {
+	first, from, ok := firstAttempt(c, row)
+	if !ok {
 		return journal.StateFailed, ReconcileBadRawTx, common.Hash{}, nil
 	}
-	from, err := types.Sender(types.LatestSignerForChainID(c.net.ChainID), first)
+	latest, _, hashes := latestAttempt(first, attempts)
+	state, reason, settled, err = e.rowStatus(ctx, c, row, from, hashes)
+	if err != nil || state != "" || !e.takeoverDue(c, row, from) {
+		return state, reason, settled, err
+	}
+	state, reason, settled = e.takeOver(ctx, c, row, latest, hashes)
+	return state, reason, settled, nil
+}
+
+// takeoverDue reports whether row, which the chain does not decide yet, is to be taken
+// over: it is still prepared (never marked broadcast), its transaction was signed by
+// another signer than this engine's on c (a row of our own signer is our sender's, and
+// our reconcile's), and it has not changed for Config.TakeoverAfter.
+func (e *Engine) takeoverDue(c *chain, row journal.Settlement, from common.Address) bool {
+	return e.cfg.TakeoverAfter > 0 && row.State == journal.StatePrepared && from != c.sender.addr &&
+		e.now().Sub(row.UpdatedAt) >= e.cfg.TakeoverAfter
+}
+
+// takeOver sends latest, the newest journaled attempt of another signer's row, again:
+// the same signed bytes, so the same transaction, which the node takes, or answers
+// "already known" (sent), or refuses (the row stays unfinished; "nonce too low" is
+// decided by the next status read, as after Reconcile's resend). Once sent, the row is
+// marked broadcast and a receipt of any attempt is awaited within ctx and
+// Config.ReceiptTimeout; state is "" when none came.
+func (e *Engine) takeOver(ctx context.Context, c *chain, row journal.Settlement, latest *types.Transaction, hashes []common.Hash) (state journal.State, reason string, settled common.Hash) {
+	if err := c.sender.resend(ctx, latest); err != nil {
+		e.logChainErr("settlement status: take over", c, err)
+		return "", "", common.Hash{}
+	}
+	e.markBroadcast(ctx, row, latest)
+	e.log.Info("settlement status: took over a journaled settlement of another signer",
+		zap.String("payer", row.Payer.Hex()), zap.String("tx", latest.Hash().Hex()))
+	rcpt, err := c.sender.waitReceipts(ctx, hashes, latest, e.cfg.ReceiptTimeout)
 	if err != nil {
-		return journal.StateFailed, ReconcileBadRawTx, common.Hash{}, nil
+		return "", "", common.Hash{}
 	}
+	state, reason = receiptState(c, rcpt, row)
+	return state, reason, rcpt.TxHash
+}
+
+// rowStatus decides an unfinished row, whose transactions the account from signed, from
+// the chain, as Reconcile's planRow does, but acts on nothing: state is "" while no
+// journaled attempt has a receipt and neither the authorization nor the sender nonce was
+// used by another transaction.
+func (e *Engine) rowStatus(ctx context.Context, c *chain, row journal.Settlement, from common.Address, hashes []common.Hash) (state journal.State, reason string, settled common.Hash, err error) {
 	// Chain state is read before the receipts, so a transaction mined in between shows up
 	// as a receipt rather than as "settled elsewhere" or "dropped".
 	mined, err := c.client.NonceAt(ctx, from, nil)
