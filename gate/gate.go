@@ -327,8 +327,9 @@ func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header
 	}
 
 	// Settlement is not abandoned when the client goes away: a half-done settle is the
-	// uncertain case docs/facilitator.md#settle-order rule 3 warns about. Only SettleTimeout bounds it.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.settleTimeout)
+	// uncertain case docs/facilitator.md#settle-order rule 3 warns about. Only SettleTimeout
+	// and the attempt's lease on the payment's record (docs/gate.md#payment-ledger) bound it.
+	sctx, cancel := context.WithTimeout(settleContext(ctx), g.settleTimeout)
 	start = time.Now()
 	sr, err := g.f.Settle(sctx, p, req)
 	cancel()

@@ -104,6 +104,7 @@ func (g *Gate) payOnce(ctx context.Context, in Input, req *x402.Requirements, he
 		c.ID = paymentIDKey(p, id)
 	}
 	c.Token, _ = retryTokenHash(in.Header)
+	begun := time.Now()
 	e, err := g.ledger.Begin(ctx, c)
 	if err != nil {
 		return g.ledgerDown(req, p, err)
@@ -111,13 +112,16 @@ func (g *Gate) payOnce(ctx context.Context, in Input, req *x402.Requirements, he
 	if e.Status > payledger.Retry {
 		return g.refuse(req, p, c, e)
 	}
-	h := g.hold(c.Key, owner)
-	res := g.attempt(ctx, in, req, header, p, h, e)
+	h := g.hold(ctx, c.Key, owner, begun)
+	res := g.attempt(context.WithValue(ctx, holdKey{}, h), in, req, header, p, h, e)
 	if res.Kind != KindSettled {
 		h.release()
 		return res
 	}
 	res.hold, res.creditTTL = h, g.creditTTL(p)
+	if lost := g.leaseLost(ctx, res); lost != nil {
+		return lost
+	}
 	context.AfterFunc(ctx, h.release) // a caller of Handle that never reports lets the lease lapse
 	return res
 }
@@ -168,10 +172,7 @@ func (g *Gate) record(ctx context.Context, req *x402.Requirements, p *x402.Payme
 	var err error
 	switch {
 	case res.Kind == KindSettled:
-		var data []byte
-		if data, err = json.Marshal(res.Settlement); err == nil {
-			_, err = g.ledger.Settle(bg, h.key, h.owner, data)
-		}
+		return g.recordSettled(bg, h, res)
 	case res.Kind == KindRejected || res.Status < 500:
 		h.release()
 		_, err = g.ledger.Forget(bg, h.key, h.owner)
@@ -183,6 +184,49 @@ func (g *Gate) record(ctx context.Context, req *x402.Requirements, p *x402.Payme
 	if err != nil {
 		g.log.Error("x402 payment ledger unavailable", zap.Error(err))
 	}
+	return res
+}
+
+// recordSettled records on the record h holds that res's payment moved. Unless the
+// ledger confirms it, the request is not proxied: it is answered with resend, and the
+// same request sent again is served once (Serve, or Resume and the facilitator's word).
+func (g *Gate) recordSettled(ctx context.Context, h *hold, res *Result) *Result {
+	data, err := json.Marshal(res.Settlement)
+	ok := false
+	if err == nil {
+		ok, err = g.ledger.Settle(ctx, h.key, h.owner, data)
+	}
+	if err == nil && ok {
+		return res
+	}
+	if err != nil {
+		g.log.Error("x402 payment ledger unavailable", zap.Error(err))
+	} else {
+		g.log.Error("x402 lease of a payment lapsed before its settlement was recorded")
+	}
+	g.end(ctx, h, payledger.Release)
+	return g.resend(res, "the payment is settled but the payment ledger did not record it")
+}
+
+// leaseLost answers res, a settled result whose upstream has not started, with resend
+// when its lease was lost meanwhile (nil when it is still held): another attempt may
+// serve the payment now, so this one does not.
+func (g *Gate) leaseLost(ctx context.Context, res *Result) *Result {
+	if res.hold == nil || res.hold.ctx.Err() == nil {
+		return nil
+	}
+	g.end(ctx, res.hold, payledger.Release)
+	return g.resend(res, "the payment is settled but this attempt lost its lease on the payment's record")
+}
+
+// resend is the 502 of a settled payment that this attempt may not serve: it carries the
+// settlement (PAYMENT-RESPONSE, X-PAYMENT-RESPONSE) and asks the client to send the same
+// request again, which the payment ledger then serves once.
+func (g *Gate) resend(settled *Result, why string) *Result {
+	res := g.errorResult(settled.Requirements, settled.Version, http.StatusBadGateway, ReasonRetryStoreUnavailable,
+		why+"; send the same payment header again (with its retry token, if one was given) to be served")
+	res.Payer, res.Settlement, res.Guardian = settled.Payer, settled.Settlement, settled.Guardian
+	setResponseHeaders(res.Header, settled.Settlement)
 	return res
 }
 
@@ -221,20 +265,71 @@ func (g *Gate) end(ctx context.Context, h *hold, outcome int) {
 
 // hold is the lease one attempt holds on its payment's record. While it is held, a
 // goroutine renews it every third of the lease, so a live holder keeps it however long
-// its upstream runs and a dead one's lapses within a lease.
+// its upstream runs and a dead one's lapses within a lease. The holder's own clock bounds
+// it too: unless a renewal is confirmed, the lease counts as lost leaseMargin before it
+// would lapse on the store's clock (counted from the start of the last Begin or Renew
+// that succeeded), and when a renewal reports it lost; ctx, which the settle and the
+// upstream run under, is then cancelled, so the attempt ends before another can begin.
 type hold struct {
 	g          *Gate
 	key, owner string
+	ctx        context.Context // cancelled when the lease is lost
+	lose       context.CancelFunc
+	deadline   *time.Timer // loses the lease unless a renewal resets it
 	stop       chan struct{}
 	once       sync.Once
 	mu         sync.Mutex // a renewal runs under it, so release waits for one in flight
 }
 
-// hold starts renewing the lease owner took on key.
-func (g *Gate) hold(key, owner string) *hold {
+// holdKey is the context key of the hold an attempt runs under (settleContext).
+type holdKey struct{}
+
+// hold starts renewing the lease owner took on key by a Begin that started at begun.
+func (g *Gate) hold(ctx context.Context, key, owner string, begun time.Time) *hold {
 	h := &hold{g: g, key: key, owner: owner, stop: make(chan struct{})}
+	h.ctx, h.lose = context.WithCancel(context.WithoutCancel(ctx))
+	h.deadline = time.AfterFunc(time.Until(h.until(begun)), h.lapse)
 	go h.renew()
 	return h
+}
+
+// until is when the lease taken or renewed by a call that started at start counts as lost.
+func (h *hold) until(start time.Time) time.Time {
+	return start.Add(h.g.lease - h.g.lease/leaseMargin)
+}
+
+// leaseMargin: the lease counts as lost a leaseMargin-th of it before it lapses on the
+// store's clock, for the clocks' drift and the cancelled attempt's last steps.
+const leaseMargin = 4
+
+// lapse loses the lease when its deadline passed without a confirmed renewal.
+func (h *hold) lapse() {
+	select {
+	case <-h.stop:
+		return
+	default:
+	}
+	h.g.log.Error("x402 lease of a payment could not be renewed in time; its attempt is cancelled")
+	h.lose()
+}
+
+// bound returns ctx, also cancelled when the lease is lost; call stop when done with it.
+func (h *hold) bound(ctx context.Context) (bounded context.Context, stop func()) {
+	bounded, cancel := context.WithCancel(ctx)
+	unregister := context.AfterFunc(h.ctx, cancel)
+	return bounded, func() {
+		unregister()
+		cancel()
+	}
+}
+
+// settleContext is the context a settle runs under: it is not abandoned when the client
+// goes away, but it is cancelled when the lease of the attempt it runs in is lost.
+func settleContext(ctx context.Context) context.Context {
+	if h, ok := ctx.Value(holdKey{}).(*hold); ok {
+		return h.ctx
+	}
+	return context.WithoutCancel(ctx)
 }
 
 func (h *hold) renew() {
@@ -254,13 +349,15 @@ func (h *hold) renew() {
 		case err != nil:
 			h.g.log.Warn("x402 payment ledger unavailable; the lease was not renewed", zap.Error(err))
 		case !ok:
-			h.g.log.Error("x402 lease of a payment lapsed while its attempt ran")
+			h.g.log.Error("x402 lease of a payment lapsed while its attempt ran; its attempt is cancelled")
+			h.lose()
 			return
 		}
 	}
 }
 
-// renewOnce renews the lease unless the hold was released.
+// renewOnce renews the lease unless the hold was released, and moves its deadline on
+// when the store confirms it.
 func (h *hold) renewOnce(timeout time.Duration) (ok, stopped bool, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -271,16 +368,22 @@ func (h *hold) renewOnce(timeout time.Duration) (ok, stopped bool, err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	start := time.Now()
 	ok, err = h.g.ledger.Renew(ctx, h.key, h.owner, h.g.lease)
+	if ok && err == nil && h.ctx.Err() == nil {
+		h.deadline.Reset(time.Until(h.until(start)))
+	}
 	return ok, false, err
 }
 
-// release stops renewing the lease, after a renewal in flight. Call it before the
-// transition that ends the lease (End, Forget, Pend), so no renewal follows that.
+// release stops renewing the lease, after a renewal in flight, and stops its deadline.
+// Call it before the transition that ends the lease (End, Forget, Pend), so no renewal
+// follows that.
 func (h *hold) release() {
 	h.once.Do(func() {
 		h.mu.Lock()
 		close(h.stop)
+		h.deadline.Stop()
 		h.mu.Unlock()
 	})
 }

@@ -1,0 +1,211 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/x402gate/x402gate/gate/payledger"
+	"github.com/x402gate/x402gate/x402"
+)
+
+// faultyLedger is a ledger whose store fails the way a real one may, where a real store
+// will not on cue: unreachable for Renew, refusing or failing Settle, failing End.
+type faultyLedger struct {
+	payledger.Ledger
+	// lease, when set, is the lease the store keeps instead of the claim's, so that only
+	// the gate's own clock can find it lost.
+	lease time.Duration
+	// renewFails makes every Renew fail: the store is unreachable.
+	renewFails atomic.Bool
+	renews     atomic.Int32
+	// settleAfter makes Settle wait until Renew was called this often.
+	settleAfter int32
+	// settle, when set, answers Settle instead of the store.
+	settle func() (bool, error)
+	// endFails is how many End calls fail before the store answers them.
+	endFails atomic.Int32
+	ends     atomic.Int32
+}
+
+var errStoreDown = errors.New("store unreachable: " + payledger.ErrUnavailable.Error())
+
+func (f *faultyLedger) Begin(ctx context.Context, c payledger.Claim) (payledger.Entry, error) {
+	if f.lease > 0 {
+		c.Lease = f.lease
+	}
+	return f.Ledger.Begin(ctx, c)
+}
+
+func (f *faultyLedger) Renew(ctx context.Context, key, owner string, lease time.Duration) (bool, error) {
+	f.renews.Add(1)
+	if f.renewFails.Load() {
+		return false, errStoreDown
+	}
+	if f.lease > 0 {
+		lease = f.lease
+	}
+	return f.Ledger.Renew(ctx, key, owner, lease)
+}
+
+func (f *faultyLedger) Settle(ctx context.Context, key, owner string, data []byte) (bool, error) {
+	for f.renews.Load() < f.settleAfter {
+		time.Sleep(time.Millisecond)
+	}
+	if f.settle != nil {
+		return f.settle()
+	}
+	return f.Ledger.Settle(ctx, key, owner, data)
+}
+
+func (f *faultyLedger) End(ctx context.Context, key, owner string, outcome int, token []byte, credits int, ttl time.Duration) (bool, error) {
+	f.ends.Add(1)
+	if f.endFails.Add(-1) >= 0 {
+		return false, errStoreDown
+	}
+	return f.Ledger.End(ctx, key, owner, outcome, token, credits, ttl)
+}
+
+// cancelledUpstream holds each request until its context is cancelled (it reports that,
+// and answers 502 as reverse_proxy does) or release is closed (it answers 200).
+type cancelledUpstream struct {
+	calls     atomic.Int32
+	started   chan struct{}
+	cancelled chan struct{}
+	release   chan struct{}
+}
+
+func (u *cancelledUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if u.calls.Add(1) == 1 {
+		close(u.started)
+	}
+	select {
+	case <-r.Context().Done():
+		close(u.cancelled)
+		w.WriteHeader(http.StatusBadGateway)
+	case <-u.release:
+		w.WriteHeader(http.StatusOK)
+	}
+}
+
+// TestLedgerLeaseLostCancelsUpstream is B1 of the ledger's review: while the upstream
+// runs, the store becomes unreachable, so the lease cannot be renewed and lapses on the
+// store's clock, when another instance may serve the payment. The upstream's context is
+// now cancelled before that, so a Go upstream stops: it was left running.
+func TestLedgerLeaseLostCancelsUpstream(t *testing.T) {
+	v := newTestEnv(t)
+	cfg := v.config()
+	cfg.Retry.Lease = 150 * time.Millisecond
+	f := &faultyLedger{Ledger: payledger.NewMemory(0, nil)}
+	f.renewFails.Store(true)
+	up := &cancelledUpstream{started: make(chan struct{}), cancelled: make(chan struct{}), release: make(chan struct{})}
+	srv := serve(t, v.gate(t, cfg, Options{Ledger: f}), up)
+	url := srv.URL + "/r"
+	name, value := v.sign(t, x402.Version2, v.payer, fetchChallenge(t, url), tamper{})
+	answered := make(chan paidAnswer, 1)
+	go func() { answered <- presentOnce(url, name, value, "") }()
+	<-up.started
+	select {
+	case <-up.cancelled:
+	case <-time.After(30 * time.Second):
+		close(up.release)
+		t.Fatal("the upstream still ran after its lease could not be renewed")
+	}
+	if a := <-answered; a.status == http.StatusOK {
+		t.Errorf("the cancelled upstream's answer: %d, want a failure", a.status)
+	}
+}
+
+// TestLedgerLeaseLostBeforeUpstream is B1 of the ledger's review when the lease is lost
+// during the settle: the request is not proxied; it is answered 502 with the settlement,
+// asking for the same header again, which another instance then serves once. It was
+// proxied.
+func TestLedgerLeaseLostBeforeUpstream(t *testing.T) {
+	v := newTestEnv(t)
+	cfg := v.config()
+	cfg.Retry.Lease = 150 * time.Millisecond
+	shared := payledger.NewMemory(0, nil)
+	// The store keeps the lease; the gate cannot renew it and the settle outlasts it on
+	// the gate's clock (four renewal ticks).
+	f := &faultyLedger{Ledger: shared, lease: time.Minute, settleAfter: 4}
+	f.renewFails.Store(true)
+	up := &upstream{}
+	a := servePublic(t, v.gate(t, cfg, Options{Ledger: f}), up)
+	b := servePublic(t, v.gate(t, cfg, Options{Ledger: shared}), up)
+	before := v.ledger(t, v.payer.Address)
+	name, value := v.sign(t, x402.Version2, v.payer, fetchChallenge(t, a.URL+"/r"), tamper{})
+	expectResend(t, present(t, a.URL+"/r", name, value), up)
+	if s := present(t, b.URL+"/r", name, value).status; s != http.StatusOK {
+		t.Errorf("the same header again on a healthy instance: %d, want 200", s)
+	}
+	if s := present(t, b.URL+"/r", name, value).status; s != http.StatusPaymentRequired {
+		t.Errorf("the same header after its answer: %d, want 402", s)
+	}
+	v.expectMoved(t, v.payer.Address, before, 1)
+	if n := up.calls.Load(); n != 1 {
+		t.Errorf("the upstream ran %d times, want 1", n)
+	}
+}
+
+// servePublic is serve with one public resource URL, so that two instances take the
+// same payment for the same request.
+func servePublic(t *testing.T, g *Gate, up http.Handler) *httptest.Server {
+	t.Helper()
+	public := MiddlewareOptions{Resource: func(*http.Request) string { return "https://api.example/r" }}
+	srv := httptest.NewServer(g.Middleware(public)(up))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// expectResend checks a is the 502 of a settled payment not proxied: the settlement in
+// its header, the reason, and no upstream call.
+func expectResend(t *testing.T, a paidAnswer, up *upstream) {
+	t.Helper()
+	if a.status != http.StatusBadGateway || a.err != string(ReasonRetryStoreUnavailable) || !isTxHash(a.tx) {
+		t.Errorf("answer %+v, want 502 %s with the settlement's transaction", a, ReasonRetryStoreUnavailable)
+	}
+	if n := up.calls.Load(); n != 0 {
+		t.Errorf("the upstream ran %d times, want 0", n)
+	}
+}
+
+// TestLedgerSettleNotRecorded is B2 of the ledger's review: the payment settled but the
+// ledger did not record it (Settle reports the lease not held, or fails). The request is
+// not proxied; it is answered 502 with the settlement, and the same header sent again is
+// served once. It was proxied.
+func TestLedgerSettleNotRecorded(t *testing.T) {
+	v := newTestEnv(t)
+	faults := map[string]func() (bool, error){
+		"not held":    func() (bool, error) { return false, nil },
+		"unavailable": func() (bool, error) { return false, errStoreDown },
+	}
+	i := 0
+	for fault, settle := range faults {
+		t.Run(fault, func(t *testing.T) {
+			cfg := v.config()
+			shared := payledger.NewMemory(0, nil)
+			up := &upstream{}
+			a := servePublic(t, v.gate(t, cfg, Options{Ledger: &faultyLedger{Ledger: shared, settle: settle}}), up)
+			b := servePublic(t, v.gate(t, cfg, Options{Ledger: shared}), up)
+			payer := v.chain.Accounts[2+i]
+			i++
+			before := v.ledger(t, payer.Address)
+			name, value := signOffer(t, v.token, x402.Version2, payer, fetchChallenge(t, a.URL+"/r"), 0, nil)
+			expectResend(t, present(t, a.URL+"/r", name, value), up)
+			if s := present(t, b.URL+"/r", name, value).status; s != http.StatusOK {
+				t.Errorf("the same header again: %d, want 200", s)
+			}
+			if s := present(t, b.URL+"/r", name, value).status; s != http.StatusPaymentRequired {
+				t.Errorf("the same header after its answer: %d, want 402", s)
+			}
+			v.expectMoved(t, payer.Address, before, 1)
+			if n := up.calls.Load(); n != 1 {
+				t.Errorf("the upstream ran %d times, want 1", n)
+			}
+		})
+	}
+}
