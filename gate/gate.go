@@ -251,8 +251,20 @@ func (g *Gate) CheckSupported(ctx context.Context) error {
 // header gives payment-required; a malformed one gives error 400; a payment that does
 // not match the route or that the facilitator refuses gives rejected; an unreachable
 // facilitator gives error 502; otherwise the payment is settled before the upstream runs
-// (docs/gate.md#settle-before-proxy). Handle never panics.
+// (docs/gate.md#settle-before-proxy). Handle never panics. After a settled result, call
+// ReportUpstream when the upstream has answered, before ctx ends: a settled request whose
+// ctx ends unreported counts as answered well (docs/gate.md#payment-ledger).
 func (g *Gate) Handle(ctx context.Context, in Input) *Result {
+	res := g.handle(ctx, in)
+	if res.hold != nil {
+		context.AfterFunc(ctx, func() { g.reportUnanswered(ctx, res) })
+	}
+	return res
+}
+
+// handle is Handle for Serve, which reports every settled result itself: the lease
+// stays renewed until then, however the client's request ends.
+func (g *Gate) handle(ctx context.Context, in Input) *Result {
 	req, err := g.Requirements(ctx, in)
 	if err != nil {
 		g.log.Error("x402 route misconfigured", zap.Error(err))

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -113,6 +114,7 @@ func (g *Gate) payOnce(ctx context.Context, in Input, req *x402.Requirements, he
 		return g.refuse(req, p, c, e)
 	}
 	h := g.hold(ctx, c.Key, owner, begun)
+	h.expires = begun.Add(ttl)
 	res := g.attempt(context.WithValue(ctx, holdKey{}, h), in, req, header, p, h, e)
 	if res.Kind != KindSettled {
 		h.release()
@@ -122,7 +124,6 @@ func (g *Gate) payOnce(ctx context.Context, in Input, req *x402.Requirements, he
 	if lost := g.leaseLost(ctx, res); lost != nil {
 		return lost
 	}
-	context.AfterFunc(ctx, h.release) // a caller of Handle that never reports lets the lease lapse
 	return res
 }
 
@@ -273,12 +274,15 @@ func (g *Gate) end(ctx context.Context, h *hold, outcome int) {
 type hold struct {
 	g          *Gate
 	key, owner string
+	expires    time.Time       // the record's, at the latest: no end is retried past it
 	ctx        context.Context // cancelled when the lease is lost
 	lose       context.CancelFunc
 	deadline   *time.Timer // loses the lease unless a renewal resets it
 	stop       chan struct{}
-	once       sync.Once
-	mu         sync.Mutex // a renewal runs under it, so release waits for one in flight
+	mu         sync.Mutex  // a renewal or an end runs under it, so release waits for one in flight
+	stopped    bool        // stop is closed; under mu
+	gone       atomic.Bool // a renewal found the lease held by no one or by another attempt
+	reported   atomic.Bool // ReportUpstream ran
 }
 
 // holdKey is the context key of the hold an attempt runs under (settleContext).
@@ -350,6 +354,7 @@ func (h *hold) renew() {
 			h.g.log.Warn("x402 payment ledger unavailable; the lease was not renewed", zap.Error(err))
 		case !ok:
 			h.g.log.Error("x402 lease of a payment lapsed while its attempt ran; its attempt is cancelled")
+			h.gone.Store(true)
 			h.lose()
 			return
 		}
@@ -361,10 +366,8 @@ func (h *hold) renew() {
 func (h *hold) renewOnce(timeout time.Duration) (ok, stopped bool, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	select {
-	case <-h.stop:
+	if h.stopped {
 		return false, true, nil
-	default:
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -380,12 +383,58 @@ func (h *hold) renewOnce(timeout time.Duration) (ok, stopped bool, err error) {
 // Call it before the transition that ends the lease (End, Forget, Pend), so no renewal
 // follows that.
 func (h *hold) release() {
-	h.once.Do(func() {
-		h.mu.Lock()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stopLocked()
+}
+
+// stopLocked stops renewing the lease and its deadline; h.mu is held.
+func (h *hold) stopLocked() {
+	if !h.stopped {
+		h.stopped = true
 		close(h.stop)
 		h.deadline.Stop()
-		h.mu.Unlock()
-	})
+	}
+}
+
+// finish ends the lease with end, a Ledger.End call, between renewals: when it succeeds,
+// renewing stops; when it fails, the lease stays renewed (endLater tries again). After
+// release it does nothing.
+func (h *hold) finish(end func() (bool, error)) (bool, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped {
+		return false, nil
+	}
+	granted, err := end()
+	if err == nil {
+		h.stopLocked()
+	}
+	return granted, err
+}
+
+// endLater ends the lease with outcome after an End that failed: it tries again with
+// backoff, while the lease stays renewed, until an End succeeds, a renewal finds the
+// lease gone, or the record expires. So an answered payment is not left settled, to be
+// served again to its bare header once its lease lapsed.
+func (h *hold) endLater(outcome int) {
+	wait := max(h.g.lease/10, 10*time.Millisecond)
+	for {
+		time.Sleep(wait)
+		if h.gone.Load() || !time.Now().Before(h.expires) {
+			h.g.log.Error("x402 payment ledger unavailable; the end of a lease was given up")
+			h.release()
+			return
+		}
+		if _, err := h.finish(func() (bool, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), reportTimeout)
+			defer cancel()
+			return h.g.ledger.End(ctx, h.key, h.owner, outcome, nil, 0, 0)
+		}); err == nil {
+			return
+		}
+		wait = min(2*wait, max(h.g.lease, wait))
+	}
 }
 
 // resumeSettled handles a payment refused as already settled (refused, the rejection)

@@ -209,3 +209,112 @@ func TestLedgerSettleNotRecorded(t *testing.T) {
 		})
 	}
 }
+
+// TestLedgerEndRetried is S1 of the ledger's review: the End of a good answer fails (the
+// store is briefly unreachable). The lease stays renewed and the End is tried again, so
+// the payment is answered: its bare header on another instance is refused. It was left
+// settled, its lease lapsed, and the bare header was served a second good answer.
+func TestLedgerEndRetried(t *testing.T) {
+	v := newTestEnv(t)
+	cfg := v.config()
+	cfg.Retry.Lease = 150 * time.Millisecond
+	shared := payledger.NewMemory(0, nil)
+	f := &faultyLedger{Ledger: shared}
+	f.endFails.Store(1)
+	up := &upstream{}
+	a := servePublic(t, v.gate(t, cfg, Options{Ledger: f}), up)
+	b := servePublic(t, v.gate(t, cfg, Options{Ledger: shared}), up)
+	name, value := v.sign(t, x402.Version2, v.payer, fetchChallenge(t, a.URL+"/r"), tamper{})
+	if s := present(t, a.URL+"/r", name, value).status; s != http.StatusOK {
+		t.Fatalf("the paid request: %d, want 200", s)
+	}
+	for deadline := time.Now().Add(10 * time.Second); f.ends.Load() < 2 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(2 * cfg.Retry.Lease) // past a lease that was not renewed
+	if s := present(t, b.URL+"/r", name, value).status; s != http.StatusPaymentRequired {
+		t.Errorf("the bare header after the good answer: %d, want 402", s)
+	}
+	if n := up.calls.Load(); n != 1 {
+		t.Errorf("the upstream ran %d times, want 1", n)
+	}
+}
+
+// TestLedgerClientGoneLeaseKept is S2 of the ledger's review, under Serve: the client goes
+// away while the upstream still runs (one that does not watch its context). The lease
+// stays renewed until the upstream answers, so the bare header on another instance is
+// refused meanwhile. Its renewal stopped, the lease lapsed and the header was served
+// beside the running upstream.
+func TestLedgerClientGoneLeaseKept(t *testing.T) {
+	v := newTestEnv(t)
+	cfg := v.config()
+	cfg.Retry.Lease = 150 * time.Millisecond
+	shared := payledger.NewMemory(0, nil)
+	up := &heldUpstream{release: make(chan struct{})}
+	up.calls.Store(1) // every call is held, then answers 200
+	a := servePublic(t, v.gate(t, cfg, Options{Ledger: shared}), up)
+	b := servePublic(t, v.gate(t, cfg, Options{Ledger: shared}), up)
+	name, value := v.sign(t, x402.Version2, v.payer, fetchChallenge(t, a.URL+"/r"), tamper{})
+	ctx, cancel := context.WithCancel(t.Context())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.URL+"/r", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(name, value)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if res, err := http.DefaultClient.Do(req); err == nil {
+			_ = res.Body.Close()
+		}
+	}()
+	for up.inFlight.Load() < 1 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	time.Sleep(3 * cfg.Retry.Lease) // many leases after the client left
+	answered := make(chan int, 1)
+	go func() { answered <- presentOnce(b.URL+"/r", name, value, "").status }()
+	for len(answered) == 0 && up.inFlight.Load() < 2 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(up.release)
+	if s := <-answered; s != http.StatusPaymentRequired {
+		t.Errorf("the bare header while the first upstream ran: %d, want 402", s)
+	}
+	for deadline := time.Now().Add(10 * time.Second); up.good.Load() < 1 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if g := up.good.Load(); g != 1 {
+		t.Errorf("the upstream gave %d good answers for one payment, want 1", g)
+	}
+}
+
+// TestLedgerHandleUnreported is S2 of the ledger's review for callers of Handle: one
+// whose context ends without ReportUpstream leaves the payment answered (fail closed),
+// not a lapsed lease whose bare header is served again.
+func TestLedgerHandleUnreported(t *testing.T) {
+	v := newTestEnv(t)
+	cfg := v.config()
+	cfg.Retry.Lease = 150 * time.Millisecond
+	g := v.gate(t, cfg, Options{})
+	up := &upstream{}
+	srv := servePublic(t, g, up)
+	name, value := v.sign(t, x402.Version2, v.payer, fetchChallenge(t, srv.URL+"/r"), tamper{})
+	ctx, cancel := context.WithCancel(t.Context())
+	h := http.Header{}
+	h.Set(name, value)
+	res := g.Handle(ctx, Input{Header: h, Resource: "https://api.example/r", Method: http.MethodGet, RequestURI: "/r"})
+	if res.Kind != KindSettled {
+		t.Fatalf("Handle: %s %d, want settled", res.Kind, res.Status)
+	}
+	cancel()
+	time.Sleep(3 * cfg.Retry.Lease) // past a lease that was not renewed
+	if s := present(t, srv.URL+"/r", name, value).status; s != http.StatusPaymentRequired {
+		t.Errorf("the bare header after an unreported Handle: %d, want 402", s)
+	}
+	if n := up.calls.Load(); n != 0 {
+		t.Errorf("the upstream ran %d times, want 0", n)
+	}
+}

@@ -78,7 +78,7 @@ func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, in Input, next Next
 			return g.servePass(w, r, in, p, next)
 		}
 	}
-	res := g.Handle(r.Context(), in)
+	res := g.handle(r.Context(), in)
 	if lost := g.leaseLost(r.Context(), res); lost != nil {
 		res = lost
 	}
