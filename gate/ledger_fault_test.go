@@ -99,7 +99,7 @@ func (u *cancelledUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func TestLedgerLeaseLostCancelsUpstream(t *testing.T) {
 	v := newTestEnv(t)
 	cfg := v.config()
-	cfg.Retry.Lease = 150 * time.Millisecond
+	cfg.Retry.Lease = testLease
 	f := &faultyLedger{Ledger: payledger.NewMemory(0, nil)}
 	f.renewFails.Store(true)
 	up := &cancelledUpstream{started: make(chan struct{}), cancelled: make(chan struct{}), release: make(chan struct{})}
@@ -126,29 +126,43 @@ func TestLedgerLeaseLostCancelsUpstream(t *testing.T) {
 // proxied.
 func TestLedgerLeaseLostBeforeUpstream(t *testing.T) {
 	v := newTestEnv(t)
-	cfg := v.config()
-	cfg.Retry.Lease = 150 * time.Millisecond
 	shared := payledger.NewMemory(0, nil)
 	// The store keeps the lease; the gate cannot renew it and the settle outlasts it on
 	// the gate's clock (four renewal ticks).
 	f := &faultyLedger{Ledger: shared, lease: time.Minute, settleAfter: 4}
 	f.renewFails.Store(true)
 	up := &upstream{}
-	a := servePublic(t, v.gate(t, cfg, Options{Ledger: f}), up)
-	b := servePublic(t, v.gate(t, cfg, Options{Ledger: shared}), up)
 	before := v.ledger(t, v.payer.Address)
-	name, value := v.sign(t, x402.Version2, v.payer, fetchChallenge(t, a.URL+"/r"), tamper{})
-	expectResend(t, present(t, a.URL+"/r", name, value), up)
-	if s := present(t, b.URL+"/r", name, value).status; s != http.StatusOK {
+	p := newPair(t, v, shared, f, up)
+	expectResend(t, present(t, p.a, p.name, p.value), up)
+	if s := present(t, p.b, p.name, p.value).status; s != http.StatusOK {
 		t.Errorf("the same header again on a healthy instance: %d, want 200", s)
 	}
-	if s := present(t, b.URL+"/r", name, value).status; s != http.StatusPaymentRequired {
+	if s := present(t, p.b, p.name, p.value).status; s != http.StatusPaymentRequired {
 		t.Errorf("the same header after its answer: %d, want 402", s)
 	}
 	v.expectMoved(t, v.payer.Address, before, 1)
 	if n := up.calls.Load(); n != 1 {
 		t.Errorf("the upstream ran %d times, want 1", n)
 	}
+}
+
+// testLease is the lease of the fault tests: short, so that one lapses quickly.
+const testLease = 150 * time.Millisecond
+
+// pair is two instances in front of one upstream, on one in-process ledger, and a payment
+// header for them.
+type pair struct{ a, b, name, value string }
+
+// newPair serves up on instance a, which reaches the ledger shared through via, and on
+// instance b, which reaches it directly, with testLease; the header is v.payer's.
+func newPair(t *testing.T, v *testEnv, shared, via payledger.Ledger, up http.Handler) pair {
+	t.Helper()
+	cfg := v.config()
+	cfg.Retry.Lease = testLease
+	p := pair{a: servePublic(t, v.gate(t, cfg, Options{Ledger: via}), up).URL + "/r", b: servePublic(t, v.gate(t, cfg, Options{Ledger: shared}), up).URL + "/r"}
+	p.name, p.value = v.sign(t, x402.Version2, v.payer, fetchChallenge(t, p.a), tamper{})
+	return p
 }
 
 // servePublic is serve with one public resource URL, so that two instances take the
@@ -216,23 +230,19 @@ func TestLedgerSettleNotRecorded(t *testing.T) {
 // settled, its lease lapsed, and the bare header was served a second good answer.
 func TestLedgerEndRetried(t *testing.T) {
 	v := newTestEnv(t)
-	cfg := v.config()
-	cfg.Retry.Lease = 150 * time.Millisecond
 	shared := payledger.NewMemory(0, nil)
 	f := &faultyLedger{Ledger: shared}
 	f.endFails.Store(1)
 	up := &upstream{}
-	a := servePublic(t, v.gate(t, cfg, Options{Ledger: f}), up)
-	b := servePublic(t, v.gate(t, cfg, Options{Ledger: shared}), up)
-	name, value := v.sign(t, x402.Version2, v.payer, fetchChallenge(t, a.URL+"/r"), tamper{})
-	if s := present(t, a.URL+"/r", name, value).status; s != http.StatusOK {
+	p := newPair(t, v, shared, f, up)
+	if s := present(t, p.a, p.name, p.value).status; s != http.StatusOK {
 		t.Fatalf("the paid request: %d, want 200", s)
 	}
 	for deadline := time.Now().Add(10 * time.Second); f.ends.Load() < 2 && time.Now().Before(deadline); {
 		time.Sleep(5 * time.Millisecond)
 	}
-	time.Sleep(2 * cfg.Retry.Lease) // past a lease that was not renewed
-	if s := present(t, b.URL+"/r", name, value).status; s != http.StatusPaymentRequired {
+	time.Sleep(2 * testLease) // past a lease that was not renewed
+	if s := present(t, p.b, p.name, p.value).status; s != http.StatusPaymentRequired {
 		t.Errorf("the bare header after the good answer: %d, want 402", s)
 	}
 	if n := up.calls.Load(); n != 1 {
@@ -247,20 +257,16 @@ func TestLedgerEndRetried(t *testing.T) {
 // beside the running upstream.
 func TestLedgerClientGoneLeaseKept(t *testing.T) {
 	v := newTestEnv(t)
-	cfg := v.config()
-	cfg.Retry.Lease = 150 * time.Millisecond
 	shared := payledger.NewMemory(0, nil)
 	up := &heldUpstream{release: make(chan struct{})}
 	up.calls.Store(1) // every call is held, then answers 200
-	a := servePublic(t, v.gate(t, cfg, Options{Ledger: shared}), up)
-	b := servePublic(t, v.gate(t, cfg, Options{Ledger: shared}), up)
-	name, value := v.sign(t, x402.Version2, v.payer, fetchChallenge(t, a.URL+"/r"), tamper{})
+	p := newPair(t, v, shared, shared, up)
 	ctx, cancel := context.WithCancel(t.Context())
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.URL+"/r", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.a, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set(name, value)
+	req.Header.Set(p.name, p.value)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -273,9 +279,9 @@ func TestLedgerClientGoneLeaseKept(t *testing.T) {
 	}
 	cancel()
 	<-done
-	time.Sleep(3 * cfg.Retry.Lease) // many leases after the client left
+	time.Sleep(3 * testLease) // many leases after the client left
 	answered := make(chan int, 1)
-	go func() { answered <- presentOnce(b.URL+"/r", name, value, "").status }()
+	go func() { answered <- presentOnce(p.b, p.name, p.value, "").status }()
 	for len(answered) == 0 && up.inFlight.Load() < 2 {
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -297,7 +303,7 @@ func TestLedgerClientGoneLeaseKept(t *testing.T) {
 func TestLedgerHandleUnreported(t *testing.T) {
 	v := newTestEnv(t)
 	cfg := v.config()
-	cfg.Retry.Lease = 150 * time.Millisecond
+	cfg.Retry.Lease = testLease
 	g := v.gate(t, cfg, Options{})
 	up := &upstream{}
 	srv := servePublic(t, g, up)
@@ -310,7 +316,7 @@ func TestLedgerHandleUnreported(t *testing.T) {
 		t.Fatalf("Handle: %s %d, want settled", res.Kind, res.Status)
 	}
 	cancel()
-	time.Sleep(3 * cfg.Retry.Lease) // past a lease that was not renewed
+	time.Sleep(3 * testLease) // past a lease that was not renewed
 	if s := present(t, srv.URL+"/r", name, value).status; s != http.StatusPaymentRequired {
 		t.Errorf("the bare header after an unreported Handle: %d, want 402", s)
 	}
