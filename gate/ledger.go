@@ -139,7 +139,7 @@ func (g *Gate) attempt(ctx context.Context, in Input, req *x402.Requirements, he
 	case payledger.New, payledger.Resume:
 		res := g.pay(ctx, in, req, header, p)
 		if e.Status == payledger.Resume && res.Kind == KindRejected && retryable(res.Reason) {
-			res = g.resumeSettled(ctx, req, p, res)
+			return g.resumeRun(ctx, in, req, p, h, g.resumeSettled(ctx, req, p, res))
 		}
 		return g.record(ctx, req, p, h, res)
 	case payledger.Redeem:
@@ -147,8 +147,7 @@ func (g *Gate) attempt(ctx context.Context, in Input, req *x402.Requirements, he
 	}
 	if e.Status == payledger.Serve && !g.provesPayer(ctx, in, p) {
 		g.end(ctx, h, payledger.Release)
-		return g.rejected(req, p, x402.ReasonNonceUsed, "this payment was settled and its answer lost; "+
-			"send it again with a sign-in-with-x proof of the paying wallet ("+HeaderSignInWithX+")", nil, nil)
+		return g.proofRequired(req, p)
 	}
 	s, ok := g.storedSettlement(e.Data, p)
 	if !ok {
@@ -163,6 +162,26 @@ func (g *Gate) attempt(ctx context.Context, in Input, req *x402.Requirements, he
 		g.log.Info("x402 paid request retried without charge", zap.String("payer", s.Payer), zap.String("tx", s.Transaction))
 	}
 	return res
+}
+
+// resumeRun records res, resumeSettled's answer, on the record h holds. A settlement it
+// found confirmed is the answer that was lost: on a route with passes it is served only
+// with a proof of the payer, as Serve is; without one the record is kept settled for a
+// request that brings it.
+func (g *Gate) resumeRun(ctx context.Context, in Input, req *x402.Requirements, p *x402.Payment, h *hold, res *Result) *Result {
+	res = g.record(ctx, req, p, h, res)
+	if res.Kind != KindSettled || g.provesPayer(ctx, in, p) {
+		return res
+	}
+	g.end(ctx, h, payledger.Release)
+	return g.proofRequired(req, p)
+}
+
+// proofRequired is the 402 of a payment whose answer was lost, presented on a route with
+// passes without a proof of the payer.
+func (g *Gate) proofRequired(req *x402.Requirements, p *x402.Payment) *Result {
+	return g.rejected(req, p, x402.ReasonNonceUsed, "this payment was settled and its answer lost; "+
+		"send it again with a sign-in-with-x proof of the paying wallet ("+HeaderSignInWithX+")", nil, nil)
 }
 
 // record writes the outcome of a payment attempt to the record it holds: settled, or

@@ -324,3 +324,44 @@ func TestLedgerHandleUnreported(t *testing.T) {
 		t.Errorf("the upstream ran %d times, want 0", n)
 	}
 }
+
+// TestLedgerResumedRunNeedsProof is S3 of the ledger's review: on a route with passes, a
+// payment settled by an attempt that could not record it (its record stays reserved) is
+// the answer that was lost, like a settled record's: its bare header is refused, and it is
+// served once to the payer's sign-in-with-x proof. The bare header was served.
+func TestLedgerResumedRunNeedsProof(t *testing.T) {
+	v := newTestEnv(t)
+	const host, path = "shop.example", "/premium/resumed.html"
+	cfg := v.passConfig(testPassKey)
+	shared := payledger.NewMemory(0, nil)
+	notHeld := &faultyLedger{Ledger: shared, settle: func() (bool, error) { return false, nil }}
+	up := &upstream{}
+	a := serve(t, v.gate(t, cfg, Options{Ledger: &MemoryLedger{notHeld, NewMemoryPassBook(0)}}), up)
+	b := serve(t, v.gate(t, cfg, Options{Ledger: &MemoryLedger{shared, NewMemoryPassBook(0)}}), up)
+	payer := v.chain.Accounts[6]
+	before := v.ledger(t, payer.Address)
+	name, value := signOffer(t, v.token, x402.Version2, payer, readChallenge(t, getWith(t, a.URL+path, host, nil)), 0, nil)
+	status := func(url string, h http.Header) int {
+		h.Set(name, value)
+		res := getWith(t, url+path, host, h)
+		readBody(t, res)
+		return res.StatusCode
+	}
+	if s := status(a.URL, http.Header{}); s != http.StatusBadGateway {
+		t.Fatalf("the unrecorded settlement on instance A: %d, want 502", s)
+	}
+	if s := status(b.URL, http.Header{}); s != http.StatusPaymentRequired {
+		t.Errorf("the bare header on instance B: %d, want 402", s)
+	}
+	info, _ := siwxChallengeOf(t, getWith(t, b.URL+path, host, nil))
+	if s := status(b.URL, http.Header{HeaderSignInWithX: {siwxProof(t, info, "eip155:84532", payer.Key, nil)}}); s != http.StatusOK {
+		t.Errorf("with the payer's proof: %d, want 200", s)
+	}
+	if s := status(b.URL, http.Header{}); s != http.StatusPaymentRequired {
+		t.Errorf("the header again after the answer: %d, want 402", s)
+	}
+	v.expectMoved(t, payer.Address, before, 1)
+	if n := up.calls.Load(); n != 1 {
+		t.Errorf("the upstream ran %d times, want 1", n)
+	}
+}
