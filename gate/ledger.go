@@ -107,6 +107,9 @@ func (g *Gate) payOnce(ctx context.Context, in Input, req *x402.Requirements, he
 	c.Token, _ = retryTokenHash(in.Header)
 	begun := time.Now()
 	e, err := g.ledger.Begin(ctx, c)
+	if err == nil && e.Status < payledger.New {
+		err = fmt.Errorf("begin: no status: %w", ErrLedgerUnavailable)
+	}
 	if err != nil {
 		return g.ledgerDown(req, p, err)
 	}

@@ -365,3 +365,28 @@ func TestLedgerResumedRunNeedsProof(t *testing.T) {
 		t.Errorf("the upstream ran %d times, want 1", n)
 	}
 }
+
+// blankBegin is a ledger whose Begin answers an Entry it did not fill in.
+type blankBegin struct{ payledger.Ledger }
+
+func (blankBegin) Begin(context.Context, payledger.Claim) (payledger.Entry, error) {
+	return payledger.Entry{}, nil
+}
+
+// TestLedgerBlankEntryRefused is S4 of the ledger's review: the zero Status is no status,
+// so a store's answer it did not fill in fails closed (503 retry_store_unavailable, nothing
+// paid or served). It read as New: the payment was paid and served without a record.
+func TestLedgerBlankEntryRefused(t *testing.T) {
+	v := newTestEnv(t)
+	up := &upstream{}
+	srv := serve(t, v.gate(t, v.config(), Options{Ledger: blankBegin{payledger.NewMemory(0, nil)}}), up)
+	before := v.ledger(t, v.payer.Address)
+	name, value := v.sign(t, x402.Version2, v.payer, fetchChallenge(t, srv.URL+"/r"), tamper{})
+	if a := present(t, srv.URL+"/r", name, value); a.status != http.StatusServiceUnavailable || a.err != string(ReasonRetryStoreUnavailable) {
+		t.Errorf("answer %+v, want 503 %s", a, ReasonRetryStoreUnavailable)
+	}
+	v.expectMoved(t, v.payer.Address, before, 0)
+	if n := up.calls.Load(); n != 0 {
+		t.Errorf("the upstream ran %d times, want 0", n)
+	}
+}
