@@ -98,12 +98,10 @@ func (u *cancelledUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // now cancelled before that, so a Go upstream stops: it was left running.
 func TestLedgerLeaseLostCancelsUpstream(t *testing.T) {
 	v := newTestEnv(t)
-	cfg := v.config()
-	cfg.Retry.Lease = testLease
 	f := &faultyLedger{Ledger: payledger.NewMemory(0, nil)}
 	f.renewFails.Store(true)
 	up := &cancelledUpstream{started: make(chan struct{}), cancelled: make(chan struct{}), release: make(chan struct{})}
-	srv := serve(t, v.gate(t, cfg, Options{Ledger: f}), up)
+	srv := serve(t, v.shortLease(t, Options{Ledger: f}), up)
 	url := srv.URL + "/r"
 	name, value := v.sign(t, x402.Version2, v.payer, fetchChallenge(t, url), tamper{})
 	answered := make(chan paidAnswer, 1)
@@ -147,8 +145,17 @@ func TestLedgerLeaseLostBeforeUpstream(t *testing.T) {
 	}
 }
 
-// testLease is the lease of the fault tests: short, so that one lapses quickly.
+// testLease is the lease of the fault tests: short, so that one lapses quickly; shorter
+// than MinRetryLease, so set on the Gate.
 const testLease = 150 * time.Millisecond
+
+// shortLease is a gate on the env's route with opts and testLease.
+func (v *testEnv) shortLease(t *testing.T, opts Options) *Gate {
+	t.Helper()
+	g := v.gate(t, v.config(), opts)
+	g.lease = testLease
+	return g
+}
 
 // pair is two instances in front of one upstream, on one in-process ledger, and a payment
 // header for them.
@@ -158,9 +165,7 @@ type pair struct{ a, b, name, value string }
 // instance b, which reaches it directly, with testLease; the header is v.payer's.
 func newPair(t *testing.T, v *testEnv, shared, via payledger.Ledger, up http.Handler) pair {
 	t.Helper()
-	cfg := v.config()
-	cfg.Retry.Lease = testLease
-	p := pair{a: servePublic(t, v.gate(t, cfg, Options{Ledger: via}), up).URL + "/r", b: servePublic(t, v.gate(t, cfg, Options{Ledger: shared}), up).URL + "/r"}
+	p := pair{a: servePublic(t, v.shortLease(t, Options{Ledger: via}), up).URL + "/r", b: servePublic(t, v.shortLease(t, Options{Ledger: shared}), up).URL + "/r"}
 	p.name, p.value = v.sign(t, x402.Version2, v.payer, fetchChallenge(t, p.a), tamper{})
 	return p
 }
@@ -302,9 +307,7 @@ func TestLedgerClientGoneLeaseKept(t *testing.T) {
 // not a lapsed lease whose bare header is served again.
 func TestLedgerHandleUnreported(t *testing.T) {
 	v := newTestEnv(t)
-	cfg := v.config()
-	cfg.Retry.Lease = testLease
-	g := v.gate(t, cfg, Options{})
+	g := v.shortLease(t, Options{})
 	up := &upstream{}
 	srv := servePublic(t, g, up)
 	name, value := v.sign(t, x402.Version2, v.payer, fetchChallenge(t, srv.URL+"/r"), tamper{})
@@ -388,5 +391,22 @@ func TestLedgerBlankEntryRefused(t *testing.T) {
 	v.expectMoved(t, v.payer.Address, before, 0)
 	if n := up.calls.Load(); n != 0 {
 		t.Errorf("the upstream ran %d times, want 0", n)
+	}
+}
+
+// TestLedgerLeaseMinimum is S5 of the ledger's review: a lease shorter than MinRetryLease
+// is a configuration error naming the option; it was taken, and lapsed between renewals.
+func TestLedgerLeaseMinimum(t *testing.T) {
+	v := newTestEnv(t)
+	cfg := v.config()
+	cfg.Retry.Lease = 100 * time.Millisecond
+	_, err := New(cfg, Options{Facilitator: v.engine, Registry: v.reg})
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Option != "retry_lease" {
+		t.Errorf("New with a %s lease: %v, want a retry_lease config error", cfg.Retry.Lease, err)
+	}
+	cfg.Retry.Lease = MinRetryLease
+	if _, err := New(cfg, Options{Facilitator: v.engine, Registry: v.reg}); err != nil {
+		t.Errorf("New with a %s lease: %v", cfg.Retry.Lease, err)
 	}
 }
