@@ -29,6 +29,9 @@ const (
 	// renews it; the live holder renews it every third of it, so a dead holder's lapses
 	// within seconds.
 	DefaultRetryLease = 6 * time.Second
+	// MinRetryLease is the shortest RetryConfig.Lease: a shorter one lapses between
+	// renewals under ordinary network and scheduling delays, cancelling healthy attempts.
+	MinRetryLease = time.Second
 	// DefaultPricingTimeout bounds one pricing fetch for the verification fee.
 	DefaultPricingTimeout = 5 * time.Second
 )
@@ -164,7 +167,7 @@ type RetryConfig struct {
 	// Lease is how long an attempt holds its payment's record (docs/gate.md#payment-ledger):
 	// no other attempt of the payment gets through meanwhile. The holder renews it every
 	// third of it until the upstream answers; this bound only matters when an instance
-	// dies mid-attempt. Default DefaultRetryLease.
+	// dies mid-attempt. Default DefaultRetryLease; at least MinRetryLease.
 	Lease time.Duration `json:"lease,omitempty"`
 }
 
@@ -354,6 +357,9 @@ func checkConfig(cfg Config, reg *x402.Registry) (*routeConfig, error) {
 		return nil, configErr("retry_grace", "must not be negative")
 	}
 	route.grace = cfg.Retry.Grace
+	if cfg.Retry.Lease != 0 && cfg.Retry.Lease < MinRetryLease {
+		return nil, configErr("retry_lease", "%s is shorter than the minimum %s (0 means the default %s)", cfg.Retry.Lease, MinRetryLease, DefaultRetryLease)
+	}
 	if err := route.setExtensions(cfg); err != nil {
 		return nil, err
 	}

@@ -31,8 +31,10 @@ type Facilitator interface {
 	Verify(ctx context.Context, in x402.VerifyInput) (x402.VerifyResponse, error)
 	Settle(ctx context.Context, p *x402.Payment, r *x402.Requirements) (x402.SettleResponse, error)
 	Supported(ctx context.Context) (x402.SupportedResponse, error)
-	// SettlementStatus reports, without broadcasting anything, the outcome of a
-	// settlement the facilitator left unknown: Success true with the transaction hash
+	// SettlementStatus reports the outcome of a settlement the facilitator left unknown,
+	// signing nothing new (the bundled one may send again the exact journaled bytes of a
+	// settlement another instance journaled and never sent, docs/facilitator.md#takeover):
+	// Success true with the transaction hash
 	// when it was settled, Success false with settlement_pending while it is still
 	// unknown, any other reason when it failed. A facilitator that cannot tell (a remote
 	// one: the facilitator API has no such route) returns an error wrapping
@@ -253,11 +255,23 @@ func (g *Gate) CheckSupported(ctx context.Context) error {
 // one gives error 400; a payment that does not match the route or that the facilitator
 // refuses gives rejected; an unreachable facilitator gives error 502; otherwise the
 // payment is settled before the upstream runs (docs/gate.md#settle-before-proxy). Handle
-// never panics.
+// never panics. After a settled result, call ReportUpstream when the upstream has
+// answered, before ctx ends: a settled request whose ctx ends unreported counts as
+// answered well (docs/gate.md#payment-ledger).
 func (g *Gate) Handle(ctx context.Context, in Input) *Result {
 	if res := g.refuseAmbiguousPath(in.Resource, ""); res != nil {
 		return res
 	}
+	res := g.handle(ctx, in)
+	if res.hold != nil {
+		context.AfterFunc(ctx, func() { g.reportUnanswered(ctx, res) })
+	}
+	return res
+}
+
+// handle is Handle for Serve, which checks the path and reports every settled result
+// itself: the lease stays renewed until then, however the client's request ends.
+func (g *Gate) handle(ctx context.Context, in Input) *Result {
 	req, err := g.Requirements(ctx, in)
 	if err != nil {
 		g.log.Error("x402 route misconfigured", zap.Error(err))
@@ -332,8 +346,9 @@ func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header
 	}
 
 	// Settlement is not abandoned when the client goes away: a half-done settle is the
-	// uncertain case docs/facilitator.md#settle-order rule 3 warns about. Only SettleTimeout bounds it.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.settleTimeout)
+	// uncertain case docs/facilitator.md#settle-order rule 3 warns about. Only SettleTimeout
+	// and the attempt's lease on the payment's record (docs/gate.md#payment-ledger) bound it.
+	sctx, cancel := context.WithTimeout(settleContext(ctx), g.settleTimeout)
 	start = time.Now()
 	sr, err := g.f.Settle(sctx, p, req)
 	cancel()

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -104,21 +105,28 @@ func (g *Gate) payOnce(ctx context.Context, in Input, req *x402.Requirements, he
 		c.ID = paymentIDKey(p, id)
 	}
 	c.Token, _ = retryTokenHash(in.Header)
+	begun := time.Now()
 	e, err := g.ledger.Begin(ctx, c)
+	if err == nil && e.Status < payledger.New {
+		err = fmt.Errorf("begin: no status: %w", ErrLedgerUnavailable)
+	}
 	if err != nil {
 		return g.ledgerDown(req, p, err)
 	}
 	if e.Status > payledger.Retry {
 		return g.refuse(req, p, c, e)
 	}
-	h := g.hold(c.Key, owner)
-	res := g.attempt(ctx, in, req, header, p, h, e)
+	h := g.hold(ctx, c.Key, owner, begun)
+	h.expires = begun.Add(ttl)
+	res := g.attempt(context.WithValue(ctx, holdKey{}, h), in, req, header, p, h, e)
 	if res.Kind != KindSettled {
 		h.release()
 		return res
 	}
 	res.hold, res.creditTTL = h, g.creditTTL(p)
-	context.AfterFunc(ctx, h.release) // a caller of Handle that never reports lets the lease lapse
+	if lost := g.leaseLost(ctx, res); lost != nil {
+		return lost
+	}
 	return res
 }
 
@@ -134,11 +142,7 @@ func (g *Gate) attempt(ctx context.Context, in Input, req *x402.Requirements, he
 	case payledger.New, payledger.Resume:
 		res := g.pay(ctx, in, req, header, p)
 		if e.Status == payledger.Resume && res.Kind == KindRejected && retryable(res.Reason) {
-			if res = g.resumeSettled(ctx, req, p, res); res.Kind == KindSettled && !g.provesPayer(ctx, in, p) {
-				g.record(ctx, req, p, h, res) // settled: a request with the proof is served
-				g.end(ctx, h, payledger.Release)
-				return g.needsProof(req, p)
-			}
+			return g.resumeRun(ctx, in, req, p, h, g.resumeSettled(ctx, req, p, res))
 		}
 		return g.record(ctx, req, p, h, res)
 	case payledger.Redeem:
@@ -146,7 +150,7 @@ func (g *Gate) attempt(ctx context.Context, in Input, req *x402.Requirements, he
 	}
 	if e.Status == payledger.Serve && !g.provesPayer(ctx, in, p) {
 		g.end(ctx, h, payledger.Release)
-		return g.needsProof(req, p)
+		return g.proofRequired(req, p)
 	}
 	s, ok := g.storedSettlement(e.Data, p)
 	if !ok {
@@ -163,6 +167,26 @@ func (g *Gate) attempt(ctx context.Context, in Input, req *x402.Requirements, he
 	return res
 }
 
+// resumeRun records res, resumeSettled's answer, on the record h holds. A settlement it
+// found confirmed is the answer that was lost: on a route with passes it is served only
+// with a proof of the payer, as Serve is; without one the record is kept settled for a
+// request that brings it.
+func (g *Gate) resumeRun(ctx context.Context, in Input, req *x402.Requirements, p *x402.Payment, h *hold, res *Result) *Result {
+	res = g.record(ctx, req, p, h, res)
+	if res.Kind != KindSettled || g.provesPayer(ctx, in, p) {
+		return res
+	}
+	g.end(ctx, h, payledger.Release)
+	return g.proofRequired(req, p)
+}
+
+// proofRequired is the 402 of a payment whose answer was lost, presented on a route with
+// passes without a proof of the payer.
+func (g *Gate) proofRequired(req *x402.Requirements, p *x402.Payment) *Result {
+	return g.rejected(req, p, x402.ReasonNonceUsed, "this payment was settled and its answer lost; "+
+		"send it again with a sign-in-with-x proof of the paying wallet ("+HeaderSignInWithX+")", nil, nil)
+}
+
 // record writes the outcome of a payment attempt to the record it holds: settled, or
 // pending with a retry token, or forgotten when it was refused before money moved, or
 // left reserved for a later attempt when the outcome is unknown.
@@ -171,10 +195,7 @@ func (g *Gate) record(ctx context.Context, req *x402.Requirements, p *x402.Payme
 	var err error
 	switch {
 	case res.Kind == KindSettled:
-		var data []byte
-		if data, err = json.Marshal(res.Settlement); err == nil {
-			_, err = g.ledger.Settle(bg, h.key, h.owner, data)
-		}
+		return g.recordSettled(bg, h, res)
 	case res.Kind == KindRejected || res.Status < 500:
 		h.release()
 		_, err = g.ledger.Forget(bg, h.key, h.owner)
@@ -186,6 +207,49 @@ func (g *Gate) record(ctx context.Context, req *x402.Requirements, p *x402.Payme
 	if err != nil {
 		g.log.Error("x402 payment ledger unavailable", zap.Error(err))
 	}
+	return res
+}
+
+// recordSettled records on the record h holds that res's payment moved. Unless the
+// ledger confirms it, the request is not proxied: it is answered with resend, and the
+// same request sent again is served once (Serve, or Resume and the facilitator's word).
+func (g *Gate) recordSettled(ctx context.Context, h *hold, res *Result) *Result {
+	data, err := json.Marshal(res.Settlement)
+	ok := false
+	if err == nil {
+		ok, err = g.ledger.Settle(ctx, h.key, h.owner, data)
+	}
+	if err == nil && ok {
+		return res
+	}
+	if err != nil {
+		g.log.Error("x402 payment ledger unavailable", zap.Error(err))
+	} else {
+		g.log.Error("x402 lease of a payment lapsed before its settlement was recorded")
+	}
+	g.end(ctx, h, payledger.Release)
+	return g.resend(res, "the payment is settled but the payment ledger did not record it")
+}
+
+// leaseLost answers res, a settled result whose upstream has not started, with resend
+// when its lease was lost meanwhile (nil when it is still held): another attempt may
+// serve the payment now, so this one does not.
+func (g *Gate) leaseLost(ctx context.Context, res *Result) *Result {
+	if res.hold == nil || res.hold.ctx.Err() == nil {
+		return nil
+	}
+	g.end(ctx, res.hold, payledger.Release)
+	return g.resend(res, "the payment is settled but this attempt lost its lease on the payment's record")
+}
+
+// resend is the 502 of a settled payment that this attempt may not serve: it carries the
+// settlement (PAYMENT-RESPONSE, X-PAYMENT-RESPONSE) and asks the client to send the same
+// request again, which the payment ledger then serves once.
+func (g *Gate) resend(settled *Result, why string) *Result {
+	res := g.errorResult(settled.Requirements, settled.Version, http.StatusBadGateway, ReasonRetryStoreUnavailable,
+		why+"; send the same payment header again (with its retry token, if one was given) to be served")
+	res.Payer, res.Settlement, res.Guardian = settled.Payer, settled.Settlement, settled.Guardian
+	setResponseHeaders(res.Header, settled.Settlement)
 	return res
 }
 
@@ -224,20 +288,74 @@ func (g *Gate) end(ctx context.Context, h *hold, outcome int) {
 
 // hold is the lease one attempt holds on its payment's record. While it is held, a
 // goroutine renews it every third of the lease, so a live holder keeps it however long
-// its upstream runs and a dead one's lapses within a lease.
+// its upstream runs and a dead one's lapses within a lease. The holder's own clock bounds
+// it too: unless a renewal is confirmed, the lease counts as lost leaseMargin before it
+// would lapse on the store's clock (counted from the start of the last Begin or Renew
+// that succeeded), and when a renewal reports it lost; ctx, which the settle and the
+// upstream run under, is then cancelled, so the attempt ends before another can begin.
 type hold struct {
 	g          *Gate
 	key, owner string
+	expires    time.Time       // the record's, at the latest: no end is retried past it
+	ctx        context.Context // cancelled when the lease is lost
+	lose       context.CancelFunc
+	deadline   *time.Timer // loses the lease unless a renewal resets it
 	stop       chan struct{}
-	once       sync.Once
-	mu         sync.Mutex // a renewal runs under it, so release waits for one in flight
+	mu         sync.Mutex  // a renewal or an end runs under it, so release waits for one in flight
+	stopped    bool        // stop is closed; under mu
+	gone       atomic.Bool // a renewal found the lease held by no one or by another attempt
+	reported   atomic.Bool // ReportUpstream ran
 }
 
-// hold starts renewing the lease owner took on key.
-func (g *Gate) hold(key, owner string) *hold {
+// holdKey is the context key of the hold an attempt runs under (settleContext).
+type holdKey struct{}
+
+// hold starts renewing the lease owner took on key by a Begin that started at begun.
+func (g *Gate) hold(ctx context.Context, key, owner string, begun time.Time) *hold {
 	h := &hold{g: g, key: key, owner: owner, stop: make(chan struct{})}
+	h.ctx, h.lose = context.WithCancel(context.WithoutCancel(ctx))
+	h.deadline = time.AfterFunc(time.Until(h.until(begun)), h.lapse)
 	go h.renew()
 	return h
+}
+
+// until is when the lease taken or renewed by a call that started at start counts as lost.
+func (h *hold) until(start time.Time) time.Time {
+	return start.Add(h.g.lease - h.g.lease/leaseMargin)
+}
+
+// leaseMargin: the lease counts as lost a leaseMargin-th of it before it lapses on the
+// store's clock, for the clocks' drift and the cancelled attempt's last steps.
+const leaseMargin = 4
+
+// lapse loses the lease when its deadline passed without a confirmed renewal.
+func (h *hold) lapse() {
+	select {
+	case <-h.stop:
+		return
+	default:
+	}
+	h.g.log.Error("x402 lease of a payment could not be renewed in time; its attempt is cancelled")
+	h.lose()
+}
+
+// bound returns ctx, also cancelled when the lease is lost; call stop when done with it.
+func (h *hold) bound(ctx context.Context) (bounded context.Context, stop func()) {
+	bounded, cancel := context.WithCancel(ctx)
+	unregister := context.AfterFunc(h.ctx, cancel)
+	return bounded, func() {
+		unregister()
+		cancel()
+	}
+}
+
+// settleContext is the context a settle runs under: it is not abandoned when the client
+// goes away, but it is cancelled when the lease of the attempt it runs in is lost.
+func settleContext(ctx context.Context) context.Context {
+	if h, ok := ctx.Value(holdKey{}).(*hold); ok {
+		return h.ctx
+	}
+	return context.WithoutCancel(ctx)
 }
 
 func (h *hold) renew() {
@@ -257,35 +375,88 @@ func (h *hold) renew() {
 		case err != nil:
 			h.g.log.Warn("x402 payment ledger unavailable; the lease was not renewed", zap.Error(err))
 		case !ok:
-			h.g.log.Error("x402 lease of a payment lapsed while its attempt ran")
+			h.g.log.Error("x402 lease of a payment lapsed while its attempt ran; its attempt is cancelled")
+			h.gone.Store(true)
+			h.lose()
 			return
 		}
 	}
 }
 
-// renewOnce renews the lease unless the hold was released.
+// renewOnce renews the lease unless the hold was released, and moves its deadline on
+// when the store confirms it.
 func (h *hold) renewOnce(timeout time.Duration) (ok, stopped bool, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	select {
-	case <-h.stop:
+	if h.stopped {
 		return false, true, nil
-	default:
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	start := time.Now()
 	ok, err = h.g.ledger.Renew(ctx, h.key, h.owner, h.g.lease)
+	if ok && err == nil && h.ctx.Err() == nil {
+		h.deadline.Reset(time.Until(h.until(start)))
+	}
 	return ok, false, err
 }
 
-// release stops renewing the lease, after a renewal in flight. Call it before the
-// transition that ends the lease (End, Forget, Pend), so no renewal follows that.
+// release stops renewing the lease, after a renewal in flight, and stops its deadline.
+// Call it before the transition that ends the lease (End, Forget, Pend), so no renewal
+// follows that.
 func (h *hold) release() {
-	h.once.Do(func() {
-		h.mu.Lock()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stopLocked()
+}
+
+// stopLocked stops renewing the lease and its deadline; h.mu is held.
+func (h *hold) stopLocked() {
+	if !h.stopped {
+		h.stopped = true
 		close(h.stop)
-		h.mu.Unlock()
-	})
+		h.deadline.Stop()
+	}
+}
+
+// finish ends the lease with end, a Ledger.End call, between renewals: when it succeeds,
+// renewing stops; when it fails, the lease stays renewed (endLater tries again). After
+// release it does nothing.
+func (h *hold) finish(end func() (bool, error)) (bool, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped {
+		return false, nil
+	}
+	granted, err := end()
+	if err == nil {
+		h.stopLocked()
+	}
+	return granted, err
+}
+
+// endLater ends the lease with outcome after an End that failed: it tries again with
+// backoff, while the lease stays renewed, until an End succeeds, a renewal finds the
+// lease gone, or the record expires. So an answered payment is not left settled, to be
+// served again to its bare header once its lease lapsed.
+func (h *hold) endLater(outcome int) {
+	wait := max(h.g.lease/10, 10*time.Millisecond)
+	for {
+		time.Sleep(wait)
+		if h.gone.Load() || !time.Now().Before(h.expires) {
+			h.g.log.Error("x402 payment ledger unavailable; the end of a lease was given up")
+			h.release()
+			return
+		}
+		if _, err := h.finish(func() (bool, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), reportTimeout)
+			defer cancel()
+			return h.g.ledger.End(ctx, h.key, h.owner, outcome, nil, 0, 0)
+		}); err == nil {
+			return
+		}
+		wait = min(2*wait, max(h.g.lease, wait))
+	}
 }
 
 // resumeSettled handles a payment refused as already settled (refused, the rejection)
@@ -345,13 +516,6 @@ func (g *Gate) settlementStatus(ctx context.Context, req *x402.Requirements, p *
 	defer cancel()
 	sr, err := g.f.SettlementStatus(sctx, p, req)
 	return sr, g.settlement(req, p, sr), err
-}
-
-// needsProof refuses a lost answer to a request that does not prove it comes from the
-// payer where the route asks it to (provesPayer).
-func (g *Gate) needsProof(req *x402.Requirements, p *x402.Payment) *Result {
-	return g.rejected(req, p, x402.ReasonNonceUsed, "this payment was settled and its answer lost; "+
-		"send it again with a sign-in-with-x proof of the paying wallet ("+HeaderSignInWithX+")", nil, nil)
 }
 
 // provesPayer reports whether a request that redeems a payment whose answer was lost

@@ -246,9 +246,10 @@ func TestLedgerLeaseOwnedAndRenewed(t *testing.T) {
 	v := newTestEnv(t)
 	cfg := v.config()
 	cfg.Retry.Max = 3
-	cfg.Retry.Lease = 300 * time.Millisecond
+	g := v.gate(t, cfg, Options{})
+	g.lease = 300 * time.Millisecond // below MinRetryLease, to outlive many leases quickly; slack for a loaded machine
 	up := &heldUpstream{release: make(chan struct{})}
-	srv := serve(t, v.gate(t, cfg, Options{}), up)
+	srv := serve(t, g, up)
 	url := srv.URL + "/r"
 	name, value := v.sign(t, x402.Version2, v.payer, fetchChallenge(t, url), tamper{})
 	first := present(t, url, name, value)
@@ -261,7 +262,7 @@ func TestLedgerLeaseOwnedAndRenewed(t *testing.T) {
 	for up.inFlight.Load() < 1 {
 		time.Sleep(5 * time.Millisecond)
 	}
-	time.Sleep(5 * cfg.Retry.Lease) // the first retry's upstream outlives many leases
+	time.Sleep(5 * g.lease) // the first retry's upstream outlives many leases
 	go retry()
 	go retry()
 	// Each later retry either answers (refused) or reaches the upstream.

@@ -85,20 +85,23 @@ func (g *Gate) creditTTL(p *x402.Payment) time.Duration {
 
 // ReportUpstream tells the gate how the upstream answered a settled request, for callers
 // of Handle (Serve calls it itself). failed is true for a status >= 500, a connection
-// failure or a panic. It ends the lease the request holds on its payment's record. After
-// a first run that failed, the payment earns its retry credits, bound to a fresh retry
-// token that ReportUpstream returns: send it to the client in the HeaderPaymentRetry
-// header of the failed answer, and nowhere else (no log). Only a retry that presents it,
-// or the payment identifier the payment was sent under, is let through, one at a time.
-// After a good answer the payment is spent, so it buys one good answer. Call it before
-// the failed answer reaches the client, so a quick retry finds its credit. It returns ""
-// and does nothing for other results.
+// failure or a panic. It ends the lease the request holds on its payment's record; call it
+// after a good answer too (failed false), before the request's context ends: a request
+// whose context ends unreported counts as answered well (fail closed). After a first run
+// that failed, the payment earns its retry credits, bound to a fresh retry token that
+// ReportUpstream returns: send it to the client in the HeaderPaymentRetry header of the
+// failed answer, and nowhere else (no log). Only a retry that presents it, or the payment
+// identifier the payment was sent under, is let through, one at a time. After a good
+// answer the payment is spent, so it buys one good answer. Call it before the failed
+// answer reaches the client, so a quick retry finds its credit. It returns "" and does
+// nothing for other results and after the first call. When the ledger cannot be reached,
+// the lease stays renewed and the end is tried again in the background (no credits
+// then: the same header is served again once, as the answer that was lost).
 func (g *Gate) ReportUpstream(ctx context.Context, res *Result, failed bool) (retryToken string, err error) {
-	if res == nil || res.Kind != KindSettled || res.hold == nil {
+	if res == nil || res.Kind != KindSettled || res.hold == nil || !res.hold.reported.CompareAndSwap(false, true) {
 		return "", nil
 	}
 	h := res.hold
-	h.release() // before End: no renewal after it
 	outcome, credits := payledger.Answer, 0
 	var hash []byte
 	if failed {
@@ -112,9 +115,16 @@ func (g *Gate) ReportUpstream(ctx context.Context, res *Result, failed bool) (re
 			}
 		}
 	}
-	granted, err := g.ledger.End(ctx, h.key, h.owner, outcome, hash, credits, res.creditTTL)
+	granted, err := h.finish(func() (bool, error) {
+		return g.ledger.End(ctx, h.key, h.owner, outcome, hash, credits, res.creditTTL)
+	})
 	if err != nil {
 		g.log.Error("x402 payment ledger unavailable", zap.Error(err))
+		later := payledger.Answer
+		if failed {
+			later = payledger.Release
+		}
+		go h.endLater(later)
 		return "", fmt.Errorf("gate: report upstream: %w", err)
 	}
 	if !granted {
@@ -122,4 +132,12 @@ func (g *Gate) ReportUpstream(ctx context.Context, res *Result, failed bool) (re
 	}
 	g.log.Info("x402 upstream failed after settlement; retry granted", zap.String("payer", res.Payer), zap.Int("retries", g.route.retryMax))
 	return retryToken, nil
+}
+
+// reportUnanswered ends the lease of res as answered well when the context of a caller
+// of Handle ends without a report (fail closed: its upstream may have answered).
+func (g *Gate) reportUnanswered(ctx context.Context, res *Result) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportTimeout)
+	defer cancel()
+	_, _ = g.ReportUpstream(rctx, res, false) // logged there
 }

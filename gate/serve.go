@@ -87,7 +87,10 @@ func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, in Input, next Next
 			return g.servePass(w, r, in, p, next)
 		}
 	}
-	res := g.Handle(r.Context(), in)
+	res := g.handle(r.Context(), in)
+	if lost := g.leaseLost(r.Context(), res); lost != nil {
+		res = lost
+	}
 	if g.pass != nil {
 		g.passChallengeHeaders(res, in, refused)
 	}
@@ -115,8 +118,14 @@ func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, in Input, next Next
 		}
 	}
 	ctx := context.WithValue(r.Context(), paidKey{}, &Paid{Settlement: res.Settlement, Guardian: res.Guardian, Retry: res.Retry, PassIssued: pass})
-	r = r.WithContext(ctx)
 	ww := &watchWriter{ResponseWriter: w, g: g, res: res, ctx: ctx}
+	if res.hold != nil {
+		// The upstream runs under the lease: a Go upstream (reverse_proxy) stops when it is lost.
+		var stop func()
+		ctx, stop = res.hold.bound(ctx)
+		defer stop()
+	}
+	r = r.WithContext(ctx)
 	done := false
 	defer func() {
 		if !done {

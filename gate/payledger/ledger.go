@@ -43,10 +43,11 @@ const (
 // Status is what Begin found and did.
 type Status = int
 
-// Begin outcomes. The first five hand the caller the lease.
+// Begin outcomes. The first five hand the caller the lease. The zero Status is none of
+// them: an Entry a store did not fill in is refused (fail closed).
 const (
 	// New: no record existed; it is written Reserved, and the caller pays.
-	New Status = iota
+	New Status = iota + 1
 	// Resume: the record is Reserved and its lease lapsed (its attempt died or ended
 	// without an outcome); the caller pays again, and a refusal as already settled is
 	// checked with the facilitator.

@@ -3,6 +3,7 @@ package redisretry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -46,7 +47,7 @@ if hasID then
   local ref = redis.call('GET', KEYS[2])
   if ref then
     if ref == KEYS[1] then known = true
-    elseif redis.call('EXISTS', ref) == 1 then return {6, '', 0} end
+    elseif redis.call('EXISTS', ref) == 1 then return {7, '', 0} end
   end
 end
 local k = known and 1 or 0
@@ -61,23 +62,23 @@ end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('HSET', KEYS[1], 's', 1, 'f', ARGV[1], 'b', ARGV[2])
   redis.call('PEXPIRE', KEYS[1], ARGV[6])
-  return take(0, '')
+  return take(1, '')
 end
 local v = redis.call('HMGET', KEYS[1], 's', 'f', 'b', 'd', 't', 'n', 'u', 'l')
 local s, d = tonumber(v[1]), v[4]
-if not same(v[2], ARGV[1]) then return {6, '', k} end
-if not same(v[3], ARGV[2]) then return {7, '', k} end
-if s == 5 then return {8, d or '', k} end
-if tonumber(v[8]) and tonumber(v[8]) > now then return {5, '', k} end
-if s == 1 then return take(1, d) end
-if v[5] and not same(v[5], ARGV[3]) and not known then return {9, '', k} end
-if s == 2 then return take(2, d) end
-if s == 3 then return take(3, d) end
+if not same(v[2], ARGV[1]) then return {7, '', k} end
+if not same(v[3], ARGV[2]) then return {8, '', k} end
+if s == 5 then return {9, d or '', k} end
+if tonumber(v[8]) and tonumber(v[8]) > now then return {6, '', k} end
+if s == 1 then return take(2, d) end
+if v[5] and not same(v[5], ARGV[3]) and not known then return {10, '', k} end
+if s == 2 then return take(3, d) end
+if s == 3 then return take(4, d) end
 if (tonumber(v[6]) or 0) > 0 and (tonumber(v[7]) or 0) > now then
   redis.call('HINCRBY', KEYS[1], 'n', -1)
-  return take(4, d)
+  return take(5, d)
 end
-return {8, d or '', k}`)
+return {9, d or '', k}`)
 	// renewScript: ARGV = owner, lease ms.
 	renewScript = redis.NewScript(ownedCheck + `
 redis.call('HSET', KEYS[1], 'l', now + tonumber(ARGV[2]))
@@ -129,15 +130,30 @@ func (s *Store) Begin(ctx context.Context, c payledger.Claim) (payledger.Entry, 
 	if err != nil {
 		return payledger.Entry{}, redisFail("begin", err)
 	}
-	var e payledger.Entry
-	if len(r) == 3 {
-		code, _ := r[0].(int64)
-		data, _ := r[1].(string)
-		known, _ := r[2].(int64)
-		e.Status, e.KnownID = int(code), known == 1
-		if data != "" {
-			e.Data = []byte(data)
-		}
+	return beginEntry(r)
+}
+
+// beginEntry reads beginScript's answer {status, data, known}; anything else is a failure
+// of the store (fail closed), never a status.
+func beginEntry(r []any) (payledger.Entry, error) {
+	var code, known int64
+	var data string
+	ok := len(r) == 3
+	if ok {
+		code, ok = r[0].(int64)
+	}
+	if ok {
+		data, ok = r[1].(string)
+	}
+	if ok {
+		known, ok = r[2].(int64)
+	}
+	if !ok || int(code) < payledger.New || int(code) > payledger.Refused {
+		return payledger.Entry{}, redisFail("begin", fmt.Errorf("malformed reply %v", r))
+	}
+	e := payledger.Entry{Status: int(code), KnownID: known == 1}
+	if data != "" {
+		e.Data = []byte(data)
 	}
 	return e, nil
 }
