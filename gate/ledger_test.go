@@ -287,8 +287,11 @@ func TestLedgerLeaseOwnedAndRenewed(t *testing.T) {
 // the next request, and its end never comes.
 type diedAfterSettle struct{ payledger.Ledger }
 
+// diedLease is the lease diedAfterSettle's attempts take in the store.
+const diedLease = time.Second
+
 func (d diedAfterSettle) Begin(ctx context.Context, c payledger.Claim) (payledger.Entry, error) {
-	c.Lease = 50 * time.Millisecond
+	c.Lease = diedLease // outlives the settle on a loaded machine, so the settlement is recorded
 	return d.Ledger.Begin(ctx, c)
 }
 func (diedAfterSettle) Renew(context.Context, string, string, time.Duration) (bool, error) {
@@ -324,7 +327,7 @@ func TestLedgerLostAnswerServedOnce(t *testing.T) {
 			if res := getWith(t, a.URL+path, host, http.Header{name: {value}}); res.StatusCode != http.StatusOK {
 				t.Fatalf("instance A: %d", res.StatusCode)
 			}
-			time.Sleep(100 * time.Millisecond) // past A's lease
+			time.Sleep(diedLease + 200*time.Millisecond) // past A's lease
 			status := func(h http.Header) int {
 				h.Set(name, value)
 				res := getWith(t, b.URL+path, host, h)

@@ -133,8 +133,20 @@ func (l *Ledger) fail(op string, err error) error {
 // Begin implements payledger.Ledger.
 func (l *Ledger) Begin(ctx context.Context, c payledger.Claim) (payledger.Entry, error) {
 	var e payledger.Entry
+	var now time.Time
 	err := l.j.write(ctx, true, func(ctx context.Context, q querier) error {
-		now := time.Now()
+		e = payledger.Entry{} // a group commit may run this again
+		var err error
+		if now, err = l.clock(ctx, q); err != nil {
+			return err
+		}
+		if c.ID != "" && l.j.db.Dialect.Name != sqldb.SQLite.Name {
+			// Concurrent claims under one payment id are decided one after the other, as
+			// memory and Redis decide them: the second sees the first's id.
+			if _, err := q.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, c.ID); err != nil {
+				return err
+			}
+		}
 		known := false
 		if c.ID != "" {
 			var ref string
@@ -172,6 +184,9 @@ func (l *Ledger) Begin(ctx context.Context, c payledger.Claim) (payledger.Entry,
 	if err != nil {
 		return payledger.Entry{}, l.fail("begin", err)
 	}
+	if e.Status == payledger.New {
+		l.purge(ctx, now)
+	}
 	return e, nil
 }
 
@@ -187,7 +202,6 @@ func (l *Ledger) begin(ctx context.Context, q querier, c payledger.Claim, known 
 		ok, err := l.insert(ctx, q, c.Key, r)
 		if err != nil || ok {
 			*e = payledger.Entry{Status: payledger.New, KnownID: known}
-			l.purge(ctx, q, now)
 			return r, err
 		}
 		// Another transaction wrote the record first: decide on it.
@@ -201,14 +215,32 @@ func (l *Ledger) begin(ctx context.Context, q querier, c payledger.Claim, known 
 	return r, l.save(ctx, q, c.Key, r)
 }
 
-// purge deletes expired records and ids, every purgeEvery-th new record. A failure is
-// left for the next one: the rows are dead either way.
-func (l *Ledger) purge(ctx context.Context, q querier, now time.Time) {
+// purge deletes expired records and ids, every purgeEvery-th new record, in a write of its
+// own after the transition's: a failed statement must not abort (on PostgreSQL) the
+// transaction of a request. A failure is left for the next one: the rows are dead either way.
+func (l *Ledger) purge(ctx context.Context, now time.Time) {
 	if l.writes.Add(1)%purgeEvery != 0 {
 		return
 	}
-	_, _ = q.ExecContext(ctx, `DELETE FROM gate_ledger WHERE expires <= $1`, now.UnixMicro())
-	_, _ = q.ExecContext(ctx, `DELETE FROM gate_ledger_ids WHERE expires <= $1`, now.UnixMicro())
+	_ = l.j.write(ctx, false, func(ctx context.Context, q querier) error {
+		_, _ = q.ExecContext(ctx, `DELETE FROM gate_ledger WHERE expires <= $1`, now.UnixMicro())
+		_, _ = q.ExecContext(ctx, `DELETE FROM gate_ledger_ids WHERE expires <= $1`, now.UnixMicro())
+		return nil
+	})
+}
+
+// clock is the time a transition judges leases and lifetimes by: on PostgreSQL the
+// database's clock, which every instance sharing it reads alike, so no instance's clock
+// skew moves another's lease; on SQLite (one instance) this process's.
+func (l *Ledger) clock(ctx context.Context, q querier) (time.Time, error) {
+	if l.j.db.Dialect.Name == sqldb.SQLite.Name {
+		return time.Now(), nil
+	}
+	var us int64
+	if err := q.QueryRowContext(ctx, `SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT`).Scan(&us); err != nil {
+		return time.Time{}, err
+	}
+	return time.UnixMicro(us), nil
 }
 
 // owned runs f on the record of key when owner holds its lease, and saves it when f
@@ -217,7 +249,10 @@ func (l *Ledger) owned(ctx context.Context, op, key, owner string, f func(r *pay
 	done := false
 	err := l.j.write(ctx, true, func(ctx context.Context, q querier) error {
 		done = false
-		now := time.Now()
+		now, err := l.clock(ctx, q)
+		if err != nil {
+			return err
+		}
 		r, err := l.load(ctx, q, key, now)
 		if err != nil || r == nil || !r.Held(owner, now) {
 			return err

@@ -212,10 +212,41 @@ func OneLease(t *testing.T, a, b payledger.Ledger) {
 	}
 }
 
-// Run runs Conformance and OneLease on each pair of handles of one ledger, by name.
+// OneIDOnePayment: 20 different payments claimed at once under one payment id, across a
+// and b: the id names exactly one of them, and every other claim is a conflict.
+func OneIDOnePayment(t *testing.T, a, b payledger.Ledger) {
+	pair := [2]payledger.Ledger{a, b}
+	var taken, conflict atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := claim(fmt.Sprint("idrace-", i), fmt.Sprint("o", i))
+			c.ID = "id:shared"
+			e, err := pair[i%2].Begin(context.Background(), c)
+			switch {
+			case err != nil:
+				t.Error(err)
+			case e.Status == payledger.New:
+				taken.Add(1)
+			case e.Status == payledger.Conflict:
+				conflict.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if taken.Load() != 1 || conflict.Load() != 19 {
+		t.Errorf("%d payments took the id, %d conflicts; want 1 and 19", taken.Load(), conflict.Load())
+	}
+}
+
+// Run runs Conformance, OneLease and OneIDOnePayment on each pair of handles of one
+// ledger, by name.
 func Run[L payledger.Ledger](t *testing.T, pairs map[string][2]L) {
 	for name, pair := range pairs {
 		t.Run(name+"/conformance", func(t *testing.T) { Conformance(t, pair[0], pair[1]) })
 		t.Run(name+"/one lease", func(t *testing.T) { OneLease(t, pair[0], pair[1]) })
+		t.Run(name+"/one id, one payment", func(t *testing.T) { OneIDOnePayment(t, pair[0], pair[1]) })
 	}
 }
