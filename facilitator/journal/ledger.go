@@ -297,11 +297,13 @@ func (l *Ledger) Pend(ctx context.Context, key, owner string, token, data []byte
 // End implements payledger.Ledger.
 func (l *Ledger) End(ctx context.Context, key, owner string, outcome int, token []byte, credits int, ttl time.Duration) (bool, error) {
 	granted := false
-	_, err := l.owned(ctx, "end", key, owner, func(r *payledger.Record, now time.Time) (bool, bool) {
+	done, err := l.owned(ctx, "end", key, owner, func(r *payledger.Record, now time.Time) (bool, bool) {
 		granted = r.End(outcome, token, credits, ttl, now)
 		return true, false
 	})
-	return granted, err
+	// A group commit may run the transition again, and find the lease gone the second
+	// time: granted counts only from the run that was committed.
+	return granted && done, err
 }
 
 // Forget implements payledger.Ledger.
