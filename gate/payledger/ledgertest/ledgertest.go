@@ -185,59 +185,50 @@ func Conformance(t *testing.T, a, b payledger.Ledger) {
 	})
 }
 
-// OneLease: 40 attempts of one payment, across a and b, begin at once: exactly one takes
-// the lease.
-func OneLease(t *testing.T, a, b payledger.Ledger) {
+// race begins n claims at once, made by mk, alternating a and b, and counts the claims that
+// took a new record and those answered other.
+func race(t *testing.T, a, b payledger.Ledger, n int, mk func(i int) payledger.Claim, other payledger.Status) (taken, others int32) {
 	pair := [2]payledger.Ledger{a, b}
-	var taken, busy atomic.Int32
+	var nNew, nOther atomic.Int32
 	var wg sync.WaitGroup
-	for i := range 40 {
+	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			e, err := pair[i%2].Begin(context.Background(), claim("race", fmt.Sprint("o", i)))
+			e, err := pair[i%2].Begin(context.Background(), mk(i))
 			switch {
 			case err != nil:
 				t.Error(err)
 			case e.Status == payledger.New:
-				taken.Add(1)
-			case e.Status == payledger.Busy:
-				busy.Add(1)
+				nNew.Add(1)
+			case e.Status == other:
+				nOther.Add(1)
 			}
 		}()
 	}
 	wg.Wait()
-	if taken.Load() != 1 || busy.Load() != 39 {
-		t.Errorf("%d leases taken, %d busy; want 1 and 39", taken.Load(), busy.Load())
+	return nNew.Load(), nOther.Load()
+}
+
+// OneLease: 40 attempts of one payment, across a and b, begin at once: exactly one takes
+// the lease.
+func OneLease(t *testing.T, a, b payledger.Ledger) {
+	taken, busy := race(t, a, b, 40, func(i int) payledger.Claim { return claim("race", fmt.Sprint("o", i)) }, payledger.Busy)
+	if taken != 1 || busy != 39 {
+		t.Errorf("%d leases taken, %d busy; want 1 and 39", taken, busy)
 	}
 }
 
 // OneIDOnePayment: 20 different payments claimed at once under one payment id, across a
 // and b: the id names exactly one of them, and every other claim is a conflict.
 func OneIDOnePayment(t *testing.T, a, b payledger.Ledger) {
-	pair := [2]payledger.Ledger{a, b}
-	var taken, conflict atomic.Int32
-	var wg sync.WaitGroup
-	for i := range 20 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := claim(fmt.Sprint("idrace-", i), fmt.Sprint("o", i))
-			c.ID = "id:shared"
-			e, err := pair[i%2].Begin(context.Background(), c)
-			switch {
-			case err != nil:
-				t.Error(err)
-			case e.Status == payledger.New:
-				taken.Add(1)
-			case e.Status == payledger.Conflict:
-				conflict.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	if taken.Load() != 1 || conflict.Load() != 19 {
-		t.Errorf("%d payments took the id, %d conflicts; want 1 and 19", taken.Load(), conflict.Load())
+	taken, conflict := race(t, a, b, 20, func(i int) payledger.Claim {
+		c := claim(fmt.Sprint("idrace-", i), fmt.Sprint("o", i))
+		c.ID = "id:shared"
+		return c
+	}, payledger.Conflict)
+	if taken != 1 || conflict != 19 {
+		t.Errorf("%d payments took the id, %d conflicts; want 1 and 19", taken, conflict)
 	}
 }
 
