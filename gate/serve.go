@@ -134,7 +134,14 @@ func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, in Input, next Next
 	}()
 	err := next(ww, r)
 	done = true
-	ww.report(ww.status >= 500 || (err != nil && g.errStatus(err) >= 500))
+	failed := ww.status >= 500 || (err != nil && g.errStatus(err) >= 500)
+	if !failed {
+		// A good answer reaches the client before the ledger records it as given: a process
+		// killed in between leaves a payment whose answer the client has, never one recorded
+		// as answered whose answer it never got (docs/gate.md#payment-ledger).
+		_ = http.NewResponseController(ww.ResponseWriter).Flush()
+	}
+	ww.report(failed)
 	return err
 }
 
