@@ -168,21 +168,14 @@ var settlePoints = []string{
 // restart is never charged twice. With the embedded SQLite journal, and with PostgreSQL
 // (and Redis approvals) as a fleet runs.
 func TestCrashDuringSettle(t *testing.T) {
-	for _, setup := range []verdictSetup{{}, {shared: true}} {
-		name := "sqlite"
-		if setup.shared {
-			name = "postgres"
+	eachCrashStore(t, func(t *testing.T, name string, f *verdictFleet) {
+		j := f.openJournal(t)
+		for _, point := range settlePoints {
+			t.Run(point, func(t *testing.T) {
+				crashSettleAt(t, f, j, point)
+			})
 		}
-		t.Run(name, func(t *testing.T) {
-			f := crashFleet(t, setup)
-			j := f.openJournal(t)
-			for _, point := range settlePoints {
-				t.Run(point, func(t *testing.T) {
-					crashSettleAt(t, f, j, point)
-				})
-			}
-		})
-	}
+	})
 }
 
 func crashSettleAt(t *testing.T, f *verdictFleet, j *journal.DB, point string) {
@@ -353,80 +346,85 @@ func awaitPoint(t *testing.T, in *verdictInstance, point string) {
 // is found by its traceId), and a verdict that was terminal before a crash is the same
 // bytes after it (docs/reliability.md#crash-safety).
 func TestCrashDuringVerdicts(t *testing.T) {
+	eachCrashStore(t, func(t *testing.T, name string, f *verdictFleet) {
+		submit := func(in *verdictInstance, payTo common.Address, trace string) string {
+			t.Helper()
+			status, hash, err := f.submitVerdict(in, payTo, trace)
+			if err != nil || status != http.StatusCreated || hash == "" {
+				t.Fatalf("POST /transactions %s: %d %v", trace, status, err)
+			}
+			return hash
+		}
+
+		// Between the 201 and the worker: the record is accepted, then the process dies.
+		a := f.startFaulty(t, "verdict.before-worker=block")
+		waiting := submit(a, f.okPayTo, "crash-before-worker")
+		awaitPoint(t, a, "verdict.before-worker")
+		if v := f.verdictOf(t, a, waiting); v != nil {
+			t.Fatalf("the record blocked before its worker has a verdict: %s", v)
+		}
+		a.caddy.Kill()
+
+		// During an evaluation: the same record, swept at start, blocks in the engine;
+		// a record submitted meanwhile is judged by another worker and is terminal
+		// before the crash.
+		b := f.startFaulty(t, "verdict.evaluate=block")
+		awaitPoint(t, b, "verdict.evaluate")
+		judged := submit(b, f.denied, "crash-judged-before")
+		before := f.awaitVerdict(t, b, judged)
+		if v := f.verdictOf(t, b, waiting); v != nil {
+			t.Fatalf("the record blocked in its evaluation has a verdict: %s", v)
+		}
+		b.caddy.Kill()
+
+		// After the store, before the 201: the client never learns it was accepted.
+		c := f.startFaulty(t, "verdict.after-create=kill")
+		if status, _, err := f.submitVerdict(c, f.okPayTo, "crash-before-201"); err == nil {
+			t.Fatalf("POST /transactions was answered %d though Caddy was to crash before the 201", status)
+		}
+		if !c.caddy.WaitExit(crashBound) {
+			t.Fatal("Caddy did not die after storing the record")
+		}
+
+		d := f.startFaulty(t, "")
+		if v := f.awaitVerdict(t, d, waiting); !strings.Contains(string(v), `"outcome":"approved"`) {
+			t.Errorf("verdict of the record crashed before its worker and in its evaluation: %s, want approved (the policy allows okPayTo)", v)
+		}
+		if after := f.verdictOf(t, d, judged); !bytes.Equal(after, before) {
+			t.Errorf("a terminal verdict changed across the crash:\nbefore %s\nafter  %s", before, after)
+		}
+		if !strings.Contains(string(before), `"outcome":"rejected"`) {
+			t.Errorf("verdict of a payment to a payee the policy does not allow: %s, want rejected", before)
+		}
+		// The submit whose 201 was lost: found by its traceId, then judged.
+		r, err := doVerdictAPI(http.MethodGet, d.verdictAPI+"/transactions?traceId=crash-before-201", f.key, "")
+		var list struct {
+			Transactions []struct {
+				RequestHash string `json:"requestHash"`
+			} `json:"transactions"`
+		}
+		if err != nil || r.Status != http.StatusOK || json.Unmarshal(r.Body, &list) != nil || len(list.Transactions) != 1 {
+			t.Fatalf("GET /transactions?traceId= of the submit whose 201 was lost: %d %v: %s", r.Status, err, r.Body)
+		}
+		if v := f.awaitVerdict(t, d, list.Transactions[0].RequestHash); !strings.Contains(string(v), `"outcome":"approved"`) {
+			t.Errorf("verdict of the submit whose 201 was lost: %s", v)
+		}
+		// Submitting it again is refused as a duplicate trace: nothing is judged twice.
+		if status, _, err := f.submitVerdict(d, f.okPayTo, "crash-before-201"); err != nil || status != http.StatusConflict {
+			t.Errorf("the same submit again: %d %v, want 409 duplicate trace", status, err)
+		}
+		f.noSecretsIn(t, a.caddy.Logs()+b.caddy.Logs()+c.caddy.Logs()+d.caddy.Logs())
+	})
+}
+
+// eachCrashStore runs f in a subtest on a crash fleet with the embedded stores ("sqlite")
+// and on one with the shared ones ("postgres").
+func eachCrashStore(t *testing.T, f func(t *testing.T, name string, fleet *verdictFleet)) {
 	for _, setup := range []verdictSetup{{}, {shared: true}} {
 		name := "sqlite"
 		if setup.shared {
 			name = "postgres"
 		}
-		t.Run(name, func(t *testing.T) {
-			f := crashFleet(t, setup)
-			submit := func(in *verdictInstance, payTo common.Address, trace string) string {
-				t.Helper()
-				status, hash, err := f.submitVerdict(in, payTo, trace)
-				if err != nil || status != http.StatusCreated || hash == "" {
-					t.Fatalf("POST /transactions %s: %d %v", trace, status, err)
-				}
-				return hash
-			}
-
-			// Between the 201 and the worker: the record is accepted, then the process dies.
-			a := f.startFaulty(t, "verdict.before-worker=block")
-			waiting := submit(a, f.okPayTo, "crash-before-worker")
-			awaitPoint(t, a, "verdict.before-worker")
-			if v := f.verdictOf(t, a, waiting); v != nil {
-				t.Fatalf("the record blocked before its worker has a verdict: %s", v)
-			}
-			a.caddy.Kill()
-
-			// During an evaluation: the same record, swept at start, blocks in the engine;
-			// a record submitted meanwhile is judged by another worker and is terminal
-			// before the crash.
-			b := f.startFaulty(t, "verdict.evaluate=block")
-			awaitPoint(t, b, "verdict.evaluate")
-			judged := submit(b, f.denied, "crash-judged-before")
-			before := f.awaitVerdict(t, b, judged)
-			if v := f.verdictOf(t, b, waiting); v != nil {
-				t.Fatalf("the record blocked in its evaluation has a verdict: %s", v)
-			}
-			b.caddy.Kill()
-
-			// After the store, before the 201: the client never learns it was accepted.
-			c := f.startFaulty(t, "verdict.after-create=kill")
-			if status, _, err := f.submitVerdict(c, f.okPayTo, "crash-before-201"); err == nil {
-				t.Fatalf("POST /transactions was answered %d though Caddy was to crash before the 201", status)
-			}
-			if !c.caddy.WaitExit(crashBound) {
-				t.Fatal("Caddy did not die after storing the record")
-			}
-
-			d := f.startFaulty(t, "")
-			if v := f.awaitVerdict(t, d, waiting); !strings.Contains(string(v), `"outcome":"approved"`) {
-				t.Errorf("verdict of the record crashed before its worker and in its evaluation: %s, want approved (the policy allows okPayTo)", v)
-			}
-			if after := f.verdictOf(t, d, judged); !bytes.Equal(after, before) {
-				t.Errorf("a terminal verdict changed across the crash:\nbefore %s\nafter  %s", before, after)
-			}
-			if !strings.Contains(string(before), `"outcome":"rejected"`) {
-				t.Errorf("verdict of a payment to a payee the policy does not allow: %s, want rejected", before)
-			}
-			// The submit whose 201 was lost: found by its traceId, then judged.
-			r, err := doVerdictAPI(http.MethodGet, d.verdictAPI+"/transactions?traceId=crash-before-201", f.key, "")
-			var list struct {
-				Transactions []struct {
-					RequestHash string `json:"requestHash"`
-				} `json:"transactions"`
-			}
-			if err != nil || r.Status != http.StatusOK || json.Unmarshal(r.Body, &list) != nil || len(list.Transactions) != 1 {
-				t.Fatalf("GET /transactions?traceId= of the submit whose 201 was lost: %d %v: %s", r.Status, err, r.Body)
-			}
-			if v := f.awaitVerdict(t, d, list.Transactions[0].RequestHash); !strings.Contains(string(v), `"outcome":"approved"`) {
-				t.Errorf("verdict of the submit whose 201 was lost: %s", v)
-			}
-			// Submitting it again is refused as a duplicate trace: nothing is judged twice.
-			if status, _, err := f.submitVerdict(d, f.okPayTo, "crash-before-201"); err != nil || status != http.StatusConflict {
-				t.Errorf("the same submit again: %d %v, want 409 duplicate trace", status, err)
-			}
-			f.noSecretsIn(t, a.caddy.Logs()+b.caddy.Logs()+c.caddy.Logs()+d.caddy.Logs())
-		})
+		t.Run(name, func(t *testing.T) { f(t, name, crashFleet(t, setup)) })
 	}
 }

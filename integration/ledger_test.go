@@ -313,46 +313,39 @@ func (f *verdictFleet) payUntilKilled(in *verdictInstance, host string, payments
 // header (with the token) to the new process. Every payment that moved got exactly one
 // good answer, and none moved twice.
 func TestCrashWithPaymentsInFlight(t *testing.T) {
-	for _, setup := range []verdictSetup{{}, {shared: true}} {
-		name := "sqlite"
-		if setup.shared {
-			name = "postgres"
+	eachCrashStore(t, func(t *testing.T, name string, f *verdictFleet) {
+		// One instance, its approvals in memory: the ledger is the journal's.
+		f.caddyfile = strings.Replace(f.caddyfile, "store redis {env.REDIS_URL}\n\t\t\tjournal", "store memory\n\t\t\tjournal", 1)
+		if strings.Contains(f.caddyfile, "store redis {env.REDIS_URL}\n\t\t\tjournal") {
+			t.Fatal("the verdict Caddyfile no longer has its approvals line before the journal's")
 		}
-		t.Run(name, func(t *testing.T) {
-			f := crashFleet(t, setup)
-			// One instance, its approvals in memory: the ledger is the journal's.
-			f.caddyfile = strings.Replace(f.caddyfile, "store redis {env.REDIS_URL}\n\t\t\tjournal", "store memory\n\t\t\tjournal", 1)
-			if strings.Contains(f.caddyfile, "store redis {env.REDIS_URL}\n\t\t\tjournal") {
-				t.Fatal("the verdict Caddyfile no longer has its approvals line before the journal's")
-			}
-			f.caddyfile = strings.Replace(f.caddyfile, "guardian_mode required", "guardian_mode required\n\t\t\tverdict_rate 1000 1000", 1)
-			for _, at := range []int{0, 24, 44} {
-				t.Run(fmt.Sprintf("killed after %d broadcasts", at), func(t *testing.T) {
-					in := f.startFaulty(t, "")
-					host := strings.TrimPrefix(in.api, "http://")
-					bal := balances(t, f.tok, f.payer.Address, f.okPayTo)
-					head := blockNumber(t, f.chain)
-					payments := f.lostAnswers(t, 48, fmt.Sprintf("crash-%s-%d", name, at))
-					f.payUntilKilled(in, host, payments, at, nil)
-					again := f.startFaulty(t, "")
-					var wg sync.WaitGroup
-					for _, p := range payments {
-						if p.answers[0] != 0 && p.retry == "" {
-							continue
-						}
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
-							p.resend(again.api+p.path, host)
-						}()
+		f.caddyfile = strings.Replace(f.caddyfile, "guardian_mode required", "guardian_mode required\n\t\t\tverdict_rate 1000 1000", 1)
+		for _, at := range []int{0, 24, 44} {
+			t.Run(fmt.Sprintf("killed after %d broadcasts", at), func(t *testing.T) {
+				in := f.startFaulty(t, "")
+				host := strings.TrimPrefix(in.api, "http://")
+				bal := balances(t, f.tok, f.payer.Address, f.okPayTo)
+				head := blockNumber(t, f.chain)
+				payments := f.lostAnswers(t, 48, fmt.Sprintf("crash-%s-%d", name, at))
+				f.payUntilKilled(in, host, payments, at, nil)
+				again := f.startFaulty(t, "")
+				var wg sync.WaitGroup
+				for _, p := range payments {
+					if p.answers[0] != 0 && p.retry == "" {
+						continue
 					}
-					wg.Wait()
-					f.oneGoodAnswerEach(t, payments, head, bal)
-					again.caddy.Stop()
-				})
-			}
-		})
-	}
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						p.resend(again.api+p.path, host)
+					}()
+				}
+				wg.Wait()
+				f.oneGoodAnswerEach(t, payments, head, bal)
+				again.caddy.Stop()
+			})
+		}
+	})
 }
 
 // TestCrashKeepsPendingRetryTokens is the last point of "Why" 8 in issue 20: the retry
