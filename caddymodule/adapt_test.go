@@ -227,3 +227,20 @@ func expectAdaptError(t *testing.T, caddyfile, wantErr string) {
 		t.Errorf("error = %v: it repeats a prefix or uses a JSON name", err)
 	}
 }
+
+// TestCaddyfileExampleIsPinned keeps testdata/caddyfile_example.caddyfiletest's Caddyfile
+// the repository's Caddyfile.example, so that the demo's adapted JSON is pinned too.
+func TestCaddyfileExampleIsPinned(t *testing.T) {
+	example, err := os.ReadFile(filepath.Join("..", "Caddyfile.example"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden, err := os.ReadFile(filepath.Join("testdata", "caddyfile_example.caddyfiletest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned, _, _ := strings.Cut(string(golden), "\n"+goldenSeparator+"\n")
+	if pinned+"\n" != string(example) {
+		t.Error("testdata/caddyfile_example.caddyfiletest does not start with Caddyfile.example: copy it there, then go test -run TestCaddyfileAdapt -update")
+	}
+}
