@@ -7,9 +7,12 @@
 package x402gate
 
 import (
-	// The Caddy modules: the x402 and verdict apps, the x402, x402_facilitator and
-	// verdict_api handlers, and the x402_redact log encoder.
-	_ "github.com/x402gate/x402gate/caddymodule"
+	// The Caddy modules, one package per runtime: the x402 app with the x402 and
+	// x402_facilitator handlers; the verdict app with the verdict_api handler and the
+	// `caddy verdict` commands; the x402_redact log encoder.
+	_ "github.com/x402gate/x402gate/caddymodule/logredact"
+	_ "github.com/x402gate/x402gate/caddymodule/paygate"
+	_ "github.com/x402gate/x402gate/caddymodule/verdictapp"
 )
 
 // Version is the x402gate release this source tree is. xcaddy.json pins the same version.

@@ -1,4 +1,4 @@
-package caddymodule
+package caddymodule_test
 
 import (
 	"encoding/json"
@@ -9,6 +9,10 @@ import (
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+
+	"github.com/x402gate/x402gate/caddymodule/logredact"
+	"github.com/x402gate/x402gate/caddymodule/paygate"
+	"github.com/x402gate/x402gate/caddymodule/verdictapp"
 )
 
 // The Caddyfile fuzzers feed any text to each parser of ours: the x402 directive (accept,
@@ -23,6 +27,9 @@ import (
 //   - an error never quotes the value of a secret option (docs/caddy.md#secrets);
 //   - a config that parses survives a JSON round trip unchanged, as the adapted config
 //     Caddy loads.
+
+// payee is a pay_to address of the seeds.
+const payee = "0x1111111111111111111111111111111111111111"
 
 // fuzzFile is the file name the fuzzers tokenize under, so that errors say where.
 const fuzzFile = "Caddyfile"
@@ -141,21 +148,21 @@ func FuzzX402Directive(f *testing.F) {
 	f.Add("x402 {\n\tprice 0.01 USDC\n\tpay_to " + payee + "\n\tnetwork base-sepolia\n}")
 	f.Add("x402 {\n\tpay_to " + payee + "\n\taccept {\n\t\tnetwork base\n\t\tprice 1 USDC\n\t}\n\taccept {\n\t}\n}")
 	f.Fuzz(func(t *testing.T, input string) {
-		fuzzUnmarshal(t, "x402", input, (*Handler).UnmarshalCaddyfile)
+		fuzzUnmarshal(t, "x402", input, (*paygate.Handler).UnmarshalCaddyfile)
 	})
 }
 
 func FuzzX402GlobalOption(f *testing.F) {
 	f.Add("x402 {\n\tfacilitator {\n\t\tnetwork base-sepolia {\n\t\t\trpc {env.RPC}\n\t\t}\n\t\tsigner_key {env.K}\n\t}\n}")
 	f.Fuzz(func(t *testing.T, input string) {
-		fuzzUnmarshal(t, "x402", input, (*App).UnmarshalCaddyfile)
+		fuzzUnmarshal(t, "x402", input, (*paygate.App).UnmarshalCaddyfile)
 	})
 }
 
 func FuzzVerdictGlobalOption(f *testing.F) {
 	f.Add("verdict {\n\tdatabase sqlite /tmp/v.db\n\tadmin_key {env.ADMIN}\n}")
 	f.Fuzz(func(t *testing.T, input string) {
-		fuzzUnmarshal(t, "verdict", input, (*VerdictApp).UnmarshalCaddyfile)
+		fuzzUnmarshal(t, "verdict", input, (*verdictapp.VerdictApp).UnmarshalCaddyfile)
 	})
 }
 
@@ -163,14 +170,14 @@ func FuzzVerdictAPIDirective(f *testing.F) {
 	f.Add("verdict_api")
 	f.Add("verdict_api {\n}")
 	f.Fuzz(func(t *testing.T, input string) {
-		fuzzUnmarshal(t, "verdict_api", input, (*VerdictAPI).UnmarshalCaddyfile)
+		fuzzUnmarshal(t, "verdict_api", input, (*verdictapp.VerdictAPI).UnmarshalCaddyfile)
 	})
 }
 
 func FuzzFacilitatorDirective(f *testing.F) {
 	f.Add("x402_facilitator {\n\tfacilitator main\n\tapi_key {env.K}\n\thealth_detail on\n\tstrip_prefix /f\n}")
 	f.Fuzz(func(t *testing.T, input string) {
-		fuzzUnmarshal(t, "x402_facilitator", input, (*FacilitatorHandler).UnmarshalCaddyfile)
+		fuzzUnmarshal(t, "x402_facilitator", input, (*paygate.FacilitatorHandler).UnmarshalCaddyfile)
 	})
 }
 
@@ -178,7 +185,7 @@ func FuzzRedactEncoder(f *testing.F) {
 	f.Add("x402_redact json")
 	f.Add("x402_redact console {\n\ttime_format iso8601\n}")
 	f.Fuzz(func(t *testing.T, input string) {
-		fuzzUnmarshal(t, "x402_redact", input, (*RedactEncoder).UnmarshalCaddyfile)
+		fuzzUnmarshal(t, "x402_redact", input, (*logredact.RedactEncoder).UnmarshalCaddyfile)
 	})
 }
 
@@ -215,7 +222,7 @@ func FuzzAdaptSite(f *testing.F) {
 // FuzzX402Directive's seed corpus).
 func TestSchemaFileIsARegularFile(t *testing.T) {
 	for _, dev := range []string{"/dev/zero", "/dev/null", t.TempDir()} {
-		var h Handler
+		var h paygate.Handler
 		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("x402 {\n\tdiscovery {\n\t\tinput_schema " + dev + "\n\t}\n}"))
 		if err == nil || !strings.Contains(err.Error(), dev) || !strings.Contains(err.Error(), "Caddyfile:3") && !strings.Contains(err.Error(), "Testfile:3") {
 			t.Errorf("input_schema %s: error %v, want one naming the file and line 3", dev, err)
@@ -234,20 +241,20 @@ func TestATypelessDSNIsNotEchoed(t *testing.T) {
 		parse func(*caddyfile.Dispenser) error
 		want  string
 	}{
-		{"verdict {\n\tstore postgres://verdict:" + pw + "@db/verdict\n}", func(d *caddyfile.Dispenser) error { return new(VerdictApp).UnmarshalCaddyfile(d) }, "store wants a type first"},
-		{"x402 {\n\tfacilitator {\n\t\tjournal postgres://x402:" + pw + "@db/x402\n\t}\n}", func(d *caddyfile.Dispenser) error { return new(App).UnmarshalCaddyfile(d) }, "journal wants a type first"},
-		{"x402 {\n\tfacilitator {\n\t\tstore redis://:" + pw + "@cache:6379\n\t}\n}", func(d *caddyfile.Dispenser) error { return new(App).UnmarshalCaddyfile(d) }, "store wants a type first"},
-		{"verdict {\n\trpc https://rpc.example/v3/" + pw + "\n}", func(d *caddyfile.Dispenser) error { return new(VerdictApp).UnmarshalCaddyfile(d) }, "rpc wants <chain id> <url placeholder>"},
-		{"verdict {\n\trpc https://rpc.example/v3/" + pw + " 8453\n}", func(d *caddyfile.Dispenser) error { return new(VerdictApp).UnmarshalCaddyfile(d) }, "the chain id comes first"},
-		{"verdict {\n\tstore mysql x\n}", func(d *caddyfile.Dispenser) error { return new(VerdictApp).UnmarshalCaddyfile(d) }, `unknown store "mysql"`},
+		{"verdict {\n\tstore postgres://verdict:" + pw + "@db/verdict\n}", func(d *caddyfile.Dispenser) error { return new(verdictapp.VerdictApp).UnmarshalCaddyfile(d) }, "store wants a type first"},
+		{"x402 {\n\tfacilitator {\n\t\tjournal postgres://x402:" + pw + "@db/x402\n\t}\n}", func(d *caddyfile.Dispenser) error { return new(paygate.App).UnmarshalCaddyfile(d) }, "journal wants a type first"},
+		{"x402 {\n\tfacilitator {\n\t\tstore redis://:" + pw + "@cache:6379\n\t}\n}", func(d *caddyfile.Dispenser) error { return new(paygate.App).UnmarshalCaddyfile(d) }, "store wants a type first"},
+		{"verdict {\n\trpc https://rpc.example/v3/" + pw + "\n}", func(d *caddyfile.Dispenser) error { return new(verdictapp.VerdictApp).UnmarshalCaddyfile(d) }, "rpc wants <chain id> <url placeholder>"},
+		{"verdict {\n\trpc https://rpc.example/v3/" + pw + " 8453\n}", func(d *caddyfile.Dispenser) error { return new(verdictapp.VerdictApp).UnmarshalCaddyfile(d) }, "the chain id comes first"},
+		{"verdict {\n\tstore mysql x\n}", func(d *caddyfile.Dispenser) error { return new(verdictapp.VerdictApp).UnmarshalCaddyfile(d) }, `unknown store "mysql"`},
 		// A wrong number of values names the option, never the word it stopped at, which can be
 		// the secret itself (FuzzX402GlobalOption found `journal 0 <value>` in a network block,
 		// whose error quoted the value).
-		{"x402 {\n\tfacilitator {\n\t\tjournal postgres postgres://x402:" + pw + "@db/x402 extra\n\t}\n}", func(d *caddyfile.Dispenser) error { return new(App).UnmarshalCaddyfile(d) }, "wrong number of values for journal"},
-		{"x402 {\n\tfacilitator {\n\t\tnetwork base {\n\t\t\trpc https://rpc.example/v3/" + pw + " extra\n\t\t}\n\t}\n}", func(d *caddyfile.Dispenser) error { return new(App).UnmarshalCaddyfile(d) }, "wrong number of values for rpc"},
-		{"x402 {\n\tfacilitator {\n\t\tnetwork base {\n\t\t\tjournal postgres postgres://x402:" + pw + "@db/x402\n\t\t}\n\t}\n}", func(d *caddyfile.Dispenser) error { return new(App).UnmarshalCaddyfile(d) }, "wrong number of values for journal"},
-		{"x402_facilitator {\n\tapi_key {env.K} " + pw + "\n}", func(d *caddyfile.Dispenser) error { return new(FacilitatorHandler).UnmarshalCaddyfile(d) }, "wrong number of values for api_key"},
-		{"verdict {\n\tstore postgres postgres://verdict:" + pw + "@db/verdict extra\n}", func(d *caddyfile.Dispenser) error { return new(VerdictApp).UnmarshalCaddyfile(d) }, "wrong number of values for store"},
+		{"x402 {\n\tfacilitator {\n\t\tjournal postgres postgres://x402:" + pw + "@db/x402 extra\n\t}\n}", func(d *caddyfile.Dispenser) error { return new(paygate.App).UnmarshalCaddyfile(d) }, "wrong number of values for journal"},
+		{"x402 {\n\tfacilitator {\n\t\tnetwork base {\n\t\t\trpc https://rpc.example/v3/" + pw + " extra\n\t\t}\n\t}\n}", func(d *caddyfile.Dispenser) error { return new(paygate.App).UnmarshalCaddyfile(d) }, "wrong number of values for rpc"},
+		{"x402 {\n\tfacilitator {\n\t\tnetwork base {\n\t\t\tjournal postgres postgres://x402:" + pw + "@db/x402\n\t\t}\n\t}\n}", func(d *caddyfile.Dispenser) error { return new(paygate.App).UnmarshalCaddyfile(d) }, "wrong number of values for journal"},
+		{"x402_facilitator {\n\tapi_key {env.K} " + pw + "\n}", func(d *caddyfile.Dispenser) error { return new(paygate.FacilitatorHandler).UnmarshalCaddyfile(d) }, "wrong number of values for api_key"},
+		{"verdict {\n\tstore postgres postgres://verdict:" + pw + "@db/verdict extra\n}", func(d *caddyfile.Dispenser) error { return new(verdictapp.VerdictApp).UnmarshalCaddyfile(d) }, "wrong number of values for store"},
 	} {
 		err := c.parse(caddyfile.NewTestDispenser(c.input))
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), pw) {

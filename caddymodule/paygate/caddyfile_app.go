@@ -1,0 +1,304 @@
+package paygate
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+
+	"github.com/x402gate/x402gate/facilitator"
+)
+
+// The x402 global option (the x402 app). Registered in caddyfile.go.
+
+// parseGlobalOption parses the x402 global option into the x402 app. Repeated x402
+// blocks merge; a facilitator name may appear once.
+func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
+	app := new(App)
+	if ex, ok := existing.(httpcaddyfile.App); ok {
+		if err := json.Unmarshal(ex.Value, app); err != nil {
+			return nil, fmt.Errorf("merging x402 options: %w", err)
+		}
+	}
+	if err := app.UnmarshalCaddyfile(d); err != nil {
+		return nil, err
+	}
+	return httpcaddyfile.App{Name: "x402", Value: caddyconfig.JSON(app, nil)}, nil
+}
+
+// UnmarshalCaddyfile sets up the x402 app from the global option. Syntax:
+//
+//	x402 {
+//		facilitator [<name>] {
+//			network <name> {
+//				chain_id <id>
+//				rpc <url>
+//				asset <address>
+//				asset_name <eip712 name>
+//				asset_version <eip712 version>
+//				decimals <n>
+//				symbol <sym>
+//				min_amount <base units>
+//			}
+//			signer_key <placeholder>
+//			store memory [<max entries>] | redis <url>
+//			journal sqlite [<path>] | postgres <dsn>
+//			guardian_mode off|optional|required
+//			verdict_url <url>
+//			verdict_key <placeholder>
+//			pricing_url <url>
+//			approval_ttl <duration>
+//			receipt_timeout <duration>
+//			verdict_poll <interval> <max attempts> [<max delay>]
+//			verdict_rate <per second> <burst>
+//			reconcile_interval <duration>
+//			erc6492_factories <address>...
+//		}
+//	}
+func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	if err := blockOnly(d); err != nil {
+		return err
+	}
+	for d.NextBlock(0) {
+		if d.Val() != "facilitator" {
+			return d.Errf("unrecognized x402 option %q", d.Val())
+		}
+		name := DefaultFacilitatorName
+		if d.NextArg() {
+			name = d.Val()
+		}
+		if d.NextArg() {
+			return argErr(d)
+		}
+		if _, dup := a.Facilitators[name]; dup {
+			return d.Errf("facilitator %q is declared twice", name)
+		}
+		fc := new(FacilitatorConfig)
+		lines := optionTokens{"": d.Token()}
+		if err := fc.unmarshalCaddyfile(d, lines); err != nil {
+			return err
+		}
+		if err := fc.Validate(); err != nil {
+			return lines.errAt(d, optionOf(err), fmt.Errorf("facilitator %q: %w", name, err))
+		}
+		if a.Facilitators == nil {
+			a.Facilitators = map[string]*FacilitatorConfig{}
+		}
+		a.Facilitators[name] = fc
+	}
+	return nil
+}
+
+func (fc *FacilitatorConfig) unmarshalCaddyfile(d *caddyfile.Dispenser, lines optionTokens) error {
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		opt := d.Val()
+		if opt != "network" {
+			lines.set(opt, d)
+		}
+		switch opt {
+		case "network":
+			var n NetworkConfig
+			if err := oneArg(d, &n.Name); err != nil {
+				return err
+			}
+			lines.set(n.Name+"/network", d) // the last one: a duplicate is reported there
+			if err := n.unmarshalCaddyfile(d, lines); err != nil {
+				return err
+			}
+			fc.Networks = append(fc.Networks, n)
+		case "signer_key":
+			if err := oneArg(d, &fc.SignerKey); err != nil {
+				return err
+			}
+		case "store":
+			args, err := kindArgs(d, "store", facilitator.StoreMemory, facilitator.StoreRedis)
+			if err != nil {
+				return err
+			}
+			s := &StoreConfig{Type: args[0]}
+			switch {
+			case args[0] == facilitator.StoreRedis:
+				s.URL = args[1]
+			case len(args) == 2:
+				n, err := strconv.Atoi(args[1])
+				if err != nil || n <= 0 {
+					return d.Errf("store memory: max entries %q is not a positive integer", args[1])
+				}
+				s.MaxEntries = n
+			}
+			fc.Store = s
+		case "journal":
+			j, err := parseDatabase(d, "journal")
+			if err != nil {
+				return err
+			}
+			fc.Journal = j
+		case "guardian_mode":
+			if err := oneArg(d, &fc.GuardianMode); err != nil {
+				return err
+			}
+		case "verdict_url", "verdict_key", "pricing_url":
+			dst := map[string]*string{"verdict_url": &fc.VerdictURL, "verdict_key": &fc.VerdictKey, "pricing_url": &fc.PricingURL}[opt]
+			if err := oneArg(d, dst); err != nil {
+				return err
+			}
+		case "approval_ttl", "receipt_timeout", "reconcile_interval":
+			dst := map[string]*caddy.Duration{
+				"approval_ttl": &fc.ApprovalTTL, "receipt_timeout": &fc.ReceiptTimeout, "reconcile_interval": &fc.ReconcileInterval,
+			}[opt]
+			if err := durationArg(d, dst); err != nil {
+				return err
+			}
+		case "verdict_rate":
+			args := d.RemainingArgs()
+			if len(args) != 2 {
+				return argErr(d)
+			}
+			r, err := strconv.ParseFloat(args[0], 64)
+			if err != nil || !(r > 0) || math.IsInf(r, 0) {
+				return d.Errf("verdict_rate %q is not a positive number of requests per second", args[0])
+			}
+			b, err := strconv.Atoi(args[1])
+			if err != nil || b <= 0 {
+				return d.Errf("verdict_rate burst %q is not a positive integer", args[1])
+			}
+			fc.VerdictRate = &VerdictRateConfig{Rate: r, Burst: b}
+		case "verdict_poll":
+			vp, err := parseVerdictPoll(d)
+			if err != nil {
+				return err
+			}
+			fc.VerdictPoll = vp
+		case "erc6492_factories":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return argErr(d)
+			}
+			fc.ERC6492Factories = append(fc.ERC6492Factories, args...)
+		default:
+			return d.Errf("unrecognized facilitator option %q", opt)
+		}
+	}
+	return nil
+}
+
+// kindArgs reads the arguments of a `<what> <local> [<arg>] | <remote> <arg>` option (store,
+// journal): the kind, then an argument that the local kind may leave out and the remote
+// kind requires. args[0] is the kind, args[1] the argument when there is one.
+func kindArgs(d *caddyfile.Dispenser, what, local, remote string) ([]string, error) {
+	args := d.RemainingArgs()
+	switch {
+	case len(args) == 0:
+		return nil, argErr(d)
+	case args[0] == local && len(args) <= 2, args[0] == remote && len(args) == 2:
+		return args, nil
+	case args[0] == local || args[0] == remote:
+		return nil, argErr(d)
+	case !plainWord(args[0]):
+		// a URL or DSN without its type: never echo it, it may hold a password
+		// (docs/caddy.md#secrets)
+		return nil, d.Errf("%s wants a type first, %s or %s (then its path, URL or DSN)", what, local, remote)
+	default:
+		return nil, d.Errf("unknown %s %q (want %s or %s)", what, args[0], local, remote)
+	}
+}
+
+// plainWord reports whether s is a short word that an error may quote: no URL, DSN or key.
+func plainWord(s string) bool {
+	if len(s) == 0 || len(s) > 32 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// parseDatabase reads `<what> sqlite [<path>] | postgres <dsn>`: the settlement journal of
+// a facilitator, or the verdict app's store.
+func parseDatabase(d *caddyfile.Dispenser, what string) (*DatabaseConfig, error) {
+	args, err := kindArgs(d, what, facilitator.JournalSQLite, facilitator.JournalPostgres)
+	if err != nil {
+		return nil, err
+	}
+	db := &DatabaseConfig{Type: args[0]}
+	switch {
+	case args[0] == facilitator.JournalPostgres:
+		db.DSN = args[1]
+	case len(args) == 2:
+		db.Path = args[1]
+	}
+	return db, nil
+}
+
+func (n *NetworkConfig) unmarshalCaddyfile(d *caddyfile.Dispenser, lines optionTokens) error {
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		opt := d.Val()
+		lines.set(n.Name+"/"+opt, d)
+		var v string
+		if err := oneArg(d, &v); err != nil {
+			return err
+		}
+		switch opt {
+		case "chain_id":
+			id, err := strconv.ParseUint(v, 10, 64)
+			if err != nil || id == 0 {
+				return d.Errf("network %s: chain_id %q is not a positive integer", n.Name, v)
+			}
+			n.ChainID = id
+		case "rpc":
+			n.RPC = v
+		case "asset":
+			n.Asset = v
+		case "asset_name":
+			n.AssetName = v
+		case "asset_version":
+			n.AssetVersion = v
+		case "decimals":
+			dec, err := strconv.Atoi(v)
+			if err != nil {
+				return d.Errf("network %s: decimals %q is not an integer", n.Name, v)
+			}
+			n.Decimals = dec
+		case "symbol":
+			n.Symbol = v
+		case "min_amount":
+			n.MinAmount = v
+		default:
+			return d.Errf("unrecognized network option %q", opt)
+		}
+	}
+	return nil
+}
+
+// parseVerdictPoll reads `verdict_poll <interval> <max attempts> [<max delay>]`.
+func parseVerdictPoll(d *caddyfile.Dispenser) (*VerdictPollConfig, error) {
+	args := d.RemainingArgs()
+	if len(args) < 2 || len(args) > 3 {
+		return nil, argErr(d)
+	}
+	interval, err := caddy.ParseDuration(args[0])
+	if err != nil || interval <= 0 {
+		return nil, d.Errf("verdict_poll interval %q is not a positive duration", args[0])
+	}
+	attempts, err := strconv.Atoi(args[1])
+	if err != nil || attempts <= 0 {
+		return nil, d.Errf("verdict_poll max attempts %q is not a positive integer", args[1])
+	}
+	vp := &VerdictPollConfig{Interval: caddy.Duration(interval), MaxAttempts: attempts}
+	if len(args) == 3 {
+		maxDelay, err := caddy.ParseDuration(args[2])
+		if err != nil || maxDelay <= 0 {
+			return nil, d.Errf("verdict_poll max delay %q is not a positive duration", args[2])
+		}
+		vp.MaxDelay = caddy.Duration(maxDelay)
+	}
+	return vp, nil
+}

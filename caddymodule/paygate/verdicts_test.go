@@ -1,0 +1,36 @@
+package paygate
+
+import (
+	"testing"
+	"time"
+
+	"github.com/x402gate/x402gate/facilitator"
+	"github.com/x402gate/x402gate/gate"
+)
+
+// TestVerifyDeadlineCoversTheVerdictPoll: a gate's /verify deadline must outlast the
+// verdict poll of its facilitator, or a slow but valid verdict always ends as the gate's
+// timeout. With the default poll (87 s of delays) it was 30 s.
+func TestVerifyDeadlineCoversTheVerdictPoll(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		rc      resolved
+		atLeast time.Duration
+		exactly time.Duration
+	}{
+		{"guardian off keeps the default", resolved{GuardianMode: facilitator.GuardianOff}, 0, gate.DefaultVerifyTimeout},
+		{"guardian required, default poll", resolved{GuardianMode: facilitator.GuardianRequired}, 87 * time.Second, 0},
+		{"guardian optional, a longer poll", resolved{GuardianMode: facilitator.GuardianOptional,
+			PollInterval: 2 * time.Second, PollAttempts: 40, PollMaxDelay: 10 * time.Second}, 360 * time.Second, 0},
+		{"a short poll never goes below the default", resolved{GuardianMode: facilitator.GuardianRequired,
+			PollInterval: 10 * time.Millisecond, PollAttempts: 2}, gate.DefaultVerifyTimeout, 0},
+	} {
+		got := verifyTimeout(&tc.rc)
+		if (tc.exactly != 0 && got != tc.exactly) || got < tc.atLeast {
+			t.Errorf("%s: verify deadline %v; want %v", tc.name, got, max(tc.exactly, tc.atLeast))
+		}
+		if tc.rc.GuardianMode != facilitator.GuardianOff && got <= pollOptions(&tc.rc).Bound() {
+			t.Errorf("%s: verify deadline %v does not outlast the poll bound %v", tc.name, got, pollOptions(&tc.rc).Bound())
+		}
+	}
+}
