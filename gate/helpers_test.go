@@ -19,8 +19,8 @@ import (
 	"github.com/ethereum/go-ethereum/crypto"
 
 	"github.com/x402gate/x402gate/facilitator"
+	"github.com/x402gate/x402gate/facilitator/facilitatortest"
 	"github.com/x402gate/x402gate/facilitator/httpapi"
-	"github.com/x402gate/x402gate/internal/enginetest"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -57,7 +57,7 @@ func newTestEnv(t *testing.T) *testEnv {
 // newTestEnvWith is newTestEnv with the engine's config changed by mutate.
 func newTestEnvWith(t *testing.T, mutate func(*facilitator.Config)) *testEnv {
 	t.Helper()
-	c := enginetest.StartChain(t)
+	c := facilitatortest.StartChain(t)
 	e := c.Engine(t, mutate)
 	chain, token, net, reg := c.Chain, c.Token, c.Network, c.Registry
 	return &testEnv{

@@ -9,7 +9,7 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 
 	"github.com/x402gate/x402gate/facilitator"
-	"github.com/x402gate/x402gate/internal/enginetest"
+	"github.com/x402gate/x402gate/facilitator/facilitatortest"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/verdict"
 	"github.com/x402gate/x402gate/x402"
@@ -21,7 +21,7 @@ var testAmount = big.NewInt(10_000)
 // testEnv is one anvil chain with our token, and a registry that knows it as
 // base-sepolia: the real parts that the API's end-to-end tests serve an engine on.
 type testEnv struct {
-	*enginetest.Env
+	*facilitatortest.Env
 	chain *testenv.Chain
 	token *testenv.Token
 	net   x402.Network
@@ -30,11 +30,11 @@ type testEnv struct {
 
 func newTestEnv(t *testing.T) *testEnv {
 	t.Helper()
-	c := enginetest.StartChain(t)
+	c := facilitatortest.StartChain(t)
 	return &testEnv{Env: c, chain: c.Chain, token: c.Token, net: c.Network, reg: c.Registry}
 }
 
-// engine starts a facilitator.Engine on the env's chain (enginetest.Env.Engine).
+// engine starts a facilitator.Engine on the env's chain (facilitatortest.Env.Engine).
 func (v *testEnv) engine(t *testing.T, mutate func(*facilitator.Config)) *facilitator.Engine {
 	t.Helper()
 	return v.Engine(t, mutate)

@@ -1,9 +1,9 @@
-// Package enginetest starts the real parts a test of a facilitator's user needs: an anvil
+// Package facilitatortest starts the real parts a test of a facilitator's user needs: an anvil
 // chain with our EIP-3009 token, a registry that knows it as base-sepolia, and an
 // in-process facilitator.Engine on it with a memory approval store and an SQLite journal,
 // as the bundled facilitator runs. The gate's and the facilitator API's tests share it;
 // the facilitator's own tests cannot (they would import themselves).
-package enginetest
+package facilitatortest
 
 import (
 	"context"
