@@ -63,7 +63,7 @@ func versionOf(p *x402.Payment) int {
 // payment is fully checked but for chain state. Otherwise c.eoa is false and the caller
 // must check the signature against the chain (checkContractSignature) and then run
 // checkRest, which keeps the order of docs/protocol.md#headers.
-func (e *Engine) checkStatic(p *x402.Payment, r *x402.Requirements, now time.Time) (*checked, *failure) {
+func (e *Service) checkStatic(p *x402.Payment, r *x402.Requirements, now time.Time) (*checked, *failure) {
 	if p == nil {
 		return nil, fail(x402.ReasonInvalidPayload, "payment payload is missing")
 	}
@@ -195,7 +195,7 @@ func checkRest(c *checked, now time.Time) *failure {
 // wallet through the factory and runs the token's transferWithAuthorization, whose
 // ERC-1271 check of the inner signature decides; nothing is deployed or sent. Settle
 // later deploys the wallet for real, and the token checks the signature again.
-func (e *Engine) checkContractSignature(ctx context.Context, c *checked) *failure {
+func (e *Service) checkContractSignature(ctx context.Context, c *checked) *failure {
 	from := c.auth.From
 	code, err := c.chain.hasCode(ctx, from)
 	if err != nil {
@@ -229,7 +229,7 @@ func (e *Engine) checkContractSignature(ctx context.Context, c *checked) *failur
 // check6492 simulates the deployment of c's ERC-6492 wallet through its allow-listed
 // factory followed by the transfer, so a wrapper whose inner signature the wallet will not
 // accept is refused at verify, before settle spends gas on deploying it.
-func (e *Engine) check6492(ctx context.Context, c *checked) *failure {
+func (e *Service) check6492(ctx context.Context, c *checked) *failure {
 	data, err := c.chain.transferCalldata(c.auth, c.sig, false)
 	if err != nil {
 		return fail(x402.ReasonInvalidSignature, "signature cannot be encoded for the token")
@@ -258,7 +258,7 @@ func (e *Engine) check6492(ctx context.Context, c *checked) *failure {
 // check: the static checks, the signature against the chain when needed, then chain state
 // (authorizationState and balanceOf, in one RPC batch). A failure to reach the chain is a
 // logical failure with ReasonChainUnavailable.
-func (e *Engine) verifyPayment(ctx context.Context, p *x402.Payment, r *x402.Requirements) (*checked, *failure) {
+func (e *Service) verifyPayment(ctx context.Context, p *x402.Payment, r *x402.Requirements) (*checked, *failure) {
 	c, f := e.checkSigned(ctx, p, r)
 	if f != nil {
 		return nil, f
@@ -272,7 +272,7 @@ func (e *Engine) verifyPayment(ctx context.Context, p *x402.Payment, r *x402.Req
 // checkSigned runs every check of verifyPayment but the token's state: the pins, the
 // exact match with r, the signature (a contract wallet's through the chain) and the time
 // window. A payment that passes was signed by its payer for exactly r.
-func (e *Engine) checkSigned(ctx context.Context, p *x402.Payment, r *x402.Requirements) (*checked, *failure) {
+func (e *Service) checkSigned(ctx context.Context, p *x402.Payment, r *x402.Requirements) (*checked, *failure) {
 	now := e.now()
 	c, f := e.checkStatic(p, r, now)
 	if f != nil {
@@ -294,7 +294,7 @@ func (e *Engine) checkSigned(ctx context.Context, p *x402.Payment, r *x402.Requi
 
 // checkTokenState checks the payer's balance and that the nonce is unused, and asks an
 // EOA signer that has code (EIP-7702) to accept the signature as the token would.
-func (e *Engine) checkTokenState(ctx context.Context, c *checked) *failure {
+func (e *Service) checkTokenState(ctx context.Context, c *checked) *failure {
 	bal, used, code, err := c.chain.tokenState(ctx, c.auth.From, c.auth.Nonce)
 	if err != nil {
 		e.logChainErr("verify token state", c.chain, err)
@@ -327,7 +327,7 @@ func (e *Engine) checkTokenState(ctx context.Context, c *checked) *failure {
 }
 
 // logChainErr logs a chain failure with the RPC URL removed.
-func (e *Engine) logChainErr(op string, c *chain, err error) {
+func (e *Service) logChainErr(op string, c *chain, err error) {
 	detail := c.redact(err)
 	var ce *chainError
 	if errors.As(err, &ce) {
@@ -357,7 +357,7 @@ func invalid(p *x402.Payment, f *failure) x402.VerifyResponse {
 // Logical failures come back as IsValid false with a reason in the payment's x402
 // version; the RPC endpoint being down is ReasonChainUnavailable. The error return is
 // reserved for failures that are not the payment's fault.
-func (e *Engine) Verify(ctx context.Context, in x402.VerifyInput) (x402.VerifyResponse, error) {
+func (e *Service) Verify(ctx context.Context, in x402.VerifyInput) (x402.VerifyResponse, error) {
 	c, f := e.verifyPayment(ctx, in.Payment, in.Requirements)
 	if f != nil {
 		e.log.Debug("verify refused", zap.String("payer", payerOf(in.Payment)), zap.String("reason", string(f.reason)))
