@@ -148,13 +148,8 @@ func (e *Service) verdictCheck(ctx context.Context, c *checked, in x402.VerifyIn
 		e.log.Warn("verdict check failed", zap.String("payer", c.auth.From.Hex()), zap.Error(err))
 		res = verdict.GuardianResult{Status: verdict.GuardianError, Reason: "verdict service error"}
 	}
-	approved := res.Approved && res.Status == verdict.GuardianApproved
-	switch {
-	case approved:
-	case res.Status == verdict.GuardianRejected || res.Status == verdict.GuardianTimeout || res.Status == verdict.GuardianError:
-	default: // inconsistent or unknown: not an approval (docs/verdict.md#fail-closed)
-		res.Status = verdict.GuardianError
-	}
+	res = outcome(res)
+	approved := res.Approved
 	resp.GuardianStatus, resp.GuardianReason = string(res.Status), res.Reason
 	if res.Verdict != nil && res.Status != verdict.GuardianError {
 		resp.GuardianReasonCode = string(res.Verdict.ReasonCode)
@@ -193,6 +188,22 @@ func (e *Service) verdictCheck(ctx context.Context, c *checked, in x402.VerifyIn
 		return deny(x402.ReasonApprovalStoreDown, "approval store unavailable")
 	}
 	return resp
+}
+
+// outcome is the one normalisation of a verdict result, whichever Verdicts gave it: an
+// approval only when Approved and the approved status agree; an approval without its
+// status, an approved status without Approved, an empty or unknown status are all
+// "error" (docs/verdict.md#fail-closed).
+func outcome(res verdict.GuardianResult) verdict.GuardianResult {
+	switch {
+	case res.Approved && res.Status == verdict.GuardianApproved:
+		return res
+	case res.Status == verdict.GuardianRejected || res.Status == verdict.GuardianTimeout || res.Status == verdict.GuardianError:
+	default:
+		res.Status = verdict.GuardianError
+	}
+	res.Approved = false
+	return res
 }
 
 // remember keeps the first terminal verdict res of c's payment until its authorization
