@@ -16,9 +16,9 @@ import (
 	"github.com/x402gate/x402gate/x402"
 )
 
-// offlineEngine is an Engine on net with no RPC client: enough for checkStatic, the CPU
+// offlineService is a Service on net with no RPC client: enough for checkStatic, the CPU
 // part of verify. It is built like New builds one, minus the dial.
-func offlineEngine(b *testing.B, net x402.Network) *Engine {
+func offlineService(b *testing.B, net x402.Network) *Service {
 	b.Helper()
 	key, err := crypto.GenerateKey()
 	if err != nil {
@@ -35,7 +35,7 @@ func offlineEngine(b *testing.B, net x402.Network) *Engine {
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := &Engine{cfg: cfg, log: cfg.Logger, now: cfg.Now, abi: tabi, chains: map[string]*chain{}, factories: map[common.Address]bool{}}
+	e := &Service{cfg: cfg, log: cfg.Logger, now: cfg.Now, abi: tabi, chains: map[string]*chain{}, factories: map[common.Address]bool{}}
 	c := &chain{cfg: cfg.Networks[0], net: net, abi: tabi, redactor: redact.URL(cfg.Networks[0].RPCURL, "rpc")}
 	e.chains[net.CAIP2], e.order = c, []*chain{c}
 	return e
@@ -76,7 +76,7 @@ func signedPayment(b *testing.B, net x402.Network, key *ecdsa.PrivateKey, payTo 
 // EIP-712 digest, ECDSA recovery of the signer, and recipient, time window and value.
 // What remains of a verify is chain state (one batched eth_call round trip).
 func BenchmarkVerifyCPU(b *testing.B) {
-	e := offlineEngine(b, x402.BaseSepolia)
+	e := offlineService(b, x402.BaseSepolia)
 	key, _ := crypto.GenerateKey()
 	now := time.Now()
 	p, r := signedPayment(b, x402.BaseSepolia, key, common.HexToAddress("0x000000000000000000000000000000000000beef"), big.NewInt(10_000), now)
@@ -112,7 +112,7 @@ func BenchmarkEcrecoverBound(b *testing.B) {
 
 // BenchmarkVerifyCPUParallel is BenchmarkVerifyCPU on every core (GOMAXPROCS goroutines).
 func BenchmarkVerifyCPUParallel(b *testing.B) {
-	e := offlineEngine(b, x402.BaseSepolia)
+	e := offlineService(b, x402.BaseSepolia)
 	key, _ := crypto.GenerateKey()
 	now := time.Now()
 	p, r := signedPayment(b, x402.BaseSepolia, key, common.HexToAddress("0x000000000000000000000000000000000000beef"), big.NewInt(10_000), now)
@@ -127,7 +127,7 @@ func BenchmarkVerifyCPUParallel(b *testing.B) {
 	})
 }
 
-// BenchmarkVerifyRPC is a whole Engine.Verify of a valid EOA payment against anvil and our
+// BenchmarkVerifyRPC is a whole Service.Verify of a valid EOA payment against anvil and our
 // token over loopback HTTP JSON-RPC (GUARDIAN_MODE off): the CPU path plus one batched
 // round trip for balanceOf and authorizationState.
 func BenchmarkVerifyRPC(b *testing.B) {
@@ -159,7 +159,7 @@ func BenchmarkVerifyRPCParallel(b *testing.B) {
 	})
 }
 
-// BenchmarkVerifyRPCContractWallet is Engine.Verify of a payment from a deployed ERC-1271
+// BenchmarkVerifyRPCContractWallet is Service.Verify of a payment from a deployed ERC-1271
 // wallet against anvil: eth_getCode, the wallet's isValidSignature, then the batched
 // token state read (three round trips).
 func BenchmarkVerifyRPCContractWallet(b *testing.B) {
@@ -181,7 +181,7 @@ func BenchmarkVerifyRPCContractWallet(b *testing.B) {
 	}
 }
 
-// BenchmarkSettleRPC is a whole Engine.Settle against anvil with automine (GUARDIAN_MODE
+// BenchmarkSettleRPC is a whole Service.Settle against anvil with automine (GUARDIAN_MODE
 // off, MemoryStore, SQLite journal): re-verify, eth_estimateGas, claim, sign, journal
 // write, eth_sendRawTransaction and the receipt poll. Each iteration settles a fresh
 // payment, signed outside the timer.
@@ -204,7 +204,7 @@ func BenchmarkSettleRPC(b *testing.B) {
 
 // rpcBenchEngine starts anvil with our token and an engine on it, and returns a valid
 // payment of account 1 to account 2.
-func rpcBenchEngine(b *testing.B) (*Engine, *x402.Payment, *x402.Requirements) {
+func rpcBenchEngine(b *testing.B) (*Service, *x402.Payment, *x402.Requirements) {
 	env := benchEnv(b)
 	e := env.engine(b, env.config(b))
 	p, r := env.pay(b, x402.Version2, env.chain.Accounts[1], env.chain.Accounts[2].Address)

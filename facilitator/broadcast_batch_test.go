@@ -135,7 +135,7 @@ func TestBatchBroadcastNeverSignsBelowATakenTransaction(t *testing.T) {
 
 // settleCalls checks and simulates n new payments, from accounts first, first+1 … to
 // account 9, and returns their calls, ready to send.
-func settleCalls(t *testing.T, env *testEnv, e *Engine, first, n int) []call {
+func settleCalls(t *testing.T, env *testEnv, e *Service, first, n int) []call {
 	t.Helper()
 	var calls []call
 	for i := range n {
@@ -213,7 +213,7 @@ func wantMoved(t *testing.T, env *testEnv, payee common.Address, before *big.Int
 
 // synced settles one payment to account 9 through e, which syncs its sender's nonce, and
 // returns the sender, the payee, the payee's balance and the signer's nonce after it.
-func synced(t *testing.T, env *testEnv, e *Engine) (s *sender, payee common.Address, before *big.Int, start uint64) {
+func synced(t *testing.T, env *testEnv, e *Service) (s *sender, payee common.Address, before *big.Int, start uint64) {
 	t.Helper()
 	payee = env.chain.Accounts[9].Address
 	p, r := env.pay(t, x402.Version2, env.chain.Accounts[1], payee)

@@ -131,7 +131,7 @@ func TestDefiniteNodeRefusalNamesNoTransaction(t *testing.T) {
 // settleThrough settles one payment from account 1 to account 2 through an engine whose RPC
 // endpoint is rpc(env) (a proxy of the real node), and returns what the tests look at
 // after it: the payee's balance before, and the settle's answer.
-func settleThrough(t *testing.T, rpc func(*testEnv) string) (env *testEnv, cfg Config, e *Engine, p *x402.Payment, r *x402.Requirements, payee testenv.Account, before *big.Int, res x402.SettleResponse) {
+func settleThrough(t *testing.T, rpc func(*testEnv) string) (env *testEnv, cfg Config, e *Service, p *x402.Payment, r *x402.Requirements, payee testenv.Account, before *big.Int, res x402.SettleResponse) {
 	t.Helper()
 	env = newTestEnv(t)
 	cfg = env.config(t)

@@ -25,7 +25,7 @@ import (
 type stuckSettlement struct {
 	env     *testEnv
 	cfg     Config
-	e       *Engine
+	e       *Service
 	key     string
 	first   *types.Transaction
 	payee   common.Address

@@ -152,7 +152,7 @@ type chain struct {
 	// (batchCall); batching is tried again after batchRetry.
 	oneByOneUntil atomic.Int64
 	log           *zap.Logger
-	// state is the network's readiness (Engine.Ready).
+	// state is the network's readiness (Service.Ready).
 	state netState
 }
 

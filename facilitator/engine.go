@@ -26,19 +26,19 @@ import (
 	"github.com/x402gate/x402gate/x402"
 )
 
-// GuardianMode is the GUARDIAN_MODE setting: when /verify consults the verdict service.
-type GuardianMode string
+// VerdictMode is the GUARDIAN_MODE setting: when /verify consults the verdict service.
+type VerdictMode string
 
 // GUARDIAN_MODE values (docs/caddy.md#modules).
 const (
-	// GuardianOff never consults the verdict service; /settle needs no approval.
-	GuardianOff GuardianMode = "off"
-	// GuardianOptional consults it only when /verify carries verificationRequirements.
+	// VerdictOff never consults the verdict service; /settle needs no approval.
+	VerdictOff VerdictMode = "off"
+	// VerdictOptional consults it only when /verify carries verificationRequirements.
 	// A payment that was sent to the verdict service is never settled without consuming
 	// its approval (see Settle).
-	GuardianOptional GuardianMode = "optional"
-	// GuardianRequired consults it on every /verify; every /settle consumes an approval.
-	GuardianRequired GuardianMode = "required"
+	VerdictOptional VerdictMode = "optional"
+	// VerdictRequired consults it on every /verify; every /settle consumes an approval.
+	VerdictRequired VerdictMode = "required"
 )
 
 // Defaults of Config.
@@ -84,7 +84,7 @@ type SubmitLimiter interface {
 	Allow(ctx context.Context, key string) (bool, error)
 }
 
-// Config configures an Engine.
+// Config configures a Service.
 type Config struct {
 	// Networks lists the chains to serve. At least one is required.
 	Networks []NetworkConfig
@@ -97,11 +97,11 @@ type Config struct {
 	Store approval.Store
 	// Journal is the settlement journal. Required.
 	Journal journal.Journal
-	// Verdicts is the verdict service client. Default nil: when GuardianMode requires a
+	// Verdicts is the verdict service client. Default nil: when VerdictMode requires a
 	// verdict, /verify fails closed.
 	Verdicts Verdicts
-	// GuardianMode is GUARDIAN_MODE. Default GuardianOff.
-	GuardianMode GuardianMode
+	// VerdictMode is GUARDIAN_MODE. Default VerdictOff.
+	VerdictMode VerdictMode
 	// Pricing quotes the verification fee of a merchant requirement: the facilitator's own
 	// pricing service (verdictclient.Pricing). A /verify's verificationRequirements are
 	// settled only when they equal its quote exactly. Default nil: no verification fee is
@@ -169,11 +169,11 @@ type Config struct {
 	beforeBroadcast func(journal.Settlement) error
 }
 
-// Engine is the in-process facilitator. It satisfies gate.Facilitator, so a resource gate
+// Service is the in-process facilitator. It satisfies gate.Facilitator, so a resource gate
 // runs on it directly, and httpapi.Backend, so httpapi.NewHandler serves it over HTTP
 // (docs/facilitator.md#api). The guards sit in gate's tests, since this package imports
 // neither.
-type Engine struct {
+type Service struct {
 	cfg       Config
 	log       *zap.Logger
 	now       func() time.Time
@@ -191,7 +191,7 @@ type Engine struct {
 // HTTP endpoint is not contacted until a call) and no network is ready. Start brings the
 // networks up in the background (docs/facilitator.md#start-up). The Store and Journal
 // stay owned by the caller; Close releases only the RPC clients.
-func Open(cfg Config) (*Engine, error) {
+func Open(cfg Config) (*Service, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
@@ -199,7 +199,7 @@ func Open(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{
+	e := &Service{
 		cfg:       cfg,
 		log:       cfg.Logger,
 		now:       cfg.Now,
@@ -228,7 +228,7 @@ func Open(cfg Config) (*Engine, error) {
 // that each RPC endpoint reports the configured chain id and, unless
 // cfg.SkipStartupReconcile, reconciles the settlements a previous process left
 // unfinished. An endpoint that cannot be reached or serves another chain is an error.
-func New(ctx context.Context, cfg Config) (*Engine, error) {
+func New(ctx context.Context, cfg Config) (*Service, error) {
 	e, err := Open(cfg)
 	if err != nil {
 		return nil, err
@@ -256,12 +256,12 @@ func (cfg *Config) check() error {
 	if cfg.Journal == nil {
 		return errors.New("facilitator config: journal is required")
 	}
-	switch cfg.GuardianMode {
+	switch cfg.VerdictMode {
 	case "":
-		cfg.GuardianMode = GuardianOff
-	case GuardianOff, GuardianOptional, GuardianRequired:
+		cfg.VerdictMode = VerdictOff
+	case VerdictOff, VerdictOptional, VerdictRequired:
 	default:
-		return fmt.Errorf("facilitator config: unknown guardian mode %q (want off, optional or required)", cfg.GuardianMode)
+		return fmt.Errorf("facilitator config: unknown guardian mode %q (want off, optional or required)", cfg.VerdictMode)
 	}
 	seen := map[string]bool{}
 	for i, nc := range cfg.Networks {
@@ -321,7 +321,7 @@ func (cfg *Config) check() error {
 
 // dial makes the RPC client of one network. The endpoint is http or https (Settings), so
 // this sends nothing: the first call connects.
-func (e *Engine) dial(nc NetworkConfig) (*chain, error) {
+func (e *Service) dial(nc NetworkConfig) (*chain, error) {
 	red := redact.URL(nc.RPCURL, "rpc")
 	rt := &countingTransport{next: http.DefaultTransport}
 	rc, err := rpc.DialOptions(context.Background(), nc.RPCURL, rpc.WithHTTPClient(&http.Client{Timeout: e.cfg.RPCTimeout, Transport: rt}))
@@ -335,18 +335,18 @@ func (e *Engine) dial(nc NetworkConfig) (*chain, error) {
 }
 
 // Close releases the RPC clients. It does not close the Store or the Journal.
-func (e *Engine) Close() {
+func (e *Service) Close() {
 	for _, c := range e.order {
 		c.client.Close()
 	}
 }
 
 // Address is the facilitator signer's address: the account that pays gas.
-func (e *Engine) Address() common.Address { return e.address }
+func (e *Service) Address() common.Address { return e.address }
 
 // StartupReconcile returns the report of the start-up reconciles of the networks brought
 // up so far, added up (zero when skipped).
-func (e *Engine) StartupReconcile() ReconcileReport {
+func (e *Service) StartupReconcile() ReconcileReport {
 	e.reconMu.Lock()
 	defer e.reconMu.Unlock()
 	return e.lastRecon
@@ -355,7 +355,7 @@ func (e *Engine) StartupReconcile() ReconcileReport {
 // Supported lists a v1 kind (v1 network name) and a v2 kind (CAIP-2 id) of scheme "exact"
 // for every configured network, and the signer address under "eip155:*"
 // (docs/facilitator.md#api).
-func (e *Engine) Supported(ctx context.Context) (x402.SupportedResponse, error) {
+func (e *Service) Supported(ctx context.Context) (x402.SupportedResponse, error) {
 	resp := x402.SupportedResponse{
 		Kinds:      []x402.SupportedKind{},
 		Extensions: []string{},
@@ -394,20 +394,20 @@ type NetworkInfo struct {
 // facilitator address and its cached balances, the verdict service URL. It carries no
 // RPC URL and no key.
 type EngineInfo struct {
-	Address      string        `json:"address"`
-	GuardianMode string        `json:"guardianMode"`
-	VerdictURL   string        `json:"verdictUrl,omitempty"`
-	Networks     []NetworkInfo `json:"networks"`
+	Address     string        `json:"address"`
+	VerdictMode string        `json:"guardianMode"`
+	VerdictURL  string        `json:"verdictUrl,omitempty"`
+	Networks    []NetworkInfo `json:"networks"`
 }
 
 // Info reports the engine's networks, signer address and cached balances. A balance that
 // cannot be read is left empty; Info never fails.
-func (e *Engine) Info(ctx context.Context) EngineInfo {
+func (e *Service) Info(ctx context.Context) EngineInfo {
 	info := EngineInfo{
-		Address:      e.address.Hex(),
-		GuardianMode: string(e.cfg.GuardianMode),
-		VerdictURL:   e.cfg.VerdictURL,
-		Networks:     []NetworkInfo{},
+		Address:     e.address.Hex(),
+		VerdictMode: string(e.cfg.VerdictMode),
+		VerdictURL:  e.cfg.VerdictURL,
+		Networks:    []NetworkInfo{},
 	}
 	for _, c := range e.order {
 		ni := NetworkInfo{
@@ -434,7 +434,7 @@ func (e *Engine) Info(ctx context.Context) EngineInfo {
 // cachedBalance returns the signer's native and asset balances on c, read at most once
 // per TTL (one JSON-RPC batch). A failed read keeps the previous values (nil when never
 // read).
-func (e *Engine) cachedBalance(ctx context.Context, c *chain) (native, asset *big.Int) {
+func (e *Service) cachedBalance(ctx context.Context, c *chain) (native, asset *big.Int) {
 	c.balanceMu.Lock()
 	defer c.balanceMu.Unlock()
 	now := e.now().UnixNano()
@@ -451,14 +451,14 @@ func (e *Engine) cachedBalance(ctx context.Context, c *chain) (native, asset *bi
 }
 
 // chainFor returns the configured chain of a CAIP-2 id.
-func (e *Engine) chainFor(caip2 string) (*chain, bool) {
+func (e *Service) chainFor(caip2 string) (*chain, bool) {
 	c, ok := e.chains[caip2]
 	return c, ok
 }
 
 // networkName is the network as a response of the given version names it: the v1 name
 // for v1, the CAIP-2 id for v2.
-func (e *Engine) networkName(caip2 string, version int) string {
+func (e *Service) networkName(caip2 string, version int) string {
 	if c, ok := e.chains[caip2]; ok && version == x402.Version1 {
 		return c.net.Name
 	}

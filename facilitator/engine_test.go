@@ -72,8 +72,8 @@ func (v *testEnv) config(t testing.TB) Config {
 	}
 }
 
-// engine starts an Engine on cfg and closes it when t ends.
-func (v *testEnv) engine(t testing.TB, cfg Config) *Engine {
+// engine starts a Service on cfg and closes it when t ends.
+func (v *testEnv) engine(t testing.TB, cfg Config) *Service {
 	t.Helper()
 	e, err := New(context.Background(), cfg)
 	if err != nil {
@@ -191,7 +191,7 @@ func TestNewRefusesIncompleteConfig(t *testing.T) {
 		{"no signer key", func(c *Config) { c.SignerKey = nil }, "signer key"},
 		{"no approval store", func(c *Config) { c.Store = nil }, "approval store"},
 		{"no journal", func(c *Config) { c.Journal = nil }, "journal"},
-		{"unknown guardian mode", func(c *Config) { c.GuardianMode = "sometimes" }, "guardian mode"},
+		{"unknown guardian mode", func(c *Config) { c.VerdictMode = "sometimes" }, "guardian mode"},
 		{"network without rpc url", func(c *Config) { c.Networks[0].RPCURL = "" }, "rpc url"},
 		{"network without asset domain", func(c *Config) { c.Networks[0].Network.USDC.Name = "" }, "EIP-712"},
 		{"rpc endpoint serves another chain", func(c *Config) { c.Networks[0].Network = wrongChain }, "serves chain id 84532"},

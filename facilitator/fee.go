@@ -21,7 +21,7 @@ import (
 // feeCheck verifies the fee authorization of in before the verdict is asked. It returns
 // the FeeError and the failure for the /verify answer, or "" and nil when the fee can be
 // paid.
-func (e *Engine) feeCheck(ctx context.Context, c *checked, in x402.VerifyInput) (string, *failure) {
+func (e *Service) feeCheck(ctx context.Context, c *checked, in x402.VerifyInput) (string, *failure) {
 	if f := e.checkQuote(ctx, c.r, in.VerificationRequirements); f != nil {
 		return FeeNotQuoted, f
 	}
@@ -41,7 +41,7 @@ func (e *Engine) feeCheck(ctx context.Context, c *checked, in x402.VerifyInput) 
 // settleFee settles the fee authorization of in. It returns the fee transaction's hash
 // (also when the settlement is pending) and, unless the fee is settled, a FeeError: the
 // reason code of the failure.
-func (e *Engine) settleFee(ctx context.Context, in x402.VerifyInput) (txHash, feeErr string) {
+func (e *Service) settleFee(ctx context.Context, in x402.VerifyInput) (txHash, feeErr string) {
 	res, err := e.settle(ctx, in.VerificationPayment, in.VerificationRequirements, false)
 	switch {
 	case err != nil:
@@ -59,7 +59,7 @@ func (e *Engine) settleFee(ctx context.Context, in x402.VerifyInput) (txHash, fe
 // included, and pay its gas (docs/facilitator.md#verification-fee). A fee is settled
 // only when it equals the quote in scheme, network, asset, payee and amount, and never
 // when it pays the merchant.
-func (e *Engine) checkQuote(ctx context.Context, merchant, fee *x402.Requirements) *failure {
+func (e *Service) checkQuote(ctx context.Context, merchant, fee *x402.Requirements) *failure {
 	if e.cfg.Pricing == nil {
 		return fail(x402.ReasonInvalidPayload, "this facilitator has no pricing service: it settles no verification fee")
 	}

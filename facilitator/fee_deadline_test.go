@@ -34,7 +34,7 @@ func TestFeePaidAfterTheCallerLeftStillBuysTheApproval(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cfg.Store = cancelOnClaim{Store: cfg.Store, cancel: cancel}
-	cfg.GuardianMode, cfg.Verdicts = GuardianRequired, approvedVerdict()
+	cfg.VerdictMode, cfg.Verdicts = VerdictRequired, approvedVerdict()
 	e := env.engine(t, cfg)
 	payer, payee, feePayee := env.chain.Accounts[1], env.chain.Accounts[2], env.chain.Accounts[7]
 	fee := env.requirements(feePayee.Address, big.NewInt(1_000))

@@ -38,7 +38,7 @@ func TestVerifySettlesOnlyTheQuotedFee(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := env.config(t)
-			cfg.GuardianMode, cfg.Verdicts = GuardianOptional, approvedVerdict()
+			cfg.VerdictMode, cfg.Verdicts = VerdictOptional, approvedVerdict()
 			if tc.noPricing {
 				cfg.Pricing = nil
 			}

@@ -43,7 +43,7 @@ func (v *testEnv) balances(t *testing.T, addrs ...common.Address) []*big.Int {
 // merchant's payee receives nothing and the merchant authorization stays unused until
 // /settle), in both GUARDIAN_MODEs that ask for a verdict and both x402 versions.
 func TestVerifySettlesTheFeeNeverTheMerchantPayment(t *testing.T) {
-	for _, mode := range []GuardianMode{GuardianOptional, GuardianRequired} {
+	for _, mode := range []VerdictMode{VerdictOptional, VerdictRequired} {
 		for _, version := range []int{x402.Version1, x402.Version2} {
 			for _, outcome := range []verdict.GuardianStatus{verdict.GuardianApproved, verdict.GuardianRejected} {
 				t.Run(string(mode)+"/v"+big.NewInt(int64(version)).String()+"/"+string(outcome), func(t *testing.T) {
@@ -53,7 +53,7 @@ func TestVerifySettlesTheFeeNeverTheMerchantPayment(t *testing.T) {
 					if outcome == verdict.GuardianRejected {
 						verdicts = &fakeVerdicts{res: verdict.GuardianResult{Status: verdict.GuardianRejected, Reason: "policy_denied"}}
 					}
-					cfg.GuardianMode, cfg.Verdicts = mode, verdicts
+					cfg.VerdictMode, cfg.Verdicts = mode, verdicts
 					e := env.engine(t, cfg)
 					payer, payee, feePayee := env.chain.Accounts[1], env.chain.Accounts[2], env.chain.Accounts[7]
 					fee := env.requirements(feePayee.Address, big.NewInt(1_000))
@@ -177,13 +177,13 @@ func TestVerifyBadFeePaymentGivesFeeError(t *testing.T) {
 				return env.payment(x402.Version2, a, env.sign(t, payer.Key, a), fee)
 			}},
 	}
-	for _, mode := range []GuardianMode{GuardianOptional, GuardianRequired} {
+	for _, mode := range []VerdictMode{VerdictOptional, VerdictRequired} {
 		for _, tc := range cases {
 			for _, version := range []int{x402.Version1, x402.Version2} {
 				t.Run(string(mode)+"/"+tc.name+"/v"+big.NewInt(int64(version)).String(), func(t *testing.T) {
 					cfg := env.config(t)
 					verdicts := approvedVerdict()
-					cfg.GuardianMode, cfg.Verdicts, cfg.SkipStartupReconcile = mode, verdicts, true
+					cfg.VerdictMode, cfg.Verdicts, cfg.SkipStartupReconcile = mode, verdicts, true
 					e := env.engine(t, cfg)
 					p, r := env.pay(t, version, payer, payee.Address)
 					in := x402.VerifyInput{Payment: p, Requirements: r, VerificationRequirements: fee}
@@ -229,7 +229,7 @@ func TestVerifyBadFeePaymentGivesFeeError(t *testing.T) {
 			env.chain.Transact(t, env.chain.Accounts[9], env.token.Address,
 				testenv.CancelAuthorizationVRS(t, payer.Address, feePay.Authorization.Nonce, sig))
 		}}
-		cfg.GuardianMode, cfg.Verdicts, cfg.SkipStartupReconcile = GuardianRequired, verdicts, true
+		cfg.VerdictMode, cfg.Verdicts, cfg.SkipStartupReconcile = VerdictRequired, verdicts, true
 		e := env.engine(t, cfg)
 		p, r := env.pay(t, x402.Version2, payer, payee.Address)
 		feePay = env.feePayment(t, payer, fee)

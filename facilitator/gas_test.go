@@ -24,7 +24,7 @@ func freshAccount(t *testing.T) testenv.Account {
 
 // keptLimit is the gas limit the sender keeps for the token's transferWithAuthorization
 // (v,r,s), and whether it keeps one.
-func keptLimit(e *Engine) (uint64, bool) {
+func keptLimit(e *Service) (uint64, bool) {
 	c := e.order[0]
 	s := c.sender
 	s.gasMu.Lock()
@@ -35,7 +35,7 @@ func keptLimit(e *Engine) (uint64, bool) {
 
 // settleOK settles p and fails t unless it settled; it returns the transaction's gas limit
 // and the gas its receipt used.
-func settleOK(t *testing.T, env *testEnv, e *Engine, p *x402.Payment, r *x402.Requirements) (limit, used uint64) {
+func settleOK(t *testing.T, env *testEnv, e *Service, p *x402.Payment, r *x402.Requirements) (limit, used uint64) {
 	t.Helper()
 	res, err := e.Settle(context.Background(), p, r)
 	if err != nil || !res.Success {

@@ -18,7 +18,7 @@ func TestVerdictMarkersAreBoundedPerPayer(t *testing.T) {
 	env := newTestEnv(t)
 	rejecting := &fakeVerdicts{res: verdict.GuardianResult{Status: verdict.GuardianRejected}}
 	cfg := env.config(t)
-	cfg.GuardianMode, cfg.Verdicts, cfg.MaxMarkersPerPayer = GuardianOptional, rejecting, 2
+	cfg.VerdictMode, cfg.Verdicts, cfg.MaxMarkersPerPayer = VerdictOptional, rejecting, 2
 	e := env.engine(t, cfg)
 	fee := env.requirements(env.chain.Accounts[7].Address, big.NewInt(1_000))
 	payee := env.chain.Accounts[2]

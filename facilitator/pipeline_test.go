@@ -22,7 +22,7 @@ type settleAnswer struct {
 
 // settleAll settles n payments of testAmount from the payer accounts in turn to account
 // 9, all at once, and sends their answers to out. It returns their authorization keys.
-func settleAll(t *testing.T, env *testEnv, e *Engine, n int, out chan settleAnswer) []string {
+func settleAll(t *testing.T, env *testEnv, e *Service, n int, out chan settleAnswer) []string {
 	t.Helper()
 	payee := env.chain.Accounts[9].Address
 	keys := make([]string, n)
@@ -116,7 +116,7 @@ func TestBatchFailureDoesNotWedgeLaterNonces(t *testing.T) {
 	var (
 		mu     sync.Mutex
 		calls  int
-		e      *Engine
+		e      *Service
 		inHook = make(chan struct{})
 	)
 	crash := errors.New("simulated crash")

@@ -82,7 +82,7 @@ type ReconcileOutcome struct {
 //
 // Rows it cannot decide (RPC errors, no receipt yet) stay unfinished for the next run.
 // The error return is for a journal that cannot be read.
-func (e *Engine) Reconcile(ctx context.Context) (ReconcileReport, error) {
+func (e *Service) Reconcile(ctx context.Context) (ReconcileReport, error) {
 	return e.reconcile(ctx, 0, nil)
 }
 
@@ -90,7 +90,7 @@ func (e *Engine) Reconcile(ctx context.Context) (ReconcileReport, error) {
 // updated within the bound of a settle's detached part (3 x ReceiptTimeout + 1 min), so
 // a periodic run never races a settlement in flight in this or a like-configured
 // instance. Such rows count as Recent.
-func (e *Engine) ReconcileIdle(ctx context.Context) (ReconcileReport, error) {
+func (e *Service) ReconcileIdle(ctx context.Context) (ReconcileReport, error) {
 	return e.reconcile(ctx, e.detachedBound(), nil)
 }
 
@@ -98,7 +98,7 @@ func (e *Engine) ReconcileIdle(ctx context.Context) (ReconcileReport, error) {
 // start-up reconcile of that network (bringUp) and reads no other network's rows;
 // otherwise the rows of a network that is not ready are Skipped: its own start-up
 // reconcile takes them.
-func (e *Engine) reconcile(ctx context.Context, minAge time.Duration, only *chain) (ReconcileReport, error) {
+func (e *Service) reconcile(ctx context.Context, minAge time.Duration, only *chain) (ReconcileReport, error) {
 	var rep ReconcileReport
 	all, err := e.cfg.Journal.Unfinished(ctx)
 	if err != nil {
@@ -223,7 +223,7 @@ type rowPlan struct {
 // planRow decides one row and acts on it: sends its latest attempt again or a fee-bumped
 // replacement (see Reconcile). An error is an RPC or journal failure: the row is left as
 // it is.
-func (e *Engine) planRow(ctx context.Context, c *chain, row journal.Settlement) (rowPlan, error) {
+func (e *Service) planRow(ctx context.Context, c *chain, row journal.Settlement) (rowPlan, error) {
 	first, from, ok := firstAttempt(c, row)
 	if !ok {
 		return rowPlan{state: journal.StateFailed, reason: ReconcileBadRawTx}, nil
@@ -326,7 +326,7 @@ func latestAttempt(first *types.Transaction, attempts []journal.Attempt) (*types
 // stuck reports whether latest, the newest attempt of a row, needs a fee-bumped
 // replacement: its fee cap is below the base fee, or it is next in the signer's nonce
 // order (head) and was journaled at least Config.StuckAfter ago. It returns the base fee.
-func (e *Engine) stuck(ctx context.Context, c *chain, latest *types.Transaction, last journal.Attempt, head bool) (bool, *big.Int, error) {
+func (e *Service) stuck(ctx context.Context, c *chain, latest *types.Transaction, last journal.Attempt, head bool) (bool, *big.Int, error) {
 	base, err := c.sender.baseFee(ctx)
 	if err != nil {
 		return false, nil, err
@@ -339,7 +339,7 @@ func (e *Engine) stuck(ctx context.Context, c *chain, latest *types.Transaction,
 
 // bump replaces latest, the newest attempt of row, with a fee-bumped transaction of the
 // same nonce and calldata: journaled (AddAttempt) before it is broadcast.
-func (e *Engine) bump(ctx context.Context, c *chain, row journal.Settlement, p rowPlan,
+func (e *Service) bump(ctx context.Context, c *chain, row journal.Settlement, p rowPlan,
 	first, latest *types.Transaction, last journal.Attempt, base *big.Int) (rowPlan, error) {
 	suggested, err := c.client.SuggestGasTipCap(ctx)
 	if err != nil {
@@ -400,7 +400,7 @@ func (e *Engine) bump(ctx context.Context, c *chain, row journal.Settlement, p r
 }
 
 // markBroadcast records that row's transaction tx was sent.
-func (e *Engine) markBroadcast(ctx context.Context, row journal.Settlement, tx *types.Transaction) {
+func (e *Service) markBroadcast(ctx context.Context, row journal.Settlement, tx *types.Transaction) {
 	if err := e.cfg.Journal.Update(ctx, row.AuthorizationKey, journal.StateBroadcast, ""); err != nil {
 		e.log.Error("journal update", zap.String("tx", tx.Hash().Hex()), zap.Error(err))
 	}
@@ -417,7 +417,7 @@ func receiptState(c *chain, r *types.Receipt, row journal.Settlement) (journal.S
 
 // reconcileClose writes a row's final state and counts it. settled is the attempt whose
 // receipt decided it (zero: none), recorded as the row's settling attempt.
-func (e *Engine) reconcileClose(ctx context.Context, rep *ReconcileReport, row journal.Settlement, state journal.State, reason string, settled common.Hash) {
+func (e *Service) reconcileClose(ctx context.Context, rep *ReconcileReport, row journal.Settlement, state journal.State, reason string, settled common.Hash) {
 	var err error
 	if settled != (common.Hash{}) {
 		err = e.cfg.Journal.UpdateSettled(ctx, row.AuthorizationKey, state, reason, settled)

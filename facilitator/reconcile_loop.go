@@ -12,7 +12,7 @@ import (
 // and transactions stuck under a risen base fee are finished while the engine serves
 // (docs/facilitator.md#reconcile). A run's error is logged; the journal keeps every row
 // for the next run.
-func (e *Engine) RunReconcile(ctx context.Context, interval time.Duration) {
+func (e *Service) RunReconcile(ctx context.Context, interval time.Duration) {
 	if interval <= 0 {
 		interval = DefaultReconcileInterval
 	}

@@ -48,9 +48,9 @@ type Settings struct {
 	JournalPath string
 	// JournalDSN is the PostgreSQL DSN. Required for JournalPostgres.
 	JournalDSN string
-	// GuardianMode is GUARDIAN_MODE. Default: GuardianOff.
-	GuardianMode GuardianMode
-	// VerdictURL is the verdict service. Required unless GuardianMode is off.
+	// VerdictMode is GUARDIAN_MODE. Default: VerdictOff.
+	VerdictMode VerdictMode
+	// VerdictURL is the verdict service. Required unless VerdictMode is off.
 	VerdictURL string
 	// PricingURL is the verification fee's pricing service. Default: none.
 	PricingURL string
@@ -161,16 +161,16 @@ func (s Settings) Validate() error {
 	default:
 		return settingErr("", "journal", "unknown type %q (want %s or %s)", s.JournalType, JournalSQLite, JournalPostgres)
 	}
-	switch s.GuardianMode {
-	case "", GuardianOff:
-	case GuardianOptional, GuardianRequired:
+	switch s.VerdictMode {
+	case "", VerdictOff:
+	case VerdictOptional, VerdictRequired:
 		if s.VerdictURL == "" {
 			// docs/facilitator.md#guardian: fail closed, a guardian mode without a verdict
 			// service would refuse, or worse wave through, every payment.
-			return settingErr("", "guardian_mode", "%s needs verdict_url", s.GuardianMode)
+			return settingErr("", "guardian_mode", "%s needs verdict_url", s.VerdictMode)
 		}
 	default:
-		return settingErr("", "guardian_mode", "%q is not off, optional or required", s.GuardianMode)
+		return settingErr("", "guardian_mode", "%q is not off, optional or required", s.VerdictMode)
 	}
 	switch {
 	case s.VerdictRate < 0 || s.VerdictBurst < 0:
@@ -356,18 +356,18 @@ func (n NetworkSettings) minAmount() (*big.Int, error) {
 // requirements, which a gate sends only with its fee on and a fee quoted, so it keeps an
 // "optional" advertisement with the fee on, never a "required" one
 // (docs/facilitator.md#guardian).
-func (m GuardianMode) CheckAdvertise(advertise string, fee bool) error {
+func (m VerdictMode) CheckAdvertise(advertise string, fee bool) error {
 	switch {
 	case advertise == "":
 		return nil
-	case m == GuardianOff || m == "":
+	case m == VerdictOff || m == "":
 		return fmt.Errorf("advertise %s, but the facilitator's guardian_mode is off: no verdict would ever be asked", advertise)
-	case m == GuardianOptional && advertise == "required":
+	case m == VerdictOptional && advertise == "required":
 		// Optional mode asks only when the gate sends verification requirements, and the
 		// gate has none to send when the pricing service quotes no fee: a "required"
 		// advertisement would then be a promise no /verify keeps.
 		return errors.New("advertise required needs the facilitator's guardian_mode required: with optional, a payment the pricing service quotes no fee for would settle without a verdict")
-	case m == GuardianOptional && !fee:
+	case m == VerdictOptional && !fee:
 		return errors.New("advertise " + advertise + " with guardian_mode optional needs fee on: without verification requirements no verdict is asked")
 	}
 	return nil

@@ -5,22 +5,22 @@ import (
 	"testing"
 )
 
-func TestGuardianModeKeepsWhatAGateAdvertises(t *testing.T) {
+func TestVerdictModeKeepsWhatAGateAdvertises(t *testing.T) {
 	for _, tc := range []struct {
-		mode      GuardianMode
+		mode      VerdictMode
 		advertise string
 		fee       bool
 		wantErr   string
 	}{
-		{GuardianOff, "", false, ""},
-		{GuardianOff, "required", false, "guardian_mode is off"},
-		{GuardianOff, "optional", true, "guardian_mode is off"},
-		{GuardianOptional, "required", false, "needs the facilitator's guardian_mode required"},
-		{GuardianOptional, "required", true, "needs the facilitator's guardian_mode required"},
-		{GuardianOptional, "optional", false, "needs fee on"},
-		{GuardianOptional, "optional", true, ""},
-		{GuardianRequired, "required", false, ""},
-		{GuardianRequired, "optional", false, ""},
+		{VerdictOff, "", false, ""},
+		{VerdictOff, "required", false, "guardian_mode is off"},
+		{VerdictOff, "optional", true, "guardian_mode is off"},
+		{VerdictOptional, "required", false, "needs the facilitator's guardian_mode required"},
+		{VerdictOptional, "required", true, "needs the facilitator's guardian_mode required"},
+		{VerdictOptional, "optional", false, "needs fee on"},
+		{VerdictOptional, "optional", true, ""},
+		{VerdictRequired, "required", false, ""},
+		{VerdictRequired, "optional", false, ""},
 	} {
 		err := tc.mode.CheckAdvertise(tc.advertise, tc.fee)
 		if (tc.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
@@ -41,8 +41,8 @@ func TestSettingsValidate(t *testing.T) {
 		{"a network listed twice", Settings{Networks: append(net, net...), SignerKey: "{env.K}"}, "listed twice"},
 		{"no rpc", Settings{Networks: []NetworkSettings{{Name: "base"}}, SignerKey: "{env.K}"}, "network base: rpc: is required"},
 		{"no signer key", Settings{Networks: net}, "signer_key: is required"},
-		{"unknown guardian mode", Settings{Networks: net, SignerKey: "{env.K}", GuardianMode: "strict"}, "not off, optional or required"},
-		{"guardian without verdict url", Settings{Networks: net, SignerKey: "{env.K}", GuardianMode: GuardianRequired}, "needs verdict_url"},
+		{"unknown guardian mode", Settings{Networks: net, SignerKey: "{env.K}", VerdictMode: "strict"}, "not off, optional or required"},
+		{"guardian without verdict url", Settings{Networks: net, SignerKey: "{env.K}", VerdictMode: VerdictRequired}, "needs verdict_url"},
 		{"negative min_amount", Settings{Networks: []NetworkSettings{{Name: "base", RPC: "x", MinAmount: "-1"}}, SignerKey: "{env.K}"}, "min_amount"},
 		{"decimals over 36", Settings{Networks: []NetworkSettings{{Name: "base", RPC: "x", Decimals: 37}}, SignerKey: "{env.K}"}, "decimals: 37 is not in 0..36"},
 		{"custom network without chain id", Settings{Networks: []NetworkSettings{{Name: "devnet", RPC: "x"}}, SignerKey: "{env.K}"}, "chain_id: is required for a network that is not one of base, base-sepolia"},

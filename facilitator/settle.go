@@ -25,7 +25,7 @@ import (
 //     approved payment cannot use it up.
 //  2. When the verdict check applies, consume the matching unexpired approval atomically
 //     before anything is broadcast (docs/facilitator.md#settle-order rule 1); it stays consumed whatever
-//     follows (docs/facilitator.md#approval-records), then check the token's state: balance and unused nonce. GuardianRequired always demands one. GuardianOptional demands one
+//     follows (docs/facilitator.md#approval-records), then check the token's state: balance and unused nonce. VerdictRequired always demands one. VerdictOptional demands one
 //     when the payment was sent to the verdict service: /verify leaves a marker before it
 //     asks for a verdict, and a settle that finds no approval claims that marker (in step
 //     4, once the payment proved settleable), so a payment once submitted for a verdict
@@ -40,7 +40,7 @@ import (
 //     value) log of the asset confirm it. No receipt in time is settlement_pending with
 //     the transaction hash; the journal row stays "broadcast" for Reconcile, and the
 //     authorization is never broadcast again in a new transaction.
-func (e *Engine) Settle(ctx context.Context, p *x402.Payment, r *x402.Requirements) (x402.SettleResponse, error) {
+func (e *Service) Settle(ctx context.Context, p *x402.Payment, r *x402.Requirements) (x402.SettleResponse, error) {
 	res, err := e.settle(ctx, p, r, true)
 	return res.resp, err
 }
@@ -53,7 +53,7 @@ type settleResult struct {
 }
 
 // settle runs Settle; withApproval is false for the verification fee, which needs none.
-func (e *Engine) settle(ctx context.Context, p *x402.Payment, r *x402.Requirements, withApproval bool) (settleResult, error) {
+func (e *Service) settle(ctx context.Context, p *x402.Payment, r *x402.Requirements, withApproval bool) (settleResult, error) {
 	v := versionOf(p)
 	res := settleResult{resp: x402.SettleResponse{Payer: payerOf(p)}}
 	if p != nil {
@@ -197,7 +197,7 @@ func (e *Engine) settle(ctx context.Context, p *x402.Payment, r *x402.Requiremen
 // Config.ReceiptTimeout. latest is the newest journaled attempt's hash (zero when nothing
 // changed). Otherwise, or when the row was decided some other way (settled elsewhere,
 // dropped, fee ceiling), it returns no receipt and leaves the row to Reconcile.
-func (e *Engine) settleBump(ctx context.Context, c *checked, tx *types.Transaction) (rcpt *types.Receipt, latest common.Hash) {
+func (e *Service) settleBump(ctx context.Context, c *checked, tx *types.Transaction) (rcpt *types.Receipt, latest common.Hash) {
 	base, err := c.chain.sender.baseFee(ctx)
 	if err != nil || tx.GasFeeCap().Cmp(base) >= 0 {
 		return nil, common.Hash{}
@@ -226,7 +226,7 @@ func (e *Engine) settleBump(ctx context.Context, c *checked, tx *types.Transacti
 // detachedBound bounds the part of a settle that outlives its caller: a wallet deployment
 // and the settlement, each a send plus a receipt wait, and a fee-bumped replacement's
 // receipt wait.
-func (e *Engine) detachedBound() time.Duration {
+func (e *Service) detachedBound() time.Duration {
 	return 3*e.cfg.ReceiptTimeout + time.Minute
 }
 
@@ -234,22 +234,22 @@ func (e *Engine) detachedBound() time.Duration {
 // optional mode a payment with no approval may still settle if it was never sent to the
 // verdict service: needMarker then tells the caller to claim its verdict marker
 // (claimVerdictMarker) before the broadcast.
-func (e *Engine) consumeApproval(ctx context.Context, k x402.PaymentKey) (needMarker bool, f *failure) {
-	if e.cfg.GuardianMode == GuardianOff {
+func (e *Service) consumeApproval(ctx context.Context, k x402.PaymentKey) (needMarker bool, f *failure) {
+	if e.cfg.VerdictMode == VerdictOff {
 		return false, nil
 	}
 	a, err := e.cfg.Store.Consume(ctx, k)
 	switch {
 	case err == nil:
 		e.log.Info("approval consumed", zap.String("payer", k.Payer.Hex()), zap.String("requestHash", a.RequestHash))
-		if e.cfg.GuardianMode == GuardianOptional {
+		if e.cfg.VerdictMode == VerdictOptional {
 			e.markers.release(k.Payer) // its marker's payment is settling: no longer outstanding
 		}
 		return false, nil
 	case !errors.Is(err, approval.ErrNotFound):
 		e.log.Error("consume approval", zap.String("payer", k.Payer.Hex()), zap.Error(err))
 		return false, fail(x402.ReasonApprovalStoreDown, "approval store unavailable")
-	case e.cfg.GuardianMode == GuardianRequired:
+	case e.cfg.VerdictMode == VerdictRequired:
 		return false, fail(x402.ReasonApprovalNotFound, "no unexpired approval for this payment")
 	}
 	return true, nil
@@ -258,7 +258,7 @@ func (e *Engine) consumeApproval(ctx context.Context, k x402.PaymentKey) (needMa
 // claimVerdictMarker lets an optional-mode settle without approval go ahead only for a
 // payment never sent to the verdict service. Claiming the marker also stops a later
 // verdict request from racing this settle.
-func (e *Engine) claimVerdictMarker(ctx context.Context, k x402.PaymentKey) *failure {
+func (e *Service) claimVerdictMarker(ctx context.Context, k x402.PaymentKey) *failure {
 	err := e.cfg.Store.Claim(ctx, markerKey(k), maxClaimTTL)
 	switch {
 	case err == nil:
@@ -272,7 +272,7 @@ func (e *Engine) claimVerdictMarker(ctx context.Context, k x402.PaymentKey) *fai
 }
 
 // claim takes the store-wide settlement claim on c's authorization.
-func (e *Engine) claim(ctx context.Context, c *checked) *failure {
+func (e *Service) claim(ctx context.Context, c *checked) *failure {
 	err := e.cfg.Store.Claim(ctx, c.key, untilValidBefore(c.auth, e.now(), claimMargin))
 	switch {
 	case err == nil:
@@ -287,7 +287,7 @@ func (e *Engine) claim(ctx context.Context, c *checked) *failure {
 
 // simulate packs transferWithAuthorization for c and runs it without broadcasting (the
 // token's own checks), which also sets the transaction's gas limit.
-func (e *Engine) simulate(ctx context.Context, c *checked) (call, *failure) {
+func (e *Service) simulate(ctx context.Context, c *checked) (call, *failure) {
 	data, err := c.chain.transferCalldata(c.auth, c.sig, c.eoa)
 	if err != nil {
 		return call{}, fail(x402.ReasonInvalidSignature, "signature cannot be encoded for the token")
@@ -331,7 +331,7 @@ func revertReason(err error) x402.Reason {
 
 // deployWallet sends the ERC-6492 factory call of c's wallet and waits for it. The
 // factory was allow-listed at verify.
-func (e *Engine) deployWallet(ctx context.Context, c *checked) *failure {
+func (e *Service) deployWallet(ctx context.Context, c *checked) *failure {
 	cl, err := c.chain.sender.estimate(ctx, c.wrap.Factory, c.wrap.Calldata)
 	if err != nil {
 		if errors.Is(err, errRPCUnavailable) {
@@ -377,7 +377,7 @@ func checkReceipt(ch *chain, r *types.Receipt, a x402.Authorization) *failure {
 // journaled is how the settlement transaction of c is journaled: its row is written before
 // it is broadcast (with the other sends of its batch, in one transaction), then the crash
 // test seam runs.
-func (e *Engine) journaled(c *checked) *journaled {
+func (e *Service) journaled(c *checked) *journaled {
 	jn := &journaled{j: e.cfg.Journal, row: func(tx *types.Transaction) (journal.Settlement, error) {
 		raw, err := tx.MarshalBinary()
 		if err != nil {
@@ -413,7 +413,7 @@ func (e *Engine) journaled(c *checked) *journaled {
 
 // journalSettled is journalUpdate for a state decided by the receipt of attempt txHash,
 // recorded as the row's settling attempt.
-func (e *Engine) journalSettled(ctx context.Context, c *checked, state journal.State, reason string, txHash common.Hash) {
+func (e *Service) journalSettled(ctx context.Context, c *checked, state journal.State, reason string, txHash common.Hash) {
 	if err := e.cfg.Journal.UpdateSettled(ctx, c.key.AuthorizationKey(), state, reason, txHash); err != nil {
 		e.log.Error("journal update", zap.String("payer", c.auth.From.Hex()), zap.String("state", string(state)), zap.Error(err))
 	}
@@ -421,7 +421,7 @@ func (e *Engine) journalSettled(ctx context.Context, c *checked, state journal.S
 
 // journalUpdate records a state change; a failure is logged, since the chain stays the
 // truth and Reconcile repairs the row.
-func (e *Engine) journalUpdate(ctx context.Context, c *checked, state journal.State, reason string) {
+func (e *Service) journalUpdate(ctx context.Context, c *checked, state journal.State, reason string) {
 	if err := e.cfg.Journal.Update(ctx, c.key.AuthorizationKey(), state, reason); err != nil {
 		e.log.Error("journal update", zap.String("payer", c.auth.From.Hex()), zap.String("state", string(state)), zap.Error(err))
 	}

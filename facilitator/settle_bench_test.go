@@ -16,7 +16,7 @@ import (
 	"github.com/x402gate/x402gate/x402"
 )
 
-// BenchmarkSettleConcurrent settles b.N distinct payments through one Engine against anvil
+// BenchmarkSettleConcurrent settles b.N distinct payments through one Service against anvil
 // with automine (GUARDIAN_MODE off, MemoryStore, SQLite journal), from c goroutines at
 // once: the paid path's settle as payers are added. The payments come from the nine
 // funded payer accounts in turn, each with a fresh EIP-3009 nonce, signed before the

@@ -14,7 +14,7 @@ import (
 func TestForgedSettleLeavesTheApproval(t *testing.T) {
 	env := newTestEnv(t)
 	cfg := env.config(t)
-	cfg.GuardianMode, cfg.Verdicts = GuardianRequired, approvedVerdict()
+	cfg.VerdictMode, cfg.Verdicts = VerdictRequired, approvedVerdict()
 	e := env.engine(t, cfg)
 	ctx := context.Background()
 	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]

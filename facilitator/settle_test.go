@@ -78,7 +78,7 @@ func TestSettleMovesExactlyTheValueOnce(t *testing.T) {
 
 // settleConcurrently settles p with each engine in turn, n times at once, and returns the
 // answers.
-func settleConcurrently(t *testing.T, engines []*Engine, n int, p *x402.Payment, r *x402.Requirements) []x402.SettleResponse {
+func settleConcurrently(t *testing.T, engines []*Service, n int, p *x402.Payment, r *x402.Requirements) []x402.SettleResponse {
 	t.Helper()
 	out := make([]x402.SettleResponse, n)
 	errs := make([]error, n)
@@ -131,7 +131,7 @@ func TestSettleTwentyConcurrentOfOnePaymentBroadcastOnce(t *testing.T) {
 	p, r := env.pay(t, x402.Version2, payer, payee.Address)
 	before := env.token.BalanceOf(t, payee.Address)
 
-	checkOneSuccess(t, settleConcurrently(t, []*Engine{e}, 20, p, r), x402.Version2)
+	checkOneSuccess(t, settleConcurrently(t, []*Service{e}, 20, p, r), x402.Version2)
 
 	if n := env.pendingNonce(t, signer); n != 1 {
 		t.Errorf("signer's nonce is %d, want exactly one broadcast", n)
@@ -149,7 +149,7 @@ func TestSettleFleetSharingRedisBroadcastsOnce(t *testing.T) {
 	env := newTestEnv(t, testenv.WithAccounts(12))
 	redisURL := testenv.StartRedis(t)
 	signers := []testenv.Account{env.chain.Accounts[0], env.chain.Accounts[10], env.chain.Accounts[11]}
-	var engines []*Engine
+	var engines []*Service
 	for i, s := range signers {
 		cfg := env.config(t)
 		store, err := approval.NewRedisStore(context.Background(), redisURL)
@@ -252,7 +252,7 @@ func TestSettleRedisDownRefusesAndNeverBroadcasts(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = store.Close() })
 	cfg := env.config(t)
-	cfg.Store, cfg.GuardianMode, cfg.Verdicts = store, GuardianRequired, approvedVerdict()
+	cfg.Store, cfg.VerdictMode, cfg.Verdicts = store, VerdictRequired, approvedVerdict()
 	e := env.engine(t, cfg)
 	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
 	signer := env.chain.FacilitatorAccount().Address
@@ -452,17 +452,17 @@ func TestRedisDownFailsClosedEverywhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close() })
-	engines := map[GuardianMode]*Engine{}
-	for _, mode := range []GuardianMode{GuardianOff, GuardianOptional, GuardianRequired} {
+	engines := map[VerdictMode]*Service{}
+	for _, mode := range []VerdictMode{VerdictOff, VerdictOptional, VerdictRequired} {
 		cfg := env.config(t)
-		cfg.Store, cfg.GuardianMode, cfg.Verdicts, cfg.SkipStartupReconcile = store, mode, approvedVerdict(), true
+		cfg.Store, cfg.VerdictMode, cfg.Verdicts, cfg.SkipStartupReconcile = store, mode, approvedVerdict(), true
 		engines[mode] = env.engine(t, cfg)
 	}
 	redis.Stop()
 
 	for _, version := range []int{x402.Version1, x402.Version2} {
 		p, r := env.pay(t, version, payer, payee.Address)
-		ver, err := engines[GuardianRequired].Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r})
+		ver, err := engines[VerdictRequired].Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r})
 		if err != nil || ver.IsValid || ver.InvalidReason != x402.ReasonApprovalStoreDown.For(version) {
 			t.Errorf("v%d required verify = %+v, %v; want %s", version, ver, err, x402.ReasonApprovalStoreDown.For(version))
 		}

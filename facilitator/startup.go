@@ -50,14 +50,14 @@ func (s *netState) set(v string) { s.v.Store(&v) }
 // its start-up reconcile ran. Verify and Settle refuse a payment on a network that is not
 // (ReasonChainUnavailable); a gate answers its routes 503 until it is
 // (docs/facilitator.md#start-up).
-func (e *Engine) Ready(caip2 string) bool {
+func (e *Service) Ready(caip2 string) bool {
 	c, ok := e.chains[caip2]
 	return ok && c.state.get() == NetworkReady
 }
 
 // NetworkState is the readiness of the network of a CAIP-2 id: one of NetworkStarting,
 // NetworkWrongChain, NetworkReady; empty for a network the engine does not serve.
-func (e *Engine) NetworkState(caip2 string) string {
+func (e *Service) NetworkState(caip2 string) string {
 	if c, ok := e.chains[caip2]; ok {
 		return c.state.get()
 	}
@@ -75,7 +75,7 @@ func notReady(c *chain) *failure {
 // bringUp checks the chain id of c and, unless Config.SkipStartupReconcile, reconciles
 // the journal's unfinished settlements of c; then c is ready. Until then c's sender sends
 // nothing new: Verify and Settle refuse its payments.
-func (e *Engine) bringUp(ctx context.Context, c *chain) error {
+func (e *Service) bringUp(ctx context.Context, c *chain) error {
 	if err := c.checkChainID(ctx); err != nil {
 		if errors.Is(err, errWrongChainID) {
 			c.state.set(NetworkWrongChain)
@@ -107,7 +107,7 @@ func (c *chain) checkChainID(ctx context.Context) error {
 }
 
 // addStartupReport adds one network's start-up reconcile to StartupReconcile's report.
-func (e *Engine) addStartupReport(rep ReconcileReport) {
+func (e *Service) addStartupReport(rep ReconcileReport) {
 	e.reconMu.Lock()
 	defer e.reconMu.Unlock()
 	r := &e.lastRecon
@@ -130,7 +130,7 @@ func (e *Engine) addStartupReport(rep ReconcileReport) {
 // every try. onReady, when not nil, is called once per network that becomes ready. Start
 // is for an engine made by Open; the goroutines stop when ctx is done, and the returned
 // wait waits for them.
-func (e *Engine) Start(ctx context.Context, onReady func(caip2 string)) (wait func()) {
+func (e *Service) Start(ctx context.Context, onReady func(caip2 string)) (wait func()) {
 	var wg sync.WaitGroup
 	for _, c := range e.order {
 		if c.state.get() == NetworkReady {
@@ -148,7 +148,7 @@ func (e *Engine) Start(ctx context.Context, onReady func(caip2 string)) (wait fu
 }
 
 // keepBringingUp runs bringUp on c until it succeeds (true) or ctx is done (false).
-func (e *Engine) keepBringingUp(ctx context.Context, c *chain) bool {
+func (e *Service) keepBringingUp(ctx context.Context, c *chain) bool {
 	delay := startRetryMin
 	for {
 		err := e.bringUp(ctx, c)
@@ -179,7 +179,7 @@ func (e *Engine) keepBringingUp(ctx context.Context, c *chain) bool {
 // error naming each network whose endpoint serves another chain. unreachable lists the
 // networks whose endpoint did not answer; they are no error. It changes nothing: `caddy
 // validate` calls it on an engine it never starts.
-func (e *Engine) CheckChainIDs(ctx context.Context) (unreachable []string, err error) {
+func (e *Service) CheckChainIDs(ctx context.Context) (unreachable []string, err error) {
 	var errs []error
 	for _, c := range e.order {
 		switch err := c.checkChainID(ctx); {

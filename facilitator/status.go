@@ -42,7 +42,7 @@ const ReasonNoSettlement x402.Reason = "no_settlement"
 //   - no row, or a row of another payment: Success false, ReasonNoSettlement.
 //
 // An error means the journal or the chain could not be read; the outcome stays unknown.
-func (e *Engine) SettlementStatus(ctx context.Context, p *x402.Payment, r *x402.Requirements) (x402.SettleResponse, error) {
+func (e *Service) SettlementStatus(ctx context.Context, p *x402.Payment, r *x402.Requirements) (x402.SettleResponse, error) {
 	v := versionOf(p)
 	resp := x402.SettleResponse{Payer: payerOf(p)}
 	refuse := func(reason x402.Reason, msg string) (x402.SettleResponse, error) {
@@ -127,7 +127,7 @@ func (e *Engine) SettlementStatus(ctx context.Context, p *x402.Payment, r *x402.
 // decideRow decides an unfinished row from the chain (rowStatus) and, when the chain
 // does not decide it yet and the row is another signer's left unsent, takes it over.
 // state is "" while the row stays unfinished.
-func (e *Engine) decideRow(ctx context.Context, c *chain, row journal.Settlement, attempts []journal.Attempt) (state journal.State, reason string, settled common.Hash, err error) {
+func (e *Service) decideRow(ctx context.Context, c *chain, row journal.Settlement, attempts []journal.Attempt) (state journal.State, reason string, settled common.Hash, err error) {
 	first, from, ok := firstAttempt(c, row)
 	if !ok {
 		return journal.StateFailed, ReconcileBadRawTx, common.Hash{}, nil
@@ -145,7 +145,7 @@ func (e *Engine) decideRow(ctx context.Context, c *chain, row journal.Settlement
 // over: it is still prepared (never marked broadcast), its transaction was signed by
 // another signer than this engine's on c (a row of our own signer is our sender's, and
 // our reconcile's), and it has not changed for Config.TakeoverAfter.
-func (e *Engine) takeoverDue(c *chain, row journal.Settlement, from common.Address) bool {
+func (e *Service) takeoverDue(c *chain, row journal.Settlement, from common.Address) bool {
 	return e.cfg.TakeoverAfter > 0 && row.State == journal.StatePrepared && from != c.sender.addr &&
 		e.now().Sub(row.UpdatedAt) >= e.cfg.TakeoverAfter
 }
@@ -156,7 +156,7 @@ func (e *Engine) takeoverDue(c *chain, row journal.Settlement, from common.Addre
 // decided by the next status read, as after Reconcile's resend). Once sent, the row is
 // marked broadcast and a receipt of any attempt is awaited within ctx and
 // Config.ReceiptTimeout; state is "" when none came.
-func (e *Engine) takeOver(ctx context.Context, c *chain, row journal.Settlement, latest *types.Transaction, hashes []common.Hash) (state journal.State, reason string, settled common.Hash) {
+func (e *Service) takeOver(ctx context.Context, c *chain, row journal.Settlement, latest *types.Transaction, hashes []common.Hash) (state journal.State, reason string, settled common.Hash) {
 	if err := c.sender.resend(ctx, latest); err != nil {
 		e.logChainErr("settlement status: take over", c, err)
 		return "", "", common.Hash{}
@@ -176,7 +176,7 @@ func (e *Engine) takeOver(ctx context.Context, c *chain, row journal.Settlement,
 // the chain, as Reconcile's planRow does, but acts on nothing: state is "" while no
 // journaled attempt has a receipt and neither the authorization nor the sender nonce was
 // used by another transaction.
-func (e *Engine) rowStatus(ctx context.Context, c *chain, row journal.Settlement, from common.Address, hashes []common.Hash) (state journal.State, reason string, settled common.Hash, err error) {
+func (e *Service) rowStatus(ctx context.Context, c *chain, row journal.Settlement, from common.Address, hashes []common.Hash) (state journal.State, reason string, settled common.Hash, err error) {
 	// Chain state is read before the receipts, so a transaction mined in between shows up
 	// as a receipt rather than as "settled elsewhere" or "dropped".
 	mined, err := c.client.NonceAt(ctx, from, nil)

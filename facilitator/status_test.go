@@ -15,7 +15,7 @@ import (
 
 // pendingSettle settles a payment on a chain that does not mine on its own: the settle
 // answers settlement_pending with the transaction hash. Automine stays off until t ends.
-func pendingSettle(t *testing.T, env *testEnv, e *Engine) (*x402.Payment, *x402.Requirements, string) {
+func pendingSettle(t *testing.T, env *testEnv, e *Service) (*x402.Payment, *x402.Requirements, string) {
 	t.Helper()
 	p, r := env.pay(t, x402.Version2, env.chain.Accounts[1], env.chain.Accounts[2].Address)
 	env.chain.SetAutomine(t, false)
@@ -27,7 +27,7 @@ func pendingSettle(t *testing.T, env *testEnv, e *Engine) (*x402.Payment, *x402.
 	return p, r, res.Transaction
 }
 
-func status(t *testing.T, e *Engine, p *x402.Payment, r *x402.Requirements) x402.SettleResponse {
+func status(t *testing.T, e *Service, p *x402.Payment, r *x402.Requirements) x402.SettleResponse {
 	t.Helper()
 	res, err := e.SettlementStatus(context.Background(), p, r)
 	if err != nil {

@@ -25,7 +25,7 @@ const testTakeoverAfter = 200 * time.Millisecond
 // settlement and broadcasting it (the beforeBroadcast seam). A's clock is the env's
 // clock moved on by skew, so a row's age is set, never waited for.
 type takeoverPair struct {
-	a, b    *Engine
+	a, b    *Service
 	cfgA    Config
 	signerB testenv.Account
 	skew    atomic.Int64 // nanoseconds added to A's clock

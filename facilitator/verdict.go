@@ -46,11 +46,11 @@ const claimMargin = 5 * time.Minute
 const maxClaimTTL = time.Hour
 
 // verdictApplies reports whether GUARDIAN_MODE asks for a verdict on this /verify.
-func (e *Engine) verdictApplies(in x402.VerifyInput) bool {
-	switch e.cfg.GuardianMode {
-	case GuardianRequired:
+func (e *Service) verdictApplies(in x402.VerifyInput) bool {
+	switch e.cfg.VerdictMode {
+	case VerdictRequired:
 		return true
-	case GuardianOptional:
+	case VerdictOptional:
 		return in.VerificationRequirements != nil
 	}
 	return false
@@ -82,7 +82,7 @@ func untilValidBefore(a x402.Authorization, now time.Time, margin time.Duration)
 // the verdict, settles the fee on a terminal verdict, and records an approval for the
 // exact payment when the verdict is approved and any fee was paid. Anything else fails
 // closed with ReasonVerdictNotApproved.
-func (e *Engine) verdictCheck(ctx context.Context, c *checked, in x402.VerifyInput, resp x402.VerifyResponse) x402.VerifyResponse {
+func (e *Service) verdictCheck(ctx context.Context, c *checked, in x402.VerifyInput, resp x402.VerifyResponse) x402.VerifyResponse {
 	p := c.p
 	v := versionOf(p)
 	deny := func(r x402.Reason, msg string) x402.VerifyResponse {
@@ -119,7 +119,7 @@ func (e *Engine) verdictCheck(ctx context.Context, c *checked, in x402.VerifyInp
 			return deny(f.reason, f.msg)
 		}
 	}
-	if e.cfg.GuardianMode == GuardianOptional && !askedBefore {
+	if e.cfg.VerdictMode == VerdictOptional && !askedBefore {
 		// The marker makes Settle demand an approval for this payment from now on, even
 		// if the verdict is never recorded (see claimVerdictMarker). Whoever claims it
 		// first wins: a marker already claimed means the payment was sent for a verdict
@@ -148,13 +148,8 @@ func (e *Engine) verdictCheck(ctx context.Context, c *checked, in x402.VerifyInp
 		e.log.Warn("verdict check failed", zap.String("payer", c.auth.From.Hex()), zap.Error(err))
 		res = verdict.GuardianResult{Status: verdict.GuardianError, Reason: "verdict service error"}
 	}
-	approved := res.Approved && res.Status == verdict.GuardianApproved
-	switch {
-	case approved:
-	case res.Status == verdict.GuardianRejected || res.Status == verdict.GuardianTimeout || res.Status == verdict.GuardianError:
-	default: // inconsistent or unknown: not an approval (docs/verdict.md#fail-closed)
-		res.Status = verdict.GuardianError
-	}
+	res = outcome(res)
+	approved := res.Approved
 	resp.GuardianStatus, resp.GuardianReason = string(res.Status), res.Reason
 	if res.Verdict != nil && res.Status != verdict.GuardianError {
 		resp.GuardianReasonCode = string(res.Verdict.ReasonCode)
@@ -195,11 +190,27 @@ func (e *Engine) verdictCheck(ctx context.Context, c *checked, in x402.VerifyInp
 	return resp
 }
 
+// outcome is the one normalisation of a verdict result, whichever Verdicts gave it: an
+// approval only when Approved and the approved status agree; an approval without its
+// status, an approved status without Approved, an empty or unknown status are all
+// "error" (docs/verdict.md#fail-closed).
+func outcome(res verdict.GuardianResult) verdict.GuardianResult {
+	switch {
+	case res.Approved && res.Status == verdict.GuardianApproved:
+		return res
+	case res.Status == verdict.GuardianRejected || res.Status == verdict.GuardianTimeout || res.Status == verdict.GuardianError:
+	default:
+		res.Status = verdict.GuardianError
+	}
+	res.Approved = false
+	return res
+}
+
 // remember keeps the first terminal verdict res of c's payment until its authorization
 // expires (docs/facilitator.md#fresh-verdicts): a later /verify of the payment asks again
 // without another fee or marker. A failure only means such a /verify is treated as a first.
-func (e *Engine) remember(ctx context.Context, c *checked, res verdict.GuardianResult) {
-	v := approval.Verdict{Status: string(res.Status), RequestHash: res.RequestHash}
+func (e *Service) remember(ctx context.Context, c *checked, res verdict.GuardianResult) {
+	v := approval.FirstVerdict{Status: string(res.Status), RequestHash: res.RequestHash}
 	if res.Verdict != nil {
 		v.ReasonCode, v.PolicyVersion = string(res.Verdict.ReasonCode), res.Verdict.PolicyVersion
 	}
@@ -213,7 +224,7 @@ func (e *Engine) remember(ctx context.Context, c *checked, res verdict.GuardianR
 // withdrawApproval drops an approval that an earlier verdict of c's payment recorded and no
 // settle has consumed: the latest answer of the verdict service stands, and it is not an
 // approval. It reports whether the store answered.
-func (e *Engine) withdrawApproval(ctx context.Context, c *checked) bool {
+func (e *Service) withdrawApproval(ctx context.Context, c *checked) bool {
 	recCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), approvalRecordTimeout)
 	defer cancel()
 	a, err := e.cfg.Store.Consume(recCtx, c.key)
@@ -229,7 +240,7 @@ func (e *Engine) withdrawApproval(ctx context.Context, c *checked) bool {
 
 // logVerdict logs the verdict res of c's payment and, when the payment was asked about
 // before, the verdict and policy version of that first ask.
-func (e *Engine) logVerdict(c *checked, res verdict.GuardianResult, before approval.Verdict, askedBefore bool) {
+func (e *Service) logVerdict(c *checked, res verdict.GuardianResult, before approval.FirstVerdict, askedBefore bool) {
 	fields := []zap.Field{zap.String("payer", c.auth.From.Hex()), zap.String("requestHash", res.RequestHash),
 		zap.String("status", string(res.Status))}
 	if res.Verdict != nil && res.Verdict.PolicyVersion != nil {

@@ -82,10 +82,7 @@ func NewVerdictClient(cfg VerdictClientConfig) (*VerdictClient, error) {
 // is then a non-approved "error" as well.
 func (c *VerdictClient) VerifyPayment(ctx context.Context, p *x402.Payment, r *x402.Requirements) (verdict.GuardianResult, error) {
 	out, err := c.g.VerifyPayment(ctx, p, r, c.poll)
-	out.Approved = out.Approved && out.Status == verdict.GuardianApproved
-	if out.Status == "" {
-		out.Status = verdict.GuardianError
-	}
+	out = outcome(out)
 	if err != nil {
 		return out, fmt.Errorf("verdict check: %w", err)
 	}

@@ -84,11 +84,11 @@ func vcEnvelope(outcome, code, human string) func() (int, string) {
 	return func() (int, string) { return http.StatusOK, body }
 }
 
-// TestVerdictClientDrivesTheEngine runs a real Engine on anvil in GUARDIAN_MODE required
+// TestVerdictClientDrivesTheService runs a real Service on anvil in GUARDIAN_MODE required
 // with the verdictclient-backed VerdictClient against a scripted verdict service: only
 // an approved verdict makes /verify valid and lets /settle move the money
 // (docs/verdict.md#fail-closed, docs/facilitator.md#settle-order).
-func TestVerdictClientDrivesTheEngine(t *testing.T) {
+func TestVerdictClientDrivesTheService(t *testing.T) {
 	env := newTestEnv(t)
 	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
 	signer := env.chain.FacilitatorAccount().Address
@@ -133,7 +133,7 @@ func TestVerdictClientDrivesTheEngine(t *testing.T) {
 				t.Fatal(err)
 			}
 			cfg := env.config(t)
-			cfg.GuardianMode, cfg.Verdicts, cfg.SkipStartupReconcile = GuardianRequired, vc, true
+			cfg.VerdictMode, cfg.Verdicts, cfg.SkipStartupReconcile = VerdictRequired, vc, true
 			cfg.Logger = zap.New(core)
 			e := env.engine(t, cfg)
 

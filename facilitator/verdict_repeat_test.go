@@ -31,7 +31,7 @@ func TestRepeatedVerifyAsksAgain(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := env.config(t)
-			cfg.GuardianMode, cfg.Verdicts = GuardianRequired, tc.verdicts
+			cfg.VerdictMode, cfg.Verdicts = VerdictRequired, tc.verdicts
 			e := env.engine(t, cfg)
 			p, r := env.pay(t, x402.Version2, payer, payee.Address)
 			for i := range 3 {
@@ -95,7 +95,7 @@ func TestPolicyChangeBetweenVerifiesIsSeen(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			svc, current, vc := policyService(t, env)
 			cfg := env.config(t)
-			cfg.GuardianMode, cfg.Verdicts = GuardianRequired, vc
+			cfg.VerdictMode, cfg.Verdicts = VerdictRequired, vc
 			e := env.engine(t, cfg)
 			p, r := env.pay(t, x402.Version2, payer, payee.Address)
 			current.Store(tc.first)
@@ -147,7 +147,7 @@ func verifySettleFailVerify(t *testing.T, env *testEnv, cfg Config) {
 	env.token.Mint(t, payer.Address, testAmount)
 	svc, current, vc := policyService(t, env)
 	current.Store(policyVerdict("approved", "allowed", 1))
-	cfg.GuardianMode, cfg.Verdicts = GuardianRequired, vc
+	cfg.VerdictMode, cfg.Verdicts = VerdictRequired, vc
 	e := env.engine(t, cfg)
 	p, r := env.pay(t, x402.Version2, payer, payee.Address)
 	verify := func(when string) {

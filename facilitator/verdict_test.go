@@ -60,7 +60,7 @@ func TestGuardianRequiredSettlesOnlyApprovedPayments(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c := cfg
-			c.GuardianMode, c.Verdicts, c.SkipStartupReconcile = GuardianRequired, tc.verdicts, true
+			c.VerdictMode, c.Verdicts, c.SkipStartupReconcile = VerdictRequired, tc.verdicts, true
 			e := env.engine(t, c)
 			defer e.Close()
 			p, r := env.pay(t, x402.Version1, payer, payee.Address)
@@ -103,7 +103,7 @@ func TestGuardianRequiredSettlesOnlyApprovedPayments(t *testing.T) {
 func TestGuardianRequiredApprovalIsConsumedEvenWhenSettlementFails(t *testing.T) {
 	env := newTestEnv(t)
 	cfg := env.config(t)
-	cfg.GuardianMode, cfg.Verdicts = GuardianRequired, approvedVerdict()
+	cfg.VerdictMode, cfg.Verdicts = VerdictRequired, approvedVerdict()
 	e := env.engine(t, cfg)
 	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
 	p, r := env.pay(t, x402.Version2, payer, payee.Address)
@@ -128,7 +128,7 @@ func TestGuardianRequiredApprovalIsConsumedEvenWhenSettlementFails(t *testing.T)
 func TestApprovalNeverOutlivesTheAuthorization(t *testing.T) {
 	env := newTestEnv(t)
 	cfg := env.config(t)
-	cfg.GuardianMode, cfg.Verdicts = GuardianRequired, approvedVerdict()
+	cfg.VerdictMode, cfg.Verdicts = VerdictRequired, approvedVerdict()
 	e := env.engine(t, cfg)
 	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
 	for _, tc := range []struct {
@@ -160,10 +160,10 @@ func TestApprovalNeverOutlivesTheAuthorization(t *testing.T) {
 
 // optionalEnv is an engine in GUARDIAN_MODE optional, with a verification fee of 0.001
 // USDC paid to account 7.
-func optionalEnv(t *testing.T, verdicts *fakeVerdicts) (*testEnv, *Engine, *x402.Requirements) {
+func optionalEnv(t *testing.T, verdicts *fakeVerdicts) (*testEnv, *Service, *x402.Requirements) {
 	env := newTestEnv(t)
 	cfg := env.config(t)
-	cfg.GuardianMode, cfg.Verdicts = GuardianOptional, verdicts
+	cfg.VerdictMode, cfg.Verdicts = VerdictOptional, verdicts
 	return env, env.engine(t, cfg), env.requirements(env.chain.Accounts[7].Address, big.NewInt(1_000))
 }
 

@@ -58,12 +58,12 @@ func versionOf(p *x402.Payment) int {
 }
 
 // checkStatic runs, in order, every check that needs no RPC: the pins of network, asset
-// and minimum amount, scheme, the v2 accepted requirement, the EIP-712 domain, and the
-// signature of an EOA. When the signature recovers to from, it also runs checkRest and the
+// and minimum amount, scheme, the exact match with r (checkMatch), the EIP-712 domain, and
+// the signature of an EOA. When the signature recovers to from, it also runs checkRest and the
 // payment is fully checked but for chain state. Otherwise c.eoa is false and the caller
 // must check the signature against the chain (checkContractSignature) and then run
 // checkRest, which keeps the order of docs/protocol.md#headers.
-func (e *Engine) checkStatic(p *x402.Payment, r *x402.Requirements, now time.Time) (*checked, *failure) {
+func (e *Service) checkStatic(p *x402.Payment, r *x402.Requirements, now time.Time) (*checked, *failure) {
 	if p == nil {
 		return nil, fail(x402.ReasonInvalidPayload, "payment payload is missing")
 	}
@@ -96,22 +96,21 @@ func (e *Engine) checkStatic(p *x402.Payment, r *x402.Requirements, now time.Tim
 	if p.Scheme != x402.SchemeExact || r.Scheme != x402.SchemeExact {
 		return nil, fail(x402.ReasonInvalidScheme, "scheme must be %q", x402.SchemeExact)
 	}
-	if f := checkAccepted(p, r); f != nil {
+	a := p.Authorization
+	if a.Value == nil || a.ValidAfter == nil || a.ValidBefore == nil || a.From == (common.Address{}) {
+		return nil, fail(x402.ReasonInvalidPayload, "authorization is incomplete")
+	}
+	if f := checkMatch(p, r); f != nil {
 		return nil, f
 	}
 	// docs/facilitator.md#verify step 2: extra.name and extra.version are required, no fallback;
 	// and they must be the configured token's domain, or the signature cannot hold on chain.
-	name, okName := r.Extra["name"].(string)
-	version, okVersion := r.Extra["version"].(string)
-	if !okName || !okVersion || name == "" || version == "" {
+	name, version, ok := r.Domain()
+	if !ok {
 		return nil, fail(x402.ReasonMissingEIP712Domain, "requirement extra.name and extra.version are required")
 	}
 	if name != c.net.USDC.Name || version != c.net.USDC.Version {
 		return nil, fail(x402.ReasonInvalidRequirements, "extra.name/version %q/%q is not the asset's EIP-712 domain", name, version)
-	}
-	a := p.Authorization
-	if a.Value == nil || a.ValidAfter == nil || a.ValidBefore == nil || a.From == (common.Address{}) {
-		return nil, fail(x402.ReasonInvalidPayload, "authorization is incomplete")
 	}
 	if len(p.Signature) == 0 {
 		return nil, fail(x402.ReasonInvalidPayload, "signature is missing")
@@ -142,46 +141,29 @@ func (e *Engine) checkStatic(p *x402.Payment, r *x402.Requirements, now time.Tim
 	return ck, nil
 }
 
-// checkAccepted checks that a v2 payment's accepted requirement is the one it is verified
-// against; v1 payments carry none.
-func checkAccepted(p *x402.Payment, r *x402.Requirements) *failure {
-	if p.Version == x402.Version1 {
-		return nil
-	}
-	acc := p.Accepted
-	switch {
-	case acc == nil:
+// checkMatch checks that p pays exactly r by x402's one match rule (Requirements.Matches:
+// the accepted requirement, the recipient and the value); a v2 payment must carry the
+// accepted requirement, which v1 payments never do.
+func checkMatch(p *x402.Payment, r *x402.Requirements) *failure {
+	if p.Version == x402.Version2 && p.Accepted == nil {
 		return fail(x402.ReasonInvalidPayload, "v2 payment lacks the accepted requirement")
-	case acc.Scheme != r.Scheme:
-		return fail(x402.ReasonInvalidScheme, "accepted scheme differs from the requirement's")
-	case acc.Network != r.Network:
-		return fail(x402.ReasonNetworkMismatch, "accepted network %q differs from the requirement's %q", acc.Network, r.Network)
-	case acc.Asset != r.Asset:
-		return fail(x402.ReasonAssetMismatch, "accepted asset differs from the requirement's")
-	case acc.PayTo != r.PayTo:
-		return fail(x402.ReasonRecipientMismatch, "accepted payTo differs from the requirement's")
-	case acc.Amount == nil || acc.Amount.Cmp(r.Amount) != 0:
-		return fail(x402.ReasonValueMismatch, "accepted amount differs from the requirement's")
+	}
+	if err := r.Matches(p); err != nil {
+		return fail(x402.ReasonOf(err), "%v", err)
 	}
 	return nil
 }
 
-// checkRest runs the checks that follow the signature: recipient, time window and value
-// (docs/facilitator.md#verify steps 5-8; the value must equal the amount exactly).
+// checkRest runs the check that follows the signature: the time window
+// (docs/facilitator.md#verify; recipient and value matched before, in checkMatch).
 func checkRest(c *checked, now time.Time) *failure {
 	a := c.auth
-	if a.To != c.r.PayTo {
-		return fail(x402.ReasonRecipientMismatch, "authorization pays %s, not payTo %s", a.To.Hex(), c.r.PayTo.Hex())
-	}
 	sec := big.NewInt(now.Unix())
 	if a.ValidBefore.Cmp(new(big.Int).Add(sec, big.NewInt(validBeforeSlack))) < 0 {
 		return fail(x402.ReasonValidBefore, "authorization expires at %s, too soon", a.ValidBefore)
 	}
 	if a.ValidAfter.Cmp(sec) > 0 {
 		return fail(x402.ReasonValidAfter, "authorization is valid only after %s", a.ValidAfter)
-	}
-	if a.Value.Cmp(c.r.Amount) != 0 {
-		return fail(x402.ReasonValueMismatch, "authorization value %s differs from amount %s", a.Value, c.r.Amount)
 	}
 	return nil
 }
@@ -195,7 +177,7 @@ func checkRest(c *checked, now time.Time) *failure {
 // wallet through the factory and runs the token's transferWithAuthorization, whose
 // ERC-1271 check of the inner signature decides; nothing is deployed or sent. Settle
 // later deploys the wallet for real, and the token checks the signature again.
-func (e *Engine) checkContractSignature(ctx context.Context, c *checked) *failure {
+func (e *Service) checkContractSignature(ctx context.Context, c *checked) *failure {
 	from := c.auth.From
 	code, err := c.chain.hasCode(ctx, from)
 	if err != nil {
@@ -229,7 +211,7 @@ func (e *Engine) checkContractSignature(ctx context.Context, c *checked) *failur
 // check6492 simulates the deployment of c's ERC-6492 wallet through its allow-listed
 // factory followed by the transfer, so a wrapper whose inner signature the wallet will not
 // accept is refused at verify, before settle spends gas on deploying it.
-func (e *Engine) check6492(ctx context.Context, c *checked) *failure {
+func (e *Service) check6492(ctx context.Context, c *checked) *failure {
 	data, err := c.chain.transferCalldata(c.auth, c.sig, false)
 	if err != nil {
 		return fail(x402.ReasonInvalidSignature, "signature cannot be encoded for the token")
@@ -258,7 +240,7 @@ func (e *Engine) check6492(ctx context.Context, c *checked) *failure {
 // check: the static checks, the signature against the chain when needed, then chain state
 // (authorizationState and balanceOf, in one RPC batch). A failure to reach the chain is a
 // logical failure with ReasonChainUnavailable.
-func (e *Engine) verifyPayment(ctx context.Context, p *x402.Payment, r *x402.Requirements) (*checked, *failure) {
+func (e *Service) verifyPayment(ctx context.Context, p *x402.Payment, r *x402.Requirements) (*checked, *failure) {
 	c, f := e.checkSigned(ctx, p, r)
 	if f != nil {
 		return nil, f
@@ -272,7 +254,7 @@ func (e *Engine) verifyPayment(ctx context.Context, p *x402.Payment, r *x402.Req
 // checkSigned runs every check of verifyPayment but the token's state: the pins, the
 // exact match with r, the signature (a contract wallet's through the chain) and the time
 // window. A payment that passes was signed by its payer for exactly r.
-func (e *Engine) checkSigned(ctx context.Context, p *x402.Payment, r *x402.Requirements) (*checked, *failure) {
+func (e *Service) checkSigned(ctx context.Context, p *x402.Payment, r *x402.Requirements) (*checked, *failure) {
 	now := e.now()
 	c, f := e.checkStatic(p, r, now)
 	if f != nil {
@@ -294,7 +276,7 @@ func (e *Engine) checkSigned(ctx context.Context, p *x402.Payment, r *x402.Requi
 
 // checkTokenState checks the payer's balance and that the nonce is unused, and asks an
 // EOA signer that has code (EIP-7702) to accept the signature as the token would.
-func (e *Engine) checkTokenState(ctx context.Context, c *checked) *failure {
+func (e *Service) checkTokenState(ctx context.Context, c *checked) *failure {
 	bal, used, code, err := c.chain.tokenState(ctx, c.auth.From, c.auth.Nonce)
 	if err != nil {
 		e.logChainErr("verify token state", c.chain, err)
@@ -327,7 +309,7 @@ func (e *Engine) checkTokenState(ctx context.Context, c *checked) *failure {
 }
 
 // logChainErr logs a chain failure with the RPC URL removed.
-func (e *Engine) logChainErr(op string, c *chain, err error) {
+func (e *Service) logChainErr(op string, c *chain, err error) {
 	detail := c.redact(err)
 	var ce *chainError
 	if errors.As(err, &ce) {
@@ -357,7 +339,7 @@ func invalid(p *x402.Payment, f *failure) x402.VerifyResponse {
 // Logical failures come back as IsValid false with a reason in the payment's x402
 // version; the RPC endpoint being down is ReasonChainUnavailable. The error return is
 // reserved for failures that are not the payment's fault.
-func (e *Engine) Verify(ctx context.Context, in x402.VerifyInput) (x402.VerifyResponse, error) {
+func (e *Service) Verify(ctx context.Context, in x402.VerifyInput) (x402.VerifyResponse, error) {
 	c, f := e.verifyPayment(ctx, in.Payment, in.Requirements)
 	if f != nil {
 		e.log.Debug("verify refused", zap.String("payer", payerOf(in.Payment)), zap.String("reason", string(f.reason)))

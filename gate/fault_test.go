@@ -109,7 +109,7 @@ func TestSettlementPendingIs502WithTx(t *testing.T) {
 // verdict service refuses every payment (verdict_not_approved, v1 invalid_payment), and the
 // gate answers rejected without running the upstream or moving money.
 func TestVerdictRequiredWithoutServiceRejects(t *testing.T) {
-	env := newTestEnvWith(t, func(c *facilitator.Config) { c.GuardianMode = facilitator.GuardianRequired })
+	env := newTestEnvWith(t, func(c *facilitator.Config) { c.VerdictMode = facilitator.VerdictRequired })
 	up := &upstream{}
 	srv := serve(t, env.gate(t, env.config(), Options{}), up)
 	url := srv.URL + "/r"

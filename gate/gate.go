@@ -24,7 +24,7 @@ import (
 )
 
 // Facilitator verifies and settles payments (docs/gate.md#facilitator). The in-process
-// *facilitator.Engine and the remote httpapi client both satisfy it. Logical failures come
+// *facilitator.Service and the remote httpapi client both satisfy it. Logical failures come
 // back in the response (IsValid / Success false); an error means the outcome is
 // exceptional or unknown.
 type Facilitator interface {

@@ -19,8 +19,8 @@ import (
 	"github.com/ethereum/go-ethereum/crypto"
 
 	"github.com/x402gate/x402gate/facilitator"
+	"github.com/x402gate/x402gate/facilitator/facilitatortest"
 	"github.com/x402gate/x402gate/facilitator/httpapi"
-	"github.com/x402gate/x402gate/internal/enginetest"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -28,7 +28,7 @@ import (
 // The facilitators a gate runs on (docs/gate.md#facilitator). The guards sit here because
 // neither package may import gate: gate's tests import both.
 var (
-	_ Facilitator = (*facilitator.Engine)(nil)
+	_ Facilitator = (*facilitator.Service)(nil)
 	_ Facilitator = (*httpapi.Client)(nil)
 )
 
@@ -37,14 +37,14 @@ const testPrice = "0.01 USDC"
 
 var testAmount = big.NewInt(10_000)
 
-// testEnv is one anvil chain with our token, an in-process facilitator.Engine on it (a
+// testEnv is one anvil chain with our token, an in-process facilitator.Service on it (a
 // MemoryStore and an SQLite journal, as the bundled facilitator runs), and a fresh payee.
 type testEnv struct {
 	chain  *testenv.Chain
 	token  *testenv.Token
 	net    x402.Network
 	reg    *x402.Registry
-	engine *facilitator.Engine
+	engine *facilitator.Service
 	payTo  common.Address
 	payer  testenv.Account
 }
@@ -57,8 +57,8 @@ func newTestEnv(t *testing.T) *testEnv {
 // newTestEnvWith is newTestEnv with the engine's config changed by mutate.
 func newTestEnvWith(t *testing.T, mutate func(*facilitator.Config)) *testEnv {
 	t.Helper()
-	c := enginetest.StartChain(t)
-	e := c.Engine(t, mutate)
+	c := facilitatortest.StartChain(t)
+	e := c.Service(t, mutate)
 	chain, token, net, reg := c.Chain, c.Token, c.Network, c.Registry
 	return &testEnv{
 		chain: chain, token: token, net: net, reg: reg, engine: e,

@@ -58,9 +58,9 @@ type FacilitatorConfig struct {
 	// Journal is the settlement journal. Default: sqlite at
 	// <caddy data dir>/x402/<name>/journal.db ("default" uses x402/journal.db).
 	Journal *DatabaseConfig `json:"journal,omitempty"`
-	// GuardianMode is GUARDIAN_MODE: off, optional or required. Default: off.
-	GuardianMode string `json:"guardian_mode,omitempty"`
-	// VerdictURL is the verdict service's base URL. Required when GuardianMode is optional
+	// VerdictMode is GUARDIAN_MODE: off, optional or required. Default: off.
+	VerdictMode string `json:"guardian_mode,omitempty"`
+	// VerdictURL is the verdict service's base URL. Required when VerdictMode is optional
 	// or required.
 	VerdictURL string `json:"verdict_url,omitempty"`
 	// VerdictKey is the verdict service's API key (placeholder). Default: none.
@@ -154,7 +154,7 @@ type resolved struct {
 	JournalType    string
 	JournalPath    string
 	JournalDSN     string
-	GuardianMode   facilitator.GuardianMode
+	VerdictMode    facilitator.VerdictMode
 	VerdictURL     string
 	VerdictKey     string
 	PricingURL     string
@@ -239,7 +239,7 @@ func placeholderCause(kind, arg string) string {
 func (fc *FacilitatorConfig) settings() facilitator.Settings {
 	s := facilitator.Settings{
 		SignerKey:         fc.SignerKey,
-		GuardianMode:      facilitator.GuardianMode(fc.GuardianMode),
+		VerdictMode:       facilitator.VerdictMode(fc.VerdictMode),
 		VerdictURL:        fc.VerdictURL,
 		PricingURL:        fc.PricingURL,
 		ApprovalTTL:       time.Duration(fc.ApprovalTTL),
@@ -324,7 +324,7 @@ func (fc *FacilitatorConfig) resolve(name string) (*resolved, error) {
 		StoreMax:       s.StoreMaxEntries,
 		JournalType:    facilitator.JournalSQLite,
 		JournalPath:    s.JournalPath,
-		GuardianMode:   s.GuardianMode,
+		VerdictMode:    s.VerdictMode,
 		VerdictURL:     s.VerdictURL,
 		VerdictKey:     resolveSecret(repl, fc.VerdictKey),
 		PricingURL:     s.PricingURL,
@@ -358,8 +358,8 @@ func (fc *FacilitatorConfig) resolve(name string) (*resolved, error) {
 	} else if rc.JournalPath == "" {
 		rc.JournalPath = defaultJournalPath(name)
 	}
-	if rc.GuardianMode == "" {
-		rc.GuardianMode = facilitator.GuardianOff
+	if rc.VerdictMode == "" {
+		rc.VerdictMode = facilitator.VerdictOff
 	}
 	return rc, nil
 }
@@ -429,7 +429,7 @@ func (rc *resolved) poolKey() (string, error) {
 // bundle is one open bundled facilitator and the state a reload must keep.
 type bundle struct {
 	name       string
-	engine     *facilitator.Engine
+	engine     *facilitator.Service
 	store      approval.Store
 	journal    *journal.DB
 	ledger     gate.Ledger // in Redis with store redis, else with the journal
@@ -437,8 +437,8 @@ type bundle struct {
 	served     *x402.Registry // only the networks this facilitator serves, for gates' checks
 	pricingURL string
 	verdictURL string
-	// guardianMode is the facilitator's GUARDIAN_MODE, checked against what gates advertise.
-	guardianMode facilitator.GuardianMode
+	// verdictMode is the facilitator's GUARDIAN_MODE, checked against what gates advertise.
+	verdictMode facilitator.VerdictMode
 	// limiter rate-limits verdict requests across instances (a Redis store); nil: the
 	// engine's in-process one.
 	limiter facilitator.SubmitLimiter
@@ -537,7 +537,7 @@ func openBundle(rc *resolved, log *zap.Logger) (_ *bundle, err error) {
 		VerdictRate:      rc.VerdictRate,
 		VerdictBurst:     rc.VerdictBurst,
 		SubmitLimiter:    b.limiter,
-		GuardianMode:     rc.GuardianMode,
+		VerdictMode:      rc.VerdictMode,
 		VerdictURL:       rc.VerdictURL,
 		ApprovalTTL:      rc.ApprovalTTL,
 		ReceiptTimeout:   rc.ReceiptTimeout,
@@ -548,7 +548,7 @@ func openBundle(rc *resolved, log *zap.Logger) (_ *bundle, err error) {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	b.engine = e
-	b.guardianMode = rc.GuardianMode
+	b.verdictMode = rc.VerdictMode
 	b.verifyTimeout = verifyTimeout(rc)
 	b.closers = append(b.closers, func() error { e.Close(); return nil })
 	b.reconcile = rc.Reconcile
@@ -569,7 +569,7 @@ func openBundle(rc *resolved, log *zap.Logger) (_ *bundle, err error) {
 // checkChainIDs is the chain id check of `caddy validate`, which never starts the app: a
 // network whose RPC endpoint serves another chain fails the validation; one that cannot
 // be reached is logged and passes, since the facilitator would wait for it.
-func checkChainIDs(e *facilitator.Engine, log *zap.Logger) error {
+func checkChainIDs(e *facilitator.Service, log *zap.Logger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), validateChainTimeout)
 	defer cancel()
 	unreachable, err := e.CheckChainIDs(ctx)

@@ -37,8 +37,8 @@ func TestFacilitatorConfigResolve(t *testing.T) {
 		if rc.Networks[0].RPCURL != "https://rpc.example/v1/secret-rpc-token-777" || rc.key == nil {
 			t.Fatalf("rpc %q, key set %v", rc.Networks[0].RPCURL, rc.key != nil)
 		}
-		if rc.StoreType != facilitator.StoreMemory || rc.JournalType != facilitator.JournalSQLite || rc.GuardianMode != facilitator.GuardianOff {
-			t.Fatalf("defaults: store %s journal %s guardian %s", rc.StoreType, rc.JournalType, rc.GuardianMode)
+		if rc.StoreType != facilitator.StoreMemory || rc.JournalType != facilitator.JournalSQLite || rc.VerdictMode != facilitator.VerdictOff {
+			t.Fatalf("defaults: store %s journal %s guardian %s", rc.StoreType, rc.JournalType, rc.VerdictMode)
 		}
 		if want := filepath.Join(caddy.AppDataDir(), "x402", "journal.db"); rc.JournalPath != want {
 			t.Fatalf("journal path %q, want %q", rc.JournalPath, want)
@@ -81,7 +81,7 @@ func TestFacilitatorConfigResolve(t *testing.T) {
 	}{
 		{"literal signer key", FacilitatorConfig{Networks: net, SignerKey: devKey}, "placeholder"},
 		{"no signer key", FacilitatorConfig{Networks: net}, "signer_key: is required"},
-		{"literal verdict key", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", GuardianMode: "required",
+		{"literal verdict key", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", VerdictMode: "required",
 			VerdictURL: "http://127.0.0.1:1", VerdictKey: "verdict-key-written-inline-0123456789"}, "verdict_key: must be an {env.*} or {file.*} placeholder"},
 		{"signer key resolves to nothing", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_EMPTY}"}, "signer_key: is empty: {env.X402_T_EMPTY}: the environment variable X402_T_EMPTY is empty"},
 		{"signer key of an unset variable", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_UNSET_9f1}"}, "signer_key: is empty: {env.X402_T_UNSET_9f1}: the environment variable X402_T_UNSET_9f1 is not set"},
@@ -89,9 +89,9 @@ func TestFacilitatorConfigResolve(t *testing.T) {
 		{"signer key is not hex", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_BADKEY}"}, "not a hex secp256k1 private key"},
 		{"no network", FacilitatorConfig{SignerKey: "{env.X402_T_KEY}"}, "network: at least one is required"},
 		{"rpc resolves to nothing", FacilitatorConfig{Networks: []NetworkConfig{{Name: "base", RPC: "{env.X402_T_EMPTY}"}}, SignerKey: "{env.X402_T_KEY}"}, "network base: rpc: is empty: {env.X402_T_EMPTY}: the environment variable X402_T_EMPTY is empty"},
-		{"guardian required without verdict url", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", GuardianMode: "required"}, "needs verdict_url"},
-		{"guardian optional without verdict url", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", GuardianMode: "optional"}, "needs verdict_url"},
-		{"unknown guardian mode", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", GuardianMode: "strict"}, "not off, optional or required"},
+		{"guardian required without verdict url", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", VerdictMode: "required"}, "needs verdict_url"},
+		{"guardian optional without verdict url", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", VerdictMode: "optional"}, "needs verdict_url"},
+		{"unknown guardian mode", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", VerdictMode: "strict"}, "not off, optional or required"},
 		{"relative verdict url", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", VerdictURL: "verdict.local"}, "verdict_url: must be an absolute"},
 		{"redis without url", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", Store: &StoreConfig{Type: "redis", URL: "{env.X402_T_EMPTY}"}}, "store redis: is empty: {env.X402_T_EMPTY}"},
 		{"postgres without dsn", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", Journal: &DatabaseConfig{Type: "postgres"}}, "journal: postgres needs its dsn"},
@@ -133,7 +133,7 @@ func TestOpenBundleFailsClosedWithoutLeakingSecrets(t *testing.T) {
 		{"verdict key too short", FacilitatorConfig{
 			Networks:  []NetworkConfig{{Name: "base-sepolia", RPC: "{env.X402_T_SECRET_RPC}"}},
 			SignerKey: "{env.X402_T_KEY}", Journal: &DatabaseConfig{Path: filepath.Join(dir, "b.db")},
-			GuardianMode: "required", VerdictURL: "http://127.0.0.1:1", VerdictKey: "{env.X402_T_VKEY}",
+			VerdictMode: "required", VerdictURL: "http://127.0.0.1:1", VerdictKey: "{env.X402_T_VKEY}",
 		}, "verdict_url/verdict_key"},
 		{"unreachable redis", FacilitatorConfig{
 			Networks:  []NetworkConfig{{Name: "base-sepolia", RPC: "{env.X402_T_SECRET_RPC}"}},

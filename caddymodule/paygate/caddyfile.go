@@ -37,7 +37,7 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 		return nil, err
 	}
 	var reg *x402.Registry
-	var mode facilitator.GuardianMode
+	var mode facilitator.VerdictMode
 	if g.FacilitatorURL == "" {
 		var app App
 		if opt, ok := h.Option("x402").(httpcaddyfile.App); ok {
@@ -57,9 +57,9 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 		if err != nil {
 			return nil, h.WrapErr(err) // checked where the global option is parsed
 		}
-		reg, mode = r, facilitator.GuardianMode(fc.GuardianMode)
+		reg, mode = r, facilitator.VerdictMode(fc.VerdictMode)
 		if mode == "" {
-			mode = facilitator.GuardianOff
+			mode = facilitator.VerdictOff
 		}
 	}
 	if err := g.validate(reg, mode); err != nil {

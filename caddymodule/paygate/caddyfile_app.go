@@ -139,7 +139,7 @@ func (fc *FacilitatorConfig) unmarshalCaddyfile(d *caddyfile.Dispenser, lines op
 			}
 			fc.Journal = j
 		case "guardian_mode":
-			if err := oneArg(d, &fc.GuardianMode); err != nil {
+			if err := oneArg(d, &fc.VerdictMode); err != nil {
 				return err
 			}
 		case "verdict_url", "verdict_key", "pricing_url":

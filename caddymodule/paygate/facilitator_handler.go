@@ -79,7 +79,7 @@ func (f *FacilitatorHandler) Provision(ctx caddy.Context) error {
 		return errors.New("api_key resolved to an empty value")
 	}
 	if f.HealthDetail {
-		opts.HealthInfo = httpapi.EngineHealthInfo(b.engine)
+		opts.HealthInfo = httpapi.ServiceHealthInfo(b.engine)
 	}
 	f.api = httpapi.NewHandler(b.engine, opts)
 	return nil

@@ -102,13 +102,13 @@ type Handler struct {
 	// Default: strict.
 	Paths string `json:"paths,omitempty"`
 
-	gate         *gate.Gate
-	log          *zap.Logger
-	retryKey     string                   // retryPool key held by a remote-facilitator handler
-	reg          *x402.Registry           // the facilitator's networks; nil: the built-in ones
-	guardianMode facilitator.GuardianMode // a bundled facilitator's; empty for a remote one
-	lines        optionTokens             // where the Caddyfile sets each option
-	readiness    *networkReadiness        // a bundled facilitator's networks of this route; nil for a remote one
+	gate        *gate.Gate
+	log         *zap.Logger
+	retryKey    string                  // retryPool key held by a remote-facilitator handler
+	reg         *x402.Registry          // the facilitator's networks; nil: the built-in ones
+	verdictMode facilitator.VerdictMode // a bundled facilitator's; empty for a remote one
+	lines       optionTokens            // where the Caddyfile sets each option
+	readiness   *networkReadiness       // a bundled facilitator's networks of this route; nil for a remote one
 }
 
 // CaddyModule returns the Caddy module information.
@@ -176,12 +176,12 @@ func hasPlaceholder(s string) bool { return strings.Contains(s, "{") }
 // built-in ones for a remote facilitator, or before Provision). The Caddyfile adapter
 // runs the same checks, so a mistake fails at `caddy adapt` with its line.
 func (h *Handler) Validate() error {
-	return h.validate(h.reg, h.guardianMode)
+	return h.validate(h.reg, h.verdictMode)
 }
 
 // validate checks h against reg and, for a bundled facilitator whose mode is known, the
 // facilitator's guardian_mode. Errors are *gate.ConfigError or *facilitator.SettingsError.
-func (h *Handler) validate(reg *x402.Registry, mode facilitator.GuardianMode) error {
+func (h *Handler) validate(reg *x402.Registry, mode facilitator.VerdictMode) error {
 	switch {
 	case h.FacilitatorURL != "" && h.Facilitator != "":
 		return &gate.ConfigError{Option: "facilitator", Err: errors.New("is either bundled or a url, not both")}
@@ -240,7 +240,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		if err != nil {
 			return err
 		}
-		h.reg, h.guardianMode, verify = b.served, b.guardianMode, b.verifyTimeout
+		h.reg, h.verdictMode, verify = b.served, b.verdictMode, b.verifyTimeout
 		h.readiness = &networkReadiness{engine: b.engine, networks: h.routeNetworks(b.served)}
 		opts.Facilitator, opts.Registry, opts.Ledger = b.engine, b.registry, b.ledger
 		if pricingURL == "" {

@@ -40,7 +40,7 @@ func (h *Handler) routeNetworks(reg *x402.Registry) []string {
 // networkReadiness answers whether the networks of a route are ready on a bundled
 // facilitator's engine.
 type networkReadiness struct {
-	engine   *facilitator.Engine
+	engine   *facilitator.Service
 	networks []string
 }
 

@@ -47,7 +47,7 @@ func pollOptions(rc *resolved) verdictclient.PollOptions {
 // verification fee's receipt, so a slow verdict ends as the verdict service's own timeout
 // rather than the gate's (docs/gate.md#guardian).
 func verifyTimeout(rc *resolved) time.Duration {
-	if rc.GuardianMode == "" || rc.GuardianMode == facilitator.GuardianOff {
+	if rc.VerdictMode == "" || rc.VerdictMode == facilitator.VerdictOff {
 		return gate.DefaultVerifyTimeout
 	}
 	receipt := rc.ReceiptTimeout

@@ -18,18 +18,18 @@ func TestVerifyDeadlineCoversTheVerdictPoll(t *testing.T) {
 		atLeast time.Duration
 		exactly time.Duration
 	}{
-		{"guardian off keeps the default", resolved{GuardianMode: facilitator.GuardianOff}, 0, gate.DefaultVerifyTimeout},
-		{"guardian required, default poll", resolved{GuardianMode: facilitator.GuardianRequired}, 87 * time.Second, 0},
-		{"guardian optional, a longer poll", resolved{GuardianMode: facilitator.GuardianOptional,
+		{"guardian off keeps the default", resolved{VerdictMode: facilitator.VerdictOff}, 0, gate.DefaultVerifyTimeout},
+		{"guardian required, default poll", resolved{VerdictMode: facilitator.VerdictRequired}, 87 * time.Second, 0},
+		{"guardian optional, a longer poll", resolved{VerdictMode: facilitator.VerdictOptional,
 			PollInterval: 2 * time.Second, PollAttempts: 40, PollMaxDelay: 10 * time.Second}, 360 * time.Second, 0},
-		{"a short poll never goes below the default", resolved{GuardianMode: facilitator.GuardianRequired,
+		{"a short poll never goes below the default", resolved{VerdictMode: facilitator.VerdictRequired,
 			PollInterval: 10 * time.Millisecond, PollAttempts: 2}, gate.DefaultVerifyTimeout, 0},
 	} {
 		got := verifyTimeout(&tc.rc)
 		if (tc.exactly != 0 && got != tc.exactly) || got < tc.atLeast {
 			t.Errorf("%s: verify deadline %v; want %v", tc.name, got, max(tc.exactly, tc.atLeast))
 		}
-		if tc.rc.GuardianMode != facilitator.GuardianOff && got <= pollOptions(&tc.rc).Bound() {
+		if tc.rc.VerdictMode != facilitator.VerdictOff && got <= pollOptions(&tc.rc).Bound() {
 			t.Errorf("%s: verify deadline %v does not outlast the poll bound %v", tc.name, got, pollOptions(&tc.rc).Bound())
 		}
 	}

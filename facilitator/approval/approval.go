@@ -19,10 +19,10 @@ type Approval struct {
 	ExpiresAt   time.Time `json:"expiresAt"`
 }
 
-// Verdict is the remembered first terminal verdict of one exact payment. A repeated
+// FirstVerdict is the remembered first terminal verdict of one exact payment. A repeated
 // /verify of it asks the verdict service again, without another fee; the remembered one
 // never approves anything by itself (docs/facilitator.md#fresh-verdicts).
-type Verdict struct {
+type FirstVerdict struct {
 	Status      string `json:"status"`
 	ReasonCode  string `json:"reasonCode,omitempty"`
 	RequestHash string `json:"requestHash,omitempty"`
@@ -58,9 +58,9 @@ type Store interface {
 	Claim(ctx context.Context, k x402.PaymentKey, ttl time.Duration) error
 	// RememberVerdict keeps the terminal verdict v of k for ttl. While an earlier one is
 	// unexpired, that one is kept: the first terminal verdict of a payment stands.
-	RememberVerdict(ctx context.Context, k x402.PaymentKey, v Verdict, ttl time.Duration) error
+	RememberVerdict(ctx context.Context, k x402.PaymentKey, v FirstVerdict, ttl time.Duration) error
 	// RecallVerdict returns the remembered verdict of k, or ErrNotFound.
-	RecallVerdict(ctx context.Context, k x402.PaymentKey) (Verdict, error)
+	RecallVerdict(ctx context.Context, k x402.PaymentKey) (FirstVerdict, error)
 	// Close releases the store's connections.
 	Close() error
 }

@@ -197,11 +197,11 @@ var approvalStoreCases = []struct {
 		if _, err := s.RecallVerdict(ctx, k); !errors.Is(err, approval.ErrNotFound) {
 			t.Fatalf("recall before any verdict: %v, want ErrNotFound", err)
 		}
-		first := approval.Verdict{Status: "rejected", ReasonCode: "recipient_not_allowed", RequestHash: "0xr1"}
+		first := approval.FirstVerdict{Status: "rejected", ReasonCode: "recipient_not_allowed", RequestHash: "0xr1"}
 		if err := s.RememberVerdict(ctx, k, first, time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.RememberVerdict(ctx, k, approval.Verdict{Status: "approved", RequestHash: "0xr2"}, time.Minute); err != nil {
+		if err := s.RememberVerdict(ctx, k, approval.FirstVerdict{Status: "approved", RequestHash: "0xr2"}, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		if got, err := s.RecallVerdict(ctx, k); err != nil || got != first {

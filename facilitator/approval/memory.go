@@ -144,7 +144,7 @@ func canonicalHash(h string) ([32]byte, bool) {
 
 // memVerdict is a remembered verdict with its own expiry.
 type memVerdict struct {
-	verdict   Verdict
+	verdict   FirstVerdict
 	expiresAt time.Time
 }
 
@@ -270,7 +270,7 @@ func (s *MemoryStore) Claim(ctx context.Context, k x402.PaymentKey, ttl time.Dur
 // RememberVerdict keeps v for k until ttl elapses; an unexpired earlier verdict stands. A
 // full table evicts the least recently used verdict, which only means its payment may be
 // asked about once more.
-func (s *MemoryStore) RememberVerdict(ctx context.Context, k x402.PaymentKey, v Verdict, ttl time.Duration) error {
+func (s *MemoryStore) RememberVerdict(ctx context.Context, k x402.PaymentKey, v FirstVerdict, ttl time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("remember verdict: %w", err)
 	}
@@ -291,18 +291,18 @@ func (s *MemoryStore) RememberVerdict(ctx context.Context, k x402.PaymentKey, v 
 }
 
 // RecallVerdict returns the unexpired remembered verdict of k, or ErrNotFound.
-func (s *MemoryStore) RecallVerdict(ctx context.Context, k x402.PaymentKey) (Verdict, error) {
+func (s *MemoryStore) RecallVerdict(ctx context.Context, k x402.PaymentKey) (FirstVerdict, error) {
 	if err := ctx.Err(); err != nil {
-		return Verdict{}, fmt.Errorf("recall verdict: %w", err)
+		return FirstVerdict{}, fmt.Errorf("recall verdict: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return Verdict{}, errMemoryStoreClosed
+		return FirstVerdict{}, errMemoryStoreClosed
 	}
 	e, ok := s.verdicts.Peek(paymentKey(k))
 	if !ok || !time.Now().Before(e.expiresAt) {
-		return Verdict{}, ErrNotFound
+		return FirstVerdict{}, ErrNotFound
 	}
 	return e.verdict, nil
 }

@@ -168,7 +168,7 @@ func (s *RedisStore) verdictKey(k x402.PaymentKey) string {
 }
 
 // RememberVerdict keeps v for k for ttl (SET NX PX): the first terminal verdict stands.
-func (s *RedisStore) RememberVerdict(ctx context.Context, k x402.PaymentKey, v Verdict, ttl time.Duration) error {
+func (s *RedisStore) RememberVerdict(ctx context.Context, k x402.PaymentKey, v FirstVerdict, ttl time.Duration) error {
 	if err := checkRedisTTL(ttl); err != nil {
 		return fmt.Errorf("remember verdict: %w", err)
 	}
@@ -183,17 +183,17 @@ func (s *RedisStore) RememberVerdict(ctx context.Context, k x402.PaymentKey, v V
 }
 
 // RecallVerdict returns the remembered verdict of k, or ErrNotFound.
-func (s *RedisStore) RecallVerdict(ctx context.Context, k x402.PaymentKey) (Verdict, error) {
+func (s *RedisStore) RecallVerdict(ctx context.Context, k x402.PaymentKey) (FirstVerdict, error) {
 	b, err := s.client.Get(ctx, s.verdictKey(k)).Bytes()
 	if errors.Is(err, redis.Nil) {
-		return Verdict{}, ErrNotFound
+		return FirstVerdict{}, ErrNotFound
 	}
 	if err != nil {
-		return Verdict{}, s.fail("recall verdict", err)
+		return FirstVerdict{}, s.fail("recall verdict", err)
 	}
-	var v Verdict
+	var v FirstVerdict
 	if err := json.Unmarshal(b, &v); err != nil || v.Status == "" {
-		return Verdict{}, fmt.Errorf("recall verdict: malformed record: %w", ErrNotFound)
+		return FirstVerdict{}, fmt.Errorf("recall verdict: malformed record: %w", ErrNotFound)
 	}
 	return v, nil
 }

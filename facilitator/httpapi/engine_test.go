@@ -9,7 +9,7 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 
 	"github.com/x402gate/x402gate/facilitator"
-	"github.com/x402gate/x402gate/internal/enginetest"
+	"github.com/x402gate/x402gate/facilitator/facilitatortest"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/verdict"
 	"github.com/x402gate/x402gate/x402"
@@ -21,7 +21,7 @@ var testAmount = big.NewInt(10_000)
 // testEnv is one anvil chain with our token, and a registry that knows it as
 // base-sepolia: the real parts that the API's end-to-end tests serve an engine on.
 type testEnv struct {
-	*enginetest.Env
+	*facilitatortest.Env
 	chain *testenv.Chain
 	token *testenv.Token
 	net   x402.Network
@@ -30,14 +30,14 @@ type testEnv struct {
 
 func newTestEnv(t *testing.T) *testEnv {
 	t.Helper()
-	c := enginetest.StartChain(t)
+	c := facilitatortest.StartChain(t)
 	return &testEnv{Env: c, chain: c.Chain, token: c.Token, net: c.Network, reg: c.Registry}
 }
 
-// engine starts a facilitator.Engine on the env's chain (enginetest.Env.Engine).
-func (v *testEnv) engine(t *testing.T, mutate func(*facilitator.Config)) *facilitator.Engine {
+// engine starts a facilitator.Service on the env's chain (facilitatortest.Env.Service).
+func (v *testEnv) engine(t *testing.T, mutate func(*facilitator.Config)) *facilitator.Service {
 	t.Helper()
-	return v.Engine(t, mutate)
+	return v.Service(t, mutate)
 }
 
 // requirements asks amount of the token paid to payTo, with the resource a v1
@@ -108,7 +108,7 @@ func TestVerificationFeeTravelsOverHTTP(t *testing.T) {
 		t.Run("v"+big.NewInt(int64(version)).String(), func(t *testing.T) {
 			env := newTestEnv(t)
 			e := env.engine(t, func(c *facilitator.Config) {
-				c.GuardianMode, c.Verdicts = facilitator.GuardianOptional, approvingVerdicts{}
+				c.VerdictMode, c.Verdicts = facilitator.VerdictOptional, approvingVerdicts{}
 				// The pricing service quotes 0.001 USDC to account 7 for every payment.
 				c.Pricing = func(context.Context, *x402.Requirements) (*x402.Requirements, error) {
 					return env.requirements(env.chain.Accounts[7].Address, big.NewInt(1_000)), nil

@@ -28,8 +28,8 @@ const healthInfoTimeout = 5 * time.Second
 type HealthDetails struct {
 	// FacilitatorAddress is the address that signs and pays gas for settlements.
 	FacilitatorAddress string `json:"facilitatorAddress"`
-	// GuardianMode is GUARDIAN_MODE: off, optional or required.
-	GuardianMode string `json:"guardianMode,omitempty"`
+	// VerdictMode is GUARDIAN_MODE: off, optional or required.
+	VerdictMode string `json:"guardianMode,omitempty"`
 	// VerdictServiceURL is the verdict service base URL, empty when none is configured.
 	VerdictServiceURL string `json:"verdictServiceUrl,omitempty"`
 	// Networks lists every chain the facilitator settles on.
@@ -62,15 +62,15 @@ type HealthBalances struct {
 	Asset string `json:"asset,omitempty"`
 }
 
-// EngineHealthInfo adapts e.Info to HandlerOptions.HealthInfo. Info answers from the
+// ServiceHealthInfo adapts e.Info to HandlerOptions.HealthInfo. Info answers from the
 // engine's balance cache, so a detailed health request reads the chain at most once per
 // Config.BalanceCacheTTL.
-func EngineHealthInfo(e *facilitator.Engine) func(context.Context) (HealthDetails, error) {
+func ServiceHealthInfo(e *facilitator.Service) func(context.Context) (HealthDetails, error) {
 	return func(ctx context.Context) (HealthDetails, error) {
 		info := e.Info(ctx)
 		d := HealthDetails{
 			FacilitatorAddress: info.Address,
-			GuardianMode:       info.GuardianMode,
+			VerdictMode:        info.VerdictMode,
 			VerdictServiceURL:  info.VerdictURL,
 			Networks:           make([]HealthNetwork, 0, len(info.Networks)),
 		}

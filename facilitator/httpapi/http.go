@@ -102,7 +102,7 @@ type apiError struct {
 //
 // It is the part of gate.Facilitator that the API has routes for (no SettlementStatus),
 // defined here because this package cannot import gate (gate's tests import it), and so
-// that the handler's tests can script faults with a three-method fake. *facilitator.Engine
+// that the handler's tests can script faults with a three-method fake. *facilitator.Service
 // satisfies it; detailed health comes through HandlerOptions.HealthInfo.
 type Backend interface {
 	Verify(ctx context.Context, in x402.VerifyInput) (x402.VerifyResponse, error)

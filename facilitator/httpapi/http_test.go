@@ -576,7 +576,7 @@ func TestHandlerRouting(t *testing.T) {
 
 func TestHandlerHealth(t *testing.T) {
 	details := HealthDetails{
-		FacilitatorAddress: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8", GuardianMode: "required",
+		FacilitatorAddress: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8", VerdictMode: "required",
 		VerdictServiceURL: "https://verdict.example",
 		Networks: []HealthNetwork{{Network: "eip155:84532", Name: "base-sepolia", ChainID: 84532, Scheme: "exact",
 			Asset: x402.BaseSepolia.USDC.Address.Hex(), Balances: HealthBalances{Native: "1000000000000000000", Asset: "5000000"}}},

@@ -1,9 +1,9 @@
-// Package enginetest starts the real parts a test of a facilitator's user needs: an anvil
+// Package facilitatortest starts the real parts a test of a facilitator's user needs: an anvil
 // chain with our EIP-3009 token, a registry that knows it as base-sepolia, and an
-// in-process facilitator.Engine on it with a memory approval store and an SQLite journal,
+// in-process facilitator.Service on it with a memory approval store and an SQLite journal,
 // as the bundled facilitator runs. The gate's and the facilitator API's tests share it;
 // the facilitator's own tests cannot (they would import themselves).
-package enginetest
+package facilitatortest
 
 import (
 	"context"
@@ -43,10 +43,10 @@ func StartChain(t testing.TB) *Env {
 	return &Env{Chain: chain, Token: token, Network: net, Registry: reg}
 }
 
-// Engine starts a facilitator.Engine on c, with the chain's facilitator account as
+// Service starts a facilitator.Service on c, with the chain's facilitator account as
 // signer, a MemoryStore and an SQLite journal; mutate, when not nil, changes its config
 // first. Everything is closed when t ends.
-func (c *Env) Engine(t testing.TB, mutate func(*facilitator.Config)) *facilitator.Engine {
+func (c *Env) Service(t testing.TB, mutate func(*facilitator.Config)) *facilitator.Service {
 	t.Helper()
 	j, err := journal.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "journal.db"))
 	if err != nil {
