@@ -82,7 +82,9 @@ func TestFacilitatorScripts(t *testing.T) {
 	}
 	f := NewFacilitator()
 	down := errors.New("down")
-	f.OnVerify(func(context.Context, x402.VerifyInput) (x402.VerifyResponse, error) { return x402.VerifyResponse{}, down })
+	f.OnVerify(func(context.Context, x402.VerifyInput) (x402.VerifyResponse, error) {
+		return x402.VerifyResponse{}, down
+	})
 	if _, err := f.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r}); !errors.Is(err, down) {
 		t.Errorf("scripted Verify: %v, want %v", err, down)
 	}
