@@ -27,7 +27,7 @@ const (
 func (g *Gate) challenge(ctx context.Context, req *x402.Requirements) *Result {
 	var vb *verificationBody
 	var fee *x402.Requirements
-	if gc := g.route.guardian; gc != nil && gc.Advertise != "" {
+	if gc := g.route.verdict; gc != nil && gc.Advertise != "" {
 		f, err := g.VerificationRequirements(ctx, req)
 		if err != nil {
 			g.log.Warn("x402 verification fee unavailable", zap.Error(err))
@@ -55,8 +55,8 @@ func (g *Gate) challenge(ctx context.Context, req *x402.Requirements) *Result {
 }
 
 // answer402 builds a 402 for req: the body's error is errV1 (the reason in the payment's
-// version for a rejection), the header's is errV2; guardian, when set, is the verdict.
-func (g *Gate) answer402(req *x402.Requirements, payer, errV1, errV2 string, vb *verificationBody, guardian *GuardianOutcome) *Result {
+// version for a rejection), the header's is errV2; verdict, when set, is the verdict outcome.
+func (g *Gate) answer402(req *x402.Requirements, payer, errV1, errV2 string, vb *verificationBody, verdict *VerdictOutcome) *Result {
 	v1, err := g.firstOffer(req).V1(g.reg)
 	if err != nil {
 		g.log.Error("x402 requirement has no v1 form", zap.Error(err))
@@ -75,7 +75,7 @@ func (g *Gate) answer402(req *x402.Requirements, payer, errV1, errV2 string, vb 
 		}
 		accepts, acceptsV2, displays = append(accepts, v1), append(acceptsV2, o.V2()), append(displays, g.displayOf(o))
 	}
-	body := mustJSON(challengeBody{X402Version: x402.Version1, Error: errV1, Accepts: accepts, Payer: payer, Verification: vb, Guardian: guardian})
+	body := mustJSON(challengeBody{X402Version: x402.Version1, Error: errV1, Accepts: accepts, Payer: payer, Verification: vb, Verdict: verdict})
 	res := req.Resource
 	pr := &x402.PaymentRequiredV2{
 		X402Version: x402.Version2,
@@ -108,18 +108,18 @@ func (g *Gate) answer402(req *x402.Requirements, payer, errV1, errV2 string, vb 
 // payment's version and whose PAYMENT-REQUIRED header carries the v2 reason; after a
 // settlement attempt it also carries the failed settle response, and after a verdict that
 // did not approve, the verdict's status and reason (guardian).
-func (g *Gate) rejected(req *x402.Requirements, p *x402.Payment, reason x402.Reason, msg string, s *Settlement, guardian *GuardianOutcome) *Result {
+func (g *Gate) rejected(req *x402.Requirements, p *x402.Payment, reason x402.Reason, msg string, s *Settlement, verdict *VerdictOutcome) *Result {
 	payer := p.Authorization.From.Hex()
-	var shown *GuardianOutcome
-	if guardian != nil && ((guardian.Status != "" && guardian.Status != "approved") || guardian.FeeError != "") {
-		shown = guardian
+	var shown *VerdictOutcome
+	if verdict != nil && ((verdict.Status != "" && verdict.Status != "approved") || verdict.FeeError != "") {
+		shown = verdict
 	}
 	res := g.answer402(req, payer, reason.For(p.Version), reason.V2(), nil, shown)
 	if res.Kind == KindError {
 		return res
 	}
 	res.Kind, res.Reason, res.Message, res.Version, res.Payer = KindRejected, reason, msg, p.Version, payer
-	res.Guardian = guardian
+	res.Verdict = verdict
 	if s != nil {
 		res.Settlement = s
 		setResponseHeaders(res.Header, s)
@@ -131,7 +131,7 @@ func (g *Gate) rejected(req *x402.Requirements, p *x402.Payment, reason x402.Rea
 // settleUnknown answers 502 when the settlement's outcome is not known (the facilitator
 // failed, or the transaction is pending). A known transaction hash travels in the response
 // header with success false, so the client can reconcile.
-func (g *Gate) settleUnknown(req *x402.Requirements, p *x402.Payment, s *Settlement, guardian *GuardianOutcome, msg string) *Result {
+func (g *Gate) settleUnknown(req *x402.Requirements, p *x402.Payment, s *Settlement, verdict *VerdictOutcome, msg string) *Result {
 	reason := x402.ReasonFromWire(s.ErrorReason)
 	if reason == "" || reason == x402.ReasonUnexpectedSettle {
 		reason = x402.ReasonUnexpectedSettle
@@ -141,7 +141,7 @@ func (g *Gate) settleUnknown(req *x402.Requirements, p *x402.Payment, s *Settlem
 	}
 	s.Success, s.ErrorReason = false, reason.For(p.Version)
 	res := g.errorResult(req, p.Version, http.StatusBadGateway, reason, msg)
-	res.Payer, res.Settlement, res.Guardian = p.Authorization.From.Hex(), s, guardian
+	res.Payer, res.Settlement, res.Verdict = p.Authorization.From.Hex(), s, verdict
 	g.rebuildResponseHeader(s)
 	setResponseHeaders(res.Header, s)
 	return res
@@ -250,12 +250,12 @@ func setResponseHeaders(h http.Header, s *Settlement) {
 }
 
 // settled builds a settled result.
-func (g *Gate) settled(req *x402.Requirements, p *x402.Payment, s *Settlement, guardian *GuardianOutcome) *Result {
+func (g *Gate) settled(req *x402.Requirements, p *x402.Payment, s *Settlement, verdict *VerdictOutcome) *Result {
 	h := make(http.Header, 3)
 	setResponseHeaders(h, s)
 	return &Result{
 		Kind: KindSettled, Status: http.StatusOK, Version: p.Version, Payer: s.Payer,
-		Header: h, Requirements: req, Settlement: s, Guardian: guardian,
+		Header: h, Requirements: req, Settlement: s, Verdict: verdict,
 	}
 }
 

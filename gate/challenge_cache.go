@@ -62,7 +62,7 @@ type challengeAnswer struct {
 // cached.
 func newChallengeTemplate(g *Gate) *challengeTemplate {
 	route := g.route
-	if g.pass != nil || (route.guardian != nil && route.guardian.Advertise != "") || route.price == nil || route.payTo == ([20]byte{}) {
+	if g.pass != nil || (route.verdict != nil && route.verdict.Advertise != "") || route.price == nil || route.payTo == ([20]byte{}) {
 		return nil
 	}
 	req := route.requirement(&route.option, route.price, route.payTo, resourceMarker)

@@ -238,7 +238,7 @@ func TestChallengeCacheIsBounded(t *testing.T) {
 // TestChallengeNotCached: routes whose 402 changes per request build it in full.
 func TestChallengeNotCached(t *testing.T) {
 	guardian := benchConfig()
-	guardian.Guardian = &GuardianConfig{Advertise: AdvertiseOptional}
+	guardian.Verdict = &VerdictConfig{Advertise: AdvertiseOptional}
 	perRequest := benchConfig()
 	perRequest.Price, perRequest.PerRequestPrice, perRequest.PriceMin = "", true, "0.01 USDC"
 	for name, cfg := range map[string]Config{"guardian advertised": guardian, "price per request": perRequest} {

@@ -36,7 +36,7 @@ const (
 	DefaultPricingTimeout = 5 * time.Second
 )
 
-// Guardian advertise modes (docs/gate.md#configuration guardian.advertise).
+// Verdict advertise modes (docs/gate.md#configuration guardian.advertise).
 const (
 	AdvertiseRequired = "required"
 	AdvertiseOptional = "optional"
@@ -62,8 +62,9 @@ type Config struct {
 	// MaxTimeoutSeconds is the validity a client gives its authorization. Default
 	// DefaultMaxTimeoutSeconds.
 	MaxTimeoutSeconds int `json:"maxTimeoutSeconds,omitempty"`
-	// Guardian is the verdict-service setting: nil is the spec's "off".
-	Guardian *GuardianConfig `json:"guardian,omitempty"`
+	// Verdict is the verdict-service setting, the spec's guardian object: nil is the spec's
+	// "off". Default: nil.
+	Verdict *VerdictConfig `json:"guardian,omitempty"`
 	// Retry lets a paid request whose upstream failed be presented again.
 	Retry RetryConfig `json:"retry,omitempty"`
 	// Accepts are several ways to pay the route (docs/gate.md#several-ways-to-pay): each
@@ -139,8 +140,9 @@ type ResourceConfig struct {
 	OutputSchema map[string]any `json:"outputSchema,omitempty"`
 }
 
-// GuardianConfig is the spec's guardian object {advertise?, fee?} (docs/gate.md#results).
-type GuardianConfig struct {
+// VerdictConfig is the spec's guardian object {advertise?, fee?} (docs/gate.md#results):
+// whether a route advertises the verdict check and charges its fee.
+type VerdictConfig struct {
 	// Advertise is AdvertiseRequired or AdvertiseOptional: the 402 answer carries a
 	// "verification" section. Required sends the fee requirement with every /verify;
 	// optional only when the client sent a fee payment. Default: empty, nothing is
@@ -183,7 +185,7 @@ type Options struct {
 	// Registry resolves Config.Network and decodes payment headers. It must be the
 	// facilitator's, so a locally configured chain resolves. Default: the built-in networks.
 	Registry *x402.Registry
-	// Pricing fetches the verification fee. Required when Guardian.Fee is set.
+	// Pricing fetches the verification fee. Required when Verdict.Fee is set.
 	Pricing PricingFunc
 	// Ledger is the payment ledger (docs/gate.md#payment-ledger): retry credits, payment
 	// identifiers and pending settlements of every payment. Default: an in-process
@@ -248,7 +250,7 @@ type routeConfig struct {
 	payTos   map[common.Address]bool
 	resource ResourceConfig
 	timeout  int
-	guardian *GuardianConfig
+	verdict  *VerdictConfig
 	retryMax int
 	grace    time.Duration
 	// paymentID is Config.PaymentID; extensions are the v2 extensions of every 402.
@@ -340,14 +342,14 @@ func checkConfig(cfg Config, reg *x402.Registry) (*routeConfig, error) {
 	case route.timeout < 0:
 		return nil, configErr("max_timeout", "%ds must be positive", route.timeout)
 	}
-	if g := cfg.Guardian; g != nil {
+	if g := cfg.Verdict; g != nil {
 		switch g.Advertise {
 		case "", AdvertiseRequired, AdvertiseOptional:
 		default:
 			return nil, configErr("guardian", "advertise %q is not %s or %s", g.Advertise, AdvertiseRequired, AdvertiseOptional)
 		}
 		gc := *g
-		route.guardian = &gc
+		route.verdict = &gc
 	}
 	route.retryMax = cfg.Retry.Max
 	if route.retryMax == 0 {

@@ -145,7 +145,7 @@ func TestGuardianAdvertised(t *testing.T) {
 	for _, mode := range []string{AdvertiseRequired, AdvertiseOptional} {
 		t.Run(mode, func(t *testing.T) {
 			cfg := env.config()
-			cfg.Guardian = &GuardianConfig{Advertise: mode, Fee: true}
+			cfg.Verdict = &VerdictConfig{Advertise: mode, Fee: true}
 			up := &upstream{}
 			srv := serve(t, env.gate(t, cfg, Options{Pricing: pricing}), up)
 			url := srv.URL + "/r"

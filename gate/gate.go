@@ -101,7 +101,7 @@ func New(cfg Config, opts Options) (*Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gate config: %w", err)
 	}
-	if route.guardian != nil && route.guardian.Fee && opts.Pricing == nil {
+	if route.verdict != nil && route.verdict.Fee && opts.Pricing == nil {
 		return nil, errors.New("gate config: guardian.fee needs a pricing function (Options.Pricing)")
 	}
 	f := opts.Facilitator
@@ -203,7 +203,7 @@ func checkResourceURL(s string) error {
 // or charges no fee, or when the pricing service says no fee applies. An error means the
 // pricing service failed; callers fail closed.
 func (g *Gate) VerificationRequirements(ctx context.Context, merchant *x402.Requirements) (*x402.Requirements, error) {
-	if g.route.guardian == nil || !g.route.guardian.Fee || merchant == nil {
+	if g.route.verdict == nil || !g.route.verdict.Fee || merchant == nil {
 		return nil, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.pricingTimeout)
@@ -316,7 +316,7 @@ func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header
 		return g.rejected(req, p, x402.ReasonOf(err), err.Error(), nil, nil)
 	}
 	vin := x402.VerifyInput{Payment: p, Requirements: req}
-	if r := g.guardianInput(ctx, in, req, header, p, &vin); r != nil {
+	if r := g.verdictInput(ctx, in, req, header, p, &vin); r != nil {
 		return r
 	}
 	vctx, cancel := context.WithTimeout(ctx, g.verifyTimeout)
@@ -330,13 +330,13 @@ func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header
 		g.log.Warn("x402 verify failed", zap.String("payer", payer), zap.Error(err))
 		return g.errorResult(req, p.Version, http.StatusBadGateway, ReasonFacilitatorUnavailable, "the facilitator could not verify the payment")
 	}
-	guardian := guardianOf(vr)
+	verdict := verdictOutcomeOf(vr)
 	if !vr.IsValid {
 		reason := x402.ReasonFromWire(vr.InvalidReason)
 		if reason == "" {
 			reason = x402.ReasonUnexpectedVerify
 		}
-		res := g.rejected(req, p, reason, vr.InvalidMessage, nil, guardian)
+		res := g.rejected(req, p, reason, vr.InvalidMessage, nil, verdict)
 		res.Verification = vin.VerificationRequirements
 		return res
 	}
@@ -359,7 +359,7 @@ func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header
 	switch {
 	case err != nil:
 		g.log.Error("x402 settle failed", zap.String("payer", payer), zap.String("tx", sr.Transaction), zap.Error(err))
-		return g.settleUnknown(req, p, s, guardian, "the facilitator could not settle the payment; its outcome is unknown, do not retry blindly")
+		return g.settleUnknown(req, p, s, verdict, "the facilitator could not settle the payment; its outcome is unknown, do not retry blindly")
 	case !sr.Success:
 		reason := x402.ReasonFromWire(sr.ErrorReason)
 		if reason == x402.ReasonSettlementPending || (reason == x402.ReasonUnexpectedSettle && s.Transaction != "") {
@@ -367,25 +367,25 @@ func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header
 			// reconcile instead of paying again (docs/facilitator.md#settle-order rule 3). In x402 v1,
 			// settlement_pending travels as unexpected_settle_error: with a transaction
 			// hash, that too is an outcome not known yet.
-			return g.settleUnknown(req, p, s, guardian, "the settlement is pending; reconcile its transaction before paying again")
+			return g.settleUnknown(req, p, s, verdict, "the settlement is pending; reconcile its transaction before paying again")
 		}
 		if reason == "" {
 			reason = x402.ReasonUnexpectedSettle
 		}
-		return g.rejected(req, p, reason, sr.ErrorMessage, s, guardian)
+		return g.rejected(req, p, reason, sr.ErrorMessage, s, verdict)
 	case !isTxHash(sr.Transaction):
 		g.log.Error("x402 facilitator settled without a transaction hash", zap.String("payer", payer))
-		return g.settleUnknown(req, p, s, guardian, "the facilitator reported success without a transaction hash")
+		return g.settleUnknown(req, p, s, verdict, "the facilitator reported success without a transaction hash")
 	}
 	g.log.Info("x402 payment settled", zap.String("payer", payer), zap.String("tx", sr.Transaction),
 		zap.String("amount", s.Amount), zap.String("network", s.Network))
-	return g.settled(req, p, s, guardian)
+	return g.settled(req, p, s, verdict)
 }
 
-// guardianInput adds the verification fee to a /verify call according to
+// verdictInput adds the verification fee to a /verify call according to
 // guardian.advertise. It returns a result when the request must stop here.
-func (g *Gate) guardianInput(ctx context.Context, in Input, req *x402.Requirements, header string, p *x402.Payment, vin *x402.VerifyInput) *Result {
-	gc := g.route.guardian
+func (g *Gate) verdictInput(ctx context.Context, in Input, req *x402.Requirements, header string, p *x402.Payment, vin *x402.VerifyInput) *Result {
+	gc := g.route.verdict
 	if gc == nil || !gc.Fee {
 		return nil
 	}
@@ -414,11 +414,11 @@ func (g *Gate) guardianInput(ctx context.Context, in Input, req *x402.Requiremen
 	return nil
 }
 
-func guardianOf(vr x402.VerifyResponse) *GuardianOutcome {
+func verdictOutcomeOf(vr x402.VerifyResponse) *VerdictOutcome {
 	if vr.GuardianStatus == "" && vr.GuardianReason == "" && vr.FeeTxHash == "" && vr.FeeError == "" {
 		return nil
 	}
-	return &GuardianOutcome{Status: vr.GuardianStatus, Reason: vr.GuardianReason, ReasonCode: vr.GuardianReasonCode, FeeTxHash: vr.FeeTxHash, FeeError: vr.FeeError}
+	return &VerdictOutcome{Status: vr.GuardianStatus, Reason: vr.GuardianReason, ReasonCode: vr.GuardianReasonCode, FeeTxHash: vr.FeeTxHash, FeeError: vr.FeeError}
 }
 
 // retryable reports whether a refusal can stem from this very payment having been settled

@@ -621,8 +621,8 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		{"zero price", func(c *Config) { c.Price = "0" }, "must be positive"},
 		{"wrong unit", func(c *Config) { c.Price = "0.01 EURC" }, `unit "EURC"`},
 		{"negative timeout", func(c *Config) { c.MaxTimeoutSeconds = -1 }, "max_timeout: "},
-		{"guardian advertise", func(c *Config) { c.Guardian = &GuardianConfig{Advertise: "always"} }, `guardian: advertise "always"`},
-		{"fee without pricing", func(c *Config) { c.Guardian = &GuardianConfig{Fee: true} }, "pricing"},
+		{"guardian advertise", func(c *Config) { c.Verdict = &VerdictConfig{Advertise: "always"} }, `guardian: advertise "always"`},
+		{"fee without pricing", func(c *Config) { c.Verdict = &VerdictConfig{Fee: true} }, "pricing"},
 		{"foreign asset without domain", func(c *Config) { c.Asset.Address = "0x1111111111111111111111111111111111111111" }, "EIP-712 asset_name and asset_version"},
 		{"negative grace", func(c *Config) { c.Retry.Grace = -1 }, "retry_grace: "},
 	}

@@ -248,7 +248,7 @@ func (g *Gate) leaseLost(ctx context.Context, res *Result) *Result {
 func (g *Gate) resend(settled *Result, why string) *Result {
 	res := g.errorResult(settled.Requirements, settled.Version, http.StatusBadGateway, ReasonRetryStoreUnavailable,
 		why+"; send the same payment header again (with its retry token, if one was given) to be served")
-	res.Payer, res.Settlement, res.Guardian = settled.Payer, settled.Settlement, settled.Guardian
+	res.Payer, res.Settlement, res.Verdict = settled.Payer, settled.Settlement, settled.Verdict
 	setResponseHeaders(res.Header, settled.Settlement)
 	return res
 }

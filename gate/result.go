@@ -73,9 +73,9 @@ type Result struct {
 	// Settlement is the merchant settlement of a KindSettled result, and the failed or
 	// pending attempt of a rejected or 502 result when the facilitator reported one.
 	Settlement *Settlement
-	// Guardian is the verdict outcome reported by /verify, when it consulted the verdict
+	// Verdict is the verdict outcome reported by /verify, when it consulted the verdict
 	// service.
-	Guardian *GuardianOutcome
+	Verdict *VerdictOutcome
 	// Retry is true when a KindSettled result was granted by an earlier failed upstream
 	// call of the same payment: nothing was charged this time.
 	Retry bool
@@ -128,8 +128,8 @@ type Settlement struct {
 	ResponseHeader string `json:"-"`
 }
 
-// GuardianOutcome is the verdict-service outcome reported by /verify (docs/facilitator.md#verify body).
-type GuardianOutcome struct {
+// VerdictOutcome is the verdict-service outcome reported by /verify (docs/facilitator.md#verify body).
+type VerdictOutcome struct {
 	Status string `json:"status,omitempty"`
 	Reason string `json:"reason,omitempty"`
 	// ReasonCode is the verdict's reasonCode, e.g. recipient_not_allowed.
@@ -150,9 +150,9 @@ type challengeBody struct {
 	Accepts      []x402.RequirementsV1 `json:"accepts"`
 	Payer        string                `json:"payer,omitempty"`
 	Verification *verificationBody     `json:"verification,omitempty"`
-	// Guardian carries the verdict of a payment the verdict check refused (its status and
+	// Verdict carries the verdict of a payment the verdict check refused (its status and
 	// reason), so the payer's agent learns why without asking the facilitator.
-	Guardian *GuardianOutcome `json:"guardian,omitempty"`
+	Verdict *VerdictOutcome `json:"guardian,omitempty"`
 }
 
 // verificationBody advertises the verdict check (guardian.advertise): its mode, the fee

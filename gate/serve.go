@@ -25,7 +25,7 @@ type NextFunc func(w http.ResponseWriter, r *http.Request) error
 // paymentGate: "attaches { settlement, guardian } to request.x402").
 type Paid struct {
 	Settlement *Settlement
-	Guardian   *GuardianOutcome
+	Verdict    *VerdictOutcome
 	// Retry is true when this request was let through by a retry credit (no new charge).
 	Retry bool
 	// Pass is set, and Settlement nil, when an access pass let the request in without a
@@ -117,7 +117,7 @@ func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, in Input, next Next
 			g.recordPass(r.Context(), s.host, pass)
 		}
 	}
-	ctx := context.WithValue(r.Context(), paidKey{}, &Paid{Settlement: res.Settlement, Guardian: res.Guardian, Retry: res.Retry, PassIssued: pass})
+	ctx := context.WithValue(r.Context(), paidKey{}, &Paid{Settlement: res.Settlement, Verdict: res.Verdict, Retry: res.Retry, PassIssued: pass})
 	ww := &watchWriter{ResponseWriter: w, g: g, res: res, ctx: ctx}
 	if res.hold != nil {
 		// The upstream runs under the lease: a Go upstream (reverse_proxy) stops when it is lost.

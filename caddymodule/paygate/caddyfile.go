@@ -247,7 +247,7 @@ func (h *Handler) unmarshalGuardian(d *caddyfile.Dispenser) error {
 		h.Guardian = nil
 		return nil
 	}
-	gc := new(gate.GuardianConfig)
+	gc := new(gate.VerdictConfig)
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		opt := d.Val()
 		var v string

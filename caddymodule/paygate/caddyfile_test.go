@@ -54,7 +54,7 @@ func TestHandlerCaddyfile(t *testing.T) {
 			want: Handler{Price: "0.01 USDC", PayTo: payee, Network: "base-sepolia", Asset: token,
 				AssetName: "USDC", AssetVersion: "2", Decimals: 6, Symbol: "USDC",
 				Description: "weather report", MimeType: "application/json", MaxTimeout: ms(90_000),
-				Facilitator: "main", Guardian: &gate.GuardianConfig{Advertise: "required", Fee: true},
+				Facilitator: "main", Guardian: &gate.VerdictConfig{Advertise: "required", Fee: true},
 				PricingURL: "https://pricing.example/quote", RetryMax: &three, RetryGrace: ms(120_000)},
 		},
 		{

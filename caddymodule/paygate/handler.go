@@ -64,7 +64,7 @@ type Handler struct {
 	// {file.*} placeholder, expanded in Provision. Default: none.
 	FacilitatorKey string `json:"facilitator_key,omitempty"`
 	// Guardian advertises the verdict check; nil is off. Default: off.
-	Guardian *gate.GuardianConfig `json:"guardian,omitempty"`
+	Guardian *gate.VerdictConfig `json:"guardian,omitempty"`
 	// PricingURL is the verification fee's pricing service. Default: the bundled
 	// facilitator's pricing_url.
 	PricingURL string `json:"pricing_url,omitempty"`
@@ -165,7 +165,7 @@ func (h *Handler) gateConfig() (gate.Config, error) {
 	}
 	if g := h.Guardian; g != nil {
 		gc := *g
-		cfg.Guardian = &gc
+		cfg.Verdict = &gc
 	}
 	return cfg, nil
 }

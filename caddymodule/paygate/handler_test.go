@@ -177,7 +177,7 @@ func TestHandlerProvisionErrors(t *testing.T) {
 		{"a network the remote facilitator cannot know", Handler{Price: "1", PayTo: payee, Network: "devnet"}, `network: "devnet" is not one of base, base-sepolia`},
 		{"a non-default asset without its EIP-712 domain", Handler{Price: "1 base", PayTo: payee, Network: "base", Asset: token}, "EIP-712 asset_name and asset_version are required"},
 		{"too many decimals", Handler{Price: "0.0000001", PayTo: payee, Network: "base"}, "more than 6 decimals"},
-		{"fee without a pricing service", Handler{Price: "1", PayTo: payee, Network: "base", Guardian: &gate.GuardianConfig{Advertise: "required", Fee: true}}, "pricing"},
+		{"fee without a pricing service", Handler{Price: "1", PayTo: payee, Network: "base", Guardian: &gate.VerdictConfig{Advertise: "required", Fee: true}}, "pricing"},
 		{"a key that resolves to nothing", Handler{Price: "1", PayTo: payee, Network: "base", FacilitatorKey: "{env.X402_T_UNSET_KEY}"}, "facilitator_key resolved to an empty value"},
 		{"a key written into the config", Handler{Price: "1", PayTo: payee, Network: "base", FacilitatorKey: "facilitator-key-inline-0123456789"}, "facilitator_key: must be an {env.*} or {file.*} placeholder"},
 		{"a bundled name with a url", Handler{Price: "1", PayTo: payee, Network: "base", Facilitator: "main"}, "not both"},

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/x402gate/x402gate/internal/testenv"
+	"github.com/x402gate/x402gate/gate/gatetest"
 )
 
 // TestFacilitatorKeyIsRequiredWhereTheSpecSays: with FACILITATOR_API_KEY set, /verify,
@@ -15,7 +15,7 @@ import (
 // /health stays open (docs/facilitator.md#api). TestHandlerAPIKeyGuardsEveryRouteButHealth
 // covers a missing, a wrong and a prefix key; these are the other spellings.
 func TestFacilitatorKeyIsRequiredWhereTheSpecSays(t *testing.T) {
-	verifyBody := testenv.JSON(t, apiTestBody(t, 2))
+	verifyBody := jsonOf(t, apiTestBody(t, 2))
 	routes := []struct {
 		name, method, path, body string
 	}{
@@ -45,7 +45,7 @@ func TestFacilitatorKeyIsRequiredWhereTheSpecSays(t *testing.T) {
 	for _, rt := range routes {
 		for _, k := range keys {
 			t.Run(rt.name+" with "+k.name, func(t *testing.T) {
-				svc := &scriptedBackend{}
+				svc := gatetest.NewFacilitator()
 				srv := httptest.NewServer(NewHandler(svc, HandlerOptions{APIKey: apiTestKey, PathPrefix: "/fac"}))
 				defer srv.Close()
 				url := srv.URL + "/fac" + rt.path
@@ -68,14 +68,14 @@ func TestFacilitatorKeyIsRequiredWhereTheSpecSays(t *testing.T) {
 				if resp.StatusCode != k.status {
 					t.Fatalf("status %d, want %d", resp.StatusCode, k.status)
 				}
-				if k.status == http.StatusUnauthorized && svc.callCount() != 0 {
+				if k.status == http.StatusUnauthorized && len(svc.Calls()) != 0 {
 					t.Fatal("an unauthorized request reached the engine")
 				}
 			})
 		}
 	}
 	t.Run("health is open with any key or none", func(t *testing.T) {
-		h := NewHandler(&scriptedBackend{}, HandlerOptions{APIKey: apiTestKey})
+		h := NewHandler(gatetest.NewFacilitator(), HandlerOptions{APIKey: apiTestKey})
 		for _, hdr := range []map[string]string{nil, {HeaderFacilitatorKey: "wrong"}} {
 			if status, _, body := apiDo(t, h, http.MethodGet, "/health", "", "", hdr); status != http.StatusOK {
 				t.Fatalf("health with %v: %d %s", hdr, status, body)

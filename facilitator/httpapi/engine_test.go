@@ -2,8 +2,13 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"io"
 	"math/big"
+	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/ethereum/go-ethereum/common"
@@ -150,4 +155,97 @@ func TestVerificationFeeTravelsOverHTTP(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestClientHandlerEngineOnAnvil is the whole remote path with real parts: Client ->
+// httptest.Server(NewHandler(Engine)) -> Engine -> anvil with our EIP-3009 token. The
+// balances on chain are the judge.
+func TestClientHandlerEngineOnAnvil(t *testing.T) {
+	env := newTestEnv(t)
+	e := env.engine(t, nil)
+	srv := httptest.NewServer(NewHandler(e, HandlerOptions{APIKey: apiTestKey, Registry: env.reg,
+		HealthDetailed: true, HealthInfo: EngineHealthInfo(e)}))
+	t.Cleanup(srv.Close)
+	cl := newTestClient(t, ClientConfig{URL: srv.URL, APIKey: apiTestKey, Registry: env.reg})
+	ctx := context.Background()
+	payTo := env.chain.Accounts[5].Address
+
+	for _, tc := range []struct {
+		name      string
+		version   int
+		payer     testenv.Account
+		network   string
+		badSigWhy string
+	}{
+		{"v1 payment verifies, settles once on chain and answers v1 names", x402.Version1, env.chain.Accounts[1], "base-sepolia", "invalid_exact_evm_payload_signature"},
+		{"v2 payment verifies, settles once on chain and answers CAIP-2", x402.Version2, env.chain.Accounts[2], "eip155:84532", "invalid_exact_evm_signature"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, r := env.pay(t, tc.version, tc.payer, payTo)
+
+			bad := *p
+			bad.Signature = append([]byte(nil), p.Signature...)
+			bad.Signature[10] ^= 0xff
+			vr, err := cl.Verify(ctx, x402.VerifyInput{Payment: &bad, Requirements: r})
+			if err != nil || vr.IsValid || vr.InvalidReason != tc.badSigWhy {
+				t.Fatalf("tampered signature: %+v %v, want isValid false %q", vr, err, tc.badSigWhy)
+			}
+
+			vr, err = cl.Verify(ctx, x402.VerifyInput{Payment: p, Requirements: r})
+			if err != nil || !vr.IsValid || !strings.EqualFold(vr.Payer, tc.payer.Address.Hex()) {
+				t.Fatalf("verify: %+v %v", vr, err)
+			}
+
+			before := env.token.BalanceOf(t, payTo)
+			sr, err := cl.Settle(ctx, p, r)
+			if err != nil || !sr.Success {
+				t.Fatalf("settle: %+v %v", sr, err)
+			}
+			if sr.Transaction == "" || sr.TxHash != sr.Transaction || sr.Network != tc.network {
+				t.Fatalf("settle answer %+v, want transaction = txHash and network %q", sr, tc.network)
+			}
+			if got := new(big.Int).Sub(env.token.BalanceOf(t, payTo), before); got.Cmp(testAmount) != 0 {
+				t.Fatalf("payee received %s, want %s", got, testAmount)
+			}
+
+			again, err := cl.Settle(ctx, p, r)
+			var he *HTTPError
+			if errors.As(err, &he) || again.Success {
+				t.Fatalf("second settle of the same payment: %+v %v, want a logical failure", again, err)
+			}
+			if got := new(big.Int).Sub(env.token.BalanceOf(t, payTo), before); got.Cmp(testAmount) != 0 {
+				t.Fatalf("after a replay the payee has received %s, want %s", got, testAmount)
+			}
+		})
+	}
+
+	t.Run("supported lists the engine's kinds and signer", func(t *testing.T) {
+		s, err := cl.Supported(ctx)
+		if err != nil || len(s.Kinds) != 2 || len(s.Signers["eip155:*"]) != 1 ||
+			s.Signers["eip155:*"][0] != env.chain.FacilitatorAccount().Address.Hex() {
+			t.Fatalf("%+v %v", s, err)
+		}
+	})
+	t.Run("detailed health shows the signer's cached balance and no RPC URL", func(t *testing.T) {
+		resp, err := http.Get(srv.URL + "/health")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		var h struct {
+			Status             string          `json:"status"`
+			FacilitatorAddress string          `json:"facilitatorAddress"`
+			Networks           []HealthNetwork `json:"networks"`
+		}
+		if err := json.Unmarshal(b, &h); err != nil || resp.StatusCode != 200 || h.Status != "ok" ||
+			h.FacilitatorAddress != env.chain.FacilitatorAccount().Address.Hex() || len(h.Networks) != 1 ||
+			h.Networks[0].ChainID != 84532 || h.Networks[0].Balances.Native == "" || h.Networks[0].Balances.Native == "0" ||
+			h.Networks[0].Balances.Asset == "" {
+			t.Fatalf("health %d %s", resp.StatusCode, b)
+		}
+		if strings.Contains(string(b), env.chain.RPCURL) {
+			t.Fatal("health shows the RPC URL")
+		}
+	})
 }

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/x402gate/x402gate/internal/testenv"
+	"github.com/x402gate/x402gate/gate/gatetest"
 )
 
 // FuzzVerifySettleBody posts any body to /verify and /settle of a handler whose backend
@@ -22,7 +22,7 @@ import (
 // versions.
 func FuzzVerifySettleBody(f *testing.F) {
 	for _, v := range []int{1, 2} {
-		body := testenv.JSON(f, apiTestBody(f, v))
+		body := jsonOf(f, apiTestBody(f, v))
 		f.Add(false, body)
 		f.Add(true, body)
 		f.Add(false, strings.Replace(body, `"x402Version":`+string(rune('0'+v)), `"x402Version":3`, 1))
@@ -34,7 +34,7 @@ func FuzzVerifySettleBody(f *testing.F) {
 		if settle {
 			path = "/settle"
 		}
-		svc := &scriptedBackend{}
+		svc := gatetest.NewFacilitator()
 		h := NewHandler(svc, HandlerOptions{})
 		status, hdr, out := apiDo(t, h, http.MethodPost, path, "application/json", body, nil)
 		if ct := hdr.Get("Content-Type"); ct != "application/json" {
@@ -44,7 +44,7 @@ func FuzzVerifySettleBody(f *testing.F) {
 		if err := json.Unmarshal([]byte(out), &m); err != nil {
 			t.Fatalf("status %d, the answer is not a JSON object: %q", status, out)
 		}
-		calls := svc.callCount()
+		calls := len(svc.Calls())
 		switch status {
 		case http.StatusOK:
 		case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
@@ -68,15 +68,15 @@ func FuzzVerifySettleBody(f *testing.F) {
 			}
 			var payer string
 			if settle {
-				if svc.lastPay == nil || svc.lastReqs == nil {
+				if lastCall(svc).Payment == nil || lastCall(svc).Requirements == nil {
 					t.Fatal("settle approved without a decoded payment and requirement")
 				}
-				payer = svc.lastPay.Authorization.From.Hex()
+				payer = lastCall(svc).Payment.Authorization.From.Hex()
 			} else {
-				if svc.lastIn.Payment == nil || svc.lastIn.Requirements == nil {
+				if lastCall(svc).Input.Payment == nil || lastCall(svc).Input.Requirements == nil {
 					t.Fatal("verify approved without a decoded payment and requirement")
 				}
-				payer = svc.lastIn.Payment.Authorization.From.Hex()
+				payer = lastCall(svc).Input.Payment.Authorization.From.Hex()
 			}
 			if m["payer"] != payer {
 				t.Fatalf("approved for payer %v, the backend saw %s", m["payer"], payer)

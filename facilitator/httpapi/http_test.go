@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -20,7 +19,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/x402gate/x402gate/internal/testenv"
+	"github.com/x402gate/x402gate/gate/gatetest"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -28,59 +27,18 @@ import (
 // an answer, an error or a log line.
 const apiTestKey = "fk_test_5c1e7d0b9a4f"
 
-// scriptedBackend is a Backend whose answers a test scripts. It is used to inject faults
-// (errors, specific answers) and to count how often the HTTP layer reached the service;
-// the real engine is exercised end to end in TestClientHandlerEngineOnAnvil.
-type scriptedBackend struct {
-	mu        sync.Mutex
-	verify    func(x402.VerifyInput) (x402.VerifyResponse, error)
-	settle    func(*x402.Payment, *x402.Requirements) (x402.SettleResponse, error)
-	supported func() (x402.SupportedResponse, error)
-	calls     int
-	lastIn    x402.VerifyInput
-	lastPay   *x402.Payment
-	lastReqs  *x402.Requirements
-}
+// The handler's tests run on a fake facilitator (gatetest) whose answers they script, to
+// inject faults and to count how often the HTTP layer reached the service; the real
+// engine is exercised end to end in TestClientHandlerEngineOnAnvil.
+var _ Backend = (*gatetest.Facilitator)(nil)
 
-func (s *scriptedBackend) Verify(_ context.Context, in x402.VerifyInput) (x402.VerifyResponse, error) {
-	s.mu.Lock()
-	s.calls++
-	s.lastIn = in
-	s.mu.Unlock()
-	if s.verify == nil {
-		return x402.VerifyResponse{IsValid: true, Payer: in.Payment.Authorization.From.Hex()}, nil
+// lastCall is the last call f received; the zero Call when there was none.
+func lastCall(f *gatetest.Facilitator) gatetest.Call {
+	calls := f.Calls()
+	if len(calls) == 0 {
+		return gatetest.Call{}
 	}
-	return s.verify(in)
-}
-
-func (s *scriptedBackend) Settle(_ context.Context, p *x402.Payment, r *x402.Requirements) (x402.SettleResponse, error) {
-	s.mu.Lock()
-	s.calls++
-	s.lastPay, s.lastReqs = p, r
-	s.mu.Unlock()
-	if s.settle == nil {
-		return x402.SettleResponse{Success: true, Transaction: "0x" + strings.Repeat("ab", 32), Payer: p.Authorization.From.Hex()}, nil
-	}
-	return s.settle(p, r)
-}
-
-func (s *scriptedBackend) Supported(context.Context) (x402.SupportedResponse, error) {
-	s.mu.Lock()
-	s.calls++
-	s.mu.Unlock()
-	if s.supported == nil {
-		return x402.SupportedResponse{Kinds: []x402.SupportedKind{
-			{X402Version: 1, Scheme: "exact", Network: "base-sepolia"},
-			{X402Version: 2, Scheme: "exact", Network: "eip155:84532"},
-		}, Extensions: []string{}, Signers: map[string][]string{"eip155:*": {"0x0000000000000000000000000000000000000001"}}}, nil
-	}
-	return s.supported()
-}
-
-func (s *scriptedBackend) callCount() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.calls
+	return calls[len(calls)-1]
 }
 
 var apiTestPayTo = common.HexToAddress("0x209693Bc6afc0C5328bA36FaF03C514EF312287C")
@@ -160,6 +118,16 @@ func apiDo(t testing.TB, h http.Handler, method, path, contentType, body string,
 	return rec.Code, rec.Header(), rec.Body.String()
 }
 
+// jsonOf is v as JSON.
+func jsonOf(t testing.TB, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
 func decodeMap(t testing.TB, body string) map[string]any {
 	t.Helper()
 	var m map[string]any
@@ -191,7 +159,7 @@ func newPricingStub(t *testing.T, answer func(w http.ResponseWriter, r *http.Req
 }
 
 func TestHandlerAPIKeyGuardsEveryRouteButHealth(t *testing.T) {
-	verifyBody := testenv.JSON(t, apiTestBody(t, 2))
+	verifyBody := jsonOf(t, apiTestBody(t, 2))
 	quoteBody := `{"resource":{"scheme":"exact","network":"eip155:84532","amount":"10000"}}`
 	routes := []struct {
 		name, method, path, body string
@@ -215,7 +183,7 @@ func TestHandlerAPIKeyGuardsEveryRouteButHealth(t *testing.T) {
 	for _, rt := range routes {
 		for _, k := range keys {
 			t.Run(rt.name+" "+k.name, func(t *testing.T) {
-				svc := &scriptedBackend{}
+				svc := gatetest.NewFacilitator()
 				core, logs := observer.New(zapcore.DebugLevel)
 				h := NewHandler(svc, HandlerOptions{APIKey: apiTestKey, Logger: zap.New(core)})
 				status, _, body := apiDo(t, h, rt.method, rt.path, "application/json", rt.body, k.hdr)
@@ -226,7 +194,7 @@ func TestHandlerAPIKeyGuardsEveryRouteButHealth(t *testing.T) {
 					t.Fatal("answer contains the API key")
 				}
 				for _, e := range logs.All() {
-					if strings.Contains(testenv.JSON(t, e.ContextMap())+e.Message, apiTestKey) {
+					if strings.Contains(jsonOf(t, e.ContextMap())+e.Message, apiTestKey) {
 						t.Fatal("a log entry contains the API key")
 					}
 				}
@@ -234,7 +202,7 @@ func TestHandlerAPIKeyGuardsEveryRouteButHealth(t *testing.T) {
 					if strings.TrimSpace(body) != `{"error":"unauthorized"}` {
 						t.Fatalf("401 body %s", body)
 					}
-					if svc.callCount() != 0 {
+					if len(svc.Calls()) != 0 {
 						t.Fatal("an unauthorized request reached the service")
 					}
 				}
@@ -242,14 +210,14 @@ func TestHandlerAPIKeyGuardsEveryRouteButHealth(t *testing.T) {
 		}
 	}
 	t.Run("health is open without the key", func(t *testing.T) {
-		h := NewHandler(&scriptedBackend{}, HandlerOptions{APIKey: apiTestKey})
+		h := NewHandler(gatetest.NewFacilitator(), HandlerOptions{APIKey: apiTestKey})
 		status, _, body := apiDo(t, h, http.MethodGet, "/health", "", "", nil)
 		if status != http.StatusOK || strings.TrimSpace(body) != `{"status":"ok"}` {
 			t.Fatalf("health: %d %s", status, body)
 		}
 	})
 	t.Run("without FACILITATOR_API_KEY the routes are open", func(t *testing.T) {
-		h := NewHandler(&scriptedBackend{}, HandlerOptions{})
+		h := NewHandler(gatetest.NewFacilitator(), HandlerOptions{})
 		if status, _, body := apiDo(t, h, http.MethodPost, "/verify", "application/json", verifyBody, nil); status != http.StatusOK {
 			t.Fatalf("verify without key: %d %s", status, body)
 		}
@@ -257,7 +225,7 @@ func TestHandlerAPIKeyGuardsEveryRouteButHealth(t *testing.T) {
 }
 
 func TestHandlerRefusesBadEnvelopes(t *testing.T) {
-	valid := testenv.JSON(t, apiTestBody(t, 1))
+	valid := jsonOf(t, apiTestBody(t, 1))
 	big := `{"paymentPayload":{"pad":"` + strings.Repeat("a", DefaultMaxBodyBytes) + `"},"paymentRequirements":{}}`
 	cases := []struct {
 		name, path, contentType, body string
@@ -281,7 +249,7 @@ func TestHandlerRefusesBadEnvelopes(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			svc := &scriptedBackend{}
+			svc := gatetest.NewFacilitator()
 			h := NewHandler(svc, HandlerOptions{})
 			status, hdr, body := apiDo(t, h, http.MethodPost, c.path, c.contentType, c.body, nil)
 			if status != c.status {
@@ -297,19 +265,19 @@ func TestHandlerRefusesBadEnvelopes(t *testing.T) {
 			if msg, _ := m["message"].(string); msg == "" {
 				t.Fatalf("no message: %s", body)
 			}
-			if svc.callCount() != 0 {
+			if len(svc.Calls()) != 0 {
 				t.Fatal("a refused envelope reached the service")
 			}
 		})
 	}
 	t.Run("a JSON content type with charset is accepted", func(t *testing.T) {
-		h := NewHandler(&scriptedBackend{}, HandlerOptions{})
+		h := NewHandler(gatetest.NewFacilitator(), HandlerOptions{})
 		if status, _, body := apiDo(t, h, http.MethodPost, "/verify", "application/json; charset=utf-8", valid, nil); status != 200 {
 			t.Fatalf("%d %s", status, body)
 		}
 	})
 	t.Run("MaxBodyBytes is configurable", func(t *testing.T) {
-		h := NewHandler(&scriptedBackend{}, HandlerOptions{MaxBodyBytes: 100})
+		h := NewHandler(gatetest.NewFacilitator(), HandlerOptions{MaxBodyBytes: 100})
 		if status, _, body := apiDo(t, h, http.MethodPost, "/verify", "application/json", valid, nil); status != 413 {
 			t.Fatalf("%d %s", status, body)
 		}
@@ -320,7 +288,7 @@ func TestHandlerRefusesBadEnvelopes(t *testing.T) {
 func edit(t testing.TB, v int, f func(m map[string]any)) string {
 	m := apiTestBody(t, v)
 	f(m)
-	return testenv.JSON(t, m)
+	return jsonOf(t, m)
 }
 
 func payloadOf(m map[string]any) map[string]any { return m["paymentPayload"].(map[string]any) }
@@ -366,7 +334,7 @@ func TestHandlerPaymentThatDoesNotDecodeIsALogicalFailure(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run("verify "+c.name, func(t *testing.T) {
-			svc := &scriptedBackend{}
+			svc := gatetest.NewFacilitator()
 			status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/verify", "application/json", c.body, nil)
 			if status != http.StatusOK {
 				t.Fatalf("status %d: %s", status, body)
@@ -378,12 +346,12 @@ func TestHandlerPaymentThatDoesNotDecodeIsALogicalFailure(t *testing.T) {
 			if got.IsValid || got.InvalidReason != c.reason {
 				t.Fatalf("got %+v, want isValid false, invalidReason %q", got, c.reason)
 			}
-			if svc.callCount() != 0 {
+			if len(svc.Calls()) != 0 {
 				t.Fatal("an undecodable payment reached the service")
 			}
 		})
 		t.Run("settle "+c.name, func(t *testing.T) {
-			svc := &scriptedBackend{}
+			svc := gatetest.NewFacilitator()
 			status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/settle", "application/json", c.body, nil)
 			if status != http.StatusOK {
 				t.Fatalf("status %d: %s", status, body)
@@ -398,7 +366,7 @@ func TestHandlerPaymentThatDoesNotDecodeIsALogicalFailure(t *testing.T) {
 			if _, ok := m["network"]; !ok {
 				t.Fatalf("network missing: %s", body)
 			}
-			if svc.callCount() != 0 {
+			if len(svc.Calls()) != 0 {
 				t.Fatal("an undecodable payment reached the service")
 			}
 		})
@@ -410,10 +378,11 @@ func TestHandlerBackendErrorsAre500WithoutDetail(t *testing.T) {
 	for _, v := range []int{1, 2} {
 		wantNetwork := map[int]string{1: "base-sepolia", 2: "eip155:84532"}[v]
 		t.Run(fmt.Sprintf("v%d verify error is 500 unexpected_verify_error", v), func(t *testing.T) {
-			svc := &scriptedBackend{verify: func(x402.VerifyInput) (x402.VerifyResponse, error) {
+			svc := gatetest.NewFacilitator()
+			svc.OnVerify(func(context.Context, x402.VerifyInput) (x402.VerifyResponse, error) {
 				return x402.VerifyResponse{}, errors.New(internal)
-			}}
-			status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/verify", "application/json", testenv.JSON(t, apiTestBody(t, v)), nil)
+			})
+			status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/verify", "application/json", jsonOf(t, apiTestBody(t, v)), nil)
 			if status != http.StatusInternalServerError {
 				t.Fatalf("status %d", status)
 			}
@@ -422,10 +391,11 @@ func TestHandlerBackendErrorsAre500WithoutDetail(t *testing.T) {
 			}
 		})
 		t.Run(fmt.Sprintf("v%d settle error is 500 unexpected_settle_error with network in the request's format", v), func(t *testing.T) {
-			svc := &scriptedBackend{settle: func(*x402.Payment, *x402.Requirements) (x402.SettleResponse, error) {
+			svc := gatetest.NewFacilitator()
+			svc.OnSettle(func(context.Context, *x402.Payment, *x402.Requirements) (x402.SettleResponse, error) {
 				return x402.SettleResponse{}, errors.New(internal)
-			}}
-			status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/settle", "application/json", testenv.JSON(t, apiTestBody(t, v)), nil)
+			})
+			status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/settle", "application/json", jsonOf(t, apiTestBody(t, v)), nil)
 			if status != http.StatusInternalServerError {
 				t.Fatalf("status %d", status)
 			}
@@ -436,7 +406,10 @@ func TestHandlerBackendErrorsAre500WithoutDetail(t *testing.T) {
 		})
 	}
 	t.Run("supported error is 500 without detail", func(t *testing.T) {
-		svc := &scriptedBackend{supported: func() (x402.SupportedResponse, error) { return x402.SupportedResponse{}, errors.New(internal) }}
+		svc := gatetest.NewFacilitator()
+		svc.OnSupported(func(context.Context) (x402.SupportedResponse, error) {
+			return x402.SupportedResponse{}, errors.New(internal)
+		})
 		status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodGet, "/supported", "", "", nil)
 		if status != 500 || strings.Contains(body, "10.0.0.7") || strings.Contains(body, "sk_internal") {
 			t.Fatalf("%d %s", status, body)
@@ -444,10 +417,11 @@ func TestHandlerBackendErrorsAre500WithoutDetail(t *testing.T) {
 	})
 	t.Run("a settle error that comes with a broadcast hash keeps the hash for reconciliation", func(t *testing.T) {
 		tx := "0x" + strings.Repeat("cd", 32)
-		svc := &scriptedBackend{settle: func(*x402.Payment, *x402.Requirements) (x402.SettleResponse, error) {
+		svc := gatetest.NewFacilitator()
+		svc.OnSettle(func(context.Context, *x402.Payment, *x402.Requirements) (x402.SettleResponse, error) {
 			return x402.SettleResponse{Transaction: tx}, errors.New(internal)
-		}}
-		status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/settle", "application/json", testenv.JSON(t, apiTestBody(t, 2)), nil)
+		})
+		status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/settle", "application/json", jsonOf(t, apiTestBody(t, 2)), nil)
 		m := decodeMap(t, body)
 		if status != 500 || m["transaction"] != tx || m["txHash"] != tx || strings.Contains(body, "sk_internal") {
 			t.Fatalf("%d %s", status, body)
@@ -472,8 +446,11 @@ func TestHandlerSettleAnswerCarriesTransactionAndTxHash(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			svc := &scriptedBackend{settle: func(*x402.Payment, *x402.Requirements) (x402.SettleResponse, error) { return c.resp, nil }}
-			status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/settle", "application/json", testenv.JSON(t, apiTestBody(t, c.v)), nil)
+			svc := gatetest.NewFacilitator()
+			svc.OnSettle(func(context.Context, *x402.Payment, *x402.Requirements) (x402.SettleResponse, error) {
+				return c.resp, nil
+			})
+			status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/settle", "application/json", jsonOf(t, apiTestBody(t, c.v)), nil)
 			m := decodeMap(t, body)
 			if status != 200 || m["success"] != true || m["transaction"] != tx || m["txHash"] != tx || m["network"] != c.wantNetwork {
 				t.Fatalf("%d %s", status, body)
@@ -481,10 +458,11 @@ func TestHandlerSettleAnswerCarriesTransactionAndTxHash(t *testing.T) {
 		})
 	}
 	t.Run("a logical settle failure is 200 with empty transaction and txHash", func(t *testing.T) {
-		svc := &scriptedBackend{settle: func(*x402.Payment, *x402.Requirements) (x402.SettleResponse, error) {
+		svc := gatetest.NewFacilitator()
+		svc.OnSettle(func(context.Context, *x402.Payment, *x402.Requirements) (x402.SettleResponse, error) {
 			return x402.SettleResponse{Success: false, ErrorReason: "insufficient_funds"}, nil
-		}}
-		status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/settle", "application/json", testenv.JSON(t, apiTestBody(t, 1)), nil)
+		})
+		status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/settle", "application/json", jsonOf(t, apiTestBody(t, 1)), nil)
 		want := `{"success":false,"errorReason":"insufficient_funds","transaction":"","network":"base-sepolia","txHash":""}`
 		if status != 200 || strings.TrimSpace(body) != want {
 			t.Fatalf("%d %s", status, body)
@@ -495,7 +473,7 @@ func TestHandlerSettleAnswerCarriesTransactionAndTxHash(t *testing.T) {
 func TestHandlerPassesDecodedPaymentToBackend(t *testing.T) {
 	for _, v := range []int{1, 2} {
 		t.Run(fmt.Sprintf("v%d verify with a verification fee", v), func(t *testing.T) {
-			svc := &scriptedBackend{}
+			svc := gatetest.NewFacilitator()
 			p, r := apiTestPayment(v)
 			fee, feeReq := apiTestPayment(v)
 			fee.Authorization.Value = big.NewInt(500)
@@ -511,11 +489,11 @@ func TestHandlerPassesDecodedPaymentToBackend(t *testing.T) {
 			} else {
 				m["verificationPayment"], m["verificationRequirements"] = fee.PayloadV2(), feeReq.V2()
 			}
-			status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/verify", "application/json", testenv.JSON(t, m), nil)
+			status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/verify", "application/json", jsonOf(t, m), nil)
 			if status != 200 || decodeMap(t, body)["isValid"] != true {
 				t.Fatalf("%d %s", status, body)
 			}
-			in := svc.lastIn
+			in := lastCall(svc).Input
 			if in.Payment.Version != v || in.Payment.Authorization.Nonce != p.Authorization.Nonce || in.Requirements.Amount.Cmp(r.Amount) != 0 {
 				t.Fatalf("payment %+v requirements %+v", in.Payment, in.Requirements)
 			}
@@ -526,11 +504,11 @@ func TestHandlerPassesDecodedPaymentToBackend(t *testing.T) {
 		})
 	}
 	t.Run("a verification payment that does not decode is invalid_payload", func(t *testing.T) {
-		svc := &scriptedBackend{}
+		svc := gatetest.NewFacilitator()
 		m := apiTestBody(t, 2)
 		m["verificationPayment"] = map[string]any{"x402Version": 2}
-		status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/verify", "application/json", testenv.JSON(t, m), nil)
-		if status != 200 || strings.TrimSpace(body) != `{"isValid":false,"invalidReason":"invalid_payload"}` || svc.callCount() != 0 {
+		status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/verify", "application/json", jsonOf(t, m), nil)
+		if status != 200 || strings.TrimSpace(body) != `{"isValid":false,"invalidReason":"invalid_payload"}` || len(svc.Calls()) != 0 {
 			t.Fatalf("%d %s", status, body)
 		}
 	})
@@ -556,7 +534,7 @@ func TestHandlerRouting(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			h := NewHandler(&scriptedBackend{}, HandlerOptions{PathPrefix: c.prefix})
+			h := NewHandler(gatetest.NewFacilitator(), HandlerOptions{PathPrefix: c.prefix})
 			status, hdr, body := apiDo(t, h, c.method, c.path, "", "", nil)
 			if status != c.status {
 				t.Fatalf("status %d, want %d: %s", status, c.status, body)
@@ -601,7 +579,7 @@ func TestHandlerHealth(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var calls atomic.Int32
-			svc := &scriptedBackend{}
+			svc := gatetest.NewFacilitator()
 			h := NewHandler(svc, HandlerOptions{APIKey: apiTestKey, HealthDetailed: c.detailed,
 				HealthInfo: func(context.Context) (HealthDetails, error) {
 					calls.Add(1)
@@ -611,13 +589,13 @@ func TestHandlerHealth(t *testing.T) {
 			if status != c.status {
 				t.Fatalf("status %d: %s", status, body)
 			}
-			if got := testenv.JSON(t, decodeMap(t, body)); got != testenv.JSON(t, c.want) {
-				t.Fatalf("body %s\nwant %s", got, testenv.JSON(t, c.want))
+			if got := jsonOf(t, decodeMap(t, body)); got != jsonOf(t, c.want) {
+				t.Fatalf("body %s\nwant %s", got, jsonOf(t, c.want))
 			}
 			if calls.Load() != c.calls {
 				t.Fatalf("HealthInfo called %d times, want %d", calls.Load(), c.calls)
 			}
-			if svc.callCount() != 0 {
+			if len(svc.Calls()) != 0 {
 				t.Fatal("health reached the service")
 			}
 		})
@@ -625,14 +603,15 @@ func TestHandlerHealth(t *testing.T) {
 }
 
 func TestHandlerSupportedPassesBackendAnswer(t *testing.T) {
-	svc := &scriptedBackend{}
+	svc := gatetest.NewFacilitator()
 	status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodGet, "/supported", "", "", nil)
 	want, _ := svc.Supported(context.Background())
-	if status != 200 || strings.TrimSpace(body) != testenv.JSON(t, want) {
+	if status != 200 || strings.TrimSpace(body) != jsonOf(t, want) {
 		t.Fatalf("%d %s", status, body)
 	}
 	t.Run("empty lists are [] and {} rather than null", func(t *testing.T) {
-		svc := &scriptedBackend{supported: func() (x402.SupportedResponse, error) { return x402.SupportedResponse{}, nil }}
+		svc := gatetest.NewFacilitator()
+		svc.OnSupported(func(context.Context) (x402.SupportedResponse, error) { return x402.SupportedResponse{}, nil })
 		_, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodGet, "/supported", "", "", nil)
 		if strings.TrimSpace(body) != `{"kinds":[],"extensions":[],"signers":{}}` {
 			t.Fatalf("%s", body)
@@ -693,7 +672,7 @@ func TestHandlerVerificationQuote(t *testing.T) {
 			}
 			core, logs := observer.New(zapcore.DebugLevel)
 			opts.Logger = zap.New(core)
-			h := NewHandler(&scriptedBackend{}, opts)
+			h := NewHandler(gatetest.NewFacilitator(), opts)
 			status, _, body := apiDo(t, h, http.MethodPost, "/verification/quote", "application/json", c.body,
 				map[string]string{HeaderFacilitatorKey: apiTestKey})
 			if status != c.status {
@@ -710,7 +689,7 @@ func TestHandlerVerificationQuote(t *testing.T) {
 				t.Fatal("upstream detail reached the caller")
 			}
 			for _, e := range logs.All() {
-				if strings.Contains(testenv.JSON(t, e.ContextMap()), "hunter2") {
+				if strings.Contains(jsonOf(t, e.ContextMap()), "hunter2") {
 					t.Fatal("the pricing answer's body was logged")
 				}
 			}
