@@ -200,8 +200,8 @@ type Action struct {
 	Notional []Amount
 	// Trade is the trade the action makes, or nil.
 	Trade *Trade
-	// Approvals are the allowances the action grants.
-	Approvals []Approval
+	// Allowances are the allowances the action grants (rendered as evidence "approvals").
+	Allowances []Allowance
 	// Legs are the calls or commands the action bundles (a multicall's calls, a Universal
 	// Router plan's commands), each decoded as an Action of the same protocol and chain.
 	Legs []*Action
@@ -219,8 +219,9 @@ type CoinAmount struct {
 	Amount *big.Rat
 }
 
-// Approval is an allowance granted to Spender over Asset.
-type Approval struct {
+// Allowance is an allowance granted to Spender over Asset, inside an action (an ERC-20
+// approve, an EIP-2612 or Permit2 permit): not the verdict that approves an action.
+type Allowance struct {
 	Spender common.Address
 	Asset   common.Address
 	// Amount is the allowance in base units.

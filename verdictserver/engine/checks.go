@@ -234,7 +234,7 @@ func (ev *evaluation) recipient() result {
 func (ev *evaluation) screen() result {
 	n := 1
 	ev.act.walk(func(a *Action) {
-		n += 1 + len(a.Recipients) + len(a.Assets) + len(a.Screen) + len(a.Stranded) + 2*len(a.Approvals)
+		n += 1 + len(a.Recipients) + len(a.Assets) + len(a.Screen) + len(a.Stranded) + 2*len(a.Allowances)
 	})
 	addrs := make([]common.Address, 1, n)
 	addrs[0] = ev.in.Escrow
@@ -246,7 +246,7 @@ func (ev *evaluation) screen() result {
 		addrs = append(addrs, a.Assets...)
 		addrs = append(addrs, a.Screen...)
 		addrs = append(addrs, a.Stranded...)
-		for _, ap := range a.Approvals {
+		for _, ap := range a.Allowances {
 			addrs = append(addrs, ap.Spender, ap.Asset)
 		}
 	})

@@ -24,7 +24,7 @@ func (ev *evaluation) renderActionInto(out map[string]any, act *Action, depth in
 		n += 2
 	}
 	for _, present := range [...]bool{len(act.Coins) > 0, len(act.CoinAmounts) > 0 || len(act.Notional) > 0,
-		len(act.Stranded) > 0, act.Trade != nil, len(act.Approvals) > 0, len(act.Legs) > 0 && depth < maxLegDepth} {
+		len(act.Stranded) > 0, act.Trade != nil, len(act.Allowances) > 0, len(act.Legs) > 0 && depth < maxLegDepth} {
 		if present {
 			n++
 		}
@@ -74,9 +74,9 @@ func (ev *evaluation) renderActionInto(out map[string]any, act *Action, depth in
 	if t := act.Trade; t != nil {
 		out["trade"] = ev.renderTrade(t)
 	}
-	if len(act.Approvals) > 0 {
-		aps := make([]map[string]any, len(act.Approvals))
-		for i, a := range act.Approvals {
+	if len(act.Allowances) > 0 {
+		aps := make([]map[string]any, len(act.Allowances))
+		for i, a := range act.Allowances {
 			aps[i] = map[string]any{"spender": ev.hexAny(a.Spender), "asset": ev.hexAny(a.Asset), "amount": decimal(a.Amount), "unlimited": a.Unlimited}
 		}
 		out["approvals"] = aps

@@ -268,7 +268,7 @@ func (evmDecoder) decodeInto(tx map[string]any, sender common.Address, s *action
 		}
 		act.Notional = []Amount{}
 		grant(act, sp, token, v, maxUint256)
-		act.Fields["spender"], act.Fields["amount"], act.Fields["unlimited"] = sp, v.String(), act.Approvals[0].Unlimited
+		act.Fields["spender"], act.Fields["amount"], act.Fields["unlimited"] = sp, v.String(), act.Allowances[0].Unlimited
 	case "transferFrom":
 		from, rcpt, v := vals[0].(common.Address), vals[1].(common.Address), vals[2].(*big.Int)
 		act.Kind = "erc20.transferFrom"

@@ -62,7 +62,7 @@ func (u *uni) permit2Call(data []byte) (*Action, *DecodeError) {
 // spender as a recipient, whatever the amount.
 func grant(act *Action, spender, token common.Address, amt, unlimited *big.Int) {
 	act.Assets = appendNew(act.Assets, token)
-	act.Approvals = append(act.Approvals, Approval{Spender: spender, Asset: token, Amount: amt, Unlimited: amt.Cmp(unlimited) >= 0})
+	act.Allowances = append(act.Allowances, Allowance{Spender: spender, Asset: token, Amount: amt, Unlimited: amt.Cmp(unlimited) >= 0})
 }
 
 // permitGrants records the allowances of a Permit2 PermitSingle, or a PermitBatch when batch.
