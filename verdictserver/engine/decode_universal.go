@@ -12,7 +12,7 @@ import (
 // The Universal Router (docs/policy.md#universal-router): execute(commands, inputs[,
 // deadline]) runs one command per byte of commands. What a byte means depends on the
 // deployed version, so the router's entry in the registry of known contracts picks the table
-// (registry.go); a router the registry does not know is not read. A command outside the table
+// (decode_registry.go); a router the registry does not know is not read. A command outside the table
 // makes the whole plan undecodable: it is never skipped.
 
 // urVersion is one Universal Router version's command table.

@@ -152,7 +152,7 @@ func (u *uni) call(data []byte, depth int) (*Action, *DecodeError) {
 }
 
 // routerFunctions are the routerABI functions each swap router has, by go-ethereum's name
-// of the overload (evm_abi.go).
+// of the overload (decode_evm_abi.go).
 var routerFunctions = map[ContractKind][]string{
 	ContractV2Router: {"swapExactTokensForTokens", "swapTokensForExactTokens", "swapExactETHForTokens", "swapETHForExactTokens",
 		"swapExactTokensForETH", "swapTokensForExactETH", "swapExactTokensForTokensSupportingFeeOnTransferTokens",
