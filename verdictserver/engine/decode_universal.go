@@ -365,3 +365,17 @@ func reversed(a []common.Address) []common.Address {
 	}
 	return out
 }
+
+// hopPricesLimited reports whether a Universal Router 2.1.1 swap's minHopPriceX36 limits the
+// price of every one of its hops: one non-zero price per hop.
+func hopPricesLimited(prices []*big.Int, hops int) bool {
+	if len(prices) != hops || hops == 0 {
+		return false
+	}
+	for _, p := range prices {
+		if p == nil || p.Sign() <= 0 {
+			return false
+		}
+	}
+	return true
+}

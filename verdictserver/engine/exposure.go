@@ -124,3 +124,19 @@ func recipientsOf(a *Action) []common.Address {
 	}
 	return out
 }
+
+// coinUSD prices a quantity of a Hyperliquid coin: USDC at 1 USD, any other coin at the
+// reference price of the market of its name.
+func (ev *evaluation) coinUSD(a *Action, c CoinAmount) (*big.Rat, bool) {
+	if c.Amount == nil {
+		return nil, false
+	}
+	if c.Coin == CoinUSDC {
+		return new(big.Rat).Set(c.Amount), true
+	}
+	p, ok := ev.marketReference(a.Protocol, a.ChainID, c.Coin)
+	if !ok {
+		return nil, false
+	}
+	return new(big.Rat).Mul(c.Amount, p), true
+}
