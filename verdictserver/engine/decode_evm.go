@@ -138,7 +138,20 @@ func valueText(v *big.Int) string {
 // the values again gives the same bytes: canonical checks that in place), so dirty address
 // words, odd offsets and trailing bytes are refused as the contract would not read them the
 // same way.
-func unpack(args abi.Arguments, enc []byte) (out []any, err error) {
+func unpack(args abi.Arguments, enc []byte) ([]any, error) {
+	vals, err := unpackAny(args, enc)
+	if err != nil {
+		return nil, err
+	}
+	if !canonical(args, enc) {
+		return nil, fmt.Errorf("not the canonical abi encoding")
+	}
+	return vals, nil
+}
+
+// unpackAny decodes args from enc as go-ethereum reads them, canonical or not; a panic of the
+// unpacking is a malformed encoding.
+func unpackAny(args abi.Arguments, enc []byte) (out []any, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			out, err = nil, fmt.Errorf("malformed abi encoding")
@@ -147,9 +160,6 @@ func unpack(args abi.Arguments, enc []byte) (out []any, err error) {
 	vals, err := args.Unpack(enc)
 	if err != nil {
 		return nil, fmt.Errorf("malformed abi encoding")
-	}
-	if !canonical(args, enc) {
-		return nil, fmt.Errorf("not the canonical abi encoding")
 	}
 	return vals, nil
 }

@@ -221,32 +221,22 @@ func isCoinName(s string) bool {
 
 // isHex reports whether s is 0x and exactly n hex digits.
 func isHex(s string, n int) bool {
-	if len(s) != 2+n || s[0] != '0' || (s[1] != 'x' && s[1] != 'X') {
-		return false
-	}
-	for i := 2; i < len(s); i++ {
-		if !isHexDigit(s[i]) {
-			return false
-		}
-	}
-	return true
+	return len(s) == 2+n && s[0] == '0' && (s[1] == 'x' || s[1] == 'X') && hexDigits(s[2:])
 }
 
 // isHexQuantity reports whether s is 0x and 1 to 16 hex digits.
 func isHexQuantity(s string) bool {
-	if len(s) < 3 || len(s) > 18 || s[0] != '0' || s[1] != 'x' {
-		return false
-	}
-	for i := 2; i < len(s); i++ {
-		if !isHexDigit(s[i]) {
+	return len(s) >= 3 && len(s) <= 18 && s[:2] == "0x" && hexDigits(s[2:])
+}
+
+// hexDigits reports whether s is hex digits only.
+func hexDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if _, ok := unhex(s[i]); !ok {
 			return false
 		}
 	}
 	return true
-}
-
-func isHexDigit(c byte) bool {
-	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
 }
 
 // hyperliquidDecimal reads Hyperliquid's decimal strings: digits, optionally a point and
