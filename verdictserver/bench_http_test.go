@@ -57,7 +57,7 @@ func newBenchEnv(b *testing.B, st *store.Store) *benchEnv {
 	b.Helper()
 	unlimited := Rate{PerSecond: 1e9, Burst: 1 << 30}
 	e := newEnv(b, st, func(o *Options) {
-		o.Limits = Limits{PerKey: unlimited, PerIP: unlimited}
+		o.Limits = RateLimits{PerKey: unlimited, PerIP: unlimited}
 		o.SweepInterval = 0 // the default, not the tests' 50 ms
 	})
 	be := &benchEnv{env: e, client: &http.Client{Transport: &http.Transport{

@@ -120,7 +120,7 @@ func newEnv(t testing.TB, st *store.Store, tweak func(*Options)) *env {
 	e := &env{t: t, st: st, adminKey: "test-admin-key-0123456789abcdef"}
 	opts := Options{
 		Store: st, Engine: eng, SweepInterval: 50 * time.Millisecond,
-		Limits:       Limits{PerKey: Rate{PerSecond: 1000, Burst: 1000}, PerIP: Rate{PerSecond: 1000, Burst: 1000}},
+		Limits:       RateLimits{PerKey: Rate{PerSecond: 1000, Burst: 1000}, PerIP: Rate{PerSecond: 1000, Burst: 1000}},
 		AdminKeyHash: HashAdminKey(e.adminKey),
 		Logger:       zap.NewNop(),
 	}

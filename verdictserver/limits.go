@@ -22,10 +22,10 @@ type Rate struct {
 	Burst int
 }
 
-// Limits are the API's rate limits (docs/verdict-api.md#rate-limits): one bucket per API
+// RateLimits are the API's rate limits (docs/verdict-api.md#rate-limits): one bucket per API
 // key (or admin key) and one per client IP, in process or, with Redis, shared by every
 // instance.
-type Limits struct {
+type RateLimits struct {
 	// PerKey limits each key. Default 20/s, burst 40.
 	PerKey Rate
 	// PerIP limits each client IP, before authentication. Default 50/s, burst 100.
@@ -62,7 +62,7 @@ type limiters struct {
 	key, ip taker
 }
 
-func newLimiters(l *Limits) (limiters, error) {
+func newLimiters(l *RateLimits) (limiters, error) {
 	if err := l.PerKey.fill(DefaultPerKey, "perKey"); err != nil {
 		return limiters{}, err
 	}

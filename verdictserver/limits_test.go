@@ -74,11 +74,11 @@ func TestRateLimitsAcrossInstances(t *testing.T) {
 	rc := redis.NewClient(o)
 	t.Cleanup(func() { _ = rc.Close() })
 	limits := func(o *Options) {
-		o.Limits = Limits{PerKey: Rate{PerSecond: 0.001, Burst: 4}, PerIP: Rate{PerSecond: 1000, Burst: 1000}, Redis: rc}
+		o.Limits = RateLimits{PerKey: Rate{PerSecond: 0.001, Burst: 4}, PerIP: Rate{PerSecond: 1000, Burst: 1000}, Redis: rc}
 	}
 	e := newEnv(t, nil, limits)
 	a := e.agent("alice", common.HexToAddress("0xA11CE00000000000000000000000000000000001"), allowPolicy)
-	srv2, err := New(Options{Store: e.st, Engine: e.srv.engine, Limits: Limits{PerKey: Rate{PerSecond: 0.001, Burst: 4}, Redis: rc}})
+	srv2, err := New(Options{Store: e.st, Engine: e.srv.engine, Limits: RateLimits{PerKey: Rate{PerSecond: 0.001, Burst: 4}, Redis: rc}})
 	if err != nil {
 		t.Fatal(err)
 	}

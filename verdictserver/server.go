@@ -49,7 +49,7 @@ type Options struct {
 	// Default 5s.
 	SweepInterval time.Duration
 	// Limits are the rate limits. Default: DefaultPerKey and DefaultPerIP, in process.
-	Limits Limits
+	Limits RateLimits
 	// Fees prices verification fees for POST /pricing/quote. Default: none, every quote
 	// is null.
 	Fees *FeeSchedule

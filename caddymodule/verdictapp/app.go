@@ -205,7 +205,7 @@ func (a *VerdictApp) Validate() error {
 
 // verdictSettings is what a VerdictApp configures, before its secrets are resolved.
 type verdictSettings struct {
-	limits verdictserver.Limits
+	limits verdictserver.RateLimits
 	prices []prices.Entry
 	fee    *verdictserver.FeeSchedule
 	chain  *chainData
@@ -266,7 +266,7 @@ func (a *VerdictApp) settings() (*verdictSettings, error) {
 	if a.SanctionsTTL < 0 {
 		return nil, verdictErr("sanctions", "ttl is negative")
 	}
-	s := &verdictSettings{limits: verdictserver.Limits{PerKey: verdictserver.DefaultPerKey, PerIP: verdictserver.DefaultPerIP}}
+	s := &verdictSettings{limits: verdictserver.RateLimits{PerKey: verdictserver.DefaultPerKey, PerIP: verdictserver.DefaultPerIP}}
 	for _, r := range []struct {
 		option string
 		cfg    *RateConfig

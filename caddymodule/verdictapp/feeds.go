@@ -8,6 +8,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/ethereum/go-ethereum"
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/ethclient"
 	"go.uber.org/zap"
@@ -170,7 +171,7 @@ func openChainData(ctx context.Context, cd *chainData, urls map[int64]string, op
 		all = append(all, c)
 	}
 	if len(cd.feeds) > 0 {
-		callers := map[int64]prices.Caller{}
+		callers := map[int64]ethereum.ContractCaller{}
 		for id, c := range clients {
 			callers[id] = c
 		}

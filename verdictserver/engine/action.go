@@ -1,161 +1,10 @@
 package engine
 
 import (
-	"encoding/hex"
 	"math/big"
-	"time"
 
 	"github.com/ethereum/go-ethereum/common"
 )
-
-// Decoder turns the proposedTx of one protocol into an Action. Decode must refuse, with a
-// *DecodeError, anything it does not fully understand (docs/policy.md#default-deny).
-type Decoder interface {
-	// Protocol is the proposedTx.protocol this decoder reads, e.g. "payment".
-	Protocol() string
-	// Decode reads tx, whose "protocol" is Protocol().
-	Decode(tx map[string]any) (*Action, error)
-}
-
-// SenderDecoder is a Decoder whose actions depend on who sends them: an EVM router's
-// address(1) placeholder is msg.sender, the agent's wallet (Input.Escrow). The engine calls
-// DecodeFor instead of Decode when a decoder has it.
-type SenderDecoder interface {
-	Decoder
-	DecodeFor(tx map[string]any, sender common.Address) (*Action, error)
-}
-
-// actionScratch is memory for the Actions a decoder builds, which it takes instead of
-// allocating them when the engine decodes: the evaluation that owns the scratch drops the
-// action when it ends (the verdict copies what it reports), and the next evaluation reuses
-// the structs and the Fields maps, cleared (bench/engine.md#the-margin-2026-11-23-session-7). Only those are
-// reused, never a value stored in them. The first scratchActions actions of a decode come
-// from it, any further ones are allocated.
-type actionScratch struct {
-	acts   [scratchActions]Action
-	to     [scratchActions]common.Address
-	trades [scratchActions]Trade
-	fields [scratchActions]map[string]any
-	n      int // actions handed out
-	nt     int // trades handed out
-	// calldata is the decoded call data of an EVM call: no Action keeps a part of it (they
-	// hold addresses, integers and strings, copied out of it).
-	calldata []byte
-	// added are the contracts the evaluation's policy adds to the registry (knownContracts),
-	// or nil: read only, the policy's own.
-	added map[string]map[string]string
-}
-
-// maxScratchCalldata bounds the call data buffer a scratch keeps.
-const maxScratchCalldata = 4 << 10
-
-// hexBytes decodes the hex digits h, into scratch's buffer when scratch is not nil and the
-// bytes fit maxScratchCalldata.
-func hexBytes(h string, scratch *actionScratch) ([]byte, error) {
-	n := len(h) / 2
-	if scratch == nil || n > maxScratchCalldata {
-		return hex.DecodeString(h)
-	}
-	if cap(scratch.calldata) < n {
-		scratch.calldata = make([]byte, n, max(n, 512))
-	}
-	b := scratch.calldata[:n]
-	for i := range b {
-		hi, ok1 := unhex(h[2*i])
-		lo, ok2 := unhex(h[2*i+1])
-		if !ok1 || !ok2 {
-			return nil, hex.InvalidByteError(h[2*i])
-		}
-		b[i] = hi<<4 | lo
-	}
-	return b, nil
-}
-
-// knownAt is the contract the registry r or, beside it, the policy of s's evaluation knows at
-// addr on chainID (docs/policy.md#known-contracts): a built-in or configured contract is never
-// redefined by a policy.
-func (s *actionScratch) knownAt(r registry, chainID int64, addr common.Address) (known, bool) {
-	if k, ok := r.lookup(chainID, addr); ok {
-		return k, true
-	}
-	if s == nil || s.added == nil {
-		return known{}, false
-	}
-	return policyContract(s.added, chainID, addr)
-}
-
-// scratchDecoder is a Decoder that can decode into an actionScratch.
-type scratchDecoder interface {
-	decodeInto(tx map[string]any, sender common.Address, s *actionScratch) (*Action, error)
-}
-
-const (
-	// scratchActions is the actions a scratch holds: a call, or an order and its leg, and
-	// the legs of a small bundle.
-	scratchActions = 4
-	// maxScratchFields bounds the Fields map a scratch keeps for the next evaluation.
-	maxScratchFields = 16
-)
-
-// action is a cleared Action with an empty Fields map, and where its To may point: s's
-// memory, or new memory when s is nil or used up.
-func (s *actionScratch) action() (*Action, *common.Address) {
-	if s == nil || s.n == scratchActions {
-		return &Action{Fields: make(map[string]any, 8)}, new(common.Address)
-	}
-	i := s.n
-	s.n++
-	if s.fields[i] == nil {
-		s.fields[i] = make(map[string]any, 8)
-	}
-	clear(s.fields[i]) // empty already when the evaluation released it
-	s.acts[i] = Action{Fields: s.fields[i]}
-	return &s.acts[i], &s.to[i]
-}
-
-// callAction is an Action of protocol on chainID calling selector on to, with an empty
-// Fields map (action).
-func (s *actionScratch) callAction(protocol string, chainID int64, to common.Address, selector string) *Action {
-	act, at := s.action()
-	*at = to
-	act.Protocol, act.ChainID, act.To, act.Selector = protocol, chainID, at, selector
-	return act
-}
-
-// trade is a zero Trade: s's memory, or new memory when s is nil or used up.
-func (s *actionScratch) trade() *Trade {
-	if s == nil || s.nt == scratchActions {
-		return new(Trade)
-	}
-	t := &s.trades[s.nt]
-	s.nt++
-	*t = Trade{}
-	return t
-}
-
-// reset drops what the scratch's actions refer to, for the next evaluation: a Fields map
-// that grew past maxScratchFields is let go.
-func (s *actionScratch) reset() {
-	for i := range s.n {
-		if len(s.fields[i]) > maxScratchFields {
-			s.fields[i] = nil
-		}
-		clear(s.fields[i])
-	}
-	clear(s.acts[:s.n])
-	clear(s.trades[:s.nt])
-	s.n, s.nt, s.added = 0, 0, nil
-}
-
-// DecodeError is a proposedTx a decoder could not read: the field at fault, as a dotted
-// path from the request ("proposedTx.amount"), and why.
-type DecodeError struct {
-	Field   string
-	Problem string
-}
-
-// Error returns "field: problem".
-func (e *DecodeError) Error() string { return e.Field + ": " + e.Problem }
 
 // NativeAsset stands for a chain's native coin (ETH) wherever an asset address is needed:
 // in Assets, in a Trade, in the price table and in assets.universe (docs/policy.md#actions).
@@ -200,8 +49,8 @@ type Action struct {
 	Notional []Amount
 	// Trade is the trade the action makes, or nil.
 	Trade *Trade
-	// Approvals are the allowances the action grants.
-	Approvals []Approval
+	// Allowances are the allowances the action grants (rendered as evidence "approvals").
+	Allowances []Allowance
 	// Legs are the calls or commands the action bundles (a multicall's calls, a Universal
 	// Router plan's commands), each decoded as an Action of the same protocol and chain.
 	Legs []*Action
@@ -219,8 +68,9 @@ type CoinAmount struct {
 	Amount *big.Rat
 }
 
-// Approval is an allowance granted to Spender over Asset.
-type Approval struct {
+// Allowance is an allowance granted to Spender over Asset, inside an action (an ERC-20
+// approve, an EIP-2612 or Permit2 permit): not the verdict that approves an action.
+type Allowance struct {
 	Spender common.Address
 	Asset   common.Address
 	// Amount is the allowance in base units.
@@ -289,25 +139,6 @@ type Trade struct {
 	Leverage *big.Rat
 	// ReduceOnly marks an order that can only shrink a position.
 	ReduceOnly bool
-}
-
-// Reference is a market's reference price: what execution_price_bound measures an order's
-// limit price against.
-type Reference struct {
-	// Price is the USD price of one unit of the market, > 0.
-	Price *big.Rat
-	// Source names where it came from, for evidence.sources ("hyperliquid.mark").
-	Source string
-	// AsOf is when it was observed.
-	AsOf time.Time
-	// Cached is set when the price is older than its source's freshness bound.
-	Cached bool
-}
-
-// ReferencePrices gives the reference price of a Trade.Market (a Hyperliquid coin's mark
-// price). It must not block for long: it is called on the evaluation path.
-type ReferencePrices interface {
-	ReferencePrice(protocol string, chainID int64, market string) (Reference, bool)
 }
 
 // walk calls fn on act and on every leg, depth first, to a bounded depth.

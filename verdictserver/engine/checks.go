@@ -234,7 +234,7 @@ func (ev *evaluation) recipient() result {
 func (ev *evaluation) screen() result {
 	n := 1
 	ev.act.walk(func(a *Action) {
-		n += 1 + len(a.Recipients) + len(a.Assets) + len(a.Screen) + len(a.Stranded) + 2*len(a.Approvals)
+		n += 1 + len(a.Recipients) + len(a.Assets) + len(a.Screen) + len(a.Stranded) + 2*len(a.Allowances)
 	})
 	addrs := make([]common.Address, 1, n)
 	addrs[0] = ev.in.Escrow
@@ -246,7 +246,7 @@ func (ev *evaluation) screen() result {
 		addrs = append(addrs, a.Assets...)
 		addrs = append(addrs, a.Screen...)
 		addrs = append(addrs, a.Stranded...)
-		for _, ap := range a.Approvals {
+		for _, ap := range a.Allowances {
 			addrs = append(addrs, ap.Spender, ap.Asset)
 		}
 	})
@@ -371,4 +371,33 @@ func containsAddress(list []string, a common.Address) bool {
 		}
 	}
 	return false
+}
+
+// coins gathers the Hyperliquid coins of the action and its legs, without repeats.
+func (ev *evaluation) coins() []string {
+	var out []string
+	ev.act.walk(func(a *Action) {
+		for _, c := range a.Coins {
+			if !slices.Contains(out, c) {
+				out = append(out, c)
+			}
+		}
+	})
+	return out
+}
+
+// coinUniverse is the asset check over Hyperliquid coins: every one in assets.hyperliquid
+// (docs/policy.md#hyperliquid-actions).
+func (ev *evaluation) coinUniverse(coins []string) result {
+	d := ev.in.Policy.Doc
+	if d.Assets == nil || d.Assets.Hyperliquid == nil {
+		return notChecked(policy.FieldHyperliquid + " is not configured")
+	}
+	universe := d.Assets.Hyperliquid
+	for _, c := range coins {
+		if !slices.Contains(universe, c) {
+			return failed(verdict.ReasonAssetNotInUniverse, "coin "+c+" is not in "+policy.FieldHyperliquid, policy.FieldHyperliquid, coins, universe)
+		}
+	}
+	return passed("every coin is in "+policy.FieldHyperliquid, policy.FieldHyperliquid, coins, universe)
 }

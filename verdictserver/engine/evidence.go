@@ -2,6 +2,7 @@ package engine
 
 import (
 	"math/big"
+	"sort"
 	"strings"
 
 	"github.com/ethereum/go-ethereum/common"
@@ -24,7 +25,7 @@ func (ev *evaluation) renderActionInto(out map[string]any, act *Action, depth in
 		n += 2
 	}
 	for _, present := range [...]bool{len(act.Coins) > 0, len(act.CoinAmounts) > 0 || len(act.Notional) > 0,
-		len(act.Stranded) > 0, act.Trade != nil, len(act.Approvals) > 0, len(act.Legs) > 0 && depth < maxLegDepth} {
+		len(act.Stranded) > 0, act.Trade != nil, len(act.Allowances) > 0, len(act.Legs) > 0 && depth < maxLegDepth} {
 		if present {
 			n++
 		}
@@ -74,9 +75,9 @@ func (ev *evaluation) renderActionInto(out map[string]any, act *Action, depth in
 	if t := act.Trade; t != nil {
 		out["trade"] = ev.renderTrade(t)
 	}
-	if len(act.Approvals) > 0 {
-		aps := make([]map[string]any, len(act.Approvals))
-		for i, a := range act.Approvals {
+	if len(act.Allowances) > 0 {
+		aps := make([]map[string]any, len(act.Allowances))
+		for i, a := range act.Allowances {
 			aps[i] = map[string]any{"spender": ev.hexAny(a.Spender), "asset": ev.hexAny(a.Asset), "amount": decimal(a.Amount), "unlimited": a.Unlimited}
 		}
 		out["approvals"] = aps
@@ -217,4 +218,51 @@ func ratString(r *big.Rat) any {
 	s := r.FloatString(18)
 	s = strings.TrimRight(s, "0")
 	return strings.TrimSuffix(s, ".")
+}
+
+// hex is a.Hex(); EIP-55 costs a Keccak-256, so it is cached (intern.go).
+func (ev *evaluation) hex(a common.Address) string { return checksum(a).val }
+
+// hexAny is a.Hex() as an interface value, for evidence.
+func (ev *evaluation) hexAny(a common.Address) any { return checksum(a).box }
+
+// hexes is as in EIP-55. One slice of addresses asked for again in the same evaluation
+// (an action's recipients in their check, in sink_recipient's and in decodedAction) gives
+// the same strings: the verdict holds them read only.
+func (ev *evaluation) hexes(as []common.Address) []string {
+	if len(as) == 0 {
+		return make([]string, 0)
+	}
+	for i := 0; i < ev.nHexed; i++ {
+		if h := &ev.hexed[i]; &h.src[0] == &as[0] && len(h.src) == len(as) {
+			return h.out
+		}
+	}
+	out := ev.hexesUncached(as)
+	if ev.nHexed < len(ev.hexed) {
+		ev.hexed[ev.nHexed] = hexedSlice{as, out}
+		ev.nHexed++
+	}
+	return out
+}
+
+// hexedSlice is a slice hexes wrote.
+type hexedSlice struct {
+	src []common.Address
+	out []string
+}
+
+func (ev *evaluation) hexesUncached(as []common.Address) []string {
+	out := make([]string, len(as))
+	for i, a := range as {
+		out[i] = ev.hex(a)
+	}
+	return out
+}
+
+// sortedHexes is a new sorted slice of the EIP-55 forms of as.
+func (ev *evaluation) sortedHexes(as []common.Address) []string {
+	out := ev.hexesUncached(as)
+	sort.Strings(out)
+	return out
 }

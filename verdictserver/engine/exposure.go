@@ -8,7 +8,7 @@ import (
 
 // The pricing table (docs/policy.md#pricing): the one place that says what an action exposes
 // and at what USD price. per_tx_cap and usdNotional both read it, and every decoder only
-// records what an action does (its Notional, Trade, CoinAmounts and Approvals); it never
+// records what an action does (its Notional, Trade, CoinAmounts and Allowances); it never
 // decides what counts.
 //
 //	Notional          each amount at the table's (or its feed's) price of the token
@@ -18,13 +18,13 @@ import (
 //	                  fill); size × reference without a limit; no reference where one is
 //	                  needed: unpriced
 //	CoinAmounts       USDC at 1 USD, another Hyperliquid coin at its reference price
-//	Approvals         every allowance at its amount, "unlimited" or not
+//	Allowances        every allowance at its amount, "unlimited" or not
 //
 // An amount without a price leaves the action unpriced: a capped policy gives data_unavailable.
 
 // exposes reports whether act exposes anything the table prices.
 func exposes(a *Action) bool {
-	return len(a.Notional) > 0 || len(a.CoinAmounts) > 0 || len(a.Approvals) > 0 ||
+	return len(a.Notional) > 0 || len(a.CoinAmounts) > 0 || len(a.Allowances) > 0 ||
 		(a.Notional == nil && a.Trade != nil && a.Trade.Kind != TradeLeverage)
 }
 
@@ -54,7 +54,7 @@ func (ev *evaluation) exposureUSD(a *Action, add func(*big.Rat)) (string, bool) 
 			return u, false
 		}
 	}
-	for _, ap := range a.Approvals {
+	for _, ap := range a.Allowances {
 		if u, ok := ev.amountUSD(a.ChainID, ap.Asset, ap.Amount, add); !ok {
 			return u, false
 		}
@@ -115,12 +115,28 @@ func (ev *evaluation) orderUSD(a *Action) (*big.Rat, bool) {
 // recipientsOf is where act sends value: its recipients and the spender of every allowance
 // it grants (docs/policy.md#pricing).
 func recipientsOf(a *Action) []common.Address {
-	if len(a.Approvals) == 0 {
+	if len(a.Allowances) == 0 {
 		return a.Recipients
 	}
 	out := a.Recipients
-	for _, ap := range a.Approvals {
+	for _, ap := range a.Allowances {
 		out = appendNew(out[:len(out):len(out)], ap.Spender)
 	}
 	return out
+}
+
+// coinUSD prices a quantity of a Hyperliquid coin: USDC at 1 USD, any other coin at the
+// reference price of the market of its name.
+func (ev *evaluation) coinUSD(a *Action, c CoinAmount) (*big.Rat, bool) {
+	if c.Amount == nil {
+		return nil, false
+	}
+	if c.Coin == CoinUSDC {
+		return new(big.Rat).Set(c.Amount), true
+	}
+	p, ok := ev.marketReference(a.Protocol, a.ChainID, c.Coin)
+	if !ok {
+		return nil, false
+	}
+	return new(big.Rat).Mul(c.Amount, p), true
 }

@@ -232,3 +232,21 @@ func (ev *evaluation) screenAddrs(addrs []common.Address) result {
 	}
 	return passed(prefixed(pNoAddressOn, on).val, "", &screenObserved{Listed: noneListed, Screened: obs}, exp)
 }
+
+// tableUSD prices amount of asset from the table; the native coin and the chain's WETH stand
+// in for each other when only one is priced (docs/policy.md#prices).
+func (ev *evaluation) tableUSD(chainID int64, asset common.Address, amount *big.Int) (*big.Rat, bool) {
+	if v, ok := ev.prices.USD(chainID, asset, amount); ok {
+		return v, true
+	}
+	w, known := wrappedNative(chainID)
+	switch {
+	case !known:
+		return nil, false
+	case asset == NativeAsset:
+		return ev.prices.USD(chainID, w, amount)
+	case asset == w:
+		return ev.prices.USD(chainID, NativeAsset, amount)
+	}
+	return nil, false
+}

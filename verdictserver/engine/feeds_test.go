@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ethereum/go-ethereum"
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/ethclient"
 
@@ -43,7 +44,7 @@ func TestPricesFromFeedsOnChain(t *testing.T) {
 	staleFeed.SetRound(t, big.NewInt(1e8), clk.Now().Add(-2*time.Hour))
 	tableFeed := chain.DeployPriceFeed(t, 8, "USDC / USD")
 	tableFeed.SetRound(t, big.NewInt(100e8), clk.Now()) // would make USDC 100 USD
-	feeds, err := prices.NewFeeds(prices.FeedOptions{Callers: map[int64]prices.Caller{84532: chain.Client}, Now: clk.Now},
+	feeds, err := prices.NewFeeds(prices.FeedOptions{Callers: map[int64]ethereum.ContractCaller{84532: chain.Client}, Now: clk.Now},
 		prices.Feed{ChainID: 84532, Asset: usdt.Address, Address: usdtFeed.Address},
 		prices.Feed{ChainID: 84532, Asset: stale.Address, Address: staleFeed.Address, MaxAge: time.Hour},
 		prices.Feed{ChainID: 84532, Asset: usdc, Address: tableFeed.Address},
@@ -132,7 +133,7 @@ func TestFeedRPCDown(t *testing.T) {
 	clk := testenv.NewClock(clock)
 	feed := chain.DeployPriceFeed(t, 8, "T / USD")
 	feed.SetRound(t, big.NewInt(1e8), clk.Now())
-	feeds, err := prices.NewFeeds(prices.FeedOptions{Callers: map[int64]prices.Caller{84532: chain.Client}, Now: clk.Now, TTL: time.Minute},
+	feeds, err := prices.NewFeeds(prices.FeedOptions{Callers: map[int64]ethereum.ContractCaller{84532: chain.Client}, Now: clk.Now, TTL: time.Minute},
 		prices.Feed{ChainID: 84532, Asset: tok.Address, Address: feed.Address, MaxAge: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +168,7 @@ func TestFeedRPCDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(hung.Close)
-	feeds, err = prices.NewFeeds(prices.FeedOptions{Callers: map[int64]prices.Caller{84532: hung}, Deadline: 100 * time.Millisecond},
+	feeds, err = prices.NewFeeds(prices.FeedOptions{Callers: map[int64]ethereum.ContractCaller{84532: hung}, Deadline: 100 * time.Millisecond},
 		prices.Feed{ChainID: 84532, Asset: tok.Address, Address: feed.Address})
 	if err != nil {
 		t.Fatal(err)
@@ -361,7 +362,7 @@ func BenchmarkEvaluateWithFeedAndOracle(b *testing.B) {
 	feed := chain.DeployPriceFeed(b, 8, "T / USD")
 	feed.SetRound(b, big.NewInt(1e8), clock)
 	or := chain.DeploySanctionsOracle(b)
-	feeds, err := prices.NewFeeds(prices.FeedOptions{Callers: map[int64]prices.Caller{84532: chain.Client}, TTL: time.Hour, Now: func() time.Time { return clock }},
+	feeds, err := prices.NewFeeds(prices.FeedOptions{Callers: map[int64]ethereum.ContractCaller{84532: chain.Client}, TTL: time.Hour, Now: func() time.Time { return clock }},
 		prices.Feed{ChainID: 84532, Asset: tok.Address, Address: feed.Address})
 	if err != nil {
 		b.Fatal(err)

@@ -15,11 +15,6 @@ import (
 	"github.com/ethereum/go-ethereum/rpc"
 )
 
-// Caller runs eth_call; *ethclient.Client is one. Feeds never send transactions.
-type Caller interface {
-	CallContract(ctx context.Context, msg ethereum.CallMsg, blockNumber *big.Int) ([]byte, error)
-}
-
 // Defaults of the on-chain feeds (docs/policy.md#price-feeds).
 const (
 	// DefaultMaxAge is how old a feed's latest round may be and still price an action.
@@ -53,8 +48,9 @@ type Feed struct {
 
 // FeedOptions configures Feeds.
 type FeedOptions struct {
-	// Callers reach each chain's RPC; every feed's chain needs one.
-	Callers map[int64]Caller
+	// Callers reach each chain's RPC (eth_call; *ethclient.Client is one; feeds never send
+	// transactions); every feed's chain needs one.
+	Callers map[int64]ethereum.ContractCaller
 	// TTL is how long a read is reused; default DefaultFeedTTL.
 	TTL time.Duration
 	// Deadline bounds one read; default DefaultDeadline.
@@ -99,7 +95,7 @@ type Quote struct {
 // Feeds reads Chainlink-style aggregators with a cache and a deadline per read. It is safe
 // for concurrent use; concurrent quotes of one feed share one read.
 type Feeds struct {
-	callers  map[int64]Caller
+	callers  map[int64]ethereum.ContractCaller
 	ttl      time.Duration
 	deadline time.Duration
 	now      func() time.Time
@@ -113,7 +109,7 @@ type round struct {
 
 type feedState struct {
 	cfg    Feed
-	caller Caller
+	caller ethereum.ContractCaller
 
 	mu       sync.Mutex
 	feedDec  int // -1 until read
@@ -308,7 +304,7 @@ var aggregator = func() abi.ABI {
 	return a
 }()
 
-func callDecimals(ctx context.Context, c Caller, to common.Address) (int, error) {
+func callDecimals(ctx context.Context, c ethereum.ContractCaller, to common.Address) (int, error) {
 	out, err := call(ctx, c, to, "decimals")
 	if err != nil {
 		return 0, err
@@ -322,7 +318,7 @@ func callDecimals(ctx context.Context, c Caller, to common.Address) (int, error)
 
 // call runs a view method of aggregatorABI. Its errors never carry the RPC's own text, which
 // may quote the RPC URL and its key.
-func call(ctx context.Context, c Caller, to common.Address, method string) ([]any, error) {
+func call(ctx context.Context, c ethereum.ContractCaller, to common.Address, method string) ([]any, error) {
 	data, err := aggregator.Pack(method)
 	if err != nil {
 		return nil, err

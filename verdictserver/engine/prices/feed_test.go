@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ethereum/go-ethereum"
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/ethclient"
 
@@ -65,7 +66,7 @@ func TestFeedQuote(t *testing.T) {
 		return tokens[i]
 	}
 	chainID := chain.ChainID.Int64()
-	feeds, err := prices.NewFeeds(prices.FeedOptions{Callers: map[int64]prices.Caller{chainID: chain.Client}, Now: clk.Now},
+	feeds, err := prices.NewFeeds(prices.FeedOptions{Callers: map[int64]ethereum.ContractCaller{chainID: chain.Client}, Now: clk.Now},
 		prices.Feed{ChainID: chainID, Asset: tok.Address, Address: fresh.Address},
 		prices.Feed{ChainID: chainID, Asset: asset(1), Address: old.Address, MaxAge: time.Hour},
 		prices.Feed{ChainID: chainID, Asset: asset(2), Address: empty.Address},
@@ -136,7 +137,7 @@ func TestFeedCache(t *testing.T) {
 	feed.SetRound(t, usd8("1"), clk.Now())
 	cc := &testenv.CountingCaller{Caller: chain.Client}
 	chainID := chain.ChainID.Int64()
-	feeds, err := prices.NewFeeds(prices.FeedOptions{Callers: map[int64]prices.Caller{chainID: cc}, Now: clk.Now, TTL: time.Minute},
+	feeds, err := prices.NewFeeds(prices.FeedOptions{Callers: map[int64]ethereum.ContractCaller{chainID: cc}, Now: clk.Now, TTL: time.Minute},
 		prices.Feed{ChainID: chainID, Asset: tok.Address, Address: feed.Address, MaxAge: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -198,7 +199,7 @@ func TestFeedNeverWaitsPastItsDeadline(t *testing.T) {
 		{"the caller's context", time.Hour, 50 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			feeds, err := prices.NewFeeds(prices.FeedOptions{Callers: map[int64]prices.Caller{8453: hung}, Deadline: tc.deadline},
+			feeds, err := prices.NewFeeds(prices.FeedOptions{Callers: map[int64]ethereum.ContractCaller{8453: hung}, Deadline: tc.deadline},
 				prices.Feed{ChainID: 8453, Asset: asset, Address: feed})
 			if err != nil {
 				t.Fatal(err)
@@ -215,7 +216,7 @@ func TestFeedNeverWaitsPastItsDeadline(t *testing.T) {
 func TestNewFeedsRefusesBadFeeds(t *testing.T) {
 	a := common.HexToAddress("0x00000000000000000000000000000000000a55e7")
 	f := common.HexToAddress("0x000000000000000000000000000000000000feed")
-	callers := map[int64]prices.Caller{8453: &testenv.CountingCaller{}}
+	callers := map[int64]ethereum.ContractCaller{8453: &testenv.CountingCaller{}}
 	for _, tc := range []struct {
 		name  string
 		feeds []prices.Feed
@@ -245,7 +246,7 @@ func TestConcurrentQuotesShareOneRead(t *testing.T) {
 	feed.SetRound(t, usd8("1.25"), time.Now())
 	cc := &testenv.CountingCaller{Caller: chain.Client}
 	chainID := chain.ChainID.Int64()
-	feeds, err := prices.NewFeeds(prices.FeedOptions{Callers: map[int64]prices.Caller{chainID: cc}},
+	feeds, err := prices.NewFeeds(prices.FeedOptions{Callers: map[int64]ethereum.ContractCaller{chainID: cc}},
 		prices.Feed{ChainID: chainID, Asset: tok.Address, Address: feed.Address})
 	if err != nil {
 		t.Fatal(err)

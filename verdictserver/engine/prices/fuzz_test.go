@@ -11,7 +11,7 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 )
 
-// roundAnswer is a Caller whose decimals() answers dec and whose latestRoundData answers
+// roundAnswer is an ethereum.ContractCaller whose decimals() answers dec and whose latestRoundData answers
 // round: a feed that returns anything (fault injection).
 type roundAnswer struct {
 	dec   []byte
@@ -40,7 +40,7 @@ func FuzzFeedAnswer(f *testing.F) {
 	f.Add([]byte{}, good)
 	f.Fuzz(func(t *testing.T, dec, round []byte) {
 		asset := common.HexToAddress("0x00000000000000000000000000000000000a55e7")
-		feeds, err := NewFeeds(FeedOptions{Callers: map[int64]Caller{1: roundAnswer{dec, round}}, Now: func() time.Time { return now }},
+		feeds, err := NewFeeds(FeedOptions{Callers: map[int64]ethereum.ContractCaller{1: roundAnswer{dec, round}}, Now: func() time.Time { return now }},
 			Feed{ChainID: 1, Asset: asset, Address: common.HexToAddress("0x000000000000000000000000000000000000feed")})
 		if err != nil {
 			t.Fatal(err)

@@ -37,7 +37,7 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-// answering is a Caller that answers every eth_call with the same bytes: a node, or an
+// answering is an ethereum.ContractCaller that answers every eth_call with the same bytes: a node, or an
 // oracle address, that returns anything (fault injection).
 type answering []byte
 

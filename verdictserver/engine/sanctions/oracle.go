@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/big"
 	"sync"
 	"time"
 
@@ -12,11 +11,6 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/rpc"
 )
-
-// Caller runs eth_call; *ethclient.Client is one.
-type Caller interface {
-	CallContract(ctx context.Context, msg ethereum.CallMsg, blockNumber *big.Int) ([]byte, error)
-}
 
 // Defaults of an Oracle (docs/policy.md#sanctions-oracle).
 const (
@@ -44,8 +38,8 @@ type OracleOptions struct {
 	// Address is the oracle contract (Chainalysis: 0x40C57923924B5c5c5455c48D93317139ADDaC8fb
 	// on most chains, 0x3A91A31cB3dC49b4db9Ce721F50a9D076c8D739B on Base).
 	Address common.Address
-	// Caller reaches the chain's RPC. Required.
-	Caller Caller
+	// Caller reaches the chain's RPC (eth_call; *ethclient.Client is one). Required.
+	Caller ethereum.ContractCaller
 	// TTL is how long an answer is reused; default DefaultOracleTTL.
 	TTL time.Duration
 	// Deadline bounds one screening; default DefaultOracleDeadline.

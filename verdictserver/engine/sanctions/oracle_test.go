@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ethereum/go-ethereum"
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/ethclient"
 
@@ -85,7 +86,7 @@ func TestOracleFailsClosed(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		addr   common.Address
-		caller sanctions.Caller
+		caller ethereum.ContractCaller
 		want   string
 	}{
 		{"an address without code", common.HexToAddress("0x000000000000000000000000000000000000c0de"), chain.Client, "no answer"},

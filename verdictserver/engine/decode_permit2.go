@@ -57,14 +57,6 @@ func (u *uni) permit2Call(data []byte) (*Action, *DecodeError) {
 	return act, nil
 }
 
-// grant records an allowance of amt of token to spender; unlimited is the amount the token or
-// Permit2 treats as infinite. docs/policy.md#pricing prices it at its amount and counts the
-// spender as a recipient, whatever the amount.
-func grant(act *Action, spender, token common.Address, amt, unlimited *big.Int) {
-	act.Assets = appendNew(act.Assets, token)
-	act.Approvals = append(act.Approvals, Approval{Spender: spender, Asset: token, Amount: amt, Unlimited: amt.Cmp(unlimited) >= 0})
-}
-
 // permitGrants records the allowances of a Permit2 PermitSingle, or a PermitBatch when batch.
 func permitGrants(act *Action, permit any, batch bool, field string) *DecodeError {
 	spender := member[common.Address](permit, "Spender")
@@ -97,40 +89,4 @@ func permit2Transfers(act *Action, batch any, field string, pay func(token, to c
 		pay(token, member[common.Address](d, "To"))
 	}
 	return nil
-}
-
-// The bounds of a V3 pool's sqrt price (TickMath): a sqrtPriceLimitX96 at or beyond them
-// limits nothing, and 0 is none (the router then swaps to the bound).
-var (
-	minSqrtRatio    = big.NewInt(4295128739)
-	maxSqrtRatio, _ = new(big.Int).SetString("1461446703485210103287273052203988822378723970342", 10)
-)
-
-// sqrtPriceLimited reports whether a V3 swap's sqrtPriceLimitX96 (in decimal) limits its
-// price: strictly between MIN_SQRT_RATIO+1 and MAX_SQRT_RATIO-1.
-func sqrtPriceLimited(decimal string) bool {
-	if decimal == "0" {
-		return false
-	}
-	v, ok := new(big.Int).SetString(decimal, 10)
-	if !ok {
-		return false
-	}
-	lo := new(big.Int).Add(minSqrtRatio, big.NewInt(1))
-	hi := new(big.Int).Sub(maxSqrtRatio, big.NewInt(1))
-	return v.Cmp(lo) > 0 && v.Cmp(hi) < 0
-}
-
-// hopPricesLimited reports whether a Universal Router 2.1.1 swap's minHopPriceX36 limits the
-// price of every one of its hops: one non-zero price per hop.
-func hopPricesLimited(prices []*big.Int, hops int) bool {
-	if len(prices) != hops || hops == 0 {
-		return false
-	}
-	for _, p := range prices {
-		if p == nil || p.Sign() <= 0 {
-			return false
-		}
-	}
-	return true
 }

@@ -13,7 +13,7 @@ import (
 )
 
 // actionDecoder hands the engine the Action named by proposedTx.case: it exercises the
-// generic checks on the shared Action model (Trade, Approvals, Legs) before and beside the
+// generic checks on the shared Action model (Trade, Allowances, Legs) before and beside the
 // protocol decoders that fill it.
 type actionDecoder map[string]*Action
 
@@ -81,7 +81,7 @@ func TestTradeChecksOnTheSharedActionModel(t *testing.T) {
 	const venue = `"venues": {"allowed": ["fixture"]}, "chains": {"allowed": [84532]}`
 	unlimited := fixture("fixture.approve", func(a *Action) {
 		a.Recipients, a.Assets, a.Notional = []common.Address{payee}, []common.Address{usdc}, []Amount{}
-		a.Approvals = []Approval{{Spender: payee, Asset: usdc, Amount: maxUint256, Unlimited: true}}
+		a.Allowances = []Allowance{{Spender: payee, Asset: usdc, Amount: maxUint256, Unlimited: true}}
 	})
 	cases := actionDecoder{
 		"swap-guarded": swapLeg("2985000000"), // 50 bps below 3000 USD
@@ -229,7 +229,7 @@ func TestTradeEvidence(t *testing.T) {
 	cases := actionDecoder{
 		"unlimited": fixture("fixture.approve", func(a *Action) {
 			a.Recipients, a.Assets, a.Notional = []common.Address{payee}, []common.Address{usdc}, []Amount{}
-			a.Approvals = []Approval{{Spender: payee, Asset: usdc, Amount: maxUint256, Unlimited: true}}
+			a.Allowances = []Allowance{{Spender: payee, Asset: usdc, Amount: maxUint256, Unlimited: true}}
 		}),
 		"multi": fixture("fixture.multicall", func(a *Action) {
 			a.Legs = []*Action{swapLeg("2900000000"), order(SideLong, "150000", "0.01", "3", false)}

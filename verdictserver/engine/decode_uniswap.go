@@ -152,7 +152,7 @@ func (u *uni) call(data []byte, depth int) (*Action, *DecodeError) {
 }
 
 // routerFunctions are the routerABI functions each swap router has, by go-ethereum's name
-// of the overload (evm_abi.go).
+// of the overload (decode_evm_abi.go).
 var routerFunctions = map[ContractKind][]string{
 	ContractV2Router: {"swapExactTokensForTokens", "swapTokensForExactTokens", "swapExactETHForTokens", "swapETHForExactTokens",
 		"swapExactTokensForETH", "swapTokensForExactETH", "swapExactTokensForTokensSupportingFeeOnTransferTokens",
@@ -445,4 +445,26 @@ func reflectSlice(v any) []any {
 		out[i] = rv.Index(i).Interface()
 	}
 	return out
+}
+
+// The bounds of a V3 pool's sqrt price (TickMath): a sqrtPriceLimitX96 at or beyond them
+// limits nothing, and 0 is none (the router then swaps to the bound).
+var (
+	minSqrtRatio    = big.NewInt(4295128739)
+	maxSqrtRatio, _ = new(big.Int).SetString("1461446703485210103287273052203988822378723970342", 10)
+)
+
+// sqrtPriceLimited reports whether a V3 swap's sqrtPriceLimitX96 (in decimal) limits its
+// price: strictly between MIN_SQRT_RATIO+1 and MAX_SQRT_RATIO-1.
+func sqrtPriceLimited(decimal string) bool {
+	if decimal == "0" {
+		return false
+	}
+	v, ok := new(big.Int).SetString(decimal, 10)
+	if !ok {
+		return false
+	}
+	lo := new(big.Int).Add(minSqrtRatio, big.NewInt(1))
+	hi := new(big.Int).Sub(maxSqrtRatio, big.NewInt(1))
+	return v.Cmp(lo) > 0 && v.Cmp(hi) < 0
 }

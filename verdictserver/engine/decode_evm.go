@@ -138,7 +138,20 @@ func valueText(v *big.Int) string {
 // the values again gives the same bytes: canonical checks that in place), so dirty address
 // words, odd offsets and trailing bytes are refused as the contract would not read them the
 // same way.
-func unpack(args abi.Arguments, enc []byte) (out []any, err error) {
+func unpack(args abi.Arguments, enc []byte) ([]any, error) {
+	vals, err := unpackAny(args, enc)
+	if err != nil {
+		return nil, err
+	}
+	if !canonical(args, enc) {
+		return nil, fmt.Errorf("not the canonical abi encoding")
+	}
+	return vals, nil
+}
+
+// unpackAny decodes args from enc as go-ethereum reads them, canonical or not; a panic of the
+// unpacking is a malformed encoding.
+func unpackAny(args abi.Arguments, enc []byte) (out []any, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			out, err = nil, fmt.Errorf("malformed abi encoding")
@@ -147,9 +160,6 @@ func unpack(args abi.Arguments, enc []byte) (out []any, err error) {
 	vals, err := args.Unpack(enc)
 	if err != nil {
 		return nil, fmt.Errorf("malformed abi encoding")
-	}
-	if !canonical(args, enc) {
-		return nil, fmt.Errorf("not the canonical abi encoding")
 	}
 	return vals, nil
 }
@@ -186,101 +196,4 @@ func methodArgs(m *abi.Method, data []byte) ([]any, *DecodeError) {
 		return nil, fail("data", m.Sig+": "+err.Error())
 	}
 	return vals, nil
-}
-
-// evmDecoder reads ProtocolEVM calls (docs/policy.md#evm-actions).
-type evmDecoder struct{}
-
-func (evmDecoder) Protocol() string { return ProtocolEVM }
-
-func (d evmDecoder) Decode(tx map[string]any) (*Action, error) {
-	return d.DecodeFor(tx, common.Address{})
-}
-
-// DecodeFor reads tx sent by sender: WETH's deposit and withdraw pay the sender.
-func (d evmDecoder) DecodeFor(tx map[string]any, sender common.Address) (*Action, error) {
-	return d.decodeInto(tx, sender, nil)
-}
-
-func (evmDecoder) decodeInto(tx map[string]any, sender common.Address, s *actionScratch) (*Action, error) {
-	c, de := readCall(tx, s)
-	if de != nil {
-		return nil, de
-	}
-	to := c.to
-	act := s.callAction(ProtocolEVM, c.chainID, to, c.selector())
-	act.Fields["value"] = valueText(c.value)
-	if len(c.data) == 0 {
-		act.Kind = "evm.native"
-		act.Recipients = []common.Address{to}
-		act.Assets = []common.Address{NativeAsset}
-		act.Notional = []Amount{{NativeAsset, c.value}}
-		return act, nil
-	}
-	m, vals, de := method(&tokenABI, c.data)
-	if de != nil {
-		return nil, de
-	}
-	if m.RawName == "deposit" || m.RawName == "withdraw" {
-		// docs/policy.md#evm-actions: only the chain's own WETH is read; another contract's
-		// deposit() could do anything.
-		if w, known := wrappedNative(c.chainID); !known || w != to {
-			return nil, fail("to", m.RawName+" is read only on the chain's WETH")
-		}
-		act.Assets, act.Recipients = []common.Address{NativeAsset, to}, []common.Address{sender}
-		if m.RawName == "deposit" {
-			act.Kind, act.Notional = "weth.deposit", []Amount{{NativeAsset, c.value}}
-			return act, nil
-		}
-		if c.value.Sign() != 0 {
-			return nil, fail("value", "must be 0 for withdraw")
-		}
-		wad := vals[0].(*big.Int)
-		act.Kind, act.Notional = "weth.withdraw", []Amount{{to, wad}}
-		act.Fields["amount"] = wad.String()
-		return act, nil
-	}
-	if c.value.Sign() != 0 {
-		return nil, fail("value", "must be 0 for "+m.RawName+": a token call sends no native coin")
-	}
-	token := to
-	act.Assets = []common.Address{token}
-	switch m.Name {
-	case "transfer":
-		rcpt, v := vals[0].(common.Address), vals[1].(*big.Int)
-		act.Kind = "erc20.transfer"
-		act.Recipients, act.Notional = []common.Address{rcpt}, []Amount{{token, v}}
-		act.Fields["recipient"], act.Fields["amount"] = rcpt, v.String()
-	case "approve", "increaseAllowance", "permit":
-		var sp common.Address
-		var v *big.Int
-		if m.Name == "permit" {
-			owner := vals[0].(common.Address)
-			sp, v = vals[1].(common.Address), vals[2].(*big.Int)
-			act.Screen = []common.Address{owner}
-			act.Fields["owner"] = owner
-		} else {
-			sp, v = vals[0].(common.Address), vals[1].(*big.Int)
-		}
-		act.Kind = "erc20." + m.Name
-		if m.Name == "permit" {
-			act.Kind = "eip2612.permit"
-		}
-		act.Notional = []Amount{}
-		grant(act, sp, token, v, maxUint256)
-		act.Fields["spender"], act.Fields["amount"], act.Fields["unlimited"] = sp, v.String(), act.Approvals[0].Unlimited
-	case "transferFrom":
-		from, rcpt, v := vals[0].(common.Address), vals[1].(common.Address), vals[2].(*big.Int)
-		act.Kind = "erc20.transferFrom"
-		act.Recipients, act.Screen, act.Notional = []common.Address{rcpt}, []common.Address{from}, []Amount{{token, v}}
-		act.Fields["from"], act.Fields["recipient"], act.Fields["amount"] = from, rcpt, v.String()
-	case "transferWithAuthorization", "transferWithAuthorization0", "receiveWithAuthorization":
-		from, rcpt, v := vals[0].(common.Address), vals[1].(common.Address), vals[2].(*big.Int)
-		act.Kind = "eip3009." + m.RawName
-		act.Recipients, act.Screen, act.Notional = []common.Address{rcpt}, []common.Address{from}, []Amount{{token, v}}
-		act.Fields["from"], act.Fields["recipient"], act.Fields["amount"] = from, rcpt, v.String()
-	default:
-		return nil, fail("data", m.Sig+" is not one this decoder reads")
-	}
-	return act, nil
 }

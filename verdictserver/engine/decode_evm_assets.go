@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"math/big"
-
 	"github.com/ethereum/go-ethereum/common"
 )
 
@@ -71,22 +69,4 @@ func swapSide(chainID int64, in, out common.Address) string {
 		return SideSell
 	}
 	return ""
-}
-
-// tableUSD prices amount of asset from the table; the native coin and the chain's WETH stand
-// in for each other when only one is priced (docs/policy.md#prices).
-func (ev *evaluation) tableUSD(chainID int64, asset common.Address, amount *big.Int) (*big.Rat, bool) {
-	if v, ok := ev.prices.USD(chainID, asset, amount); ok {
-		return v, true
-	}
-	w, known := wrappedNative(chainID)
-	switch {
-	case !known:
-		return nil, false
-	case asset == NativeAsset:
-		return ev.prices.USD(chainID, w, amount)
-	case asset == w:
-		return ev.prices.USD(chainID, NativeAsset, amount)
-	}
-	return nil, false
 }

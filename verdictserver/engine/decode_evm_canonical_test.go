@@ -14,15 +14,10 @@ import (
 
 // unpackRepack is the strict unpack that canonical replaced: unpack, then pack the values
 // again and require the same bytes.
-func unpackRepack(args abi.Arguments, enc []byte) (out []any, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			out, err = nil, fmt.Errorf("malformed abi encoding")
-		}
-	}()
-	vals, err := args.Unpack(enc)
+func unpackRepack(args abi.Arguments, enc []byte) ([]any, error) {
+	vals, err := unpackAny(args, enc)
 	if err != nil {
-		return nil, fmt.Errorf("malformed abi encoding")
+		return nil, err
 	}
 	again, err := args.Pack(vals...)
 	if err != nil || !bytes.Equal(again, enc) {

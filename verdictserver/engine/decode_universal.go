@@ -12,7 +12,7 @@ import (
 // The Universal Router (docs/policy.md#universal-router): execute(commands, inputs[,
 // deadline]) runs one command per byte of commands. What a byte means depends on the
 // deployed version, so the router's entry in the registry of known contracts picks the table
-// (registry.go); a router the registry does not know is not read. A command outside the table
+// (decode_registry.go); a router the registry does not know is not read. A command outside the table
 // makes the whole plan undecodable: it is never skipped.
 
 // urVersion is one Universal Router version's command table.
@@ -364,4 +364,18 @@ func reversed(a []common.Address) []common.Address {
 		out[len(a)-1-i] = x
 	}
 	return out
+}
+
+// hopPricesLimited reports whether a Universal Router 2.1.1 swap's minHopPriceX36 limits the
+// price of every one of its hops: one non-zero price per hop.
+func hopPricesLimited(prices []*big.Int, hops int) bool {
+	if len(prices) != hops || hops == 0 {
+		return false
+	}
+	for _, p := range prices {
+		if p == nil || p.Sign() <= 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -4,6 +4,7 @@ import (
 	"math/big"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/x402gate/x402gate/verdict"
 	"github.com/x402gate/x402gate/verdictserver/policy"
@@ -407,4 +408,23 @@ func (ev *evaluation) leverage() result {
 		}
 	}
 	return passed("every leverage is within perps.maxLeverage", policy.FieldMaxLeverage, obs, c.f)
+}
+
+// Reference is a market's reference price: what execution_price_bound measures an order's
+// limit price against.
+type Reference struct {
+	// Price is the USD price of one unit of the market, > 0.
+	Price *big.Rat
+	// Source names where it came from, for evidence.sources ("hyperliquid.mark").
+	Source string
+	// AsOf is when it was observed.
+	AsOf time.Time
+	// Cached is set when the price is older than its source's freshness bound.
+	Cached bool
+}
+
+// ReferencePrices gives the reference price of a Trade.Market (a Hyperliquid coin's mark
+// price). It must not block for long: it is called on the evaluation path.
+type ReferencePrices interface {
+	ReferencePrice(protocol string, chainID int64, market string) (Reference, bool)
 }

@@ -1,0 +1,82 @@
+package engine
+
+import "github.com/ethereum/go-ethereum/common"
+
+// hyperliquidSend reads usdSend and withdraw3 {destination, amount, time?,
+// signatureChainId?, hyperliquidChain?} and spotSend (the same and token).
+func hyperliquidSend(typ string, action map[string]any) (*Action, *DecodeError) {
+	members := []string{"type", "destination", "amount", "time", "signatureChainId", "hyperliquidChain"}
+	if typ == "spotSend" {
+		members = append(members, "token")
+	}
+	if de := exactly(action, "action", members...); de != nil {
+		return nil, de
+	}
+	dest, de := addressMember(action, "destination")
+	if de != nil {
+		return nil, fail("action.destination", de.Problem)
+	}
+	amountStr, _ := action["amount"].(string)
+	amount, ok := hyperliquidDecimal(amountStr)
+	if !ok || amount.Sign() == 0 {
+		return nil, fail("action.amount", `must be a decimal string > 0 ("1.5"), in whole units`)
+	}
+	fields := map[string]any{"destination": dest.Hex(), "amount": amountStr}
+	if v, present := action["time"]; present {
+		n, ok := intOf(v, 1, 1<<62)
+		if !ok {
+			return nil, fail("action.time", "must be a positive integer (milliseconds)")
+		}
+		fields["time"] = n
+	}
+	if v, present := action["signatureChainId"]; present {
+		s, ok := v.(string)
+		if !ok || !isHexQuantity(s) {
+			return nil, fail("action.signatureChainId", `must be a hex chain id ("0xa4b1")`)
+		}
+		fields["signatureChainId"] = s
+	}
+	if v, present := action["hyperliquidChain"]; present {
+		s, _ := v.(string)
+		if s != "Mainnet" && s != "Testnet" {
+			return nil, fail("action.hyperliquidChain", `must be "Mainnet" or "Testnet"`)
+		}
+		fields["hyperliquidChain"] = s
+	}
+	coin := CoinUSDC
+	kind := KindHyperliquidUsdSend
+	switch typ {
+	case "withdraw3":
+		kind = KindHyperliquidWithdraw
+	case "spotSend":
+		kind = KindHyperliquidSpotSend
+		token, _ := action["token"].(string)
+		name, ok := spotToken(token)
+		if !ok {
+			return nil, fail("action.token", `must be "NAME:0x" and 32 hex digits (the token's name and id)`)
+		}
+		coin = name
+		fields["token"] = token
+	}
+	act := hyperliquidAction(kind)
+	act.Fields = fields
+	act.Recipients = []common.Address{dest}
+	act.Coins = []string{coin}
+	act.CoinAmounts = []CoinAmount{{Coin: coin, Amount: amount}}
+	return act, nil
+}
+
+// spotToken reads a spot token "NAME:0x<32 hex>" and returns NAME.
+func spotToken(s string) (string, bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] != ':' {
+			continue
+		}
+		name := s[:i]
+		if name == "" || len(name) > 32 || !isCoinName(name) || !isHex(s[i+1:], 32) {
+			return "", false
+		}
+		return name, true
+	}
+	return "", false
+}
