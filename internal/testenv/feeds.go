@@ -13,10 +13,10 @@ import (
 	"github.com/ethereum/go-ethereum"
 	"github.com/ethereum/go-ethereum/common"
 
-	"github.com/x402gate/x402gate/integration/contracts"
+	"github.com/x402gate/x402gate/internal/contracts"
 )
 
-// PriceFeed is a deployed TestPriceFeed (integration/contracts): a Chainlink-style aggregator
+// PriceFeed is a deployed TestPriceFeed (internal/contracts): a Chainlink-style aggregator
 // whose rounds the harness's deployer sets.
 type PriceFeed struct {
 	// Chain is the chain the feed lives on.
@@ -46,7 +46,7 @@ func (f *PriceFeed) SetRound(t testing.TB, answer *big.Int, updatedAt time.Time)
 	f.Chain.Transact(t, f.Chain.deployer, f.Address, data)
 }
 
-// SanctionsOracle is a deployed TestSanctionsOracle (integration/contracts): the
+// SanctionsOracle is a deployed TestSanctionsOracle (internal/contracts): the
 // isSanctioned(address) read side of Chainalysis's oracle over a list the deployer edits.
 type SanctionsOracle struct {
 	// Chain is the chain the oracle lives on.
