@@ -141,15 +141,11 @@ func (c *Clock) Add(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// ContractCaller runs eth_call; *ethclient.Client is one.
-type ContractCaller interface {
-	CallContract(ctx context.Context, msg ethereum.CallMsg, blockNumber *big.Int) ([]byte, error)
-}
-
 // CountingCaller passes eth_calls to Caller and counts them, so a test sees how many reads
 // reached the chain.
 type CountingCaller struct {
-	Caller ContractCaller
+	// Caller runs the calls; *ethclient.Client is one.
+	Caller ethereum.ContractCaller
 	n      atomic.Int64
 }
 
