@@ -1,42 +1,30 @@
 package x402gate
 
 import (
+	"cmp"
+	"fmt"
 	"io/fs"
+	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
 
-// TestCommentsCiteOurDocs: code comments cite pages of docs/ by heading anchor, and
-// every anchor they cite exists; none cites a file outside this repository (a design
-// note, a research page, a spec section) that a reader of the repository does not have.
+// TestCommentsCiteOurDocs: code comments cite pages of docs/ (and bench/, README.md) by
+// heading anchor or by a quoted heading, and every section they cite exists; none cites a
+// file outside this repository (a design note, a research page, a spec section) that a
+// reader of the repository does not have.
 func TestCommentsCiteOurDocs(t *testing.T) {
-	anchors := map[string]bool{}
-	heading := regexp.MustCompile(`(?m)^#+\s+(.+)$`)
-	pages, err := filepath.Glob("docs/*.md")
-	if err != nil || len(pages) == 0 {
-		t.Fatalf("no docs/*.md: %v", err)
-	}
-	for _, p := range pages {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		anchors[filepath.ToSlash(p)] = true
-		for _, m := range heading.FindAllStringSubmatch(string(b), -1) {
-			anchors[filepath.ToSlash(p)+"#"+slug(m[1])] = true
-		}
-	}
-	cite := regexp.MustCompile(`docs/[a-z-]+\.md(#[a-z0-9-]+)?`)
-	outside := regexp.MustCompile(`spec §|DESIGN\.md|research/[a-z]+\.md|\.\./shared`)
-	err = filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && (d.Name() == "node_modules" || strings.HasPrefix(d.Name(), ".")) && path != "." {
-			return filepath.SkipDir
+	anchors := docAnchors(t)
+	cite := regexp.MustCompile(`(?:(?:docs|bench)/[A-Za-z0-9_-]+\.md|\bREADME\.md)(#[A-Za-z0-9_-]+| "[^"]+")?`)
+	outside := regexp.MustCompile(`spec §|DESIGN(\.md| ")|research/[a-z]+\.md|\.\./shared`)
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || skipDir(path, d) != nil {
+			return cmp.Or(err, skipDir(path, d))
 		}
 		if d.IsDir() || !strings.HasSuffix(path, ".go") || path == "docs_test.go" {
 			return nil
@@ -45,17 +33,13 @@ func TestCommentsCiteOurDocs(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		for i, line := range strings.Split(string(b), "\n") {
-			_, comment, ok := strings.Cut(line, "//")
-			if !ok {
-				continue
+		for _, c := range comments(string(b)) {
+			for _, o := range outside.FindAllString(c.text, -1) {
+				t.Errorf("%s:%d cites %s…, a file outside the repository", path, c.line, o)
 			}
-			if outside.MatchString(comment) {
-				t.Errorf("%s:%d cites a file outside the repository: %s", path, i+1, strings.TrimSpace(comment))
-			}
-			for _, c := range cite.FindAllString(comment, -1) {
-				if !anchors[c] {
-					t.Errorf("%s:%d cites %s, which docs/ does not have", path, i+1, c)
+			for _, cited := range cite.FindAllString(c.text, -1) {
+				if !anchors[citation(cited)] {
+					t.Errorf("%s:%d cites %s, which the repository does not have", path, c.line, cited)
 				}
 			}
 		}
@@ -64,6 +48,151 @@ func TestCommentsCiteOurDocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestDocsLinksResolve: every link of docs/, README.md and bench/ to a page of ours, and
+// every docs/X.md#section they name in their text, leads to a page that exists and to a
+// heading of that page.
+func TestDocsLinksResolve(t *testing.T) {
+	anchors := docAnchors(t)
+	link := regexp.MustCompile(`\]\(([^)#:\s]*)(#[^)\s]*)?\)`)
+	named := regexp.MustCompile(`(?:docs|bench)/[A-Za-z0-9_-]+\.md#[A-Za-z0-9_-]+`)
+	for _, page := range slices.Sorted(maps.Keys(anchors)) {
+		if strings.Contains(page, "#") {
+			continue
+		}
+		b, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := prose(string(b))
+		for _, m := range link.FindAllStringSubmatch(text, -1) {
+			target := page
+			if m[1] != "" {
+				target = path.Join(path.Dir(page), m[1])
+			}
+			if !strings.HasSuffix(target, ".md") {
+				if _, err := os.Stat(target); err != nil {
+					t.Errorf("%s links to %s, which does not exist", page, m[0])
+				}
+				continue
+			}
+			if !anchors[target+m[2]] {
+				t.Errorf("%s links to %s: no such page or heading", page, m[0])
+			}
+		}
+		for _, c := range named.FindAllString(text, -1) {
+			if !anchors[c] {
+				t.Errorf("%s names %s: no such page or heading", page, c)
+			}
+		}
+	}
+}
+
+// docAnchors is every page of docs/ and bench/ and README.md, each alone and with the
+// anchor of each of its headings ("docs/gate.md", "docs/gate.md#payment-ledger"), as GitHub
+// makes them: a repeated heading gets -1, -2 and so on.
+func docAnchors(t *testing.T) map[string]bool {
+	t.Helper()
+	var pages []string
+	for _, pattern := range []string{"docs/*.md", "bench/*.md", "README.md"} {
+		m, err := filepath.Glob(pattern)
+		if err != nil || len(m) == 0 {
+			t.Fatalf("no %s: %v", pattern, err)
+		}
+		pages = append(pages, m...)
+	}
+	anchors := map[string]bool{}
+	for _, p := range pages {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p = filepath.ToSlash(p)
+		anchors[p] = true
+		seen := map[string]int{}
+		for _, h := range headings(string(b)) {
+			a := slug(h)
+			if n := seen[a]; n > 0 {
+				anchors[fmt.Sprintf("%s#%s-%d", p, a, n)] = true
+			} else {
+				anchors[p+"#"+a] = true
+			}
+			seen[a]++
+		}
+	}
+	return anchors
+}
+
+// headings are the Markdown headings of text, outside fenced code blocks.
+func headings(text string) []string {
+	var hs []string
+	for _, line := range strings.Split(prose(text), "\n") {
+		if h, ok := strings.CutPrefix(line, "#"); ok {
+			hs = append(hs, strings.TrimLeft(h, "# "))
+		}
+	}
+	return hs
+}
+
+// prose is Markdown text with the lines of its fenced code blocks emptied.
+func prose(text string) string {
+	lines := strings.Split(text, "\n")
+	fenced := false
+	for i, line := range lines {
+		if strings.HasPrefix(line, "```") {
+			fenced = !fenced
+		}
+		if fenced || strings.HasPrefix(line, "```") {
+			lines[i] = ""
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// comment is one run of consecutive // comment lines of a Go file, joined by spaces, and
+// the line it starts on.
+type comment struct {
+	line int
+	text string
+}
+
+// comments are the // comments of a Go source, each run of consecutive lines as one, so a
+// citation broken over two lines is read whole.
+func comments(src string) []comment {
+	var cs []comment
+	prev := -1
+	for i, line := range strings.Split(src, "\n") {
+		_, text, ok := strings.Cut(line, "//")
+		if !ok {
+			continue
+		}
+		text = strings.TrimSpace(text)
+		if prev == i-1 && len(cs) > 0 {
+			cs[len(cs)-1].text += " " + text
+		} else {
+			cs = append(cs, comment{line: i + 1, text: text})
+		}
+		prev = i
+	}
+	return cs
+}
+
+// citation is the key in docAnchors of a citation in a comment: docs/gate.md#x as it is,
+// docs/README.md "A heading" with the heading as its anchor.
+func citation(c string) string {
+	if page, heading, ok := strings.Cut(c, ` "`); ok {
+		return page + "#" + slug(strings.TrimSuffix(heading, `"`))
+	}
+	return c
+}
+
+// skipDir skips node_modules and hidden directories.
+func skipDir(path string, d fs.DirEntry) error {
+	if d.IsDir() && path != "." && (d.Name() == "node_modules" || strings.HasPrefix(d.Name(), ".")) {
+		return filepath.SkipDir
+	}
+	return nil
 }
 
 // slug is a heading's anchor as GitHub makes it: lower case, spaces to hyphens, other

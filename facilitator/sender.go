@@ -47,8 +47,8 @@ const (
 
 // sender signs and broadcasts the facilitator's transactions on one chain. It owns the
 // signer account's nonce: read once from the node's pending nonce, then counted locally,
-// so concurrent settlements never race for a nonce (docs/README.md "A paid request" step
-// 3). Sends are pipelined (docs/facilitator.md#settle-order): concurrent sends queue, and
+// so concurrent settlements never race for a nonce (docs/facilitator.md#settle-order step 6).
+// Sends are pipelined (docs/facilitator.md#settle-order): concurrent sends queue, and
 // whoever takes the lead takes the whole queue as one batch, signs it with consecutive nonces,
 // journals every row of it in one transaction (one fsync), and broadcasts it in nonce
 // order in one JSON-RPC batch request. Receipts are awaited outside the lead, so no

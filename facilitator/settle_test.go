@@ -178,7 +178,8 @@ func TestSettleFleetSharingRedisBroadcastsOnce(t *testing.T) {
 	}
 }
 
-// TestSettleSixtyFourDistinctPaymentsFromOneSigner is docs/README.md's load case: many payers
+// TestSettleSixtyFourDistinctPaymentsFromOneSigner is the load case of
+// docs/facilitator.md#settle-order (pipelined sends from one signer key): many payers
 // at once, one signer key, every settlement succeeds (the reference stacks lose about
 // half). The journal is PostgreSQL, as a fleet would share it.
 func TestSettleSixtyFourDistinctPaymentsFromOneSigner(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"github.com/ethereum/go-ethereum/common/hexutil"
 	"github.com/ethereum/go-ethereum/crypto"
 
-	"github.com/x402gate/x402gate/integration/contracts"
+	"github.com/x402gate/x402gate/internal/contracts"
 	"github.com/x402gate/x402gate/internal/testenv"
 )
 

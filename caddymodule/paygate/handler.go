@@ -24,8 +24,8 @@ func init() {
 }
 
 // Handler is the x402 resource gate (http.handlers.x402): an unpaid request gets a 402
-// challenge, a paid one is verified and settled before the next handler runs (docs/README.md
-// "A paid request"). On success it sets {http.x402.payer}, {http.x402.tx},
+// challenge, a paid one is verified and settled before the next handler runs
+// (docs/gate.md#settle-before-proxy). On success it sets {http.x402.payer}, {http.x402.tx},
 // {http.x402.amount} and {http.x402.network}; a rejected or failed payment never reaches
 // the next handler.
 type Handler struct {

@@ -20,8 +20,8 @@ import (
 // another.
 const DefaultRedisKeyPrefix = "x402gate:"
 
-// RedisStore is the shared Store of several instances (DESIGN "State and where it
-// lives"). Record is SET PX, Consume is GETDEL and Claim is SET NX PX, each one command,
+// RedisStore is the shared Store of several instances (docs/reliability.md#several-instances).
+// Record is SET PX, Consume is GETDEL and Claim is SET NX PX, each one command,
 // so consumption and claims are atomic across every process that uses the same Redis
 // (docs/facilitator.md#settle-order rule 2). GETDEL needs Redis 6.2 or later.
 //

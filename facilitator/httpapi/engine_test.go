@@ -164,7 +164,7 @@ func TestClientHandlerEngineOnAnvil(t *testing.T) {
 	env := newTestEnv(t)
 	e := env.engine(t, nil)
 	srv := httptest.NewServer(NewHandler(e, HandlerOptions{APIKey: apiTestKey, Registry: env.reg,
-		HealthDetailed: true, HealthInfo: EngineHealthInfo(e)}))
+		HealthDetailed: true, HealthInfo: ServiceHealthInfo(e)}))
 	t.Cleanup(srv.Close)
 	cl := newTestClient(t, ClientConfig{URL: srv.URL, APIKey: apiTestKey, Registry: env.reg})
 	ctx := context.Background()

@@ -73,7 +73,7 @@ func testSettlement(i int, created time.Time) Settlement {
 
 var journalEpoch = time.Date(2026, 5, 1, 12, 0, 0, 123456000, time.UTC)
 
-// journalCases is the behaviour both SQL engines share (DESIGN "A paid request" step 3:
+// journalCases is the behaviour both SQL engines share (docs/facilitator.md#settlement-journal:
 // journaled before broadcast; reconcile, never broadcast again).
 var journalCases = []struct {
 	name string

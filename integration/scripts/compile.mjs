@@ -1,12 +1,12 @@
 #!/usr/bin/env node
 // compile.mjs compiles x402gate's test contracts with the npm `solc` package (pinned in
 // package.json) and writes one artifact per contract, {contractName, compiler, abi, bytecode,
-// deployedBytecode}, next to the sources in integration/contracts/.
+// deployedBytecode}, next to the sources in internal/contracts/.
 //
 // Usage (from integration/):
 //   node scripts/compile.mjs              regenerate the committed artifacts
 //   node scripts/compile.mjs --out DIR    write the artifacts to DIR instead (the Go test
-//                                         integration/contracts uses this to check that the
+//                                         of internal/contracts uses this to check that the
 //                                         committed artifacts are up to date)
 //
 // Settings are fixed so that a build is reproducible: optimizer on (200 runs), evmVersion
@@ -18,7 +18,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import solc from "solc";
 
-const contractsDir = resolve(dirname(fileURLToPath(import.meta.url)), "..", "contracts");
+const contractsDir = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "internal", "contracts");
 const contracts = ["X402Token", "TestWallet1271", "TestPriceFeed", "TestSanctionsOracle"];
 
 function parseArgs(argv) {

@@ -13,10 +13,10 @@ import (
 	"github.com/ethereum/go-ethereum"
 	"github.com/ethereum/go-ethereum/common"
 
-	"github.com/x402gate/x402gate/integration/contracts"
+	"github.com/x402gate/x402gate/internal/contracts"
 )
 
-// PriceFeed is a deployed TestPriceFeed (integration/contracts): a Chainlink-style aggregator
+// PriceFeed is a deployed TestPriceFeed (internal/contracts): a Chainlink-style aggregator
 // whose rounds the harness's deployer sets.
 type PriceFeed struct {
 	// Chain is the chain the feed lives on.
@@ -46,7 +46,7 @@ func (f *PriceFeed) SetRound(t testing.TB, answer *big.Int, updatedAt time.Time)
 	f.Chain.Transact(t, f.Chain.deployer, f.Address, data)
 }
 
-// SanctionsOracle is a deployed TestSanctionsOracle (integration/contracts): the
+// SanctionsOracle is a deployed TestSanctionsOracle (internal/contracts): the
 // isSanctioned(address) read side of Chainalysis's oracle over a list the deployer edits.
 type SanctionsOracle struct {
 	// Chain is the chain the oracle lives on.
@@ -141,15 +141,11 @@ func (c *Clock) Add(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// ContractCaller runs eth_call; *ethclient.Client is one.
-type ContractCaller interface {
-	CallContract(ctx context.Context, msg ethereum.CallMsg, blockNumber *big.Int) ([]byte, error)
-}
-
 // CountingCaller passes eth_calls to Caller and counts them, so a test sees how many reads
 // reached the chain.
 type CountingCaller struct {
-	Caller ContractCaller
+	// Caller runs the calls; *ethclient.Client is one.
+	Caller ethereum.ContractCaller
 	n      atomic.Int64
 }
 

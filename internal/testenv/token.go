@@ -8,7 +8,7 @@ import (
 	"github.com/ethereum/go-ethereum/accounts/abi"
 	"github.com/ethereum/go-ethereum/common"
 
-	"github.com/x402gate/x402gate/integration/contracts"
+	"github.com/x402gate/x402gate/internal/contracts"
 )
 
 // Default token of StartChainWithToken: the EIP-712 domain of USDC on Base Sepolia, and what
@@ -22,7 +22,7 @@ const (
 // base units (6 decimals).
 var DefaultPayerFunds = big.NewInt(1000_000_000)
 
-// Token is a deployed X402Token (integration/contracts), our EIP-3009 stand-in for USDC.
+// Token is a deployed X402Token (internal/contracts), our EIP-3009 stand-in for USDC.
 type Token struct {
 	// Chain is the chain the token lives on.
 	Chain *Chain

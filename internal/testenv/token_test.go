@@ -10,7 +10,7 @@ import (
 	"github.com/ethereum/go-ethereum/crypto"
 	"github.com/ethereum/go-ethereum/signer/core/apitypes"
 
-	"github.com/x402gate/x402gate/integration/contracts"
+	"github.com/x402gate/x402gate/internal/contracts"
 	"github.com/x402gate/x402gate/internal/testenv"
 )
 

@@ -27,7 +27,7 @@ import (
 	"github.com/ethereum/go-ethereum/crypto"
 	"github.com/ethereum/go-ethereum/ethclient"
 
-	"github.com/x402gate/x402gate/integration/contracts"
+	"github.com/x402gate/x402gate/internal/contracts"
 )
 
 // anvil's default development keys (mnemonic "test test … junk"), accounts 0, 1 and 2.

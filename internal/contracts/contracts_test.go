@@ -13,13 +13,13 @@ import (
 
 	"github.com/ethereum/go-ethereum/accounts/abi"
 
-	"github.com/x402gate/x402gate/integration/contracts"
+	"github.com/x402gate/x402gate/internal/contracts"
 )
 
 // TestCommittedArtifactsAreUpToDate recompiles the Solidity sources with the pinned npm solc and
 // requires the committed artifacts to match, so nobody edits a .sol file and forgets the JSON.
 func TestCommittedArtifactsAreUpToDate(t *testing.T) {
-	integrationDir, err := filepath.Abs("..")
+	integrationDir, err := filepath.Abs(filepath.Join("..", "..", "integration"))
 	if err != nil {
 		t.Fatal(err)
 	}
