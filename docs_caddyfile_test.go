@@ -30,23 +30,27 @@ var caddyfileBlocks = map[string]string{
 }
 
 // TestCaddyDocNamesOurOptions: every option name that docs/caddy.md's Configuration
-// section lists and every option line of its Caddyfile examples inside x402, verdict or
-// x402_facilitator is an option our Caddyfile parsers know. A name is known to a block when
-// adapting it there (with one argument) fails, if at all, for another reason than an
-// unrecognized name.
+// section lists, and every option line of the Caddyfile examples of docs/caddy.md and of
+// README.md's Caddy reference inside x402, verdict or x402_facilitator, is an option our
+// Caddyfile parsers know. A name is known to a block when adapting it there (with one
+// argument) fails, if at all, for another reason than an unrecognized name.
 func TestCaddyDocNamesOurOptions(t *testing.T) {
-	b, err := os.ReadFile("docs/caddy.md")
+	caddyDoc, err := os.ReadFile("docs/caddy.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := slices.DeleteFunc(caddyDocOptionNames(t, string(b)), func(n string) bool {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := slices.DeleteFunc(caddyDocOptionNames(t, string(caddyDoc), string(readme)), func(n string) bool {
 		// Words the Configuration section quotes that are not options: a value of paths
 		// and the reason code of its refusal.
 		return n == "strict" || n == "ambiguous_path"
 	})
-	t.Logf("options named by docs/caddy.md: %v", names)
-	if !slices.Contains(names, "pay_to") || !slices.Contains(names, "rate_limit") {
-		t.Fatalf("read %v from docs/caddy.md, without pay_to or rate_limit: the page's shape changed", names)
+	t.Logf("options named by docs/caddy.md and README.md: %v", names)
+	if !slices.Contains(names, "pay_to") || !slices.Contains(names, "rate_limit") || !slices.Contains(names, "health_detail") {
+		t.Fatalf("read %v, without pay_to, rate_limit or health_detail: the pages' shape changed", names)
 	}
 	for _, name := range append(names, "no_such_option") {
 		var where []string
@@ -75,11 +79,11 @@ func caddyfileKnows(src, name string) bool {
 	return !unknown.MatchString(err.Error())
 }
 
-// caddyDocOptionNames are the option names of docs/caddy.md: the names in backquotes in
-// the bullets of its Configuration section (with the names inside a `name { … }` block), and
-// the first word of each line of its Caddyfile examples inside an x402, verdict or
-// x402_facilitator block.
-func caddyDocOptionNames(t *testing.T, page string) []string {
+// caddyDocOptionNames are the option names of docs/caddy.md (page): the names in backquotes
+// in the bullets of its Configuration section (with the names inside a `name { … }`
+// block); and the first word of each line of the Caddyfile blocks of page and of the other
+// pages inside an x402, verdict or x402_facilitator block.
+func caddyDocOptionNames(t *testing.T, page string, others ...string) []string {
 	t.Helper()
 	_, config, ok := strings.Cut(page, "\n## Configuration\n")
 	if !ok {
@@ -105,8 +109,10 @@ func caddyDocOptionNames(t *testing.T, page string) []string {
 			add(strings.Fields(strings.ReplaceAll(inner, ",", " "))...)
 		}
 	}
-	for _, line := range ourCaddyfileLines(page) {
-		add(strings.Fields(line)[0])
+	for _, p := range append(others, page) {
+		for _, line := range ourCaddyfileLines(p) {
+			add(strings.Fields(line)[0])
+		}
 	}
 	var names []string
 	for n := range seen {
@@ -116,14 +122,14 @@ func caddyDocOptionNames(t *testing.T, page string) []string {
 	return names
 }
 
-// ourCaddyfileLines are the lines of page's ```caddyfile blocks that stand inside an x402,
+// ourCaddyfileLines are the lines of page's ```caddyfile (or ```caddy) blocks that stand inside an x402,
 // verdict or x402_facilitator block, comments cut off.
 func ourCaddyfileLines(page string) []string {
 	var lines []string
 	inBlock, depth, ours := false, 0, 0
 	for _, line := range strings.Split(page, "\n") {
 		switch {
-		case strings.HasPrefix(line, "```caddyfile"):
+		case strings.HasPrefix(line, "```caddy"):
 			inBlock, depth, ours = true, 0, 0
 			continue
 		case strings.HasPrefix(line, "```"):
