@@ -94,16 +94,8 @@ func TestDocsLinksResolve(t *testing.T) {
 // makes them: a repeated heading gets -1, -2 and so on.
 func docAnchors(t *testing.T) map[string]bool {
 	t.Helper()
-	var pages []string
-	for _, pattern := range []string{"docs/*.md", "bench/*.md", "README.md"} {
-		m, err := filepath.Glob(pattern)
-		if err != nil || len(m) == 0 {
-			t.Fatalf("no %s: %v", pattern, err)
-		}
-		pages = append(pages, m...)
-	}
 	anchors := map[string]bool{}
-	for _, p := range pages {
+	for _, p := range docPages(t, "docs/*.md", "bench/*.md", "README.md") {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			t.Fatal(err)
