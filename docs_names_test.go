@@ -1,9 +1,11 @@
 package x402gate
 
 import (
+	"cmp"
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -30,6 +32,41 @@ func TestDocsNameGoIdentifiersThatExist(t *testing.T) {
 			}
 			if name := m[2] + m[3]; !pkg[name] {
 				t.Errorf("%s names %s.%s, which package %s does not have", page, m[1], name, m[1])
+			}
+		}
+	}
+}
+
+// TestDocsNameTestsThatExist: every test, fuzz target, benchmark or example that docs/ or
+// README.md name in backquotes (`TestX`, `TestX/subtest`) is a function of a _test.go file.
+func TestDocsNameTestsThatExist(t *testing.T) {
+	funcs := map[string]bool{}
+	decl := regexp.MustCompile(`(?m)^func ((?:Test|Fuzz|Benchmark|Example)\w*)\(`)
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || skipDir(path, d) != nil {
+			return cmp.Or(err, skipDir(path, d))
+		}
+		if !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		for _, m := range decl.FindAllStringSubmatch(string(b), -1) {
+			funcs[m[1]] = true
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := regexp.MustCompile("`((?:Test|Fuzz|Benchmark|Example)[A-Z][A-Za-z0-9_]*)(/[^`]*)?`")
+	for _, page := range docPages(t, "docs/*.md", "README.md") {
+		b, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range named.FindAllStringSubmatch(string(b), -1) {
+			if !funcs[m[1]] {
+				t.Errorf("%s names %s, which no _test.go file has", page, m[1])
 			}
 		}
 	}
