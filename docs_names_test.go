@@ -1,11 +1,9 @@
 package x402gate
 
 import (
-	"cmp"
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -42,22 +40,11 @@ func TestDocsNameGoIdentifiersThatExist(t *testing.T) {
 func TestDocsNameTestsThatExist(t *testing.T) {
 	funcs := map[string]bool{}
 	decl := regexp.MustCompile(`(?m)^func ((?:Test|Fuzz|Benchmark|Example)\w*)\(`)
-	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || skipDir(path, d) != nil {
-			return cmp.Or(err, skipDir(path, d))
-		}
-		if !strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		b, err := os.ReadFile(path)
-		for _, m := range decl.FindAllStringSubmatch(string(b), -1) {
+	walkFiles(t, "_test.go", func(_ string, src []byte) {
+		for _, m := range decl.FindAllStringSubmatch(string(src), -1) {
 			funcs[m[1]] = true
 		}
-		return err
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	named := regexp.MustCompile("`((?:Test|Fuzz|Benchmark|Example)[A-Z][A-Za-z0-9_]*)(/[^`]*)?`")
 	for _, page := range docPages(t, "docs/*.md", "README.md") {
 		b, err := os.ReadFile(page)
