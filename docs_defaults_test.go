@@ -71,7 +71,7 @@ var docClaims = []docClaim{
 	{"docs/reliability.md", fmt.Sprintf("(a third of the %s default)", span(gate.DefaultRetryLease))},
 
 	// docs/gate.md
-	{"docs/gate.md", fmt.Sprintf("`MaxTimeout` (%d s)", gate.DefaultMaxTimeoutSeconds)},
+	{"docs/gate.md", fmt.Sprintf("`MaxTimeoutSeconds` (%d)", gate.DefaultMaxTimeoutSeconds)},
 	{"docs/gate.md", fmt.Sprintf("`RetryConfig.Lease` (default %s, at least %s)", span(gate.DefaultRetryLease), span(gate.MinRetryLease))},
 	{"docs/gate.md", fmt.Sprintf("`payledger.Memory`, at most %s records", thousands(payledger.DefaultMemoryEntries))},
 	{"docs/gate.md", fmt.Sprintf("at most `retry_max` (%d) times", gate.DefaultRetryMax)},
