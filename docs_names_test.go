@@ -4,6 +4,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,24 +13,29 @@ import (
 )
 
 // TestDocsNameGoIdentifiersThatExist: every Go name of ours that docs/ or README.md quote
-// in backquotes (`gate.Config`, `engine.Options.SanctionsTTL`,
-// `*facilitator.Engine`) is an exported name of that package: a type, function, variable or
-// constant, or a field or method of one of its types.
+// in backquotes (`gate.Config`, `engine.Options.SanctionsTTL`, `*facilitator.Engine`) is an
+// exported name of that package: a type, function, variable or constant, or a field or
+// method of one of its types. A member quoted without its package (`Config.Logger`) is a
+// member of some type of ours by that name, when we have one.
 func TestDocsNameGoIdentifiersThatExist(t *testing.T) {
 	names := goNames(t)
-	quoted := regexp.MustCompile("`\\*?([a-z][a-z0-9]*)\\.([A-Z][A-Za-z0-9_]*)(\\.[A-Z][A-Za-z0-9_]*)?")
+	anyPackage := map[string]bool{} // "Type" and "Type.Member" of every package
+	for _, set := range names {
+		maps.Copy(anyPackage, set)
+	}
+	quoted := regexp.MustCompile("`\\*?(?:([a-z][a-z0-9]*)\\.)?([A-Z][A-Za-z0-9_]*)(\\.[A-Z][A-Za-z0-9_]*)?")
 	for _, page := range docPages(t, "docs/*.md", "README.md") { // bench/ records the past
 		b, err := os.ReadFile(page)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, m := range quoted.FindAllStringSubmatch(prose(string(b)), -1) {
-			pkg, ok := names[m[1]]
-			if !ok {
-				continue // not a package of ours (time.Time, caddy.Load)
-			}
-			if name := m[2] + m[3]; !pkg[name] {
-				t.Errorf("%s names %s.%s, which package %s does not have", page, m[1], name, m[1])
+			pkg, name := m[1], m[2]+m[3]
+			switch set, ours := names[pkg]; {
+			case pkg == "" && m[3] != "" && anyPackage[m[2]] && !anyPackage[name]:
+				t.Errorf("%s names %s, which no type %s of ours has", page, name, m[2])
+			case ours && !set[name]:
+				t.Errorf("%s names %s.%s, which package %s does not have", page, pkg, name, pkg)
 			}
 		}
 	}
