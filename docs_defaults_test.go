@@ -62,6 +62,7 @@ var docClaims = []docClaim{
 	{"docs/reliability.md", fmt.Sprintf("| %s each (LRU), entries live at most %s; a full claim table refuses a settle | `store memory <n>` (%[1]s) |", thousands(approval.DefaultMemoryStoreSize), span(approval.DefaultMaxTTL))},
 	{"docs/reliability.md", fmt.Sprintf("| guardian markers | %d unused per payer | constant (`facilitator.DefaultMaxMarkersPerPayer`) |", facilitator.DefaultMaxMarkersPerPayer)},
 	{"docs/reliability.md", fmt.Sprintf("| %s records, each at most 24 h; a full ledger refuses a new payment (503) | constant (`payledger.DefaultMemoryEntries`) |", thousands(payledger.DefaultMemoryEntries))},
+	{"docs/reliability.md", fmt.Sprintf("| in-process pass book (sign-in-with-x passes and used nonces) | %s each; a full book refuses a new entry | constant (`gate.DefaultMemoryPassEntries`) |", thousands(gate.DefaultMemoryPassEntries))},
 	{"docs/reliability.md", fmt.Sprintf("| verdict requests per payer | `verdict_rate` (%g/s, burst %d)", facilitator.DefaultVerdictRate, facilitator.DefaultVerdictBurst)},
 	{"docs/reliability.md", fmt.Sprintf("| verdict API rate limits | per key %s, per IP %s;", rate(verdictserver.DefaultPerKey), rate(verdictserver.DefaultPerIP))},
 	{"docs/reliability.md", fmt.Sprintf("| verdict evaluations | %d workers", verdictserver.DefaultWorkers)},
