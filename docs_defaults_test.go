@@ -68,7 +68,7 @@ var docClaims = []docClaim{
 	{"docs/reliability.md", fmt.Sprintf("| verdict evaluations | %d workers", verdictserver.DefaultWorkers)},
 	{"docs/reliability.md", fmt.Sprintf("| `workers` (%d 1024) |", verdictserver.DefaultWorkers)},
 	{"docs/reliability.md", fmt.Sprintf("the default is now %d,", verdictserver.DefaultWorkers)},
-	{"docs/reliability.md", fmt.Sprintf("| database connections | %d open, %d idle", sqldb.MaxOpenConns, sqldb.MaxIdleConns)},
+	{"docs/reliability.md", fmt.Sprintf("| database connections | %d open, %d idle (closed after %d idle minutes) per SQLite or PostgreSQL handle; the verdict store keeps all of its open connections idle, %d on PostgreSQL", sqldb.MaxOpenConns, sqldb.MaxIdleConns, int(sqldb.ConnMaxIdleTime.Minutes()), sqldb.MaxOpenConns)},
 	{"docs/reliability.md", fmt.Sprintf("(a third of the %s default)", span(gate.DefaultRetryLease))},
 
 	// docs/gate.md
