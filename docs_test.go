@@ -77,6 +77,19 @@ func TestDocsLinksResolve(t *testing.T) {
 	}
 }
 
+// TestDocsIndexListsEveryPage: docs/README.md links every page of docs/.
+func TestDocsIndexListsEveryPage(t *testing.T) {
+	index, err := os.ReadFile("docs/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, page := range docPages(t, "docs/*.md") {
+		if name := filepath.Base(page); name != "README.md" && !strings.Contains(string(index), "]("+name+")") {
+			t.Errorf("docs/README.md does not link %s", name)
+		}
+	}
+}
+
 // docAnchors is every page of docs/ and bench/ and README.md, each alone and with the
 // anchor of each of its headings ("docs/gate.md", "docs/gate.md#payment-ledger"), as GitHub
 // makes them: a repeated heading gets -1, -2 and so on.
