@@ -31,7 +31,8 @@ type docClaim struct {
 	says string
 }
 
-// docClaims are the defaults, limits and names docs/ states, each read from the code.
+// docClaims are the defaults, limits and names docs/ (and README.md) state, each read from
+// the code.
 var docClaims = []docClaim{
 	// docs/verdict-api.md
 	{"docs/verdict-api.md", fmt.Sprintf("for a pool of `Workers` (default %d)", verdictserver.DefaultWorkers)},
@@ -61,16 +62,17 @@ var docClaims = []docClaim{
 	{"docs/reliability.md", fmt.Sprintf("| %s each (LRU), entries live at most %s; a full claim table refuses a settle | `store memory <n>` (%[1]s) |", thousands(approval.DefaultMemoryStoreSize), span(approval.DefaultMaxTTL))},
 	{"docs/reliability.md", fmt.Sprintf("| guardian markers | %d unused per payer | constant (`facilitator.DefaultMaxMarkersPerPayer`) |", facilitator.DefaultMaxMarkersPerPayer)},
 	{"docs/reliability.md", fmt.Sprintf("| %s records, each at most 24 h; a full ledger refuses a new payment (503) | constant (`payledger.DefaultMemoryEntries`) |", thousands(payledger.DefaultMemoryEntries))},
+	{"docs/reliability.md", fmt.Sprintf("| in-process pass book (sign-in-with-x passes and used nonces) | %s each; a full book refuses a new entry | constant (`gate.DefaultMemoryPassEntries`) |", thousands(gate.DefaultMemoryPassEntries))},
 	{"docs/reliability.md", fmt.Sprintf("| verdict requests per payer | `verdict_rate` (%g/s, burst %d)", facilitator.DefaultVerdictRate, facilitator.DefaultVerdictBurst)},
 	{"docs/reliability.md", fmt.Sprintf("| verdict API rate limits | per key %s, per IP %s;", rate(verdictserver.DefaultPerKey), rate(verdictserver.DefaultPerIP))},
 	{"docs/reliability.md", fmt.Sprintf("| verdict evaluations | %d workers", verdictserver.DefaultWorkers)},
 	{"docs/reliability.md", fmt.Sprintf("| `workers` (%d 1024) |", verdictserver.DefaultWorkers)},
 	{"docs/reliability.md", fmt.Sprintf("the default is now %d,", verdictserver.DefaultWorkers)},
-	{"docs/reliability.md", fmt.Sprintf("| database connections | %d open, %d idle", sqldb.MaxOpenConns, sqldb.MaxIdleConns)},
+	{"docs/reliability.md", fmt.Sprintf("| database connections | %d open, %d idle (closed after %d idle minutes) per SQLite or PostgreSQL handle; the verdict store keeps all of its open connections idle, %d on PostgreSQL", sqldb.MaxOpenConns, sqldb.MaxIdleConns, int(sqldb.ConnMaxIdleTime.Minutes()), sqldb.MaxOpenConns)},
 	{"docs/reliability.md", fmt.Sprintf("(a third of the %s default)", span(gate.DefaultRetryLease))},
 
 	// docs/gate.md
-	{"docs/gate.md", fmt.Sprintf("`MaxTimeout` (%d s)", gate.DefaultMaxTimeoutSeconds)},
+	{"docs/gate.md", fmt.Sprintf("`MaxTimeoutSeconds` (%d)", gate.DefaultMaxTimeoutSeconds)},
 	{"docs/gate.md", fmt.Sprintf("`RetryConfig.Lease` (default %s, at least %s)", span(gate.DefaultRetryLease), span(gate.MinRetryLease))},
 	{"docs/gate.md", fmt.Sprintf("`payledger.Memory`, at most %s records", thousands(payledger.DefaultMemoryEntries))},
 	{"docs/gate.md", fmt.Sprintf("at most `retry_max` (%d) times", gate.DefaultRetryMax)},
@@ -82,6 +84,8 @@ var docClaims = []docClaim{
 	{"docs/facilitator.md", fmt.Sprintf("keys under `%s`", approval.DefaultRedisKeyPrefix)},
 	{"docs/facilitator.md", fmt.Sprintf("at most `MaxMarkersPerPayer` (%d) markers", facilitator.DefaultMaxMarkersPerPayer)},
 	{"docs/facilitator.md", fmt.Sprintf("(`verdict_rate <per second> <burst>`, default %g/s and %d)", facilitator.DefaultVerdictRate, facilitator.DefaultVerdictBurst)},
+	{"docs/facilitator.md", fmt.Sprintf("`ApprovalTTL` (%s), `ReceiptTimeout` (%s), verdict polling (%s, %d attempts, %s max delay), `StuckAfter`, `TakeoverAfter` (%s,", span(facilitator.DefaultApprovalTTL), span(facilitator.DefaultReceiptTimeout), span(verdictclient.DefaultIntervalMs*time.Millisecond), verdictclient.DefaultMaxAttempts, span(verdictclient.DefaultMaxDelay), span(facilitator.DefaultTakeoverAfter))},
+	{"docs/facilitator.md", fmt.Sprintf("unchanged for `TakeoverAfter` (%s; negative: never)", span(facilitator.DefaultTakeoverAfter))},
 
 	// docs/caddy.md
 	{"docs/caddy.md", fmt.Sprintf("rate_limit key %g %d # per API key: per second, burst (the defaults)", verdictserver.DefaultPerKey.PerSecond, verdictserver.DefaultPerKey.Burst)},
@@ -104,6 +108,24 @@ var docClaims = []docClaim{
 	{"docs/protocol.md", fmt.Sprintf("| integer strings | %d digits (largest uint256) |", x402.MaxIntegerDigits)},
 	{"docs/protocol.md", fmt.Sprintf("| authorization `value` | %d digits (v1 SDK bound) |", x402.MaxValueDigits)},
 	{"docs/protocol.md", fmt.Sprintf("| amount text / decimals | 100 characters / %d decimals |", x402.MaxDecimals)},
+
+	// README.md: the Caddyfile reference and the packages' defaults
+	{"README.md", fmt.Sprintf("store memory [<max entries>] | redis <url> # default memory (%d entries)", approval.DefaultMemoryStoreSize)},
+	{"README.md", fmt.Sprintf("approval_ttl <duration> # default %s", caddyDuration(facilitator.DefaultApprovalTTL))},
+	{"README.md", fmt.Sprintf("receipt_timeout <duration> # default %s", caddyDuration(facilitator.DefaultReceiptTimeout))},
+	{"README.md", fmt.Sprintf("verdict_poll <interval> <max attempts> [<max delay>] # default %s %d %s", caddyDuration(verdictclient.DefaultIntervalMs*time.Millisecond), verdictclient.DefaultMaxAttempts, caddyDuration(verdictclient.DefaultMaxDelay))},
+	{"README.md", fmt.Sprintf("verdict_rate <per second> <burst> # default %g %d", facilitator.DefaultVerdictRate, facilitator.DefaultVerdictBurst)},
+	{"README.md", fmt.Sprintf("reconcile_interval <duration> # default %s", caddyDuration(facilitator.DefaultReconcileInterval))},
+	{"README.md", fmt.Sprintf("max_timeout <duration> # default %ds", gate.DefaultMaxTimeoutSeconds)},
+	{"README.md", fmt.Sprintf("retry_max <n> # paid-but-upstream-failed retries, default %d", gate.DefaultRetryMax)},
+	{"README.md", fmt.Sprintf("at most `retry.max` times (default %d;", gate.DefaultRetryMax)},
+	{"README.md", fmt.Sprintf("`ApprovalTTL` (default %s)", span(facilitator.DefaultApprovalTTL))},
+	{"README.md", fmt.Sprintf("every `reconcile_interval` (default %s)", span(facilitator.DefaultReconcileInterval))},
+	{"README.md", fmt.Sprintf("`Config.StuckAfter` (default %s;", span(facilitator.DefaultStuckAfter))},
+	{"README.md", fmt.Sprintf("(default nil: %dx the settlement's first fee cap)", facilitator.DefaultMaxFeeFactor)},
+	{"README.md", fmt.Sprintf("(`Timeout`, default %s)", span(verdictclient.DefaultTimeout))},
+	{"README.md", fmt.Sprintf("`IntervalMs` is %d and `MaxAttempts` is %d. `MaxDelay` is %s;", verdictclient.DefaultIntervalMs, verdictclient.DefaultMaxAttempts, span(verdictclient.DefaultMaxDelay))},
+	{"README.md", fmt.Sprintf("the delays are %s s.", pollDelays())},
 
 	// docs/verdict.md
 	{"docs/verdict.md", fmt.Sprintf("then %s s with jitter, %d attempts by default", pollDelays(), verdictclient.DefaultMaxAttempts)},

@@ -1,7 +1,6 @@
 package x402gate
 
 import (
-	"cmp"
 	"fmt"
 	"io/fs"
 	"maps"
@@ -22,32 +21,21 @@ func TestCommentsCiteOurDocs(t *testing.T) {
 	anchors := docAnchors(t)
 	cite := regexp.MustCompile(`(?:(?:docs|bench)/[A-Za-z0-9_-]+\.md|\bREADME\.md)(#[A-Za-z0-9_-]+| "[^"]+")?`)
 	outside := regexp.MustCompile(`spec §|DESIGN(\.md| ")|research/[a-z]+\.md|\.\./shared`)
-	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || skipDir(path, d) != nil {
-			return cmp.Or(err, skipDir(path, d))
+	walkFiles(t, ".go", func(file string, src []byte) {
+		if file == "docs_test.go" {
+			return
 		}
-		if d.IsDir() || !strings.HasSuffix(path, ".go") || path == "docs_test.go" {
-			return nil
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		for _, c := range comments(string(b)) {
+		for _, c := range comments(string(src)) {
 			for _, o := range outside.FindAllString(c.text, -1) {
-				t.Errorf("%s:%d cites %s…, a file outside the repository", path, c.line, o)
+				t.Errorf("%s:%d cites %s…, a file outside the repository", file, c.line, o)
 			}
 			for _, cited := range cite.FindAllString(c.text, -1) {
 				if !anchors[citation(cited)] {
-					t.Errorf("%s:%d cites %s, which the repository does not have", path, c.line, cited)
+					t.Errorf("%s:%d cites %s, which the repository does not have", file, c.line, cited)
 				}
 			}
 		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestDocsLinksResolve: every link of docs/, README.md and bench/ to a page of ours, and
@@ -89,21 +77,26 @@ func TestDocsLinksResolve(t *testing.T) {
 	}
 }
 
+// TestDocsIndexListsEveryPage: docs/README.md links every page of docs/.
+func TestDocsIndexListsEveryPage(t *testing.T) {
+	index, err := os.ReadFile("docs/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, page := range docPages(t, "docs/*.md") {
+		if name := filepath.Base(page); name != "README.md" && !strings.Contains(string(index), "]("+name+")") {
+			t.Errorf("docs/README.md does not link %s", name)
+		}
+	}
+}
+
 // docAnchors is every page of docs/ and bench/ and README.md, each alone and with the
 // anchor of each of its headings ("docs/gate.md", "docs/gate.md#payment-ledger"), as GitHub
 // makes them: a repeated heading gets -1, -2 and so on.
 func docAnchors(t *testing.T) map[string]bool {
 	t.Helper()
-	var pages []string
-	for _, pattern := range []string{"docs/*.md", "bench/*.md", "README.md"} {
-		m, err := filepath.Glob(pattern)
-		if err != nil || len(m) == 0 {
-			t.Fatalf("no %s: %v", pattern, err)
-		}
-		pages = append(pages, m...)
-	}
 	anchors := map[string]bool{}
-	for _, p := range pages {
+	for _, p := range docPages(t, "docs/*.md", "bench/*.md", "README.md") {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			t.Fatal(err)
@@ -187,12 +180,28 @@ func citation(c string) string {
 	return c
 }
 
-// skipDir skips node_modules and hidden directories.
-func skipDir(path string, d fs.DirEntry) error {
-	if d.IsDir() && path != "." && (d.Name() == "node_modules" || strings.HasPrefix(d.Name(), ".")) {
-		return filepath.SkipDir
+// walkFiles calls fn with each file of the repository whose name ends in suffix, and its
+// content; node_modules and hidden directories are left out.
+func walkFiles(t *testing.T, suffix string, fn func(file string, content []byte)) {
+	t.Helper()
+	err := filepath.WalkDir(".", func(file string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case d.IsDir() && file != "." && (d.Name() == "node_modules" || strings.HasPrefix(d.Name(), ".")):
+			return filepath.SkipDir
+		case d.IsDir() || !strings.HasSuffix(file, suffix):
+			return nil
+		}
+		b, err := os.ReadFile(file)
+		if err == nil {
+			fn(filepath.ToSlash(file), b)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	return nil
 }
 
 // slug is a heading's anchor as GitHub makes it: lower case, spaces to hyphens, other

@@ -8,29 +8,15 @@
 //
 // # Quick start
 //
-// To check an x402 payment (what a facilitator does before it records an approval):
-//
-//	g, err := verdictclient.NewGuardian(verdictclient.GuardianOptions{
-//		BaseURL: "https://verdicts.example",
-//		APIKey:  os.Getenv("VERDICT_API_KEY"),
-//	})
-//	if err != nil { … }
-//	res, err := g.VerifyPayment(ctx, payment, requirements, verdictclient.PollOptions{})
-//	if !res.Approved {
-//		// refuse: res.Status is rejected, timeout or error; res.Reason says why
-//	}
-//
-// To wrap an existing x402 verifier so that a valid payment stays valid only when the
-// verdict approves it, use WithGuardian (or Guardian.Wrap).
-//
-// For any other action, use the low-level Client:
-//
-//	c, err := verdictclient.New(verdictclient.Config{BaseURL: url, APIKey: key})
-//	tx, err := c.Submit(ctx, verdictclient.SubmitRequest{
-//		EscrowAddress: wallet, Prompt: "swap 100 USDC for ETH", ProposedTx: action,
-//	})
-//	v, err := c.Await(ctx, tx.RequestHash, verdictclient.PollOptions{})
-//	if err == nil && v.Approved() { /* execute */ }
+// The examples run against a local stand-in for the service:
+//   - ExampleGuardian_VerifyPayment checks an x402 payment, as a facilitator does before
+//     it records an approval;
+//   - ExampleWithGuardian wraps an existing x402 verifier, so that a valid payment stays
+//     valid only when the verdict approves it (also Guardian.Wrap);
+//   - ExampleClient_Await submits any other action with the low-level Client and waits
+//     for its verdict;
+//   - ExampleGuardian_VerifyPayment_unreachable shows a service that cannot be reached
+//     refusing the payment.
 //
 // # Failing closed
 //
