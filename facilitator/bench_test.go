@@ -82,7 +82,7 @@ func BenchmarkVerifyCPU(b *testing.B) {
 	p, r := signedPayment(b, x402.BaseSepolia, key, common.HexToAddress("0x000000000000000000000000000000000000beef"), big.NewInt(10_000), now)
 	b.ReportAllocs()
 	for b.Loop() {
-		c, f := e.checkStatic(p, r, now)
+		c, f := e.checkStatic(p, r, now, nil)
 		if f != nil || !c.eoa {
 			b.Fatalf("checkStatic = %+v, %v", c, f)
 		}
@@ -119,7 +119,7 @@ func BenchmarkVerifyCPUParallel(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if c, f := e.checkStatic(p, r, now); f != nil || !c.eoa {
+			if c, f := e.checkStatic(p, r, now, nil); f != nil || !c.eoa {
 				b.Errorf("checkStatic = %+v, %v", c, f)
 				return
 			}

@@ -140,7 +140,7 @@ func settleCalls(t *testing.T, env *testEnv, e *Service, first, n int) []call {
 	var calls []call
 	for i := range n {
 		p, r := env.pay(t, x402.Version2, env.chain.Accounts[first+i], env.chain.Accounts[9].Address)
-		c, f := e.checkSigned(context.Background(), p, r)
+		c, f := e.checkSigned(context.Background(), p, r, nil)
 		if f != nil {
 			t.Fatalf("checkSigned: %+v", f)
 		}

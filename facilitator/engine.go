@@ -183,6 +183,7 @@ type Service struct {
 	order     []*chain          // configuration order
 	factories map[common.Address]bool
 	markers   *markerBudget
+	proofs    proofs     // what in-process Verify calls proved, for their Settle
 	reconMu   sync.Mutex // guards lastRecon: networks come up concurrently
 	lastRecon ReconcileReport
 }

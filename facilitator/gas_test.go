@@ -119,7 +119,7 @@ func TestSimulateWithAKeptLimitRefusesWhatTheTokenReverts(t *testing.T) {
 	}
 
 	// The settled authorization again: its nonce is used on chain.
-	c, f := e.checkSigned(ctx, p, r)
+	c, f := e.checkSigned(ctx, p, r, nil)
 	if f != nil {
 		t.Fatalf("checkSigned: %+v", f)
 	}
@@ -128,7 +128,7 @@ func TestSimulateWithAKeptLimitRefusesWhatTheTokenReverts(t *testing.T) {
 	}
 	// A payer without funds.
 	p, r = env.pay(t, x402.Version2, freshAccount(t), payee.Address)
-	if c, f = e.checkSigned(ctx, p, r); f != nil {
+	if c, f = e.checkSigned(ctx, p, r, nil); f != nil {
 		t.Fatalf("checkSigned: %+v", f)
 	}
 	if _, f := e.simulate(ctx, c); f == nil || f.reason != x402.ReasonInsufficientFunds {

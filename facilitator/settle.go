@@ -40,8 +40,13 @@ import (
 //     value) log of the asset confirm it. No receipt in time is settlement_pending with
 //     the transaction hash; the journal row stays "broadcast" for Reconcile, and the
 //     authorization is never broadcast again in a new transaction.
+//
+// When this process's Verify proved this very payment (the same payment and requirements
+// values, less than proofTTL ago), step 1 does not recover the signature again and step 2
+// does not read the token's state again: the simulation of step 3 is the token's own check
+// of the moment. A remote /settle (Remote) always runs every check.
 func (e *Service) Settle(ctx context.Context, p *x402.Payment, r *x402.Requirements) (x402.SettleResponse, error) {
-	res, err := e.settle(ctx, p, r, true)
+	res, err := e.settle(ctx, p, r, true, e.proofs.take(p, r, e.now()))
 	return res.resp, err
 }
 
@@ -52,8 +57,9 @@ type settleResult struct {
 	reason x402.Reason
 }
 
-// settle runs Settle; withApproval is false for the verification fee, which needs none.
-func (e *Service) settle(ctx context.Context, p *x402.Payment, r *x402.Requirements, withApproval bool) (settleResult, error) {
+// settle runs Settle; withApproval is false for the verification fee, which needs none;
+// pr is what Verify proved of p, or nil for the full checks.
+func (e *Service) settle(ctx context.Context, p *x402.Payment, r *x402.Requirements, withApproval bool, pr *proof) (settleResult, error) {
 	v := versionOf(p)
 	res := settleResult{resp: x402.SettleResponse{Payer: payerOf(p)}}
 	if p != nil {
@@ -72,7 +78,7 @@ func (e *Service) settle(ctx context.Context, p *x402.Payment, r *x402.Requireme
 		return res, nil
 	}
 	if p == nil || r == nil {
-		_, f := e.checkStatic(p, r, e.now())
+		_, f := e.checkStatic(p, r, e.now(), nil)
 		return refuse(f)
 	}
 	key := x402.KeyOf(p, r)
@@ -80,7 +86,7 @@ func (e *Service) settle(ctx context.Context, p *x402.Payment, r *x402.Requireme
 	// unsigned or forged settle naming an approved payment's key must not consume it.
 	// The token's state is read after, so a genuine payment whose settlement then fails
 	// (nonce used, funds short) has consumed its approval all the same.
-	c, f := e.checkSigned(ctx, p, r)
+	c, f := e.checkSigned(ctx, p, r, pr)
 	if f != nil {
 		return refuse(f)
 	}
@@ -91,8 +97,10 @@ func (e *Service) settle(ctx context.Context, p *x402.Payment, r *x402.Requireme
 		}
 	}
 	faults.Point("settle.after-approval")
-	if f := e.checkTokenState(ctx, c); f != nil {
-		return refuse(f)
+	if !c.proven {
+		if f := e.checkTokenState(ctx, c); f != nil {
+			return refuse(f)
+		}
 	}
 	var cl call
 	if c.wrap == nil {
