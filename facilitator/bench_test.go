@@ -25,10 +25,10 @@ func offlineService(b *testing.B, net x402.Network) *Service {
 		b.Fatal(err)
 	}
 	cfg := Config{
-		Networks:  []NetworkConfig{{Network: net, RPCURL: "http://127.0.0.1:1"}},
-		SignerKey: key, Store: approval.NewMemoryStore(0), Journal: nopJournal{},
+		Networks: []NetworkConfig{NetworkOf(net, "http://127.0.0.1:1")},
+		Signer:   key, Store: approval.NewMemoryStore(0), Journal: nopJournal{},
 	}
-	if err := cfg.check(); err != nil {
+	if err := cfg.prepare(); err != nil {
 		b.Fatal(err)
 	}
 	tabi, err := loadTokenABI()
@@ -36,12 +36,12 @@ func offlineService(b *testing.B, net x402.Network) *Service {
 		b.Fatal(err)
 	}
 	e := &Service{cfg: cfg, log: cfg.Logger, now: cfg.Now, abi: tabi, chains: map[string]*chain{}, factories: map[common.Address]bool{}}
-	c := &chain{cfg: cfg.Networks[0], net: net, abi: tabi, redactor: redact.URL(cfg.Networks[0].RPCURL, "rpc")}
+	c := &chain{net: net, abi: tabi, redactor: redact.URL(cfg.Networks[0].RPC, "rpc")}
 	e.chains[net.CAIP2], e.order = c, []*chain{c}
 	return e
 }
 
-// nopJournal satisfies Config.check for the offline engine; checkStatic never uses it.
+// nopJournal satisfies Config.prepare for the offline engine; checkStatic never uses it.
 type nopJournal struct{ journal.Journal }
 
 // signedPayment is a valid v2 payment of amount from key to payTo on net, as a client

@@ -97,7 +97,7 @@ func TestBatchBroadcastNeverSignsBelowATakenTransaction(t *testing.T) {
 	env := newTestEnv(t)
 	var drop atomic.Bool
 	cfg := env.config(t)
-	cfg.Networks[0].RPCURL = droppingNode(t, env.chain.RPCURL, &drop)
+	cfg.Networks[0].RPC = droppingNode(t, env.chain.RPCURL, &drop)
 	e := env.engine(t, cfg)
 	s, payee, before, start := synced(t, env, e)
 

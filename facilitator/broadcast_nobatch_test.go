@@ -85,7 +85,7 @@ func TestBroadcastWithoutBatches(t *testing.T) {
 			env := newTestEnv(t)
 			var batches atomic.Int32
 			cfg := env.config(t)
-			cfg.Networks[0].RPCURL = batchlessNode(t, env.chain.RPCURL, how, &batches)
+			cfg.Networks[0].RPC = batchlessNode(t, env.chain.RPCURL, how, &batches)
 			e := env.engine(t, cfg)
 			s, payee, before, start := synced(t, env, e)
 

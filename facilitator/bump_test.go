@@ -35,7 +35,7 @@ type stuckSettlement struct {
 
 func settleStuck(t *testing.T, env *testEnv, cfg Config) *stuckSettlement {
 	t.Helper()
-	cfg.ReceiptTimeout = 300 * time.Millisecond // the chain mines only when told to
+	cfg.ReceiptTimeout = Duration(300 * time.Millisecond) // the chain mines only when told to
 	e := env.engine(t, cfg)
 	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
 	p, r := env.pay(t, x402.Version2, payer, payee.Address)
@@ -324,7 +324,7 @@ func TestBumpFees(t *testing.T) {
 func TestSettleFeeBumpsWhenTheBaseFeeSpikes(t *testing.T) {
 	env := newTestEnv(t)
 	cfg := env.config(t)
-	cfg.ReceiptTimeout = 3 * time.Second
+	cfg.ReceiptTimeout = Duration(3 * time.Second)
 	e := env.engine(t, cfg)
 	aj := cfg.Journal
 	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]

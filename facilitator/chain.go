@@ -133,7 +133,7 @@ var errRPCUnavailable = errors.New("rpc unavailable")
 
 // chain is one configured network: its settings, its RPC client and its sender.
 type chain struct {
-	cfg          NetworkConfig
+	minAmount    *big.Int // NetworkConfig.MinAmount; nil: no minimum
 	net          x402.Network
 	client       *ethclient.Client
 	rpcTimeout   time.Duration // Config.RPCTimeout: bounds a request no caller's context ends

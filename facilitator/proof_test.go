@@ -39,7 +39,7 @@ func TestSettleReusesWhatVerifyProved(t *testing.T) {
 	env := newTestEnv(t)
 	node := testenv.CountCalls(t, env.chain.RPCURL, authorizationStateSelector)
 	cfg := env.config(t)
-	cfg.Networks[0].RPCURL = node.URL
+	cfg.Networks[0].RPC = node.URL
 	var skew atomic.Int64 // how far the engine's clock runs ahead of env.now
 	cfg.Now = func() time.Time { return env.now.Add(time.Duration(skew.Load())) }
 	e := env.engine(t, cfg)

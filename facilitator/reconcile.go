@@ -157,7 +157,7 @@ func (e *Service) reconcile(ctx context.Context, minAge time.Duration, only *cha
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			rcpt, err := w.c.sender.waitReceipts(ctx, w.p.hashes, w.p.latest, e.cfg.ReceiptTimeout)
+			rcpt, err := w.c.sender.waitReceipts(ctx, w.p.hashes, w.p.latest, time.Duration(e.cfg.ReceiptTimeout))
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

@@ -16,7 +16,7 @@ import (
 func TestRPCCallsHaveADeadline(t *testing.T) {
 	env := newTestEnv(t)
 	cfg := env.config(t)
-	cfg.Networks[0].RPCURL = testenv.HungRPC(t)
+	cfg.Networks[0].RPC = testenv.HungRPC(t)
 	cfg.RPCTimeout = 200 * time.Millisecond
 	done := make(chan error, 1)
 	go func() {

@@ -174,7 +174,7 @@ func (e *Service) settle(ctx context.Context, p *x402.Payment, r *x402.Requireme
 	e.log.Info("settlement broadcast", zap.String("payer", res.resp.Payer), zap.String("tx", tx.Hash().Hex()),
 		zap.String("network", c.chain.net.CAIP2), zap.Uint64("senderNonce", tx.Nonce()))
 
-	rcpt, err := c.chain.sender.waitReceipt(ctx, tx, e.cfg.ReceiptTimeout)
+	rcpt, err := c.chain.sender.waitReceipt(ctx, tx, time.Duration(e.cfg.ReceiptTimeout))
 	if err != nil {
 		var latest common.Hash
 		if rcpt, latest = e.settleBump(ctx, c, tx); latest != (common.Hash{}) {
@@ -224,7 +224,7 @@ func (e *Service) settleBump(ctx context.Context, c *checked, tx *types.Transact
 	case !p.bumped:
 		return nil, p.latestHash
 	}
-	rcpt, err = c.chain.sender.waitReceipts(ctx, p.hashes, p.latest, e.cfg.ReceiptTimeout)
+	rcpt, err = c.chain.sender.waitReceipts(ctx, p.hashes, p.latest, time.Duration(e.cfg.ReceiptTimeout))
 	if err != nil {
 		return nil, p.latest.Hash()
 	}
@@ -235,7 +235,7 @@ func (e *Service) settleBump(ctx context.Context, c *checked, tx *types.Transact
 // and the settlement, each a send plus a receipt wait, and a fee-bumped replacement's
 // receipt wait.
 func (e *Service) detachedBound() time.Duration {
-	return 3*e.cfg.ReceiptTimeout + time.Minute
+	return 3*time.Duration(e.cfg.ReceiptTimeout) + time.Minute
 }
 
 // consumeApproval applies docs/facilitator.md#settle-order rule 1 for the engine's GUARDIAN_MODE. In
@@ -352,7 +352,7 @@ func (e *Service) deployWallet(ctx context.Context, c *checked) *failure {
 		e.logChainErr("deploy wallet", c.chain, err)
 		return fail(x402.ReasonUndeployedWallet, "wallet deployment was not sent")
 	}
-	rcpt, err := c.chain.sender.waitReceipt(ctx, tx, e.cfg.ReceiptTimeout)
+	rcpt, err := c.chain.sender.waitReceipt(ctx, tx, time.Duration(e.cfg.ReceiptTimeout))
 	if err != nil || rcpt.Status != types.ReceiptStatusSuccessful {
 		return fail(x402.ReasonUndeployedWallet, "wallet deployment did not succeed")
 	}

@@ -2,7 +2,6 @@ package facilitator
 
 import (
 	"context"
-	"math/big"
 	"strings"
 	"testing"
 	"time"
@@ -60,7 +59,7 @@ func TestOpenContactsNoChainAndRefusesUntilReady(t *testing.T) {
 func TestStartKeepsAWrongChainUnavailable(t *testing.T) {
 	env := newTestEnv(t)
 	cfg := env.config(t)
-	cfg.Networks[0].Network.ChainID, cfg.Networks[0].Network.CAIP2 = big.NewInt(8453), "eip155:8453"
+	cfg.Networks[0].Name, cfg.Networks[0].ChainID = x402.Base.Name, 8453
 	e, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)

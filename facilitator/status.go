@@ -1,6 +1,8 @@
 package facilitator
 
 import (
+	"time"
+
 	"context"
 	"errors"
 	"fmt"
@@ -164,7 +166,7 @@ func (e *Service) takeOver(ctx context.Context, c *chain, row journal.Settlement
 	e.markBroadcast(ctx, row, latest)
 	e.log.Info("settlement status: took over a journaled settlement of another signer",
 		zap.String("payer", row.Payer.Hex()), zap.String("tx", latest.Hash().Hex()))
-	rcpt, err := c.sender.waitReceipts(ctx, hashes, latest, e.cfg.ReceiptTimeout)
+	rcpt, err := c.sender.waitReceipts(ctx, hashes, latest, time.Duration(e.cfg.ReceiptTimeout))
 	if err != nil {
 		return "", "", common.Hash{}
 	}

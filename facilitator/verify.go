@@ -99,7 +99,7 @@ func (e *Service) checkStatic(p *x402.Payment, r *x402.Requirements, now time.Ti
 	if r.PayTo == (common.Address{}) {
 		return nil, fail(x402.ReasonInvalidRequirements, "requirement payTo is empty")
 	}
-	if m := c.cfg.MinAmount; m != nil && r.Amount.Cmp(m) < 0 {
+	if m := c.minAmount; m != nil && r.Amount.Cmp(m) < 0 {
 		return nil, fail(x402.ReasonAmountBelowMinimum, "amount %s is below the minimum %s", r.Amount, m)
 	}
 	if p.Scheme != x402.SchemeExact || r.Scheme != x402.SchemeExact {

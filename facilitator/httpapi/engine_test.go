@@ -160,7 +160,7 @@ func TestVerificationFeeTravelsOverHTTP(t *testing.T) {
 func TestRemoteSettleChecksEverything(t *testing.T) {
 	env := newTestEnv(t)
 	node := testenv.CountCalls(t, env.chain.RPCURL, crypto.Keccak256([]byte("authorizationState(address,bytes32)"))[:4])
-	e := env.engine(t, func(c *facilitator.Config) { c.Networks[0].RPCURL = node.URL })
+	e := env.engine(t, func(c *facilitator.Config) { c.Networks[0].RPC = node.URL })
 	srv := httptest.NewServer(NewHandler(e, HandlerOptions{APIKey: apiTestKey, Registry: env.reg}))
 	t.Cleanup(srv.Close)
 	cl := newTestClient(t, ClientConfig{URL: srv.URL, APIKey: apiTestKey, Registry: env.reg})
