@@ -12,7 +12,7 @@ import (
 
 	"github.com/x402gate/x402gate/facilitator/approval"
 	"github.com/x402gate/x402gate/facilitator/journal"
-	"github.com/x402gate/x402gate/internal/redact"
+	"github.com/x402gate/x402gate/facilitator/txsender"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -36,7 +36,11 @@ func offlineService(b *testing.B, net x402.Network) *Service {
 		b.Fatal(err)
 	}
 	e := &Service{cfg: cfg, log: cfg.Logger, now: cfg.Now, abi: tabi, chains: map[string]*chain{}, factories: map[common.Address]bool{}}
-	c := &chain{net: net, abi: tabi, redactor: redact.URL(cfg.Networks[0].RPC, "rpc")}
+	node, err := txsender.Dial(net.CAIP2, cfg.Networks[0].RPC, cfg.RPCTimeout, nil) // an http endpoint: nothing is sent
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := &chain{Node: node, net: net, abi: tabi}
 	e.chains[net.CAIP2], e.order = c, []*chain{c}
 	return e
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/ethereum/go-ethereum/core/types"
 
 	"github.com/x402gate/x402gate/facilitator/journal"
+	"github.com/x402gate/x402gate/facilitator/txsender"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -310,7 +311,7 @@ func TestBumpFees(t *testing.T) {
 		{"ceiling below the replacement rule", b(100), b(1000), b(0), b(10), b(1050), 110, 1050, false},
 	}
 	for _, tc := range cases {
-		tip, feeCap, ok := bumpFees(tc.oldTip, tc.oldCap, tc.suggest, tc.base, tc.ce)
+		tip, feeCap, ok := txsender.BumpFees(tc.oldTip, tc.oldCap, tc.suggest, tc.base, tc.ce)
 		if tip.Int64() != tc.tip || feeCap.Int64() != tc.feeCap || ok != tc.ok {
 			t.Errorf("%s: bumpFees = %s, %s, %v; want %d, %d, %v", tc.name, tip, feeCap, ok, tc.tip, tc.feeCap, tc.ok)
 		}

@@ -5,19 +5,15 @@ package facilitator
 
 import (
 	"context"
-	"fmt"
 	"math/big"
-	"net/http"
 	"sync"
 	"time"
 
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/crypto"
-	"github.com/ethereum/go-ethereum/ethclient"
-	"github.com/ethereum/go-ethereum/rpc"
 	"go.uber.org/zap"
 
-	"github.com/x402gate/x402gate/internal/redact"
+	"github.com/x402gate/x402gate/facilitator/txsender"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -126,22 +122,19 @@ func (e *Service) dial(nc NetworkConfig) (*chain, error) {
 	if err != nil {
 		return nil, err
 	}
-	red := redact.URL(nc.RPC, "rpc")
-	rt := &countingTransport{next: http.DefaultTransport}
-	rc, err := rpc.DialOptions(context.Background(), nc.RPC, rpc.WithHTTPClient(&http.Client{Timeout: e.cfg.RPCTimeout, Transport: rt}))
+	node, err := txsender.Dial(net.CAIP2, nc.RPC, e.cfg.RPCTimeout, e.log)
 	if err != nil {
-		return nil, fmt.Errorf("network %s: dial: %w: %s", net.CAIP2, errRPCUnavailable, red.Replace(err.Error()))
+		return nil, err
 	}
-	client := ethclient.NewClient(rc)
-	c := &chain{minAmount: minAmount, net: net, client: client, rpcTimeout: e.cfg.RPCTimeout, abi: e.abi, redactor: red, requests: &rt.n, log: e.log}
-	c.sender = newSender(c, e.cfg.Signer, e.log)
+	c := &chain{Node: node, minAmount: minAmount, net: net, abi: e.abi}
+	c.sender = txsender.New(node, net.ChainID, e.cfg.Signer, e.log)
 	return c, nil
 }
 
 // Close releases the RPC clients. It does not close the Store or the Journal.
 func (e *Service) Close() {
 	for _, c := range e.order {
-		c.client.Close()
+		c.Node.Close()
 	}
 }
 
@@ -247,7 +240,7 @@ func (e *Service) cachedBalance(ctx context.Context, c *chain) (native, asset *b
 	}
 	n, a, err := c.signerBalances(ctx, e.address)
 	if err != nil {
-		e.log.Warn("read signer balance", zap.String("network", c.net.CAIP2), zap.String("error", c.redact(err)))
+		e.log.Warn("read signer balance", zap.String("network", c.net.CAIP2), zap.String("error", c.Redact(err)))
 		return c.balance, c.assetBalance // stale is better than nothing
 	}
 	c.balance, c.assetBalance, c.balanceAt = n, a, now

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/x402gate/x402gate/facilitator/txsender"
 	"github.com/x402gate/x402gate/internal/testenv"
 )
 
@@ -28,7 +29,7 @@ func TestRPCCallsHaveADeadline(t *testing.T) {
 	}()
 	select {
 	case err := <-done:
-		if !errors.Is(err, errRPCUnavailable) {
+		if !errors.Is(err, txsender.ErrRPCUnavailable) {
 			t.Fatalf("New against a hung node: %v, want the chain unavailable", err)
 		}
 	case <-time.After(2 * time.Minute):

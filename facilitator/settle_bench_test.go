@@ -60,7 +60,7 @@ func benchSettleConcurrent(b *testing.B, conc int) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	selfBefore, nodeBefore := selfCPU(), childrenCPU()
-	rpcBefore := e.order[0].requests.Load()
+	rpcBefore := e.order[0].Requests()
 	start := time.Now()
 	for range conc {
 		wg.Add(1)
@@ -87,7 +87,7 @@ func benchSettleConcurrent(b *testing.B, conc int) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	self, node := selfCPU()-selfBefore, childrenCPU()-nodeBefore
-	rpcs := e.order[0].requests.Load() - rpcBefore
+	rpcs := e.order[0].Requests() - rpcBefore
 	b.StopTimer()
 	slices.Sort(lat)
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "settles/s")
@@ -178,12 +178,12 @@ func BenchmarkPaidRequest(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	selfBefore, nodeBefore := selfCPU(), childrenCPU()
-	rpcBefore := e.order[0].requests.Load()
+	rpcBefore := e.order[0].Requests()
 	for i := range b.N {
 		pay(ps[i], rs[i])
 	}
 	self, node := selfCPU()-selfBefore, childrenCPU()-nodeBefore
-	rpcs := e.order[0].requests.Load() - rpcBefore
+	rpcs := e.order[0].Requests() - rpcBefore
 	b.StopTimer()
 	b.ReportMetric(float64(self.Microseconds())/1000/float64(b.N), "cpu-ms/payment")
 	b.ReportMetric(float64(node.Microseconds())/1000/float64(b.N), "anvil-cpu-ms/payment")

@@ -21,7 +21,7 @@ func TestOpenContactsNoChainAndRefusesUntilReady(t *testing.T) {
 	}
 	t.Cleanup(e.Close)
 	caip2 := env.net.CAIP2
-	if n := e.order[0].requests.Load(); n != 0 || e.Ready(caip2) || e.NetworkState(caip2) != NetworkStarting {
+	if n := e.order[0].Requests(); n != 0 || e.Ready(caip2) || e.NetworkState(caip2) != NetworkStarting {
 		t.Fatalf("after Open: %d requests, ready %v, state %q; want none, false, starting", n, e.Ready(caip2), e.NetworkState(caip2))
 	}
 	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]

@@ -10,6 +10,7 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 	"go.uber.org/zap"
 
+	"github.com/x402gate/x402gate/facilitator/txsender"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -230,7 +231,7 @@ func (e *Service) check6492(ctx context.Context, c *checked) *failure {
 	}
 	res, err := c.chain.simulate6492(ctx, c.wrap, data)
 	switch {
-	case errors.Is(err, errRPCUnavailable):
+	case errors.Is(err, txsender.ErrRPCUnavailable):
 		e.logChainErr("verify erc-6492 signature", c.chain, err)
 		return fail(x402.ReasonChainUnavailable, "rpc unavailable")
 	case err != nil:
@@ -293,7 +294,7 @@ func (e *Service) checkTokenState(ctx context.Context, c *checked) *failure {
 	bal, used, code, err := c.chain.tokenState(ctx, c.auth.From, c.auth.Nonce)
 	if err != nil {
 		e.logChainErr("verify token state", c.chain, err)
-		if errors.Is(err, errRPCUnavailable) {
+		if errors.Is(err, txsender.ErrRPCUnavailable) {
 			return fail(x402.ReasonChainUnavailable, "rpc unavailable")
 		}
 		return fail(x402.ReasonUnexpectedVerify, "token state could not be read")
@@ -323,8 +324,8 @@ func (e *Service) checkTokenState(ctx context.Context, c *checked) *failure {
 
 // logChainErr logs a chain failure with the RPC URL removed.
 func (e *Service) logChainErr(op string, c *chain, err error) {
-	detail := c.redact(err)
-	var ce *chainError
+	detail := c.Redact(err)
+	var ce *txsender.ChainError
 	if errors.As(err, &ce) {
 		detail = ce.Detail()
 	}
