@@ -12,7 +12,7 @@ import (
 
 	"github.com/x402gate/x402gate/facilitator/approval"
 	"github.com/x402gate/x402gate/facilitator/journal"
-	"github.com/x402gate/x402gate/internal/redact"
+	"github.com/x402gate/x402gate/facilitator/txsender"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -25,10 +25,10 @@ func offlineService(b *testing.B, net x402.Network) *Service {
 		b.Fatal(err)
 	}
 	cfg := Config{
-		Networks:  []NetworkConfig{{Network: net, RPCURL: "http://127.0.0.1:1"}},
-		SignerKey: key, Store: approval.NewMemoryStore(0), Journal: nopJournal{},
+		Networks: []NetworkConfig{NetworkOf(net, "http://127.0.0.1:1")},
+		Signer:   key, Store: approval.NewMemoryStore(0), Journal: nopJournal{},
 	}
-	if err := cfg.check(); err != nil {
+	if err := cfg.prepare(); err != nil {
 		b.Fatal(err)
 	}
 	tabi, err := loadTokenABI()
@@ -36,12 +36,16 @@ func offlineService(b *testing.B, net x402.Network) *Service {
 		b.Fatal(err)
 	}
 	e := &Service{cfg: cfg, log: cfg.Logger, now: cfg.Now, abi: tabi, chains: map[string]*chain{}, factories: map[common.Address]bool{}}
-	c := &chain{cfg: cfg.Networks[0], net: net, abi: tabi, redactor: redact.URL(cfg.Networks[0].RPCURL, "rpc")}
+	node, err := txsender.Dial(net.CAIP2, cfg.Networks[0].RPC, cfg.RPCTimeout, nil) // an http endpoint: nothing is sent
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := &chain{Node: node, net: net, abi: tabi}
 	e.chains[net.CAIP2], e.order = c, []*chain{c}
 	return e
 }
 
-// nopJournal satisfies Config.check for the offline engine; checkStatic never uses it.
+// nopJournal satisfies Config.prepare for the offline engine; checkStatic never uses it.
 type nopJournal struct{ journal.Journal }
 
 // signedPayment is a valid v2 payment of amount from key to payTo on net, as a client
@@ -82,7 +86,7 @@ func BenchmarkVerifyCPU(b *testing.B) {
 	p, r := signedPayment(b, x402.BaseSepolia, key, common.HexToAddress("0x000000000000000000000000000000000000beef"), big.NewInt(10_000), now)
 	b.ReportAllocs()
 	for b.Loop() {
-		c, f := e.checkStatic(p, r, now)
+		c, f := e.checkStatic(p, r, now, nil)
 		if f != nil || !c.eoa {
 			b.Fatalf("checkStatic = %+v, %v", c, f)
 		}
@@ -119,7 +123,7 @@ func BenchmarkVerifyCPUParallel(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if c, f := e.checkStatic(p, r, now); f != nil || !c.eoa {
+			if c, f := e.checkStatic(p, r, now, nil); f != nil || !c.eoa {
 				b.Errorf("checkStatic = %+v, %v", c, f)
 				return
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/core/types"
 
+	"github.com/x402gate/x402gate/facilitator/txsender"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -31,12 +32,12 @@ func TestBatchBroadcastFillsTheGapOfARefusedTransaction(t *testing.T) {
 	s, payee, before, start := synced(t, env, e)
 
 	calls := settleCalls(t, env, e, 2, 4)
-	calls[1].gas = 20_000 // below the 21,000 any transaction needs: a definite refusal
+	calls[1].Gas = 20_000 // below the 21,000 any transaction needs: a definite refusal
 	answers := sendAsOneBatch(t, s, calls)
 	for i, a := range answers {
 		if i == 1 {
-			if !errors.Is(a.err, errNotBroadcast) {
-				t.Errorf("refused send = %v, want errNotBroadcast", a.err)
+			if !errors.Is(a.err, txsender.ErrNotBroadcast) {
+				t.Errorf("refused send = %v, want txsender.ErrNotBroadcast", a.err)
 			}
 			continue
 		}
@@ -97,7 +98,7 @@ func TestBatchBroadcastNeverSignsBelowATakenTransaction(t *testing.T) {
 	env := newTestEnv(t)
 	var drop atomic.Bool
 	cfg := env.config(t)
-	cfg.Networks[0].RPCURL = droppingNode(t, env.chain.RPCURL, &drop)
+	cfg.Networks[0].RPC = droppingNode(t, env.chain.RPCURL, &drop)
 	e := env.engine(t, cfg)
 	s, payee, before, start := synced(t, env, e)
 
@@ -110,8 +111,8 @@ func TestBatchBroadcastNeverSignsBelowATakenTransaction(t *testing.T) {
 
 	drop.Store(true)
 	first := batch(3)
-	if !errors.Is(first[1].err, errBroadcastUnknown) {
-		t.Fatalf("the dropped send = %v, want errBroadcastUnknown", first[1].err)
+	if !errors.Is(first[1].err, txsender.ErrBroadcastUnknown) {
+		t.Fatalf("the dropped send = %v, want txsender.ErrBroadcastUnknown", first[1].err)
 	}
 	for _, i := range []int{0, 2} {
 		if first[i].err != nil {
@@ -135,12 +136,12 @@ func TestBatchBroadcastNeverSignsBelowATakenTransaction(t *testing.T) {
 
 // settleCalls checks and simulates n new payments, from accounts first, first+1 … to
 // account 9, and returns their calls, ready to send.
-func settleCalls(t *testing.T, env *testEnv, e *Service, first, n int) []call {
+func settleCalls(t *testing.T, env *testEnv, e *Service, first, n int) []txsender.Call {
 	t.Helper()
-	var calls []call
+	var calls []txsender.Call
 	for i := range n {
 		p, r := env.pay(t, x402.Version2, env.chain.Accounts[first+i], env.chain.Accounts[9].Address)
-		c, f := e.checkSigned(context.Background(), p, r)
+		c, f := e.checkSigned(context.Background(), p, r, nil)
 		if f != nil {
 			t.Fatalf("checkSigned: %+v", f)
 		}
@@ -161,23 +162,19 @@ type sendAnswer struct {
 
 // sendAsOneBatch sends calls through s as one batch: it holds the lead while they queue in
 // order, so that the batch that takes the lead next takes them all, and returns each answer.
-func sendAsOneBatch(t *testing.T, s *sender, calls []call) []sendAnswer {
+func sendAsOneBatch(t *testing.T, s *txsender.Sender, calls []txsender.Call) []sendAnswer {
 	t.Helper()
-	s.lead <- struct{}{}
+	release := s.Hold()
 	answers := make([]chan sendAnswer, len(calls))
 	for i, cl := range calls {
 		answers[i] = make(chan sendAnswer, 1)
 		go func() {
-			tx, err := s.send(context.Background(), cl, nil)
+			tx, err := s.Send(context.Background(), cl, nil)
 			answers[i] <- sendAnswer{tx, err}
 		}()
-		waitFor(t, "the send queued", func() bool {
-			s.qmu.Lock()
-			defer s.qmu.Unlock()
-			return len(s.queue) == i+1
-		})
+		waitFor(t, "the send queued", func() bool { return s.Queued() == i+1 })
 	}
-	<-s.lead
+	release()
 	out := make([]sendAnswer, len(calls))
 	for i := range answers {
 		out[i] = <-answers[i]
@@ -187,12 +184,12 @@ func sendAsOneBatch(t *testing.T, s *sender, calls []call) []sendAnswer {
 
 // wantMined fails t unless send i was answered with a transaction that was mined and
 // succeeded.
-func wantMined(t *testing.T, s *sender, i int, a sendAnswer) {
+func wantMined(t *testing.T, s *txsender.Sender, i int, a sendAnswer) {
 	t.Helper()
 	if a.err != nil {
 		t.Fatalf("send %d: %v", i, a.err)
 	}
-	rcpt, err := s.waitReceipt(context.Background(), a.tx, 30*time.Second)
+	rcpt, err := s.WaitReceipt(context.Background(), a.tx, 30*time.Second)
 	if err != nil || rcpt.Status != types.ReceiptStatusSuccessful {
 		t.Fatalf("receipt of send %d (nonce %d) = %+v, %v; want it mined", i, a.tx.Nonce(), rcpt, err)
 	}
@@ -213,12 +210,12 @@ func wantMoved(t *testing.T, env *testEnv, payee common.Address, before *big.Int
 
 // synced settles one payment to account 9 through e, which syncs its sender's nonce, and
 // returns the sender, the payee, the payee's balance and the signer's nonce after it.
-func synced(t *testing.T, env *testEnv, e *Service) (s *sender, payee common.Address, before *big.Int, start uint64) {
+func synced(t *testing.T, env *testEnv, e *Service) (s *txsender.Sender, payee common.Address, before *big.Int, start uint64) {
 	t.Helper()
 	payee = env.chain.Accounts[9].Address
 	p, r := env.pay(t, x402.Version2, env.chain.Accounts[1], payee)
 	settleOK(t, env, e, p, r)
-	return e.order[0].sender, payee, env.token.BalanceOf(t, payee), env.signerNonce(t, env.chain.FacilitatorAccount().Address)
+	return e.order[0].sender.(*txsender.Sender), payee, env.token.BalanceOf(t, payee), env.signerNonce(t, env.chain.FacilitatorAccount().Address)
 }
 
 // relay posts the JSON-RPC request body to the node at target and returns its reply.

@@ -135,7 +135,7 @@ func settleThrough(t *testing.T, rpc func(*testEnv) string) (env *testEnv, cfg C
 	t.Helper()
 	env = newTestEnv(t)
 	cfg = env.config(t)
-	cfg.Networks[0].RPCURL = rpc(env)
+	cfg.Networks[0].RPC = rpc(env)
 	e = env.engine(t, cfg)
 	payee = env.chain.Accounts[2]
 	p, r = env.pay(t, x402.Version2, env.chain.Accounts[1], payee.Address)

@@ -9,7 +9,8 @@ import (
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
-	"time"
+
+	"github.com/x402gate/x402gate/facilitator/txsender"
 )
 
 // batchlessNode forwards JSON-RPC requests to the real node at target, as a provider that
@@ -85,14 +86,14 @@ func TestBroadcastWithoutBatches(t *testing.T) {
 			env := newTestEnv(t)
 			var batches atomic.Int32
 			cfg := env.config(t)
-			cfg.Networks[0].RPCURL = batchlessNode(t, env.chain.RPCURL, how, &batches)
+			cfg.Networks[0].RPC = batchlessNode(t, env.chain.RPCURL, how, &batches)
 			e := env.engine(t, cfg)
 			s, payee, before, start := synced(t, env, e)
 
 			first := sendAsOneBatch(t, s, settleCalls(t, env, e, 2, 3))
 			second := sendAsOneBatch(t, s, settleCalls(t, env, e, 5, 2))
 			for i, a := range append(first, second...) {
-				if (how == "lost" && i%3 == 1 || how == "malformed") && a.tx != nil && errors.Is(a.err, errBroadcastUnknown) {
+				if (how == "lost" && i%3 == 1 || how == "malformed") && a.tx != nil && errors.Is(a.err, txsender.ErrBroadcastUnknown) {
 					a.err = nil // taken, but its reply did not say so: its outcome is for the receipt to tell
 				}
 				wantMined(t, s, i, a)
@@ -100,7 +101,7 @@ func TestBroadcastWithoutBatches(t *testing.T) {
 			wantMoved(t, env, payee, before, 5, start, 5)
 			// Refused: the first batch (a verify's token state) is the last one sent. A
 			// partial or malformed reply is no refusal: batches go on.
-			got, oneByOne := batches.Load(), time.Now().UnixNano() < s.c.oneByOneUntil.Load()
+			got, oneByOne := batches.Load(), e.order[0].OneByOne()
 			refused := how == "400" || how == "object"
 			if refused && (got != 1 || !oneByOne) || !refused && (got < 3 || oneByOne) {
 				t.Errorf("the node saw %d batch requests, one call per request from then on: %v", got, oneByOne)

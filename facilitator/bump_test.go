@@ -15,6 +15,7 @@ import (
 	"github.com/ethereum/go-ethereum/core/types"
 
 	"github.com/x402gate/x402gate/facilitator/journal"
+	"github.com/x402gate/x402gate/facilitator/txsender"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -35,7 +36,7 @@ type stuckSettlement struct {
 
 func settleStuck(t *testing.T, env *testEnv, cfg Config) *stuckSettlement {
 	t.Helper()
-	cfg.ReceiptTimeout = 300 * time.Millisecond // the chain mines only when told to
+	cfg.ReceiptTimeout = Duration(300 * time.Millisecond) // the chain mines only when told to
 	e := env.engine(t, cfg)
 	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
 	p, r := env.pay(t, x402.Version2, payer, payee.Address)
@@ -310,7 +311,7 @@ func TestBumpFees(t *testing.T) {
 		{"ceiling below the replacement rule", b(100), b(1000), b(0), b(10), b(1050), 110, 1050, false},
 	}
 	for _, tc := range cases {
-		tip, feeCap, ok := bumpFees(tc.oldTip, tc.oldCap, tc.suggest, tc.base, tc.ce)
+		tip, feeCap, ok := txsender.BumpFees(tc.oldTip, tc.oldCap, tc.suggest, tc.base, tc.ce)
 		if tip.Int64() != tc.tip || feeCap.Int64() != tc.feeCap || ok != tc.ok {
 			t.Errorf("%s: bumpFees = %s, %s, %v; want %d, %d, %v", tc.name, tip, feeCap, ok, tc.tip, tc.feeCap, tc.ok)
 		}
@@ -324,7 +325,7 @@ func TestBumpFees(t *testing.T) {
 func TestSettleFeeBumpsWhenTheBaseFeeSpikes(t *testing.T) {
 	env := newTestEnv(t)
 	cfg := env.config(t)
-	cfg.ReceiptTimeout = 3 * time.Second
+	cfg.ReceiptTimeout = Duration(3 * time.Second)
 	e := env.engine(t, cfg)
 	aj := cfg.Journal
 	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]

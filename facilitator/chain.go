@@ -2,25 +2,20 @@ package facilitator
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/big"
-	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/ethereum/go-ethereum"
 	"github.com/ethereum/go-ethereum/accounts/abi"
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/common/hexutil"
-	"github.com/ethereum/go-ethereum/ethclient"
 	"github.com/ethereum/go-ethereum/rpc"
-	"go.uber.org/zap"
 
+	"github.com/x402gate/x402gate/facilitator/txsender"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -127,193 +122,39 @@ func errOr(err error, msg string) error {
 	return errors.New(msg)
 }
 
-// errRPCUnavailable is the sentinel of every failure to reach a chain's RPC endpoint. Its
-// text never carries the endpoint URL, which may embed an API key.
-var errRPCUnavailable = errors.New("rpc unavailable")
-
-// chain is one configured network: its settings, its RPC client and its sender.
+// chain is one configured network: its settings, its RPC node and its sender.
 type chain struct {
-	cfg          NetworkConfig
+	*txsender.Node
+	minAmount    *big.Int // NetworkConfig.MinAmount; nil: no minimum
 	net          x402.Network
-	client       *ethclient.Client
-	rpcTimeout   time.Duration // Config.RPCTimeout: bounds a request no caller's context ends
 	abi          *tokenABI
-	sender       *sender
-	redactor     *strings.Replacer
+	sender       txSender
 	balanceMu    sync.Mutex
 	balance      *big.Int // cached native balance of the signer
 	assetBalance *big.Int // cached asset balance of the signer
 	balanceAt    int64    // unix nanos of the cached read
-	// requests counts the HTTP requests sent to the RPC endpoint (a JSON-RPC batch is
-	// one); nil for a chain that was not dialled.
-	requests *atomic.Int64
-	// oneByOneUntil (unix nanos): the endpoint refused a JSON-RPC batch request
-	// (batchRefused), so until then the calls of a batch go in requests of their own
-	// (batchCall); batching is tried again after batchRetry.
-	oneByOneUntil atomic.Int64
-	log           *zap.Logger
 	// state is the network's readiness (Service.Ready).
 	state netState
 }
 
-// batchRetry is how long a chain whose endpoint refused a batch request sends each call
-// alone before it tries a batch again.
-const batchRetry = 10 * time.Minute
-
-// batchCall makes the calls of batch in one JSON-RPC batch request, bounded by
-// Config.RPCTimeout, and sets each one's Result or Error; its error is the request's
-// failure, for all of them.
-//
-// An endpoint that does not take batches (docs/facilitator.md#rpc-batches: some providers
-// refuse them, or cap their size) gets each call in a request of its own: when it refuses
-// a batch request as a whole (batchRefused), and then for batchRetry; and a call its batch
-// reply left out is made again alone. Every call batched here is a read, or the broadcast
-// of a signed transaction, which the node takes once however often it gets the same bytes:
-// making a call again never makes a second settlement. But a broadcast made again after a
-// batch that may have delivered it can fail because the first one was taken ("nonce too
-// low" once it is mined), so its failure, other than "already known", says nothing certain
-// (errMaybeSent).
-func (c *chain) batchCall(ctx context.Context, batch []rpc.BatchElem) error {
-	if time.Now().UnixNano() < c.oneByOneUntil.Load() {
-		c.callEach(ctx, batch, nil, false)
-		return nil
-	}
-	bctx, cancel := context.WithTimeout(ctx, cmp.Or(c.rpcTimeout, DefaultRPCTimeout))
-	err := c.client.Client().BatchCallContext(bctx, batch)
-	cancel()
-	if err == nil {
-		var missing []int
-		for i := range batch {
-			if errors.Is(batch[i].Error, rpc.ErrMissingBatchResponse) {
-				missing = append(missing, i)
-			}
-		}
-		if len(missing) > 0 {
-			c.callEach(ctx, batch, missing, true)
-		}
-		return nil
-	}
-	if !batchRefused(err) {
-		return err
-	}
-	c.oneByOneUntil.Store(time.Now().Add(batchRetry).UnixNano())
-	if c.log != nil {
-		c.log.Warn("the RPC endpoint refused a JSON-RPC batch request: each call goes in a request of its own for a while",
-			zap.String("network", c.net.CAIP2), zap.Duration("for", batchRetry), zap.String("error", c.redact(err)))
-	}
-	c.callEach(ctx, batch, nil, true)
-	return nil
-}
-
-// callEach makes the calls of batch at the indexes idx (all when nil) one request each, in
-// order, within one Config.RPCTimeout. After a failure to reach the endpoint, the calls
-// left are not made. maybeDelivered: a batch request that may have reached the node
-// carried these calls already, so a broadcast that fails now, or is not made, may have
-// been taken (errMaybeSent); otherwise a call not made certainly was not
-// (errRequestNotSent).
-func (c *chain) callEach(ctx context.Context, batch []rpc.BatchElem, idx []int, maybeDelivered bool) {
-	if idx == nil {
-		idx = make([]int, len(batch))
-		for i := range idx {
-			idx[i] = i
-		}
-	}
-	ctx, cancel := context.WithTimeout(ctx, cmp.Or(c.rpcTimeout, DefaultRPCTimeout))
-	defer cancel()
-	var stop error // the failure to reach the endpoint that ended the loop
-	for _, i := range idx {
-		el := &batch[i]
-		var err error
-		if stop != nil {
-			err = fmt.Errorf("%w: %s", errRequestNotSent, c.redact(stop))
-		} else {
-			err = c.client.Client().CallContext(ctx, el.Result, el.Method, el.Args...)
-			if err != nil && !isRPCReply(err) {
-				stop = err
-			}
-		}
-		if err != nil && maybeDelivered && el.Method == "eth_sendRawTransaction" && !isAlreadyKnown(err) {
-			err = fmt.Errorf("%w: %s", errMaybeSent, c.redact(err))
-		}
-		el.Error = err
-	}
-}
-
-// errMaybeSent: a broadcast made again after a batch request that may have delivered it
-// failed, or was not made: the transaction may be in the node's pool or mined all the
-// same. It is neither an RPC reply nor a refused connection, so the sender takes its
-// outcome as unknown (errBroadcastUnknown), for a receipt or reconcile to decide.
-var errMaybeSent = errors.New("sent again after a batch that may have delivered it")
-
-// countingTransport counts the HTTP requests it forwards to next: the RPC requests a
-// chain costs its node (bench/pipeline.md reports them per settle).
-type countingTransport struct {
-	next http.RoundTripper
-	n    atomic.Int64
-}
-
-func (t *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	t.n.Add(1)
-	return t.next.RoundTrip(r)
-}
-
-// redact returns err's text without the RPC URL, for logs. Callers still never put it in
-// a response.
-func (c *chain) redact(err error) string {
-	if err == nil {
-		return ""
-	}
-	return c.redactor.Replace(err.Error())
-}
-
-// isRPCReply reports whether err is an answer of the node (a JSON-RPC error object, such
-// as a revert), as opposed to a failure to reach it.
-func isRPCReply(err error) bool {
-	var re rpc.Error
-	return errors.As(err, &re)
-}
-
-// unavailable wraps a transport failure as errRPCUnavailable for the op, without the URL.
-func (c *chain) unavailable(op string, err error) error {
-	return &chainError{op: op, network: c.net.CAIP2, detail: c.redact(err)}
-}
-
-// chainError is a failure to reach a chain. Error() names the operation and network only;
-// Detail is the redacted cause for logs.
-type chainError struct {
-	op, network, detail string
-}
-
-func (e *chainError) Error() string {
-	return fmt.Sprintf("%s on %s: %s", e.op, e.network, errRPCUnavailable)
-}
-
-func (e *chainError) Unwrap() error { return errRPCUnavailable }
-
-// Detail is the cause with the RPC URL removed.
-func (e *chainError) Detail() string { return e.detail }
-
 // call runs eth_call of data against the token. A node reply (revert) comes back as
-// errCallReverted; anything else as a chainError.
+// txsender.ErrCallReverted; anything else as a chainError.
 func (c *chain) call(ctx context.Context, to common.Address, data []byte, op string) ([]byte, error) {
-	out, err := c.client.CallContract(ctx, ethereum.CallMsg{To: &to, Data: data}, nil)
+	out, err := c.Client.CallContract(ctx, ethereum.CallMsg{To: &to, Data: data}, nil)
 	if err != nil {
-		if isRPCReply(err) {
-			return nil, fmt.Errorf("%s: %w: %s", op, errCallReverted, c.redact(err))
+		if txsender.IsRPCReply(err) {
+			return nil, fmt.Errorf("%s: %w: %s", op, txsender.ErrCallReverted, c.Redact(err))
 		}
-		return nil, c.unavailable(op, err)
+		return nil, c.Unavailable(op, err)
 	}
 	return out, nil
 }
 
-// errCallReverted marks an eth_call the node answered with an error (usually a revert).
-var errCallReverted = errors.New("call reverted")
-
 // codeAt reports whether addr has contract code.
 func (c *chain) hasCode(ctx context.Context, addr common.Address) (bool, error) {
-	code, err := c.client.CodeAt(ctx, addr, nil)
+	code, err := c.Client.CodeAt(ctx, addr, nil)
 	if err != nil {
-		return false, c.unavailable("eth_getCode", err)
+		return false, c.Unavailable("eth_getCode", err)
 	}
 	return len(code) > 0, nil
 }
@@ -326,7 +167,7 @@ func (c *chain) isValidSignature1271(ctx context.Context, addr common.Address, h
 		return false, fmt.Errorf("pack isValidSignature: %w", err)
 	}
 	out, err := c.call(ctx, addr, data, "isValidSignature")
-	if errors.Is(err, errCallReverted) {
+	if errors.Is(err, txsender.ErrCallReverted) {
 		return false, nil
 	}
 	if err != nil {
@@ -353,15 +194,15 @@ func (c *chain) tokenState(ctx context.Context, from common.Address, nonce [32]b
 		{Method: "eth_call", Args: []any{callArg(asset, stateData), "latest"}, Result: &stateOut},
 		{Method: "eth_getCode", Args: []any{from, "latest"}, Result: &codeOut},
 	}
-	if err := c.batchCall(ctx, batch); err != nil {
-		return nil, false, false, c.unavailable("token state", err)
+	if err := c.BatchCall(ctx, batch); err != nil {
+		return nil, false, false, c.Unavailable("token state", err)
 	}
 	for _, el := range batch {
 		if el.Error != nil {
-			if isRPCReply(el.Error) {
-				return nil, false, false, fmt.Errorf("token state: %w: %s", errCallReverted, c.redact(el.Error))
+			if txsender.IsRPCReply(el.Error) {
+				return nil, false, false, fmt.Errorf("token state: %w: %s", txsender.ErrCallReverted, c.Redact(el.Error))
 			}
-			return nil, false, false, c.unavailable("token state", el.Error)
+			return nil, false, false, c.Unavailable("token state", el.Error)
 		}
 	}
 	balVals, err := c.abi.abi.Unpack("balanceOf", balOut)
@@ -393,12 +234,12 @@ func (c *chain) signerBalances(ctx context.Context, addr common.Address) (*big.I
 		{Method: "eth_getBalance", Args: []any{addr, "latest"}, Result: &native},
 		{Method: "eth_call", Args: []any{callArg(c.net.USDC.Address, data), "latest"}, Result: &assetOut},
 	}
-	if err := c.batchCall(ctx, batch); err != nil {
-		return nil, nil, c.unavailable("signer balances", err)
+	if err := c.BatchCall(ctx, batch); err != nil {
+		return nil, nil, c.Unavailable("signer balances", err)
 	}
 	for _, el := range batch {
 		if el.Error != nil {
-			return nil, nil, c.unavailable("signer balances", el.Error)
+			return nil, nil, c.Unavailable("signer balances", el.Error)
 		}
 	}
 	vals, err := c.abi.abi.Unpack("balanceOf", assetOut)
@@ -551,20 +392,20 @@ func erc6492SimCode(factory, token common.Address, factoryData, transferData []b
 
 // simulate6492 runs the ERC-6492 simulation of w's wallet deployment and transferData
 // against the asset. It returns sim6492OK or sim6492DeployFailed; a transfer the token
-// refuses comes back wrapped in errCallReverted with the token's message, a transport
+// refuses comes back wrapped in txsender.ErrCallReverted with the token's message, a transport
 // failure as a chainError.
 func (c *chain) simulate6492(ctx context.Context, w *erc6492, transferData []byte) (int, error) {
 	code := erc6492SimCode(w.Factory, c.net.USDC.Address, w.Calldata, transferData)
 	var out hexutil.Bytes
-	err := c.client.Client().CallContext(ctx, &out, "eth_call", map[string]any{"input": hexutil.Bytes(code)}, "latest")
+	err := c.Client.Client().CallContext(ctx, &out, "eth_call", map[string]any{"input": hexutil.Bytes(code)}, "latest")
 	if err != nil {
-		if isRPCReply(err) {
-			return 0, fmt.Errorf("erc-6492 simulation: %w: %s", errCallReverted, c.redact(err))
+		if txsender.IsRPCReply(err) {
+			return 0, fmt.Errorf("erc-6492 simulation: %w: %s", txsender.ErrCallReverted, c.Redact(err))
 		}
-		return 0, c.unavailable("erc-6492 simulation", err)
+		return 0, c.Unavailable("erc-6492 simulation", err)
 	}
 	if len(out) != 32 {
-		return 0, fmt.Errorf("erc-6492 simulation: %w: answer of %d bytes", errCallReverted, len(out))
+		return 0, fmt.Errorf("erc-6492 simulation: %w: answer of %d bytes", txsender.ErrCallReverted, len(out))
 	}
 	return int(out[31]), nil
 }

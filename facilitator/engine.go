@@ -5,24 +5,15 @@ package facilitator
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"errors"
-	"fmt"
 	"math/big"
-	"net/http"
 	"sync"
 	"time"
 
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/crypto"
-	"github.com/ethereum/go-ethereum/ethclient"
-	"github.com/ethereum/go-ethereum/rpc"
 	"go.uber.org/zap"
 
-	"github.com/x402gate/x402gate/facilitator/approval"
-	"github.com/x402gate/x402gate/facilitator/journal"
-	"github.com/x402gate/x402gate/internal/ratelimit"
-	"github.com/x402gate/x402gate/internal/redact"
+	"github.com/x402gate/x402gate/facilitator/txsender"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -41,132 +32,12 @@ const (
 	VerdictRequired VerdictMode = "required"
 )
 
-// Defaults of Config.
-const (
-	DefaultApprovalTTL    = 5 * time.Minute
-	DefaultReceiptTimeout = 30 * time.Second
-	DefaultRPCTimeout     = 30 * time.Second
-	DefaultBalanceCache   = 30 * time.Second
-	DefaultStuckAfter     = 2 * time.Minute
-	DefaultTakeoverAfter  = 5 * time.Second
-	// DefaultMaxFeeFactor: with Config.MaxFeePerGas nil, a settlement's replacements
-	// never offer a fee cap above this multiple of its first transaction's cap.
-	DefaultMaxFeeFactor = 10
-)
-
-// NetworkConfig is one chain the engine verifies and settles on.
-type NetworkConfig struct {
-	// Network names the chain (v1 name, CAIP-2 id, chain id) and pins the one asset the
-	// engine accepts there, with its EIP-712 domain (Network.USDC). Required.
-	Network x402.Network
-	// RPCURL is the chain's JSON-RPC endpoint. It may carry an API key, so it never appears
-	// in a response, an error or a log. Required.
-	RPCURL string
-	// MinAmount is the smallest requirement amount accepted, in the asset's base units.
-	// Default nil: no minimum.
-	MinAmount *big.Int
-}
-
-// Defaults of the per-payer verdict submission rate.
-const (
-	// DefaultVerdictRate is how many verdict requests per second one payer may make in
-	// the long run.
-	DefaultVerdictRate = 1.0
-	// DefaultVerdictBurst is how many one payer may make at once.
-	DefaultVerdictBurst = 10
-)
-
 // SubmitLimiter limits the verdict requests of one payer (the key is its address): anyone
 // with a funded address can make /verify submit one for each payment it signs, and each
 // costs the verdict service an evaluation (docs/facilitator.md#guardian). An error fails
 // the /verify closed.
 type SubmitLimiter interface {
 	Allow(ctx context.Context, key string) (bool, error)
-}
-
-// Config configures a Service.
-type Config struct {
-	// Networks lists the chains to serve. At least one is required.
-	Networks []NetworkConfig
-	// SignerKey is the facilitator account's key: it pays gas for every settlement. The
-	// engine owns this account's nonce, so each engine instance of a fleet must use its own
-	// key (instances that share a key would race for nonces). Required.
-	SignerKey *ecdsa.PrivateKey
-	// Store holds approvals and settlement claims. Use an approval.RedisStore shared by every
-	// instance of a fleet. Required.
-	Store approval.Store
-	// Journal is the settlement journal. Required.
-	Journal journal.Journal
-	// Verdicts is the verdict service client. Default nil: when VerdictMode requires a
-	// verdict, /verify fails closed.
-	Verdicts Verdicts
-	// VerdictMode is GUARDIAN_MODE. Default VerdictOff.
-	VerdictMode VerdictMode
-	// Pricing quotes the verification fee of a merchant requirement: the facilitator's own
-	// pricing service (verdictclient.Pricing). A /verify's verificationRequirements are
-	// settled only when they equal its quote exactly. Default nil: no verification fee is
-	// ever settled, and a /verify that brings one is invalid (FeeNotQuoted).
-	Pricing func(ctx context.Context, merchant *x402.Requirements) (*x402.Requirements, error)
-	// MaxMarkersPerPayer bounds, per payer, the optional-mode payments sent for a verdict
-	// and not settled yet; a /verify past it is refused without asking. Default
-	// DefaultMaxMarkersPerPayer (32).
-	MaxMarkersPerPayer int
-	// VerdictRate and VerdictBurst rate-limit the verdict requests of one payer (per
-	// second, and at once). Default DefaultVerdictRate (1/s) and DefaultVerdictBurst (10).
-	// A repeated /verify of a payment asks again and counts like a first
-	// (docs/facilitator.md#fresh-verdicts).
-	VerdictRate  float64
-	VerdictBurst int
-	// SubmitLimiter applies VerdictRate and VerdictBurst per payer. Default: an in-process
-	// ratelimit.Memory; a fleet gives every instance a ratelimit.Redis on one Redis.
-	SubmitLimiter SubmitLimiter
-	// VerdictURL is the verdict service's base URL, reported by Info only.
-	VerdictURL string
-	// ApprovalTTL bounds how long an approval stays usable. Default 5m; an approval never
-	// outlives the authorization's validBefore.
-	ApprovalTTL time.Duration
-	// ReceiptTimeout bounds the wait for a settlement's receipt. Default 30s; after it the
-	// settlement is reported as settlement_pending with its transaction hash.
-	ReceiptTimeout time.Duration
-	// RPCTimeout bounds each JSON-RPC request over HTTP, whatever its caller's context, so
-	// that a node that accepts a request and never answers cannot hold a settle, a
-	// reconcile run or a health read forever. Default DefaultRPCTimeout (30 s)
-	// (docs/reliability.md#resource-limits).
-	RPCTimeout time.Duration
-	// StuckAfter is how long an unmined settlement transaction that is next in the signer's
-	// nonce order may wait before Reconcile replaces it with a fee-bumped one, even though
-	// its fee cap still covers the base fee (a tip too low to be picked). A transaction whose
-	// fee cap is below the base fee is replaced at once. Default 2m; negative: only the
-	// base-fee test applies.
-	StuckAfter time.Duration
-	// TakeoverAfter is how long a settlement that another instance's signer journaled and
-	// never marked broadcast (that instance died between the two) must stay unchanged before
-	// SettlementStatus sends its journaled transaction again itself: the same signed bytes
-	// and hash, never a new transaction (docs/facilitator.md#takeover). Default
-	// DefaultTakeoverAfter (5 s); negative: SettlementStatus never sends anything.
-	TakeoverAfter time.Duration
-	// MaxFeePerGas is the highest fee cap (wei per gas) a fee-bumped replacement may offer.
-	// Default nil: DefaultMaxFeeFactor (10) times the fee cap of the settlement's first
-	// transaction. A settlement that would need more is left pending and reported with
-	// ReconcileFeeCeiling.
-	MaxFeePerGas *big.Int
-	// ERC6492Factories lists the wallet factories whose ERC-6492 wrapped signatures of
-	// not-yet-deployed wallets are accepted. Default empty: none.
-	ERC6492Factories []common.Address
-	// BalanceCacheTTL is how long Info caches the signer's native balance. Default 30s.
-	BalanceCacheTTL time.Duration
-	// SkipStartupReconcile makes a network ready without the start-up reconcile of its
-	// unfinished settlements (New, Start). Default false.
-	SkipStartupReconcile bool
-	// Logger receives payer, request hash and transaction hash fields, never keys or RPC
-	// URLs. Default zap.NewNop().
-	Logger *zap.Logger
-	// Now is the clock. Default time.Now.
-	Now func() time.Time
-
-	// beforeBroadcast, when set, runs after the journal row is written and before the
-	// transaction is sent; an error aborts the send. A test seam that simulates a crash.
-	beforeBroadcast func(journal.Settlement) error
 }
 
 // Service is the in-process facilitator. It satisfies gate.Facilitator, so a resource gate
@@ -183,6 +54,7 @@ type Service struct {
 	order     []*chain          // configuration order
 	factories map[common.Address]bool
 	markers   *markerBudget
+	proofs    proofs     // what in-process Verify calls proved, for their Settle
 	reconMu   sync.Mutex // guards lastRecon: networks come up concurrently
 	lastRecon ReconcileReport
 }
@@ -192,7 +64,7 @@ type Service struct {
 // networks up in the background (docs/facilitator.md#start-up). The Store and Journal
 // stay owned by the caller; Close releases only the RPC clients.
 func Open(cfg Config) (*Service, error) {
-	if err := cfg.check(); err != nil {
+	if err := cfg.prepare(); err != nil {
 		return nil, err
 	}
 	t, err := loadTokenABI()
@@ -204,13 +76,10 @@ func Open(cfg Config) (*Service, error) {
 		log:       cfg.Logger,
 		now:       cfg.Now,
 		abi:       t,
-		address:   crypto.PubkeyToAddress(cfg.SignerKey.PublicKey),
+		address:   crypto.PubkeyToAddress(cfg.Signer.PublicKey),
 		chains:    map[string]*chain{},
-		factories: map[common.Address]bool{},
+		factories: cfg.factories,
 		markers:   newMarkerBudget(cfg.MaxMarkersPerPayer),
-	}
-	for _, f := range cfg.ERC6492Factories {
-		e.factories[f] = true
 	}
 	for _, nc := range cfg.Networks {
 		c, err := e.dial(nc)
@@ -218,7 +87,7 @@ func Open(cfg Config) (*Service, error) {
 			e.Close()
 			return nil, err
 		}
-		e.chains[nc.Network.CAIP2] = c
+		e.chains[c.net.CAIP2] = c
 		e.order = append(e.order, c)
 	}
 	return e, nil
@@ -242,102 +111,30 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	return e, nil
 }
 
-// check validates cfg and fills its defaults.
-func (cfg *Config) check() error {
-	if len(cfg.Networks) == 0 {
-		return errors.New("facilitator config: no networks")
-	}
-	if cfg.SignerKey == nil {
-		return errors.New("facilitator config: signer key is required")
-	}
-	if cfg.Store == nil {
-		return errors.New("facilitator config: approval store is required")
-	}
-	if cfg.Journal == nil {
-		return errors.New("facilitator config: journal is required")
-	}
-	switch cfg.VerdictMode {
-	case "":
-		cfg.VerdictMode = VerdictOff
-	case VerdictOff, VerdictOptional, VerdictRequired:
-	default:
-		return fmt.Errorf("facilitator config: unknown guardian mode %q (want off, optional or required)", cfg.VerdictMode)
-	}
-	seen := map[string]bool{}
-	for i, nc := range cfg.Networks {
-		n := nc.Network
-		if n.ChainID == nil || n.ChainID.Sign() <= 0 || n.CAIP2 != "eip155:"+n.ChainID.String() {
-			return fmt.Errorf("facilitator config: network %d (%q): chain id and CAIP-2 id must agree", i, n.Name)
-		}
-		if n.USDC.Address == (common.Address{}) || n.USDC.Name == "" || n.USDC.Version == "" {
-			return fmt.Errorf("facilitator config: network %q: asset address and EIP-712 name and version are required", n.CAIP2)
-		}
-		if nc.RPCURL == "" {
-			return fmt.Errorf("facilitator config: network %q: rpc url is required", n.CAIP2)
-		}
-		if seen[n.CAIP2] {
-			return fmt.Errorf("facilitator config: network %q listed twice", n.CAIP2)
-		}
-		seen[n.CAIP2] = true
-	}
-	if cfg.ApprovalTTL <= 0 {
-		cfg.ApprovalTTL = DefaultApprovalTTL
-	}
-	if cfg.ReceiptTimeout <= 0 {
-		cfg.ReceiptTimeout = DefaultReceiptTimeout
-	}
-	if cfg.RPCTimeout <= 0 {
-		cfg.RPCTimeout = DefaultRPCTimeout
-	}
-	if cfg.StuckAfter == 0 {
-		cfg.StuckAfter = DefaultStuckAfter
-	}
-	if cfg.TakeoverAfter == 0 {
-		cfg.TakeoverAfter = DefaultTakeoverAfter
-	}
-	if cfg.MaxFeePerGas != nil && cfg.MaxFeePerGas.Sign() <= 0 {
-		return errors.New("facilitator config: max fee per gas must be positive")
-	}
-	if cfg.BalanceCacheTTL <= 0 {
-		cfg.BalanceCacheTTL = DefaultBalanceCache
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
-	}
-	if cfg.VerdictRate <= 0 {
-		cfg.VerdictRate = DefaultVerdictRate
-	}
-	if cfg.VerdictBurst <= 0 {
-		cfg.VerdictBurst = DefaultVerdictBurst
-	}
-	if cfg.SubmitLimiter == nil {
-		cfg.SubmitLimiter = ratelimit.NewMemory(cfg.VerdictRate, cfg.VerdictBurst)
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	return nil
-}
-
-// dial makes the RPC client of one network. The endpoint is http or https (Settings), so
-// this sends nothing: the first call connects.
+// dial makes the RPC client of one network, valid (Config.Validate). An http or https
+// endpoint is not contacted: the first call connects.
 func (e *Service) dial(nc NetworkConfig) (*chain, error) {
-	red := redact.URL(nc.RPCURL, "rpc")
-	rt := &countingTransport{next: http.DefaultTransport}
-	rc, err := rpc.DialOptions(context.Background(), nc.RPCURL, rpc.WithHTTPClient(&http.Client{Timeout: e.cfg.RPCTimeout, Transport: rt}))
+	net, err := nc.Network()
 	if err != nil {
-		return nil, fmt.Errorf("network %s: dial: %w: %s", nc.Network.CAIP2, errRPCUnavailable, red.Replace(err.Error()))
+		return nil, err
 	}
-	client := ethclient.NewClient(rc)
-	c := &chain{cfg: nc, net: nc.Network, client: client, rpcTimeout: e.cfg.RPCTimeout, abi: e.abi, redactor: red, requests: &rt.n, log: e.log}
-	c.sender = newSender(c, e.cfg.SignerKey, e.log)
+	minAmount, err := nc.minAmount()
+	if err != nil {
+		return nil, err
+	}
+	node, err := txsender.Dial(net.CAIP2, nc.RPC, e.cfg.RPCTimeout, e.log)
+	if err != nil {
+		return nil, err
+	}
+	c := &chain{Node: node, minAmount: minAmount, net: net, abi: e.abi}
+	c.sender = txsender.New(node, net.ChainID, e.cfg.Signer, e.log)
 	return c, nil
 }
 
 // Close releases the RPC clients. It does not close the Store or the Journal.
 func (e *Service) Close() {
 	for _, c := range e.order {
-		c.client.Close()
+		c.Node.Close()
 	}
 }
 
@@ -443,7 +240,7 @@ func (e *Service) cachedBalance(ctx context.Context, c *chain) (native, asset *b
 	}
 	n, a, err := c.signerBalances(ctx, e.address)
 	if err != nil {
-		e.log.Warn("read signer balance", zap.String("network", c.net.CAIP2), zap.String("error", c.redact(err)))
+		e.log.Warn("read signer balance", zap.String("network", c.net.CAIP2), zap.String("error", c.Redact(err)))
 		return c.balance, c.assetBalance // stale is better than nothing
 	}
 	c.balance, c.assetBalance, c.balanceAt = n, a, now

@@ -59,12 +59,12 @@ func (v *testEnv) config(t testing.TB) Config {
 	store := approval.NewMemoryStore(0)
 	t.Cleanup(func() { _ = store.Close() })
 	return Config{
-		Networks:  []NetworkConfig{{Network: v.net, RPCURL: v.chain.RPCURL}},
-		SignerKey: v.chain.FacilitatorAccount().Key,
-		Store:     store,
-		Journal:   j,
-		Logger:    zap.NewNop(),
-		Now:       func() time.Time { return v.now },
+		Networks: []NetworkConfig{NetworkOf(v.net, v.chain.RPCURL)},
+		Signer:   v.chain.FacilitatorAccount().Key,
+		Store:    store,
+		Journal:  j,
+		Logger:   zap.NewNop(),
+		Now:      func() time.Time { return v.now },
 		// The pricing service quotes 1000 base units to account 7 for every payment.
 		Pricing: func(context.Context, *x402.Requirements) (*x402.Requirements, error) {
 			return v.requirements(v.chain.Accounts[7].Address, big.NewInt(1_000)), nil
@@ -181,21 +181,22 @@ func approvedVerdict() *fakeVerdicts {
 func TestNewRefusesIncompleteConfig(t *testing.T) {
 	env := newTestEnv(t)
 	wrongChain := env.net
-	wrongChain.ChainID, wrongChain.CAIP2 = big.NewInt(8453), "eip155:8453"
+	wrongChain.Name, wrongChain.ChainID, wrongChain.CAIP2 = x402.Base.Name, big.NewInt(8453), "eip155:8453"
 	cases := []struct {
 		name   string
 		mutate func(*Config)
 		want   string
 	}{
-		{"no networks", func(c *Config) { c.Networks = nil }, "no networks"},
-		{"no signer key", func(c *Config) { c.SignerKey = nil }, "signer key"},
+		{"no networks", func(c *Config) { c.Networks = nil }, "network: at least one is required"},
+		{"no signer key", func(c *Config) { c.Signer = nil }, "signer_key: is required"},
+		{"a signer key that is not one", func(c *Config) { c.Signer, c.SignerKey = nil, "0xabc" }, "signer_key: is not a hex secp256k1 private key"},
 		{"no approval store", func(c *Config) { c.Store = nil }, "approval store"},
 		{"no journal", func(c *Config) { c.Journal = nil }, "journal"},
-		{"unknown guardian mode", func(c *Config) { c.VerdictMode = "sometimes" }, "guardian mode"},
-		{"network without rpc url", func(c *Config) { c.Networks[0].RPCURL = "" }, "rpc url"},
-		{"network without asset domain", func(c *Config) { c.Networks[0].Network.USDC.Name = "" }, "EIP-712"},
-		{"rpc endpoint serves another chain", func(c *Config) { c.Networks[0].Network = wrongChain }, "serves chain id 84532"},
-		{"rpc endpoint down, url not in the error", func(c *Config) { c.Networks[0].RPCURL = "http://127.0.0.1:1/key-abc123" }, "rpc unavailable"},
+		{"unknown guardian mode", func(c *Config) { c.VerdictMode = "sometimes" }, "guardian_mode"},
+		{"network without rpc url", func(c *Config) { c.Networks[0].RPC = "" }, "rpc: is required"},
+		{"network without asset domain", func(c *Config) { c.Networks[0].AssetName = "" }, "EIP-712"},
+		{"rpc endpoint serves another chain", func(c *Config) { c.Networks[0] = NetworkOf(wrongChain, env.chain.RPCURL) }, "serves chain id 84532"},
+		{"rpc endpoint down, url not in the error", func(c *Config) { c.Networks[0].RPC = "http://127.0.0.1:1/key-abc123" }, "rpc unavailable"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -262,7 +263,7 @@ func TestInfoShowsBalanceAndNoSecrets(t *testing.T) {
 	if strings.Contains(string(b), env.chain.RPCURL) {
 		t.Errorf("info %s carries the RPC URL", b)
 	}
-	key := common.Bytes2Hex(crypto.FromECDSA(cfg.SignerKey))
+	key := common.Bytes2Hex(crypto.FromECDSA(cfg.Signer))
 	if strings.Contains(string(b), key) {
 		t.Error("info carries the signer key")
 	}

@@ -55,7 +55,7 @@ func TestVerifyERC6492OnlyFromAnAllowListedFactory(t *testing.T) {
 
 	open := env.engine(t, env.config(t)) // no factory allow-listed
 	cfg := env.config(t)
-	cfg.ERC6492Factories = []common.Address{create2Deployer}
+	cfg.ERC6492Factories = []string{create2Deployer.Hex()}
 	cfg.SkipStartupReconcile = true
 	allowed := env.engine(t, cfg)
 

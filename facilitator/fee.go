@@ -42,7 +42,7 @@ func (e *Service) feeCheck(ctx context.Context, c *checked, in x402.VerifyInput)
 // (also when the settlement is pending) and, unless the fee is settled, a FeeError: the
 // reason code of the failure.
 func (e *Service) settleFee(ctx context.Context, in x402.VerifyInput) (txHash, feeErr string) {
-	res, err := e.settle(ctx, in.VerificationPayment, in.VerificationRequirements, false)
+	res, err := e.settle(ctx, in.VerificationPayment, in.VerificationRequirements, false, nil)
 	switch {
 	case err != nil:
 		return "", x402.ReasonUnexpectedSettle.V2()

@@ -8,6 +8,7 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/crypto"
 
+	"github.com/x402gate/x402gate/facilitator/txsender"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -26,11 +27,7 @@ func freshAccount(t *testing.T) testenv.Account {
 // (v,r,s), and whether it keeps one.
 func keptLimit(e *Service) (uint64, bool) {
 	c := e.order[0]
-	s := c.sender
-	s.gasMu.Lock()
-	defer s.gasMu.Unlock()
-	g, ok := s.gasLimits[gasKey{to: c.net.USDC.Address, selector: [4]byte(c.abi.transferVRS.ID)}]
-	return g, ok
+	return c.sender.(*txsender.Sender).GasLimit(c.net.USDC.Address, [4]byte(c.abi.transferVRS.ID))
 }
 
 // settleOK settles p and fails t unless it settled; it returns the transaction's gas limit
@@ -73,7 +70,7 @@ func TestSettleGasLimitKeptFromACheapTransferCarriesTheCostlyOnes(t *testing.T) 
 	if !ok || kept != limit {
 		t.Fatalf("kept limit %d (%v), want the first settlement's limit %d", kept, ok, limit)
 	}
-	if used > limit/simulateHeadroom*12/10 {
+	if used > limit/txsender.SimulateHeadroom*12/10 {
 		t.Errorf("the first settlement used %d gas of a limit of %d: the estimate it was kept from is off", used, limit)
 	}
 
@@ -119,7 +116,7 @@ func TestSimulateWithAKeptLimitRefusesWhatTheTokenReverts(t *testing.T) {
 	}
 
 	// The settled authorization again: its nonce is used on chain.
-	c, f := e.checkSigned(ctx, p, r)
+	c, f := e.checkSigned(ctx, p, r, nil)
 	if f != nil {
 		t.Fatalf("checkSigned: %+v", f)
 	}
@@ -128,7 +125,7 @@ func TestSimulateWithAKeptLimitRefusesWhatTheTokenReverts(t *testing.T) {
 	}
 	// A payer without funds.
 	p, r = env.pay(t, x402.Version2, freshAccount(t), payee.Address)
-	if c, f = e.checkSigned(ctx, p, r); f != nil {
+	if c, f = e.checkSigned(ctx, p, r, nil); f != nil {
 		t.Fatalf("checkSigned: %+v", f)
 	}
 	if _, f := e.simulate(ctx, c); f == nil || f.reason != x402.ReasonInsufficientFunds {
@@ -152,10 +149,7 @@ func TestSimulateEstimatesAgainWhenTheKeptLimitRunsOut(t *testing.T) {
 	// Stand in for a token upgrade that made the transfer costlier: the kept limit is now
 	// too small to run it (a transaction needs 21,000 before any code runs).
 	c := e.order[0]
-	key := gasKey{to: c.net.USDC.Address, selector: [4]byte(c.abi.transferVRS.ID)}
-	c.sender.gasMu.Lock()
-	c.sender.gasLimits[key] = 30_000
-	c.sender.gasMu.Unlock()
+	c.sender.(*txsender.Sender).KeepGasLimit(c.net.USDC.Address, [4]byte(c.abi.transferVRS.ID), 30_000)
 
 	p, r = env.pay(t, x402.Version2, payer, freshAccount(t).Address)
 	limit, used := settleOK(t, env, e, p, r)

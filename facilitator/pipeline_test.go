@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/x402gate/x402gate/facilitator/journal"
+	"github.com/x402gate/x402gate/facilitator/txsender"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -130,12 +131,8 @@ func TestBatchFailureDoesNotWedgeLaterNonces(t *testing.T) {
 			// The first settle's batch holds the lead until the other n-1 wait in the queue,
 			// so they make up the next batch together.
 			close(inHook)
-			s := e.order[0].sender
-			waitFor(t, "the other settles queued", func() bool {
-				s.qmu.Lock()
-				defer s.qmu.Unlock()
-				return len(s.queue) == n-1
-			})
+			s := e.order[0].sender.(*txsender.Sender)
+			waitFor(t, "the other settles queued", func() bool { return s.Queued() == n-1 })
 		case 3: // the second transaction of the second batch
 			return crash
 		}
@@ -167,7 +164,7 @@ func TestBatchFailureDoesNotWedgeLaterNonces(t *testing.T) {
 	}
 	for _, k := range refused {
 		row, err := cfg.Journal.Get(context.Background(), k)
-		if err != nil || row.State != journal.StateFailed || row.Reason != reasonNotBroadcast {
+		if err != nil || row.State != journal.StateFailed || row.Reason != txsender.ReasonNotBroadcast {
 			t.Errorf("row of a transaction behind the crash = %+v, %v; want failed, not_broadcast", row, err)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/x402gate/x402gate/facilitator/journal"
+	"github.com/x402gate/x402gate/facilitator/txsender"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -157,7 +158,7 @@ func (e *Service) reconcile(ctx context.Context, minAge time.Duration, only *cha
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			rcpt, err := w.c.sender.waitReceipts(ctx, w.p.hashes, w.p.latest, e.cfg.ReceiptTimeout)
+			rcpt, err := w.c.sender.WaitReceipts(ctx, w.p.hashes, w.p.latest, time.Duration(e.cfg.ReceiptTimeout))
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -193,11 +194,11 @@ const noteReceiptHidden = "mined; receipt not yet available"
 // (docs/failure-modes.md).
 func (c *chain) attemptMined(ctx context.Context, hashes []common.Hash) (bool, error) {
 	for _, h := range hashes {
-		_, pending, err := c.client.TransactionByHash(ctx, h)
+		_, pending, err := c.Client.TransactionByHash(ctx, h)
 		switch {
 		case errors.Is(err, ethereum.NotFound):
 		case err != nil:
-			return false, c.unavailable("transaction", err)
+			return false, c.Unavailable("transaction", err)
 		case !pending:
 			return true, nil
 		}
@@ -236,23 +237,23 @@ func (e *Service) planRow(ctx context.Context, c *chain, row journal.Settlement)
 	p := rowPlan{hashes: hashes, latestHash: latest.Hash()}
 	// Chain state is read before the receipts, so a transaction mined in between shows up
 	// as a receipt rather than as "settled elsewhere" or "dropped".
-	mined, err := c.client.NonceAt(ctx, from, nil)
+	mined, err := c.Client.NonceAt(ctx, from, nil)
 	if err != nil {
-		return rowPlan{}, c.unavailable("sender nonce", err)
+		return rowPlan{}, c.Unavailable("sender nonce", err)
 	}
 	used, err := c.authorizationUsed(ctx, row.Payer, row.Nonce)
 	if err != nil {
 		return rowPlan{}, err
 	}
 	for i := len(p.hashes) - 1; i >= 0; i-- {
-		rcpt, err := c.client.TransactionReceipt(ctx, p.hashes[i])
+		rcpt, err := c.Client.TransactionReceipt(ctx, p.hashes[i])
 		switch {
 		case err == nil && rcpt != nil:
 			p.state, p.reason = receiptState(c, rcpt, row)
 			p.settled, p.receipt = p.hashes[i], rcpt
 			return p, nil
 		case err != nil && !errors.Is(err, ethereum.NotFound):
-			return rowPlan{}, c.unavailable("receipt", err)
+			return rowPlan{}, c.Unavailable("receipt", err)
 		}
 	}
 	if used || mined > row.SenderNonce {
@@ -273,7 +274,7 @@ func (e *Service) planRow(ctx context.Context, c *chain, row journal.Settlement)
 			return p, nil
 		}
 	}
-	if from == c.sender.addr {
+	if from == e.address {
 		stuck, base, err := e.stuck(ctx, c, latest, last, mined == row.SenderNonce)
 		if err != nil {
 			return rowPlan{}, err
@@ -282,7 +283,7 @@ func (e *Service) planRow(ctx context.Context, c *chain, row journal.Settlement)
 			return e.bump(ctx, c, row, p, first, latest, last, base)
 		}
 	}
-	if err := c.sender.resend(ctx, latest); err != nil {
+	if err := c.sender.Resend(ctx, latest); err != nil {
 		return rowPlan{}, err
 	}
 	e.markBroadcast(ctx, row, latest)
@@ -327,7 +328,7 @@ func latestAttempt(first *types.Transaction, attempts []journal.Attempt) (*types
 // replacement: its fee cap is below the base fee, or it is next in the signer's nonce
 // order (head) and was journaled at least Config.StuckAfter ago. It returns the base fee.
 func (e *Service) stuck(ctx context.Context, c *chain, latest *types.Transaction, last journal.Attempt, head bool) (bool, *big.Int, error) {
-	base, err := c.sender.baseFee(ctx)
+	base, err := c.sender.BaseFee(ctx)
 	if err != nil {
 		return false, nil, err
 	}
@@ -341,29 +342,29 @@ func (e *Service) stuck(ctx context.Context, c *chain, latest *types.Transaction
 // same nonce and calldata: journaled (AddAttempt) before it is broadcast.
 func (e *Service) bump(ctx context.Context, c *chain, row journal.Settlement, p rowPlan,
 	first, latest *types.Transaction, last journal.Attempt, base *big.Int) (rowPlan, error) {
-	suggested, err := c.client.SuggestGasTipCap(ctx)
+	suggested, err := c.Client.SuggestGasTipCap(ctx)
 	if err != nil {
-		return rowPlan{}, c.unavailable("suggest gas tip", err)
+		return rowPlan{}, c.Unavailable("suggest gas tip", err)
 	}
 	ceiling := e.cfg.MaxFeePerGas
 	if ceiling == nil {
 		ceiling = new(big.Int).Mul(first.GasFeeCap(), big.NewInt(DefaultMaxFeeFactor))
 	}
-	tip, feeCap, ok := bumpFees(latest.GasTipCap(), latest.GasFeeCap(), suggested, base, ceiling)
+	tip, feeCap, ok := txsender.BumpFees(latest.GasTipCap(), latest.GasFeeCap(), suggested, base, ceiling)
 	if !ok {
 		e.log.Warn("reconcile: settlement stuck, fee bump would pass the fee ceiling",
 			zap.String("payer", row.Payer.Hex()), zap.String("tx", latest.Hash().Hex()),
 			zap.Uint64("senderNonce", latest.Nonce()), zap.String("feeCap", latest.GasFeeCap().String()),
 			zap.String("baseFee", base.String()), zap.String("maxFeePerGas", ceiling.String()))
 		// The same bytes again keep the attempt in the node's pool, should fees fall.
-		if err := c.sender.resend(ctx, latest); err != nil {
+		if err := c.sender.Resend(ctx, latest); err != nil {
 			e.logChainErr("reconcile: resend stuck transaction", c, err)
 		}
 		p.note = ReconcileFeeCeiling
 		return p, nil
 	}
 	seq := last.Seq + 1
-	tx, err := c.sender.sendReplacement(ctx, latest, tip, feeCap, func(tx *types.Transaction) error {
+	tx, err := c.sender.SendReplacement(ctx, latest, tip, feeCap, func(tx *types.Transaction) error {
 		raw, err := tx.MarshalBinary()
 		if err != nil {
 			return fmt.Errorf("encode replacement: %w", err)
@@ -380,7 +381,7 @@ func (e *Service) bump(ctx context.Context, c *chain, row journal.Settlement, p 
 	}
 	p.hashes = append(p.hashes, tx.Hash())
 	p.latestHash = tx.Hash()
-	if errors.Is(err, errNotBroadcast) {
+	if errors.Is(err, txsender.ErrNotBroadcast) {
 		// Journaled, refused by the node: the row stays for the next run, which starts
 		// from this attempt's fees.
 		e.logChainErr("reconcile: fee bump refused", c, err)

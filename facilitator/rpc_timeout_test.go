@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/x402gate/x402gate/facilitator/txsender"
 	"github.com/x402gate/x402gate/internal/testenv"
 )
 
@@ -16,7 +17,7 @@ import (
 func TestRPCCallsHaveADeadline(t *testing.T) {
 	env := newTestEnv(t)
 	cfg := env.config(t)
-	cfg.Networks[0].RPCURL = testenv.HungRPC(t)
+	cfg.Networks[0].RPC = testenv.HungRPC(t)
 	cfg.RPCTimeout = 200 * time.Millisecond
 	done := make(chan error, 1)
 	go func() {
@@ -28,7 +29,7 @@ func TestRPCCallsHaveADeadline(t *testing.T) {
 	}()
 	select {
 	case err := <-done:
-		if !errors.Is(err, errRPCUnavailable) {
+		if !errors.Is(err, txsender.ErrRPCUnavailable) {
 			t.Fatalf("New against a hung node: %v, want the chain unavailable", err)
 		}
 	case <-time.After(2 * time.Minute):

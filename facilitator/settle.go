@@ -14,6 +14,7 @@ import (
 
 	"github.com/x402gate/x402gate/facilitator/approval"
 	"github.com/x402gate/x402gate/facilitator/journal"
+	"github.com/x402gate/x402gate/facilitator/txsender"
 	"github.com/x402gate/x402gate/internal/faults"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -40,8 +41,13 @@ import (
 //     value) log of the asset confirm it. No receipt in time is settlement_pending with
 //     the transaction hash; the journal row stays "broadcast" for Reconcile, and the
 //     authorization is never broadcast again in a new transaction.
+//
+// When this process's Verify proved this very payment (the same payment and requirements
+// values, less than proofTTL ago), step 1 does not recover the signature again and step 2
+// does not read the token's state again: the simulation of step 3 is the token's own check
+// of the moment. A remote /settle (Remote) always runs every check.
 func (e *Service) Settle(ctx context.Context, p *x402.Payment, r *x402.Requirements) (x402.SettleResponse, error) {
-	res, err := e.settle(ctx, p, r, true)
+	res, err := e.settle(ctx, p, r, true, e.proofs.take(p, r, e.now()))
 	return res.resp, err
 }
 
@@ -52,8 +58,9 @@ type settleResult struct {
 	reason x402.Reason
 }
 
-// settle runs Settle; withApproval is false for the verification fee, which needs none.
-func (e *Service) settle(ctx context.Context, p *x402.Payment, r *x402.Requirements, withApproval bool) (settleResult, error) {
+// settle runs Settle; withApproval is false for the verification fee, which needs none;
+// pr is what Verify proved of p, or nil for the full checks.
+func (e *Service) settle(ctx context.Context, p *x402.Payment, r *x402.Requirements, withApproval bool, pr *proof) (settleResult, error) {
 	v := versionOf(p)
 	res := settleResult{resp: x402.SettleResponse{Payer: payerOf(p)}}
 	if p != nil {
@@ -72,7 +79,7 @@ func (e *Service) settle(ctx context.Context, p *x402.Payment, r *x402.Requireme
 		return res, nil
 	}
 	if p == nil || r == nil {
-		_, f := e.checkStatic(p, r, e.now())
+		_, f := e.checkStatic(p, r, e.now(), nil)
 		return refuse(f)
 	}
 	key := x402.KeyOf(p, r)
@@ -80,7 +87,7 @@ func (e *Service) settle(ctx context.Context, p *x402.Payment, r *x402.Requireme
 	// unsigned or forged settle naming an approved payment's key must not consume it.
 	// The token's state is read after, so a genuine payment whose settlement then fails
 	// (nonce used, funds short) has consumed its approval all the same.
-	c, f := e.checkSigned(ctx, p, r)
+	c, f := e.checkSigned(ctx, p, r, pr)
 	if f != nil {
 		return refuse(f)
 	}
@@ -91,10 +98,12 @@ func (e *Service) settle(ctx context.Context, p *x402.Payment, r *x402.Requireme
 		}
 	}
 	faults.Point("settle.after-approval")
-	if f := e.checkTokenState(ctx, c); f != nil {
-		return refuse(f)
+	if !c.proven {
+		if f := e.checkTokenState(ctx, c); f != nil {
+			return refuse(f)
+		}
 	}
-	var cl call
+	var cl txsender.Call
 	if c.wrap == nil {
 		if cl, f = e.simulate(ctx, c); f != nil {
 			return refuse(f)
@@ -125,7 +134,7 @@ func (e *Service) settle(ctx context.Context, p *x402.Payment, r *x402.Requireme
 			return refuse(f)
 		}
 	}
-	tx, err := c.chain.sender.send(ctx, cl, e.journaled(c))
+	tx, err := c.chain.sender.Send(ctx, cl, e.journaled(c))
 	if tx != nil {
 		res.resp.Transaction, res.resp.TxHash = tx.Hash().Hex(), tx.Hash().Hex()
 	}
@@ -133,22 +142,22 @@ func (e *Service) settle(ctx context.Context, p *x402.Payment, r *x402.Requireme
 	case errors.Is(err, journal.ErrDuplicateSettlement):
 		res.resp.Transaction, res.resp.TxHash = "", ""
 		return refuse(fail(x402.ReasonDuplicateSettlement, "this authorization is already journaled for settlement"))
-	case errors.Is(err, errBroadcastUnknown):
+	case errors.Is(err, txsender.ErrBroadcastUnknown):
 		e.logChainErr("broadcast", c.chain, err)
 		return refuse(fail(x402.ReasonSettlementPending, "broadcast outcome unknown; reconcile before retrying"))
-	case errors.Is(err, errNotBroadcast) && tx != nil:
+	case errors.Is(err, txsender.ErrNotBroadcast) && tx != nil:
 		// The journal row exists but the node refused the transaction, for certain: it was
 		// never in the node's pool and no money moved. The answer names no transaction, so
 		// a gate answers a refusal (402) instead of an outcome to reconcile (502 with a
 		// retry credit).
 		res.resp.Transaction, res.resp.TxHash = "", ""
-		e.journalUpdate(ctx, c, journal.StateFailed, reasonNotBroadcast)
+		e.journalUpdate(ctx, c, journal.StateFailed, txsender.ReasonNotBroadcast)
 		e.logChainErr("broadcast refused", c.chain, err)
-		if errors.Is(err, errRPCUnavailable) {
+		if errors.Is(err, txsender.ErrRPCUnavailable) {
 			return refuse(fail(x402.ReasonChainUnavailable, "rpc unavailable"))
 		}
 		return refuse(fail(x402.ReasonUnexpectedSettle, "the node refused the settlement transaction"))
-	case errors.Is(err, errRPCUnavailable):
+	case errors.Is(err, txsender.ErrRPCUnavailable):
 		e.logChainErr("prepare broadcast", c.chain, err)
 		res.resp.Transaction, res.resp.TxHash = "", ""
 		return refuse(fail(x402.ReasonChainUnavailable, "rpc unavailable"))
@@ -166,7 +175,7 @@ func (e *Service) settle(ctx context.Context, p *x402.Payment, r *x402.Requireme
 	e.log.Info("settlement broadcast", zap.String("payer", res.resp.Payer), zap.String("tx", tx.Hash().Hex()),
 		zap.String("network", c.chain.net.CAIP2), zap.Uint64("senderNonce", tx.Nonce()))
 
-	rcpt, err := c.chain.sender.waitReceipt(ctx, tx, e.cfg.ReceiptTimeout)
+	rcpt, err := c.chain.sender.WaitReceipt(ctx, tx, time.Duration(e.cfg.ReceiptTimeout))
 	if err != nil {
 		var latest common.Hash
 		if rcpt, latest = e.settleBump(ctx, c, tx); latest != (common.Hash{}) {
@@ -198,7 +207,7 @@ func (e *Service) settle(ctx context.Context, p *x402.Payment, r *x402.Requireme
 // changed). Otherwise, or when the row was decided some other way (settled elsewhere,
 // dropped, fee ceiling), it returns no receipt and leaves the row to Reconcile.
 func (e *Service) settleBump(ctx context.Context, c *checked, tx *types.Transaction) (rcpt *types.Receipt, latest common.Hash) {
-	base, err := c.chain.sender.baseFee(ctx)
+	base, err := c.chain.sender.BaseFee(ctx)
 	if err != nil || tx.GasFeeCap().Cmp(base) >= 0 {
 		return nil, common.Hash{}
 	}
@@ -216,7 +225,7 @@ func (e *Service) settleBump(ctx context.Context, c *checked, tx *types.Transact
 	case !p.bumped:
 		return nil, p.latestHash
 	}
-	rcpt, err = c.chain.sender.waitReceipts(ctx, p.hashes, p.latest, e.cfg.ReceiptTimeout)
+	rcpt, err = c.chain.sender.WaitReceipts(ctx, p.hashes, p.latest, time.Duration(e.cfg.ReceiptTimeout))
 	if err != nil {
 		return nil, p.latest.Hash()
 	}
@@ -227,7 +236,7 @@ func (e *Service) settleBump(ctx context.Context, c *checked, tx *types.Transact
 // and the settlement, each a send plus a receipt wait, and a fee-bumped replacement's
 // receipt wait.
 func (e *Service) detachedBound() time.Duration {
-	return 3*e.cfg.ReceiptTimeout + time.Minute
+	return 3*time.Duration(e.cfg.ReceiptTimeout) + time.Minute
 }
 
 // consumeApproval applies docs/facilitator.md#settle-order rule 1 for the engine's GUARDIAN_MODE. In
@@ -287,25 +296,25 @@ func (e *Service) claim(ctx context.Context, c *checked) *failure {
 
 // simulate packs transferWithAuthorization for c and runs it without broadcasting (the
 // token's own checks), which also sets the transaction's gas limit.
-func (e *Service) simulate(ctx context.Context, c *checked) (call, *failure) {
+func (e *Service) simulate(ctx context.Context, c *checked) (txsender.Call, *failure) {
 	data, err := c.chain.transferCalldata(c.auth, c.sig, c.eoa)
 	if err != nil {
-		return call{}, fail(x402.ReasonInvalidSignature, "signature cannot be encoded for the token")
+		return txsender.Call{}, fail(x402.ReasonInvalidSignature, "signature cannot be encoded for the token")
 	}
 	// An EOA signature runs the token's own code only, whose gas the sender's kept limit
 	// bounds (docs/facilitator.md#gas-limit); a contract signer's isValidSignature is its
 	// own code, so its transfer is estimated every time.
-	simulate := c.chain.sender.estimate
+	simulate := c.chain.sender.Estimate
 	if c.eoa {
-		simulate = c.chain.sender.simulate
+		simulate = c.chain.sender.Simulate
 	}
 	cl, err := simulate(ctx, c.chain.net.USDC.Address, data)
 	if err != nil {
 		e.logChainErr("simulate settlement", c.chain, err)
-		if errors.Is(err, errRPCUnavailable) {
-			return call{}, fail(x402.ReasonChainUnavailable, "rpc unavailable")
+		if errors.Is(err, txsender.ErrRPCUnavailable) {
+			return txsender.Call{}, fail(x402.ReasonChainUnavailable, "rpc unavailable")
 		}
-		return call{}, fail(revertReason(err), "the token refuses the transfer")
+		return txsender.Call{}, fail(revertReason(err), "the token refuses the transfer")
 	}
 	return cl, nil
 }
@@ -332,19 +341,19 @@ func revertReason(err error) x402.Reason {
 // deployWallet sends the ERC-6492 factory call of c's wallet and waits for it. The
 // factory was allow-listed at verify.
 func (e *Service) deployWallet(ctx context.Context, c *checked) *failure {
-	cl, err := c.chain.sender.estimate(ctx, c.wrap.Factory, c.wrap.Calldata)
+	cl, err := c.chain.sender.Estimate(ctx, c.wrap.Factory, c.wrap.Calldata)
 	if err != nil {
-		if errors.Is(err, errRPCUnavailable) {
+		if errors.Is(err, txsender.ErrRPCUnavailable) {
 			return fail(x402.ReasonChainUnavailable, "rpc unavailable")
 		}
 		return fail(x402.ReasonUndeployedWallet, "wallet deployment would revert")
 	}
-	tx, err := c.chain.sender.send(ctx, cl, nil)
+	tx, err := c.chain.sender.Send(ctx, cl, nil)
 	if err != nil {
 		e.logChainErr("deploy wallet", c.chain, err)
 		return fail(x402.ReasonUndeployedWallet, "wallet deployment was not sent")
 	}
-	rcpt, err := c.chain.sender.waitReceipt(ctx, tx, e.cfg.ReceiptTimeout)
+	rcpt, err := c.chain.sender.WaitReceipt(ctx, tx, time.Duration(e.cfg.ReceiptTimeout))
 	if err != nil || rcpt.Status != types.ReceiptStatusSuccessful {
 		return fail(x402.ReasonUndeployedWallet, "wallet deployment did not succeed")
 	}
@@ -377,8 +386,8 @@ func checkReceipt(ch *chain, r *types.Receipt, a x402.Authorization) *failure {
 // journaled is how the settlement transaction of c is journaled: its row is written before
 // it is broadcast (with the other sends of its batch, in one transaction), then the crash
 // test seam runs.
-func (e *Service) journaled(c *checked) *journaled {
-	jn := &journaled{j: e.cfg.Journal, row: func(tx *types.Transaction) (journal.Settlement, error) {
+func (e *Service) journaled(c *checked) *txsender.Journaled {
+	jn := &txsender.Journaled{Journal: e.cfg.Journal, Row: func(tx *types.Transaction) (journal.Settlement, error) {
 		raw, err := tx.MarshalBinary()
 		if err != nil {
 			return journal.Settlement{}, fmt.Errorf("encode transaction: %w", err)
@@ -401,7 +410,7 @@ func (e *Service) journaled(c *checked) *journaled {
 			UpdatedAt:        now,
 		}, nil
 	}}
-	jn.after = func(s journal.Settlement) error {
+	jn.After = func(s journal.Settlement) error {
 		faults.Point("settle.after-journal")
 		if e.cfg.beforeBroadcast != nil {
 			return e.cfg.beforeBroadcast(s)

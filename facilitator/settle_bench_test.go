@@ -60,7 +60,7 @@ func benchSettleConcurrent(b *testing.B, conc int) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	selfBefore, nodeBefore := selfCPU(), childrenCPU()
-	rpcBefore := e.order[0].requests.Load()
+	rpcBefore := e.order[0].Requests()
 	start := time.Now()
 	for range conc {
 		wg.Add(1)
@@ -87,7 +87,7 @@ func benchSettleConcurrent(b *testing.B, conc int) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	self, node := selfCPU()-selfBefore, childrenCPU()-nodeBefore
-	rpcs := e.order[0].requests.Load() - rpcBefore
+	rpcs := e.order[0].Requests() - rpcBefore
 	b.StopTimer()
 	slices.Sort(lat)
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "settles/s")
@@ -145,4 +145,47 @@ func childrenCPU() time.Duration {
 		}
 	}
 	return time.Duration(sum) * clockTick
+}
+
+// BenchmarkPaidRequest is the bundled facilitator's work for one paid request: Verify,
+// then Settle, of the same payment values in process, as a gate on the bundled
+// facilitator makes them, against anvil with automine (GUARDIAN_MODE off, MemoryStore,
+// SQLite journal). The payments, from the nine funded payer accounts in turn, are signed
+// before the timer starts. It reports the CPU time of this process per paid request, the
+// anvil node's, and the HTTP requests to the node per paid request (bench/results.md).
+//
+//	go test -run '^$' -bench BenchmarkPaidRequest -benchtime 200x ./facilitator/
+func BenchmarkPaidRequest(b *testing.B) {
+	env := benchEnv(b)
+	e := env.engine(b, env.config(b))
+	payee := env.chain.Accounts[len(env.chain.Accounts)-1].Address
+	payers := env.chain.Accounts[1 : len(env.chain.Accounts)-1]
+	ctx := context.Background()
+	pay := func(p *x402.Payment, r *x402.Requirements) {
+		if v, err := e.Verify(ctx, x402.VerifyInput{Payment: p, Requirements: r}); err != nil || !v.IsValid {
+			b.Fatalf("verify = %+v, %v", v, err)
+		}
+		if s, err := e.Settle(ctx, p, r); err != nil || !s.Success {
+			b.Fatalf("settle = %+v, %v", s, err)
+		}
+	}
+	pay(env.pay(b, x402.Version2, payers[0], payee)) // warm the fee cache, nonce, connections
+	ps := make([]*x402.Payment, b.N)
+	rs := make([]*x402.Requirements, b.N)
+	for i := range b.N {
+		ps[i], rs[i] = env.pay(b, x402.Version2, payers[i%len(payers)], payee)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	selfBefore, nodeBefore := selfCPU(), childrenCPU()
+	rpcBefore := e.order[0].Requests()
+	for i := range b.N {
+		pay(ps[i], rs[i])
+	}
+	self, node := selfCPU()-selfBefore, childrenCPU()-nodeBefore
+	rpcs := e.order[0].Requests() - rpcBefore
+	b.StopTimer()
+	b.ReportMetric(float64(self.Microseconds())/1000/float64(b.N), "cpu-ms/payment")
+	b.ReportMetric(float64(node.Microseconds())/1000/float64(b.N), "anvil-cpu-ms/payment")
+	b.ReportMetric(float64(rpcs)/float64(b.N), "rpc/payment")
 }

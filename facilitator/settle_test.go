@@ -157,7 +157,7 @@ func TestSettleFleetSharingRedisBroadcastsOnce(t *testing.T) {
 			t.Fatalf("redis store %d: %v", i, err)
 		}
 		t.Cleanup(func() { _ = store.Close() })
-		cfg.Store, cfg.SignerKey = store, s.Key
+		cfg.Store, cfg.Signer = store, s.Key
 		engines = append(engines, env.engine(t, cfg))
 	}
 	var before uint64
@@ -283,7 +283,7 @@ func TestSettleRedisDownRefusesAndNeverBroadcasts(t *testing.T) {
 func TestSettleReceiptTimeoutIsPendingThenReconciled(t *testing.T) {
 	env := newTestEnv(t)
 	cfg := env.config(t)
-	cfg.ReceiptTimeout = 300 * time.Millisecond // the chain will not mine until told to
+	cfg.ReceiptTimeout = Duration(300 * time.Millisecond) // the chain will not mine until told to
 	e := env.engine(t, cfg)
 	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
 	p, r := env.pay(t, x402.Version1, payer, payee.Address)

@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/x402gate/x402gate/facilitator/txsender"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -94,11 +95,11 @@ func (e *Service) bringUp(ctx context.Context, c *chain) error {
 }
 
 // checkChainID asks c's RPC endpoint for its chain id: an error wrapping
-// errRPCUnavailable when it does not answer, errWrongChainID when it serves another chain.
+// txsender.ErrRPCUnavailable when it does not answer, errWrongChainID when it serves another chain.
 func (c *chain) checkChainID(ctx context.Context) error {
-	id, err := c.client.ChainID(ctx)
+	id, err := c.Client.ChainID(ctx)
 	if err != nil {
-		return fmt.Errorf("network %s: chain id: %w: %s", c.net.CAIP2, errRPCUnavailable, c.redact(err))
+		return fmt.Errorf("network %s: chain id: %w: %s", c.net.CAIP2, txsender.ErrRPCUnavailable, c.Redact(err))
 	}
 	if id.Cmp(c.net.ChainID) != 0 {
 		return fmt.Errorf("network %s (%s): %w: the endpoint serves chain id %s, not %s", c.net.CAIP2, c.net.Name, errWrongChainID, id, c.net.ChainID)
@@ -183,7 +184,7 @@ func (e *Service) CheckChainIDs(ctx context.Context) (unreachable []string, err 
 	var errs []error
 	for _, c := range e.order {
 		switch err := c.checkChainID(ctx); {
-		case errors.Is(err, errRPCUnavailable):
+		case errors.Is(err, txsender.ErrRPCUnavailable):
 			unreachable = append(unreachable, c.net.CAIP2)
 		case err != nil:
 			errs = append(errs, err)

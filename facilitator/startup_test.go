@@ -2,7 +2,6 @@ package facilitator
 
 import (
 	"context"
-	"math/big"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +21,7 @@ func TestOpenContactsNoChainAndRefusesUntilReady(t *testing.T) {
 	}
 	t.Cleanup(e.Close)
 	caip2 := env.net.CAIP2
-	if n := e.order[0].requests.Load(); n != 0 || e.Ready(caip2) || e.NetworkState(caip2) != NetworkStarting {
+	if n := e.order[0].Requests(); n != 0 || e.Ready(caip2) || e.NetworkState(caip2) != NetworkStarting {
 		t.Fatalf("after Open: %d requests, ready %v, state %q; want none, false, starting", n, e.Ready(caip2), e.NetworkState(caip2))
 	}
 	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
@@ -60,7 +59,7 @@ func TestOpenContactsNoChainAndRefusesUntilReady(t *testing.T) {
 func TestStartKeepsAWrongChainUnavailable(t *testing.T) {
 	env := newTestEnv(t)
 	cfg := env.config(t)
-	cfg.Networks[0].Network.ChainID, cfg.Networks[0].Network.CAIP2 = big.NewInt(8453), "eip155:8453"
+	cfg.Networks[0].Name, cfg.Networks[0].ChainID = x402.Base.Name, 8453
 	e, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)

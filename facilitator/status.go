@@ -1,6 +1,8 @@
 package facilitator
 
 import (
+	"time"
+
 	"context"
 	"errors"
 	"fmt"
@@ -146,7 +148,7 @@ func (e *Service) decideRow(ctx context.Context, c *chain, row journal.Settlemen
 // another signer than this engine's on c (a row of our own signer is our sender's, and
 // our reconcile's), and it has not changed for Config.TakeoverAfter.
 func (e *Service) takeoverDue(c *chain, row journal.Settlement, from common.Address) bool {
-	return e.cfg.TakeoverAfter > 0 && row.State == journal.StatePrepared && from != c.sender.addr &&
+	return e.cfg.TakeoverAfter > 0 && row.State == journal.StatePrepared && from != e.address &&
 		e.now().Sub(row.UpdatedAt) >= e.cfg.TakeoverAfter
 }
 
@@ -157,14 +159,14 @@ func (e *Service) takeoverDue(c *chain, row journal.Settlement, from common.Addr
 // marked broadcast and a receipt of any attempt is awaited within ctx and
 // Config.ReceiptTimeout; state is "" when none came.
 func (e *Service) takeOver(ctx context.Context, c *chain, row journal.Settlement, latest *types.Transaction, hashes []common.Hash) (state journal.State, reason string, settled common.Hash) {
-	if err := c.sender.resend(ctx, latest); err != nil {
+	if err := c.sender.Resend(ctx, latest); err != nil {
 		e.logChainErr("settlement status: take over", c, err)
 		return "", "", common.Hash{}
 	}
 	e.markBroadcast(ctx, row, latest)
 	e.log.Info("settlement status: took over a journaled settlement of another signer",
 		zap.String("payer", row.Payer.Hex()), zap.String("tx", latest.Hash().Hex()))
-	rcpt, err := c.sender.waitReceipts(ctx, hashes, latest, e.cfg.ReceiptTimeout)
+	rcpt, err := c.sender.WaitReceipts(ctx, hashes, latest, time.Duration(e.cfg.ReceiptTimeout))
 	if err != nil {
 		return "", "", common.Hash{}
 	}
@@ -179,22 +181,22 @@ func (e *Service) takeOver(ctx context.Context, c *chain, row journal.Settlement
 func (e *Service) rowStatus(ctx context.Context, c *chain, row journal.Settlement, from common.Address, hashes []common.Hash) (state journal.State, reason string, settled common.Hash, err error) {
 	// Chain state is read before the receipts, so a transaction mined in between shows up
 	// as a receipt rather than as "settled elsewhere" or "dropped".
-	mined, err := c.client.NonceAt(ctx, from, nil)
+	mined, err := c.Client.NonceAt(ctx, from, nil)
 	if err != nil {
-		return "", "", common.Hash{}, c.unavailable("sender nonce", err)
+		return "", "", common.Hash{}, c.Unavailable("sender nonce", err)
 	}
 	used, err := c.authorizationUsed(ctx, row.Payer, row.Nonce)
 	if err != nil {
 		return "", "", common.Hash{}, err
 	}
 	for i := len(hashes) - 1; i >= 0; i-- {
-		rcpt, err := c.client.TransactionReceipt(ctx, hashes[i])
+		rcpt, err := c.Client.TransactionReceipt(ctx, hashes[i])
 		switch {
 		case err == nil && rcpt != nil:
 			state, reason = receiptState(c, rcpt, row)
 			return state, reason, hashes[i], nil
 		case err != nil && !errors.Is(err, ethereum.NotFound):
-			return "", "", common.Hash{}, c.unavailable("receipt", err)
+			return "", "", common.Hash{}, c.Unavailable("receipt", err)
 		}
 	}
 	if used || mined > row.SenderNonce {

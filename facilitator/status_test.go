@@ -42,7 +42,7 @@ func status(t *testing.T, e *Service, p *x402.Payment, r *x402.Requirements) x40
 func TestSettlementStatusPendingThenConfirmed(t *testing.T) {
 	env := newTestEnv(t)
 	cfg := env.config(t)
-	cfg.ReceiptTimeout = 300 * time.Millisecond
+	cfg.ReceiptTimeout = Duration(300 * time.Millisecond)
 	e := env.engine(t, cfg)
 	p, r, tx := pendingSettle(t, env, e)
 
@@ -88,7 +88,7 @@ func TestSettlementStatusUnknown(t *testing.T) {
 func TestSettlementStatusCancelled(t *testing.T) {
 	env := newTestEnv(t)
 	cfg := env.config(t)
-	cfg.ReceiptTimeout = 300 * time.Millisecond
+	cfg.ReceiptTimeout = Duration(300 * time.Millisecond)
 	e := env.engine(t, cfg)
 	payee := env.chain.Accounts[2].Address
 	before := env.token.BalanceOf(t, payee)

@@ -45,7 +45,7 @@ func newTakeoverPair(t *testing.T, env *testEnv) *takeoverPair {
 
 	cfgB := env.config(t)
 	cfgB.Journal, cfgB.Store = tp.cfgA.Journal, tp.cfgA.Store
-	cfgB.SignerKey = tp.signerB.Key
+	cfgB.Signer = tp.signerB.Key
 	cfgB.beforeBroadcast = func(journal.Settlement) error { return errors.New("simulated crash") }
 	tp.b = env.engine(t, cfgB)
 	return tp

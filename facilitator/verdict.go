@@ -176,7 +176,7 @@ func (e *Service) verdictCheck(ctx context.Context, c *checked, in x402.VerifyIn
 		return deny(x402.ReasonInvalidPayload, "verification fee was not settled")
 	}
 	e.remember(ctx, c, res)
-	ttl := min(e.cfg.ApprovalTTL, untilValidBefore(c.auth, e.now(), 0))
+	ttl := min(time.Duration(e.cfg.ApprovalTTL), untilValidBefore(c.auth, e.now(), 0))
 	a := approval.Approval{RequestHash: res.RequestHash, RecordedAt: e.now(), ExpiresAt: e.now().Add(ttl)}
 	// A fee may just have been paid for this verdict: the caller's deadline, which the fee
 	// settlement outlived on its own detached context, must not cost the payer the

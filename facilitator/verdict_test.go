@@ -61,6 +61,9 @@ func TestGuardianRequiredSettlesOnlyApprovedPayments(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := cfg
 			c.VerdictMode, c.Verdicts, c.SkipStartupReconcile = VerdictRequired, tc.verdicts, true
+			if tc.verdicts == nil {
+				c.VerdictURL = "http://127.0.0.1:1" // named, but no client built for it
+			}
 			e := env.engine(t, c)
 			defer e.Close()
 			p, r := env.pay(t, x402.Version1, payer, payee.Address)

@@ -10,8 +10,13 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 	"go.uber.org/zap"
 
+	"github.com/x402gate/x402gate/facilitator/txsender"
 	"github.com/x402gate/x402gate/x402"
 )
+
+// recoverSigner is x402.RecoverSigner, the one signature recovery of a paid request; a
+// variable so that a test counts the recoveries per payment.
+var recoverSigner = x402.RecoverSigner
 
 // validBeforeSlack is the margin a authorization must still be valid for at verify time:
 // "Pad 3 block to account for round tripping" (docs/facilitator.md#verify step 5 6).
@@ -39,6 +44,9 @@ type checked struct {
 	wrap  *erc6492    // set while the signer is an ERC-6492 wallet that is not deployed yet
 	eoa   bool        // ecrecover(hash, sig) == from
 	key   x402.PaymentKey
+	// proven: an in-process Verify proved the signature and the token's state of this
+	// very payment (proof), so they are not checked again.
+	proven bool
 }
 
 // payer is the payment's from address, or "" when the payment did not parse that far.
@@ -62,8 +70,10 @@ func versionOf(p *x402.Payment) int {
 // the signature of an EOA. When the signature recovers to from, it also runs checkRest and the
 // payment is fully checked but for chain state. Otherwise c.eoa is false and the caller
 // must check the signature against the chain (checkContractSignature) and then run
-// checkRest, which keeps the order of docs/protocol.md#headers.
-func (e *Service) checkStatic(p *x402.Payment, r *x402.Requirements, now time.Time) (*checked, *failure) {
+// checkRest, which keeps the order of docs/protocol.md#headers. A proof pr that covers
+// the payment's digest and signature stands for the signature check (c.proven): nothing
+// is recovered, and checkRest runs.
+func (e *Service) checkStatic(p *x402.Payment, r *x402.Requirements, now time.Time, pr *proof) (*checked, *failure) {
 	if p == nil {
 		return nil, fail(x402.ReasonInvalidPayload, "payment payload is missing")
 	}
@@ -90,7 +100,7 @@ func (e *Service) checkStatic(p *x402.Payment, r *x402.Requirements, now time.Ti
 	if r.PayTo == (common.Address{}) {
 		return nil, fail(x402.ReasonInvalidRequirements, "requirement payTo is empty")
 	}
-	if m := c.cfg.MinAmount; m != nil && r.Amount.Cmp(m) < 0 {
+	if m := c.minAmount; m != nil && r.Amount.Cmp(m) < 0 {
 		return nil, fail(x402.ReasonAmountBelowMinimum, "amount %s is below the minimum %s", r.Amount, m)
 	}
 	if p.Scheme != x402.SchemeExact || r.Scheme != x402.SchemeExact {
@@ -127,12 +137,15 @@ func (e *Service) checkStatic(p *x402.Payment, r *x402.Requirements, now time.Ti
 	if wrapped {
 		ck.wrap, ck.sig = &w, w.Inner
 	}
-	if !wrapped && len(ck.sig) == 65 {
-		if signer, err := x402.RecoverSigner(hash, ck.sig); err == nil && signer == a.From {
+	switch {
+	case pr.covers(hash, p.Signature):
+		ck.proven, ck.eoa, ck.wrap = true, pr.eoa, pr.wrap
+	case !wrapped && len(ck.sig) == 65:
+		if signer, err := recoverSigner(hash, ck.sig); err == nil && signer == a.From {
 			ck.eoa = true
 		}
 	}
-	if !ck.eoa {
+	if !ck.eoa && !ck.proven {
 		return ck, nil
 	}
 	if f := checkRest(ck, now); f != nil {
@@ -218,7 +231,7 @@ func (e *Service) check6492(ctx context.Context, c *checked) *failure {
 	}
 	res, err := c.chain.simulate6492(ctx, c.wrap, data)
 	switch {
-	case errors.Is(err, errRPCUnavailable):
+	case errors.Is(err, txsender.ErrRPCUnavailable):
 		e.logChainErr("verify erc-6492 signature", c.chain, err)
 		return fail(x402.ReasonChainUnavailable, "rpc unavailable")
 	case err != nil:
@@ -241,7 +254,7 @@ func (e *Service) check6492(ctx context.Context, c *checked) *failure {
 // (authorizationState and balanceOf, in one RPC batch). A failure to reach the chain is a
 // logical failure with ReasonChainUnavailable.
 func (e *Service) verifyPayment(ctx context.Context, p *x402.Payment, r *x402.Requirements) (*checked, *failure) {
-	c, f := e.checkSigned(ctx, p, r)
+	c, f := e.checkSigned(ctx, p, r, nil)
 	if f != nil {
 		return nil, f
 	}
@@ -252,18 +265,19 @@ func (e *Service) verifyPayment(ctx context.Context, p *x402.Payment, r *x402.Re
 }
 
 // checkSigned runs every check of verifyPayment but the token's state: the pins, the
-// exact match with r, the signature (a contract wallet's through the chain) and the time
-// window. A payment that passes was signed by its payer for exactly r.
-func (e *Service) checkSigned(ctx context.Context, p *x402.Payment, r *x402.Requirements) (*checked, *failure) {
+// exact match with r, the signature (a contract wallet's through the chain, unless pr
+// proves it) and the time window. A payment that passes was signed by its payer for
+// exactly r.
+func (e *Service) checkSigned(ctx context.Context, p *x402.Payment, r *x402.Requirements, pr *proof) (*checked, *failure) {
 	now := e.now()
-	c, f := e.checkStatic(p, r, now)
+	c, f := e.checkStatic(p, r, now, pr)
 	if f != nil {
 		return nil, f
 	}
 	if f := notReady(c.chain); f != nil {
 		return nil, f
 	}
-	if !c.eoa {
+	if !c.eoa && !c.proven {
 		if f := e.checkContractSignature(ctx, c); f != nil {
 			return nil, f
 		}
@@ -280,7 +294,7 @@ func (e *Service) checkTokenState(ctx context.Context, c *checked) *failure {
 	bal, used, code, err := c.chain.tokenState(ctx, c.auth.From, c.auth.Nonce)
 	if err != nil {
 		e.logChainErr("verify token state", c.chain, err)
-		if errors.Is(err, errRPCUnavailable) {
+		if errors.Is(err, txsender.ErrRPCUnavailable) {
 			return fail(x402.ReasonChainUnavailable, "rpc unavailable")
 		}
 		return fail(x402.ReasonUnexpectedVerify, "token state could not be read")
@@ -310,8 +324,8 @@ func (e *Service) checkTokenState(ctx context.Context, c *checked) *failure {
 
 // logChainErr logs a chain failure with the RPC URL removed.
 func (e *Service) logChainErr(op string, c *chain, err error) {
-	detail := c.redact(err)
-	var ce *chainError
+	detail := c.Redact(err)
+	var ce *txsender.ChainError
 	if errors.As(err, &ce) {
 		detail = ce.Detail()
 	}
@@ -339,15 +353,28 @@ func invalid(p *x402.Payment, f *failure) x402.VerifyResponse {
 // Logical failures come back as IsValid false with a reason in the payment's x402
 // version; the RPC endpoint being down is ReasonChainUnavailable. The error return is
 // reserved for failures that are not the payment's fault.
+//
+// A valid payment's proof is kept for the Settle of the same payment and requirements
+// values in this process, which then neither recovers the signature nor reads the token's
+// state again (docs/facilitator.md#settle-order); a remote /settle is served through
+// Remote and checks everything.
 func (e *Service) Verify(ctx context.Context, in x402.VerifyInput) (x402.VerifyResponse, error) {
+	return e.verify(ctx, in, true)
+}
+
+// verify runs Verify; keep says whether a valid payment's proof is kept for Settle.
+func (e *Service) verify(ctx context.Context, in x402.VerifyInput, keep bool) (x402.VerifyResponse, error) {
 	c, f := e.verifyPayment(ctx, in.Payment, in.Requirements)
 	if f != nil {
 		e.log.Debug("verify refused", zap.String("payer", payerOf(in.Payment)), zap.String("reason", string(f.reason)))
 		return invalid(in.Payment, f), nil
 	}
 	resp := x402.VerifyResponse{IsValid: true, Payer: c.auth.From.Hex()}
-	if !e.verdictApplies(in) {
-		return resp, nil
+	if e.verdictApplies(in) {
+		resp = e.verdictCheck(ctx, c, in, resp)
 	}
-	return e.verdictCheck(ctx, c, in, resp), nil
+	if keep && resp.IsValid {
+		e.proofs.put(c, e.now())
+	}
+	return resp, nil
 }

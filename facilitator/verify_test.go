@@ -40,7 +40,7 @@ func TestVerifyAcceptsValidPayment(t *testing.T) {
 func TestVerifyRefusesWithExactReason(t *testing.T) {
 	env := newTestEnv(t)
 	cfg := env.config(t)
-	cfg.Networks[0].MinAmount = big.NewInt(1_000)
+	cfg.Networks[0].MinAmount = "1000"
 	e := env.engine(t, cfg)
 	payer, payee, other := env.chain.Accounts[1], env.chain.Accounts[2], env.chain.Accounts[3]
 

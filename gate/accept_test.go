@@ -33,7 +33,7 @@ func newTwoChains(t *testing.T) *twoChains {
 		USDC: x402.Asset{Address: token2.Address, Name: token2.Name, Version: token2.Version, Decimals: 6, Symbol: "USDC"},
 	}
 	v := newTestEnvWith(t, func(c *facilitator.Config) {
-		c.Networks = append(c.Networks, facilitator.NetworkConfig{Network: net2, RPCURL: chain2.RPCURL})
+		c.Networks = append(c.Networks, facilitator.NetworkOf(net2, chain2.RPCURL))
 	})
 	if err := v.reg.Add(net2); err != nil {
 		t.Fatal(err)

@@ -50,7 +50,7 @@ func TestFacilitatorDownIs502(t *testing.T) {
 // same transaction) and no second transfer happens; after that the header is refused,
 // token or not.
 func TestSettlementPendingIs502WithTx(t *testing.T) {
-	env := newTestEnvWith(t, func(c *facilitator.Config) { c.ReceiptTimeout = time.Second })
+	env := newTestEnvWith(t, func(c *facilitator.Config) { c.ReceiptTimeout = facilitator.Duration(time.Second) })
 	up := &upstream{}
 	srv := serve(t, env.gate(t, env.config(), Options{}), up)
 	url := srv.URL + "/r"
@@ -109,7 +109,9 @@ func TestSettlementPendingIs502WithTx(t *testing.T) {
 // verdict service refuses every payment (verdict_not_approved, v1 invalid_payment), and the
 // gate answers rejected without running the upstream or moving money.
 func TestVerdictRequiredWithoutServiceRejects(t *testing.T) {
-	env := newTestEnvWith(t, func(c *facilitator.Config) { c.VerdictMode = facilitator.VerdictRequired })
+	env := newTestEnvWith(t, func(c *facilitator.Config) {
+		c.VerdictMode, c.VerdictURL = facilitator.VerdictRequired, "http://127.0.0.1:1"
+	})
 	up := &upstream{}
 	srv := serve(t, env.gate(t, env.config(), Options{}), up)
 	url := srv.URL + "/r"

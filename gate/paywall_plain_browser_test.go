@@ -21,7 +21,9 @@ import (
 // without a pass says so; none shows a reason code, and the upstream never runs.
 func TestPaywallSaysWhyInPlainWords(t *testing.T) {
 	t.Run("a payment the spending policy refuses shows the verdict's reason", func(t *testing.T) {
-		env := newTestEnvWith(t, func(c *facilitator.Config) { c.VerdictMode = facilitator.VerdictRequired })
+		env := newTestEnvWith(t, func(c *facilitator.Config) {
+			c.VerdictMode, c.VerdictURL = facilitator.VerdictRequired, "http://127.0.0.1:1"
+		})
 		run, up := payInChromium(t, env, env.config(), walletOn(env, env.payer))
 		const want = "SAID The site's spending policy refused this payment: verdict service is not configured"
 		if run.Verdict != want || up != 0 {

@@ -56,7 +56,7 @@ func cancelOnChain(t *testing.T, env *testEnv, p *x402.Payment) {
 // refused with 402 and the failure, the upstream never runs, nothing moved, and the credit
 // is gone.
 func TestSettlementPendingCancelledGetsNothing(t *testing.T) {
-	env := newTestEnvWith(t, func(c *facilitator.Config) { c.ReceiptTimeout = time.Second })
+	env := newTestEnvWith(t, func(c *facilitator.Config) { c.ReceiptTimeout = facilitator.Duration(time.Second) })
 	up := &upstream{}
 	srv := serve(t, env.gate(t, env.config(), Options{}), up)
 	url := srv.URL + "/r"
@@ -84,7 +84,7 @@ func TestSettlementPendingCancelledGetsNothing(t *testing.T) {
 // the payment's first run: when the upstream then fails, the answer carries a new retry
 // token, and the header with it reaches the upstream again, without a second transfer.
 func TestSettlementPendingThenUpstreamFails(t *testing.T) {
-	env := newTestEnvWith(t, func(c *facilitator.Config) { c.ReceiptTimeout = time.Second })
+	env := newTestEnvWith(t, func(c *facilitator.Config) { c.ReceiptTimeout = facilitator.Duration(time.Second) })
 	up := &upstream{script: []int{http.StatusServiceUnavailable, http.StatusOK}}
 	srv := serve(t, env.gate(t, env.config(), Options{}), up)
 	url := srv.URL + "/r"
@@ -113,7 +113,7 @@ func TestSettlementPendingThenUpstreamFails(t *testing.T) {
 // settlement's status (the remote client: the facilitator API has no status route) earns
 // no retry token: the 502 stands as before.
 func TestSettlementPendingRemoteFacilitator(t *testing.T) {
-	env := newTestEnvWith(t, func(c *facilitator.Config) { c.ReceiptTimeout = time.Second })
+	env := newTestEnvWith(t, func(c *facilitator.Config) { c.ReceiptTimeout = facilitator.Duration(time.Second) })
 	api := httptest.NewServer(httpapi.NewHandler(env.engine, httpapi.HandlerOptions{Registry: env.reg}))
 	defer api.Close()
 	up := &upstream{}

@@ -32,7 +32,7 @@ func TestPendingRedeemedNearValidBefore(t *testing.T) {
 				}
 				return time.Now()
 			}
-			env := newTestEnvWith(t, func(c *facilitator.Config) { c.ReceiptTimeout = time.Second; c.Now = now })
+			env := newTestEnvWith(t, func(c *facilitator.Config) { c.ReceiptTimeout = facilitator.Duration(time.Second); c.Now = now })
 			cfg := env.config()
 			cfg.Retry.Grace = time.Minute
 			up := &upstream{}

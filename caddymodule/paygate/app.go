@@ -11,6 +11,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
+
+	"github.com/x402gate/x402gate/facilitator"
 )
 
 func init() {
@@ -28,7 +30,7 @@ const DefaultFacilitatorName = "default"
 // signer's nonce manager is never duplicated.
 type App struct {
 	// Facilitators are the bundled facilitators by name. Default: none.
-	Facilitators map[string]*FacilitatorConfig `json:"facilitators,omitempty"`
+	Facilitators map[string]*facilitator.Config `json:"facilitators,omitempty"`
 
 	bundles map[string]*bundle
 	keys    []string // pool keys loaded by this instance, deleted in Cleanup
@@ -62,16 +64,16 @@ func (a *App) Provision(ctx caddy.Context) error {
 		if fc == nil {
 			return fmt.Errorf("facilitator %q: empty configuration", name)
 		}
-		rc, err := fc.resolve(name)
+		rc, err := expand(name, fc)
 		if err != nil {
 			return fmt.Errorf("facilitator %q: %w", name, err)
 		}
-		key, err := rc.poolKey()
+		key, err := poolKey(name, rc)
 		if err != nil {
 			return fmt.Errorf("facilitator %q: %w", name, err)
 		}
 		v, loaded, err := bundles.LoadOrNew(key, func() (caddy.Destructor, error) {
-			return openBundle(rc, a.log.With(zap.String("facilitator", name)))
+			return openBundle(name, rc, a.log.With(zap.String("facilitator", name)))
 		})
 		if err != nil {
 			return fmt.Errorf("facilitator %q: %w", name, err)
@@ -87,14 +89,14 @@ func (a *App) Provision(ctx caddy.Context) error {
 	return nil
 }
 
-// Validate checks every facilitator's configuration (FacilitatorConfig.Validate), as the
+// Validate checks every facilitator's configuration (validateFacilitator), as the
 // Caddyfile adapter does.
 func (a *App) Validate() error {
 	for name, fc := range a.Facilitators {
 		if fc == nil {
 			return fmt.Errorf("facilitator %q: empty configuration", name)
 		}
-		if err := fc.Validate(); err != nil {
+		if err := validateFacilitator(fc); err != nil {
 			return fmt.Errorf("facilitator %q: %w", name, err)
 		}
 	}

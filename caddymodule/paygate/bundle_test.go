@@ -18,7 +18,7 @@ import (
 // devKey is anvil's first development key: public, never a real secret.
 const devKey = "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80"
 
-func TestFacilitatorConfigResolve(t *testing.T) {
+func TestFacilitatorConfigExpand(t *testing.T) {
 	t.Setenv("X402_T_KEY", "0x"+devKey)
 	t.Setenv("X402_T_BADKEY", "zz"+devKey[2:])
 	t.Setenv("X402_T_EMPTY", "")
@@ -27,79 +27,79 @@ func TestFacilitatorConfigResolve(t *testing.T) {
 	if err := os.WriteFile(keyFile, []byte(devKey+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	net := []NetworkConfig{{Name: "base-sepolia", RPC: "{env.X402_T_RPC}"}}
+	net := []facilitator.NetworkConfig{{Name: "base-sepolia", RPC: "{env.X402_T_RPC}"}}
 
 	t.Run("placeholders expand and defaults apply", func(t *testing.T) {
-		rc, err := (&FacilitatorConfig{Networks: net, SignerKey: "{file." + keyFile + "}"}).resolve("default")
+		rc, err := expand("default", &facilitator.Config{Networks: net, SignerKey: "{file." + keyFile + "}"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rc.Networks[0].RPCURL != "https://rpc.example/v1/secret-rpc-token-777" || rc.key == nil {
-			t.Fatalf("rpc %q, key set %v", rc.Networks[0].RPCURL, rc.key != nil)
+		if rc.Networks[0].RPC != "https://rpc.example/v1/secret-rpc-token-777" || rc.SignerKey != devKey {
+			t.Fatalf("rpc %q, key expanded %v", rc.Networks[0].RPC, rc.SignerKey == devKey)
 		}
-		if rc.StoreType != facilitator.StoreMemory || rc.JournalType != facilitator.JournalSQLite || rc.VerdictMode != facilitator.VerdictOff {
-			t.Fatalf("defaults: store %s journal %s guardian %s", rc.StoreType, rc.JournalType, rc.VerdictMode)
+		if rc.ApprovalStore.Type != "" || rc.SettlementJournal.Type != "" || rc.VerdictMode != "" {
+			t.Fatalf("defaults: store %q journal %q guardian %q, want the facilitator's", rc.ApprovalStore.Type, rc.SettlementJournal.Type, rc.VerdictMode)
 		}
-		if want := filepath.Join(caddy.AppDataDir(), "x402", "journal.db"); rc.JournalPath != want {
-			t.Fatalf("journal path %q, want %q", rc.JournalPath, want)
+		if want := filepath.Join(caddy.AppDataDir(), "x402", "journal.db"); rc.SettlementJournal.Path != want {
+			t.Fatalf("journal path %q, want %q", rc.SettlementJournal.Path, want)
 		}
-		other, err := (&FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}"}).resolve("eu")
+		other, err := expand("eu", &facilitator.Config{Networks: net, SignerKey: "{env.X402_T_KEY}"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := filepath.Join(caddy.AppDataDir(), "x402", "eu", "journal.db"); other.JournalPath != want {
-			t.Fatalf("journal path of a named facilitator %q, want %q", other.JournalPath, want)
+		if want := filepath.Join(caddy.AppDataDir(), "x402", "eu", "journal.db"); other.SettlementJournal.Path != want {
+			t.Fatalf("journal path of a named facilitator %q, want %q", other.SettlementJournal.Path, want)
 		}
-		if mustKey(t, rc) == mustKey(t, other) {
+		if mustKey(t, "default", rc) == mustKey(t, "eu", other) {
 			t.Fatal("two facilitators share a pool key")
 		}
-		again, _ := (&FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}"}).resolve("eu")
-		if mustKey(t, again) != mustKey(t, other) {
+		again, _ := expand("eu", &facilitator.Config{Networks: net, SignerKey: "{env.X402_T_KEY}"})
+		if mustKey(t, "eu", again) != mustKey(t, "eu", other) {
 			t.Fatal("the same configuration gave two pool keys: a reload would not reuse the facilitator")
 		}
-		for _, fc := range []*FacilitatorConfig{
-			{Networks: net, SignerKey: "{env.X402_T_KEY}", ReceiptTimeout: caddy.Duration(31 * time.Second)},
-			{Networks: net, SignerKey: "{env.X402_T_KEY}", VerdictPoll: &VerdictPollConfig{Interval: caddy.Duration(time.Second), MaxAttempts: 3}},
+		for _, fc := range []*facilitator.Config{
+			{Networks: net, SignerKey: "{env.X402_T_KEY}", ReceiptTimeout: facilitator.Duration(31 * time.Second)},
+			{Networks: net, SignerKey: "{env.X402_T_KEY}", VerdictPoll: &facilitator.VerdictPollConfig{Interval: facilitator.Duration(time.Second), MaxAttempts: 3}},
 		} {
-			changed, err := fc.resolve("eu")
+			changed, err := expand("eu", fc)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if mustKey(t, changed) == mustKey(t, other) {
+			if mustKey(t, "eu", changed) == mustKey(t, "eu", other) {
 				t.Fatalf("a changed configuration %+v kept the pool key: a reload would reuse the old facilitator", fc)
 			}
 		}
-		if strings.Contains(mustKey(t, other), devKey) || strings.Contains(mustKey(t, other), "secret-rpc-token") {
+		if strings.Contains(mustKey(t, "eu", other), devKey) || strings.Contains(mustKey(t, "eu", other), "secret-rpc-token") {
 			t.Fatal("the pool key carries a secret")
 		}
 	})
 
 	for _, tc := range []struct {
 		name    string
-		fc      FacilitatorConfig
+		fc      facilitator.Config
 		wantErr string
 	}{
-		{"literal signer key", FacilitatorConfig{Networks: net, SignerKey: devKey}, "placeholder"},
-		{"no signer key", FacilitatorConfig{Networks: net}, "signer_key: is required"},
-		{"literal verdict key", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", VerdictMode: "required",
+		{"literal signer key", facilitator.Config{Networks: net, SignerKey: devKey}, "placeholder"},
+		{"no signer key", facilitator.Config{Networks: net}, "signer_key: is required"},
+		{"literal verdict key", facilitator.Config{Networks: net, SignerKey: "{env.X402_T_KEY}", VerdictMode: "required",
 			VerdictURL: "http://127.0.0.1:1", VerdictKey: "verdict-key-written-inline-0123456789"}, "verdict_key: must be an {env.*} or {file.*} placeholder"},
-		{"signer key resolves to nothing", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_EMPTY}"}, "signer_key: is empty: {env.X402_T_EMPTY}: the environment variable X402_T_EMPTY is empty"},
-		{"signer key of an unset variable", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_UNSET_9f1}"}, "signer_key: is empty: {env.X402_T_UNSET_9f1}: the environment variable X402_T_UNSET_9f1 is not set"},
-		{"signer key of a missing file", FacilitatorConfig{Networks: net, SignerKey: "{file./nonexistent/x402/signer.key}"}, "signer_key: is empty: {file./nonexistent/x402/signer.key}: the file /nonexistent/x402/signer.key does not exist"},
-		{"signer key is not hex", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_BADKEY}"}, "not a hex secp256k1 private key"},
-		{"no network", FacilitatorConfig{SignerKey: "{env.X402_T_KEY}"}, "network: at least one is required"},
-		{"rpc resolves to nothing", FacilitatorConfig{Networks: []NetworkConfig{{Name: "base", RPC: "{env.X402_T_EMPTY}"}}, SignerKey: "{env.X402_T_KEY}"}, "network base: rpc: is empty: {env.X402_T_EMPTY}: the environment variable X402_T_EMPTY is empty"},
-		{"guardian required without verdict url", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", VerdictMode: "required"}, "needs verdict_url"},
-		{"guardian optional without verdict url", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", VerdictMode: "optional"}, "needs verdict_url"},
-		{"unknown guardian mode", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", VerdictMode: "strict"}, "not off, optional or required"},
-		{"relative verdict url", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", VerdictURL: "verdict.local"}, "verdict_url: must be an absolute"},
-		{"redis without url", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", Store: &StoreConfig{Type: "redis", URL: "{env.X402_T_EMPTY}"}}, "store redis: is empty: {env.X402_T_EMPTY}"},
-		{"postgres without dsn", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", Journal: &DatabaseConfig{Type: "postgres"}}, "journal: postgres needs its dsn"},
-		{"unknown store", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", Store: &StoreConfig{Type: "etcd"}}, "unknown type"},
-		{"bad factory", FacilitatorConfig{Networks: net, SignerKey: "{env.X402_T_KEY}", ERC6492Factories: []string{"0x12"}}, "is not a 0x-hex address"},
+		{"signer key resolves to nothing", facilitator.Config{Networks: net, SignerKey: "{env.X402_T_EMPTY}"}, "signer_key: is empty: {env.X402_T_EMPTY}: the environment variable X402_T_EMPTY is empty"},
+		{"signer key of an unset variable", facilitator.Config{Networks: net, SignerKey: "{env.X402_T_UNSET_9f1}"}, "signer_key: is empty: {env.X402_T_UNSET_9f1}: the environment variable X402_T_UNSET_9f1 is not set"},
+		{"signer key of a missing file", facilitator.Config{Networks: net, SignerKey: "{file./nonexistent/x402/signer.key}"}, "signer_key: is empty: {file./nonexistent/x402/signer.key}: the file /nonexistent/x402/signer.key does not exist"},
+		{"signer key is not hex", facilitator.Config{Networks: net, SignerKey: "{env.X402_T_BADKEY}"}, "not a hex secp256k1 private key"},
+		{"no network", facilitator.Config{SignerKey: "{env.X402_T_KEY}"}, "network: at least one is required"},
+		{"rpc resolves to nothing", facilitator.Config{Networks: []facilitator.NetworkConfig{{Name: "base", RPC: "{env.X402_T_EMPTY}"}}, SignerKey: "{env.X402_T_KEY}"}, "network base: rpc: is empty: {env.X402_T_EMPTY}: the environment variable X402_T_EMPTY is empty"},
+		{"guardian required without verdict url", facilitator.Config{Networks: net, SignerKey: "{env.X402_T_KEY}", VerdictMode: "required"}, "needs verdict_url"},
+		{"guardian optional without verdict url", facilitator.Config{Networks: net, SignerKey: "{env.X402_T_KEY}", VerdictMode: "optional"}, "needs verdict_url"},
+		{"unknown guardian mode", facilitator.Config{Networks: net, SignerKey: "{env.X402_T_KEY}", VerdictMode: "strict"}, "not off, optional or required"},
+		{"relative verdict url", facilitator.Config{Networks: net, SignerKey: "{env.X402_T_KEY}", VerdictURL: "verdict.local"}, "verdict_url: must be an absolute"},
+		{"redis without url", facilitator.Config{Networks: net, SignerKey: "{env.X402_T_KEY}", ApprovalStore: &facilitator.StoreConfig{Type: "redis", URL: "{env.X402_T_EMPTY}"}}, "store redis: is empty: {env.X402_T_EMPTY}"},
+		{"postgres without dsn", facilitator.Config{Networks: net, SignerKey: "{env.X402_T_KEY}", SettlementJournal: &facilitator.JournalConfig{Type: "postgres"}}, "journal: postgres needs its dsn"},
+		{"unknown store", facilitator.Config{Networks: net, SignerKey: "{env.X402_T_KEY}", ApprovalStore: &facilitator.StoreConfig{Type: "etcd"}}, "unknown type"},
+		{"bad factory", facilitator.Config{Networks: net, SignerKey: "{env.X402_T_KEY}", ERC6492Factories: []string{"0x12"}}, "is not a 0x-hex address"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := tc.fc.resolve("default")
+			_, err := expand("default", &tc.fc)
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
 			}
@@ -123,29 +123,29 @@ func TestOpenBundleFailsClosedWithoutLeakingSecrets(t *testing.T) {
 	dir := t.TempDir()
 	for _, tc := range []struct {
 		name    string
-		fc      FacilitatorConfig
+		fc      facilitator.Config
 		wantErr string
 	}{
-		{"unreachable rpc", FacilitatorConfig{
-			Networks:  []NetworkConfig{{Name: "base-sepolia", RPC: "{env.X402_T_SECRET_RPC}"}},
-			SignerKey: "{env.X402_T_KEY}", Journal: &DatabaseConfig{Path: filepath.Join(dir, "a.db")},
+		{"unreachable rpc", facilitator.Config{
+			Networks:  []facilitator.NetworkConfig{{Name: "base-sepolia", RPC: "{env.X402_T_SECRET_RPC}"}},
+			SignerKey: "{env.X402_T_KEY}", SettlementJournal: &facilitator.JournalConfig{Path: filepath.Join(dir, "a.db")},
 		}, ""}, // no I/O on the chain: the network comes up in the background
-		{"verdict key too short", FacilitatorConfig{
-			Networks:  []NetworkConfig{{Name: "base-sepolia", RPC: "{env.X402_T_SECRET_RPC}"}},
-			SignerKey: "{env.X402_T_KEY}", Journal: &DatabaseConfig{Path: filepath.Join(dir, "b.db")},
+		{"verdict key too short", facilitator.Config{
+			Networks:  []facilitator.NetworkConfig{{Name: "base-sepolia", RPC: "{env.X402_T_SECRET_RPC}"}},
+			SignerKey: "{env.X402_T_KEY}", SettlementJournal: &facilitator.JournalConfig{Path: filepath.Join(dir, "b.db")},
 			VerdictMode: "required", VerdictURL: "http://127.0.0.1:1", VerdictKey: "{env.X402_T_VKEY}",
 		}, "verdict_url/verdict_key"},
-		{"unreachable redis", FacilitatorConfig{
-			Networks:  []NetworkConfig{{Name: "base-sepolia", RPC: "{env.X402_T_SECRET_RPC}"}},
-			SignerKey: "{env.X402_T_KEY}", Store: &StoreConfig{Type: "redis", URL: "{env.X402_T_SECRET_REDIS}"},
+		{"unreachable redis", facilitator.Config{
+			Networks:  []facilitator.NetworkConfig{{Name: "base-sepolia", RPC: "{env.X402_T_SECRET_RPC}"}},
+			SignerKey: "{env.X402_T_KEY}", ApprovalStore: &facilitator.StoreConfig{Type: "redis", URL: "{env.X402_T_SECRET_REDIS}"},
 		}, "approval store"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rc, err := tc.fc.resolve("t")
+			rc, err := expand("t", &tc.fc)
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, err := openBundle(rc, zap.NewNop())
+			b, err := openBundle("t", rc, zap.NewNop())
 			if tc.wantErr == "" {
 				if err != nil {
 					t.Fatalf("open: %v", err)
@@ -192,9 +192,9 @@ func TestMetricsRegisterOnEveryConfigLoad(t *testing.T) {
 	}
 }
 
-func mustKey(t *testing.T, rc *resolved) string {
+func mustKey(t *testing.T, name string, rc *facilitator.Config) string {
 	t.Helper()
-	k, err := rc.poolKey()
+	k, err := poolKey(name, rc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,11 +53,11 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 		if !ok {
 			return nil, g.lines.errAt(h.Dispenser, "facilitator", fmt.Errorf("no bundled facilitator %q: declare it in the global option `x402 { facilitator %s { ... } }`", name, name))
 		}
-		r, err := fc.registry()
+		r, err := fc.Registry()
 		if err != nil {
 			return nil, h.WrapErr(err) // checked where the global option is parsed
 		}
-		reg, mode = r, facilitator.VerdictMode(fc.VerdictMode)
+		reg, mode = r, fc.VerdictMode
 		if mode == "" {
 			mode = facilitator.VerdictOff
 		}
@@ -461,7 +461,7 @@ func optionOf(err error) string {
 	if ce, ok := errors.AsType[*gate.ConfigError](err); ok {
 		return ce.Option
 	}
-	if se, ok := errors.AsType[*facilitator.SettingsError](err); ok {
+	if se, ok := errors.AsType[*facilitator.ConfigError](err); ok {
 		if se.Network != "" {
 			return se.Network + "/" + se.Option
 		}

@@ -78,23 +78,24 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		if _, dup := a.Facilitators[name]; dup {
 			return d.Errf("facilitator %q is declared twice", name)
 		}
-		fc := new(FacilitatorConfig)
+		fc := new(facilitator.Config)
 		lines := optionTokens{"": d.Token()}
-		if err := fc.unmarshalCaddyfile(d, lines); err != nil {
+		if err := unmarshalFacilitator(fc, d, lines); err != nil {
 			return err
 		}
-		if err := fc.Validate(); err != nil {
+		if err := validateFacilitator(fc); err != nil {
 			return lines.errAt(d, optionOf(err), fmt.Errorf("facilitator %q: %w", name, err))
 		}
 		if a.Facilitators == nil {
-			a.Facilitators = map[string]*FacilitatorConfig{}
+			a.Facilitators = map[string]*facilitator.Config{}
 		}
 		a.Facilitators[name] = fc
 	}
 	return nil
 }
 
-func (fc *FacilitatorConfig) unmarshalCaddyfile(d *caddyfile.Dispenser, lines optionTokens) error {
+// unmarshalFacilitator reads the block of one `facilitator` into fc.
+func unmarshalFacilitator(fc *facilitator.Config, d *caddyfile.Dispenser, lines optionTokens) error {
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		opt := d.Val()
 		if opt != "network" {
@@ -102,12 +103,12 @@ func (fc *FacilitatorConfig) unmarshalCaddyfile(d *caddyfile.Dispenser, lines op
 		}
 		switch opt {
 		case "network":
-			var n NetworkConfig
+			var n facilitator.NetworkConfig
 			if err := oneArg(d, &n.Name); err != nil {
 				return err
 			}
 			lines.set(n.Name+"/network", d) // the last one: a duplicate is reported there
-			if err := n.unmarshalCaddyfile(d, lines); err != nil {
+			if err := unmarshalNetwork(&n, d, lines); err != nil {
 				return err
 			}
 			fc.Networks = append(fc.Networks, n)
@@ -120,7 +121,7 @@ func (fc *FacilitatorConfig) unmarshalCaddyfile(d *caddyfile.Dispenser, lines op
 			if err != nil {
 				return err
 			}
-			s := &StoreConfig{Type: args[0]}
+			s := &facilitator.StoreConfig{Type: args[0]}
 			switch {
 			case args[0] == facilitator.StoreRedis:
 				s.URL = args[1]
@@ -131,29 +132,33 @@ func (fc *FacilitatorConfig) unmarshalCaddyfile(d *caddyfile.Dispenser, lines op
 				}
 				s.MaxEntries = n
 			}
-			fc.Store = s
+			fc.ApprovalStore = s
 		case "journal":
 			j, err := parseDatabase(d, "journal")
 			if err != nil {
 				return err
 			}
-			fc.Journal = j
+			fc.SettlementJournal = (*facilitator.JournalConfig)(j)
 		case "guardian_mode":
-			if err := oneArg(d, &fc.VerdictMode); err != nil {
+			var mode string
+			if err := oneArg(d, &mode); err != nil {
 				return err
 			}
+			fc.VerdictMode = facilitator.VerdictMode(mode)
 		case "verdict_url", "verdict_key", "pricing_url":
 			dst := map[string]*string{"verdict_url": &fc.VerdictURL, "verdict_key": &fc.VerdictKey, "pricing_url": &fc.PricingURL}[opt]
 			if err := oneArg(d, dst); err != nil {
 				return err
 			}
 		case "approval_ttl", "receipt_timeout", "reconcile_interval":
-			dst := map[string]*caddy.Duration{
+			dst := map[string]*facilitator.Duration{
 				"approval_ttl": &fc.ApprovalTTL, "receipt_timeout": &fc.ReceiptTimeout, "reconcile_interval": &fc.ReconcileInterval,
 			}[opt]
-			if err := durationArg(d, dst); err != nil {
+			var v caddy.Duration
+			if err := durationArg(d, &v); err != nil {
 				return err
 			}
+			*dst = facilitator.Duration(v)
 		case "verdict_rate":
 			args := d.RemainingArgs()
 			if len(args) != 2 {
@@ -167,7 +172,7 @@ func (fc *FacilitatorConfig) unmarshalCaddyfile(d *caddyfile.Dispenser, lines op
 			if err != nil || b <= 0 {
 				return d.Errf("verdict_rate burst %q is not a positive integer", args[1])
 			}
-			fc.VerdictRate = &VerdictRateConfig{Rate: r, Burst: b}
+			fc.VerdictRate = &facilitator.RateConfig{Rate: r, Burst: b}
 		case "verdict_poll":
 			vp, err := parseVerdictPoll(d)
 			if err != nil {
@@ -238,7 +243,8 @@ func parseDatabase(d *caddyfile.Dispenser, what string) (*DatabaseConfig, error)
 	return db, nil
 }
 
-func (n *NetworkConfig) unmarshalCaddyfile(d *caddyfile.Dispenser, lines optionTokens) error {
+// unmarshalNetwork reads the block of one facilitator `network` into n.
+func unmarshalNetwork(n *facilitator.NetworkConfig, d *caddyfile.Dispenser, lines optionTokens) error {
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		opt := d.Val()
 		lines.set(n.Name+"/"+opt, d)
@@ -279,7 +285,7 @@ func (n *NetworkConfig) unmarshalCaddyfile(d *caddyfile.Dispenser, lines optionT
 }
 
 // parseVerdictPoll reads `verdict_poll <interval> <max attempts> [<max delay>]`.
-func parseVerdictPoll(d *caddyfile.Dispenser) (*VerdictPollConfig, error) {
+func parseVerdictPoll(d *caddyfile.Dispenser) (*facilitator.VerdictPollConfig, error) {
 	args := d.RemainingArgs()
 	if len(args) < 2 || len(args) > 3 {
 		return nil, argErr(d)
@@ -292,13 +298,13 @@ func parseVerdictPoll(d *caddyfile.Dispenser) (*VerdictPollConfig, error) {
 	if err != nil || attempts <= 0 {
 		return nil, d.Errf("verdict_poll max attempts %q is not a positive integer", args[1])
 	}
-	vp := &VerdictPollConfig{Interval: caddy.Duration(interval), MaxAttempts: attempts}
+	vp := &facilitator.VerdictPollConfig{Interval: facilitator.Duration(interval), MaxAttempts: attempts}
 	if len(args) == 3 {
 		maxDelay, err := caddy.ParseDuration(args[2])
 		if err != nil || maxDelay <= 0 {
 			return nil, d.Errf("verdict_poll max delay %q is not a positive duration", args[2])
 		}
-		vp.MaxDelay = caddy.Duration(maxDelay)
+		vp.MaxDelay = facilitator.Duration(maxDelay)
 	}
 	return vp, nil
 }

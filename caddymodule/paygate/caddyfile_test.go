@@ -11,6 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
+	"github.com/x402gate/x402gate/facilitator"
 	"github.com/x402gate/x402gate/gate"
 	"github.com/x402gate/x402gate/internal/testenv"
 )
@@ -178,26 +179,26 @@ func TestGlobalOptionCaddyfile(t *testing.T) {
 			journal sqlite /var/lib/x402/second.db
 		}
 	}`
-	want := App{Facilitators: map[string]*FacilitatorConfig{
+	want := App{Facilitators: map[string]*facilitator.Config{
 		"default": {
-			Networks: []NetworkConfig{
+			Networks: []facilitator.NetworkConfig{
 				{Name: "base-sepolia", RPC: "{env.RPC}", Asset: token, AssetName: "USDC", AssetVersion: "2", Decimals: 6, Symbol: "USDC", MinAmount: "1000"},
 				{Name: "local", ChainID: 31337, RPC: "http://127.0.0.1:8545", Asset: token, AssetName: "Token"},
 			},
-			SignerKey:   "{file./run/secrets/signer}",
-			Store:       &StoreConfig{Type: "redis", URL: "{env.REDIS_URL}"},
-			Journal:     &DatabaseConfig{Type: "postgres", DSN: "{env.PG_DSN}"},
-			VerdictMode: "required", VerdictURL: "https://verdict.example", VerdictKey: "{env.VERDICT_KEY}",
-			PricingURL: "https://pricing.example/quote", ApprovalTTL: ms(600_000), ReceiptTimeout: ms(45_000),
-			VerdictPoll:       &VerdictPollConfig{Interval: ms(250), MaxAttempts: 8, MaxDelay: ms(2000)},
-			ReconcileInterval: ms(30_000),
+			SignerKey:         "{file./run/secrets/signer}",
+			ApprovalStore:     &facilitator.StoreConfig{Type: "redis", URL: "{env.REDIS_URL}"},
+			SettlementJournal: &facilitator.JournalConfig{Type: "postgres", DSN: "{env.PG_DSN}"},
+			VerdictMode:       "required", VerdictURL: "https://verdict.example", VerdictKey: "{env.VERDICT_KEY}",
+			PricingURL: "https://pricing.example/quote", ApprovalTTL: facilitator.Duration(ms(600_000)), ReceiptTimeout: facilitator.Duration(ms(45_000)),
+			VerdictPoll:       &facilitator.VerdictPollConfig{Interval: facilitator.Duration(ms(250)), MaxAttempts: 8, MaxDelay: facilitator.Duration(ms(2000))},
+			ReconcileInterval: facilitator.Duration(ms(30_000)),
 			ERC6492Factories:  []string{"0x3333333333333333333333333333333333333333", "0x4444444444444444444444444444444444444444"},
 		},
 		"second": {
-			Networks:  []NetworkConfig{{Name: "base", RPC: "{env.BASE_RPC}"}},
-			SignerKey: "{env.SECOND_KEY}",
-			Store:     &StoreConfig{Type: "memory", MaxEntries: 500},
-			Journal:   &DatabaseConfig{Type: "sqlite", Path: "/var/lib/x402/second.db"},
+			Networks:          []facilitator.NetworkConfig{{Name: "base", RPC: "{env.BASE_RPC}"}},
+			SignerKey:         "{env.SECOND_KEY}",
+			ApprovalStore:     &facilitator.StoreConfig{Type: "memory", MaxEntries: 500},
+			SettlementJournal: &facilitator.JournalConfig{Type: "sqlite", Path: "/var/lib/x402/second.db"},
 		},
 	}}
 	v, err := parseGlobalOption(caddyfile.NewTestDispenser(full), nil)

@@ -92,9 +92,9 @@ const APIKeyOff = "off"
 func (f *FacilitatorHandler) Validate() error {
 	switch {
 	case f.StripPrefix != "" && !strings.HasPrefix(f.StripPrefix, "/"):
-		return &facilitator.SettingsError{Option: "strip_prefix", Err: errors.New("wants a path starting with /")}
+		return &facilitator.ConfigError{Option: "strip_prefix", Err: errors.New("wants a path starting with /")}
 	case f.APIKey == "":
-		return &facilitator.SettingsError{Option: "api_key", Err: errors.New("is required: without it anyone can make the facilitator settle and pay the gas; write `api_key off` to serve an open API on purpose")}
+		return &facilitator.ConfigError{Option: "api_key", Err: errors.New("is required: without it anyone can make the facilitator settle and pay the gas; write `api_key off` to serve an open API on purpose")}
 	case f.APIKey == APIKeyOff:
 		return nil
 	}

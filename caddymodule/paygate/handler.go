@@ -180,7 +180,7 @@ func (h *Handler) Validate() error {
 }
 
 // validate checks h against reg and, for a bundled facilitator whose mode is known, the
-// facilitator's guardian_mode. Errors are *gate.ConfigError or *facilitator.SettingsError.
+// facilitator's guardian_mode. Errors are *gate.ConfigError or *facilitator.ConfigError.
 func (h *Handler) validate(reg *x402.Registry, mode facilitator.VerdictMode) error {
 	switch {
 	case h.FacilitatorURL != "" && h.Facilitator != "":

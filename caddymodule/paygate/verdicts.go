@@ -15,7 +15,7 @@ import (
 // newVerdicts builds the verdict service client of a bundled facilitator, timed for
 // caddy_x402_verdict_duration_seconds. Without verdict_url there is none: resolve has
 // already refused a guardian_mode other than off without it (fail closed).
-func newVerdicts(rc *resolved, reg *x402.Registry, log *zap.Logger) (facilitator.Verdicts, error) {
+func newVerdicts(rc *facilitator.Config, reg *x402.Registry, log *zap.Logger) (facilitator.Verdicts, error) {
 	if rc.VerdictURL == "" {
 		return nil, nil
 	}
@@ -33,11 +33,15 @@ func newVerdicts(rc *resolved, reg *x402.Registry, log *zap.Logger) (facilitator
 }
 
 // pollOptions is how the bundled facilitator of rc polls for a verdict.
-func pollOptions(rc *resolved) verdictclient.PollOptions {
+func pollOptions(rc *facilitator.Config) verdictclient.PollOptions {
+	p := rc.VerdictPoll
+	if p == nil {
+		return verdictclient.PollOptions{}
+	}
 	return verdictclient.PollOptions{
-		IntervalMs:  int(rc.PollInterval / time.Millisecond),
-		MaxAttempts: rc.PollAttempts,
-		MaxDelay:    rc.PollMaxDelay,
+		IntervalMs:  int(time.Duration(p.Interval) / time.Millisecond),
+		MaxAttempts: p.MaxAttempts,
+		MaxDelay:    time.Duration(p.MaxDelay),
 	}
 }
 
@@ -46,11 +50,11 @@ func pollOptions(rc *resolved) verdictclient.PollOptions {
 // verdict poll (its delays, a submit and a last read at the client's timeout) and a
 // verification fee's receipt, so a slow verdict ends as the verdict service's own timeout
 // rather than the gate's (docs/gate.md#guardian).
-func verifyTimeout(rc *resolved) time.Duration {
+func verifyTimeout(rc *facilitator.Config) time.Duration {
 	if rc.VerdictMode == "" || rc.VerdictMode == facilitator.VerdictOff {
 		return gate.DefaultVerifyTimeout
 	}
-	receipt := rc.ReceiptTimeout
+	receipt := time.Duration(rc.ReceiptTimeout)
 	if receipt <= 0 {
 		receipt = facilitator.DefaultReceiptTimeout
 	}

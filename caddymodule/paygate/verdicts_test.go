@@ -14,16 +14,16 @@ import (
 func TestVerifyDeadlineCoversTheVerdictPoll(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		rc      resolved
+		rc      facilitator.Config
 		atLeast time.Duration
 		exactly time.Duration
 	}{
-		{"guardian off keeps the default", resolved{VerdictMode: facilitator.VerdictOff}, 0, gate.DefaultVerifyTimeout},
-		{"guardian required, default poll", resolved{VerdictMode: facilitator.VerdictRequired}, 87 * time.Second, 0},
-		{"guardian optional, a longer poll", resolved{VerdictMode: facilitator.VerdictOptional,
-			PollInterval: 2 * time.Second, PollAttempts: 40, PollMaxDelay: 10 * time.Second}, 360 * time.Second, 0},
-		{"a short poll never goes below the default", resolved{VerdictMode: facilitator.VerdictRequired,
-			PollInterval: 10 * time.Millisecond, PollAttempts: 2}, gate.DefaultVerifyTimeout, 0},
+		{"guardian off keeps the default", facilitator.Config{VerdictMode: facilitator.VerdictOff}, 0, gate.DefaultVerifyTimeout},
+		{"guardian required, default poll", facilitator.Config{VerdictMode: facilitator.VerdictRequired}, 87 * time.Second, 0},
+		{"guardian optional, a longer poll", facilitator.Config{VerdictMode: facilitator.VerdictOptional,
+			VerdictPoll: &facilitator.VerdictPollConfig{Interval: facilitator.Duration(2 * time.Second), MaxAttempts: 40, MaxDelay: facilitator.Duration(10 * time.Second)}}, 360 * time.Second, 0},
+		{"a short poll never goes below the default", facilitator.Config{VerdictMode: facilitator.VerdictRequired,
+			VerdictPoll: &facilitator.VerdictPollConfig{Interval: facilitator.Duration(10 * time.Millisecond), MaxAttempts: 2}}, gate.DefaultVerifyTimeout, 0},
 	} {
 		got := verifyTimeout(&tc.rc)
 		if (tc.exactly != 0 && got != tc.exactly) || got < tc.atLeast {

@@ -56,11 +56,11 @@ func (c *Env) Service(t testing.TB, mutate func(*facilitator.Config)) *facilitat
 	store := approval.NewMemoryStore(0)
 	t.Cleanup(func() { _ = store.Close() })
 	cfg := facilitator.Config{
-		Networks:  []facilitator.NetworkConfig{{Network: c.Network, RPCURL: c.RPCURL}},
-		SignerKey: c.FacilitatorAccount().Key,
-		Store:     store,
-		Journal:   j,
-		Logger:    zap.NewNop(),
+		Networks: []facilitator.NetworkConfig{facilitator.NetworkOf(c.Network, c.RPCURL)},
+		Signer:   c.FacilitatorAccount().Key,
+		Store:    store,
+		Journal:  j,
+		Logger:   zap.NewNop(),
 	}
 	if mutate != nil {
 		mutate(&cfg)

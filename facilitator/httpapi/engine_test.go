@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/crypto"
 
 	"github.com/x402gate/x402gate/facilitator"
 	"github.com/x402gate/x402gate/facilitator/facilitatortest"
@@ -248,4 +249,27 @@ func TestClientHandlerEngineOnAnvil(t *testing.T) {
 			t.Fatal("health shows the RPC URL")
 		}
 	})
+
+// TestRemoteSettleChecksEverything: a /settle over HTTP after a /verify of the same payment
+// runs every check again, as the spec requires of a remote facilitator
+// (docs/facilitator.md#settle-order): the token's state is read at /verify and again at
+// /settle. Only an in-process Settle reuses what Verify proved.
+func TestRemoteSettleChecksEverything(t *testing.T) {
+	env := newTestEnv(t)
+	node := testenv.CountCalls(t, env.chain.RPCURL, crypto.Keccak256([]byte("authorizationState(address,bytes32)"))[:4])
+	e := env.engine(t, func(c *facilitator.Config) { c.Networks[0].RPC = node.URL })
+	srv := httptest.NewServer(NewHandler(e, HandlerOptions{APIKey: apiTestKey, Registry: env.reg}))
+	t.Cleanup(srv.Close)
+	cl := newTestClient(t, ClientConfig{URL: srv.URL, APIKey: apiTestKey, Registry: env.reg})
+	p, r := env.pay(t, x402.Version2, env.chain.Accounts[1], env.chain.Accounts[2].Address)
+	before := node.Calls()
+	if ver, err := cl.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r}); err != nil || !ver.IsValid {
+		t.Fatalf("verify = %+v, %v", ver, err)
+	}
+	if res, err := cl.Settle(context.Background(), p, r); err != nil || !res.Success {
+		t.Fatalf("settle = %+v, %v", res, err)
+	}
+	if got := node.Calls() - before; got != 2 {
+		t.Errorf("%d token state reads for /verify and /settle, want 2: /settle checks everything", got)
+	}
 }
