@@ -10,6 +10,7 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 
 	"github.com/x402gate/x402gate/verdict"
+	"github.com/x402gate/x402gate/verdictserver/engine/internal/intern"
 	"github.com/x402gate/x402gate/verdictserver/policy"
 )
 
@@ -101,7 +102,7 @@ func (ev *evaluation) venueOf(p string) result {
 		return failed(verdict.ReasonVenueNotAllowed, "venues.allowed is not configured, so the policy allows no venue", policy.FieldVenues, p, nil)
 	}
 	if slices.Contains(d.Venues.Allowed, p) {
-		return passed(prefixed(pVenue, p).val, policy.FieldVenues, boxString(p), d.Venues.Allowed)
+		return passed(prefixed(pVenue, p).Val, policy.FieldVenues, boxString(p), d.Venues.Allowed)
 	}
 	return failed(verdict.ReasonVenueNotAllowed, "venue "+p+" is not in venues.allowed", policy.FieldVenues, p, d.Venues.Allowed)
 }
@@ -110,12 +111,12 @@ func (ev *evaluation) chain() result { return ev.chainOf(ev.act.ChainID) }
 
 func (ev *evaluation) chainOf(c int64) result {
 	d := ev.in.Policy.Doc
-	cs := chainKey(c)
+	cs := intern.ChainKey(c)
 	if d.Chains == nil || d.Chains.Allowed == nil {
 		return failed(verdict.ReasonChainNotAllowed, "chains.allowed is not configured, so the policy allows no chain", policy.FieldChains, c, nil)
 	}
 	if slices.Contains(d.Chains.Allowed, c) {
-		return passed(prefixed(pChain, cs).val, policy.FieldChains, boxInt64(c), d.Chains.Allowed)
+		return passed(prefixed(pChain, cs).Val, policy.FieldChains, boxInt64(c), d.Chains.Allowed)
 	}
 	return failed(verdict.ReasonChainNotAllowed, "chain "+cs+" is not in chains.allowed", policy.FieldChains, c, d.Chains.Allowed)
 }
@@ -160,13 +161,13 @@ func (ev *evaluation) contractSelector() result {
 
 func (ev *evaluation) callAllowed(act *Action, obs any) result {
 	d := ev.in.Policy.Doc
-	chainKey := chainKey(act.ChainID)
+	chainKey := intern.ChainKey(act.ChainID)
 	byAddr, ok := d.Contracts[chainKey]
 	if !ok {
 		return failed(verdict.ReasonContractOrSelector, "no contract is allowed on chain "+chainKey, policy.FieldContracts+"."+chainKey, obs, nil)
 	}
 	for written, sels := range byAddr {
-		if a, ok := strictAddress(written); !ok || a != *act.To {
+		if a, ok := intern.StrictAddress(written); !ok || a != *act.To {
 			continue
 		}
 		field := policy.FieldContracts + "." + chainKey + "." + written
@@ -190,23 +191,23 @@ func (ev *evaluation) asset() result {
 	if len(assets) == 0 {
 		return notChecked(kindReason(act.Kind, kNoToken))
 	}
-	ck := chainKey(act.ChainID)
+	ck := intern.ChainKey(act.ChainID)
 	var universe []string
 	configured := false
 	if d.Assets != nil && d.Assets.Universe != nil {
 		universe, configured = d.Assets.Universe[ck]
 	}
 	if !configured || universe == nil {
-		return notChecked(prefixed(pUniverseNot, ck).val)
+		return notChecked(prefixed(pUniverseNot, ck).Val)
 	}
-	field := prefixed(pUniverse, ck).val
+	field := prefixed(pUniverse, ck).Val
 	obs := ev.hexes(assets)
 	for _, a := range assets {
 		if !containsAddress(universe, a) {
 			return failed(verdict.ReasonAssetNotInUniverse, "asset "+ev.hex(a)+" is not in "+field, field, obs, universe)
 		}
 	}
-	return passed(prefixed(pEveryAsset, field).val, field, obs, universe)
+	return passed(prefixed(pEveryAsset, field).Val, field, obs, universe)
 }
 
 func (ev *evaluation) recipient() result {
@@ -366,7 +367,7 @@ func (ev *evaluation) notional() (*big.Rat, bool) {
 // policy.Parse) holds a, in any case.
 func containsAddress(list []string, a common.Address) bool {
 	for _, s := range list {
-		if b, ok := looseAddress(s); ok && b == a {
+		if b, ok := intern.LooseAddress(s); ok && b == a {
 			return true
 		}
 	}

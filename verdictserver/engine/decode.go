@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/ethereum/go-ethereum/common"
+	"github.com/x402gate/x402gate/verdictserver/engine/internal/intern"
 )
 
 // The decoders (docs/policy.md#actions). Each protocol's decoder reads a proposedTx into the
@@ -122,7 +123,7 @@ func addressMember(tx map[string]any, member string) (common.Address, *DecodeErr
 	if !ok {
 		return common.Address{}, fail(member, "must be a 20-byte address string")
 	}
-	a, ok := strictAddress(s)
+	a, ok := intern.StrictAddress(s)
 	if !ok {
 		return common.Address{}, fail(member, "must be a 20-byte address: 0x and 40 hex digits, EIP-55 when mixed case")
 	}

@@ -123,7 +123,7 @@ func selectorText(sel []byte) string {
 		var b [4]byte
 		binary.BigEndian.PutUint32(b[:], uint32(k.n))
 		return "0x" + hex.EncodeToString(b[:])
-	}).val
+	}).Val
 }
 
 // valueText is v in decimal; "0" without allocating.

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/ethereum/go-ethereum/common"
+	"github.com/x402gate/x402gate/verdictserver/engine/internal/intern"
 )
 
 // ProtocolHyperliquid is the proposedTx.protocol of a Hyperliquid exchange action
@@ -232,7 +233,7 @@ func isHexQuantity(s string) bool {
 // hexDigits reports whether s is hex digits only.
 func hexDigits(s string) bool {
 	for i := 0; i < len(s); i++ {
-		if _, ok := unhex(s[i]); !ok {
+		if _, ok := intern.Unhex(s[i]); !ok {
 			return false
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/ethereum/go-ethereum/common"
+	"github.com/x402gate/x402gate/verdictserver/engine/internal/intern"
 )
 
 // The registry of known contracts (docs/policy.md#known-contracts): a protocol decoder reads
@@ -136,8 +137,8 @@ func entryOf(kind ContractKind, version string) (known, error) {
 // policyContract is the contract a policy's knownContracts names at addr on chainID: its kind
 // written "kind" or "kind@version" (docs/policy.md#known-contracts).
 func policyContract(added map[string]map[string]string, chainID int64, addr common.Address) (known, bool) {
-	for written, kind := range added[chainKey(chainID)] {
-		if a, ok := strictAddress(written); ok && a == addr {
+	for written, kind := range added[intern.ChainKey(chainID)] {
+		if a, ok := intern.StrictAddress(written); ok && a == addr {
 			k, v, _ := strings.Cut(kind, "@")
 			e, err := entryOf(ContractKind(k), v)
 			return e, err == nil

@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 
 	"github.com/ethereum/go-ethereum/common"
+	"github.com/x402gate/x402gate/verdictserver/engine/internal/intern"
 )
 
 // actionScratch is memory for the Actions a decoder builds, which it takes instead of
@@ -42,8 +43,8 @@ func hexBytes(h string, scratch *actionScratch) ([]byte, error) {
 	}
 	b := scratch.calldata[:n]
 	for i := range b {
-		hi, ok1 := unhex(h[2*i])
-		lo, ok2 := unhex(h[2*i+1])
+		hi, ok1 := intern.Unhex(h[2*i])
+		lo, ok2 := intern.Unhex(h[2*i+1])
 		if !ok1 || !ok2 {
 			return nil, hex.InvalidByteError(h[2*i])
 		}

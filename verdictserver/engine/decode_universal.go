@@ -158,7 +158,7 @@ func (p *plan) commands(cmds []byte, inputs [][]byte, field string, depth int) (
 			return nil, &DecodeError{Field: f, Problem: "command 0x" + hex.EncodeToString([]byte{b}) + " is not one this decoder reads on a version " + p.v.name + " Universal Router"}
 		}
 		leg, _ := p.scratch.action()
-		leg.Protocol, leg.ChainID, leg.Kind, leg.Notional = ProtocolUniswap, p.chainID, prefixed(pURLeg, name).val, []Amount{}
+		leg.Protocol, leg.ChainID, leg.Kind, leg.Notional = ProtocolUniswap, p.chainID, prefixed(pURLeg, name).Val, []Amount{}
 		leg.Fields["command"], leg.Fields["allowRevert"] = byteText(b), b&0x80 != 0
 		if de := p.command(leg, cmd, inputs[i], f, depth); de != nil {
 			return nil, de

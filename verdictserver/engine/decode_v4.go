@@ -101,7 +101,7 @@ func (p *plan) v4Swap(leg *Action, in []byte, field string) *DecodeError {
 			return &DecodeError{Field: f, Problem: name + " parameters: " + err.Error()}
 		}
 		l, _ := p.scratch.action()
-		l.Protocol, l.ChainID, l.Kind, l.Notional = ProtocolUniswap, p.chainID, prefixed(pV4Leg, name).val, []Amount{}
+		l.Protocol, l.ChainID, l.Kind, l.Notional = ProtocolUniswap, p.chainID, prefixed(pV4Leg, name).Val, []Amount{}
 		l.Fields["action"] = byteText(a)
 		if de := p.v4Action(l, a, vals, f); de != nil {
 			return de

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/ethereum/go-ethereum/common"
+	"github.com/x402gate/x402gate/verdictserver/engine/internal/intern"
 )
 
 // decodedAction is evidence.decodedAction for act (docs/policy.md#evidence): its fields,
@@ -221,10 +222,10 @@ func ratString(r *big.Rat) any {
 }
 
 // hex is a.Hex(); EIP-55 costs a Keccak-256, so it is cached (intern.go).
-func (ev *evaluation) hex(a common.Address) string { return checksum(a).val }
+func (ev *evaluation) hex(a common.Address) string { return intern.Checksum(a).Val }
 
 // hexAny is a.Hex() as an interface value, for evidence.
-func (ev *evaluation) hexAny(a common.Address) any { return checksum(a).box }
+func (ev *evaluation) hexAny(a common.Address) any { return intern.Checksum(a).Box }
 
 // hexes is as in EIP-55. One slice of addresses asked for again in the same evaluation
 // (an action's recipients in their check, in sink_recipient's and in decodedAction) gives

@@ -196,7 +196,7 @@ func (ev *evaluation) screenAddrs(addrs []common.Address) result {
 		}
 		on += oracle.Name()
 	}
-	exp := prefixed(pNoneOn, on).box
+	exp := prefixed(pNoneOn, on).Box
 	if oracle != nil {
 		hits, asOf, err := oracle.Screen(ev.context(), uniq)
 		switch {
@@ -230,7 +230,7 @@ func (ev *evaluation) screenAddrs(addrs []common.Address) result {
 				&screenObserved{Listed: ev.sortedHexes(hits), Screened: obs}, exp)
 		}
 	}
-	return passed(prefixed(pNoAddressOn, on).val, "", &screenObserved{Listed: noneListed, Screened: obs}, exp)
+	return passed(prefixed(pNoAddressOn, on).Val, "", &screenObserved{Listed: noneListed, Screened: obs}, exp)
 }
 
 // tableUSD prices amount of asset from the table; the native coin and the chain's WETH stand
