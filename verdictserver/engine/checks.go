@@ -125,7 +125,7 @@ func (ev *evaluation) chainOf(c int64) result {
 // calls must be listed too: docs/policy.md#actions).
 func (ev *evaluation) contractSelector() result {
 	var calls []*Action
-	ev.act.walk(func(a *Action) {
+	ev.act.Walk(func(a *Action) {
 		if a.To != nil {
 			calls = append(calls, a)
 		}
@@ -234,12 +234,12 @@ func (ev *evaluation) recipient() result {
 // screen is the sanctions check: always on, not a policy field (docs/policy.md#sanctions-list).
 func (ev *evaluation) screen() result {
 	n := 1
-	ev.act.walk(func(a *Action) {
+	ev.act.Walk(func(a *Action) {
 		n += 1 + len(a.Recipients) + len(a.Assets) + len(a.Screen) + len(a.Stranded) + 2*len(a.Allowances)
 	})
 	addrs := make([]common.Address, 1, n)
 	addrs[0] = ev.in.Escrow
-	ev.act.walk(func(a *Action) {
+	ev.act.Walk(func(a *Action) {
 		if a.To != nil {
 			addrs = append(addrs, *a.To)
 		}
@@ -293,7 +293,7 @@ func (ev *evaluation) all(field func(*Action) []common.Address) []common.Address
 		return field(ev.act)
 	}
 	var out []common.Address
-	ev.act.walk(func(a *Action) {
+	ev.act.Walk(func(a *Action) {
 		for _, x := range field(a) {
 			if !slices.Contains(out, x) {
 				out = append(out, x)
@@ -308,7 +308,7 @@ func (ev *evaluation) all(field func(*Action) []common.Address) []common.Address
 func (ev *evaluation) perTxCap() result {
 	act, d := ev.act, ev.in.Policy.Doc
 	moves := false
-	act.walk(func(a *Action) { moves = moves || exposes(a) })
+	act.Walk(func(a *Action) { moves = moves || exposes(a) })
 	if !moves {
 		return notChecked(kindReason(act.Kind, kNoValue))
 	}
@@ -348,7 +348,7 @@ func (ev *evaluation) notional() (*big.Rat, bool) {
 		}
 	}
 	ok := true
-	ev.act.walk(func(a *Action) {
+	ev.act.Walk(func(a *Action) {
 		if ok {
 			ev.unpriced, ok = ev.exposureUSD(a, add)
 		}
@@ -377,7 +377,7 @@ func containsAddress(list []string, a common.Address) bool {
 // coins gathers the Hyperliquid coins of the action and its legs, without repeats.
 func (ev *evaluation) coins() []string {
 	var out []string
-	ev.act.walk(func(a *Action) {
+	ev.act.Walk(func(a *Action) {
 		for _, c := range a.Coins {
 			if !slices.Contains(out, c) {
 				out = append(out, c)

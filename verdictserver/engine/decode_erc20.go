@@ -4,6 +4,7 @@ import (
 	"math/big"
 
 	"github.com/ethereum/go-ethereum/common"
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
 )
 
 // evmDecoder reads ProtocolEVM calls (docs/policy.md#evm-actions): the native coin, ERC-20
@@ -19,22 +20,22 @@ func (d evmDecoder) Decode(tx map[string]any) (*Action, error) {
 
 // DecodeFor reads tx sent by sender: WETH's deposit and withdraw pay the sender.
 func (d evmDecoder) DecodeFor(tx map[string]any, sender common.Address) (*Action, error) {
-	return d.decodeInto(tx, sender, nil)
+	return d.DecodeInto(tx, sender, nil)
 }
 
-func (evmDecoder) decodeInto(tx map[string]any, sender common.Address, s *actionScratch) (*Action, error) {
+func (evmDecoder) DecodeInto(tx map[string]any, sender common.Address, s *actions.Scratch) (*Action, error) {
 	c, de := readCall(tx, s)
 	if de != nil {
 		return nil, de
 	}
 	to := c.to
-	act := s.callAction(ProtocolEVM, c.chainID, to, c.selector())
+	act := s.CallAction(ProtocolEVM, c.chainID, to, c.selector())
 	act.Fields["value"] = valueText(c.value)
 	if len(c.data) == 0 {
 		act.Kind = "evm.native"
 		act.Recipients = []common.Address{to}
 		act.Assets = []common.Address{NativeAsset}
-		act.Notional = []Amount{{NativeAsset, c.value}}
+		act.Notional = []Amount{{Asset: NativeAsset, Value: c.value}}
 		return act, nil
 	}
 	m, vals, de := method(&tokenABI, c.data)
@@ -45,23 +46,23 @@ func (evmDecoder) decodeInto(tx map[string]any, sender common.Address, s *action
 		// docs/policy.md#evm-actions: only the chain's own WETH is read; another contract's
 		// deposit() could do anything.
 		if w, known := wrappedNative(c.chainID); !known || w != to {
-			return nil, fail("to", m.RawName+" is read only on the chain's WETH")
+			return nil, actions.Fail("to", m.RawName+" is read only on the chain's WETH")
 		}
 		act.Assets, act.Recipients = []common.Address{NativeAsset, to}, []common.Address{sender}
 		if m.RawName == "deposit" {
-			act.Kind, act.Notional = "weth.deposit", []Amount{{NativeAsset, c.value}}
+			act.Kind, act.Notional = "weth.deposit", []Amount{{Asset: NativeAsset, Value: c.value}}
 			return act, nil
 		}
 		if c.value.Sign() != 0 {
-			return nil, fail("value", "must be 0 for withdraw")
+			return nil, actions.Fail("value", "must be 0 for withdraw")
 		}
 		wad := vals[0].(*big.Int)
-		act.Kind, act.Notional = "weth.withdraw", []Amount{{to, wad}}
+		act.Kind, act.Notional = "weth.withdraw", []Amount{{Asset: to, Value: wad}}
 		act.Fields["amount"] = wad.String()
 		return act, nil
 	}
 	if c.value.Sign() != 0 {
-		return nil, fail("value", "must be 0 for "+m.RawName+": a token call sends no native coin")
+		return nil, actions.Fail("value", "must be 0 for "+m.RawName+": a token call sends no native coin")
 	}
 	token := to
 	act.Assets = []common.Address{token}
@@ -69,7 +70,7 @@ func (evmDecoder) decodeInto(tx map[string]any, sender common.Address, s *action
 	case "transfer":
 		rcpt, v := vals[0].(common.Address), vals[1].(*big.Int)
 		act.Kind = "erc20.transfer"
-		act.Recipients, act.Notional = []common.Address{rcpt}, []Amount{{token, v}}
+		act.Recipients, act.Notional = []common.Address{rcpt}, []Amount{{Asset: token, Value: v}}
 		act.Fields["recipient"], act.Fields["amount"] = rcpt, v.String()
 	case "approve", "increaseAllowance", "permit":
 		var sp common.Address
@@ -87,20 +88,20 @@ func (evmDecoder) decodeInto(tx map[string]any, sender common.Address, s *action
 			act.Kind = "eip2612.permit"
 		}
 		act.Notional = []Amount{}
-		grant(act, sp, token, v, maxUint256)
+		actions.Grant(act, sp, token, v, actions.MaxUint256)
 		act.Fields["spender"], act.Fields["amount"], act.Fields["unlimited"] = sp, v.String(), act.Allowances[0].Unlimited
 	case "transferFrom":
 		from, rcpt, v := vals[0].(common.Address), vals[1].(common.Address), vals[2].(*big.Int)
 		act.Kind = "erc20.transferFrom"
-		act.Recipients, act.Screen, act.Notional = []common.Address{rcpt}, []common.Address{from}, []Amount{{token, v}}
+		act.Recipients, act.Screen, act.Notional = []common.Address{rcpt}, []common.Address{from}, []Amount{{Asset: token, Value: v}}
 		act.Fields["from"], act.Fields["recipient"], act.Fields["amount"] = from, rcpt, v.String()
 	case "transferWithAuthorization", "transferWithAuthorization0", "receiveWithAuthorization":
 		from, rcpt, v := vals[0].(common.Address), vals[1].(common.Address), vals[2].(*big.Int)
 		act.Kind = "eip3009." + m.RawName
-		act.Recipients, act.Screen, act.Notional = []common.Address{rcpt}, []common.Address{from}, []Amount{{token, v}}
+		act.Recipients, act.Screen, act.Notional = []common.Address{rcpt}, []common.Address{from}, []Amount{{Asset: token, Value: v}}
 		act.Fields["from"], act.Fields["recipient"], act.Fields["amount"] = from, rcpt, v.String()
 	default:
-		return nil, fail("data", m.Sig+" is not one this decoder reads")
+		return nil, actions.Fail("data", m.Sig+" is not one this decoder reads")
 	}
 	return act, nil
 }

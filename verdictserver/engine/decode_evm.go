@@ -11,6 +11,7 @@ import (
 
 	"github.com/ethereum/go-ethereum/accounts/abi"
 	"github.com/ethereum/go-ethereum/common"
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
 )
 
 // The EVM protocols (docs/policy.md#evm-actions). Both read the same proposedTx: an EVM call
@@ -41,20 +42,20 @@ var evmMembers = map[string]bool{"protocol": true, "chainId": true, "to": true, 
 // is not an action we judge), data is 0x-prefixed hex (absent: none), value a decimal string
 // of base units (absent: 0), nonce a JSON integer >= 0 or a decimal string.
 //
-// The call data goes into scratch's buffer when scratch is not nil (actionScratch.calldata).
-func readCall(tx map[string]any, scratch *actionScratch) (evmCall, *DecodeError) {
+// The call data goes into scratch's buffer when scratch is not nil (actions.Scratch.calldata).
+func readCall(tx map[string]any, scratch *actions.Scratch) (evmCall, *DecodeError) {
 	var c evmCall
 	for k := range tx {
 		if !evmMembers[k] {
-			return c, fail(k, "is not a member of an EVM call")
+			return c, actions.Fail(k, "is not a member of an EVM call")
 		}
 	}
-	id, ok := chainIDOf(tx["chainId"])
+	id, ok := actions.ChainID(tx["chainId"])
 	if !ok {
-		return c, fail("chainId", "must be a positive integer")
+		return c, actions.Fail("chainId", "must be a positive integer")
 	}
 	c.chainID = id
-	to, de := addressMember(tx, "to")
+	to, de := actions.AddressMember(tx, "to")
 	if de != nil {
 		return c, de
 	}
@@ -62,11 +63,11 @@ func readCall(tx map[string]any, scratch *actionScratch) (evmCall, *DecodeError)
 	if raw, present := tx["data"]; present {
 		s, ok := raw.(string)
 		if !ok || !strings.HasPrefix(s, "0x") || len(s)%2 != 0 || len(s) > 2+2*maxCalldata {
-			return c, fail("data", "must be 0x-prefixed hex of whole bytes, at most 128 KiB")
+			return c, actions.Fail("data", "must be 0x-prefixed hex of whole bytes, at most 128 KiB")
 		}
-		b, err := hexBytes(s[2:], scratch)
+		b, err := actions.HexBytes(s[2:], scratch)
 		if err != nil {
-			return c, fail("data", "must be 0x-prefixed hex of whole bytes, at most 128 KiB")
+			return c, actions.Fail("data", "must be 0x-prefixed hex of whole bytes, at most 128 KiB")
 		}
 		c.data = b
 	}
@@ -76,17 +77,17 @@ func readCall(tx map[string]any, scratch *actionScratch) (evmCall, *DecodeError)
 		switch {
 		case ok && s == "0":
 		case ok:
-			v, good := baseUnits(s)
+			v, good := actions.BaseUnits(s)
 			if !good {
-				return c, fail("value", "must be a decimal string of base units below 2^256, without sign or leading zero")
+				return c, actions.Fail("value", "must be a decimal string of base units below 2^256, without sign or leading zero")
 			}
 			c.value = v
 		default:
-			return c, fail("value", "must be a decimal string of base units")
+			return c, actions.Fail("value", "must be a decimal string of base units")
 		}
 	}
 	if raw, present := tx["nonce"]; present && !nonceOK(raw) {
-		return c, fail("nonce", "must be an integer from 0 to 2^64-1, as a JSON number or a decimal string")
+		return c, actions.Fail("nonce", "must be an integer from 0 to 2^64-1, as a JSON number or a decimal string")
 	}
 	return c, nil
 }
@@ -104,7 +105,7 @@ func nonceOK(v any) bool {
 		if x == "0" {
 			return true
 		}
-		n, ok := baseUnits(x)
+		n, ok := actions.BaseUnits(x)
 		return ok && n.IsUint64()
 	}
 	return false
@@ -180,11 +181,11 @@ func method(a *abi.ABI, data []byte) (*abi.Method, []any, *DecodeError) {
 // methodOf finds the method of a with the call's selector.
 func methodOf(a *abi.ABI, data []byte) (*abi.Method, *DecodeError) {
 	if len(data) < 4 {
-		return nil, fail("data", "has no 4-byte selector")
+		return nil, actions.Fail("data", "has no 4-byte selector")
 	}
 	m := methodByID(a, data[:4])
 	if m == nil {
-		return nil, fail("data", "selector 0x"+hex.EncodeToString(data[:4])+" is not one this decoder reads")
+		return nil, actions.Fail("data", "selector 0x"+hex.EncodeToString(data[:4])+" is not one this decoder reads")
 	}
 	return m, nil
 }
@@ -193,7 +194,7 @@ func methodOf(a *abi.ABI, data []byte) (*abi.Method, *DecodeError) {
 func methodArgs(m *abi.Method, data []byte) ([]any, *DecodeError) {
 	vals, err := unpack(m.Inputs, data[4:])
 	if err != nil {
-		return nil, fail("data", m.Sig+": "+err.Error())
+		return nil, actions.Fail("data", m.Sig+": "+err.Error())
 	}
 	return vals, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ethereum/go-ethereum/accounts/abi"
 	"github.com/ethereum/go-ethereum/common"
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
 )
 
 // sameInPlace fails t unless the router call data decodes alike with the single swaps'
@@ -129,7 +130,7 @@ func methodBySig(t *testing.T, a *abi.ABI, sig string) *abi.Method {
 func TestHexBytesDecodesAsHex(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3009, 1))
 	digits := "0123456789abcdefABCDEFgx:/@G`"
-	s := new(actionScratch)
+	s := new(actions.Scratch)
 	for range 20000 {
 		b := make([]byte, 2*rng.IntN(40))
 		for i := range b {
@@ -140,7 +141,7 @@ func TestHexBytesDecodesAsHex(t *testing.T) {
 			}
 		}
 		want, wantErr := hex.DecodeString(string(b))
-		got, err := hexBytes(string(b), s)
+		got, err := actions.HexBytes(string(b), s)
 		if (err != nil) != (wantErr != nil) || err == nil && !bytes.Equal(got, want) {
 			t.Fatalf("%q: got %x %v, want %x %v", b, got, err, want, wantErr)
 		}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/ethereum/go-ethereum/common"
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
 	"github.com/x402gate/x402gate/verdictserver/engine/internal/intern"
 )
 
@@ -74,20 +75,20 @@ var hyperliquidMembers = map[string]bool{
 // Decode reads proposedTx = {protocol, chainId: 1337, action: {type, …}, nonce?,
 // vaultAddress?, expiresAfter?, leverage?}.
 func (d HyperliquidDecoder) Decode(tx map[string]any) (*Action, error) {
-	return d.decodeInto(tx, common.Address{}, nil)
+	return d.DecodeInto(tx, common.Address{}, nil)
 }
 
-// decodeInto is Decode with memory for the actions (actionScratch); a Hyperliquid action
+// decodeInto is Decode with memory for the actions (actions.Scratch); a Hyperliquid action
 // does not depend on its sender.
-func (d HyperliquidDecoder) decodeInto(tx map[string]any, _ common.Address, s *actionScratch) (*Action, error) {
+func (d HyperliquidDecoder) DecodeInto(tx map[string]any, _ common.Address, s *actions.Scratch) (*Action, error) {
 	for k := range tx {
 		if !hyperliquidMembers[k] {
-			return nil, fail(k, "is not a member of a Hyperliquid action")
+			return nil, actions.Fail(k, "is not a member of a Hyperliquid action")
 		}
 	}
-	chainID, ok := chainIDOf(tx["chainId"])
+	chainID, ok := actions.ChainID(tx["chainId"])
 	if !ok || chainID != HyperliquidChainID {
-		return nil, fail("chainId", "must be 1337, the chain id of Hyperliquid actions")
+		return nil, actions.Fail("chainId", "must be 1337, the chain id of Hyperliquid actions")
 	}
 	// The members of the request itself, added to the action's fields at the end (where the
 	// action's own member of the same name, if any, wins).
@@ -98,22 +99,22 @@ func (d HyperliquidDecoder) decodeInto(tx map[string]any, _ common.Address, s *a
 	nTop := 0
 	field := func(k string, v any) { top[nTop].k, top[nTop].v = k, v; nTop++ }
 	if v, present := tx["nonce"]; present {
-		n, ok := intOf(v, 1, 1<<62)
+		n, ok := actions.Int(v, 1, 1<<62)
 		if !ok {
-			return nil, fail("nonce", "must be a positive integer (milliseconds)")
+			return nil, actions.Fail("nonce", "must be a positive integer (milliseconds)")
 		}
 		field("nonce", n)
 	}
 	if v, present := tx["expiresAfter"]; present && v != nil {
-		n, ok := intOf(v, 1, 1<<62)
+		n, ok := actions.Int(v, 1, 1<<62)
 		if !ok {
-			return nil, fail("expiresAfter", "must be null or a positive integer (milliseconds)")
+			return nil, actions.Fail("expiresAfter", "must be null or a positive integer (milliseconds)")
 		}
 		field("expiresAfter", n)
 	}
 	var vault *common.Address
 	if v, present := tx["vaultAddress"]; present && v != nil {
-		a, de := addressMember(tx, "vaultAddress")
+		a, de := actions.AddressMember(tx, "vaultAddress")
 		if de != nil {
 			return nil, de
 		}
@@ -122,7 +123,7 @@ func (d HyperliquidDecoder) decodeInto(tx map[string]any, _ common.Address, s *a
 	}
 	action, ok := tx["action"].(map[string]any)
 	if !ok {
-		return nil, fail("action", "must be an object")
+		return nil, actions.Fail("action", "must be an object")
 	}
 	typ, _ := action["type"].(string)
 	field("type", typ)
@@ -137,17 +138,17 @@ func (d HyperliquidDecoder) decodeInto(tx map[string]any, _ common.Address, s *a
 		act, de = d.cancel(typ, action)
 	case "usdSend", "withdraw3", "spotSend":
 		if vault != nil {
-			return nil, fail("vaultAddress", "applies to L1 actions only, not to a "+typ)
+			return nil, actions.Fail("vaultAddress", "applies to L1 actions only, not to a "+typ)
 		}
 		act, de = hyperliquidSend(typ, action)
 	default:
-		return nil, fail("action.type", "must be one of order, updateLeverage, cancel, cancelByCloid, usdSend, withdraw3, spotSend")
+		return nil, actions.Fail("action.type", "must be one of order, updateLeverage, cancel, cancelByCloid, usdSend, withdraw3, spotSend")
 	}
 	if de != nil {
 		return nil, de
 	}
 	if _, present := tx["leverage"]; present && typ != "order" {
-		return nil, fail("leverage", "applies to an order action only")
+		return nil, actions.Fail("leverage", "applies to an order action only")
 	}
 	if act.Fields == nil {
 		act.Fields = make(map[string]any, nTop)
@@ -168,10 +169,10 @@ func hyperliquidAction(kind string) *Action {
 	return &Action{Protocol: ProtocolHyperliquid, ChainID: HyperliquidChainID, Kind: kind}
 }
 
-// hyperliquidAction is an Action of this protocol on chain 1337 with an empty Fields map,
-// in s's memory (actionScratch).
-func (s *actionScratch) hyperliquidAction(kind string) *Action {
-	act, _ := s.action()
+// scratchAction is an Action of this protocol on chain 1337 with an empty Fields map, in s's
+// memory (actions.Scratch).
+func scratchAction(s *actions.Scratch, kind string) *Action {
+	act, _ := s.Action()
 	act.Protocol, act.ChainID, act.Kind = ProtocolHyperliquid, HyperliquidChainID, kind
 	return act
 }
@@ -180,7 +181,7 @@ func (s *actionScratch) hyperliquidAction(kind string) *Action {
 func exactly(obj map[string]any, path string, members ...string) *DecodeError {
 	for k := range obj {
 		if !slices.Contains(members, k) {
-			return fail(path+"."+k, "is not a member of this object")
+			return actions.Fail(path+"."+k, "is not a member of this object")
 		}
 	}
 	return nil
@@ -197,7 +198,7 @@ func (d HyperliquidDecoder) coin(asset int64, path string) (string, bool, *Decod
 		}
 		c, ok := perps[asset]
 		if !ok || c == "" {
-			return "", false, fail(path, "perp asset index "+strconv.FormatInt(asset, 10)+" is not in the decoder's coin table")
+			return "", false, actions.Fail(path, "perp asset index "+strconv.FormatInt(asset, 10)+" is not in the decoder's coin table")
 		}
 		return c, false, nil
 	case asset < hyperliquidBuilderBase:
@@ -206,7 +207,7 @@ func (d HyperliquidDecoder) coin(asset int64, path string) (string, bool, *Decod
 		}
 		return "@" + strconv.FormatInt(asset-hyperliquidSpotBase, 10), true, nil
 	}
-	return "", false, fail(path, "builder-deployed perps and outcome assets (index ≥ 100000) are not decoded")
+	return "", false, actions.Fail(path, "builder-deployed perps and outcome assets (index ≥ 100000) are not decoded")
 }
 
 // isCoinName reports whether s is a coin name assets.hyperliquid can hold, without ':'.

@@ -4,6 +4,7 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 
 	"github.com/x402gate/x402gate/verdict"
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
 )
 
 // KindPayment is the decoded kind of an x402 payment.
@@ -25,31 +26,31 @@ var paymentMembers = map[string]bool{
 func (paymentDecoder) Decode(tx map[string]any) (*Action, error) {
 	for k := range tx {
 		if !paymentMembers[k] {
-			return nil, fail(k, "is not a member of a payment action")
+			return nil, actions.Fail(k, "is not a member of a payment action")
 		}
 	}
 	if r, ok := tx["rail"].(string); !ok || r != verdict.RailX402 {
-		return nil, fail("rail", `must be "x402"`)
+		return nil, actions.Fail("rail", `must be "x402"`)
 	}
-	chainID, ok := chainIDOf(tx["chainId"])
+	chainID, ok := actions.ChainID(tx["chainId"])
 	if !ok {
-		return nil, fail("chainId", "must be a positive integer")
+		return nil, actions.Fail("chainId", "must be a positive integer")
 	}
-	payTo, de := addressMember(tx, "payTo")
+	payTo, de := actions.AddressMember(tx, "payTo")
 	if de != nil {
 		return nil, de
 	}
-	asset, de := addressMember(tx, "asset")
+	asset, de := actions.AddressMember(tx, "asset")
 	if de != nil {
 		return nil, de
 	}
 	if asset == (common.Address{}) {
-		return nil, fail("asset", "must be a token contract, not the zero address")
+		return nil, actions.Fail("asset", "must be a token contract, not the zero address")
 	}
 	amountStr, ok := tx["amount"].(string)
-	amount, good := baseUnits(amountStr)
+	amount, good := actions.BaseUnits(amountStr)
 	if !ok || !good {
-		return nil, fail("amount", "must be a decimal string of a positive integer below 2^256, without sign or leading zero")
+		return nil, actions.Fail("amount", "must be a decimal string of a positive integer below 2^256, without sign or leading zero")
 	}
 	payToHex := payTo.Hex()
 	fields := map[string]any{
@@ -62,7 +63,7 @@ func (paymentDecoder) Decode(tx map[string]any) (*Action, error) {
 	if raw, present := tx["resource"]; present {
 		r, ok := raw.(string)
 		if !ok || len(r) > maxResourceLen {
-			return nil, fail("resource", "must be a string of at most 4096 bytes")
+			return nil, actions.Fail("resource", "must be a string of at most 4096 bytes")
 		}
 		fields["resource"] = r
 	}

@@ -4,6 +4,7 @@ import (
 	"math/big"
 
 	"github.com/ethereum/go-ethereum/common"
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
 )
 
 // Permit2 (docs/policy.md#permit2): the allowances it grants and the transfers it makes, read
@@ -27,15 +28,15 @@ func (u *uni) permit2Call(data []byte) (*Action, *DecodeError) {
 		return nil, de
 	}
 	if u.value.Sign() != 0 {
-		return nil, fail("value", "must be 0 for a Permit2 call")
+		return nil, actions.Fail("value", "must be 0 for a Permit2 call")
 	}
-	act := u.scratch.callAction(ProtocolUniswap, u.chainID, u.router, selectorText(m.ID))
+	act := u.scratch.CallAction(ProtocolUniswap, u.chainID, u.router, selectorText(m.ID))
 	act.Fields["function"], act.Notional = m.Sig, []Amount{}
 	switch m.Name {
 	case "approve":
 		token, spender, amt := vals[0].(common.Address), vals[1].(common.Address), vals[2].(*big.Int)
 		act.Kind = "permit2.approve"
-		grant(act, spender, token, amt, maxUint160)
+		actions.Grant(act, spender, token, amt, maxUint160)
 		act.Fields["spender"], act.Fields["amount"] = spender, amt.String()
 	case "permit", "permit0":
 		act.Kind = "permit2.permit"
@@ -47,10 +48,10 @@ func (u *uni) permit2Call(data []byte) (*Action, *DecodeError) {
 		from, to, amt, token := vals[0].(common.Address), vals[1].(common.Address), vals[2].(*big.Int), vals[3].(common.Address)
 		act.Kind = "permit2.transferFrom"
 		act.Screen, act.Assets, act.Recipients = []common.Address{from}, []common.Address{token}, []common.Address{to}
-		act.Notional = []Amount{{token, amt}}
+		act.Notional = []Amount{{Asset: token, Value: amt}}
 	default: // transferFrom0: the batch
 		act.Kind = "permit2.transferFromBatch"
-		if de := permit2Transfers(act, vals[0], "data", func(_, to common.Address) { act.Recipients = appendNew(act.Recipients, to) }); de != nil {
+		if de := permit2Transfers(act, vals[0], "data", func(_, to common.Address) { act.Recipients = actions.AppendNew(act.Recipients, to) }); de != nil {
 			return nil, de
 		}
 	}
@@ -64,11 +65,11 @@ func permitGrants(act *Action, permit any, batch bool, field string) *DecodeErro
 	if batch {
 		details = reflectSlice(details[0])
 		if len(details) == 0 || len(details) > 16 {
-			return fail(field, "a permit batch must carry 1 to 16 permits")
+			return actions.Fail(field, "a permit batch must carry 1 to 16 permits")
 		}
 	}
 	for _, d := range details {
-		grant(act, spender, member[common.Address](d, "Token"), member[*big.Int](d, "Amount"), maxUint160)
+		actions.Grant(act, spender, member[common.Address](d, "Token"), member[*big.Int](d, "Amount"), maxUint160)
 	}
 	act.Fields["spender"] = spender
 	return nil
@@ -79,13 +80,13 @@ func permitGrants(act *Action, permit any, batch bool, field string) *DecodeErro
 func permit2Transfers(act *Action, batch any, field string, pay func(token, to common.Address)) *DecodeError {
 	rv := reflectSlice(batch)
 	if len(rv) == 0 || len(rv) > 16 {
-		return fail(field, "a transfer batch must carry 1 to 16 transfers")
+		return actions.Fail(field, "a transfer batch must carry 1 to 16 transfers")
 	}
 	for _, d := range rv {
 		token, amt := member[common.Address](d, "Token"), member[*big.Int](d, "Amount")
-		act.Screen = appendNew(act.Screen, member[common.Address](d, "From"))
-		act.Assets = appendNew(act.Assets, token)
-		act.Notional = append(act.Notional, Amount{token, amt})
+		act.Screen = actions.AppendNew(act.Screen, member[common.Address](d, "From"))
+		act.Assets = actions.AppendNew(act.Assets, token)
+		act.Notional = append(act.Notional, Amount{Asset: token, Value: amt})
 		pay(token, member[common.Address](d, "To"))
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/ethereum/go-ethereum/common"
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
 	"github.com/x402gate/x402gate/verdictserver/engine/internal/intern"
 )
 
@@ -154,4 +155,17 @@ func (r registry) lookup(chainID int64, addr common.Address) (known, bool) {
 	}
 	k, ok := r[chainID][addr]
 	return k, ok
+}
+
+// knownAt is the contract the registry r or, beside it, the policy of s's evaluation knows at
+// addr on chainID (docs/policy.md#known-contracts): a built-in or configured contract is never
+// redefined by a policy.
+func (r registry) knownAt(s *actions.Scratch, chainID int64, addr common.Address) (known, bool) {
+	if k, ok := r.lookup(chainID, addr); ok {
+		return k, true
+	}
+	if s == nil || s.Added == nil {
+		return known{}, false
+	}
+	return policyContract(s.Added, chainID, addr)
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ethereum/go-ethereum/common"
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
 )
 
 // TestOptionsContractsRefused: a contract the config adds must name a kind the decoders read,
@@ -38,11 +39,11 @@ func TestOptionsContractsReplaceABuiltIn(t *testing.T) {
 	if k, ok := r.lookup(84532, urV21); !ok || k.ur != urV2_0 {
 		t.Errorf("configured: %v %v", k, ok)
 	}
-	s := &actionScratch{added: map[string]map[string]string{"84532": {urV21.Hex(): "uniswap.swapRouter"}}}
-	if k, ok := s.knownAt(builtinRegistry, 84532, urV21); !ok || k.ur != urV2_1 {
+	s := &actions.Scratch{Added: map[string]map[string]string{"84532": {urV21.Hex(): "uniswap.swapRouter"}}}
+	if k, ok := builtinRegistry.knownAt(s, 84532, urV21); !ok || k.ur != urV2_1 {
 		t.Errorf("a policy redefined a built-in router: %v %v", k, ok)
 	}
-	if _, ok := s.knownAt(builtinRegistry, 84532, urOther); ok {
+	if _, ok := builtinRegistry.knownAt(s, 84532, urOther); ok {
 		t.Error("an address neither built in nor added is known")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 
 	"github.com/x402gate/x402gate/verdict"
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
 )
 
 // transferDecoder reads {"protocol":"erc20","chainId":…,"to":token,"recipient":…}: the
@@ -20,7 +21,7 @@ func (d transferDecoder) Decode(tx map[string]any) (*Action, error) {
 	if d.incomplete {
 		return &Action{Protocol: "erc20"}, nil
 	}
-	c, ok := chainIDOf(tx["chainId"])
+	c, ok := actions.ChainID(tx["chainId"])
 	to, ok2 := tx["to"].(string)
 	rc, ok3 := tx["recipient"].(string)
 	if !ok || !ok2 || !ok3 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ethereum/go-ethereum/accounts/abi"
 	"github.com/ethereum/go-ethereum/common"
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
 )
 
 // uniswapDecoder reads ProtocolUniswap calls: V2 Router02, V3 SwapRouter, SwapRouter02, the
@@ -39,32 +40,32 @@ type uni struct {
 	known   known // the registry's entry for router
 	sender  common.Address
 	value   *big.Int
-	// scratch is memory for the actions, or nil (actionScratch).
-	scratch *actionScratch
+	// scratch is memory for the actions, or nil (actions.Scratch).
+	scratch *actions.Scratch
 	// slowTuples reads every argument with go-ethereum's unpack, never in place
 	// (staticTuple); the tests compare the two.
 	slowTuples bool
 }
 
 func (d uniswapDecoder) DecodeFor(tx map[string]any, sender common.Address) (*Action, error) {
-	return d.decodeInto(tx, sender, nil)
+	return d.DecodeInto(tx, sender, nil)
 }
 
-func (d uniswapDecoder) decodeInto(tx map[string]any, sender common.Address, s *actionScratch) (*Action, error) {
+func (d uniswapDecoder) DecodeInto(tx map[string]any, sender common.Address, s *actions.Scratch) (*Action, error) {
 	c, de := readCall(tx, s)
 	if de != nil {
 		return nil, de
 	}
-	k, ok := s.knownAt(d.reg, c.chainID, c.to)
+	k, ok := d.reg.knownAt(s, c.chainID, c.to)
 	if !ok {
 		// docs/policy.md#known-contracts: a router selector means nothing at an unknown address.
-		return nil, fail("to", c.to.Hex()+" is not a Uniswap contract known on chain "+strconv.FormatInt(c.chainID, 10))
+		return nil, actions.Fail("to", c.to.Hex()+" is not a Uniswap contract known on chain "+strconv.FormatInt(c.chainID, 10))
 	}
 	u := &uni{chainID: c.chainID, router: c.to, known: k, sender: sender, value: c.value, scratch: s}
 	switch k.kind {
 	case ContractUniversalRouter:
 		if len(c.data) < 4 || (c.selector() != selExecute && c.selector() != selExecuteNoDeadline) {
-			return nil, fail("data", "a Universal Router call must be execute")
+			return nil, actions.Fail("data", "a Universal Router call must be execute")
 		}
 		act, de := u.execute(c.data)
 		if de != nil {
@@ -84,7 +85,7 @@ func (d uniswapDecoder) decodeInto(tx map[string]any, sender common.Address, s *
 	}
 	act.Fields["value"] = valueText(c.value)
 	if c.value.Sign() > 0 {
-		act.Assets = appendNew(act.Assets, NativeAsset)
+		act.Assets = actions.AppendNew(act.Assets, NativeAsset)
 	}
 	return act, nil
 }
@@ -101,7 +102,7 @@ func (u *uni) call(data []byte, depth int) (*Action, *DecodeError) {
 		return nil, de
 	}
 	if !routerReads(u.known.kind, m.Name) {
-		return nil, fail("data", m.Sig+" is not a function of a "+string(u.known.kind))
+		return nil, actions.Fail("data", m.Sig+" is not a function of a "+string(u.known.kind))
 	}
 	var vals []any
 	var words v3Single
@@ -112,16 +113,16 @@ func (u *uni) call(data []byte, depth int) (*Action, *DecodeError) {
 			return nil, de
 		}
 	}
-	act := u.scratch.callAction(ProtocolUniswap, u.chainID, u.router, selectorText(m.ID))
+	act := u.scratch.CallAction(ProtocolUniswap, u.chainID, u.router, selectorText(m.ID))
 	act.Fields["function"] = m.Sig
 	switch m.RawName {
 	case "multicall":
 		if depth > 0 {
-			return nil, fail("data", "a multicall inside a multicall is not read")
+			return nil, actions.Fail("data", "a multicall inside a multicall is not read")
 		}
 		calls := vals[len(vals)-1].([][]byte)
 		if len(calls) == 0 || len(calls) > 64 {
-			return nil, fail("data", "a multicall must carry 1 to 64 calls")
+			return nil, actions.Fail("data", "a multicall must carry 1 to 64 calls")
 		}
 		act.Kind = "uniswap.multicall"
 		act.Notional = []Amount{}
@@ -251,7 +252,7 @@ func singleFromTuple(p any, name string) *v3Single {
 // swap fills act from a V2 or V3 swap: vals are its unpacked arguments, or single holds
 // the params of a single V3 swap read in place (staticTuple).
 func (u *uni) swap(act *Action, name string, vals []any, single *v3Single) *DecodeError {
-	t := u.scratch.trade()
+	t := u.scratch.Trade()
 	t.Kind = TradeSwap
 	var tokens []common.Address
 	var rcpt common.Address
@@ -302,7 +303,7 @@ func (u *uni) swap(act *Action, name string, vals []any, single *v3Single) *Deco
 		p := vals[0]
 		path, fees, ok := v3Path(member[[]byte](p, "Path"))
 		if !ok {
-			return fail("data", "a V3 path must be token (fee token)+, 2 to 8 tokens")
+			return actions.Fail("data", "a V3 path must be token (fee token)+, 2 to 8 tokens")
 		}
 		tokens, rcpt = path, member[common.Address](p, "Recipient")
 		placeholders = name[len(name)-1] == '0'
@@ -316,10 +317,10 @@ func (u *uni) swap(act *Action, name string, vals []any, single *v3Single) *Deco
 			t.ExactOut, t.AmountOut, t.MaxIn = true, member[*big.Int](p, "AmountOut"), member[*big.Int](p, "AmountInMaximum")
 		}
 	default:
-		return fail("data", name+" is not a swap this decoder reads")
+		return actions.Fail("data", name+" is not a swap this decoder reads")
 	}
 	if len(tokens) < 2 || len(tokens) > 8 {
-		return fail("data", "a path must name 2 to 8 tokens")
+		return actions.Fail("data", "a path must name 2 to 8 tokens")
 	}
 	if placeholders && !t.ExactOut && t.AmountIn != nil && t.AmountIn.Sign() == 0 {
 		// SwapRouter02: 0 is the router's whole balance, counted where it came in.
@@ -344,7 +345,7 @@ func (u *uni) swap(act *Action, name string, vals []any, single *v3Single) *Deco
 	act.Trade = t
 	act.Assets = slices.Compact(append([]common.Address{}, tokens...))
 	if t.AssetIn == NativeAsset || t.AssetOut == NativeAsset {
-		act.Assets = appendNew(act.Assets, NativeAsset)
+		act.Assets = actions.AppendNew(act.Assets, NativeAsset)
 	}
 	if rcpt != u.router {
 		act.Recipients = []common.Address{rcpt}
@@ -426,13 +427,6 @@ func trimDigit(name string) string {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
-
-func appendNew(list []common.Address, a common.Address) []common.Address {
-	if slices.Contains(list, a) {
-		return list
-	}
-	return append(list, a)
-}
 
 // reflectSlice returns the elements of an unpacked ABI array.
 func reflectSlice(v any) []any {

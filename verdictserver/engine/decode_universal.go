@@ -7,6 +7,7 @@ import (
 
 	"github.com/ethereum/go-ethereum/accounts/abi"
 	"github.com/ethereum/go-ethereum/common"
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
 )
 
 // The Universal Router (docs/policy.md#universal-router): execute(commands, inputs[,
@@ -126,12 +127,12 @@ func (u *uni) execute(data []byte) (*Action, *DecodeError) {
 		return nil, de
 	}
 	v := u.known.ur
-	act := u.scratch.callAction(ProtocolUniswap, u.chainID, u.router, selectorText(m.ID))
+	act := u.scratch.CallAction(ProtocolUniswap, u.chainID, u.router, selectorText(m.ID))
 	act.Kind, act.Notional = "uniswap.ur.execute", []Amount{}
 	act.Fields["function"], act.Fields["routerVersion"], act.Fields["value"] = m.Sig, v.name, valueText(u.value)
 	if u.value.Sign() > 0 {
 		act.Assets = []common.Address{NativeAsset}
-		act.Notional = []Amount{{NativeAsset, u.value}}
+		act.Notional = []Amount{{Asset: NativeAsset, Value: u.value}}
 	}
 	p := &plan{uni: u, v: v, held: map[common.Address]bool{}}
 	legs, de := p.commands(vals[0].([]byte), vals[1].([][]byte), "proposedTx.data.commands", 0)
@@ -157,7 +158,7 @@ func (p *plan) commands(cmds []byte, inputs [][]byte, field string, depth int) (
 		if !known {
 			return nil, &DecodeError{Field: f, Problem: "command 0x" + hex.EncodeToString([]byte{b}) + " is not one this decoder reads on a version " + p.v.name + " Universal Router"}
 		}
-		leg, _ := p.scratch.action()
+		leg, _ := p.scratch.Action()
 		leg.Protocol, leg.ChainID, leg.Kind, leg.Notional = ProtocolUniswap, p.chainID, prefixed(pURLeg, name).Val, []Amount{}
 		leg.Fields["command"], leg.Fields["allowRevert"] = byteText(b), b&0x80 != 0
 		if de := p.command(leg, cmd, inputs[i], f, depth); de != nil {
@@ -185,7 +186,7 @@ func (p *plan) pay(leg *Action, token, rcpt common.Address) {
 		p.held[token] = true
 		return
 	}
-	leg.Recipients = appendNew(leg.Recipients, rcpt)
+	leg.Recipients = actions.AppendNew(leg.Recipients, rcpt)
 }
 
 // urToken reads a Payments token: address(0) is the native coin.
@@ -236,7 +237,7 @@ func (p *plan) command(leg *Action, cmd byte, in []byte, field string, depth int
 		if exactOut && !v2 {
 			tokens = reversed(tokens) // docs/policy.md#uniswap: V3 exact-output paths run backwards
 		}
-		t := p.scratch.trade()
+		t := p.scratch.Trade()
 		*t = Trade{Kind: TradeSwap, AssetIn: tokens[0], AssetOut: tokens[len(tokens)-1], ExactOut: exactOut}
 		a1, a2 := vals[1].(*big.Int), vals[2].(*big.Int)
 		if exactOut {
@@ -269,7 +270,7 @@ func (p *plan) command(leg *Action, cmd byte, in []byte, field string, depth int
 			return bad(err)
 		}
 		token, rcpt, amt := vals[0].(common.Address), p.recipient(vals[1].(common.Address)), vals[2].(*big.Int)
-		leg.Assets, leg.Notional = []common.Address{token}, []Amount{{token, amt}}
+		leg.Assets, leg.Notional = []common.Address{token}, []Amount{{Asset: token, Value: amt}}
 		p.pay(leg, token, rcpt)
 	case cmdPermit2TransferBat:
 		vals, err := unpack(urIn["transferBatch"], in)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ethereum/go-ethereum/accounts/abi"
 	"github.com/ethereum/go-ethereum/common"
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
 )
 
 // The Universal Router's V4_SWAP command (docs/policy.md#universal-router): its input is
@@ -100,7 +101,7 @@ func (p *plan) v4Swap(leg *Action, in []byte, field string) *DecodeError {
 		if err != nil {
 			return &DecodeError{Field: f, Problem: name + " parameters: " + err.Error()}
 		}
-		l, _ := p.scratch.action()
+		l, _ := p.scratch.Action()
 		l.Protocol, l.ChainID, l.Kind, l.Notional = ProtocolUniswap, p.chainID, prefixed(pV4Leg, name).Val, []Amount{}
 		l.Fields["action"] = byteText(a)
 		if de := p.v4Action(l, a, vals, f); de != nil {
@@ -125,7 +126,7 @@ func (p *plan) v4Action(l *Action, a byte, vals []any, field string) *DecodeErro
 			l.Screen = append(l.Screen, h)
 			l.Fields["hooks"] = h
 		}
-		t := p.scratch.trade()
+		t := p.scratch.Trade()
 		*t = Trade{Kind: TradeSwap, AssetIn: in, AssetOut: out}
 		if a == v4SwapExactInSingle {
 			t.AmountIn, t.MinOut = member[*big.Int](s, "AmountIn"), member[*big.Int](s, "AmountOutMinimum")
@@ -146,10 +147,10 @@ func (p *plan) v4Action(l *Action, a byte, vals []any, field string) *DecodeErro
 		for _, h := range hops {
 			tokens = append(tokens, urToken(member[common.Address](h, "IntermediateCurrency")))
 			if hk := member[common.Address](h, "Hooks"); hk != (common.Address{}) {
-				l.Screen = appendNew(l.Screen, hk)
+				l.Screen = actions.AppendNew(l.Screen, hk)
 			}
 		}
-		t := p.scratch.trade()
+		t := p.scratch.Trade()
 		t.Kind = TradeSwap
 		if a == v4SwapExactIn {
 			tokens = append([]common.Address{urToken(member[common.Address](s, "CurrencyIn"))}, tokens...)
@@ -168,7 +169,7 @@ func (p *plan) v4Action(l *Action, a byte, vals []any, field string) *DecodeErro
 		cur, max := urToken(vals[0].(common.Address)), vals[1].(*big.Int)
 		l.Assets = []common.Address{cur}
 		if cur != NativeAsset { // the native coin is paid from the call's value, counted there
-			l.Notional = []Amount{{cur, max}}
+			l.Notional = []Amount{{Asset: cur, Value: max}}
 		}
 		l.Fields["maxAmount"] = max.String()
 	case v4Settle:
@@ -180,9 +181,9 @@ func (p *plan) v4Action(l *Action, a byte, vals []any, field string) *DecodeErro
 			delete(p.held, cur)
 		case cur == NativeAsset:
 		case amt.Sign() == 0 || amt.Cmp(contractBalanc) == 0:
-			l.Notional = []Amount{{cur, nil}} // the whole debt: only known at execution
+			l.Notional = []Amount{{Asset: cur, Value: nil}} // the whole debt: only known at execution
 		default:
-			l.Notional = []Amount{{cur, amt}}
+			l.Notional = []Amount{{Asset: cur, Value: amt}}
 		}
 	case v4TakeAll:
 		cur := urToken(vals[0].(common.Address))

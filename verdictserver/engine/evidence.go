@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/ethereum/go-ethereum/common"
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
 	"github.com/x402gate/x402gate/verdictserver/engine/internal/intern"
 )
 
@@ -26,7 +27,7 @@ func (ev *evaluation) renderActionInto(out map[string]any, act *Action, depth in
 		n += 2
 	}
 	for _, present := range [...]bool{len(act.Coins) > 0, len(act.CoinAmounts) > 0 || len(act.Notional) > 0,
-		len(act.Stranded) > 0, act.Trade != nil, len(act.Allowances) > 0, len(act.Legs) > 0 && depth < maxLegDepth} {
+		len(act.Stranded) > 0, act.Trade != nil, len(act.Allowances) > 0, len(act.Legs) > 0 && depth < actions.MaxLegDepth} {
 		if present {
 			n++
 		}
@@ -83,7 +84,7 @@ func (ev *evaluation) renderActionInto(out map[string]any, act *Action, depth in
 		}
 		out["approvals"] = aps
 	}
-	if len(act.Legs) > 0 && depth < maxLegDepth {
+	if len(act.Legs) > 0 && depth < actions.MaxLegDepth {
 		legs := make([]map[string]any, 0, len(act.Legs))
 		for _, l := range act.Legs {
 			if l != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 
 	"github.com/x402gate/x402gate/verdict"
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
 )
 
 // openEVMPolicy allows every EVM venue and chain, and nothing else: whatever decodes and
@@ -37,7 +38,7 @@ func fuzzDecode(t *testing.T, e *Evaluator, d Decoder, tx map[string]any) {
 // FuzzEVMDecoder: any calldata and value sent to a token, or to a plain address.
 func FuzzEVMDecoder(f *testing.F) {
 	f.Add(pack(f, tokenABI, "transfer(address,uint256)", payee, e6(1)), uint64(0), true)
-	f.Add(pack(f, tokenABI, "approve(address,uint256)", payee, maxUint256), uint64(0), true)
+	f.Add(pack(f, tokenABI, "approve(address,uint256)", payee, actions.MaxUint256), uint64(0), true)
 	f.Add(pack(f, tokenABI, "transferFrom(address,address,uint256)", escrow, payee, e6(1)), uint64(0), true)
 	f.Add(pack(f, tokenABI, "transferWithAuthorization(address,address,uint256,uint256,uint256,bytes32,bytes)",
 		escrow, payee, e6(2), big.NewInt(0), deadline, [32]byte{1}, make([]byte, 65)), uint64(0), true)

@@ -7,6 +7,7 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 
 	"github.com/x402gate/x402gate/verdict"
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
 )
 
 // TestEVMGolden is the golden table of EVM actions (docs/policy.md#evm-actions): calldata
@@ -49,7 +50,7 @@ func TestEVMGolden(t *testing.T) {
 		return evmTx("uniswap", chain, to, data, value)
 	}
 	one := big.NewInt(1)
-	maxU := new(big.Int).Set(maxUint256)
+	maxU := new(big.Int).Set(actions.MaxUint256)
 	maxUint160m1 := new(big.Int).Sub(maxUint160, one)
 	sqrtLimit := new(big.Int).Lsh(big.NewInt(1), 96) // a price of 1: inside the pool's bounds
 	v3limited := func(min, sqrt *big.Int) []byte {
@@ -215,10 +216,10 @@ func TestEVMGolden(t *testing.T) {
 			verdict.ReasonDecodeFailure, "", nil, nil, "undecoded"},
 		{"why 1: a V3 SwapRouter function sent to a V2 router is undecodable", uniOpen, uni(v2Router, v3single(usdc, weth, escrow, e6(3000), milli18(995)), nil),
 			verdict.ReasonDecodeFailure, "", nil, nil, "undecoded"},
-		{"why 1: a Permit2 grant of 2^160-2 USDC to a known router is priced at its amount, and its spender is a recipient", selfCapped, uni(urV21, execute(t, []byte{cmdPermit2Permit},
+		{"why 1: a Permit2 actions.Grant of 2^160-2 USDC to a known router is priced at its amount, and its spender is a recipient", selfCapped, uni(urV21, execute(t, []byte{cmdPermit2Permit},
 			permit2Single(t, usdc, maxUint160m1, urV21)), nil),
 			verdict.ReasonRecipientNotAllowed, "recipients.allowed", ids("recipient", "per_tx_cap"), nil, "uniswap.ur.execute"},
-		{"why 1: a Permit2 batch grant under the cap to an allowed spender passes, priced", uniPolicy, uni(urV21, execute(t, []byte{cmdPermit2PermitBatch},
+		{"why 1: a Permit2 batch actions.Grant under the cap to an allowed spender passes, priced", uniPolicy, uni(urV21, execute(t, []byte{cmdPermit2PermitBatch},
 			encode(t, []string{"permitBatch", "bytes"}, permitBatch{[]permitDetail{{usdc, e6(100), deadline, big.NewInt(0)}}, payee, deadline}, make([]byte, 65))), nil),
 			verdict.ReasonAllowed, "", nil, st{"recipient": cP, "per_tx_cap": cP}, ""},
 		{"why 2: Permit2's own approve is priced at its amount", selfCapped, uni(permit2, pack(t, permit2ABI, "approve(address,address,uint160,uint48)", usdc, escrow, e6(200), big.NewInt(1_900_000_000)), nil),

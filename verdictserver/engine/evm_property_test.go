@@ -11,6 +11,7 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 
 	"github.com/x402gate/x402gate/verdict"
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
 	"github.com/x402gate/x402gate/verdictserver/policy"
 )
 
@@ -19,7 +20,7 @@ import (
 func (g gen) evmAction(t testing.TB) map[string]any {
 	a := func() common.Address { return addrPool[g.pick(len(addrPool))] }
 	amt := func() *big.Int {
-		return []*big.Int{new(big.Int), big.NewInt(1), e6(5), e6(3000), milli18(995), e18(2), maxUint256}[g.pick(7)]
+		return []*big.Int{new(big.Int), big.NewInt(1), e6(5), e6(3000), milli18(995), e18(2), actions.MaxUint256}[g.pick(7)]
 	}
 	small := func() *big.Int { return []*big.Int{new(big.Int), big.NewInt(1), e6(3000), milli18(995)}[g.pick(4)] }
 	tokens := []common.Address{usdc, weth, tkn, listed}
@@ -143,7 +144,7 @@ func TestEveryEVMVerdictIsConsistent(t *testing.T) {
 		if de != nil {
 			t.Fatalf("seed %d: approved an action that does not decode: %v", seed, de)
 		}
-		act.walk(func(a *Action) {
+		act.Walk(func(a *Action) {
 			for _, r := range a.Recipients {
 				if _, sink := builtinSink(r); sink || e.sanctions.Load().Contains(r) {
 					t.Fatalf("seed %d: approved a recipient %s that is a sink or listed\n%s", seed, r.Hex(), body)

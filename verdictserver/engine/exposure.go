@@ -4,6 +4,7 @@ import (
 	"math/big"
 
 	"github.com/ethereum/go-ethereum/common"
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
 )
 
 // The pricing table (docs/policy.md#pricing): the one place that says what an action exposes
@@ -120,7 +121,7 @@ func recipientsOf(a *Action) []common.Address {
 	}
 	out := a.Recipients
 	for _, ap := range a.Allowances {
-		out = appendNew(out[:len(out):len(out)], ap.Spender)
+		out = actions.AppendNew(out[:len(out):len(out)], ap.Spender)
 	}
 	return out
 }

@@ -166,7 +166,7 @@ func TestEveryHyperliquidVerdictIsConsistent(t *testing.T) {
 			fail("no failed check but %s", v.Outcome)
 		}
 		d := pol.Doc
-		act.walk(func(a *Action) {
+		act.Walk(func(a *Action) {
 			for _, r := range a.Recipients {
 				if _, sink := builtinSink(r); sink || e.sanctions.Load().Contains(r) {
 					fail("approved a recipient %s that is a sink or listed", r.Hex())

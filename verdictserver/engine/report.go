@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/x402gate/x402gate/verdict"
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
 	"github.com/x402gate/x402gate/verdictserver/engine/internal/intern"
 	"github.com/x402gate/x402gate/verdictserver/engine/prices"
 	"github.com/x402gate/x402gate/verdictserver/engine/sanctions"
@@ -29,9 +30,9 @@ type evaluation struct {
 	now       time.Time
 
 	box *verdictBox // the recycled box the verdict is built in (Judge), or nil
-	// scratch is the memory of the decoded action (actionScratch), kept with the
+	// scratch is the memory of the decoded action (actions.Scratch), kept with the
 	// evaluation for the next one.
-	scratch *actionScratch
+	scratch *actions.Scratch
 
 	sources       []sourceRec
 	cached        []string // names of cached sources
@@ -242,7 +243,7 @@ func (ev *evaluation) verdict(box *verdictBox) *verdict.Verdict {
 		if p, ok := ev.in.ProposedTx["protocol"].(string); ok && p != "" {
 			results[checkIndex[verdict.CheckVenue]] = ev.venueOf(p)
 		}
-		if c, ok := chainIDOf(ev.in.ProposedTx["chainId"]); ok {
+		if c, ok := actions.ChainID(ev.in.ProposedTx["chainId"]); ok {
 			results[checkIndex[verdict.CheckChain]] = ev.chainOf(c)
 		}
 	default:
