@@ -5,6 +5,7 @@ import (
 
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/x402gate/x402gate/verdictserver/engine/actions"
+	"github.com/x402gate/x402gate/verdictserver/engine/hyperliquid"
 )
 
 // The pricing table (docs/policy.md#pricing): the one place that says what an action exposes
@@ -132,7 +133,7 @@ func (ev *evaluation) coinUSD(a *Action, c CoinAmount) (*big.Rat, bool) {
 	if c.Amount == nil {
 		return nil, false
 	}
-	if c.Coin == CoinUSDC {
+	if c.Coin == hyperliquid.CoinUSDC {
 		return new(big.Rat).Set(c.Amount), true
 	}
 	p, ok := ev.marketReference(a.Protocol, a.ChainID, c.Coin)

@@ -1,13 +1,13 @@
-package engine
+package hyperliquid
 
 import (
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/x402gate/x402gate/verdictserver/engine/actions"
 )
 
-// hyperliquidSend reads usdSend and withdraw3 {destination, amount, time?,
+// send reads usdSend and withdraw3 {destination, amount, time?,
 // signatureChainId?, hyperliquidChain?} and spotSend (the same and token).
-func hyperliquidSend(typ string, action map[string]any) (*Action, *DecodeError) {
+func send(typ string, action map[string]any) (*actions.Action, *actions.DecodeError) {
 	members := []string{"type", "destination", "amount", "time", "signatureChainId", "hyperliquidChain"}
 	if typ == "spotSend" {
 		members = append(members, "token")
@@ -20,7 +20,7 @@ func hyperliquidSend(typ string, action map[string]any) (*Action, *DecodeError) 
 		return nil, actions.Fail("action.destination", de.Problem)
 	}
 	amountStr, _ := action["amount"].(string)
-	amount, ok := hyperliquidDecimal(amountStr)
+	amount, ok := decimal(amountStr)
 	if !ok || amount.Sign() == 0 {
 		return nil, actions.Fail("action.amount", `must be a decimal string > 0 ("1.5"), in whole units`)
 	}
@@ -47,12 +47,12 @@ func hyperliquidSend(typ string, action map[string]any) (*Action, *DecodeError) 
 		fields["hyperliquidChain"] = s
 	}
 	coin := CoinUSDC
-	kind := KindHyperliquidUsdSend
+	kind := KindUsdSend
 	switch typ {
 	case "withdraw3":
-		kind = KindHyperliquidWithdraw
+		kind = KindWithdraw
 	case "spotSend":
-		kind = KindHyperliquidSpotSend
+		kind = KindSpotSend
 		token, _ := action["token"].(string)
 		name, ok := spotToken(token)
 		if !ok {
@@ -61,11 +61,11 @@ func hyperliquidSend(typ string, action map[string]any) (*Action, *DecodeError) 
 		coin = name
 		fields["token"] = token
 	}
-	act := hyperliquidAction(kind)
+	act := newAction(kind)
 	act.Fields = fields
 	act.Recipients = []common.Address{dest}
 	act.Coins = []string{coin}
-	act.CoinAmounts = []CoinAmount{{Coin: coin, Amount: amount}}
+	act.CoinAmounts = []actions.CoinAmount{{Coin: coin, Amount: amount}}
 	return act, nil
 }
 

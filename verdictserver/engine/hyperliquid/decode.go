@@ -1,4 +1,6 @@
-package engine
+// Package hyperliquid decodes Hyperliquid exchange actions (proposedTx.protocol
+// "hyperliquid") into the policy engine's action model (docs/policy.md#hyperliquid-actions).
+package hyperliquid
 
 import (
 	"math/big"
@@ -10,84 +12,84 @@ import (
 	"github.com/x402gate/x402gate/verdictserver/engine/internal/intern"
 )
 
-// ProtocolHyperliquid is the proposedTx.protocol of a Hyperliquid exchange action
+// Protocol is the proposedTx.protocol of a Hyperliquid exchange action
 // (docs/policy.md#hyperliquid-actions).
-const ProtocolHyperliquid = "hyperliquid"
+const Protocol = "hyperliquid"
 
-// HyperliquidChainID is the proposedTx.chainId of every Hyperliquid action: 1337, the
+// ChainID is the proposedTx.chainId of every Hyperliquid action: 1337, the
 // chainId of the EIP-712 domain Hyperliquid's L1 actions are signed in. Hyperliquid is not
 // an EVM chain; user-signed actions (usdSend, withdraw3, spotSend) run on the same L1 and
 // take the same id, whatever signatureChainId the wallet signs with.
-const HyperliquidChainID = 1337
+const ChainID = 1337
 
 // The kinds of a decoded Hyperliquid action: "hyperliquid." and the action's type. An
-// order action's orders are legs of kind KindHyperliquidOrder too.
+// order action's orders are legs of kind KindOrder too.
 const (
-	KindHyperliquidOrder          = "hyperliquid.order"
-	KindHyperliquidUpdateLeverage = "hyperliquid.updateLeverage"
-	KindHyperliquidCancel         = "hyperliquid.cancel"
-	KindHyperliquidCancelByCloid  = "hyperliquid.cancelByCloid"
-	KindHyperliquidUsdSend        = "hyperliquid.usdSend"
-	KindHyperliquidWithdraw       = "hyperliquid.withdraw3"
-	KindHyperliquidSpotSend       = "hyperliquid.spotSend"
+	KindOrder          = "hyperliquid.order"
+	KindUpdateLeverage = "hyperliquid.updateLeverage"
+	KindCancel         = "hyperliquid.cancel"
+	KindCancelByCloid  = "hyperliquid.cancelByCloid"
+	KindUsdSend        = "hyperliquid.usdSend"
+	KindWithdraw       = "hyperliquid.withdraw3"
+	KindSpotSend       = "hyperliquid.spotSend"
 )
 
 // CoinUSDC is Hyperliquid's USDC: the perps' margin and quote, counted at 1 USD.
 const CoinUSDC = "USDC"
 
-// DefaultHyperliquidPerps is the perp coin table the built-in decoder uses: asset index in
+// DefaultPerps is the perp coin table the built-in decoder uses: asset index in
 // mainnet's meta.universe → coin. Only long-listed coins whose index is settled are in it
 // (index 3, once MATIC, is left out: its name may have changed with the POL migration);
 // an index it lacks is a decode failure. Testnet indexes differ: an operator on testnet,
-// or one who trades other coins, registers HyperliquidDecoder{Perps: …} built from the
+// or one who trades other coins, registers Decoder{Perps: …} built from the
 // info endpoint's meta (docs/policy.md#hyperliquid-actions).
-var DefaultHyperliquidPerps = map[int64]string{
+var DefaultPerps = map[int64]string{
 	0: "BTC", 1: "ETH", 2: "ATOM", 4: "DYDX", 5: "SOL", 6: "AVAX", 7: "BNB",
 	8: "APE", 11: "ARB", 12: "DOGE", 13: "INJ", 14: "SUI", 18: "LINK",
 }
 
 // Bounds on what one action may carry, so that decoding stays cheap.
 const (
-	maxHyperliquidOrders   = 64
-	maxHyperliquidCancels  = 256
-	maxHyperliquidDecimal  = 40     // characters of a decimal string ("50000.0")
-	maxHyperliquidLeverage = 10_000 // an integer leverage above it is not a leverage
-	hyperliquidSpotBase    = 10_000 // spot asset = 10000 + index in spotMeta.universe
-	hyperliquidBuilderBase = 100_000
+	maxOrders   = 64
+	maxCancels  = 256
+	maxDecimal  = 40     // characters of a decimal string ("50000.0")
+	maxLeverage = 10_000 // an integer leverage above it is not a leverage
+	spotBase    = 10_000 // spot asset = 10000 + index in spotMeta.universe
+	builderBase = 100_000
 )
 
-// HyperliquidDecoder reads Hyperliquid exchange actions (docs/policy.md#hyperliquid-actions):
+// Decoder reads Hyperliquid exchange actions (docs/policy.md#hyperliquid-actions):
 // orders, updateLeverage, cancel, cancelByCloid, usdSend, withdraw3 and spotSend. Any other
 // action type, member or value is a decode failure. It never calls the network.
-type HyperliquidDecoder struct {
-	// Perps maps a perp asset index to its coin name; nil is DefaultHyperliquidPerps.
+type Decoder struct {
+	// Perps maps a perp asset index to its coin name; nil is DefaultPerps.
 	Perps map[int64]string
 }
 
 // Protocol is "hyperliquid".
-func (HyperliquidDecoder) Protocol() string { return ProtocolHyperliquid }
+func (Decoder) Protocol() string { return Protocol }
 
-var hyperliquidMembers = map[string]bool{
+var txMembers = map[string]bool{
 	"protocol": true, "chainId": true, "action": true, "nonce": true, "vaultAddress": true,
 	"expiresAfter": true, "leverage": true,
 }
 
 // Decode reads proposedTx = {protocol, chainId: 1337, action: {type, …}, nonce?,
 // vaultAddress?, expiresAfter?, leverage?}.
-func (d HyperliquidDecoder) Decode(tx map[string]any) (*Action, error) {
+func (d Decoder) Decode(tx map[string]any) (*actions.Action, error) {
 	return d.DecodeInto(tx, common.Address{}, nil)
 }
 
 // decodeInto is Decode with memory for the actions (actions.Scratch); a Hyperliquid action
 // does not depend on its sender.
-func (d HyperliquidDecoder) DecodeInto(tx map[string]any, _ common.Address, s *actions.Scratch) (*Action, error) {
+func (d Decoder) DecodeInto(tx map[string]any, _ common.Address, s *actions.Scratch) (*actions.Action, error) {
 	for k := range tx {
-		if !hyperliquidMembers[k] {
+		if !txMembers[k] {
 			return nil, actions.Fail(k, "is not a member of a Hyperliquid action")
 		}
 	}
 	chainID, ok := actions.ChainID(tx["chainId"])
-	if !ok || chainID != HyperliquidChainID {
+	if !ok || chainID != ChainID {
 		return nil, actions.Fail("chainId", "must be 1337, the chain id of Hyperliquid actions")
 	}
 	// The members of the request itself, added to the action's fields at the end (where the
@@ -127,8 +129,8 @@ func (d HyperliquidDecoder) DecodeInto(tx map[string]any, _ common.Address, s *a
 	}
 	typ, _ := action["type"].(string)
 	field("type", typ)
-	var act *Action
-	var de *DecodeError
+	var act *actions.Action
+	var de *actions.DecodeError
 	switch typ {
 	case "order":
 		act, de = d.order(action, tx, s)
@@ -140,7 +142,7 @@ func (d HyperliquidDecoder) DecodeInto(tx map[string]any, _ common.Address, s *a
 		if vault != nil {
 			return nil, actions.Fail("vaultAddress", "applies to L1 actions only, not to a "+typ)
 		}
-		act, de = hyperliquidSend(typ, action)
+		act, de = send(typ, action)
 	default:
 		return nil, actions.Fail("action.type", "must be one of order, updateLeverage, cancel, cancelByCloid, usdSend, withdraw3, spotSend")
 	}
@@ -164,21 +166,21 @@ func (d HyperliquidDecoder) DecodeInto(tx map[string]any, _ common.Address, s *a
 	return act, nil
 }
 
-// hyperliquidAction is an Action of this protocol on chain 1337.
-func hyperliquidAction(kind string) *Action {
-	return &Action{Protocol: ProtocolHyperliquid, ChainID: HyperliquidChainID, Kind: kind}
+// newAction is an actions.Action of this protocol on chain 1337.
+func newAction(kind string) *actions.Action {
+	return &actions.Action{Protocol: Protocol, ChainID: ChainID, Kind: kind}
 }
 
-// scratchAction is an Action of this protocol on chain 1337 with an empty Fields map, in s's
+// scratchAction is an actions.Action of this protocol on chain 1337 with an empty Fields map, in s's
 // memory (actions.Scratch).
-func scratchAction(s *actions.Scratch, kind string) *Action {
+func scratchAction(s *actions.Scratch, kind string) *actions.Action {
 	act, _ := s.Action()
-	act.Protocol, act.ChainID, act.Kind = ProtocolHyperliquid, HyperliquidChainID, kind
+	act.Protocol, act.ChainID, act.Kind = Protocol, ChainID, kind
 	return act
 }
 
 // exactly refuses a member of obj (at path) that members does not name.
-func exactly(obj map[string]any, path string, members ...string) *DecodeError {
+func exactly(obj map[string]any, path string, members ...string) *actions.DecodeError {
 	for k := range obj {
 		if !slices.Contains(members, k) {
 			return actions.Fail(path+"."+k, "is not a member of this object")
@@ -189,23 +191,23 @@ func exactly(obj map[string]any, path string, members ...string) *DecodeError {
 
 // coin names a Hyperliquid asset index: a perp from the table, a spot pair as "@<index>"
 // ("PURR/USDC" for index 0); builder-deployed perps and outcomes are not decoded.
-func (d HyperliquidDecoder) coin(asset int64, path string) (string, bool, *DecodeError) {
+func (d Decoder) coin(asset int64, path string) (string, bool, *actions.DecodeError) {
 	switch {
-	case asset < hyperliquidSpotBase:
+	case asset < spotBase:
 		perps := d.Perps
 		if perps == nil {
-			perps = DefaultHyperliquidPerps
+			perps = DefaultPerps
 		}
 		c, ok := perps[asset]
 		if !ok || c == "" {
 			return "", false, actions.Fail(path, "perp asset index "+strconv.FormatInt(asset, 10)+" is not in the decoder's coin table")
 		}
 		return c, false, nil
-	case asset < hyperliquidBuilderBase:
-		if asset == hyperliquidSpotBase {
+	case asset < builderBase:
+		if asset == spotBase {
 			return "PURR/USDC", true, nil
 		}
-		return "@" + strconv.FormatInt(asset-hyperliquidSpotBase, 10), true, nil
+		return "@" + strconv.FormatInt(asset-spotBase, 10), true, nil
 	}
 	return "", false, actions.Fail(path, "builder-deployed perps and outcome assets (index ≥ 100000) are not decoded")
 }
@@ -241,10 +243,10 @@ func hexDigits(s string) bool {
 	return true
 }
 
-// hyperliquidDecimal reads Hyperliquid's decimal strings: digits, optionally a point and
+// decimal reads Hyperliquid's decimal strings: digits, optionally a point and
 // more digits ("50000", "0.01", "50000.0"); no sign, no exponent, at most 40 characters.
-func hyperliquidDecimal(s string) (*big.Rat, bool) {
-	if s == "" || len(s) > maxHyperliquidDecimal {
+func decimal(s string) (*big.Rat, bool) {
+	if s == "" || len(s) > maxDecimal {
 		return nil, false
 	}
 	point := -1

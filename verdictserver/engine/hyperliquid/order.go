@@ -1,4 +1,4 @@
-package engine
+package hyperliquid
 
 import (
 	"math/big"
@@ -13,7 +13,7 @@ var triggerSlippage = big.NewRat(1, 10)
 
 // order reads an order action {type, orders, grouping, builder?}: each order a leg
 // (docs/policy.md#hyperliquid-actions).
-func (d HyperliquidDecoder) order(action, tx map[string]any, s *actions.Scratch) (*Action, *DecodeError) {
+func (d Decoder) order(action, tx map[string]any, s *actions.Scratch) (*actions.Action, *actions.DecodeError) {
 	if de := exactly(action, "action", "type", "orders", "grouping", "builder"); de != nil {
 		return nil, de
 	}
@@ -22,18 +22,18 @@ func (d HyperliquidDecoder) order(action, tx map[string]any, s *actions.Scratch)
 		return nil, actions.Fail("action.grouping", `must be "na", "normalTpsl" or "positionTpsl"`)
 	}
 	orders, ok := action["orders"].([]any)
-	if !ok || len(orders) == 0 || len(orders) > maxHyperliquidOrders {
+	if !ok || len(orders) == 0 || len(orders) > maxOrders {
 		return nil, actions.Fail("action.orders", "must be an array of 1 to 64 orders")
 	}
 	var leverage *big.Rat
 	if v, present := tx["leverage"]; present {
-		n, ok := actions.Int(v, 1, maxHyperliquidLeverage)
+		n, ok := actions.Int(v, 1, maxLeverage)
 		if !ok {
 			return nil, actions.Fail("leverage", "must be an integer from 1 to 10000")
 		}
 		leverage = new(big.Rat).SetInt64(n)
 	}
-	act := scratchAction(s, KindHyperliquidOrder)
+	act := scratchAction(s, KindOrder)
 	act.Fields["grouping"] = grouping
 	if raw, present := action["builder"]; present {
 		b, ok := raw.(map[string]any)
@@ -79,7 +79,7 @@ func (d HyperliquidDecoder) order(action, tx map[string]any, s *actions.Scratch)
 	return act, nil
 }
 
-func (d HyperliquidDecoder) orderLeg(o map[string]any, path, grouping string, s *actions.Scratch) (*Action, *DecodeError) {
+func (d Decoder) orderLeg(o map[string]any, path, grouping string, s *actions.Scratch) (*actions.Action, *actions.DecodeError) {
 	if de := exactly(o, path, "a", "b", "p", "s", "r", "t", "c"); de != nil {
 		return nil, de
 	}
@@ -103,12 +103,12 @@ func (d HyperliquidDecoder) orderLeg(o map[string]any, path, grouping string, s 
 		return nil, actions.Fail(path+".r", "reduce-only applies to perp orders, not to spot")
 	}
 	pStr, _ := o["p"].(string)
-	price, ok := hyperliquidDecimal(pStr)
+	price, ok := decimal(pStr)
 	if !ok {
 		return nil, actions.Fail(path+".p", `must be a decimal string ("50000.0"), the limit price`)
 	}
 	sStr, _ := o["s"].(string)
-	size, ok := hyperliquidDecimal(sStr)
+	size, ok := decimal(sStr)
 	if !ok {
 		return nil, actions.Fail(path+".s", `must be a decimal string ("0.01"), the size`)
 	}
@@ -116,20 +116,20 @@ func (d HyperliquidDecoder) orderLeg(o map[string]any, path, grouping string, s 
 	if !ok || len(ot) != 1 {
 		return nil, actions.Fail(path+".t", `must be {"limit": {"tif": …}} or {"trigger": {"isMarket", "triggerPx", "tpsl"}}`)
 	}
-	leg := scratchAction(s, KindHyperliquidOrder)
+	leg := scratchAction(s, KindOrder)
 	fields := leg.Fields
 	fields["asset"], fields["coin"], fields["market"], fields["p"], fields["s"] = asset, coin, "perp", pStr, sStr
 	if spot {
 		fields["market"] = "spot"
 	}
-	side := SideLong
+	side := actions.SideLong
 	switch {
 	case spot && isBuy:
-		side = SideBuy
+		side = actions.SideBuy
 	case spot:
-		side = SideSell
+		side = actions.SideSell
 	case !isBuy:
-		side = SideShort
+		side = actions.SideShort
 	}
 	limit := price
 	trigger := false
@@ -157,7 +157,7 @@ func (d HyperliquidDecoder) orderLeg(o map[string]any, path, grouping string, s 
 			return nil, actions.Fail(path+".t.trigger.isMarket", "must be a boolean")
 		}
 		pxStr, _ := tr["triggerPx"].(string)
-		px, ok := hyperliquidDecimal(pxStr)
+		px, ok := decimal(pxStr)
 		if !ok || px.Sign() == 0 {
 			return nil, actions.Fail(path+".t.trigger.triggerPx", "must be a decimal string > 0")
 		}
@@ -187,7 +187,7 @@ func (d HyperliquidDecoder) orderLeg(o map[string]any, path, grouping string, s 
 	}
 	leg.Coins = []string{coin}
 	leg.Trade = s.Trade()
-	*leg.Trade = Trade{Kind: TradeOrder, Side: side, Market: coin, LimitPrice: limit, Size: size, ReduceOnly: reduce}
+	*leg.Trade = actions.Trade{Kind: actions.TradeOrder, Side: side, Market: coin, LimitPrice: limit, Size: size, ReduceOnly: reduce}
 	return leg, nil
 }
 
@@ -210,11 +210,11 @@ func marketTriggerBound(isBuy bool, p, trigger *big.Rat) *big.Rat {
 	return adj
 }
 
-func (d HyperliquidDecoder) updateLeverage(action map[string]any) (*Action, *DecodeError) {
+func (d Decoder) updateLeverage(action map[string]any) (*actions.Action, *actions.DecodeError) {
 	if de := exactly(action, "action", "type", "asset", "isCross", "leverage"); de != nil {
 		return nil, de
 	}
-	asset, ok := actions.Int(action["asset"], 0, hyperliquidSpotBase-1)
+	asset, ok := actions.Int(action["asset"], 0, spotBase-1)
 	if !ok {
 		return nil, actions.Fail("action.asset", "must be a perp asset index (0 to 9999): spot has no leverage")
 	}
@@ -226,30 +226,30 @@ func (d HyperliquidDecoder) updateLeverage(action map[string]any) (*Action, *Dec
 	if !ok {
 		return nil, actions.Fail("action.isCross", "must be a boolean")
 	}
-	lev, ok := actions.Int(action["leverage"], 1, maxHyperliquidLeverage)
+	lev, ok := actions.Int(action["leverage"], 1, maxLeverage)
 	if !ok {
 		return nil, actions.Fail("action.leverage", "must be an integer from 1 to 10000")
 	}
-	act := hyperliquidAction(KindHyperliquidUpdateLeverage)
+	act := newAction(KindUpdateLeverage)
 	act.Fields = map[string]any{"asset": asset, "coin": coin, "isCross": cross, "leverage": lev}
 	act.Coins = []string{coin}
-	act.Trade = &Trade{Kind: TradeLeverage, Market: coin, Leverage: new(big.Rat).SetInt64(lev)}
+	act.Trade = &actions.Trade{Kind: actions.TradeLeverage, Market: coin, Leverage: new(big.Rat).SetInt64(lev)}
 	return act, nil
 }
 
 // cancel reads cancel {cancels: [{a, o}]} and cancelByCloid {cancels: [{asset, cloid}]}: no
 // trade, no coin for assets.hyperliquid, nothing moved.
-func (d HyperliquidDecoder) cancel(typ string, action map[string]any) (*Action, *DecodeError) {
+func (d Decoder) cancel(typ string, action map[string]any) (*actions.Action, *actions.DecodeError) {
 	if de := exactly(action, "action", "type", "cancels"); de != nil {
 		return nil, de
 	}
 	list, ok := action["cancels"].([]any)
-	if !ok || len(list) == 0 || len(list) > maxHyperliquidCancels {
+	if !ok || len(list) == 0 || len(list) > maxCancels {
 		return nil, actions.Fail("action.cancels", "must be an array of 1 to 256 cancels")
 	}
-	assetKey, idKey, kind := "a", "o", KindHyperliquidCancel
+	assetKey, idKey, kind := "a", "o", KindCancel
 	if typ == "cancelByCloid" {
-		assetKey, idKey, kind = "asset", "cloid", KindHyperliquidCancelByCloid
+		assetKey, idKey, kind = "asset", "cloid", KindCancelByCloid
 	}
 	out := make([]map[string]any, len(list))
 	for i, raw := range list {
@@ -285,7 +285,7 @@ func (d HyperliquidDecoder) cancel(typ string, action map[string]any) (*Action, 
 		}
 		out[i] = entry
 	}
-	act := hyperliquidAction(kind)
+	act := newAction(kind)
 	act.Fields = map[string]any{"cancels": out}
 	return act, nil
 }
