@@ -19,6 +19,7 @@ import (
 	"github.com/x402gate/x402gate/verdictserver/engine/hyperliquid"
 	"github.com/x402gate/x402gate/verdictserver/engine/prices"
 	"github.com/x402gate/x402gate/verdictserver/engine/sanctions"
+	"github.com/x402gate/x402gate/verdictserver/engine/x402payment"
 	"github.com/x402gate/x402gate/verdictserver/policy"
 )
 
@@ -121,7 +122,7 @@ func New(o Options) (*Evaluator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	for _, d := range append([]Decoder{paymentDecoder{}, evmDecoder{}, uniswapDecoder{reg: reg}, hyperliquid.Decoder{}}, o.Decoders...) {
+	for _, d := range append([]Decoder{x402payment.Decoder{}, evmDecoder{}, uniswapDecoder{reg: reg}, hyperliquid.Decoder{}}, o.Decoders...) {
 		if d == nil || d.Protocol() == "" {
 			return nil, fmt.Errorf("engine: a decoder without a protocol")
 		}

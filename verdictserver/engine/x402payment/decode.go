@@ -1,4 +1,6 @@
-package engine
+// Package x402payment decodes an x402 payment (proposedTx.protocol "payment") into the
+// policy engine's action model (docs/policy.md#payment-actions).
+package x402payment
 
 import (
 	"github.com/ethereum/go-ethereum/common"
@@ -7,25 +9,28 @@ import (
 	"github.com/x402gate/x402gate/verdictserver/engine/actions"
 )
 
-// KindPayment is the decoded kind of an x402 payment.
-const KindPayment = "x402.payment"
+// Kind is the decoded kind of an x402 payment.
+const Kind = "x402.payment"
 
 // maxResourceLen bounds PaymentAction.resource.
 const maxResourceLen = 4096
 
-// paymentDecoder reads the PaymentAction of an x402 payment, strictly
+// Decoder reads the PaymentAction of an x402 payment, strictly
 // (docs/policy.md#payment-actions).
-type paymentDecoder struct{}
+type Decoder struct{}
 
-func (paymentDecoder) Protocol() string { return verdict.ProtocolPayment }
+// Protocol is "payment".
+func (Decoder) Protocol() string { return verdict.ProtocolPayment }
 
-var paymentMembers = map[string]bool{
+var members = map[string]bool{
 	"protocol": true, "rail": true, "chainId": true, "payTo": true, "asset": true, "amount": true, "resource": true,
 }
 
-func (paymentDecoder) Decode(tx map[string]any) (*Action, error) {
+// Decode reads proposedTx = {protocol, rail: "x402", chainId, payTo, asset, amount,
+// resource?}.
+func (Decoder) Decode(tx map[string]any) (*actions.Action, error) {
 	for k := range tx {
-		if !paymentMembers[k] {
+		if !members[k] {
 			return nil, actions.Fail(k, "is not a member of a payment action")
 		}
 	}
@@ -67,13 +72,13 @@ func (paymentDecoder) Decode(tx map[string]any) (*Action, error) {
 		}
 		fields["resource"] = r
 	}
-	return &Action{
+	return &actions.Action{
 		Protocol:   verdict.ProtocolPayment,
 		ChainID:    chainID,
-		Kind:       KindPayment,
+		Kind:       Kind,
 		Fields:     fields,
 		Recipients: []common.Address{payTo},
 		Assets:     []common.Address{asset},
-		Notional:   []Amount{{Asset: asset, Value: amount}},
+		Notional:   []actions.Amount{{Asset: asset, Value: amount}},
 	}, nil
 }
