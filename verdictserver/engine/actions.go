@@ -1,6 +1,9 @@
 package engine
 
-import "github.com/x402gate/x402gate/verdictserver/engine/actions"
+import (
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
+	"github.com/x402gate/x402gate/verdictserver/engine/uniswap"
+)
 
 // The action model and the decoders' contract are package actions, which the decoders build
 // on (docs/policy.md#actions); these are their names in the engine's API (Options.Decoders).
@@ -21,6 +24,9 @@ type (
 	Allowance = actions.Allowance
 	// Trade is actions.Trade: the trade fields that swaps and orders share.
 	Trade = actions.Trade
+	// KnownContract is uniswap.KnownContract: a contract a protocol decoder reads calls to
+	// (Options.Contracts).
+	KnownContract = uniswap.KnownContract
 )
 
 // NativeAsset is actions.NativeAsset: a chain's native coin wherever an asset address is

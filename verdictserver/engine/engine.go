@@ -16,9 +16,11 @@ import (
 
 	"github.com/x402gate/x402gate/verdict"
 	"github.com/x402gate/x402gate/verdictserver/engine/actions"
+	"github.com/x402gate/x402gate/verdictserver/engine/erc20"
 	"github.com/x402gate/x402gate/verdictserver/engine/hyperliquid"
 	"github.com/x402gate/x402gate/verdictserver/engine/prices"
 	"github.com/x402gate/x402gate/verdictserver/engine/sanctions"
+	"github.com/x402gate/x402gate/verdictserver/engine/uniswap"
 	"github.com/x402gate/x402gate/verdictserver/engine/x402payment"
 	"github.com/x402gate/x402gate/verdictserver/policy"
 )
@@ -118,11 +120,11 @@ func New(o Options) (*Evaluator, error) {
 		}
 		e.prices = t
 	}
-	reg, err := newRegistry(o.Contracts)
+	uni, err := uniswap.NewDecoder(o.Contracts)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	for _, d := range append([]Decoder{x402payment.Decoder{}, evmDecoder{}, uniswapDecoder{reg: reg}, hyperliquid.Decoder{}}, o.Decoders...) {
+	for _, d := range append([]Decoder{x402payment.Decoder{}, erc20.Decoder{}, uni, hyperliquid.Decoder{}}, o.Decoders...) {
 		if d == nil || d.Protocol() == "" {
 			return nil, fmt.Errorf("engine: a decoder without a protocol")
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 
 	"github.com/x402gate/x402gate/verdict"
+	"github.com/x402gate/x402gate/verdictserver/engine/evmcall"
 	"github.com/x402gate/x402gate/verdictserver/engine/prices"
 	"github.com/x402gate/x402gate/verdictserver/engine/sanctions"
 )
@@ -239,7 +240,7 @@ func (ev *evaluation) tableUSD(chainID int64, asset common.Address, amount *big.
 	if v, ok := ev.prices.USD(chainID, asset, amount); ok {
 		return v, true
 	}
-	w, known := wrappedNative(chainID)
+	w, known := evmcall.WrappedNative(chainID)
 	switch {
 	case !known:
 		return nil, false

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"encoding/hex"
 	"math"
 	"math/big"
 	"strconv"
@@ -72,7 +71,6 @@ const (
 	rKindOf    reasonKind = iota // "this " + kind + s: a not_checked reason about the action's kind
 	rPrefixed                    // a fixed prefix (n indexes reasonPrefixes) + s
 	rVersioned                   // the approved verdict's humanReason for policy version n
-	rSelector                    // "0x" + the 4-byte selector n in hex
 )
 
 // reasonAffixes go before and after s in rPrefixed texts.
@@ -82,7 +80,6 @@ var reasonAffixes = [][2]string{
 	pNoneOn: {"none on ", ""}, pNoAddressOn: {"no address is on ", ""},
 	pUniverse: {"assets.universe.", ""}, pUniverseNot: {"assets.universe.", " is not configured"},
 	pEveryAsset: {"every asset is in ", ""},
-	pURLeg:      {"uniswap.ur.", ""}, pV4Leg: {"uniswap.v4.", ""},
 }
 
 // The indexes of reasonAffixes.
@@ -96,8 +93,6 @@ const (
 	pUniverse
 	pUniverseNot
 	pEveryAsset
-	pURLeg // the kind of a Universal Router command's leg
-	pV4Leg // the kind of a v4 action's leg
 )
 
 var reasons intern.Memo[reasonKey, string]
@@ -144,14 +139,3 @@ func prefixed(which int, s string) *intern.Entry[reasonKey, string] {
 		return reasonAffixes[k.n][0] + k.s + reasonAffixes[k.n][1]
 	})
 }
-
-// byteTexts are "0x" and two hex digits, for each byte.
-var byteTexts = func() (t [256]string) {
-	for i := range t {
-		t[i] = "0x" + hex.EncodeToString([]byte{byte(i)})
-	}
-	return t
-}()
-
-// byteText is "0x" and the two hex digits of b (a command or action byte).
-func byteText(b byte) string { return byteTexts[b] }

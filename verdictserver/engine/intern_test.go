@@ -11,6 +11,7 @@ import (
 
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/x402gate/x402gate/verdictserver/engine/internal/intern"
+	"github.com/x402gate/x402gate/verdictserver/engine/uniswap"
 )
 
 // TestCachesKeepCommonKeysApart: the values one evaluation asks for at once (two policy
@@ -27,7 +28,7 @@ func TestCachesKeepCommonKeysApart(t *testing.T) {
 		}
 		seen[s] = f
 	}
-	addrs := []common.Address{escrow, payee, usdc, weth, msgSender, addressThis, NativeAsset, {}}
+	addrs := []common.Address{escrow, payee, usdc, weth, uniswap.MsgSender, uniswap.AddressThis, NativeAsset, {}}
 	seenA := map[uint64]common.Address{}
 	for _, a := range addrs {
 		s := slot(intern.Fnv(a[:]))

@@ -111,6 +111,7 @@ func Grant(act *Action, spender, token common.Address, amt, unlimited *big.Int) 
 	act.Allowances = append(act.Allowances, Allowance{Spender: spender, Asset: token, Amount: amt, Unlimited: amt.Cmp(unlimited) >= 0})
 }
 
+// AppendNew is list with a appended, unless list holds it already.
 func AppendNew(list []common.Address, a common.Address) []common.Address {
 	if slices.Contains(list, a) {
 		return list

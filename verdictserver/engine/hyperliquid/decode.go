@@ -80,7 +80,7 @@ func (d Decoder) Decode(tx map[string]any) (*actions.Action, error) {
 	return d.DecodeInto(tx, common.Address{}, nil)
 }
 
-// decodeInto is Decode with memory for the actions (actions.Scratch); a Hyperliquid action
+// DecodeInto is Decode with memory for the actions (actions.Scratch); a Hyperliquid action
 // does not depend on its sender.
 func (d Decoder) DecodeInto(tx map[string]any, _ common.Address, s *actions.Scratch) (*actions.Action, error) {
 	for k := range tx {

@@ -1,4 +1,4 @@
-package engine
+package uniswap
 
 import (
 	"fmt"
@@ -55,8 +55,8 @@ type known struct {
 // registry maps a chain and an address to the contract known there.
 type registry map[int64]map[common.Address]known
 
-// permit2 is Permit2's address: the same on every chain (a CREATE2 deployment).
-var permit2 = common.HexToAddress("0x000000000022D473030F116dDEE9F6B43aC78BA3")
+// Permit2 is Permit2's address: the same on every chain (a CREATE2 deployment).
+var Permit2 = common.HexToAddress("0x000000000022D473030F116dDEE9F6B43aC78BA3")
 
 // canonicalContracts are the built-in deployments (Uniswap's deploy-addresses for chains 1,
 // 8453, 84532 and 11155111).
@@ -78,7 +78,7 @@ var canonicalContracts = func() []KnownContract {
 		c(8453, ContractV2Router, "0x4752ba5dbc23f44d87826276bf6fd6b1c372ad24"), c(8453, ContractSwapRouter02, "0x2626664c2603336E57B271c5C0b26F421741e481"),
 	}
 	for _, chain := range []int64{1, 8453, 84532, 11155111} {
-		out = append(out, KnownContract{chain, permit2, ContractPermit2, ""})
+		out = append(out, KnownContract{chain, Permit2, ContractPermit2, ""})
 	}
 	return out
 }()
@@ -168,4 +168,14 @@ func (r registry) knownAt(s *actions.Scratch, chainID int64, addr common.Address
 		return known{}, false
 	}
 	return policyContract(s.Added, chainID, addr)
+}
+
+// NewDecoder is a Decoder that reads calls to the canonical contracts and to contracts; one at
+// the address of a built-in one replaces it (docs/policy.md#known-contracts).
+func NewDecoder(contracts []KnownContract) (Decoder, error) {
+	reg, err := newRegistry(contracts)
+	if err != nil {
+		return Decoder{}, err
+	}
+	return Decoder{reg: reg}, nil
 }

@@ -1,67 +1,77 @@
-package engine
+// Package erc20 decodes the policy engine's "evm" protocol (docs/policy.md#evm-actions): a
+// plain EVM call that moves the native coin or a token: ERC-20, EIP-2612 permit, EIP-3009
+// transfers with authorization, WETH deposit and withdraw.
+package erc20
 
 import (
 	"math/big"
 
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/x402gate/x402gate/verdictserver/engine/actions"
+	"github.com/x402gate/x402gate/verdictserver/engine/evmcall"
 )
 
-// evmDecoder reads ProtocolEVM calls (docs/policy.md#evm-actions): the native coin, ERC-20
+// Protocol is the proposedTx.protocol this package decodes.
+const Protocol = "evm"
+
+// Decoder reads Protocol calls (docs/policy.md#evm-actions): the native coin, ERC-20
 // transfer, approve, increaseAllowance and transferFrom, EIP-2612 permit, EIP-3009
 // transferWithAuthorization and receiveWithAuthorization, and WETH deposit and withdraw.
-type evmDecoder struct{}
+type Decoder struct{}
 
-func (evmDecoder) Protocol() string { return ProtocolEVM }
+// Protocol is "evm".
+func (Decoder) Protocol() string { return Protocol }
 
-func (d evmDecoder) Decode(tx map[string]any) (*Action, error) {
+// Decode reads tx as sent by no one in particular (WETH pays the zero address).
+func (d Decoder) Decode(tx map[string]any) (*actions.Action, error) {
 	return d.DecodeFor(tx, common.Address{})
 }
 
 // DecodeFor reads tx sent by sender: WETH's deposit and withdraw pay the sender.
-func (d evmDecoder) DecodeFor(tx map[string]any, sender common.Address) (*Action, error) {
+func (d Decoder) DecodeFor(tx map[string]any, sender common.Address) (*actions.Action, error) {
 	return d.DecodeInto(tx, sender, nil)
 }
 
-func (evmDecoder) DecodeInto(tx map[string]any, sender common.Address, s *actions.Scratch) (*Action, error) {
-	c, de := readCall(tx, s)
+// DecodeInto is DecodeFor, building the action in s.
+func (Decoder) DecodeInto(tx map[string]any, sender common.Address, s *actions.Scratch) (*actions.Action, error) {
+	c, de := evmcall.ReadCall(tx, s)
 	if de != nil {
 		return nil, de
 	}
-	to := c.to
-	act := s.CallAction(ProtocolEVM, c.chainID, to, c.selector())
-	act.Fields["value"] = valueText(c.value)
-	if len(c.data) == 0 {
+	to := c.To
+	act := s.CallAction(Protocol, c.ChainID, to, c.Selector())
+	act.Fields["value"] = evmcall.ValueText(c.Value)
+	if len(c.Data) == 0 {
 		act.Kind = "evm.native"
 		act.Recipients = []common.Address{to}
-		act.Assets = []common.Address{NativeAsset}
-		act.Notional = []Amount{{Asset: NativeAsset, Value: c.value}}
+		act.Assets = []common.Address{actions.NativeAsset}
+		act.Notional = []actions.Amount{{Asset: actions.NativeAsset, Value: c.Value}}
 		return act, nil
 	}
-	m, vals, de := method(&tokenABI, c.data)
+	m, vals, de := evmcall.Method(ABI, c.Data)
 	if de != nil {
 		return nil, de
 	}
 	if m.RawName == "deposit" || m.RawName == "withdraw" {
 		// docs/policy.md#evm-actions: only the chain's own WETH is read; another contract's
 		// deposit() could do anything.
-		if w, known := wrappedNative(c.chainID); !known || w != to {
+		if w, known := evmcall.WrappedNative(c.ChainID); !known || w != to {
 			return nil, actions.Fail("to", m.RawName+" is read only on the chain's WETH")
 		}
-		act.Assets, act.Recipients = []common.Address{NativeAsset, to}, []common.Address{sender}
+		act.Assets, act.Recipients = []common.Address{actions.NativeAsset, to}, []common.Address{sender}
 		if m.RawName == "deposit" {
-			act.Kind, act.Notional = "weth.deposit", []Amount{{Asset: NativeAsset, Value: c.value}}
+			act.Kind, act.Notional = "weth.deposit", []actions.Amount{{Asset: actions.NativeAsset, Value: c.Value}}
 			return act, nil
 		}
-		if c.value.Sign() != 0 {
+		if c.Value.Sign() != 0 {
 			return nil, actions.Fail("value", "must be 0 for withdraw")
 		}
 		wad := vals[0].(*big.Int)
-		act.Kind, act.Notional = "weth.withdraw", []Amount{{Asset: to, Value: wad}}
+		act.Kind, act.Notional = "weth.withdraw", []actions.Amount{{Asset: to, Value: wad}}
 		act.Fields["amount"] = wad.String()
 		return act, nil
 	}
-	if c.value.Sign() != 0 {
+	if c.Value.Sign() != 0 {
 		return nil, actions.Fail("value", "must be 0 for "+m.RawName+": a token call sends no native coin")
 	}
 	token := to
@@ -70,7 +80,7 @@ func (evmDecoder) DecodeInto(tx map[string]any, sender common.Address, s *action
 	case "transfer":
 		rcpt, v := vals[0].(common.Address), vals[1].(*big.Int)
 		act.Kind = "erc20.transfer"
-		act.Recipients, act.Notional = []common.Address{rcpt}, []Amount{{Asset: token, Value: v}}
+		act.Recipients, act.Notional = []common.Address{rcpt}, []actions.Amount{{Asset: token, Value: v}}
 		act.Fields["recipient"], act.Fields["amount"] = rcpt, v.String()
 	case "approve", "increaseAllowance", "permit":
 		var sp common.Address
@@ -87,18 +97,18 @@ func (evmDecoder) DecodeInto(tx map[string]any, sender common.Address, s *action
 		if m.Name == "permit" {
 			act.Kind = "eip2612.permit"
 		}
-		act.Notional = []Amount{}
+		act.Notional = []actions.Amount{}
 		actions.Grant(act, sp, token, v, actions.MaxUint256)
 		act.Fields["spender"], act.Fields["amount"], act.Fields["unlimited"] = sp, v.String(), act.Allowances[0].Unlimited
 	case "transferFrom":
 		from, rcpt, v := vals[0].(common.Address), vals[1].(common.Address), vals[2].(*big.Int)
 		act.Kind = "erc20.transferFrom"
-		act.Recipients, act.Screen, act.Notional = []common.Address{rcpt}, []common.Address{from}, []Amount{{Asset: token, Value: v}}
+		act.Recipients, act.Screen, act.Notional = []common.Address{rcpt}, []common.Address{from}, []actions.Amount{{Asset: token, Value: v}}
 		act.Fields["from"], act.Fields["recipient"], act.Fields["amount"] = from, rcpt, v.String()
 	case "transferWithAuthorization", "transferWithAuthorization0", "receiveWithAuthorization":
 		from, rcpt, v := vals[0].(common.Address), vals[1].(common.Address), vals[2].(*big.Int)
 		act.Kind = "eip3009." + m.RawName
-		act.Recipients, act.Screen, act.Notional = []common.Address{rcpt}, []common.Address{from}, []Amount{{Asset: token, Value: v}}
+		act.Recipients, act.Screen, act.Notional = []common.Address{rcpt}, []common.Address{from}, []actions.Amount{{Asset: token, Value: v}}
 		act.Fields["from"], act.Fields["recipient"], act.Fields["amount"] = from, rcpt, v.String()
 	default:
 		return nil, actions.Fail("data", m.Sig+" is not one this decoder reads")
