@@ -2,18 +2,18 @@ package engine
 
 import (
 	"github.com/ethereum/go-ethereum/common"
+
 	"github.com/x402gate/x402gate/verdictserver/engine/actions"
 )
 
-// The decoders (docs/policy.md#actions). Each protocol's decoder reads a proposedTx into the
-// Action model (action.go) and has its own files: decode_payment.go (x402 payments),
-// decode_evm*.go (the EVM call every EVM protocol shares: its members, the strict ABI reading,
-// the chains' assets), decode_erc20.go (the evm protocol: native coin, ERC-20, EIP-2612,
-// EIP-3009, WETH), decode_permit2.go, decode_uniswap.go (the V2 and V3 routers),
-// decode_universal.go and decode_v4.go (the Universal Router), decode_registry.go (the known
-// contracts those read), decode_hyperliquid*.go. A decoder never reads a policy nor decides
-// an outcome; the checks (checks*.go, exposure.go, feeds.go, report.go, evidence.go) read only
-// the Action. This file holds what every decoder shares.
+// The decoders (docs/policy.md#actions) are packages beside this one, one per protocol:
+// x402payment (x402 payments), erc20 (the evm protocol: native coin, ERC-20, EIP-2612,
+// EIP-3009, WETH), uniswap (the V2 and V3 routers, the Universal Router and its v4 actions,
+// Permit2, the registry of known contracts) and hyperliquid; evmcall reads the EVM call that
+// erc20 and uniswap share. Each builds the model of package actions and never reads a policy
+// nor decides an outcome; the checks (checks*.go, exposure.go, feeds.go, report.go,
+// evidence.go) read only the Action. This file finds a proposedTx's decoder and checks what
+// it returns.
 
 // decode finds the decoder for proposedTx.protocol (docs/policy.md#default-deny: none is a
 // decode failure).

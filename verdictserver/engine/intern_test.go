@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/ethereum/go-ethereum/common"
+
 	"github.com/x402gate/x402gate/verdictserver/engine/internal/intern"
 	"github.com/x402gate/x402gate/verdictserver/engine/uniswap"
 )

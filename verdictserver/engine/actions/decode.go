@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/ethereum/go-ethereum/common"
+
 	"github.com/x402gate/x402gate/verdictserver/engine/internal/intern"
 )
 

@@ -2,6 +2,7 @@ package evmcall
 
 import (
 	"github.com/ethereum/go-ethereum/common"
+
 	"github.com/x402gate/x402gate/verdictserver/engine/actions"
 )
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/ethereum/go-ethereum/accounts/abi"
+
 	"github.com/x402gate/x402gate/verdictserver/engine/erc20"
 	"github.com/x402gate/x402gate/verdictserver/engine/evmcall"
 )

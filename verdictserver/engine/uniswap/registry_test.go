@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ethereum/go-ethereum/crypto"
+
 	"github.com/x402gate/x402gate/verdictserver/engine/actions"
 )
 
