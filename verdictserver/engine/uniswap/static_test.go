@@ -123,17 +123,13 @@ func TestStaticTupleReadsAsUnpack(t *testing.T) {
 		}
 		return append(append([]byte{}, m.ID...), enc...)
 	}
-	type single02 struct {
-		TokenIn, TokenOut common.Address
-		Fee               *big.Int
-		Recipient         common.Address
-		AmountIn          *big.Int
-		AmountOutMinimum  *big.Int
-		SqrtPriceLimitX96 *big.Int
-	}
 	usdc, weth := common.HexToAddress("0x036CbD53842c5426634e7929541eC2318f3dCF7e"), common.HexToAddress("0x4200000000000000000000000000000000000006")
+	single := append([]byte{}, methodBySig(t, &RouterABI.ABI, "exactInputSingle((address,address,uint24,address,uint256,uint256,uint160))").ID...)
+	for _, w := range []*big.Int{usdc.Big(), weth.Big(), big.NewInt(500), AddressThis.Big(), big.NewInt(3e9), big.NewInt(995e15), new(big.Int)} {
+		single = append(single, common.LeftPadBytes(w.Bytes(), 32)...)
+	}
 	data := call("multicall(uint256,bytes[])", big.NewInt(1_900_000_000), [][]byte{
-		call("exactInputSingle((address,address,uint24,address,uint256,uint256,uint160))", single02{usdc, weth, big.NewInt(500), AddressThis, big.NewInt(3e9), big.NewInt(995e15), new(big.Int)}),
+		single,
 		call("unwrapWETH9(uint256,address)", big.NewInt(995e15), agent)})
 	sameInPlace(t, router02, data, new(big.Int))
 }
