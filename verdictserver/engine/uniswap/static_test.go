@@ -27,7 +27,8 @@ var (
 // or the same refusal. It reports whether the call read in place.
 func sameInPlace(t *testing.T, router common.Address, data []byte, value *big.Int) bool {
 	t.Helper()
-	fast := &uni{chainID: 84532, router: router, sender: agent, value: value}
+	kind := map[common.Address]ContractKind{swapRouter: ContractSwapRouter, router02: ContractSwapRouter02}[router]
+	fast := &uni{chainID: 84532, router: router, known: known{kind: kind}, sender: agent, value: value}
 	slow := *fast
 	slow.slowTuples = true
 	a, aErr := fast.call(data, 0)
@@ -151,7 +152,14 @@ func methodBySig(t *testing.T, a *abi.ABI, sig string) *abi.Method {
 func FuzzInPlaceReadsAsUnpack(f *testing.F) {
 	for _, m := range RouterABI.Methods {
 		if isSingle(m.RawName) {
-			f.Add(append(append([]byte{}, m.ID...), make([]byte, 32*len(m.Inputs[0].Type.TupleElems))...), false, uint64(0))
+			data := append([]byte{}, m.ID...)
+			for i := range m.Inputs[0].Type.TupleElems {
+				w := make([]byte, 32)
+				w[12], w[31] = byte(i+1), byte(i+1) // a clean address word, and an integer past 2^64
+				data = append(data, w...)
+			}
+			f.Add(data, false, uint64(0))
+			f.Add(data, true, uint64(1))
 		}
 	}
 	f.Fuzz(func(t *testing.T, data []byte, v3Router bool, value uint64) {
