@@ -227,20 +227,3 @@ func FuzzCanonicalMatchesRepack(f *testing.F) {
 		}
 	})
 }
-
-// TestMethodByIDIsMethodById: the selector index finds, for every selector, the method
-// go-ethereum's ABI.MethodById finds, and nothing where it finds nothing.
-func TestMethodByIDIsMethodById(t *testing.T) {
-	for _, a := range []*evmcall.ABI{erc20.ABI, RouterABI} {
-		for _, m := range a.Methods {
-			got := a.MethodByID(m.ID)
-			want, err := a.MethodById(m.ID)
-			if err != nil || got == nil || got.Sig != want.Sig || !bytes.Equal(got.ID, want.ID) {
-				t.Errorf("%s: methodByID %v, MethodById %v %v", m.Sig, got, want, err)
-			}
-		}
-		if m := a.MethodByID([]byte{0xde, 0xad, 0xbe, 0xef}); m != nil {
-			t.Errorf("an unknown selector found %s", m.Sig)
-		}
-	}
-}
