@@ -29,7 +29,8 @@ type SenderDecoder interface {
 	DecodeFor(tx map[string]any, sender common.Address) (*Action, error)
 }
 
-// ScratchDecoder is a Decoder that can decode into an Scratch.
+// ScratchDecoder is a Decoder that can build its actions in a Scratch: the engine calls
+// DecodeInto, with the evaluation's scratch, instead of DecodeFor or Decode.
 type ScratchDecoder interface {
 	DecodeInto(tx map[string]any, sender common.Address, s *Scratch) (*Action, error)
 }

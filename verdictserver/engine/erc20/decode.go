@@ -116,3 +116,8 @@ func (Decoder) DecodeInto(tx map[string]any, sender common.Address, s *actions.S
 	}
 	return act, nil
 }
+
+var (
+	_ actions.ScratchDecoder = Decoder{}
+	_ actions.SenderDecoder  = Decoder{}
+)

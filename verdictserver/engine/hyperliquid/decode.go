@@ -263,3 +263,8 @@ func decimal(s string) (*big.Rat, bool) {
 	r, ok := new(big.Rat).SetString(s)
 	return r, ok
 }
+
+var (
+	_ actions.ScratchDecoder = Decoder{}
+	_ actions.Decoder        = Decoder{}
+)

@@ -476,3 +476,8 @@ func sqrtPriceLimited(decimal string) bool {
 	hi := new(big.Int).Sub(MaxSqrtRatio, big.NewInt(1))
 	return v.Cmp(lo) > 0 && v.Cmp(hi) < 0
 }
+
+var (
+	_ actions.ScratchDecoder = Decoder{}
+	_ actions.SenderDecoder  = Decoder{}
+)

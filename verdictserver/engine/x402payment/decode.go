@@ -82,3 +82,5 @@ func (Decoder) Decode(tx map[string]any) (*actions.Action, error) {
 		Notional:   []actions.Amount{{Asset: asset, Value: amount}},
 	}, nil
 }
+
+var _ actions.Decoder = Decoder{}
