@@ -8,7 +8,7 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 
 	"github.com/x402gate/x402gate/verdict"
-	"github.com/x402gate/x402gate/verdictserver/engine"
+	"github.com/x402gate/x402gate/verdictserver/engine/hyperliquid"
 )
 
 // TestHyperliquidThroughTheAPI: an agent with a wallet registered for chain 1337 and a
@@ -21,13 +21,13 @@ func TestHyperliquidThroughTheAPI(t *testing.T) {
 	a := e.agent("hl", wallet, `{"venues": {"allowed": ["hyperliquid"]}, "chains": {"allowed": [1337]},
 		"assets": {"hyperliquid": ["BTC"]}, "trading": {"sides": ["long"]}, "orders": {"requireLimitPrice": true},
 		"perps": {"maxLeverage": 5}, "limits": {"perTxUsd": 2000}}`)
-	if _, err := e.srv.Operator().AddWallet(context.Background(), a.ID, engine.HyperliquidChainID, wallet.Hex()); err != nil {
+	if _, err := e.srv.Operator().AddWallet(context.Background(), a.ID, hyperliquid.ChainID, wallet.Hex()); err != nil {
 		t.Fatal(err)
 	}
 	order := func(leverage int, typ string) map[string]any {
 		return map[string]any{
 			"escrowAddress": wallet.Hex(), "prompt": "go long 0.01 BTC", "arbiter": "policy",
-			"proposedTx": map[string]any{"protocol": "hyperliquid", "chainId": engine.HyperliquidChainID, "nonce": 1763640000000, "leverage": leverage,
+			"proposedTx": map[string]any{"protocol": "hyperliquid", "chainId": hyperliquid.ChainID, "nonce": 1763640000000, "leverage": leverage,
 				"action": map[string]any{"type": typ, "grouping": "na", "orders": []any{
 					map[string]any{"a": 0, "b": true, "p": "100500", "s": "0.01", "r": false, "t": map[string]any{"limit": map[string]any{"tif": "Gtc"}}}}}},
 		}
@@ -54,7 +54,7 @@ func TestHyperliquidThroughTheAPI(t *testing.T) {
 			if (tc.notional == nil) != (v.USDNotional == nil) || (tc.notional != nil && *tc.notional != *v.USDNotional) {
 				t.Errorf("usdNotional %v, want %v", v.USDNotional, tc.notional)
 			}
-			if tc.reason != verdict.ReasonDecodeFailure && v.Evidence.DecodedAction["kind"] != engine.KindHyperliquidOrder {
+			if tc.reason != verdict.ReasonDecodeFailure && v.Evidence.DecodedAction["kind"] != hyperliquid.KindOrder {
 				t.Errorf("decodedAction %v", v.Evidence.DecodedAction)
 			}
 		})

@@ -10,6 +10,7 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 
 	"github.com/x402gate/x402gate/verdict"
+	"github.com/x402gate/x402gate/verdictserver/engine/internal/intern"
 	"github.com/x402gate/x402gate/verdictserver/policy"
 )
 
@@ -101,7 +102,7 @@ func (ev *evaluation) venueOf(p string) result {
 		return failed(verdict.ReasonVenueNotAllowed, "venues.allowed is not configured, so the policy allows no venue", policy.FieldVenues, p, nil)
 	}
 	if slices.Contains(d.Venues.Allowed, p) {
-		return passed(prefixed(pVenue, p).val, policy.FieldVenues, boxString(p), d.Venues.Allowed)
+		return passed(prefixed(pVenue, p).Val, policy.FieldVenues, boxString(p), d.Venues.Allowed)
 	}
 	return failed(verdict.ReasonVenueNotAllowed, "venue "+p+" is not in venues.allowed", policy.FieldVenues, p, d.Venues.Allowed)
 }
@@ -110,12 +111,12 @@ func (ev *evaluation) chain() result { return ev.chainOf(ev.act.ChainID) }
 
 func (ev *evaluation) chainOf(c int64) result {
 	d := ev.in.Policy.Doc
-	cs := chainKey(c)
+	cs := intern.ChainKey(c)
 	if d.Chains == nil || d.Chains.Allowed == nil {
 		return failed(verdict.ReasonChainNotAllowed, "chains.allowed is not configured, so the policy allows no chain", policy.FieldChains, c, nil)
 	}
 	if slices.Contains(d.Chains.Allowed, c) {
-		return passed(prefixed(pChain, cs).val, policy.FieldChains, boxInt64(c), d.Chains.Allowed)
+		return passed(prefixed(pChain, cs).Val, policy.FieldChains, boxInt64(c), d.Chains.Allowed)
 	}
 	return failed(verdict.ReasonChainNotAllowed, "chain "+cs+" is not in chains.allowed", policy.FieldChains, c, d.Chains.Allowed)
 }
@@ -124,7 +125,7 @@ func (ev *evaluation) chainOf(c int64) result {
 // calls must be listed too: docs/policy.md#actions).
 func (ev *evaluation) contractSelector() result {
 	var calls []*Action
-	ev.act.walk(func(a *Action) {
+	ev.act.Walk(func(a *Action) {
 		if a.To != nil {
 			calls = append(calls, a)
 		}
@@ -160,13 +161,13 @@ func (ev *evaluation) contractSelector() result {
 
 func (ev *evaluation) callAllowed(act *Action, obs any) result {
 	d := ev.in.Policy.Doc
-	chainKey := chainKey(act.ChainID)
+	chainKey := intern.ChainKey(act.ChainID)
 	byAddr, ok := d.Contracts[chainKey]
 	if !ok {
 		return failed(verdict.ReasonContractOrSelector, "no contract is allowed on chain "+chainKey, policy.FieldContracts+"."+chainKey, obs, nil)
 	}
 	for written, sels := range byAddr {
-		if a, ok := strictAddress(written); !ok || a != *act.To {
+		if a, ok := intern.StrictAddress(written); !ok || a != *act.To {
 			continue
 		}
 		field := policy.FieldContracts + "." + chainKey + "." + written
@@ -190,23 +191,23 @@ func (ev *evaluation) asset() result {
 	if len(assets) == 0 {
 		return notChecked(kindReason(act.Kind, kNoToken))
 	}
-	ck := chainKey(act.ChainID)
+	ck := intern.ChainKey(act.ChainID)
 	var universe []string
 	configured := false
 	if d.Assets != nil && d.Assets.Universe != nil {
 		universe, configured = d.Assets.Universe[ck]
 	}
 	if !configured || universe == nil {
-		return notChecked(prefixed(pUniverseNot, ck).val)
+		return notChecked(prefixed(pUniverseNot, ck).Val)
 	}
-	field := prefixed(pUniverse, ck).val
+	field := prefixed(pUniverse, ck).Val
 	obs := ev.hexes(assets)
 	for _, a := range assets {
 		if !containsAddress(universe, a) {
 			return failed(verdict.ReasonAssetNotInUniverse, "asset "+ev.hex(a)+" is not in "+field, field, obs, universe)
 		}
 	}
-	return passed(prefixed(pEveryAsset, field).val, field, obs, universe)
+	return passed(prefixed(pEveryAsset, field).Val, field, obs, universe)
 }
 
 func (ev *evaluation) recipient() result {
@@ -233,12 +234,12 @@ func (ev *evaluation) recipient() result {
 // screen is the sanctions check: always on, not a policy field (docs/policy.md#sanctions-list).
 func (ev *evaluation) screen() result {
 	n := 1
-	ev.act.walk(func(a *Action) {
+	ev.act.Walk(func(a *Action) {
 		n += 1 + len(a.Recipients) + len(a.Assets) + len(a.Screen) + len(a.Stranded) + 2*len(a.Allowances)
 	})
 	addrs := make([]common.Address, 1, n)
 	addrs[0] = ev.in.Escrow
-	ev.act.walk(func(a *Action) {
+	ev.act.Walk(func(a *Action) {
 		if a.To != nil {
 			addrs = append(addrs, *a.To)
 		}
@@ -292,7 +293,7 @@ func (ev *evaluation) all(field func(*Action) []common.Address) []common.Address
 		return field(ev.act)
 	}
 	var out []common.Address
-	ev.act.walk(func(a *Action) {
+	ev.act.Walk(func(a *Action) {
 		for _, x := range field(a) {
 			if !slices.Contains(out, x) {
 				out = append(out, x)
@@ -307,7 +308,7 @@ func (ev *evaluation) all(field func(*Action) []common.Address) []common.Address
 func (ev *evaluation) perTxCap() result {
 	act, d := ev.act, ev.in.Policy.Doc
 	moves := false
-	act.walk(func(a *Action) { moves = moves || exposes(a) })
+	act.Walk(func(a *Action) { moves = moves || exposes(a) })
 	if !moves {
 		return notChecked(kindReason(act.Kind, kNoValue))
 	}
@@ -347,7 +348,7 @@ func (ev *evaluation) notional() (*big.Rat, bool) {
 		}
 	}
 	ok := true
-	ev.act.walk(func(a *Action) {
+	ev.act.Walk(func(a *Action) {
 		if ok {
 			ev.unpriced, ok = ev.exposureUSD(a, add)
 		}
@@ -366,7 +367,7 @@ func (ev *evaluation) notional() (*big.Rat, bool) {
 // policy.Parse) holds a, in any case.
 func containsAddress(list []string, a common.Address) bool {
 	for _, s := range list {
-		if b, ok := looseAddress(s); ok && b == a {
+		if b, ok := intern.LooseAddress(s); ok && b == a {
 			return true
 		}
 	}
@@ -376,7 +377,7 @@ func containsAddress(list []string, a common.Address) bool {
 // coins gathers the Hyperliquid coins of the action and its legs, without repeats.
 func (ev *evaluation) coins() []string {
 	var out []string
-	ev.act.walk(func(a *Action) {
+	ev.act.Walk(func(a *Action) {
 		for _, c := range a.Coins {
 			if !slices.Contains(out, c) {
 				out = append(out, c)

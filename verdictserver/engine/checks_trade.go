@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/x402gate/x402gate/verdict"
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
 	"github.com/x402gate/x402gate/verdictserver/policy"
 )
 
@@ -16,7 +17,7 @@ import (
 // trades returns the trades of the action and its legs whose kind is one of kinds.
 func (ev *evaluation) trades(kinds ...string) []*Action {
 	var out []*Action
-	ev.act.walk(func(a *Action) {
+	ev.act.Walk(func(a *Action) {
 		if a.Trade != nil && slices.Contains(kinds, a.Trade.Kind) {
 			out = append(out, a)
 		}
@@ -179,7 +180,7 @@ type (
 // unguarded says why a swap has no slippage guard, or "" when it has one.
 func unguarded(t *Trade) string {
 	if t.ExactOut {
-		if t.MaxIn == nil || t.MaxIn.Cmp(maxUint256) >= 0 {
+		if t.MaxIn == nil || t.MaxIn.Cmp(actions.MaxUint256) >= 0 {
 			return "has no maximum input"
 		}
 		return ""
@@ -198,7 +199,7 @@ func (ev *evaluation) slippageBps(t *Trade) (*big.Rat, string) {
 	if !t.ExactOut && (t.MinOut == nil || t.MinOut.Sign() == 0) {
 		return big.NewRat(10000, 1), ""
 	}
-	if t.ExactOut && (t.MaxIn == nil || t.MaxIn.Cmp(maxUint256) >= 0) {
+	if t.ExactOut && (t.MaxIn == nil || t.MaxIn.Cmp(actions.MaxUint256) >= 0) {
 		return big.NewRat(10000, 1), ""
 	}
 	pay, get := t.AmountIn, t.MinOut
@@ -383,7 +384,7 @@ func (ev *evaluation) marketReference(protocol string, chainID int64, market str
 
 func (ev *evaluation) leverage() result {
 	var ls []*Action
-	ev.act.walk(func(a *Action) {
+	ev.act.Walk(func(a *Action) {
 		if a.Trade != nil && a.Trade.Leverage != nil {
 			ls = append(ls, a)
 		}

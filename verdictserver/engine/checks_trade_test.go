@@ -10,6 +10,7 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 
 	"github.com/x402gate/x402gate/verdict"
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
 )
 
 // actionDecoder hands the engine the Action named by proposedTx.case: it exercises the
@@ -81,7 +82,7 @@ func TestTradeChecksOnTheSharedActionModel(t *testing.T) {
 	const venue = `"venues": {"allowed": ["fixture"]}, "chains": {"allowed": [84532]}`
 	unlimited := fixture("fixture.approve", func(a *Action) {
 		a.Recipients, a.Assets, a.Notional = []common.Address{payee}, []common.Address{usdc}, []Amount{}
-		a.Allowances = []Allowance{{Spender: payee, Asset: usdc, Amount: maxUint256, Unlimited: true}}
+		a.Allowances = []Allowance{{Spender: payee, Asset: usdc, Amount: actions.MaxUint256, Unlimited: true}}
 	})
 	cases := actionDecoder{
 		"swap-guarded": swapLeg("2985000000"), // 50 bps below 3000 USD
@@ -95,7 +96,7 @@ func TestTradeChecksOnTheSharedActionModel(t *testing.T) {
 			a.Trade = &Trade{Kind: TradeSwap, Side: SideBuy, AssetIn: usdc, AssetOut: stranger, AmountIn: wei("1000000"), MinOut: wei("5")}
 		}),
 		"exact-out-open": fixture("fixture.swap", func(a *Action) {
-			a.Trade = &Trade{Kind: TradeSwap, Side: SideBuy, ExactOut: true, AssetIn: usdc, AssetOut: weth, AmountOut: wei("1000000000000000000"), MaxIn: maxUint256}
+			a.Trade = &Trade{Kind: TradeSwap, Side: SideBuy, ExactOut: true, AssetIn: usdc, AssetOut: weth, AmountOut: wei("1000000000000000000"), MaxIn: actions.MaxUint256}
 		}),
 		"exact-out-3pct": fixture("fixture.swap", func(a *Action) {
 			a.Trade = &Trade{Kind: TradeSwap, Side: SideBuy, ExactOut: true, AssetIn: usdc, AssetOut: weth, AmountOut: wei("1000000000000000000"), MaxIn: wei("3090000000")}
@@ -113,7 +114,7 @@ func TestTradeChecksOnTheSharedActionModel(t *testing.T) {
 		"nested-sanctioned": fixture("fixture.multicall", func(a *Action) {
 			a.Legs = []*Action{swapLeg("2985000000"), fixture("fixture.batch", func(b *Action) {
 				b.Legs = []*Action{fixture("fixture.transfer", func(c *Action) {
-					c.Recipients, c.Assets, c.Notional = []common.Address{listed}, []common.Address{usdc}, []Amount{{usdc, wei("1000000")}}
+					c.Recipients, c.Assets, c.Notional = []common.Address{listed}, []common.Address{usdc}, []Amount{{Asset: usdc, Value: wei("1000000")}}
 				})}
 			})}
 		}),
@@ -223,13 +224,13 @@ func TestTradeChecksOnTheSharedActionModel(t *testing.T) {
 }
 
 // unlimitedUSDC is an allowance of 2^256-1 base units of USDC, in USD.
-var unlimitedUSDC = ratFloat64(new(big.Rat).SetFrac(maxUint256, big.NewInt(1e6)))
+var unlimitedUSDC = ratFloat64(new(big.Rat).SetFrac(actions.MaxUint256, big.NewInt(1e6)))
 
 func TestTradeEvidence(t *testing.T) {
 	cases := actionDecoder{
 		"unlimited": fixture("fixture.approve", func(a *Action) {
 			a.Recipients, a.Assets, a.Notional = []common.Address{payee}, []common.Address{usdc}, []Amount{}
-			a.Allowances = []Allowance{{Spender: payee, Asset: usdc, Amount: maxUint256, Unlimited: true}}
+			a.Allowances = []Allowance{{Spender: payee, Asset: usdc, Amount: actions.MaxUint256, Unlimited: true}}
 		}),
 		"multi": fixture("fixture.multicall", func(a *Action) {
 			a.Legs = []*Action{swapLeg("2900000000"), order(SideLong, "150000", "0.01", "3", false)}

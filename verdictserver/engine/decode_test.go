@@ -3,11 +3,14 @@ package engine
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/ethereum/go-ethereum/common"
 
 	"github.com/x402gate/x402gate/verdict"
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
+	"github.com/x402gate/x402gate/verdictserver/engine/uniswap"
 )
 
 // transferDecoder reads {"protocol":"erc20","chainId":…,"to":token,"recipient":…}: the
@@ -20,7 +23,7 @@ func (d transferDecoder) Decode(tx map[string]any) (*Action, error) {
 	if d.incomplete {
 		return &Action{Protocol: "erc20"}, nil
 	}
-	c, ok := chainIDOf(tx["chainId"])
+	c, ok := actions.ChainID(tx["chainId"])
 	to, ok2 := tx["to"].(string)
 	rc, ok3 := tx["recipient"].(string)
 	if !ok || !ok2 || !ok3 {
@@ -66,5 +69,29 @@ func TestADecoderAddsAProtocolWithoutTouchingTheAPI(t *testing.T) {
 	mustBeValid(t, v)
 	if v.ReasonCode != verdict.ReasonDecodeFailure {
 		t.Errorf("incomplete action: %s", v.ReasonCode)
+	}
+}
+
+// TestOptionsContractsRefused: a contract the config adds must name a kind the decoders read,
+// a Universal Router its version, a chain and an address (docs/policy.md#known-contracts).
+func TestOptionsContractsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		c    KnownContract
+		want string
+	}{
+		{"an unknown kind", KnownContract{ChainID: 84532, Address: urOther, Kind: "uniswap.router", Version: ""}, `kind "uniswap.router"`},
+		{"a Universal Router without its version", KnownContract{ChainID: 84532, Address: urOther, Kind: uniswap.ContractUniversalRouter, Version: ""}, "version"},
+		{"a Universal Router of an unknown version", KnownContract{ChainID: 84532, Address: urOther, Kind: uniswap.ContractUniversalRouter, Version: "3.0"}, `"3.0"`},
+		{"a version on a SwapRouter02", KnownContract{ChainID: 84532, Address: urOther, Kind: uniswap.ContractSwapRouter02, Version: "2.0"}, "only a Universal Router"},
+		{"chain 0", KnownContract{ChainID: 0, Address: urOther, Kind: uniswap.ContractSwapRouter02, Version: ""}, "chain id"},
+		{"the zero address", KnownContract{ChainID: 84532, Address: common.Address{}, Kind: uniswap.ContractPermit2, Version: ""}, "address"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := New(Options{Contracts: []KnownContract{tc.c}})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one naming %s", err, tc.want)
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 
 	"github.com/x402gate/x402gate/verdict"
+	"github.com/x402gate/x402gate/verdictserver/engine/uniswap"
 )
 
 // v4 parameter structs, as v4-periphery's IV4Router declares them.
@@ -104,38 +105,38 @@ func TestV4SwapGolden(t *testing.T) {
 		return encode(t, []string{"address", "address", "uint256"}, weth, to, new(big.Int))
 	}
 	ur := func(router common.Address, v4in []byte, value *big.Int) map[string]any {
-		return evmTx("uniswap", 84532, router, execute(t, []byte{cmdV4Swap}, v4in), value)
+		return evmTx("uniswap", 84532, router, execute(t, []byte{uniswap.CmdV4Swap}, v4in), value)
 	}
 	ethIn := v4OutMultiParams(t, v4OutMulti{usdc, []pathKey{{common.Address{}, big.NewInt(500), big.NewInt(10), common.Address{}, nil}}, e6(3000), milli18(1005)})
 	rows := []golden{
 		{"UR 2.1.1 V4: an exact-in single swap, settled and taken by the agent", uniPolicy,
-			ur(urV21, v4Swap(t, []byte{v4SwapExactInSingle, v4SettleAll, v4TakeAll}, buy(milli18(995), common.Address{}), settleAll, takeAll), nil),
+			ur(urV21, v4Swap(t, []byte{uniswap.V4SwapExactInSingle, uniswap.V4SettleAll, uniswap.V4TakeAll}, buy(milli18(995), common.Address{}), settleAll, takeAll), nil),
 			verdict.ReasonAllowed, "", nil, st{"recipient": cP, "slippage_guard": cP, "side": cP, "per_tx_cap": cP}, ""},
 		{"UR 2.1.1 V4: the output taken to a sanctioned address", uniOpen,
-			ur(urV21, v4Swap(t, []byte{v4SwapExactInSingle, v4SettleAll, v4Take}, buy(milli18(995), common.Address{}), settleAll, take(listed)), nil),
+			ur(urV21, v4Swap(t, []byte{uniswap.V4SwapExactInSingle, uniswap.V4SettleAll, uniswap.V4Take}, buy(milli18(995), common.Address{}), settleAll, take(listed)), nil),
 			verdict.ReasonSanctionedAddress, "", ids("sanctions"), nil, ""},
 		{"UR 2.1.1 V4: a sanctioned hooks contract is screened", uniOpen,
-			ur(urV21, v4Swap(t, []byte{v4SwapExactInSingle, v4SettleAll, v4TakeAll}, buy(milli18(995), listed), settleAll, takeAll), nil),
+			ur(urV21, v4Swap(t, []byte{uniswap.V4SwapExactInSingle, uniswap.V4SettleAll, uniswap.V4TakeAll}, buy(milli18(995), listed), settleAll, takeAll), nil),
 			verdict.ReasonSanctionedAddress, "", ids("sanctions"), nil, ""},
 		{"UR 2.1.1 V4: zero minimum out", uniPolicy,
-			ur(urV21, v4Swap(t, []byte{v4SwapExactInSingle, v4SettleAll, v4TakeAll}, buy(new(big.Int), common.Address{}), settleAll, takeAll), nil),
+			ur(urV21, v4Swap(t, []byte{uniswap.V4SwapExactInSingle, uniswap.V4SettleAll, uniswap.V4TakeAll}, buy(new(big.Int), common.Address{}), settleAll, takeAll), nil),
 			verdict.ReasonNoSlippageGuard, "swaps.requireMinOut", ids("slippage_guard"), nil, ""},
 		{"UR 2.1.1 V4: an action the decoder does not read (CLOSE_CURRENCY)", uniPolicy,
-			ur(urV21, v4Swap(t, []byte{v4SwapExactInSingle, 0x12}, buy(milli18(995), common.Address{}), encode(t, []string{"address"}, weth)), nil),
+			ur(urV21, v4Swap(t, []byte{uniswap.V4SwapExactInSingle, 0x12}, buy(milli18(995), common.Address{}), encode(t, []string{"address"}, weth)), nil),
 			verdict.ReasonDecodeFailure, "", nil, nil, ""},
 		{"UR 2.1.1 V4: parameters without minHopPriceX36 are not 2.1.1's", uniPolicy,
-			ur(urV21, v4Swap(t, []byte{v4SwapExactInSingle, v4SettleAll, v4TakeAll}, v4InSingleParams(t, v4InSingle{key, true, e6(3000), milli18(995), nil, nil}, false), settleAll, takeAll), nil),
+			ur(urV21, v4Swap(t, []byte{uniswap.V4SwapExactInSingle, uniswap.V4SettleAll, uniswap.V4TakeAll}, v4InSingleParams(t, v4InSingle{key, true, e6(3000), milli18(995), nil, nil}, false), settleAll, takeAll), nil),
 			verdict.ReasonDecodeFailure, "", nil, nil, ""},
 		{"UR 2.0 V4: an exact-out sale of ETH paid from the call's value, counted once", uniPolicy,
-			ur(urV20, v4Swap(t, []byte{v4SwapExactOut, v4SettleAll, v4TakeAll}, ethIn, encode(t, []string{"address", "uint256"}, common.Address{}, milli18(1005)),
+			ur(urV20, v4Swap(t, []byte{uniswap.V4SwapExactOut, uniswap.V4SettleAll, uniswap.V4TakeAll}, ethIn, encode(t, []string{"address", "uint256"}, common.Address{}, milli18(1005)),
 				encode(t, []string{"address", "uint256"}, usdc, e6(3000))), milli18(1005)),
 			verdict.ReasonAllowed, "", nil, st{"side": cP, "slippage_guard": cP, "per_tx_cap": cP}, ""},
 		{"UR 2.0 V4: the same ETH sale against buy-only", uniBuyOnly,
-			ur(urV20, v4Swap(t, []byte{v4SwapExactOut, v4SettleAll, v4TakeAll}, ethIn, encode(t, []string{"address", "uint256"}, common.Address{}, milli18(1005)),
+			ur(urV20, v4Swap(t, []byte{uniswap.V4SwapExactOut, uniswap.V4SettleAll, uniswap.V4TakeAll}, ethIn, encode(t, []string{"address", "uint256"}, common.Address{}, milli18(1005)),
 				encode(t, []string{"address", "uint256"}, usdc, e6(3000))), milli18(1005)),
 			verdict.ReasonSideNotAllowed, "trading.sides", ids("side"), nil, ""},
 		{"UR 1.2 has no V4_SWAP: 0x10 is an NFT command there", uniOpen,
-			evmTx("uniswap", 8453, urV12, execute(t, []byte{cmdV4Swap}, v4Swap(t, []byte{v4TakeAll}, takeAll)), nil),
+			evmTx("uniswap", 8453, urV12, execute(t, []byte{uniswap.CmdV4Swap}, v4Swap(t, []byte{uniswap.V4TakeAll}, takeAll)), nil),
 			verdict.ReasonDecodeFailure, "", nil, nil, ""},
 	}
 	runGolden(t, e, rows)

@@ -15,8 +15,13 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 
 	"github.com/x402gate/x402gate/verdict"
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
+	"github.com/x402gate/x402gate/verdictserver/engine/erc20"
+	"github.com/x402gate/x402gate/verdictserver/engine/hyperliquid"
 	"github.com/x402gate/x402gate/verdictserver/engine/prices"
 	"github.com/x402gate/x402gate/verdictserver/engine/sanctions"
+	"github.com/x402gate/x402gate/verdictserver/engine/uniswap"
+	"github.com/x402gate/x402gate/verdictserver/engine/x402payment"
 	"github.com/x402gate/x402gate/verdictserver/policy"
 )
 
@@ -115,11 +120,11 @@ func New(o Options) (*Evaluator, error) {
 		}
 		e.prices = t
 	}
-	reg, err := newRegistry(o.Contracts)
+	uni, err := uniswap.NewDecoder(o.Contracts)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	for _, d := range append([]Decoder{paymentDecoder{}, evmDecoder{}, uniswapDecoder{reg: reg}, HyperliquidDecoder{}}, o.Decoders...) {
+	for _, d := range append([]Decoder{x402payment.Decoder{}, erc20.Decoder{}, uni, hyperliquid.Decoder{}}, o.Decoders...) {
 		if d == nil || d.Protocol() == "" {
 			return nil, fmt.Errorf("engine: a decoder without a protocol")
 		}
@@ -168,7 +173,7 @@ func (e *Evaluator) Evaluate(ctx context.Context, in Input) *verdict.Verdict {
 func (e *Evaluator) newEvaluation(ctx context.Context, in Input) *evaluation {
 	ev := evaluations.Get().(*evaluation)
 	if ev.scratch == nil {
-		ev.scratch = new(actionScratch)
+		ev.scratch = new(actions.Scratch)
 	}
 	*ev = evaluation{
 		ctx:       ctx,
@@ -211,7 +216,7 @@ func (e *Evaluator) Judge(ctx context.Context, in Input, use func(*verdict.Verdi
 // decode decodes ev's proposedTx, with the contracts its policy adds to the registry.
 func (ev *evaluation) decode(e *Evaluator) {
 	if p := ev.in.Policy; p != nil && p.Doc != nil {
-		ev.scratch.added = p.Doc.KnownContracts
+		ev.scratch.Added = p.Doc.KnownContracts
 	}
 	ev.act, ev.decodeErr = e.decode(ev.in.ProposedTx, ev.in.Escrow, ev.scratch)
 }
@@ -236,7 +241,7 @@ func (ev *evaluation) release() {
 	clear(ev.pricedAmounts)
 	clear(ev.degraded)
 	if ev.scratch != nil {
-		ev.scratch.reset()
+		ev.scratch.Reset()
 	}
 	next := evaluation{scratch: ev.scratch}
 	if keep(cap(ev.sources)) {

@@ -6,6 +6,9 @@ import (
 	"strings"
 
 	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
+	"github.com/x402gate/x402gate/verdictserver/engine/internal/intern"
 )
 
 // decodedAction is evidence.decodedAction for act (docs/policy.md#evidence): its fields,
@@ -25,7 +28,7 @@ func (ev *evaluation) renderActionInto(out map[string]any, act *Action, depth in
 		n += 2
 	}
 	for _, present := range [...]bool{len(act.Coins) > 0, len(act.CoinAmounts) > 0 || len(act.Notional) > 0,
-		len(act.Stranded) > 0, act.Trade != nil, len(act.Allowances) > 0, len(act.Legs) > 0 && depth < maxLegDepth} {
+		len(act.Stranded) > 0, act.Trade != nil, len(act.Allowances) > 0, len(act.Legs) > 0 && depth < actions.MaxLegDepth} {
 		if present {
 			n++
 		}
@@ -82,7 +85,7 @@ func (ev *evaluation) renderActionInto(out map[string]any, act *Action, depth in
 		}
 		out["approvals"] = aps
 	}
-	if len(act.Legs) > 0 && depth < maxLegDepth {
+	if len(act.Legs) > 0 && depth < actions.MaxLegDepth {
 		legs := make([]map[string]any, 0, len(act.Legs))
 		for _, l := range act.Legs {
 			if l != nil {
@@ -221,10 +224,10 @@ func ratString(r *big.Rat) any {
 }
 
 // hex is a.Hex(); EIP-55 costs a Keccak-256, so it is cached (intern.go).
-func (ev *evaluation) hex(a common.Address) string { return checksum(a).val }
+func (ev *evaluation) hex(a common.Address) string { return intern.Checksum(a).Val }
 
 // hexAny is a.Hex() as an interface value, for evidence.
-func (ev *evaluation) hexAny(a common.Address) any { return checksum(a).box }
+func (ev *evaluation) hexAny(a common.Address) any { return intern.Checksum(a).Box }
 
 // hexes is as in EIP-55. One slice of addresses asked for again in the same evaluation
 // (an action's recipients in their check, in sink_recipient's and in decodedAction) gives

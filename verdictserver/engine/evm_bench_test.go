@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/x402gate/x402gate/verdict"
+	"github.com/x402gate/x402gate/verdictserver/engine/erc20"
+	"github.com/x402gate/x402gate/verdictserver/engine/uniswap"
 )
 
 // benchEvaluate runs one approved action through every check, as the service's workers do
@@ -60,7 +62,7 @@ func benchEvaluateWith(b *testing.B, opts Options, in Input, keep bool) {
 // BenchmarkEvaluateERC20Transfer: an ERC-20 transfer of USDC, decoded from calldata, through
 // every check with a full policy and the OFAC fixture.
 func BenchmarkEvaluateERC20Transfer(b *testing.B) {
-	tx := evmTx("evm", 84532, usdc, pack(b, tokenABI, "transfer(address,uint256)", payee, e6(5)), nil)
+	tx := evmTx("evm", 84532, usdc, pack(b, erc20.ABI, "transfer(address,uint256)", payee, e6(5)), nil)
 	benchEvaluate(b, Options{}, Input{Escrow: escrow, ProposedTx: tx, Policy: mustPolicy(b, 1, evmPolicy)})
 }
 
@@ -75,8 +77,8 @@ func BenchmarkEvaluateKeptV3Swap(b *testing.B) {
 
 // v3SwapInput is the V3 swap of BenchmarkEvaluateV3Swap.
 func v3SwapInput(b *testing.B) Input {
-	data := pack(b, routerABI, "exactInputSingle((address,address,uint24,address,uint256,uint256,uint160))",
-		single02{usdc, weth, big.NewInt(500), msgSender, e6(3000), milli18(995), new(big.Int)})
+	data := pack(b, uniswap.RouterABI, "exactInputSingle((address,address,uint24,address,uint256,uint256,uint160))",
+		single02{usdc, weth, big.NewInt(500), uniswap.MsgSender, e6(3000), milli18(995), new(big.Int)})
 	return Input{Escrow: escrow, ProposedTx: evmTx("uniswap", 84532, router02, data, nil), Policy: mustPolicy(b, 1, uniPolicy)}
 }
 
@@ -89,7 +91,7 @@ func BenchmarkEvaluateV3Swap(b *testing.B) {
 // BenchmarkEvaluateURPlan: a Universal Router 2.1.1 plan: a V3 swap to the router, then
 // UNWRAP_WETH to the agent.
 func BenchmarkEvaluateURPlan(b *testing.B) {
-	data := execute(b, []byte{cmdV3SwapExactIn, cmdUnwrapWETH}, urV3In(b, addressThis, e6(3000), milli18(995), v3path(usdc, weth), true, true), urToAmount(b, msgSender, milli18(995)))
+	data := execute(b, []byte{uniswap.CmdV3SwapExactIn, uniswap.CmdUnwrapWETH}, urV3In(b, uniswap.AddressThis, e6(3000), milli18(995), v3path(usdc, weth), true, true), urToAmount(b, uniswap.MsgSender, milli18(995)))
 	benchEvaluate(b, Options{}, Input{Escrow: escrow, ProposedTx: evmTx("uniswap", 84532, urV21, data, nil), Policy: mustPolicy(b, 1, uniPolicy)})
 }
 

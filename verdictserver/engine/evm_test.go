@@ -14,6 +14,8 @@ import (
 	"github.com/ethereum/go-ethereum/crypto"
 
 	"github.com/x402gate/x402gate/verdict"
+	"github.com/x402gate/x402gate/verdictserver/engine/evmcall"
+	"github.com/x402gate/x402gate/verdictserver/engine/uniswap"
 )
 
 // Addresses of the golden table: the real router deployments, and tokens on Base Sepolia.
@@ -33,11 +35,18 @@ var (
 // addresses, added to the registry the way the config adds contracts (Options.Contracts);
 // urOther is not added.
 var testContracts = []KnownContract{
-	{84532, v2Router, ContractV2Router, ""}, {84532, swapRouter, ContractSwapRouter, ""}, {84532, router02, ContractSwapRouter02, ""},
+	{ChainID: 84532, Address: v2Router, Kind: uniswap.ContractV2Router}, {ChainID: 84532, Address: swapRouter, Kind: uniswap.ContractSwapRouter}, {ChainID: 84532, Address: router02, Kind: uniswap.ContractSwapRouter02},
 }
 
-// testRegistry is the registry of newEngine's evaluators, for the tests that decode alone.
-var testRegistry = mustRegistry(testContracts)
+// testUniswap is the uniswap decoder of newEngine's evaluators, for the tests that decode
+// alone.
+var testUniswap = func() uniswap.Decoder {
+	d, err := uniswap.NewDecoder(testContracts)
+	if err != nil {
+		panic(err)
+	}
+	return d
+}()
 
 func e18(n int64) *big.Int { return new(big.Int).Mul(big.NewInt(n), big.NewInt(1e18)) }
 func e6(n int64) *big.Int  { return new(big.Int).Mul(big.NewInt(n), big.NewInt(1e6)) }
@@ -46,7 +55,7 @@ func milli18(n int64) *big.Int {
 }
 
 // pack is calldata for the method of a whose canonical signature is sig.
-func pack(t testing.TB, a abi.ABI, sig string, args ...any) []byte {
+func pack(t testing.TB, a *evmcall.ABI, sig string, args ...any) []byte {
 	t.Helper()
 	for _, m := range a.Methods {
 		if m.Sig == sig {
@@ -137,7 +146,7 @@ func urToAmount(t testing.TB, rcpt common.Address, v *big.Int) []byte {
 }
 
 func execute(t testing.TB, cmds []byte, inputs ...[]byte) []byte {
-	return pack(t, routerABI, "execute(bytes,bytes[],uint256)", cmds, inputs, big.NewInt(1_900_000_000))
+	return pack(t, uniswap.RouterABI, "execute(bytes,bytes[],uint256)", cmds, inputs, big.NewInt(1_900_000_000))
 }
 
 // v3path writes a V3 path: token (fee token)+.
@@ -284,59 +293,6 @@ func runGolden(t *testing.T, e *Evaluator, rows []golden) {
 }
 
 func ids(s ...verdict.CheckID) []verdict.CheckID { return s }
-
-func TestSelectors(t *testing.T) {
-	// The selectors of the deployed contracts, pinned: keccak-256 of each signature, and
-	// the decoders' ABIs give the same.
-	for sig, want := range map[string]string{
-		"transfer(address,uint256)": "a9059cbb", "approve(address,uint256)": "095ea7b3", "transferFrom(address,address,uint256)": "23b872dd",
-		"transferWithAuthorization(address,address,uint256,uint256,uint256,bytes32,uint8,bytes32,bytes32)": "e3ee160e",
-		"transferWithAuthorization(address,address,uint256,uint256,uint256,bytes32,bytes)":                 "cf092995",
-		"receiveWithAuthorization(address,address,uint256,uint256,uint256,bytes32,uint8,bytes32,bytes32)":  "ef55bec6",
-		"increaseAllowance(address,uint256)": "39509351", "deposit()": "d0e30db0", "withdraw(uint256)": "2e1a7d4d",
-		"permit(address,address,uint256,uint256,uint8,bytes32,bytes32)":                                    "d505accf",
-		"swapExactTokensForTokens(uint256,uint256,address[],address,uint256)":                              "38ed1739",
-		"swapTokensForExactTokens(uint256,uint256,address[],address,uint256)":                              "8803dbee",
-		"swapExactETHForTokens(uint256,address[],address,uint256)":                                         "7ff36ab5",
-		"swapETHForExactTokens(uint256,address[],address,uint256)":                                         "fb3bdb41",
-		"swapExactTokensForETH(uint256,uint256,address[],address,uint256)":                                 "18cbafe5",
-		"swapTokensForExactETH(uint256,uint256,address[],address,uint256)":                                 "4a25d94a",
-		"swapExactTokensForTokensSupportingFeeOnTransferTokens(uint256,uint256,address[],address,uint256)": "5c11d795",
-		"swapExactETHForTokensSupportingFeeOnTransferTokens(uint256,address[],address,uint256)":            "b6f9de95",
-		"swapExactTokensForETHSupportingFeeOnTransferTokens(uint256,uint256,address[],address,uint256)":    "791ac947",
-		"exactInputSingle((address,address,uint24,address,uint256,uint256,uint256,uint160))":               "414bf389",
-		"exactInput((bytes,address,uint256,uint256,uint256))":                                              "c04b8d59",
-		"exactOutputSingle((address,address,uint24,address,uint256,uint256,uint256,uint160))":              "db3e2198",
-		"exactOutput((bytes,address,uint256,uint256,uint256))":                                             "f28c0498",
-		"exactInputSingle((address,address,uint24,address,uint256,uint256,uint160))":                       "04e45aaf",
-		"exactInput((bytes,address,uint256,uint256))":                                                      "b858183f",
-		"exactOutputSingle((address,address,uint24,address,uint256,uint256,uint160))":                      "5023b4df",
-		"exactOutput((bytes,address,uint256,uint256))":                                                     "09b81346",
-		"multicall(bytes[])": "ac9650d8", "multicall(uint256,bytes[])": "5ae401dc", "multicall(bytes32,bytes[])": "1f0464d1",
-		"execute(bytes,bytes[],uint256)": "3593564c", "execute(bytes,bytes[])": "24856bc3",
-	} {
-		if got := hex.EncodeToString(crypto.Keccak256([]byte(sig))[:4]); got != want {
-			t.Errorf("keccak(%s) = %s, want %s", sig, got, want)
-		}
-		found := false
-		for _, a := range []abi.ABI{tokenABI, routerABI} {
-			for _, m := range a.Methods {
-				if m.Sig == sig {
-					found = true
-					if hex.EncodeToString(m.ID) != want {
-						t.Errorf("%s: abi id %x, want %s", sig, m.ID, want)
-					}
-				}
-			}
-		}
-		if !found {
-			t.Errorf("%s is not in the decoders' ABIs", sig)
-		}
-	}
-	if selExecute != "0x3593564c" || selExecuteNoDeadline != "0x24856bc3" {
-		t.Error("execute selectors")
-	}
-}
 
 func strs(a ...common.Address) []string {
 	out := make([]string, len(a))

@@ -4,6 +4,9 @@ import (
 	"math/big"
 
 	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
+	"github.com/x402gate/x402gate/verdictserver/engine/hyperliquid"
 )
 
 // The pricing table (docs/policy.md#pricing): the one place that says what an action exposes
@@ -120,7 +123,7 @@ func recipientsOf(a *Action) []common.Address {
 	}
 	out := a.Recipients
 	for _, ap := range a.Allowances {
-		out = appendNew(out[:len(out):len(out)], ap.Spender)
+		out = actions.AppendNew(out[:len(out):len(out)], ap.Spender)
 	}
 	return out
 }
@@ -131,7 +134,7 @@ func (ev *evaluation) coinUSD(a *Action, c CoinAmount) (*big.Rat, bool) {
 	if c.Amount == nil {
 		return nil, false
 	}
-	if c.Coin == CoinUSDC {
+	if c.Coin == hyperliquid.CoinUSDC {
 		return new(big.Rat).Set(c.Amount), true
 	}
 	p, ok := ev.marketReference(a.Protocol, a.ChainID, c.Coin)

@@ -13,6 +13,7 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 
 	"github.com/x402gate/x402gate/verdict"
+	"github.com/x402gate/x402gate/verdictserver/engine/evmcall"
 	"github.com/x402gate/x402gate/verdictserver/engine/prices"
 	"github.com/x402gate/x402gate/verdictserver/engine/sanctions"
 )
@@ -196,7 +197,7 @@ func (ev *evaluation) screenAddrs(addrs []common.Address) result {
 		}
 		on += oracle.Name()
 	}
-	exp := prefixed(pNoneOn, on).box
+	exp := prefixed(pNoneOn, on).Box
 	if oracle != nil {
 		hits, asOf, err := oracle.Screen(ev.context(), uniq)
 		switch {
@@ -230,7 +231,7 @@ func (ev *evaluation) screenAddrs(addrs []common.Address) result {
 				&screenObserved{Listed: ev.sortedHexes(hits), Screened: obs}, exp)
 		}
 	}
-	return passed(prefixed(pNoAddressOn, on).val, "", &screenObserved{Listed: noneListed, Screened: obs}, exp)
+	return passed(prefixed(pNoAddressOn, on).Val, "", &screenObserved{Listed: noneListed, Screened: obs}, exp)
 }
 
 // tableUSD prices amount of asset from the table; the native coin and the chain's WETH stand
@@ -239,7 +240,7 @@ func (ev *evaluation) tableUSD(chainID int64, asset common.Address, amount *big.
 	if v, ok := ev.prices.USD(chainID, asset, amount); ok {
 		return v, true
 	}
-	w, known := wrappedNative(chainID)
+	w, known := evmcall.WrappedNative(chainID)
 	switch {
 	case !known:
 		return nil, false

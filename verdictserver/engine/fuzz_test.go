@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/x402gate/x402gate/verdict"
+	"github.com/x402gate/x402gate/verdictserver/engine/x402payment"
 )
 
 // FuzzEvaluateProposedTx: whatever object arrives as proposedTx, Evaluate answers a valid
@@ -35,7 +36,7 @@ func FuzzEvaluateProposedTx(f *testing.F) {
 		v := e.Evaluate(context.Background(), Input{Escrow: escrow, ProposedTx: tx, Policy: pol})
 		mustBeValid(t, v)
 		if v.Approved() {
-			if _, de := (paymentDecoder{}).Decode(tx); de != nil || tx["protocol"] != "payment" {
+			if _, de := (x402payment.Decoder{}).Decode(tx); de != nil || tx["protocol"] != "payment" {
 				body, _ := json.Marshal(tx)
 				t.Fatalf("approved an action that does not decode: %s", body)
 			}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/x402gate/x402gate/verdict"
+	"github.com/x402gate/x402gate/verdictserver/engine/hyperliquid"
 	"github.com/x402gate/x402gate/verdictserver/policy"
 )
 
@@ -90,7 +91,7 @@ func (g gen) hlPolicy(pol *policy.Policy) {
 		d.Venues.Allowed = append(slices.Clone(d.Venues.Allowed), "hyperliquid")
 	}
 	if d.Chains != nil && g.pick(6) > 0 {
-		d.Chains.Allowed = append(slices.Clone(d.Chains.Allowed), HyperliquidChainID)
+		d.Chains.Allowed = append(slices.Clone(d.Chains.Allowed), hyperliquid.ChainID)
 	}
 	if g.coin() {
 		var coins []string
@@ -139,7 +140,7 @@ func TestEveryHyperliquidVerdictIsConsistent(t *testing.T) {
 			t.Helper()
 			t.Fatalf("seed %d: "+format+"\n%s", append([]any{seed}, append(args, body)...)...)
 		}
-		act, de := HyperliquidDecoder{}.Decode(tx)
+		act, de := hyperliquid.Decoder{}.Decode(tx)
 		if pol == nil {
 			continue
 		}
@@ -166,7 +167,7 @@ func TestEveryHyperliquidVerdictIsConsistent(t *testing.T) {
 			fail("no failed check but %s", v.Outcome)
 		}
 		d := pol.Doc
-		act.walk(func(a *Action) {
+		act.Walk(func(a *Action) {
 			for _, r := range a.Recipients {
 				if _, sink := builtinSink(r); sink || e.sanctions.Load().Contains(r) {
 					fail("approved a recipient %s that is a sink or listed", r.Hex())

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"encoding/json"
-	"math/big"
 	"os"
 	"slices"
 	"sort"
@@ -11,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/x402gate/x402gate/verdict"
+	"github.com/x402gate/x402gate/verdictserver/engine/hyperliquid"
 )
 
 // hlMarks are the reference prices of the Hyperliquid golden rows.
@@ -43,7 +43,7 @@ func hlTx(t testing.TB, raw []byte) map[string]any {
 		t.Fatalf("tx is not an object: %s", raw)
 	}
 	if _, ok := tx["protocol"]; !ok {
-		tx["protocol"] = ProtocolHyperliquid
+		tx["protocol"] = hyperliquid.Protocol
 	}
 	if _, ok := tx["chainId"]; !ok {
 		tx["chainId"] = json.Number("1337")
@@ -159,7 +159,7 @@ func TestHyperliquidEvidence(t *testing.T) {
 		t.Fatalf("%s: %s\n%s", v.ReasonCode, v.HumanReason, body)
 	}
 	da := v.Evidence.DecodedAction
-	if da["kind"] != KindHyperliquidOrder || da["chainId"] != int64(1337) || da["grouping"] != "normalTpsl" || da["vaultAddress"] != stranger.Hex() || da["type"] != "order" {
+	if da["kind"] != hyperliquid.KindOrder || da["chainId"] != int64(1337) || da["grouping"] != "normalTpsl" || da["vaultAddress"] != stranger.Hex() || da["type"] != "order" {
 		t.Errorf("decodedAction %v", da)
 	}
 	if b := da["builder"].(map[string]any); b["b"] != payee.Hex() || b["f"] != int64(10) {
@@ -200,7 +200,7 @@ func TestHyperliquidEvidence(t *testing.T) {
 	mustBeValid(t, v)
 	da = v.Evidence.DecodedAction
 	amounts := da["amounts"].([]map[string]any)
-	if da["kind"] != KindHyperliquidSpotSend || da["destination"] != payee.Hex() || len(amounts) != 1 || amounts[0]["coin"] != "HYPE" || amounts[0]["amount"] != "2.5" ||
+	if da["kind"] != hyperliquid.KindSpotSend || da["destination"] != payee.Hex() || len(amounts) != 1 || amounts[0]["coin"] != "HYPE" || amounts[0]["amount"] != "2.5" ||
 		!slices.Equal(da["recipients"].([]string), []string{payee.Hex()}) || da["signatureChainId"] != "0xa4b1" || *v.USDNotional != 100 {
 		t.Errorf("spotSend %v, usd %v", da, v.USDNotional)
 	}
@@ -209,7 +209,7 @@ func TestHyperliquidEvidence(t *testing.T) {
 // TestHyperliquidCoinTable: an operator's table replaces the built-in one, and the coin
 // names a perp index; the spot pair names need no table.
 func TestHyperliquidCoinTable(t *testing.T) {
-	d := HyperliquidDecoder{Perps: map[int64]string{0: "kPEPE", 159: "HYPE"}}
+	d := hyperliquid.Decoder{Perps: map[int64]string{0: "kPEPE", 159: "HYPE"}}
 	order := func(a int) map[string]any {
 		return map[string]any{"protocol": "hyperliquid", "chainId": int64(1337), "action": map[string]any{"type": "order", "grouping": "na",
 			"orders": []any{map[string]any{"a": a, "b": true, "p": "1", "s": "1", "r": false, "t": map[string]any{"limit": map[string]any{"tif": "Gtc"}}}}}}
@@ -236,25 +236,6 @@ func TestHyperliquidCoinTable(t *testing.T) {
 	}
 	if v := e.Evaluate(context.Background(), Input{Escrow: escrow, ProposedTx: order(1), Policy: pol}); v.ReasonCode != verdict.ReasonDecodeFailure {
 		t.Errorf("index 1 outside the operator's table: %s", v.ReasonCode)
-	}
-}
-
-func TestMarketTriggerBound(t *testing.T) {
-	r := func(s string) *big.Rat { return rat(s) }
-	for _, tc := range []struct {
-		buy           bool
-		p, trig, want string
-	}{
-		{false, "89000", "90000", "81000"}, // the venue's 10% is worse than p
-		{false, "80000", "90000", "80000"}, // p is worse
-		{false, "0", "90000", "81000"},     // no p
-		{true, "100000", "100000", "110000"},
-		{true, "120000", "100000", "120000"},
-		{true, "0", "100000", "110000"},
-	} {
-		if got := marketTriggerBound(tc.buy, r(tc.p), r(tc.trig)); got.Cmp(r(tc.want)) != 0 {
-			t.Errorf("buy=%v p=%s trigger=%s: %s, want %s", tc.buy, tc.p, tc.trig, got.FloatString(2), tc.want)
-		}
 	}
 }
 
@@ -288,15 +269,15 @@ func FuzzHyperliquidDecode(f *testing.F) {
 			return
 		}
 		if _, ok := tx["protocol"]; !ok {
-			tx["protocol"] = ProtocolHyperliquid
+			tx["protocol"] = hyperliquid.Protocol
 		}
-		act, derr := HyperliquidDecoder{}.Decode(tx)
-		if derr == nil && !complete(act, ProtocolHyperliquid, 0) {
+		act, derr := hyperliquid.Decoder{}.Decode(tx)
+		if derr == nil && !complete(act, hyperliquid.Protocol, 0) {
 			t.Fatalf("incomplete action from %s", raw)
 		}
 		v := e.Evaluate(context.Background(), Input{Escrow: escrow, ProposedTx: tx, Policy: pol})
 		mustBeValid(t, v)
-		if tx["protocol"] != ProtocolHyperliquid {
+		if tx["protocol"] != hyperliquid.Protocol {
 			return
 		}
 		if derr != nil && v.ReasonCode != verdict.ReasonDecodeFailure {

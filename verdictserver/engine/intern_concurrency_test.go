@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/x402gate/x402gate/verdict"
+	"github.com/x402gate/x402gate/verdictserver/engine/erc20"
+	"github.com/x402gate/x402gate/verdictserver/engine/uniswap"
 )
 
 // TestConcurrentEvaluationsAnswerAlike: evaluations running at once, of different actions
@@ -21,11 +23,11 @@ func TestConcurrentEvaluationsAnswerAlike(t *testing.T) {
 		"trading": {"sides": ["long", "short"]}, "orders": {"requireLimitPrice": true, "maxPriceDeviationBps": 100}, "perps": {"maxLeverage": 5},
 		"limits": {"perTxUsd": 2000}, "recipients": {"allowed": ["self"]}}`)
 	inputs := []Input{
-		{Escrow: escrow, ProposedTx: evmTx("evm", 84532, usdc, pack(t, tokenABI, "transfer(address,uint256)", payee, e6(5)), nil), Policy: mustPolicy(t, 1, evmPolicy)},
-		{Escrow: escrow, ProposedTx: evmTx("uniswap", 84532, router02, pack(t, routerABI, "exactInputSingle((address,address,uint24,address,uint256,uint256,uint160))",
-			single02{usdc, weth, big.NewInt(500), msgSender, e6(3000), milli18(995), new(big.Int)}), nil), Policy: uni},
-		{Escrow: escrow, ProposedTx: evmTx("uniswap", 84532, urV21, execute(t, []byte{cmdV3SwapExactIn, cmdUnwrapWETH},
-			urV3In(t, addressThis, e6(3000), milli18(995), v3path(usdc, weth), true, true), urToAmount(t, msgSender, milli18(995))), nil), Policy: uni},
+		{Escrow: escrow, ProposedTx: evmTx("evm", 84532, usdc, pack(t, erc20.ABI, "transfer(address,uint256)", payee, e6(5)), nil), Policy: mustPolicy(t, 1, evmPolicy)},
+		{Escrow: escrow, ProposedTx: evmTx("uniswap", 84532, router02, pack(t, uniswap.RouterABI, "exactInputSingle((address,address,uint24,address,uint256,uint256,uint160))",
+			single02{usdc, weth, big.NewInt(500), uniswap.MsgSender, e6(3000), milli18(995), new(big.Int)}), nil), Policy: uni},
+		{Escrow: escrow, ProposedTx: evmTx("uniswap", 84532, urV21, execute(t, []byte{uniswap.CmdV3SwapExactIn, uniswap.CmdUnwrapWETH},
+			urV3In(t, uniswap.AddressThis, e6(3000), milli18(995), v3path(usdc, weth), true, true), urToAmount(t, uniswap.MsgSender, milli18(995))), nil), Policy: uni},
 		{Escrow: escrow, Policy: hl, ProposedTx: hlTx(t, []byte(`{"action": {"type": "order", "orders": [{"a": 0, "b": true, "p": "100500", "s": "0.01", "r": false, "t": {"limit": {"tif": "Gtc"}}}], "grouping": "na"}, "nonce": 1763640000000, "leverage": 3}`))},
 		{Escrow: escrow, ProposedTx: payment(), Policy: mustPolicy(t, 3, basePolicy)},
 	}
@@ -52,7 +54,7 @@ func TestConcurrentEvaluationsAnswerAlike(t *testing.T) {
 	// members, so that a member left over from an earlier verdict would show.
 	inputs = append(inputs,
 		Input{Escrow: escrow, ProposedTx: evmTx("uniswap", 84532, router02, []byte{0xde, 0xad, 0xbe, 0xef, 1}, nil), Policy: uni},
-		Input{Escrow: escrow, ProposedTx: evmTx("evm", 84532, usdc, pack(t, tokenABI, "transfer(address,uint256)", payee, e6(5)), nil)},
+		Input{Escrow: escrow, ProposedTx: evmTx("evm", 84532, usdc, pack(t, erc20.ABI, "transfer(address,uint256)", payee, e6(5)), nil)},
 		Input{Escrow: escrow, Policy: hl, ProposedTx: hlTx(t, []byte(`{"action": {"type": "order", "orders": [{"a": 0, "b": true, "p": "150000", "s": "0.01", "r": false, "t": {"limit": {"tif": "Gtc"}}}], "grouping": "na"}, "nonce": 1763640000000, "leverage": 20}`))},
 	)
 	for _, in := range inputs[len(want):] {

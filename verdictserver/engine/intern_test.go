@@ -10,26 +10,29 @@ import (
 	"testing"
 
 	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/x402gate/x402gate/verdictserver/engine/internal/intern"
+	"github.com/x402gate/x402gate/verdictserver/engine/uniswap"
 )
 
 // TestCachesKeepCommonKeysApart: the values one evaluation asks for at once (two policy
 // bounds, the dates of its sources, its addresses) land in different slots, or the caches
 // would thrash and allocate on every evaluation.
 func TestCachesKeepCommonKeysApart(t *testing.T) {
-	slot := func(h uint64) uint64 { return h & (memoSlots - 1) }
+	slot := func(h uint64) uint64 { return h & (intern.Slots - 1) }
 	bounds := []float64{1, 2, 3, 5, 10, 20, 100, 1000, 5000, 0.5, 0.3}
 	seen := map[uint64]float64{}
 	for _, f := range bounds {
-		s := slot(mix(math.Float64bits(f)))
+		s := slot(intern.Mix(math.Float64bits(f)))
 		if g, dup := seen[s]; dup {
 			t.Errorf("bounds %v and %v share slot %d", g, f, s)
 		}
 		seen[s] = f
 	}
-	addrs := []common.Address{escrow, payee, usdc, weth, msgSender, addressThis, NativeAsset, {}}
+	addrs := []common.Address{escrow, payee, usdc, weth, uniswap.MsgSender, uniswap.AddressThis, NativeAsset, {}}
 	seenA := map[uint64]common.Address{}
 	for _, a := range addrs {
-		s := slot(fnv(a[:]))
+		s := slot(intern.Fnv(a[:]))
 		if g, dup := seenA[s]; dup {
 			t.Errorf("addresses %v and %v share slot %d", g, a, s)
 		}
@@ -37,8 +40,8 @@ func TestCachesKeepCommonKeysApart(t *testing.T) {
 	}
 	// A hit allocates nothing.
 	bound(3)
-	checksum(usdc)
-	if n := testing.AllocsPerRun(100, func() { bound(3); bound(1000); checksum(usdc); checksum(payee) }); n != 0 {
+	intern.Checksum(usdc)
+	if n := testing.AllocsPerRun(100, func() { bound(3); bound(1000); intern.Checksum(usdc); intern.Checksum(payee) }); n != 0 {
 		t.Errorf("cache hits allocate %v times", n)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/x402gate/x402gate/verdict"
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
+	"github.com/x402gate/x402gate/verdictserver/engine/internal/intern"
 	"github.com/x402gate/x402gate/verdictserver/engine/prices"
 	"github.com/x402gate/x402gate/verdictserver/engine/sanctions"
 )
@@ -28,9 +30,9 @@ type evaluation struct {
 	now       time.Time
 
 	box *verdictBox // the recycled box the verdict is built in (Judge), or nil
-	// scratch is the memory of the decoded action (actionScratch), kept with the
+	// scratch is the memory of the decoded action (actions.Scratch), kept with the
 	// evaluation for the next one.
-	scratch *actionScratch
+	scratch *actions.Scratch
 
 	sources       []sourceRec
 	cached        []string // names of cached sources
@@ -104,7 +106,7 @@ func (ev *evaluation) renderSources() ([]any, []map[string]any) {
 // renderSource is s's entries in evidence.sources and in dataFreshness.sources.
 func renderSource(s *sourceRec) (evidence any, freshness map[string]any) {
 	name := boxString(s.name)
-	asOf := rfc3339(s.asOf).box
+	asOf := rfc3339(s.asOf).Box
 	status := statusFresh
 	if !s.fresh {
 		status = statusCached
@@ -134,7 +136,7 @@ type sourceMaps struct {
 	df map[string]any
 }
 
-var sourceRenders memo[sourceKey, sourceMaps]
+var sourceRenders intern.Memo[sourceKey, sourceMaps]
 
 // renderedSource is renderSource(s) for a source without annotations or with stable ones,
 // cached.
@@ -143,14 +145,14 @@ func renderedSource(s *sourceRec) sourceMaps {
 	if len(s.extra) > 0 {
 		k.extra = &s.extra[0]
 	}
-	h := fnvString(s.name) ^ mix(uint64(k.asOf))
+	h := intern.FnvString(s.name) ^ intern.Mix(uint64(k.asOf))
 	if !s.fresh {
 		h = ^h
 	}
-	return sourceRenders.get(k, h, func(sourceKey) sourceMaps {
+	return sourceRenders.Get(k, h, func(sourceKey) sourceMaps {
 		e, d := renderSource(s)
 		return sourceMaps{ev: e, df: d}
-	}).val
+	}).Val
 }
 
 func (ev *evaluation) sanctionsFresh() bool {
@@ -241,7 +243,7 @@ func (ev *evaluation) verdict(box *verdictBox) *verdict.Verdict {
 		if p, ok := ev.in.ProposedTx["protocol"].(string); ok && p != "" {
 			results[checkIndex[verdict.CheckVenue]] = ev.venueOf(p)
 		}
-		if c, ok := chainIDOf(ev.in.ProposedTx["chainId"]); ok {
+		if c, ok := actions.ChainID(ev.in.ProposedTx["chainId"]); ok {
 			results[checkIndex[verdict.CheckChain]] = ev.chainOf(c)
 		}
 	default:
@@ -335,23 +337,23 @@ func (ev *evaluation) verdict(box *verdictBox) *verdict.Verdict {
 // A verdict's codes and triggeringPolicyFields point to values shared by every verdict that
 // names the same one: they are read-only, like everything a verdict points to.
 var (
-	codeValues  memo[verdict.ReasonCode, verdict.ReasonCode]
-	fieldValues memo[string, string]
+	codeValues  intern.Memo[verdict.ReasonCode, verdict.ReasonCode]
+	fieldValues intern.Memo[string, string]
 )
 
 func reasonCodePtr(c verdict.ReasonCode) *verdict.ReasonCode {
-	return &codeValues.get(c, fnvString(string(c)), func(c verdict.ReasonCode) verdict.ReasonCode { return c }).val
+	return &codeValues.Get(c, intern.FnvString(string(c)), func(c verdict.ReasonCode) verdict.ReasonCode { return c }).Val
 }
 
 func fieldPtr(f string) *string {
-	return &fieldValues.get(f, fnvString(f), func(f string) string { return f }).val
+	return &fieldValues.Get(f, intern.FnvString(f), func(f string) string { return f }).Val
 }
 
 // approvedReason is the humanReason of an approval under policy version v, cached.
 func approvedReason(v int64) string {
 	return reasonText(reasonKey{kind: rVersioned, n: v}, func(k reasonKey) string {
 		return "every check passed or did not apply under policy version " + strconv.FormatInt(k.n, 10)
-	}).val
+	}).Val
 }
 
 // overall is docs/policy.md#data-freshness.

@@ -1,4 +1,8 @@
-package engine
+// Package actions is the policy engine's action model (docs/policy.md#actions): what each
+// protocol's decoder builds from a proposedTx, and all that the engine's checks read. It also
+// holds what the decoders share to build one: the Decoder contract, DecodeError, the readers
+// of proposedTx members, and the Scratch memory the engine lends a decode.
+package actions
 
 import (
 	"math/big"
@@ -141,14 +145,14 @@ type Trade struct {
 	ReduceOnly bool
 }
 
-// walk calls fn on act and on every leg, depth first, to a bounded depth.
-func (act *Action) walk(fn func(*Action)) { act.walkDepth(fn, 0) }
+// Walk calls fn on act and on every leg, depth first, to a bounded depth.
+func (act *Action) Walk(fn func(*Action)) { act.walkDepth(fn, 0) }
 
-// maxLegDepth bounds nesting (a Universal Router sub-plan in a multicall …).
-const maxLegDepth = 8
+// MaxLegDepth bounds nesting (a Universal Router sub-plan in a multicall …).
+const MaxLegDepth = 8
 
 func (act *Action) walkDepth(fn func(*Action), depth int) {
-	if act == nil || depth > maxLegDepth {
+	if act == nil || depth > MaxLegDepth {
 		return
 	}
 	fn(act)

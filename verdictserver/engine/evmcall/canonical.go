@@ -1,4 +1,4 @@
-package engine
+package evmcall
 
 import (
 	"encoding/binary"
@@ -6,7 +6,7 @@ import (
 	"github.com/ethereum/go-ethereum/accounts/abi"
 )
 
-// canonical reports whether enc, which args.Unpack accepted, is the encoding that
+// Canonical reports whether enc, which args.Unpack accepted, is the encoding that
 // args.Pack would give for the values it holds (docs/policy.md#evm-actions: only the
 // canonical encoding is read). It compares the words in place instead of packing again:
 // every offset is the one the encoder writes, every address word and fixed-bytes word is
@@ -14,25 +14,25 @@ import (
 // and bool words need no check here: Unpack reads every bit of them, so a value it
 // accepted packs back to the same word (TestCanonicalMatchesRepack holds this to the
 // re-pack it replaces).
-func canonical(args abi.Arguments, enc []byte) bool {
+func Canonical(args abi.Arguments, enc []byte) bool {
 	head := 0
 	for i := range args {
-		head += headSize(&args[i].Type)
+		head += HeadSize(&args[i].Type)
 	}
 	n, ok := canonSeq(len(args), func(i int) *abi.Type { return &args[i].Type }, head, enc, 0)
 	return ok && n == len(enc)
 }
 
-// isDynamic is the ABI's dynamic type: bytes, string, T[], or an array or tuple holding one.
-func isDynamic(t *abi.Type) bool {
+// IsDynamic is the ABI's dynamic type: bytes, string, T[], or an array or tuple holding one.
+func IsDynamic(t *abi.Type) bool {
 	switch t.T {
 	case abi.StringTy, abi.BytesTy, abi.SliceTy:
 		return true
 	case abi.ArrayTy:
-		return isDynamic(t.Elem)
+		return IsDynamic(t.Elem)
 	case abi.TupleTy:
 		for _, e := range t.TupleElems {
-			if isDynamic(e) {
+			if IsDynamic(e) {
 				return true
 			}
 		}
@@ -40,19 +40,19 @@ func isDynamic(t *abi.Type) bool {
 	return false
 }
 
-// headSize is the bytes a type takes in its tuple's head: its whole encoding when static,
+// HeadSize is the bytes a type takes in its tuple's head: its whole encoding when static,
 // an offset word when dynamic.
-func headSize(t *abi.Type) int {
-	if isDynamic(t) {
+func HeadSize(t *abi.Type) int {
+	if IsDynamic(t) {
 		return 32
 	}
 	switch t.T {
 	case abi.ArrayTy:
-		return t.Size * headSize(t.Elem)
+		return t.Size * HeadSize(t.Elem)
 	case abi.TupleTy:
 		n := 0
 		for _, e := range t.TupleElems {
-			n += headSize(e)
+			n += HeadSize(e)
 		}
 		return n
 	}
@@ -81,7 +81,7 @@ func word(b []byte, at int) (int, bool) {
 func canonTuple(types []*abi.Type, b []byte, at int) (int, bool) {
 	head := 0
 	for _, t := range types {
-		head += headSize(t)
+		head += HeadSize(t)
 	}
 	return canonSeq(len(types), func(i int) *abi.Type { return types[i] }, head, b, at)
 }
@@ -95,11 +95,11 @@ func canonSeq(n int, member func(int) *abi.Type, head int, b []byte, at int) (in
 	pos, cursor := at, head
 	for i := 0; i < n; i++ {
 		t := member(i)
-		if !isDynamic(t) {
+		if !IsDynamic(t) {
 			if !canonStatic(t, b, pos) {
 				return 0, false
 			}
-			pos += headSize(t)
+			pos += HeadSize(t)
 			continue
 		}
 		off, ok := word(b, pos)
@@ -139,10 +139,10 @@ func canonDynamic(t *abi.Type, b []byte, at int) (int, bool) {
 		if !ok || k > len(b)/32 {
 			return 0, false
 		}
-		l, ok := canonSeq(k, func(int) *abi.Type { return t.Elem }, k*headSize(t.Elem), b, at+32)
+		l, ok := canonSeq(k, func(int) *abi.Type { return t.Elem }, k*HeadSize(t.Elem), b, at+32)
 		return 32 + l, ok
 	case abi.ArrayTy:
-		return canonSeq(t.Size, func(int) *abi.Type { return t.Elem }, t.Size*headSize(t.Elem), b, at)
+		return canonSeq(t.Size, func(int) *abi.Type { return t.Elem }, t.Size*HeadSize(t.Elem), b, at)
 	case abi.TupleTy:
 		return canonTuple(t.TupleElems, b, at)
 	}
@@ -151,7 +151,7 @@ func canonDynamic(t *abi.Type, b []byte, at int) (int, bool) {
 
 // canonStatic checks a static type's words at at.
 func canonStatic(t *abi.Type, b []byte, at int) bool {
-	if at+headSize(t) > len(b) {
+	if at+HeadSize(t) > len(b) {
 		return false
 	}
 	switch t.T {
@@ -160,7 +160,7 @@ func canonStatic(t *abi.Type, b []byte, at int) bool {
 	case abi.FixedBytesTy, abi.FunctionTy:
 		return t.Size <= 32 && zero(b[at+t.Size:at+32])
 	case abi.ArrayTy:
-		step := headSize(t.Elem)
+		step := HeadSize(t.Elem)
 		for i := 0; i < t.Size; i++ {
 			if !canonStatic(t.Elem, b, at+i*step) {
 				return false
@@ -172,11 +172,11 @@ func canonStatic(t *abi.Type, b []byte, at int) bool {
 			if !canonStatic(e, b, at) {
 				return false
 			}
-			at += headSize(e)
+			at += HeadSize(e)
 		}
 		return true
 	}
-	// Integers and bools: Unpack read every bit (see canonical).
+	// Integers and bools: Unpack read every bit (see Canonical).
 	return true
 }
 

@@ -1,9 +1,12 @@
-package engine
+package uniswap
 
 import (
 	"math/big"
 
 	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
+	"github.com/x402gate/x402gate/verdictserver/engine/evmcall"
 )
 
 // Permit2 (docs/policy.md#permit2): the allowances it grants and the transfers it makes, read
@@ -17,25 +20,26 @@ const permit2ABIJSON = `[
 {"type":"function","name":"transferFrom","inputs":[{"name":"transferDetails","type":"tuple[]","components":[{"name":"from","type":"address"},{"name":"to","type":"address"},{"name":"amount","type":"uint160"},{"name":"token","type":"address"}]}]}
 ]`
 
-var permit2ABI = mustABI(permit2ABIJSON)
+// Permit2ABI is Permit2's interface the decoder reads calldata with.
+var Permit2ABI = evmcall.MustABI(permit2ABIJSON)
 
 // permit2Call decodes a call to Permit2 itself: approve, permit (single or batch) and
 // transferFrom (single or batch). Anything else (lockdown, invalidateNonces …) is not read.
-func (u *uni) permit2Call(data []byte) (*Action, *DecodeError) {
-	m, vals, de := method(&permit2ABI, data)
+func (u *uni) permit2Call(data []byte) (*actions.Action, *actions.DecodeError) {
+	m, vals, de := evmcall.Method(Permit2ABI, data)
 	if de != nil {
 		return nil, de
 	}
 	if u.value.Sign() != 0 {
-		return nil, fail("value", "must be 0 for a Permit2 call")
+		return nil, actions.Fail("value", "must be 0 for a Permit2 call")
 	}
-	act := u.scratch.callAction(ProtocolUniswap, u.chainID, u.router, selectorText(m.ID))
-	act.Fields["function"], act.Notional = m.Sig, []Amount{}
+	act := u.scratch.CallAction(Protocol, u.chainID, u.router, evmcall.SelectorText(m.ID))
+	act.Fields["function"], act.Notional = m.Sig, []actions.Amount{}
 	switch m.Name {
 	case "approve":
 		token, spender, amt := vals[0].(common.Address), vals[1].(common.Address), vals[2].(*big.Int)
 		act.Kind = "permit2.approve"
-		grant(act, spender, token, amt, maxUint160)
+		actions.Grant(act, spender, token, amt, MaxUint160)
 		act.Fields["spender"], act.Fields["amount"] = spender, amt.String()
 	case "permit", "permit0":
 		act.Kind = "permit2.permit"
@@ -47,10 +51,10 @@ func (u *uni) permit2Call(data []byte) (*Action, *DecodeError) {
 		from, to, amt, token := vals[0].(common.Address), vals[1].(common.Address), vals[2].(*big.Int), vals[3].(common.Address)
 		act.Kind = "permit2.transferFrom"
 		act.Screen, act.Assets, act.Recipients = []common.Address{from}, []common.Address{token}, []common.Address{to}
-		act.Notional = []Amount{{token, amt}}
+		act.Notional = []actions.Amount{{Asset: token, Value: amt}}
 	default: // transferFrom0: the batch
 		act.Kind = "permit2.transferFromBatch"
-		if de := permit2Transfers(act, vals[0], "data", func(_, to common.Address) { act.Recipients = appendNew(act.Recipients, to) }); de != nil {
+		if de := permit2Transfers(act, vals[0], "data", func(_, to common.Address) { act.Recipients = actions.AppendNew(act.Recipients, to) }); de != nil {
 			return nil, de
 		}
 	}
@@ -58,17 +62,17 @@ func (u *uni) permit2Call(data []byte) (*Action, *DecodeError) {
 }
 
 // permitGrants records the allowances of a Permit2 PermitSingle, or a PermitBatch when batch.
-func permitGrants(act *Action, permit any, batch bool, field string) *DecodeError {
+func permitGrants(act *actions.Action, permit any, batch bool, field string) *actions.DecodeError {
 	spender := member[common.Address](permit, "Spender")
 	details := []any{member[any](permit, "Details")}
 	if batch {
 		details = reflectSlice(details[0])
 		if len(details) == 0 || len(details) > 16 {
-			return fail(field, "a permit batch must carry 1 to 16 permits")
+			return actions.Fail(field, "a permit batch must carry 1 to 16 permits")
 		}
 	}
 	for _, d := range details {
-		grant(act, spender, member[common.Address](d, "Token"), member[*big.Int](d, "Amount"), maxUint160)
+		actions.Grant(act, spender, member[common.Address](d, "Token"), member[*big.Int](d, "Amount"), MaxUint160)
 	}
 	act.Fields["spender"] = spender
 	return nil
@@ -76,16 +80,16 @@ func permitGrants(act *Action, permit any, batch bool, field string) *DecodeErro
 
 // permit2Transfers records a batch of Permit2 transfers (from, to, amount, token): each
 // amount is a notional and each from is screened; pay says where the token goes.
-func permit2Transfers(act *Action, batch any, field string, pay func(token, to common.Address)) *DecodeError {
+func permit2Transfers(act *actions.Action, batch any, field string, pay func(token, to common.Address)) *actions.DecodeError {
 	rv := reflectSlice(batch)
 	if len(rv) == 0 || len(rv) > 16 {
-		return fail(field, "a transfer batch must carry 1 to 16 transfers")
+		return actions.Fail(field, "a transfer batch must carry 1 to 16 transfers")
 	}
 	for _, d := range rv {
 		token, amt := member[common.Address](d, "Token"), member[*big.Int](d, "Amount")
-		act.Screen = appendNew(act.Screen, member[common.Address](d, "From"))
-		act.Assets = appendNew(act.Assets, token)
-		act.Notional = append(act.Notional, Amount{token, amt})
+		act.Screen = actions.AppendNew(act.Screen, member[common.Address](d, "From"))
+		act.Assets = actions.AppendNew(act.Assets, token)
+		act.Notional = append(act.Notional, actions.Amount{Asset: token, Value: amt})
 		pay(token, member[common.Address](d, "To"))
 	}
 	return nil

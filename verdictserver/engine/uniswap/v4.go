@@ -1,4 +1,4 @@
-package engine
+package uniswap
 
 import (
 	"encoding/hex"
@@ -7,31 +7,35 @@ import (
 
 	"github.com/ethereum/go-ethereum/accounts/abi"
 	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
+	"github.com/x402gate/x402gate/verdictserver/engine/evmcall"
 )
 
 // The Universal Router's V4_SWAP command (docs/policy.md#universal-router): its input is
 // (bytes actions, bytes[] params), one Uniswap v4 router action per byte. The swap actions'
 // parameters gained minHopPriceX36 with router 2.1.1.
 
-const cmdV4Swap = 0x10
+// CmdV4Swap is the V4_SWAP command.
+const CmdV4Swap = 0x10
 
 // The v4 router actions read (v4-periphery Actions.sol).
 const (
-	v4SwapExactInSingle  = 0x06
-	v4SwapExactIn        = 0x07
-	v4SwapExactOutSingle = 0x08
-	v4SwapExactOut       = 0x09
-	v4Settle             = 0x0b
-	v4SettleAll          = 0x0c
-	v4Take               = 0x0e
-	v4TakeAll            = 0x0f
-	v4TakePortion        = 0x10
+	V4SwapExactInSingle  = 0x06
+	V4SwapExactIn        = 0x07
+	V4SwapExactOutSingle = 0x08
+	V4SwapExactOut       = 0x09
+	V4Settle             = 0x0b
+	V4SettleAll          = 0x0c
+	V4Take               = 0x0e
+	V4TakeAll            = 0x0f
+	V4TakePortion        = 0x10
 )
 
 var v4Names = map[byte]string{
-	v4SwapExactInSingle: "SWAP_EXACT_IN_SINGLE", v4SwapExactIn: "SWAP_EXACT_IN", v4SwapExactOutSingle: "SWAP_EXACT_OUT_SINGLE",
-	v4SwapExactOut: "SWAP_EXACT_OUT", v4Settle: "SETTLE", v4SettleAll: "SETTLE_ALL", v4Take: "TAKE", v4TakeAll: "TAKE_ALL",
-	v4TakePortion: "TAKE_PORTION",
+	V4SwapExactInSingle: "SWAP_EXACT_IN_SINGLE", V4SwapExactIn: "SWAP_EXACT_IN", V4SwapExactOutSingle: "SWAP_EXACT_OUT_SINGLE",
+	V4SwapExactOut: "SWAP_EXACT_OUT", V4Settle: "SETTLE", V4SettleAll: "SETTLE_ALL", V4Take: "TAKE", V4TakeAll: "TAKE_ALL",
+	V4TakePortion: "TAKE_PORTION",
 }
 
 func comp(name, typ string, sub ...abi.ArgumentMarshaling) abi.ArgumentMarshaling {
@@ -59,15 +63,15 @@ func v4Params(hop bool) map[byte]abi.Arguments {
 		return abi.Arguments{tupleArg("tuple", append(c, comp(a, "uint128"), comp(b, "uint128"))...)}
 	}
 	return map[byte]abi.Arguments{
-		v4SwapExactInSingle:  single("amountIn", "amountOutMinimum"),
-		v4SwapExactIn:        multi("currencyIn", "amountIn", "amountOutMinimum"),
-		v4SwapExactOutSingle: single("amountOut", "amountInMaximum"),
-		v4SwapExactOut:       multi("currencyOut", "amountOut", "amountInMaximum"),
-		v4Settle:             args("address", "uint256", "bool"),
-		v4SettleAll:          args("address", "uint256"),
-		v4TakeAll:            args("address", "uint256"),
-		v4Take:               args("address", "address", "uint256"),
-		v4TakePortion:        args("address", "address", "uint256"),
+		V4SwapExactInSingle:  single("amountIn", "amountOutMinimum"),
+		V4SwapExactIn:        multi("currencyIn", "amountIn", "amountOutMinimum"),
+		V4SwapExactOutSingle: single("amountOut", "amountInMaximum"),
+		V4SwapExactOut:       multi("currencyOut", "amountOut", "amountInMaximum"),
+		V4Settle:             args("address", "uint256", "bool"),
+		V4SettleAll:          args("address", "uint256"),
+		V4TakeAll:            args("address", "uint256"),
+		V4Take:               args("address", "address", "uint256"),
+		V4TakePortion:        args("address", "address", "uint256"),
 	}
 }
 
@@ -77,31 +81,31 @@ var (
 )
 
 // v4Swap decodes a V4_SWAP command's actions as legs of leg.
-func (p *plan) v4Swap(leg *Action, in []byte, field string) *DecodeError {
-	vals, err := unpack(urIn["subPlan"], in)
+func (p *plan) v4Swap(leg *actions.Action, in []byte, field string) *actions.DecodeError {
+	vals, err := evmcall.Unpack(urIn["subPlan"], in)
 	if err != nil {
-		return &DecodeError{Field: field, Problem: "V4_SWAP inputs: " + err.Error()}
+		return &actions.DecodeError{Field: field, Problem: "V4_SWAP inputs: " + err.Error()}
 	}
-	actions, params := vals[0].([]byte), vals[1].([][]byte)
-	if len(actions) == 0 || len(actions) > 32 || len(actions) != len(params) {
-		return &DecodeError{Field: field, Problem: "V4_SWAP must carry 1 to 32 actions, one per parameter"}
+	acts, params := vals[0].([]byte), vals[1].([][]byte)
+	if len(acts) == 0 || len(acts) > 32 || len(acts) != len(params) {
+		return &actions.DecodeError{Field: field, Problem: "V4_SWAP must carry 1 to 32 actions, one per parameter"}
 	}
 	table := v4Plain
 	if p.v.hopPrices {
 		table = v4Hop
 	}
-	for i, a := range actions {
+	for i, a := range acts {
 		f := field + ".actions." + strconv.Itoa(i)
 		name, ok := v4Names[a]
 		if !ok {
-			return &DecodeError{Field: f, Problem: "v4 action 0x" + hex.EncodeToString([]byte{a}) + " is not one this decoder reads"}
+			return &actions.DecodeError{Field: f, Problem: "v4 action 0x" + hex.EncodeToString([]byte{a}) + " is not one this decoder reads"}
 		}
-		vals, err := unpack(table[a], params[i])
+		vals, err := evmcall.Unpack(table[a], params[i])
 		if err != nil {
-			return &DecodeError{Field: f, Problem: name + " parameters: " + err.Error()}
+			return &actions.DecodeError{Field: f, Problem: name + " parameters: " + err.Error()}
 		}
-		l, _ := p.scratch.action()
-		l.Protocol, l.ChainID, l.Kind, l.Notional = ProtocolUniswap, p.chainID, prefixed(pV4Leg, name).val, []Amount{}
+		l, _ := p.scratch.Action()
+		l.Protocol, l.ChainID, l.Kind, l.Notional = Protocol, p.chainID, legKind(v4Leg, name), []actions.Amount{}
 		l.Fields["action"] = byteText(a)
 		if de := p.v4Action(l, a, vals, f); de != nil {
 			return de
@@ -111,9 +115,9 @@ func (p *plan) v4Swap(leg *Action, in []byte, field string) *DecodeError {
 	return nil
 }
 
-func (p *plan) v4Action(l *Action, a byte, vals []any, field string) *DecodeError {
+func (p *plan) v4Action(l *actions.Action, a byte, vals []any, field string) *actions.DecodeError {
 	switch a {
-	case v4SwapExactInSingle, v4SwapExactOutSingle:
+	case V4SwapExactInSingle, V4SwapExactOutSingle:
 		s := vals[0]
 		key := member[any](s, "PoolKey")
 		c0, c1 := urToken(member[common.Address](key, "Currency0")), urToken(member[common.Address](key, "Currency1"))
@@ -125,9 +129,9 @@ func (p *plan) v4Action(l *Action, a byte, vals []any, field string) *DecodeErro
 			l.Screen = append(l.Screen, h)
 			l.Fields["hooks"] = h
 		}
-		t := p.scratch.trade()
-		*t = Trade{Kind: TradeSwap, AssetIn: in, AssetOut: out}
-		if a == v4SwapExactInSingle {
+		t := p.scratch.Trade()
+		*t = actions.Trade{Kind: actions.TradeSwap, AssetIn: in, AssetOut: out}
+		if a == V4SwapExactInSingle {
 			t.AmountIn, t.MinOut = member[*big.Int](s, "AmountIn"), member[*big.Int](s, "AmountOutMinimum")
 		} else {
 			t.ExactOut, t.AmountOut, t.MaxIn = true, member[*big.Int](s, "AmountOut"), member[*big.Int](s, "AmountInMaximum")
@@ -136,22 +140,22 @@ func (p *plan) v4Action(l *Action, a byte, vals []any, field string) *DecodeErro
 			t.PriceLimited = hopPricesLimited([]*big.Int{member[*big.Int](s, "MinHopPriceX36")}, 1)
 		}
 		p.v4Trade(l, t, []common.Address{in, out})
-	case v4SwapExactIn, v4SwapExactOut:
+	case V4SwapExactIn, V4SwapExactOut:
 		s := vals[0]
 		hops := reflectSlice(member[any](s, "Path"))
 		if len(hops) == 0 || len(hops) > 7 {
-			return &DecodeError{Field: field, Problem: "a v4 path must have 1 to 7 hops"}
+			return &actions.DecodeError{Field: field, Problem: "a v4 path must have 1 to 7 hops"}
 		}
 		var tokens []common.Address
 		for _, h := range hops {
 			tokens = append(tokens, urToken(member[common.Address](h, "IntermediateCurrency")))
 			if hk := member[common.Address](h, "Hooks"); hk != (common.Address{}) {
-				l.Screen = appendNew(l.Screen, hk)
+				l.Screen = actions.AppendNew(l.Screen, hk)
 			}
 		}
-		t := p.scratch.trade()
-		t.Kind = TradeSwap
-		if a == v4SwapExactIn {
+		t := p.scratch.Trade()
+		t.Kind = actions.TradeSwap
+		if a == V4SwapExactIn {
 			tokens = append([]common.Address{urToken(member[common.Address](s, "CurrencyIn"))}, tokens...)
 			t.AmountIn, t.MinOut = member[*big.Int](s, "AmountIn"), member[*big.Int](s, "AmountOutMinimum")
 		} else {
@@ -164,31 +168,31 @@ func (p *plan) v4Action(l *Action, a byte, vals []any, field string) *DecodeErro
 			t.PriceLimited = hopPricesLimited(member[[]*big.Int](s, "MinHopPriceX36"), len(hops))
 		}
 		p.v4Trade(l, t, tokens)
-	case v4SettleAll:
+	case V4SettleAll:
 		cur, max := urToken(vals[0].(common.Address)), vals[1].(*big.Int)
 		l.Assets = []common.Address{cur}
-		if cur != NativeAsset { // the native coin is paid from the call's value, counted there
-			l.Notional = []Amount{{cur, max}}
+		if cur != actions.NativeAsset { // the native coin is paid from the call's value, counted there
+			l.Notional = []actions.Amount{{Asset: cur, Value: max}}
 		}
 		l.Fields["maxAmount"] = max.String()
-	case v4Settle:
+	case V4Settle:
 		cur, amt, payerIsUser := urToken(vals[0].(common.Address)), vals[1].(*big.Int), vals[2].(bool)
 		l.Assets = []common.Address{cur}
 		l.Fields["amount"], l.Fields["payerIsUser"] = amt.String(), payerIsUser
 		switch {
 		case !payerIsUser:
 			delete(p.held, cur)
-		case cur == NativeAsset:
+		case cur == actions.NativeAsset:
 		case amt.Sign() == 0 || amt.Cmp(contractBalanc) == 0:
-			l.Notional = []Amount{{cur, nil}} // the whole debt: only known at execution
+			l.Notional = []actions.Amount{{Asset: cur, Value: nil}} // the whole debt: only known at execution
 		default:
-			l.Notional = []Amount{{cur, amt}}
+			l.Notional = []actions.Amount{{Asset: cur, Value: amt}}
 		}
-	case v4TakeAll:
+	case V4TakeAll:
 		cur := urToken(vals[0].(common.Address))
 		l.Assets, l.Recipients = []common.Address{cur}, []common.Address{p.sender}
 		l.Fields["minAmount"] = vals[1].(*big.Int).String()
-	case v4Take, v4TakePortion:
+	case V4Take, V4TakePortion:
 		cur, rcpt := urToken(vals[0].(common.Address)), p.recipient(vals[1].(common.Address))
 		l.Assets = []common.Address{cur}
 		l.Fields["recipient"], l.Fields["amount"] = rcpt, vals[2].(*big.Int).String()
@@ -199,11 +203,11 @@ func (p *plan) v4Action(l *Action, a byte, vals []any, field string) *DecodeErro
 
 // v4Trade fills a v4 swap leg: the pool manager settles it, so its notional is what
 // SETTLE_ALL or SETTLE pays in.
-func (p *plan) v4Trade(l *Action, t *Trade, tokens []common.Address) {
+func (p *plan) v4Trade(l *actions.Action, t *actions.Trade, tokens []common.Address) {
 	if !t.ExactOut && t.AmountIn != nil && t.AmountIn.Sign() == 0 {
 		t.AmountIn = nil // OPEN_DELTA: what earlier actions left
 	}
-	t.Side = swapSide(p.chainID, t.AssetIn, t.AssetOut)
+	t.Side = evmcall.SwapSide(p.chainID, t.AssetIn, t.AssetOut)
 	l.Trade = t
 	l.Assets = append([]common.Address{}, tokens...)
 }

@@ -1,9 +1,7 @@
-package engine
+package uniswap
 
 import (
-	"bytes"
 	"encoding/binary"
-	"encoding/hex"
 	"math/big"
 	"math/rand/v2"
 	"reflect"
@@ -11,6 +9,17 @@ import (
 
 	"github.com/ethereum/go-ethereum/accounts/abi"
 	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/x402gate/x402gate/verdictserver/engine/evmcall"
+)
+
+// The addresses the tests decode with: the agent, and routers of each kind on 84532.
+var (
+	agent      = common.HexToAddress("0x1111111111111111111111111111111111111111")
+	swapRouter = common.HexToAddress("0xE592427A0AEce92De3Edee1F18E0157C05861564") // V3 SwapRouter
+	router02   = common.HexToAddress("0x2626664c2603336E57B271c5C0b26F421741e481") // SwapRouter02 (Base)
+	urV21      = common.HexToAddress("0x8B844f885672f333Bc0042cB669255f93a4C1E6b") // Universal Router 2.1.1 (Base Sepolia)
+	urOther    = common.HexToAddress("0x7777777777777777777777777777777777777777") // a router the decoder does not know
 )
 
 // sameInPlace fails t unless the router call data decodes alike with the single swaps'
@@ -18,7 +27,8 @@ import (
 // or the same refusal. It reports whether the call read in place.
 func sameInPlace(t *testing.T, router common.Address, data []byte, value *big.Int) bool {
 	t.Helper()
-	fast := &uni{chainID: 84532, router: router, sender: escrow, value: value}
+	kind := map[common.Address]ContractKind{swapRouter: ContractSwapRouter, router02: ContractSwapRouter02}[router]
+	fast := &uni{chainID: 84532, router: router, known: known{kind: kind}, sender: agent, value: value}
 	slow := *fast
 	slow.slowTuples = true
 	a, aErr := fast.call(data, 0)
@@ -29,11 +39,11 @@ func sameInPlace(t *testing.T, router common.Address, data []byte, value *big.In
 	if len(data) < 4 {
 		return false
 	}
-	m := methodByID(&routerABI, data[:4])
+	m := RouterABI.MethodByID(data[:4])
 	if m == nil {
 		return false
 	}
-	_, inPlace := readStaticTuple(m, data[4:])
+	_, inPlace := evmcall.ReadStaticTuple(m, data[4:])
 	return inPlace && isSingle(m.RawName)
 }
 
@@ -78,7 +88,7 @@ func TestStaticTupleReadsAsUnpack(t *testing.T) {
 	}
 	inPlace := 0
 	for _, sig := range sigs {
-		m := methodBySig(t, &routerABI, sig)
+		m := methodBySig(t, &RouterABI.ABI, sig)
 		n := len(m.Inputs[0].Type.TupleElems)
 		for range 3000 {
 			data := append([]byte{}, m.ID...)
@@ -106,9 +116,22 @@ func TestStaticTupleReadsAsUnpack(t *testing.T) {
 		t.Fatalf("only %d of the calls read in place", inPlace)
 	}
 	// Inside a multicall, each leg takes the same path.
-	data := pack(t, routerABI, "multicall(uint256,bytes[])", deadline, [][]byte{
-		pack(t, routerABI, "exactInputSingle((address,address,uint24,address,uint256,uint256,uint160))", single02{usdc, weth, big.NewInt(500), addressThis, e6(3000), milli18(995), new(big.Int)}),
-		pack(t, routerABI, "unwrapWETH9(uint256,address)", milli18(995), escrow)})
+	call := func(sig string, args ...any) []byte {
+		m := methodBySig(t, &RouterABI.ABI, sig)
+		enc, err := m.Inputs.Pack(args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append(append([]byte{}, m.ID...), enc...)
+	}
+	usdc, weth := common.HexToAddress("0x036CbD53842c5426634e7929541eC2318f3dCF7e"), common.HexToAddress("0x4200000000000000000000000000000000000006")
+	single := append([]byte{}, methodBySig(t, &RouterABI.ABI, "exactInputSingle((address,address,uint24,address,uint256,uint256,uint160))").ID...)
+	for _, w := range []*big.Int{usdc.Big(), weth.Big(), big.NewInt(500), AddressThis.Big(), big.NewInt(3e9), big.NewInt(995e15), new(big.Int)} {
+		single = append(single, common.LeftPadBytes(w.Bytes(), 32)...)
+	}
+	data := call("multicall(uint256,bytes[])", big.NewInt(1_900_000_000), [][]byte{
+		single,
+		call("unwrapWETH9(uint256,address)", big.NewInt(995e15), agent)})
 	sameInPlace(t, router02, data, new(big.Int))
 }
 
@@ -124,25 +147,26 @@ func methodBySig(t *testing.T, a *abi.ABI, sig string) *abi.Method {
 	return nil
 }
 
-// TestHexBytesDecodesAsHex: call data decoded into the scratch buffer is what
-// hex.DecodeString gives, and a string it refuses is refused.
-func TestHexBytesDecodesAsHex(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3009, 1))
-	digits := "0123456789abcdefABCDEFgx:/@G`"
-	s := new(actionScratch)
-	for range 20000 {
-		b := make([]byte, 2*rng.IntN(40))
-		for i := range b {
-			if rng.IntN(50) == 0 {
-				b[i] = digits[rng.IntN(len(digits))]
-			} else {
-				b[i] = digits[rng.IntN(22)]
+// FuzzInPlaceReadsAsUnpack: any call data to either swap router, with any value, decodes
+// alike read in place and unpacked (sameInPlace).
+func FuzzInPlaceReadsAsUnpack(f *testing.F) {
+	for _, m := range RouterABI.Methods {
+		if isSingle(m.RawName) {
+			data := append([]byte{}, m.ID...)
+			for i := range m.Inputs[0].Type.TupleElems {
+				w := make([]byte, 32)
+				w[12], w[31] = byte(i+1), byte(i+1) // a clean address word, and an integer past 2^64
+				data = append(data, w...)
 			}
-		}
-		want, wantErr := hex.DecodeString(string(b))
-		got, err := hexBytes(string(b), s)
-		if (err != nil) != (wantErr != nil) || err == nil && !bytes.Equal(got, want) {
-			t.Fatalf("%q: got %x %v, want %x %v", b, got, err, want, wantErr)
+			f.Add(data, false, uint64(0))
+			f.Add(data, true, uint64(1))
 		}
 	}
+	f.Fuzz(func(t *testing.T, data []byte, v3Router bool, value uint64) {
+		r := router02
+		if v3Router {
+			r = swapRouter
+		}
+		sameInPlace(t, r, data, new(big.Int).SetUint64(value))
+	})
 }

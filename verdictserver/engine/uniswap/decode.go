@@ -1,4 +1,8 @@
-package engine
+// Package uniswap decodes the policy engine's "uniswap" protocol (docs/policy.md#uniswap):
+// calls to Uniswap's V2 Router02, V3 SwapRouter and SwapRouter02 (decode.go), its Universal
+// Router and the v4 actions it carries (universal.go, v4.go), and Permit2 (permit2.go), each
+// read only at an address the registry of known contracts holds (registry.go).
+package uniswap
 
 import (
 	"math/big"
@@ -9,27 +13,36 @@ import (
 
 	"github.com/ethereum/go-ethereum/accounts/abi"
 	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
+	"github.com/x402gate/x402gate/verdictserver/engine/evmcall"
 )
 
-// uniswapDecoder reads ProtocolUniswap calls: V2 Router02, V3 SwapRouter, SwapRouter02, the
+// Protocol is the proposedTx.protocol this package decodes.
+const Protocol = "uniswap"
+
+// Decoder reads Protocol calls: V2 Router02, V3 SwapRouter, SwapRouter02, the
 // Universal Router and Permit2 (docs/policy.md#uniswap), each only at an address its registry
 // knows for the chain (docs/policy.md#known-contracts). It needs the caller: the routers'
 // address(1) placeholder means msg.sender, the agent's wallet.
-type uniswapDecoder struct {
-	// reg is the registry of known contracts; nil is the built-in one.
+type Decoder struct {
+	// reg is the registry of known contracts; nil (the zero Decoder) is the built-in one.
 	reg registry
 }
 
-func (uniswapDecoder) Protocol() string { return ProtocolUniswap }
+// Protocol is "uniswap".
+func (Decoder) Protocol() string { return Protocol }
 
-func (d uniswapDecoder) Decode(tx map[string]any) (*Action, error) {
+// Decode reads tx with no sender: a router's address(1) placeholder is the zero address.
+func (d Decoder) Decode(tx map[string]any) (*actions.Action, error) {
 	return d.DecodeFor(tx, common.Address{})
 }
 
-// The router placeholders (docs/policy.md#uniswap).
+// The router placeholders (docs/policy.md#uniswap): MsgSender (address(1)) is whoever calls
+// the router, the agent; AddressThis (address(2)) is the router itself.
 var (
-	msgSender   = common.BytesToAddress([]byte{1})
-	addressThis = common.BytesToAddress([]byte{2})
+	MsgSender   = common.BytesToAddress([]byte{1})
+	AddressThis = common.BytesToAddress([]byte{2})
 )
 
 // uni is one call being decoded.
@@ -39,52 +52,54 @@ type uni struct {
 	known   known // the registry's entry for router
 	sender  common.Address
 	value   *big.Int
-	// scratch is memory for the actions, or nil (actionScratch).
-	scratch *actionScratch
+	// scratch is memory for the actions, or nil (actions.Scratch).
+	scratch *actions.Scratch
 	// slowTuples reads every argument with go-ethereum's unpack, never in place
-	// (staticTuple); the tests compare the two.
+	// (evmcall.StaticTuple); the tests compare the two.
 	slowTuples bool
 }
 
-func (d uniswapDecoder) DecodeFor(tx map[string]any, sender common.Address) (*Action, error) {
-	return d.decodeInto(tx, sender, nil)
+// DecodeFor reads tx sent by sender, whom the routers' address(1) placeholder means.
+func (d Decoder) DecodeFor(tx map[string]any, sender common.Address) (*actions.Action, error) {
+	return d.DecodeInto(tx, sender, nil)
 }
 
-func (d uniswapDecoder) decodeInto(tx map[string]any, sender common.Address, s *actionScratch) (*Action, error) {
-	c, de := readCall(tx, s)
+// DecodeInto is DecodeFor, building the actions in s.
+func (d Decoder) DecodeInto(tx map[string]any, sender common.Address, s *actions.Scratch) (*actions.Action, error) {
+	c, de := evmcall.ReadCall(tx, s)
 	if de != nil {
 		return nil, de
 	}
-	k, ok := s.knownAt(d.reg, c.chainID, c.to)
+	k, ok := d.reg.knownAt(s, c.ChainID, c.To)
 	if !ok {
 		// docs/policy.md#known-contracts: a router selector means nothing at an unknown address.
-		return nil, fail("to", c.to.Hex()+" is not a Uniswap contract known on chain "+strconv.FormatInt(c.chainID, 10))
+		return nil, actions.Fail("to", c.To.Hex()+" is not a Uniswap contract known on chain "+strconv.FormatInt(c.ChainID, 10))
 	}
-	u := &uni{chainID: c.chainID, router: c.to, known: k, sender: sender, value: c.value, scratch: s}
+	u := &uni{chainID: c.ChainID, router: c.To, known: k, sender: sender, value: c.Value, scratch: s}
 	switch k.kind {
 	case ContractUniversalRouter:
-		if len(c.data) < 4 || (c.selector() != selExecute && c.selector() != selExecuteNoDeadline) {
-			return nil, fail("data", "a Universal Router call must be execute")
+		if len(c.Data) < 4 || (c.Selector() != selExecute && c.Selector() != selExecuteNoDeadline) {
+			return nil, actions.Fail("data", "a Universal Router call must be execute")
 		}
-		act, de := u.execute(c.data)
+		act, de := u.execute(c.Data)
 		if de != nil {
 			return nil, de
 		}
 		return act, nil
 	case ContractPermit2:
-		act, de := u.permit2Call(c.data)
+		act, de := u.permit2Call(c.Data)
 		if de != nil {
 			return nil, de
 		}
 		return act, nil
 	}
-	act, de := u.call(c.data, 0)
+	act, de := u.call(c.Data, 0)
 	if de != nil {
 		return nil, de
 	}
-	act.Fields["value"] = valueText(c.value)
-	if c.value.Sign() > 0 {
-		act.Assets = appendNew(act.Assets, NativeAsset)
+	act.Fields["value"] = evmcall.ValueText(c.Value)
+	if c.Value.Sign() > 0 {
+		act.Assets = actions.AppendNew(act.Assets, actions.NativeAsset)
 	}
 	return act, nil
 }
@@ -95,36 +110,36 @@ var (
 )
 
 // call decodes one router call: a swap, a payment helper, or a multicall of them.
-func (u *uni) call(data []byte, depth int) (*Action, *DecodeError) {
-	m, de := methodOf(&routerABI, data)
+func (u *uni) call(data []byte, depth int) (*actions.Action, *actions.DecodeError) {
+	m, de := evmcall.MethodOf(RouterABI, data)
 	if de != nil {
 		return nil, de
 	}
 	if !routerReads(u.known.kind, m.Name) {
-		return nil, fail("data", m.Sig+" is not a function of a "+string(u.known.kind))
+		return nil, actions.Fail("data", m.Sig+" is not a function of a "+string(u.known.kind))
 	}
 	var vals []any
 	var words v3Single
 	single := &words
 	if u.slowTuples || !isSingle(m.RawName) || !readsInPlace(m, data, single) {
 		single = nil
-		if vals, de = methodArgs(m, data); de != nil {
+		if vals, de = evmcall.MethodArgs(m, data); de != nil {
 			return nil, de
 		}
 	}
-	act := u.scratch.callAction(ProtocolUniswap, u.chainID, u.router, selectorText(m.ID))
+	act := u.scratch.CallAction(Protocol, u.chainID, u.router, evmcall.SelectorText(m.ID))
 	act.Fields["function"] = m.Sig
 	switch m.RawName {
 	case "multicall":
 		if depth > 0 {
-			return nil, fail("data", "a multicall inside a multicall is not read")
+			return nil, actions.Fail("data", "a multicall inside a multicall is not read")
 		}
 		calls := vals[len(vals)-1].([][]byte)
 		if len(calls) == 0 || len(calls) > 64 {
-			return nil, fail("data", "a multicall must carry 1 to 64 calls")
+			return nil, actions.Fail("data", "a multicall must carry 1 to 64 calls")
 		}
 		act.Kind = "uniswap.multicall"
-		act.Notional = []Amount{}
+		act.Notional = []actions.Amount{}
 		for i, inner := range calls {
 			leg, de := u.call(inner, depth+1)
 			if de != nil {
@@ -138,7 +153,7 @@ func (u *uni) call(data []byte, depth int) (*Action, *DecodeError) {
 	case "unwrapWETH9", "sweepToken", "refundETH":
 		u.payment(act, m.Name, vals)
 		if depth == 0 {
-			u.settle(&Action{Legs: []*Action{act}})
+			u.settle(&actions.Action{Legs: []*actions.Action{act}})
 		}
 		return act, nil
 	}
@@ -146,12 +161,12 @@ func (u *uni) call(data []byte, depth int) (*Action, *DecodeError) {
 		return nil, de
 	}
 	if depth == 0 {
-		u.settle(&Action{Legs: []*Action{act}})
+		u.settle(&actions.Action{Legs: []*actions.Action{act}})
 	}
 	return act, nil
 }
 
-// routerFunctions are the routerABI functions each swap router has, by go-ethereum's name
+// routerFunctions are the RouterABI functions each swap router has, by go-ethereum's name
 // of the overload (decode_evm_abi.go).
 var routerFunctions = map[ContractKind][]string{
 	ContractV2Router: {"swapExactTokensForTokens", "swapTokensForExactTokens", "swapExactETHForTokens", "swapETHForExactTokens",
@@ -164,14 +179,14 @@ var routerFunctions = map[ContractKind][]string{
 		"sweepToken", "sweepToken0", "refundETH"},
 }
 
-// routerReads reports whether a router of kind has the routerABI function name.
+// routerReads reports whether a router of kind has the RouterABI function name.
 func routerReads(kind ContractKind, name string) bool {
 	return slices.Contains(routerFunctions[kind], name)
 }
 
 // payment decodes the router's payment helpers: they pay out what the router holds.
-func (u *uni) payment(act *Action, name string, vals []any) {
-	act.Notional = []Amount{}
+func (u *uni) payment(act *actions.Action, name string, vals []any) {
+	act.Notional = []actions.Amount{}
 	switch name {
 	case "unwrapWETH9", "unwrapWETH90":
 		rcpt := u.sender
@@ -179,7 +194,7 @@ func (u *uni) payment(act *Action, name string, vals []any) {
 			rcpt = vals[1].(common.Address)
 		}
 		act.Kind = "uniswap.unwrapWETH9"
-		act.Recipients, act.Assets = []common.Address{rcpt}, []common.Address{NativeAsset}
+		act.Recipients, act.Assets = []common.Address{rcpt}, []common.Address{actions.NativeAsset}
 		act.Fields["amountMinimum"] = vals[0].(*big.Int).String()
 	case "sweepToken", "sweepToken0":
 		rcpt := u.sender
@@ -192,7 +207,7 @@ func (u *uni) payment(act *Action, name string, vals []any) {
 		act.Fields["amountMinimum"] = vals[1].(*big.Int).String()
 	default:
 		act.Kind = "uniswap.refundETH"
-		act.Recipients, act.Assets = []common.Address{u.sender}, []common.Address{NativeAsset}
+		act.Recipients, act.Assets = []common.Address{u.sender}, []common.Address{actions.NativeAsset}
 	}
 }
 
@@ -214,9 +229,9 @@ func isSingle(name string) bool {
 func exactIn(name string) bool { return name[:10] == "exactInput" }
 
 // readsInPlace fills single from the call data to m, a single swap, when its params read in
-// place (staticTuple).
+// place (evmcall.StaticTuple).
 func readsInPlace(m *abi.Method, data []byte, single *v3Single) bool {
-	st, ok := readStaticTuple(m, data[4:])
+	st, ok := evmcall.ReadStaticTuple(m, data[4:])
 	if ok {
 		*single = singleFromWords(st, m.RawName)
 	}
@@ -224,13 +239,13 @@ func readsInPlace(m *abi.Method, data []byte, single *v3Single) bool {
 }
 
 // singleFromWords reads the params of the single swap name from their words.
-func singleFromWords(st staticTuple, name string) v3Single {
-	s := v3Single{tokenIn: st.address("tokenIn"), tokenOut: st.address("tokenOut"), recipient: st.address("recipient"),
-		fee: st.decimal("fee"), sqrtPriceLimitX96: st.decimal("sqrtPriceLimitX96")}
+func singleFromWords(st evmcall.StaticTuple, name string) v3Single {
+	s := v3Single{tokenIn: st.Address("tokenIn"), tokenOut: st.Address("tokenOut"), recipient: st.Address("recipient"),
+		fee: st.Decimal("fee"), sqrtPriceLimitX96: st.Decimal("sqrtPriceLimitX96")}
 	if exactIn(name) {
-		s.amount, s.limit = st.bigInt("amountIn"), st.bigInt("amountOutMinimum")
+		s.amount, s.limit = st.BigInt("amountIn"), st.BigInt("amountOutMinimum")
 	} else {
-		s.amount, s.limit = st.bigInt("amountOut"), st.bigInt("amountInMaximum")
+		s.amount, s.limit = st.BigInt("amountOut"), st.BigInt("amountInMaximum")
 	}
 	return s
 }
@@ -249,10 +264,10 @@ func singleFromTuple(p any, name string) *v3Single {
 }
 
 // swap fills act from a V2 or V3 swap: vals are its unpacked arguments, or single holds
-// the params of a single V3 swap read in place (staticTuple).
-func (u *uni) swap(act *Action, name string, vals []any, single *v3Single) *DecodeError {
-	t := u.scratch.trade()
-	t.Kind = TradeSwap
+// the params of a single V3 swap read in place (evmcall.StaticTuple).
+func (u *uni) swap(act *actions.Action, name string, vals []any, single *v3Single) *actions.DecodeError {
+	t := u.scratch.Trade()
+	t.Kind = actions.TradeSwap
 	var tokens []common.Address
 	var rcpt common.Address
 	ethIn, ethOut := false, false
@@ -302,7 +317,7 @@ func (u *uni) swap(act *Action, name string, vals []any, single *v3Single) *Deco
 		p := vals[0]
 		path, fees, ok := v3Path(member[[]byte](p, "Path"))
 		if !ok {
-			return fail("data", "a V3 path must be token (fee token)+, 2 to 8 tokens")
+			return actions.Fail("data", "a V3 path must be token (fee token)+, 2 to 8 tokens")
 		}
 		tokens, rcpt = path, member[common.Address](p, "Recipient")
 		placeholders = name[len(name)-1] == '0'
@@ -316,35 +331,35 @@ func (u *uni) swap(act *Action, name string, vals []any, single *v3Single) *Deco
 			t.ExactOut, t.AmountOut, t.MaxIn = true, member[*big.Int](p, "AmountOut"), member[*big.Int](p, "AmountInMaximum")
 		}
 	default:
-		return fail("data", name+" is not a swap this decoder reads")
+		return actions.Fail("data", name+" is not a swap this decoder reads")
 	}
 	if len(tokens) < 2 || len(tokens) > 8 {
-		return fail("data", "a path must name 2 to 8 tokens")
+		return actions.Fail("data", "a path must name 2 to 8 tokens")
 	}
 	if placeholders && !t.ExactOut && t.AmountIn != nil && t.AmountIn.Sign() == 0 {
 		// SwapRouter02: 0 is the router's whole balance, counted where it came in.
-		t.AmountIn, act.Notional = nil, []Amount{}
+		t.AmountIn, act.Notional = nil, []actions.Amount{}
 	}
 	switch {
-	case placeholders && rcpt == msgSender:
+	case placeholders && rcpt == MsgSender:
 		rcpt = u.sender
-	case placeholders && rcpt == addressThis:
+	case placeholders && rcpt == AddressThis:
 		rcpt = u.router
 	case !placeholders && rcpt == (common.Address{}) && strings.HasPrefix(act.Kind, "uniswap.v3."):
 		rcpt = u.router // SwapRouter: address(0) keeps the output in the router
 	}
 	t.AssetIn, t.AssetOut = tokens[0], tokens[len(tokens)-1]
 	if ethIn {
-		t.AssetIn = NativeAsset // the V2 ETH variants: msg.value is the input
+		t.AssetIn = actions.NativeAsset // the V2 ETH variants: msg.value is the input
 	}
 	if ethOut {
-		t.AssetOut = NativeAsset
+		t.AssetOut = actions.NativeAsset
 	}
-	t.Side = swapSide(u.chainID, t.AssetIn, t.AssetOut)
+	t.Side = evmcall.SwapSide(u.chainID, t.AssetIn, t.AssetOut)
 	act.Trade = t
 	act.Assets = slices.Compact(append([]common.Address{}, tokens...))
-	if t.AssetIn == NativeAsset || t.AssetOut == NativeAsset {
-		act.Assets = appendNew(act.Assets, NativeAsset)
+	if t.AssetIn == actions.NativeAsset || t.AssetOut == actions.NativeAsset {
+		act.Assets = actions.AppendNew(act.Assets, actions.NativeAsset)
 	}
 	if rcpt != u.router {
 		act.Recipients = []common.Address{rcpt}
@@ -358,7 +373,7 @@ func (u *uni) swap(act *Action, name string, vals []any, single *v3Single) *Deco
 // stays in the router must be paid out by a later unwrapWETH9 or sweepToken, or spent by a
 // later swap from the router's balance; otherwise the output is stranded in the router
 // (docs/policy.md#uniswap).
-func (u *uni) settle(bundle *Action) {
+func (u *uni) settle(bundle *actions.Action) {
 	held := map[common.Address]bool{}
 	for _, l := range bundle.Legs {
 		switch {
@@ -372,7 +387,7 @@ func (u *uni) settle(bundle *Action) {
 		case l.Kind == "uniswap.sweepToken":
 			delete(held, l.Assets[0])
 		case l.Kind == "uniswap.unwrapWETH9":
-			w, known := wrappedNative(u.chainID)
+			w, known := evmcall.WrappedNative(u.chainID)
 			for a := range held {
 				if !known || a == w {
 					delete(held, a)
@@ -427,13 +442,6 @@ func trimDigit(name string) string {
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
-func appendNew(list []common.Address, a common.Address) []common.Address {
-	if slices.Contains(list, a) {
-		return list
-	}
-	return append(list, a)
-}
-
 // reflectSlice returns the elements of an unpacked ABI array.
 func reflectSlice(v any) []any {
 	rv := reflect.ValueOf(v)
@@ -450,8 +458,8 @@ func reflectSlice(v any) []any {
 // The bounds of a V3 pool's sqrt price (TickMath): a sqrtPriceLimitX96 at or beyond them
 // limits nothing, and 0 is none (the router then swaps to the bound).
 var (
-	minSqrtRatio    = big.NewInt(4295128739)
-	maxSqrtRatio, _ = new(big.Int).SetString("1461446703485210103287273052203988822378723970342", 10)
+	MinSqrtRatio    = big.NewInt(4295128739)
+	MaxSqrtRatio, _ = new(big.Int).SetString("1461446703485210103287273052203988822378723970342", 10)
 )
 
 // sqrtPriceLimited reports whether a V3 swap's sqrtPriceLimitX96 (in decimal) limits its
@@ -464,7 +472,12 @@ func sqrtPriceLimited(decimal string) bool {
 	if !ok {
 		return false
 	}
-	lo := new(big.Int).Add(minSqrtRatio, big.NewInt(1))
-	hi := new(big.Int).Sub(maxSqrtRatio, big.NewInt(1))
+	lo := new(big.Int).Add(MinSqrtRatio, big.NewInt(1))
+	hi := new(big.Int).Sub(MaxSqrtRatio, big.NewInt(1))
 	return v.Cmp(lo) > 0 && v.Cmp(hi) < 0
 }
+
+var (
+	_ actions.ScratchDecoder = Decoder{}
+	_ actions.SenderDecoder  = Decoder{}
+)

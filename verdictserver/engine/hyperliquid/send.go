@@ -1,10 +1,14 @@
-package engine
+package hyperliquid
 
-import "github.com/ethereum/go-ethereum/common"
+import (
+	"github.com/ethereum/go-ethereum/common"
 
-// hyperliquidSend reads usdSend and withdraw3 {destination, amount, time?,
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
+)
+
+// send reads usdSend and withdraw3 {destination, amount, time?,
 // signatureChainId?, hyperliquidChain?} and spotSend (the same and token).
-func hyperliquidSend(typ string, action map[string]any) (*Action, *DecodeError) {
+func send(typ string, action map[string]any) (*actions.Action, *actions.DecodeError) {
 	members := []string{"type", "destination", "amount", "time", "signatureChainId", "hyperliquidChain"}
 	if typ == "spotSend" {
 		members = append(members, "token")
@@ -12,57 +16,57 @@ func hyperliquidSend(typ string, action map[string]any) (*Action, *DecodeError) 
 	if de := exactly(action, "action", members...); de != nil {
 		return nil, de
 	}
-	dest, de := addressMember(action, "destination")
+	dest, de := actions.AddressMember(action, "destination")
 	if de != nil {
-		return nil, fail("action.destination", de.Problem)
+		return nil, actions.Fail("action.destination", de.Problem)
 	}
 	amountStr, _ := action["amount"].(string)
-	amount, ok := hyperliquidDecimal(amountStr)
+	amount, ok := decimal(amountStr)
 	if !ok || amount.Sign() == 0 {
-		return nil, fail("action.amount", `must be a decimal string > 0 ("1.5"), in whole units`)
+		return nil, actions.Fail("action.amount", `must be a decimal string > 0 ("1.5"), in whole units`)
 	}
 	fields := map[string]any{"destination": dest.Hex(), "amount": amountStr}
 	if v, present := action["time"]; present {
-		n, ok := intOf(v, 1, 1<<62)
+		n, ok := actions.Int(v, 1, 1<<62)
 		if !ok {
-			return nil, fail("action.time", "must be a positive integer (milliseconds)")
+			return nil, actions.Fail("action.time", "must be a positive integer (milliseconds)")
 		}
 		fields["time"] = n
 	}
 	if v, present := action["signatureChainId"]; present {
 		s, ok := v.(string)
 		if !ok || !isHexQuantity(s) {
-			return nil, fail("action.signatureChainId", `must be a hex chain id ("0xa4b1")`)
+			return nil, actions.Fail("action.signatureChainId", `must be a hex chain id ("0xa4b1")`)
 		}
 		fields["signatureChainId"] = s
 	}
 	if v, present := action["hyperliquidChain"]; present {
 		s, _ := v.(string)
 		if s != "Mainnet" && s != "Testnet" {
-			return nil, fail("action.hyperliquidChain", `must be "Mainnet" or "Testnet"`)
+			return nil, actions.Fail("action.hyperliquidChain", `must be "Mainnet" or "Testnet"`)
 		}
 		fields["hyperliquidChain"] = s
 	}
 	coin := CoinUSDC
-	kind := KindHyperliquidUsdSend
+	kind := KindUsdSend
 	switch typ {
 	case "withdraw3":
-		kind = KindHyperliquidWithdraw
+		kind = KindWithdraw
 	case "spotSend":
-		kind = KindHyperliquidSpotSend
+		kind = KindSpotSend
 		token, _ := action["token"].(string)
 		name, ok := spotToken(token)
 		if !ok {
-			return nil, fail("action.token", `must be "NAME:0x" and 32 hex digits (the token's name and id)`)
+			return nil, actions.Fail("action.token", `must be "NAME:0x" and 32 hex digits (the token's name and id)`)
 		}
 		coin = name
 		fields["token"] = token
 	}
-	act := hyperliquidAction(kind)
+	act := newAction(kind)
 	act.Fields = fields
 	act.Recipients = []common.Address{dest}
 	act.Coins = []string{coin}
-	act.CoinAmounts = []CoinAmount{{Coin: coin, Amount: amount}}
+	act.CoinAmounts = []actions.CoinAmount{{Coin: coin, Amount: amount}}
 	return act, nil
 }
 

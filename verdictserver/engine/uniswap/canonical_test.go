@@ -1,4 +1,4 @@
-package engine
+package uniswap
 
 import (
 	"bytes"
@@ -10,12 +10,15 @@ import (
 	"testing"
 
 	"github.com/ethereum/go-ethereum/accounts/abi"
+
+	"github.com/x402gate/x402gate/verdictserver/engine/erc20"
+	"github.com/x402gate/x402gate/verdictserver/engine/evmcall"
 )
 
 // unpackRepack is the strict unpack that canonical replaced: unpack, then pack the values
 // again and require the same bytes.
 func unpackRepack(args abi.Arguments, enc []byte) ([]any, error) {
-	vals, err := unpackAny(args, enc)
+	vals, err := evmcall.UnpackAny(args, enc)
 	if err != nil {
 		return nil, err
 	}
@@ -29,7 +32,7 @@ func unpackRepack(args abi.Arguments, enc []byte) ([]any, error) {
 // everyArgumentList is every argument list the decoders unpack.
 func everyArgumentList() map[string]abi.Arguments {
 	all := map[string]abi.Arguments{}
-	for _, a := range []*abi.ABI{&tokenABI, &routerABI} {
+	for _, a := range []*evmcall.ABI{erc20.ABI, RouterABI} {
 		for _, m := range a.Methods {
 			all[m.Sig] = m.Inputs
 		}
@@ -61,7 +64,7 @@ func TestCanonicalMatchesRepack(t *testing.T) {
 			for j := 0; j < 8; j++ {
 				m := mutate(rng, enc)
 				_, want := unpackRepack(args, m)
-				_, got := unpack(args, m)
+				_, got := evmcall.Unpack(args, m)
 				if fmt.Sprint(got) != fmt.Sprint(want) {
 					t.Fatalf("%s: unpack says %v, the re-pack %v, for %x", name, got, want, m)
 				}
@@ -126,10 +129,10 @@ func encodeSeq(rng *rand.Rand, types []*abi.Type) []byte {
 	var head, tail []byte
 	size := 0
 	for _, t := range types {
-		size += headSize(t)
+		size += evmcall.HeadSize(t)
 	}
 	for _, t := range types {
-		if isDynamic(t) {
+		if evmcall.IsDynamic(t) {
 			head = append(head, uintWord(uint64(size+len(tail)))...)
 			tail = append(tail, encodeValue(rng, t)...)
 			continue
@@ -218,26 +221,9 @@ func FuzzCanonicalMatchesRepack(f *testing.F) {
 	f.Fuzz(func(t *testing.T, enc []byte, which uint16) {
 		args := lists[names[int(which)%len(names)]]
 		_, want := unpackRepack(args, enc)
-		_, got := unpack(args, enc)
+		_, got := evmcall.Unpack(args, enc)
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("unpack says %v, the re-pack %v, for %x", got, want, enc)
 		}
 	})
-}
-
-// TestMethodByIDIsMethodById: the selector index finds, for every selector, the method
-// go-ethereum's ABI.MethodById finds, and nothing where it finds nothing.
-func TestMethodByIDIsMethodById(t *testing.T) {
-	for _, a := range []*abi.ABI{&tokenABI, &routerABI} {
-		for _, m := range a.Methods {
-			got := methodByID(a, m.ID)
-			want, err := a.MethodById(m.ID)
-			if err != nil || got == nil || got.Sig != want.Sig || !bytes.Equal(got.ID, want.ID) {
-				t.Errorf("%s: methodByID %v, MethodById %v %v", m.Sig, got, want, err)
-			}
-		}
-		if m := methodByID(a, []byte{0xde, 0xad, 0xbe, 0xef}); m != nil {
-			t.Errorf("an unknown selector found %s", m.Sig)
-		}
-	}
 }

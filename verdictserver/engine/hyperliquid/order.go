@@ -1,8 +1,10 @@
-package engine
+package hyperliquid
 
 import (
 	"math/big"
 	"strconv"
+
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
 )
 
 // triggerSlippage is the slippage a market trigger order (isMarket) may take past its
@@ -11,43 +13,43 @@ var triggerSlippage = big.NewRat(1, 10)
 
 // order reads an order action {type, orders, grouping, builder?}: each order a leg
 // (docs/policy.md#hyperliquid-actions).
-func (d HyperliquidDecoder) order(action, tx map[string]any, s *actionScratch) (*Action, *DecodeError) {
+func (d Decoder) order(action, tx map[string]any, s *actions.Scratch) (*actions.Action, *actions.DecodeError) {
 	if de := exactly(action, "action", "type", "orders", "grouping", "builder"); de != nil {
 		return nil, de
 	}
 	grouping, _ := action["grouping"].(string)
 	if grouping != "na" && grouping != "normalTpsl" && grouping != "positionTpsl" {
-		return nil, fail("action.grouping", `must be "na", "normalTpsl" or "positionTpsl"`)
+		return nil, actions.Fail("action.grouping", `must be "na", "normalTpsl" or "positionTpsl"`)
 	}
 	orders, ok := action["orders"].([]any)
-	if !ok || len(orders) == 0 || len(orders) > maxHyperliquidOrders {
-		return nil, fail("action.orders", "must be an array of 1 to 64 orders")
+	if !ok || len(orders) == 0 || len(orders) > maxOrders {
+		return nil, actions.Fail("action.orders", "must be an array of 1 to 64 orders")
 	}
 	var leverage *big.Rat
 	if v, present := tx["leverage"]; present {
-		n, ok := intOf(v, 1, maxHyperliquidLeverage)
+		n, ok := actions.Int(v, 1, maxLeverage)
 		if !ok {
-			return nil, fail("leverage", "must be an integer from 1 to 10000")
+			return nil, actions.Fail("leverage", "must be an integer from 1 to 10000")
 		}
 		leverage = new(big.Rat).SetInt64(n)
 	}
-	act := s.hyperliquidAction(KindHyperliquidOrder)
+	act := scratchAction(s, KindOrder)
 	act.Fields["grouping"] = grouping
 	if raw, present := action["builder"]; present {
 		b, ok := raw.(map[string]any)
 		if !ok {
-			return nil, fail("action.builder", "must be an object {b, f}")
+			return nil, actions.Fail("action.builder", "must be an object {b, f}")
 		}
 		if de := exactly(b, "action.builder", "b", "f"); de != nil {
 			return nil, de
 		}
-		addr, de := addressMember(b, "b")
+		addr, de := actions.AddressMember(b, "b")
 		if de != nil {
-			return nil, fail("action.builder.b", de.Problem)
+			return nil, actions.Fail("action.builder.b", de.Problem)
 		}
-		f, ok := intOf(b["f"], 0, 1000)
+		f, ok := actions.Int(b["f"], 0, 1000)
 		if !ok {
-			return nil, fail("action.builder.f", "must be an integer fee in tenths of a basis point, 0 to 1000")
+			return nil, actions.Fail("action.builder.f", "must be an integer fee in tenths of a basis point, 0 to 1000")
 		}
 		act.Screen = append(act.Screen, addr)
 		act.Fields["builder"] = map[string]any{"b": addr.Hex(), "f": f}
@@ -57,7 +59,7 @@ func (d HyperliquidDecoder) order(action, tx map[string]any, s *actionScratch) (
 		path := "action.orders." + strconv.Itoa(i)
 		o, ok := raw.(map[string]any)
 		if !ok {
-			return nil, fail(path, "must be an object {a, b, p, s, r, t, c?}")
+			return nil, actions.Fail(path, "must be an object {a, b, p, s, r, t, c?}")
 		}
 		leg, de := d.orderLeg(o, path, grouping, s)
 		if de != nil {
@@ -72,18 +74,18 @@ func (d HyperliquidDecoder) order(action, tx map[string]any, s *actionScratch) (
 		act.Legs = append(act.Legs, leg)
 	}
 	if leverage != nil && perps == 0 {
-		return nil, fail("leverage", "applies to perp orders, and this action has none")
+		return nil, actions.Fail("leverage", "applies to perp orders, and this action has none")
 	}
 	return act, nil
 }
 
-func (d HyperliquidDecoder) orderLeg(o map[string]any, path, grouping string, s *actionScratch) (*Action, *DecodeError) {
+func (d Decoder) orderLeg(o map[string]any, path, grouping string, s *actions.Scratch) (*actions.Action, *actions.DecodeError) {
 	if de := exactly(o, path, "a", "b", "p", "s", "r", "t", "c"); de != nil {
 		return nil, de
 	}
-	asset, ok := intOf(o["a"], 0, 1<<31)
+	asset, ok := actions.Int(o["a"], 0, 1<<31)
 	if !ok {
-		return nil, fail(path+".a", "must be an asset index, a non-negative integer")
+		return nil, actions.Fail(path+".a", "must be an asset index, a non-negative integer")
 	}
 	coin, spot, de := d.coin(asset, path+".a")
 	if de != nil {
@@ -91,92 +93,92 @@ func (d HyperliquidDecoder) orderLeg(o map[string]any, path, grouping string, s 
 	}
 	isBuy, ok := o["b"].(bool)
 	if !ok {
-		return nil, fail(path+".b", "must be a boolean (true: buy or long)")
+		return nil, actions.Fail(path+".b", "must be a boolean (true: buy or long)")
 	}
 	reduce, ok := o["r"].(bool)
 	if !ok {
-		return nil, fail(path+".r", "must be a boolean (reduce-only)")
+		return nil, actions.Fail(path+".r", "must be a boolean (reduce-only)")
 	}
 	if spot && reduce {
-		return nil, fail(path+".r", "reduce-only applies to perp orders, not to spot")
+		return nil, actions.Fail(path+".r", "reduce-only applies to perp orders, not to spot")
 	}
 	pStr, _ := o["p"].(string)
-	price, ok := hyperliquidDecimal(pStr)
+	price, ok := decimal(pStr)
 	if !ok {
-		return nil, fail(path+".p", `must be a decimal string ("50000.0"), the limit price`)
+		return nil, actions.Fail(path+".p", `must be a decimal string ("50000.0"), the limit price`)
 	}
 	sStr, _ := o["s"].(string)
-	size, ok := hyperliquidDecimal(sStr)
+	size, ok := decimal(sStr)
 	if !ok {
-		return nil, fail(path+".s", `must be a decimal string ("0.01"), the size`)
+		return nil, actions.Fail(path+".s", `must be a decimal string ("0.01"), the size`)
 	}
 	ot, ok := o["t"].(map[string]any)
 	if !ok || len(ot) != 1 {
-		return nil, fail(path+".t", `must be {"limit": {"tif": …}} or {"trigger": {"isMarket", "triggerPx", "tpsl"}}`)
+		return nil, actions.Fail(path+".t", `must be {"limit": {"tif": …}} or {"trigger": {"isMarket", "triggerPx", "tpsl"}}`)
 	}
-	leg := s.hyperliquidAction(KindHyperliquidOrder)
+	leg := scratchAction(s, KindOrder)
 	fields := leg.Fields
 	fields["asset"], fields["coin"], fields["market"], fields["p"], fields["s"] = asset, coin, "perp", pStr, sStr
 	if spot {
 		fields["market"] = "spot"
 	}
-	side := SideLong
+	side := actions.SideLong
 	switch {
 	case spot && isBuy:
-		side = SideBuy
+		side = actions.SideBuy
 	case spot:
-		side = SideSell
+		side = actions.SideSell
 	case !isBuy:
-		side = SideShort
+		side = actions.SideShort
 	}
 	limit := price
 	trigger := false
 	if lim, present := ot["limit"]; present {
 		l, ok := lim.(map[string]any)
 		if !ok || exactly(l, path+".t.limit", "tif") != nil {
-			return nil, fail(path+".t.limit", `must be {"tif": "Gtc" | "Ioc" | "Alo"}`)
+			return nil, actions.Fail(path+".t.limit", `must be {"tif": "Gtc" | "Ioc" | "Alo"}`)
 		}
 		tif, _ := l["tif"].(string)
 		if tif != "Gtc" && tif != "Ioc" && tif != "Alo" {
-			return nil, fail(path+".t.limit.tif", `must be "Gtc", "Ioc" or "Alo"`)
+			return nil, actions.Fail(path+".t.limit.tif", `must be "Gtc", "Ioc" or "Alo"`)
 		}
 		fields["tif"] = tif
 	} else if trg, present := ot["trigger"]; present {
 		trigger = true
 		tr, ok := trg.(map[string]any)
 		if !ok {
-			return nil, fail(path+".t.trigger", `must be {"isMarket", "triggerPx", "tpsl"}`)
+			return nil, actions.Fail(path+".t.trigger", `must be {"isMarket", "triggerPx", "tpsl"}`)
 		}
 		if de := exactly(tr, path+".t.trigger", "isMarket", "triggerPx", "tpsl"); de != nil {
 			return nil, de
 		}
 		isMarket, ok := tr["isMarket"].(bool)
 		if !ok {
-			return nil, fail(path+".t.trigger.isMarket", "must be a boolean")
+			return nil, actions.Fail(path+".t.trigger.isMarket", "must be a boolean")
 		}
 		pxStr, _ := tr["triggerPx"].(string)
-		px, ok := hyperliquidDecimal(pxStr)
+		px, ok := decimal(pxStr)
 		if !ok || px.Sign() == 0 {
-			return nil, fail(path+".t.trigger.triggerPx", "must be a decimal string > 0")
+			return nil, actions.Fail(path+".t.trigger.triggerPx", "must be a decimal string > 0")
 		}
 		tpsl, _ := tr["tpsl"].(string)
 		if tpsl != "tp" && tpsl != "sl" {
-			return nil, fail(path+".t.trigger.tpsl", `must be "tp" or "sl"`)
+			return nil, actions.Fail(path+".t.trigger.tpsl", `must be "tp" or "sl"`)
 		}
 		fields["trigger"] = map[string]any{"isMarket": isMarket, "triggerPx": pxStr, "tpsl": tpsl}
 		if isMarket {
 			limit = marketTriggerBound(isBuy, price, px)
 		}
 	} else {
-		return nil, fail(path+".t", `must be {"limit": …} or {"trigger": …}`)
+		return nil, actions.Fail(path+".t", `must be {"limit": …} or {"trigger": …}`)
 	}
 	if size.Sign() == 0 && !(trigger && reduce && grouping == "positionTpsl") {
-		return nil, fail(path+".s", "must be > 0 (size 0 is only a positionTpsl trigger that closes the whole position)")
+		return nil, actions.Fail(path+".s", "must be > 0 (size 0 is only a positionTpsl trigger that closes the whole position)")
 	}
 	if c, present := o["c"]; present {
 		s, ok := c.(string)
 		if !ok || !isHex(s, 32) {
-			return nil, fail(path+".c", "must be a client order id, 0x and 32 hex digits")
+			return nil, actions.Fail(path+".c", "must be a client order id, 0x and 32 hex digits")
 		}
 		fields["cloid"] = s
 	}
@@ -184,8 +186,8 @@ func (d HyperliquidDecoder) orderLeg(o map[string]any, path, grouping string, s 
 		limit = nil // p "0": no price bound
 	}
 	leg.Coins = []string{coin}
-	leg.Trade = s.trade()
-	*leg.Trade = Trade{Kind: TradeOrder, Side: side, Market: coin, LimitPrice: limit, Size: size, ReduceOnly: reduce}
+	leg.Trade = s.Trade()
+	*leg.Trade = actions.Trade{Kind: actions.TradeOrder, Side: side, Market: coin, LimitPrice: limit, Size: size, ReduceOnly: reduce}
 	return leg, nil
 }
 
@@ -208,13 +210,13 @@ func marketTriggerBound(isBuy bool, p, trigger *big.Rat) *big.Rat {
 	return adj
 }
 
-func (d HyperliquidDecoder) updateLeverage(action map[string]any) (*Action, *DecodeError) {
+func (d Decoder) updateLeverage(action map[string]any) (*actions.Action, *actions.DecodeError) {
 	if de := exactly(action, "action", "type", "asset", "isCross", "leverage"); de != nil {
 		return nil, de
 	}
-	asset, ok := intOf(action["asset"], 0, hyperliquidSpotBase-1)
+	asset, ok := actions.Int(action["asset"], 0, spotBase-1)
 	if !ok {
-		return nil, fail("action.asset", "must be a perp asset index (0 to 9999): spot has no leverage")
+		return nil, actions.Fail("action.asset", "must be a perp asset index (0 to 9999): spot has no leverage")
 	}
 	coin, _, de := d.coin(asset, "action.asset")
 	if de != nil {
@@ -222,46 +224,46 @@ func (d HyperliquidDecoder) updateLeverage(action map[string]any) (*Action, *Dec
 	}
 	cross, ok := action["isCross"].(bool)
 	if !ok {
-		return nil, fail("action.isCross", "must be a boolean")
+		return nil, actions.Fail("action.isCross", "must be a boolean")
 	}
-	lev, ok := intOf(action["leverage"], 1, maxHyperliquidLeverage)
+	lev, ok := actions.Int(action["leverage"], 1, maxLeverage)
 	if !ok {
-		return nil, fail("action.leverage", "must be an integer from 1 to 10000")
+		return nil, actions.Fail("action.leverage", "must be an integer from 1 to 10000")
 	}
-	act := hyperliquidAction(KindHyperliquidUpdateLeverage)
+	act := newAction(KindUpdateLeverage)
 	act.Fields = map[string]any{"asset": asset, "coin": coin, "isCross": cross, "leverage": lev}
 	act.Coins = []string{coin}
-	act.Trade = &Trade{Kind: TradeLeverage, Market: coin, Leverage: new(big.Rat).SetInt64(lev)}
+	act.Trade = &actions.Trade{Kind: actions.TradeLeverage, Market: coin, Leverage: new(big.Rat).SetInt64(lev)}
 	return act, nil
 }
 
 // cancel reads cancel {cancels: [{a, o}]} and cancelByCloid {cancels: [{asset, cloid}]}: no
 // trade, no coin for assets.hyperliquid, nothing moved.
-func (d HyperliquidDecoder) cancel(typ string, action map[string]any) (*Action, *DecodeError) {
+func (d Decoder) cancel(typ string, action map[string]any) (*actions.Action, *actions.DecodeError) {
 	if de := exactly(action, "action", "type", "cancels"); de != nil {
 		return nil, de
 	}
 	list, ok := action["cancels"].([]any)
-	if !ok || len(list) == 0 || len(list) > maxHyperliquidCancels {
-		return nil, fail("action.cancels", "must be an array of 1 to 256 cancels")
+	if !ok || len(list) == 0 || len(list) > maxCancels {
+		return nil, actions.Fail("action.cancels", "must be an array of 1 to 256 cancels")
 	}
-	assetKey, idKey, kind := "a", "o", KindHyperliquidCancel
+	assetKey, idKey, kind := "a", "o", KindCancel
 	if typ == "cancelByCloid" {
-		assetKey, idKey, kind = "asset", "cloid", KindHyperliquidCancelByCloid
+		assetKey, idKey, kind = "asset", "cloid", KindCancelByCloid
 	}
 	out := make([]map[string]any, len(list))
 	for i, raw := range list {
 		path := "action.cancels." + strconv.Itoa(i)
 		c, ok := raw.(map[string]any)
 		if !ok {
-			return nil, fail(path, "must be an object {"+assetKey+", "+idKey+"}")
+			return nil, actions.Fail(path, "must be an object {"+assetKey+", "+idKey+"}")
 		}
 		if de := exactly(c, path, assetKey, idKey); de != nil {
 			return nil, de
 		}
-		asset, ok := intOf(c[assetKey], 0, 1<<31)
+		asset, ok := actions.Int(c[assetKey], 0, 1<<31)
 		if !ok {
-			return nil, fail(path+"."+assetKey, "must be an asset index, a non-negative integer")
+			return nil, actions.Fail(path+"."+assetKey, "must be an asset index, a non-negative integer")
 		}
 		coin, _, de := d.coin(asset, path+"."+assetKey)
 		if de != nil {
@@ -271,19 +273,19 @@ func (d HyperliquidDecoder) cancel(typ string, action map[string]any) (*Action, 
 		if typ == "cancelByCloid" {
 			s, ok := c["cloid"].(string)
 			if !ok || !isHex(s, 32) {
-				return nil, fail(path+".cloid", "must be a client order id, 0x and 32 hex digits")
+				return nil, actions.Fail(path+".cloid", "must be a client order id, 0x and 32 hex digits")
 			}
 			entry["cloid"] = s
 		} else {
-			oid, ok := intOf(c["o"], 0, 1<<62)
+			oid, ok := actions.Int(c["o"], 0, 1<<62)
 			if !ok {
-				return nil, fail(path+".o", "must be an order id, a non-negative integer")
+				return nil, actions.Fail(path+".o", "must be an order id, a non-negative integer")
 			}
 			entry["o"] = oid
 		}
 		out[i] = entry
 	}
-	act := hyperliquidAction(kind)
+	act := newAction(kind)
 	act.Fields = map[string]any{"cancels": out}
 	return act, nil
 }

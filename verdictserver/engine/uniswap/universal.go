@@ -1,4 +1,4 @@
-package engine
+package uniswap
 
 import (
 	"encoding/hex"
@@ -7,6 +7,10 @@ import (
 
 	"github.com/ethereum/go-ethereum/accounts/abi"
 	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
+	"github.com/x402gate/x402gate/verdictserver/engine/evmcall"
+	"github.com/x402gate/x402gate/verdictserver/engine/internal/intern"
 )
 
 // The Universal Router (docs/policy.md#universal-router): execute(commands, inputs[,
@@ -28,29 +32,29 @@ type urVersion struct {
 
 // The command types (Commands.sol).
 const (
-	cmdV3SwapExactIn      = 0x00
-	cmdV3SwapExactOut     = 0x01
-	cmdPermit2TransferFrm = 0x02
-	cmdPermit2PermitBatch = 0x03
-	cmdSweep              = 0x04
-	cmdTransfer           = 0x05
-	cmdPayPortion         = 0x06
-	cmdPayPortionFull     = 0x07
-	cmdV2SwapExactIn      = 0x08
-	cmdV2SwapExactOut     = 0x09
-	cmdPermit2Permit      = 0x0a
-	cmdWrapETH            = 0x0b
-	cmdUnwrapWETH         = 0x0c
-	cmdPermit2TransferBat = 0x0d
-	cmdBalanceCheckERC20  = 0x0e
-	cmdExecuteSubPlan     = 0x21
+	CmdV3SwapExactIn      = 0x00
+	CmdV3SwapExactOut     = 0x01
+	CmdPermit2TransferFrm = 0x02
+	CmdPermit2PermitBatch = 0x03
+	CmdSweep              = 0x04
+	CmdTransfer           = 0x05
+	CmdPayPortion         = 0x06
+	CmdPayPortionFull     = 0x07
+	CmdV2SwapExactIn      = 0x08
+	CmdV2SwapExactOut     = 0x09
+	CmdPermit2Permit      = 0x0a
+	CmdWrapETH            = 0x0b
+	CmdUnwrapWETH         = 0x0c
+	CmdPermit2TransferBat = 0x0d
+	CmdBalanceCheckERC20  = 0x0e
+	CmdExecuteSubPlan     = 0x21
 )
 
 var commonCommands = map[byte]string{
-	cmdV3SwapExactIn: "V3_SWAP_EXACT_IN", cmdV3SwapExactOut: "V3_SWAP_EXACT_OUT", cmdPermit2TransferFrm: "PERMIT2_TRANSFER_FROM",
-	cmdPermit2PermitBatch: "PERMIT2_PERMIT_BATCH", cmdSweep: "SWEEP", cmdTransfer: "TRANSFER", cmdPayPortion: "PAY_PORTION",
-	cmdV2SwapExactIn: "V2_SWAP_EXACT_IN", cmdV2SwapExactOut: "V2_SWAP_EXACT_OUT", cmdPermit2Permit: "PERMIT2_PERMIT",
-	cmdWrapETH: "WRAP_ETH", cmdUnwrapWETH: "UNWRAP_WETH", cmdPermit2TransferBat: "PERMIT2_TRANSFER_FROM_BATCH",
+	CmdV3SwapExactIn: "V3_SWAP_EXACT_IN", CmdV3SwapExactOut: "V3_SWAP_EXACT_OUT", CmdPermit2TransferFrm: "PERMIT2_TRANSFER_FROM",
+	CmdPermit2PermitBatch: "PERMIT2_PERMIT_BATCH", CmdSweep: "SWEEP", CmdTransfer: "TRANSFER", CmdPayPortion: "PAY_PORTION",
+	CmdV2SwapExactIn: "V2_SWAP_EXACT_IN", CmdV2SwapExactOut: "V2_SWAP_EXACT_OUT", CmdPermit2Permit: "PERMIT2_PERMIT",
+	CmdWrapETH: "WRAP_ETH", CmdUnwrapWETH: "UNWRAP_WETH", CmdPermit2TransferBat: "PERMIT2_TRANSFER_FROM_BATCH",
 }
 
 func withCommands(extra map[byte]string) map[byte]string {
@@ -66,8 +70,8 @@ func withCommands(extra map[byte]string) map[byte]string {
 
 var (
 	urV1_2 = &urVersion{name: "1.2", mask: 0x1f, commands: commonCommands}
-	urV2_0 = &urVersion{name: "2.0", mask: 0x3f, commands: withCommands(map[byte]string{cmdBalanceCheckERC20: "BALANCE_CHECK_ERC20", cmdV4Swap: "V4_SWAP", cmdExecuteSubPlan: "EXECUTE_SUB_PLAN"})}
-	urV2_1 = &urVersion{name: "2.1.1", mask: 0x7f, hopPrices: true, commands: withCommands(map[byte]string{cmdPayPortionFull: "PAY_PORTION_FULL_PRECISION", cmdBalanceCheckERC20: "BALANCE_CHECK_ERC20", cmdV4Swap: "V4_SWAP", cmdExecuteSubPlan: "EXECUTE_SUB_PLAN"})}
+	urV2_0 = &urVersion{name: "2.0", mask: 0x3f, commands: withCommands(map[byte]string{CmdBalanceCheckERC20: "BALANCE_CHECK_ERC20", CmdV4Swap: "V4_SWAP", CmdExecuteSubPlan: "EXECUTE_SUB_PLAN"})}
+	urV2_1 = &urVersion{name: "2.1.1", mask: 0x7f, hopPrices: true, commands: withCommands(map[byte]string{CmdPayPortionFull: "PAY_PORTION_FULL_PRECISION", CmdBalanceCheckERC20: "BALANCE_CHECK_ERC20", CmdV4Swap: "V4_SWAP", CmdExecuteSubPlan: "EXECUTE_SUB_PLAN"})}
 )
 
 func args(types ...string) abi.Arguments {
@@ -109,7 +113,7 @@ var (
 		"transferBatch": {tupleArg("tuple[]", abi.ArgumentMarshaling{Name: "from", Type: "address"}, abi.ArgumentMarshaling{Name: "to", Type: "address"},
 			abi.ArgumentMarshaling{Name: "amount", Type: "uint160"}, abi.ArgumentMarshaling{Name: "token", Type: "address"})},
 	}
-	maxUint160     = new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 160), big.NewInt(1))
+	MaxUint160     = new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 160), big.NewInt(1))
 	contractBalanc = new(big.Int).Lsh(big.NewInt(1), 255) // ActionConstants.CONTRACT_BALANCE
 )
 
@@ -120,18 +124,18 @@ type plan struct {
 	held map[common.Address]bool
 }
 
-func (u *uni) execute(data []byte) (*Action, *DecodeError) {
-	m, vals, de := method(&routerABI, data)
+func (u *uni) execute(data []byte) (*actions.Action, *actions.DecodeError) {
+	m, vals, de := evmcall.Method(RouterABI, data)
 	if de != nil {
 		return nil, de
 	}
 	v := u.known.ur
-	act := u.scratch.callAction(ProtocolUniswap, u.chainID, u.router, selectorText(m.ID))
-	act.Kind, act.Notional = "uniswap.ur.execute", []Amount{}
-	act.Fields["function"], act.Fields["routerVersion"], act.Fields["value"] = m.Sig, v.name, valueText(u.value)
+	act := u.scratch.CallAction(Protocol, u.chainID, u.router, evmcall.SelectorText(m.ID))
+	act.Kind, act.Notional = "uniswap.ur.execute", []actions.Amount{}
+	act.Fields["function"], act.Fields["routerVersion"], act.Fields["value"] = m.Sig, v.name, evmcall.ValueText(u.value)
 	if u.value.Sign() > 0 {
-		act.Assets = []common.Address{NativeAsset}
-		act.Notional = []Amount{{NativeAsset, u.value}}
+		act.Assets = []common.Address{actions.NativeAsset}
+		act.Notional = []actions.Amount{{Asset: actions.NativeAsset, Value: u.value}}
 	}
 	p := &plan{uni: u, v: v, held: map[common.Address]bool{}}
 	legs, de := p.commands(vals[0].([]byte), vals[1].([][]byte), "proposedTx.data.commands", 0)
@@ -145,20 +149,20 @@ func (u *uni) execute(data []byte) (*Action, *DecodeError) {
 	return act, nil
 }
 
-func (p *plan) commands(cmds []byte, inputs [][]byte, field string, depth int) ([]*Action, *DecodeError) {
+func (p *plan) commands(cmds []byte, inputs [][]byte, field string, depth int) ([]*actions.Action, *actions.DecodeError) {
 	if len(cmds) == 0 || len(cmds) > 64 || len(cmds) != len(inputs) {
-		return nil, &DecodeError{Field: field, Problem: "must be 1 to 64 commands, one per input"}
+		return nil, &actions.DecodeError{Field: field, Problem: "must be 1 to 64 commands, one per input"}
 	}
-	legs := make([]*Action, len(cmds))
+	legs := make([]*actions.Action, len(cmds))
 	for i, b := range cmds {
 		f := field + "." + strconv.Itoa(i)
 		cmd := b & p.v.mask
 		name, known := p.v.commands[cmd]
 		if !known {
-			return nil, &DecodeError{Field: f, Problem: "command 0x" + hex.EncodeToString([]byte{b}) + " is not one this decoder reads on a version " + p.v.name + " Universal Router"}
+			return nil, &actions.DecodeError{Field: f, Problem: "command 0x" + hex.EncodeToString([]byte{b}) + " is not one this decoder reads on a version " + p.v.name + " Universal Router"}
 		}
-		leg, _ := p.scratch.action()
-		leg.Protocol, leg.ChainID, leg.Kind, leg.Notional = ProtocolUniswap, p.chainID, prefixed(pURLeg, name).val, []Amount{}
+		leg, _ := p.scratch.Action()
+		leg.Protocol, leg.ChainID, leg.Kind, leg.Notional = Protocol, p.chainID, legKind(urLeg, name), []actions.Amount{}
 		leg.Fields["command"], leg.Fields["allowRevert"] = byteText(b), b&0x80 != 0
 		if de := p.command(leg, cmd, inputs[i], f, depth); de != nil {
 			return nil, de
@@ -171,27 +175,27 @@ func (p *plan) commands(cmds []byte, inputs [][]byte, field string, depth int) (
 // recipient resolves the placeholders: address(1) is the caller, address(2) the router.
 func (p *plan) recipient(a common.Address) common.Address {
 	switch a {
-	case msgSender:
+	case MsgSender:
 		return p.sender
-	case addressThis:
+	case AddressThis:
 		return p.router
 	}
 	return a
 }
 
 // pay records that leg sends token to rcpt: the router keeps it, or it is a recipient.
-func (p *plan) pay(leg *Action, token, rcpt common.Address) {
+func (p *plan) pay(leg *actions.Action, token, rcpt common.Address) {
 	if rcpt == p.router {
 		p.held[token] = true
 		return
 	}
-	leg.Recipients = appendNew(leg.Recipients, rcpt)
+	leg.Recipients = actions.AppendNew(leg.Recipients, rcpt)
 }
 
 // urToken reads a Payments token: address(0) is the native coin.
 func urToken(a common.Address) common.Address {
 	if a == (common.Address{}) {
-		return NativeAsset
+		return actions.NativeAsset
 	}
 	return a
 }
@@ -202,18 +206,18 @@ func (p *plan) swapArgs(v2 bool, in []byte) ([]any, error) {
 		base, hop = "v2", "v2hop"
 	}
 	if p.v.hopPrices {
-		return unpack(urIn[hop], in)
+		return evmcall.Unpack(urIn[hop], in)
 	}
-	return unpack(urIn[base], in)
+	return evmcall.Unpack(urIn[base], in)
 }
 
-func (p *plan) command(leg *Action, cmd byte, in []byte, field string, depth int) *DecodeError {
-	bad := func(err error) *DecodeError {
-		return &DecodeError{Field: field, Problem: leg.Kind + " inputs: " + err.Error()}
+func (p *plan) command(leg *actions.Action, cmd byte, in []byte, field string, depth int) *actions.DecodeError {
+	bad := func(err error) *actions.DecodeError {
+		return &actions.DecodeError{Field: field, Problem: leg.Kind + " inputs: " + err.Error()}
 	}
 	switch cmd {
-	case cmdV3SwapExactIn, cmdV3SwapExactOut, cmdV2SwapExactIn, cmdV2SwapExactOut:
-		v2 := cmd == cmdV2SwapExactIn || cmd == cmdV2SwapExactOut
+	case CmdV3SwapExactIn, CmdV3SwapExactOut, CmdV2SwapExactIn, CmdV2SwapExactOut:
+		v2 := cmd == CmdV2SwapExactIn || cmd == CmdV2SwapExactOut
 		vals, err := p.swapArgs(v2, in)
 		if err != nil {
 			return bad(err)
@@ -224,20 +228,20 @@ func (p *plan) command(leg *Action, cmd byte, in []byte, field string, depth int
 		} else {
 			path, fees, ok := v3Path(vals[3].([]byte))
 			if !ok {
-				return &DecodeError{Field: field, Problem: "a V3 path must be token (fee token)+, 2 to 8 tokens"}
+				return &actions.DecodeError{Field: field, Problem: "a V3 path must be token (fee token)+, 2 to 8 tokens"}
 			}
 			tokens = path
 			leg.Fields["fees"] = fees
 		}
 		if len(tokens) < 2 || len(tokens) > 8 {
-			return &DecodeError{Field: field, Problem: "a path must name 2 to 8 tokens"}
+			return &actions.DecodeError{Field: field, Problem: "a path must name 2 to 8 tokens"}
 		}
-		exactOut := cmd == cmdV3SwapExactOut || cmd == cmdV2SwapExactOut
+		exactOut := cmd == CmdV3SwapExactOut || cmd == CmdV2SwapExactOut
 		if exactOut && !v2 {
 			tokens = reversed(tokens) // docs/policy.md#uniswap: V3 exact-output paths run backwards
 		}
-		t := p.scratch.trade()
-		*t = Trade{Kind: TradeSwap, AssetIn: tokens[0], AssetOut: tokens[len(tokens)-1], ExactOut: exactOut}
+		t := p.scratch.Trade()
+		*t = actions.Trade{Kind: actions.TradeSwap, AssetIn: tokens[0], AssetOut: tokens[len(tokens)-1], ExactOut: exactOut}
 		a1, a2 := vals[1].(*big.Int), vals[2].(*big.Int)
 		if exactOut {
 			t.AmountOut, t.MaxIn = a1, a2
@@ -247,7 +251,7 @@ func (p *plan) command(leg *Action, cmd byte, in []byte, field string, depth int
 				t.AmountIn = nil
 			}
 		}
-		t.Side = swapSide(p.chainID, t.AssetIn, t.AssetOut)
+		t.Side = evmcall.SwapSide(p.chainID, t.AssetIn, t.AssetOut)
 		leg.Trade = t
 		leg.Assets = append([]common.Address{}, tokens...)
 		if p.v.hopPrices {
@@ -263,59 +267,59 @@ func (p *plan) command(leg *Action, cmd byte, in []byte, field string, depth int
 		rcpt := p.recipient(vals[0].(common.Address))
 		leg.Fields["recipient"] = rcpt
 		p.pay(leg, t.AssetOut, rcpt)
-	case cmdPermit2TransferFrm:
-		vals, err := unpack(urIn["p2from"], in)
+	case CmdPermit2TransferFrm:
+		vals, err := evmcall.Unpack(urIn["p2from"], in)
 		if err != nil {
 			return bad(err)
 		}
 		token, rcpt, amt := vals[0].(common.Address), p.recipient(vals[1].(common.Address)), vals[2].(*big.Int)
-		leg.Assets, leg.Notional = []common.Address{token}, []Amount{{token, amt}}
+		leg.Assets, leg.Notional = []common.Address{token}, []actions.Amount{{Asset: token, Value: amt}}
 		p.pay(leg, token, rcpt)
-	case cmdPermit2TransferBat:
-		vals, err := unpack(urIn["transferBatch"], in)
+	case CmdPermit2TransferBat:
+		vals, err := evmcall.Unpack(urIn["transferBatch"], in)
 		if err != nil {
 			return bad(err)
 		}
 		if de := permit2Transfers(leg, vals[0], field, func(token, to common.Address) { p.pay(leg, token, to) }); de != nil {
 			return de
 		}
-	case cmdPermit2Permit, cmdPermit2PermitBatch:
+	case CmdPermit2Permit, CmdPermit2PermitBatch:
 		key := "permit"
-		if cmd == cmdPermit2PermitBatch {
+		if cmd == CmdPermit2PermitBatch {
 			key = "permitBatch"
 		}
-		vals, err := unpack(urIn[key], in)
+		vals, err := evmcall.Unpack(urIn[key], in)
 		if err != nil {
 			return bad(err)
 		}
-		if de := permitGrants(leg, vals[0], cmd == cmdPermit2PermitBatch, field); de != nil {
+		if de := permitGrants(leg, vals[0], cmd == CmdPermit2PermitBatch, field); de != nil {
 			return de
 		}
-	case cmdSweep, cmdTransfer, cmdPayPortion, cmdPayPortionFull:
-		vals, err := unpack(urIn["tokenTo"], in)
+	case CmdSweep, CmdTransfer, CmdPayPortion, CmdPayPortionFull:
+		vals, err := evmcall.Unpack(urIn["tokenTo"], in)
 		if err != nil {
 			return bad(err)
 		}
 		token, rcpt := urToken(vals[0].(common.Address)), p.recipient(vals[1].(common.Address))
 		leg.Assets = []common.Address{token}
 		leg.Fields["amount"] = vals[2].(*big.Int).String()
-		if cmd == cmdSweep || cmd == cmdTransfer {
+		if cmd == CmdSweep || cmd == CmdTransfer {
 			delete(p.held, token)
 		}
 		if rcpt == p.router {
-			return &DecodeError{Field: field, Problem: leg.Kind + " to the router itself pays nothing out"}
+			return &actions.DecodeError{Field: field, Problem: leg.Kind + " to the router itself pays nothing out"}
 		}
 		leg.Recipients = []common.Address{rcpt}
-	case cmdWrapETH, cmdUnwrapWETH:
-		vals, err := unpack(urIn["toAmount"], in)
+	case CmdWrapETH, CmdUnwrapWETH:
+		vals, err := evmcall.Unpack(urIn["toAmount"], in)
 		if err != nil {
 			return bad(err)
 		}
 		rcpt := p.recipient(vals[0].(common.Address))
 		leg.Fields["amount"] = vals[1].(*big.Int).String()
-		w, known := wrappedNative(p.chainID)
-		if cmd == cmdWrapETH {
-			leg.Assets = []common.Address{NativeAsset}
+		w, known := evmcall.WrappedNative(p.chainID)
+		if cmd == CmdWrapETH {
+			leg.Assets = []common.Address{actions.NativeAsset}
 			if known {
 				leg.Assets = append(leg.Assets, w)
 				p.pay(leg, w, rcpt)
@@ -324,26 +328,26 @@ func (p *plan) command(leg *Action, cmd byte, in []byte, field string, depth int
 			}
 			return nil
 		}
-		leg.Assets = []common.Address{NativeAsset}
+		leg.Assets = []common.Address{actions.NativeAsset}
 		for a := range p.held {
 			if !known || a == w {
 				delete(p.held, a)
 			}
 		}
-		p.pay(leg, NativeAsset, rcpt)
-	case cmdBalanceCheckERC20:
-		vals, err := unpack(urIn["tokenTo"], in)
+		p.pay(leg, actions.NativeAsset, rcpt)
+	case CmdBalanceCheckERC20:
+		vals, err := evmcall.Unpack(urIn["tokenTo"], in)
 		if err != nil {
 			return bad(err)
 		}
 		leg.Screen = []common.Address{vals[0].(common.Address), vals[1].(common.Address)}
-	case cmdV4Swap:
+	case CmdV4Swap:
 		return p.v4Swap(leg, in, field)
-	case cmdExecuteSubPlan:
+	case CmdExecuteSubPlan:
 		if depth >= 2 {
-			return &DecodeError{Field: field, Problem: "sub-plans nest at most 2 deep"}
+			return &actions.DecodeError{Field: field, Problem: "sub-plans nest at most 2 deep"}
 		}
-		vals, err := unpack(urIn["subPlan"], in)
+		vals, err := evmcall.Unpack(urIn["subPlan"], in)
 		if err != nil {
 			return bad(err)
 		}
@@ -353,7 +357,7 @@ func (p *plan) command(leg *Action, cmd byte, in []byte, field string, depth int
 		}
 		leg.Legs = legs
 	default:
-		return &DecodeError{Field: field, Problem: leg.Kind + " is not read"}
+		return &actions.DecodeError{Field: field, Problem: leg.Kind + " is not read"}
 	}
 	return nil
 }
@@ -379,3 +383,40 @@ func hopPricesLimited(prices []*big.Int, hops int) bool {
 	}
 	return true
 }
+
+// The kinds of legs: "uniswap.ur." and a Universal Router command's name, "uniswap.v4." and a
+// v4 action's.
+const (
+	urLeg = iota
+	v4Leg
+)
+
+// legPrefixes go before the name in the kinds of legs.
+var legPrefixes = [...]string{urLeg: "uniswap.ur.", v4Leg: "uniswap.v4."}
+
+// legKey is a kind of leg: which prefix, and the name.
+type legKey struct {
+	which int
+	name  string
+}
+
+// legKinds caches legKind.
+var legKinds intern.Memo[legKey, string]
+
+// legKind is legPrefixes[which] + name, cached.
+func legKind(which int, name string) string {
+	return legKinds.Get(legKey{which, name}, intern.FnvString(name)^uint64(which), func(k legKey) string {
+		return legPrefixes[k.which] + k.name
+	}).Val
+}
+
+// byteTexts are "0x" and two hex digits, for each byte.
+var byteTexts = func() (t [256]string) {
+	for i := range t {
+		t[i] = "0x" + hex.EncodeToString([]byte{byte(i)})
+	}
+	return t
+}()
+
+// byteText is "0x" and the two hex digits of b (a command or action byte).
+func byteText(b byte) string { return byteTexts[b] }

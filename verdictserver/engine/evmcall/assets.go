@@ -1,7 +1,9 @@
-package engine
+package evmcall
 
 import (
 	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
 )
 
 // chainAssets are the quote assets and the wrapped native token of the chains the EVM
@@ -30,8 +32,8 @@ var knownChains = map[int64]chainAssets{
 	}},
 }
 
-// wrappedNative is the chain's WETH, when known.
-func wrappedNative(chainID int64) (common.Address, bool) {
+// WrappedNative is the chain's WETH, when known.
+func WrappedNative(chainID int64) (common.Address, bool) {
 	c, ok := knownChains[chainID]
 	return c.wrapped, ok
 }
@@ -39,7 +41,7 @@ func wrappedNative(chainID int64) (common.Address, bool) {
 // quoteRank is 2 for a dollar stablecoin, 1 for the native coin and WETH, 0 for any other
 // token.
 func quoteRank(chainID int64, a common.Address) int {
-	if a == NativeAsset {
+	if a == actions.NativeAsset {
 		return 1
 	}
 	c, ok := knownChains[chainID]
@@ -57,16 +59,16 @@ func quoteRank(chainID int64, a common.Address) int {
 	return 0
 }
 
-// swapSide is buy when a swap spends a higher-ranked quote asset (dollars over ETH over any
+// SwapSide is buy when a swap spends a higher-ranked quote asset (dollars over ETH over any
 // other token), sell when it receives one, "" (both) when both rank the same
 // (docs/policy.md#trades).
-func swapSide(chainID int64, in, out common.Address) string {
+func SwapSide(chainID int64, in, out common.Address) string {
 	ri, ro := quoteRank(chainID, in), quoteRank(chainID, out)
 	switch {
 	case ri > ro:
-		return SideBuy
+		return actions.SideBuy
 	case ri < ro:
-		return SideSell
+		return actions.SideSell
 	}
 	return ""
 }

@@ -1,10 +1,13 @@
-package engine
+package uniswap
 
 import (
 	"fmt"
 	"strings"
 
 	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/x402gate/x402gate/verdictserver/engine/actions"
+	"github.com/x402gate/x402gate/verdictserver/engine/internal/intern"
 )
 
 // The registry of known contracts (docs/policy.md#known-contracts): a protocol decoder reads
@@ -53,8 +56,8 @@ type known struct {
 // registry maps a chain and an address to the contract known there.
 type registry map[int64]map[common.Address]known
 
-// permit2 is Permit2's address: the same on every chain (a CREATE2 deployment).
-var permit2 = common.HexToAddress("0x000000000022D473030F116dDEE9F6B43aC78BA3")
+// Permit2 is Permit2's address: the same on every chain (a CREATE2 deployment).
+var Permit2 = common.HexToAddress("0x000000000022D473030F116dDEE9F6B43aC78BA3")
 
 // canonicalContracts are the built-in deployments (Uniswap's deploy-addresses for chains 1,
 // 8453, 84532 and 11155111).
@@ -76,7 +79,7 @@ var canonicalContracts = func() []KnownContract {
 		c(8453, ContractV2Router, "0x4752ba5dbc23f44d87826276bf6fd6b1c372ad24"), c(8453, ContractSwapRouter02, "0x2626664c2603336E57B271c5C0b26F421741e481"),
 	}
 	for _, chain := range []int64{1, 8453, 84532, 11155111} {
-		out = append(out, KnownContract{chain, permit2, ContractPermit2, ""})
+		out = append(out, KnownContract{chain, Permit2, ContractPermit2, ""})
 	}
 	return out
 }()
@@ -136,8 +139,8 @@ func entryOf(kind ContractKind, version string) (known, error) {
 // policyContract is the contract a policy's knownContracts names at addr on chainID: its kind
 // written "kind" or "kind@version" (docs/policy.md#known-contracts).
 func policyContract(added map[string]map[string]string, chainID int64, addr common.Address) (known, bool) {
-	for written, kind := range added[chainKey(chainID)] {
-		if a, ok := strictAddress(written); ok && a == addr {
+	for written, kind := range added[intern.ChainKey(chainID)] {
+		if a, ok := intern.StrictAddress(written); ok && a == addr {
 			k, v, _ := strings.Cut(kind, "@")
 			e, err := entryOf(ContractKind(k), v)
 			return e, err == nil
@@ -153,4 +156,27 @@ func (r registry) lookup(chainID int64, addr common.Address) (known, bool) {
 	}
 	k, ok := r[chainID][addr]
 	return k, ok
+}
+
+// knownAt is the contract the registry r or, beside it, the policy of s's evaluation knows at
+// addr on chainID (docs/policy.md#known-contracts): a built-in or configured contract is never
+// redefined by a policy.
+func (r registry) knownAt(s *actions.Scratch, chainID int64, addr common.Address) (known, bool) {
+	if k, ok := r.lookup(chainID, addr); ok {
+		return k, true
+	}
+	if s == nil || s.Added == nil {
+		return known{}, false
+	}
+	return policyContract(s.Added, chainID, addr)
+}
+
+// NewDecoder is a Decoder that reads calls to the canonical contracts and to contracts; one at
+// the address of a built-in one replaces it (docs/policy.md#known-contracts).
+func NewDecoder(contracts []KnownContract) (Decoder, error) {
+	reg, err := newRegistry(contracts)
+	if err != nil {
+		return Decoder{}, err
+	}
+	return Decoder{reg: reg}, nil
 }

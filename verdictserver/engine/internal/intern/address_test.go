@@ -1,4 +1,4 @@
-package engine
+package intern
 
 import (
 	"math/rand/v2"
@@ -10,8 +10,8 @@ import (
 	"github.com/x402gate/x402gate/verdictserver/policy"
 )
 
-// TestAddressParsersAgree: looseAddress reads what common.IsHexAddress accepts as
-// common.HexToAddress does, and strictAddress accepts what policy.Address accepts, with the
+// TestAddressParsersAgree: LooseAddress reads what common.IsHexAddress accepts as
+// common.HexToAddress does, and StrictAddress accepts what policy.Address accepts, with the
 // same address, on addresses in every case, checksummed or not, and corruptions of them.
 func TestAddressParsersAgree(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 5))
@@ -58,14 +58,14 @@ func TestAddressParsersAgree(t *testing.T) {
 	inputs = append(inputs, "", "0x", "0x0", "0x0000000000000000000000000000000000000000", "0xEeeeeEeeeEeEeeEeEeEeeEEEeeeeEeeeeeeeEEeE")
 	strictSeen, looseSeen := 0, 0
 	for _, s := range inputs {
-		got, ok := looseAddress(s)
+		got, ok := LooseAddress(s)
 		if want := common.IsHexAddress(s); ok != want || ok && got != common.HexToAddress(s) {
-			t.Fatalf("looseAddress(%q) = %v %v, want %v %v", s, got, ok, common.HexToAddress(s), want)
+			t.Fatalf("LooseAddress(%q) = %v %v, want %v %v", s, got, ok, common.HexToAddress(s), want)
 		}
 		want, wantOK := policy.Address(s)
-		got, ok = strictAddress(s)
+		got, ok = StrictAddress(s)
 		if ok != wantOK || ok && got != want {
-			t.Fatalf("strictAddress(%q) = %v %v, want %v %v", s, got, ok, want, wantOK)
+			t.Fatalf("StrictAddress(%q) = %v %v, want %v %v", s, got, ok, want, wantOK)
 		}
 		if ok {
 			strictSeen++

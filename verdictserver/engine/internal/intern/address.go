@@ -1,4 +1,4 @@
-package engine
+package intern
 
 import "github.com/ethereum/go-ethereum/common"
 
@@ -6,7 +6,8 @@ import "github.com/ethereum/go-ethereum/common"
 // evaluation (TestAddressParsersAgree holds these to the go-ethereum and policy readers
 // they stand for).
 
-func unhex(c byte) (byte, bool) {
+// Unhex is the value of the hex digit c.
+func Unhex(c byte) (byte, bool) {
 	switch {
 	case '0' <= c && c <= '9':
 		return c - '0', true
@@ -24,8 +25,8 @@ func hex40(s string) (a common.Address, ok bool) {
 		return a, false
 	}
 	for i := 0; i < 20; i++ {
-		hi, ok1 := unhex(s[2*i])
-		lo, ok2 := unhex(s[2*i+1])
+		hi, ok1 := Unhex(s[2*i])
+		lo, ok2 := Unhex(s[2*i+1])
 		if !ok1 || !ok2 {
 			return a, false
 		}
@@ -34,17 +35,17 @@ func hex40(s string) (a common.Address, ok bool) {
 	return a, true
 }
 
-// looseAddress is common.IsHexAddress(s) and common.HexToAddress(s): 40 hex digits, with or
+// LooseAddress is common.IsHexAddress(s) and common.HexToAddress(s): 40 hex digits, with or
 // without 0x or 0X, in any case.
-func looseAddress(s string) (common.Address, bool) {
+func LooseAddress(s string) (common.Address, bool) {
 	if len(s) >= 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X') {
 		s = s[2:]
 	}
 	return hex40(s)
 }
 
-// strictAddress is policy.Address: 0x and 40 hex digits, EIP-55 when mixed case.
-func strictAddress(s string) (common.Address, bool) {
+// StrictAddress is policy.Address: 0x and 40 hex digits, EIP-55 when mixed case.
+func StrictAddress(s string) (common.Address, bool) {
 	if len(s) != 42 || s[0] != '0' || s[1] != 'x' {
 		return common.Address{}, false
 	}
@@ -61,7 +62,7 @@ func strictAddress(s string) (common.Address, bool) {
 			upper = true
 		}
 	}
-	if lower && upper && checksum(a).val != s {
+	if lower && upper && Checksum(a).Val != s {
 		return a, false
 	}
 	return a, true

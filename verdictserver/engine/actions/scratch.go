@@ -1,18 +1,20 @@
-package engine
+package actions
 
 import (
 	"encoding/hex"
 
 	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/x402gate/x402gate/verdictserver/engine/internal/intern"
 )
 
-// actionScratch is memory for the Actions a decoder builds, which it takes instead of
+// Scratch is memory for the Actions a decoder builds, which it takes instead of
 // allocating them when the engine decodes: the evaluation that owns the scratch drops the
 // action when it ends (the verdict copies what it reports), and the next evaluation reuses
 // the structs and the Fields maps, cleared (bench/engine.md#the-margin-2026-11-23-session-7). Only those are
 // reused, never a value stored in them. The first scratchActions actions of a decode come
 // from it, any further ones are allocated.
-type actionScratch struct {
+type Scratch struct {
 	acts   [scratchActions]Action
 	to     [scratchActions]common.Address
 	trades [scratchActions]Trade
@@ -22,17 +24,17 @@ type actionScratch struct {
 	// calldata is the decoded call data of an EVM call: no Action keeps a part of it (they
 	// hold addresses, integers and strings, copied out of it).
 	calldata []byte
-	// added are the contracts the evaluation's policy adds to the registry (knownContracts),
+	// Added are the contracts the evaluation's policy adds to the registry (knownContracts),
 	// or nil: read only, the policy's own.
-	added map[string]map[string]string
+	Added map[string]map[string]string
 }
 
 // maxScratchCalldata bounds the call data buffer a scratch keeps.
 const maxScratchCalldata = 4 << 10
 
-// hexBytes decodes the hex digits h, into scratch's buffer when scratch is not nil and the
+// HexBytes decodes the hex digits h, into scratch's buffer when scratch is not nil and the
 // bytes fit maxScratchCalldata.
-func hexBytes(h string, scratch *actionScratch) ([]byte, error) {
+func HexBytes(h string, scratch *Scratch) ([]byte, error) {
 	n := len(h) / 2
 	if scratch == nil || n > maxScratchCalldata {
 		return hex.DecodeString(h)
@@ -42,27 +44,14 @@ func hexBytes(h string, scratch *actionScratch) ([]byte, error) {
 	}
 	b := scratch.calldata[:n]
 	for i := range b {
-		hi, ok1 := unhex(h[2*i])
-		lo, ok2 := unhex(h[2*i+1])
+		hi, ok1 := intern.Unhex(h[2*i])
+		lo, ok2 := intern.Unhex(h[2*i+1])
 		if !ok1 || !ok2 {
 			return nil, hex.InvalidByteError(h[2*i])
 		}
 		b[i] = hi<<4 | lo
 	}
 	return b, nil
-}
-
-// knownAt is the contract the registry r or, beside it, the policy of s's evaluation knows at
-// addr on chainID (docs/policy.md#known-contracts): a built-in or configured contract is never
-// redefined by a policy.
-func (s *actionScratch) knownAt(r registry, chainID int64, addr common.Address) (known, bool) {
-	if k, ok := r.lookup(chainID, addr); ok {
-		return k, true
-	}
-	if s == nil || s.added == nil {
-		return known{}, false
-	}
-	return policyContract(s.added, chainID, addr)
 }
 
 const (
@@ -73,9 +62,9 @@ const (
 	maxScratchFields = 16
 )
 
-// action is a cleared Action with an empty Fields map, and where its To may point: s's
+// Action is a cleared Action with an empty Fields map, and where its To may point: s's
 // memory, or new memory when s is nil or used up.
-func (s *actionScratch) action() (*Action, *common.Address) {
+func (s *Scratch) Action() (*Action, *common.Address) {
 	if s == nil || s.n == scratchActions {
 		return &Action{Fields: make(map[string]any, 8)}, new(common.Address)
 	}
@@ -89,17 +78,17 @@ func (s *actionScratch) action() (*Action, *common.Address) {
 	return &s.acts[i], &s.to[i]
 }
 
-// callAction is an Action of protocol on chainID calling selector on to, with an empty
-// Fields map (action).
-func (s *actionScratch) callAction(protocol string, chainID int64, to common.Address, selector string) *Action {
-	act, at := s.action()
+// CallAction is an Action of protocol on chainID calling selector on to, with an empty
+// Fields map (Action).
+func (s *Scratch) CallAction(protocol string, chainID int64, to common.Address, selector string) *Action {
+	act, at := s.Action()
 	*at = to
 	act.Protocol, act.ChainID, act.To, act.Selector = protocol, chainID, at, selector
 	return act
 }
 
-// trade is a zero Trade: s's memory, or new memory when s is nil or used up.
-func (s *actionScratch) trade() *Trade {
+// Trade is a zero Trade: s's memory, or new memory when s is nil or used up.
+func (s *Scratch) Trade() *Trade {
 	if s == nil || s.nt == scratchActions {
 		return new(Trade)
 	}
@@ -109,9 +98,9 @@ func (s *actionScratch) trade() *Trade {
 	return t
 }
 
-// reset drops what the scratch's actions refer to, for the next evaluation: a Fields map
+// Reset drops what the scratch's actions refer to, for the next evaluation: a Fields map
 // that grew past maxScratchFields is let go.
-func (s *actionScratch) reset() {
+func (s *Scratch) Reset() {
 	for i := range s.n {
 		if len(s.fields[i]) > maxScratchFields {
 			s.fields[i] = nil
@@ -120,5 +109,5 @@ func (s *actionScratch) reset() {
 	}
 	clear(s.acts[:s.n])
 	clear(s.trades[:s.nt])
-	s.n, s.nt, s.added = 0, 0, nil
+	s.n, s.nt, s.Added = 0, 0, nil
 }
