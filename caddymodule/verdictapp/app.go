@@ -19,7 +19,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -44,15 +43,12 @@ func init() {
 
 // VerdictApp is the verdict app (docs/caddy.md#the-verdict-app): the verdict service of
 // docs/verdict-api.md with its store, evaluation workers, rate limits, sanctions list and
-// prices. It serves the API on its own Listen address, and the verdict_api directive serves
-// the same API inside any site. The open store, engine and workers live in a package-level
+// prices. It has no listener: the verdict_api directive serves its API in a Caddy site, so
+// TLS, access logs, trusted proxies and timeouts are Caddy's. The open store, engine and workers live in a package-level
 // caddy.UsagePool keyed by the configuration's fingerprint, so a reload that keeps the
 // configuration keeps them (pending evaluations go on), and one that changes it starts new
 // ones before the old are closed.
 type VerdictApp struct {
-	// Listen is the address the app serves its API on, e.g. "127.0.0.1:8083". Default:
-	// none; the API is then served only where a site uses the verdict_api directive.
-	Listen string `json:"listen,omitempty"`
 	// Store is the database of agents, keys, wallets, policies and transactions.
 	// Default: sqlite at <caddy data dir>/verdict/verdict.db.
 	Store *caddyconf.DatabaseConfig `json:"store,omitempty"`
@@ -95,12 +91,9 @@ type VerdictApp struct {
 	// quote is null.
 	Fee *VerdictFeeConfig `json:"fee,omitempty"`
 
-	svc      *verdictService
-	key      string           // pool key held by this config
-	lnKey    string           // verdictListeners key held by this config
-	listener *verdictListener // its server
-	replaced *http.Handler    // the handler this config's Start replaced on it
-	log      *zap.Logger
+	svc *verdictService
+	key string // pool key held by this config
+	log *zap.Logger
 }
 
 // RateConfig is a rate limit: a token bucket.
@@ -230,11 +223,6 @@ func (a *VerdictApp) settings() (*verdictSettings, error) {
 	for _, sec := range []struct{ option, v string }{{"admin_key", a.AdminKey}, {"redis", a.Redis}} {
 		if err := caddyconf.PlaceholderOnly(sec.v); err != nil {
 			return nil, &VerdictConfigError{Option: sec.option, Err: err}
-		}
-	}
-	if a.Listen != "" {
-		if _, err := caddy.ParseNetworkAddress(a.Listen); err != nil {
-			return nil, verdictErr("listen", "%q is not a network address", a.Listen)
 		}
 	}
 	if st := a.Store; st != nil {
@@ -432,9 +420,8 @@ func (a *VerdictApp) resolve(log *zap.Logger) (*resolvedVerdict, error) {
 	return rv, nil
 }
 
-// clientIP is the client of a request for the per-IP rate limit: inside a Caddy site
-// (verdict_api) the address Caddy determined with its trusted_proxies, on the app's own
-// listener the connection's peer.
+// clientIP is the client of a request for the per-IP rate limit: the address Caddy
+// determined with its trusted_proxies, else the connection's peer.
 func clientIP(r *http.Request) string {
 	if ip, ok := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string); ok && ip != "" {
 		return ip
@@ -576,108 +563,27 @@ func (a *VerdictApp) Provision(ctx caddy.Context) error {
 	return nil
 }
 
-// verdictListeners holds the servers of the app's own listeners by address, shared across
-// reloads: a reload that keeps the address keeps the server and its connections (a client
-// mid-request on a kept-alive connection sees no EOF), and only the handler behind it changes.
-var verdictListeners = caddy.NewUsagePool()
-
-// verdictListener is one own listener's server; it serves whichever verdict service the
-// newest config holding it set.
-type verdictListener struct {
-	srv     *http.Server
-	handler atomic.Pointer[http.Handler]
-}
-
-func (l *verdictListener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	(*l.handler.Load()).ServeHTTP(w, r)
-}
-
-// Destruct shuts the server down: the last config listening on its address is gone.
-func (l *verdictListener) Destruct() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return l.srv.Shutdown(ctx)
-}
-
-// openVerdictListener binds address and serves it with handler until it is destructed.
-func openVerdictListener(address string, handler http.Handler, log *zap.Logger) (*verdictListener, error) {
-	na, err := caddy.ParseNetworkAddress(address)
-	if err != nil {
-		return nil, verdictErr("listen", "%q is not a network address", address)
-	}
-	ln, err := na.Listen(context.Background(), 0, net.ListenConfig{})
-	if err != nil {
-		return nil, fmt.Errorf("verdict listen %s: %w", address, err)
-	}
-	l := &verdictListener{}
-	l.handler.Store(&handler)
-	// The own listener has no Caddy server options, so its bounds are fixed here: headers
-	// within 10 s and 64 KiB, the whole request (a body of at most 64 KiB) within 30 s, the
-	// answer within 60 s (docs/reliability.md#resource-limits).
-	l.srv = &http.Server{Handler: l, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
-		WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
-	go func() {
-		if err := l.srv.Serve(ln.(net.Listener)); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("verdict listener stopped", zap.Error(err))
-		}
-	}()
-	log.Info("verdict API listening", zap.String("listen", address))
-	return l, nil
-}
-
 // Start starts the workers (once per service, whatever the number of configs sharing
-// it), which first evaluate every record left pending, and serves the own listener with
-// this config's service.
+// it), which first evaluate every record left pending.
 func (a *VerdictApp) Start() error {
 	a.svc.startOnce.Do(func() { a.svc.startErr = a.svc.server.Start(context.Background()) })
 	if a.svc.startErr != nil {
 		return fmt.Errorf("starting the verdict service: %w", a.svc.startErr)
 	}
-	if a.Listen == "" {
-		return nil
-	}
-	key := "verdict-listen/" + a.Listen
-	v, loaded, err := verdictListeners.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return openVerdictListener(a.Listen, a.svc.handler, a.log)
-	})
-	if err != nil {
-		return err
-	}
-	a.lnKey, a.listener = key, v.(*verdictListener)
-	if loaded {
-		a.replaced = a.listener.handler.Swap(&a.svc.handler)
-	}
 	return nil
 }
 
-// Stop implements caddy.App. Caddy stops the config that goes away: on a reload the old
-// one, whose listener already serves the new config's service; when a new config fails to
-// start, the new one, which hands the listener back to the service it replaced. The listener
-// and the service are released in Cleanup.
-func (a *VerdictApp) Stop() error {
-	if a.listener == nil || a.replaced == nil {
-		return nil
-	}
-	// Only while another config still holds the listener: at exit there is nothing to hand back.
-	if n, _ := verdictListeners.References(a.lnKey); n > 1 {
-		a.listener.handler.CompareAndSwap(&a.svc.handler, a.replaced)
-	}
-	return nil
-}
+// Stop implements caddy.App. The service outlives a reload (docs/caddy.md#the-verdict-app):
+// it is released in Cleanup.
+func (a *VerdictApp) Stop() error { return nil }
 
-// Cleanup releases this config's hold on its listener and its service; the last config
-// holding each closes it.
+// Cleanup releases this config's hold on its service; the last config holding it closes it.
 func (a *VerdictApp) Cleanup() error {
-	var errs []error
-	if a.lnKey != "" {
-		_, err := verdictListeners.Delete(a.lnKey)
-		errs = append(errs, err)
+	if a.key == "" {
+		return nil
 	}
-	if a.key != "" {
-		_, err := verdictServices.Delete(a.key)
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	_, err := verdictServices.Delete(a.key)
+	return err
 }
 
 // Interface guards

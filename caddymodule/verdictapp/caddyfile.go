@@ -40,7 +40,6 @@ func parseVerdictOption(d *caddyfile.Dispenser, existing any) (any, error) {
 // (docs/caddy.md#the-verdict-app). Syntax:
 //
 //	verdict {
-//		listen <address>
 //		store sqlite [<path>] | postgres <dsn placeholder>
 //		redis <url placeholder>
 //		admin_key <placeholder>
@@ -68,9 +67,9 @@ func (a *VerdictApp) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		lines.Set(opt, d)
 		switch opt {
 		case "listen":
-			if err := caddyconf.OneArg(d, &a.Listen); err != nil {
-				return err
-			}
+			// The app's own listener is gone (docs/caddy.md#the-verdict-app): Caddy is the only
+			// web server, so that TLS, logs, trusted proxies and timeouts are Caddy's.
+			return d.Err("listen: the verdict app has no listener of its own; serve its API in a site with the verdict_api directive, e.g. `http://127.0.0.1:8083 { verdict_api }`")
 		case "store":
 			st, err := caddyconf.ParseDatabase(d, "store")
 			if err != nil {
