@@ -70,7 +70,7 @@ func (a *VerdictApp) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "listen":
 			// The app's own listener is gone (docs/caddy.md#the-verdict-app): Caddy is the only
 			// web server, so that TLS, logs, trusted proxies and timeouts are Caddy's.
-			return d.Err("listen: the verdict app has no listener of its own; serve its API in a site with the verdict_api directive, e.g. `http://127.0.0.1:8083 { verdict_api }`")
+			return d.Err("listen: the verdict app has no listener of its own; serve its API in a site with the verdict_api directive, e.g. a site http://:8083 with bind 127.0.0.1 and verdict_api (docs/caddy.md#the-verdict-app)")
 		case "store":
 			st, err := caddyconf.ParseDatabase(d, "store")
 			if err != nil {
