@@ -19,7 +19,7 @@ import (
 	"github.com/x402gate/x402gate/internal/testenv"
 )
 
-// feedsCaddyfile is a verdict app that prices FEED_TOKEN from our Chainlink-style feed and
+// feedsCaddyfile is a verdict app, served by verdict_api on VERDICT_PORT, that prices FEED_TOKEN from our Chainlink-style feed and
 // screens with our sanctions oracle, both read through the RPC in RPC_URL, beside a sanctions
 // list file that it checks every second.
 func feedsCaddyfile(refresh string) string {
@@ -27,13 +27,17 @@ func feedsCaddyfile(refresh string) string {
 	admin {$CADDY_ADMIN}
 	auto_https off
 	verdict {
-		listen 127.0.0.1:{$VERDICT_PORT}
 		store sqlite {$VERDICT_DB}
 		sanctions {$SANCTIONS_FILE} 24h refresh ` + refresh + `
 		rpc 84532 {env.RPC_URL}
 		price_feed 84532 {$FEED_TOKEN} {$FEED} 1h
 		sanctions_oracle 84532 {$ORACLE}
 	}
+}
+
+http://:{$VERDICT_PORT} {
+	bind 127.0.0.1
+	verdict_api
 }
 `
 }

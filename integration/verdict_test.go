@@ -1,13 +1,11 @@
 package integration_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/ethereum/go-ethereum/common"
 
@@ -33,8 +30,8 @@ type verdictSetup struct {
 }
 
 // verdictCaddyfile is the Caddyfile of the verdict tests: the bundled facilitator in
-// GUARDIAN_MODE required asks this Caddy's own verdict app, whose API listens on
-// VERDICT_PORT; /allowed/* pays PAY_TO_OK and /denied/* pays PAY_TO_DENIED; the
+// GUARDIAN_MODE required asks this Caddy's own verdict app, whose API a site serves on
+// VERDICT_PORT with verdict_api; /allowed/* pays PAY_TO_OK and /denied/* pays PAY_TO_DENIED; the
 // facilitator API is served too. Secrets come from the environment only.
 func verdictCaddyfile(s verdictSetup) string {
 	approvals, journal, verdictStore, limits := "store memory", "journal sqlite", "store sqlite {$VERDICT_DB}", ""
@@ -61,7 +58,6 @@ func verdictCaddyfile(s verdictSetup) string {
 		}
 	}
 	verdict {
-		listen 127.0.0.1:{$VERDICT_PORT}
 		` + verdictStore + `
 		` + limits + `
 		admin_key {env.VERDICT_ADMIN_KEY}
@@ -88,6 +84,15 @@ http://:{$API_PORT} {
 		mime_type application/json
 	}
 	reverse_proxy {$UPSTREAM}
+}
+
+http://:{$VERDICT_PORT} {
+	bind 127.0.0.1
+	log {
+		output stderr
+		format x402_redact json
+	}
+	verdict_api
 }
 
 http://:{$FACILITATOR_PORT} {
@@ -179,7 +184,7 @@ func (f *verdictFleet) cli(t *testing.T, args ...string) string {
 	}
 	cmd := exec.Command(testenv.CaddyBinary(t), append(append([]string{"verdict"}, args...), "--config", path, "--adapter", "caddyfile")...)
 	// The Caddyfile's ports do not matter to the CLI, which only opens the store.
-	cmd.Env = append(os.Environ(), append(f.env, "CADDY_ADMIN=127.0.0.1:0", "VERDICT_PORT=1", "API_PORT=1", "FACILITATOR_PORT=2",
+	cmd.Env = append(os.Environ(), append(f.env, "CADDY_ADMIN=127.0.0.1:0", "VERDICT_PORT=3", "API_PORT=1", "FACILITATOR_PORT=2",
 		"XDG_DATA_HOME="+filepath.Join(f.dir, "data"), "XDG_CONFIG_HOME="+filepath.Join(f.dir, "config"), "VERDICT_KEY=")...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -303,30 +308,22 @@ func TestVerdictAppJudgesPayments(t *testing.T) {
 	wantDelta(t, f.tok, f.denied, bal[2], 0)
 	wantDelta(t, f.tok, f.payer.Address, bal[0], -price)
 
-	// The verdict API on the app's own listener: health, and the agent's records.
+	// The verdict API in its site: health, and the agent's records.
 	if r := mustDo(t, http.MethodGet, in.verdictAPI+"/health", nil); r.Status != http.StatusOK {
 		t.Errorf("verdict /health: status %d: %s", r.Status, r.Body)
 	}
 	if r := mustDo(t, http.MethodPost, in.verdictAPI+"/transactions", nil); r.Status != http.StatusUnauthorized {
 		t.Errorf("POST /transactions without a key: status %d, want 401", r.Status)
 	}
-	// A reload keeps the service (and its store) up, and the own listener with its
-	// connections: a client's kept-alive connection still answers after the reload.
-	conn, err := net.Dial("tcp", strings.TrimPrefix(in.verdictAPI, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	rd := bufio.NewReader(conn)
+	// A reload keeps the service (and its store) up. The API's site reloads as any Caddy
+	// site: its listener stays bound and idle kept-alive connections are closed, so each
+	// check opens a connection of its own (docs/caddy.md#the-verdict-app).
+	client := &http.Client{Timeout: requestBound, Transport: &http.Transport{DisableKeepAlives: true}}
 	health := func(when string) {
 		t.Helper()
-		_ = conn.SetDeadline(time.Now().Add(requestBound))
-		if _, err := io.WriteString(conn, "GET /health HTTP/1.1\r\nHost: verdict\r\n\r\n"); err != nil {
-			t.Fatalf("%s: write on the kept-alive connection: %v", when, err)
-		}
-		resp, err := http.ReadResponse(rd, nil)
+		resp, err := client.Get(in.verdictAPI + "/health")
 		if err != nil {
-			t.Fatalf("%s: read on the kept-alive connection: %v", when, err)
+			t.Fatalf("%s: /health: %v", when, err)
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()

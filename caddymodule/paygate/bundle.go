@@ -7,12 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,69 +44,6 @@ type VerdictRateConfig struct {
 	Rate float64 `json:"rate,omitempty"`
 	// Burst is how many may come at once.
 	Burst int `json:"burst,omitempty"`
-}
-
-// placeholderOnly refuses a secret written into the config itself: it would land in the
-// adapted JSON, the admin API (GET /config/) and autosave.json. Secrets are {env.*} or
-// {file.*} placeholders, expanded at provision (docs/caddy.md#secrets).
-func placeholderOnly(option, v string) error {
-	if v = strings.TrimSpace(v); v != "" && !redact.IsPlaceholder(v) {
-		return &facilitator.ConfigError{Option: option, Err: errors.New("must be an {env.*} or {file.*} placeholder, never the secret itself")}
-	}
-	return nil
-}
-
-// resolveSecret expands {env.*} and {file.*} placeholders. A file's trailing newline is
-// not part of a secret.
-func resolveSecret(repl *caddy.Replacer, s string) string {
-	return strings.TrimSpace(repl.ReplaceKnown(s, ""))
-}
-
-// placeholderRef matches the {env.NAME} and {file.PATH} placeholders of a value.
-var placeholderRef = regexp.MustCompile(`\{(env|file)\.([^{}]+)\}`)
-
-// expanded refuses a value that was given (raw) but expanded to nothing, naming each
-// placeholder of raw and why it gave nothing: an environment variable that is not set or is
-// empty, a file that does not exist, cannot be read or is empty. A placeholder's text is a
-// name or a path, never the secret; a value without placeholders is not quoted.
-func expanded(option, raw, value string) error {
-	if value != "" || raw == "" {
-		return nil
-	}
-	var causes []string
-	for _, m := range placeholderRef.FindAllStringSubmatch(raw, -1) {
-		causes = append(causes, placeholderCause(m[1], m[2]))
-	}
-	if len(causes) == 0 {
-		return fmt.Errorf("%s: is empty", option)
-	}
-	return fmt.Errorf("%s: is empty: %s", option, strings.Join(causes, "; "))
-}
-
-// placeholderCause says why the placeholder {kind.arg} expands to nothing.
-func placeholderCause(kind, arg string) string {
-	ref := "{" + kind + "." + arg + "}"
-	if kind == "env" {
-		if _, ok := os.LookupEnv(arg); !ok {
-			return ref + ": the environment variable " + arg + " is not set"
-		}
-		return ref + ": the environment variable " + arg + " is empty"
-	}
-	fi, err := os.Stat(arg)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return ref + ": the file " + arg + " does not exist"
-	case err != nil:
-		return ref + ": the file " + arg + " cannot be read (" + errors.Unwrap(err).Error() + ")"
-	case fi.IsDir():
-		return ref + ": " + arg + " is a directory"
-	}
-	f, err := os.Open(arg)
-	if err != nil {
-		return ref + ": the file " + arg + " cannot be read (" + errors.Unwrap(err).Error() + ")"
-	}
-	f.Close()
-	return ref + ": the file " + arg + " is empty"
 }
 
 // validateFacilitator checks fc as written in a configuration, without I/O: its secrets

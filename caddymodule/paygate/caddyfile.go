@@ -331,43 +331,6 @@ func (f *FacilitatorHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-// blockOnly consumes a directive's or global option's name and rejects arguments after
-// it: everything is set in its block.
-func blockOnly(d *caddyfile.Dispenser) error {
-	d.Next() // directive or option name
-	if d.NextArg() {
-		return argErr(d)
-	}
-	return nil
-}
-
-// argErr is d.ArgErr() without the word the dispenser stopped at, which can be the value of
-// a secret (a database URL with its password, a key): it names the option, the first word of
-// the line that is not a brace (`} journal …` closes a block first), instead
-// (docs/caddy.md#errors).
-func argErr(d *caddyfile.Dispenser) error {
-	line, opt, back := d.Line(), d.Val(), 0
-	for d.Prev() {
-		back++
-		if d.Line() != line {
-			break
-		}
-		if v := d.Val(); v != "{" && v != "}" {
-			opt = v
-		}
-	}
-	for ; back > 0; back-- {
-		d.Next()
-	}
-	if opt == "{" || opt == "}" {
-		return d.Errf("wrong number of values around %q", opt)
-	}
-	if u, ok := optionSyntax[opt]; ok {
-		return d.Errf("wrong number of values for %s; syntax: %s", opt, u)
-	}
-	return d.Errf("wrong number of values for %s", opt)
-}
-
 // optionSyntax is the syntax of the x402 directive's options whose values are easy to
 // miscount, quoted by a wrong-number-of-values error (docs/caddy.md#errors).
 var optionSyntax = map[string]string{
@@ -423,36 +386,6 @@ func durationArg(d *caddyfile.Dispenser, dst *caddy.Duration) error {
 	}
 	*dst = caddy.Duration(dur)
 	return nil
-}
-
-// optionTokens remembers where a block sets each option, so a check made once the block
-// is read (a Validate) points at the offending option's line, not at the closing brace.
-type optionTokens map[string]caddyfile.Token
-
-// set records the current token as where option is set.
-func (o optionTokens) set(option string, d *caddyfile.Dispenser) { o[option] = d.Token() }
-
-// errAt wraps err with the file and line of option. When the block does not set it (a
-// required option that is missing), the line is that of its network ("<network>/network")
-// for a network's option, of its block ("accept 2") for a block's option, else the
-// directive's own (""), else d's current token.
-func (o optionTokens) errAt(d *caddyfile.Dispenser, option string, err error) error {
-	tok, ok := o[option]
-	if net, _, isNet := strings.Cut(option, "/"); !ok && isNet {
-		// an option a block leaves out: the block's line (accept 2), else its network's
-		if tok, ok = o[net]; !ok {
-			tok, ok = o[net+"/network"]
-		}
-	}
-	if !ok {
-		tok, ok = o[""]
-	}
-	if !ok {
-		return d.WrapErr(err)
-	}
-	at := caddyfile.NewDispenser([]caddyfile.Token{tok})
-	at.Next()
-	return at.WrapErr(err)
 }
 
 // optionOf is the option a configuration error names, as its Caddyfile spells it:

@@ -192,57 +192,6 @@ func unmarshalFacilitator(fc *facilitator.Config, d *caddyfile.Dispenser, lines 
 	return nil
 }
 
-// kindArgs reads the arguments of a `<what> <local> [<arg>] | <remote> <arg>` option (store,
-// journal): the kind, then an argument that the local kind may leave out and the remote
-// kind requires. args[0] is the kind, args[1] the argument when there is one.
-func kindArgs(d *caddyfile.Dispenser, what, local, remote string) ([]string, error) {
-	args := d.RemainingArgs()
-	switch {
-	case len(args) == 0:
-		return nil, argErr(d)
-	case args[0] == local && len(args) <= 2, args[0] == remote && len(args) == 2:
-		return args, nil
-	case args[0] == local || args[0] == remote:
-		return nil, argErr(d)
-	case !plainWord(args[0]):
-		// a URL or DSN without its type: never echo it, it may hold a password
-		// (docs/caddy.md#secrets)
-		return nil, d.Errf("%s wants a type first, %s or %s (then its path, URL or DSN)", what, local, remote)
-	default:
-		return nil, d.Errf("unknown %s %q (want %s or %s)", what, args[0], local, remote)
-	}
-}
-
-// plainWord reports whether s is a short word that an error may quote: no URL, DSN or key.
-func plainWord(s string) bool {
-	if len(s) == 0 || len(s) > 32 {
-		return false
-	}
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
-// parseDatabase reads `<what> sqlite [<path>] | postgres <dsn>`: the settlement journal of
-// a facilitator, or the verdict app's store.
-func parseDatabase(d *caddyfile.Dispenser, what string) (*DatabaseConfig, error) {
-	args, err := kindArgs(d, what, facilitator.JournalSQLite, facilitator.JournalPostgres)
-	if err != nil {
-		return nil, err
-	}
-	db := &DatabaseConfig{Type: args[0]}
-	switch {
-	case args[0] == facilitator.JournalPostgres:
-		db.DSN = args[1]
-	case len(args) == 2:
-		db.Path = args[1]
-	}
-	return db, nil
-}
-
 // unmarshalNetwork reads the block of one facilitator `network` into n.
 func unmarshalNetwork(n *facilitator.NetworkConfig, d *caddyfile.Dispenser, lines optionTokens) error {
 	for nesting := d.Nesting(); d.NextBlock(nesting); {

@@ -23,7 +23,7 @@ func TestAdaptErrorsOfVerdict(t *testing.T) {
 		{"a postgres dsn written into the config", verdict("\t\tstore postgres postgres://v:hunter2@db/v # <-\n"), "store: must be an {env.*} or {file.*} placeholder"},
 		{"an unknown store", verdict("\t\tstore mysql x # <-\n"), `unknown store "mysql"`},
 		{"postgres without a dsn", verdict("\t\tstore postgres # <-\n"), "wrong number of values for store"},
-		{"a listen address that is not one", verdict("\t\tlisten 127.0.0.1:99999999 # <-\n"), "listen:"},
+		{"listen, the app's own listener that is gone", verdict("\t\tlisten 127.0.0.1:8083 # <-\n"), "listen: the verdict app has no listener of its own; serve its API in a site with the verdict_api directive"},
 		{"workers that are not a number", verdict("\t\tworkers many # <-\n"), `workers "many" is not a positive integer`},
 		{"a rate limit of an unknown kind", verdict("\t\trate_limit user 1 2 # <-\n"), `rate_limit "user": want key or ip`},
 		{"a rate limit that is not a rate", verdict("\t\trate_limit key fast 2 # <-\n"), `rate_limit key: "fast" is not a positive number`},
@@ -49,7 +49,7 @@ func TestAdaptErrorsOfVerdict(t *testing.T) {
 		{"a sanctions refresh that is not a duration", verdict("\t\tsanctions /x.txt 24h refresh often # <-\n"), `sanctions refresh "often" is not a duration of at least 1s`},
 		{"a sanctions refresh below a second", verdict("\t\tsanctions /x.txt refresh 10ms # <-\n"), `sanctions refresh "10ms" is not a duration of at least 1s`},
 		{"verdict_api without the verdict app", ":8083 {\n\tverdict_api # <-\n}\n", "verdict_api needs the verdict global option"},
-		{"verdict_api with options", verdict("\t\tlisten :1\n") + ":8083 {\n\tverdict_api {\n\t\tlisten :2 # <-\n\t}\n}\n", "verdict_api takes no options"},
+		{"verdict_api with options", verdict("") + ":8083 {\n\tverdict_api {\n\t\tlisten :2 # <-\n\t}\n}\n", "verdict_api takes no options"},
 	} {
 		t.Run(tc.name, func(t *testing.T) { expectVerdictError(t, tc.caddyfile, tc.wantErr) })
 	}
@@ -83,14 +83,13 @@ func TestVerdictSecretsStayOutOfTheAdaptedConfig(t *testing.T) {
 	}
 }
 
-// TestVerdictClientIPFollowsCaddy: inside a site the per-IP limit counts the client Caddy
-// determined (trusted_proxies), not the proxy in front of it; on the app's own listener, the
-// connection's peer.
+// TestVerdictClientIPFollowsCaddy: the per-IP limit counts the client Caddy determined
+// (trusted_proxies), not the proxy in front of it; without it, the connection's peer.
 func TestVerdictClientIPFollowsCaddy(t *testing.T) {
 	r := httptest.NewRequest("GET", "/health", nil)
 	r.RemoteAddr = "10.0.0.7:41000"
 	if got := clientIP(r); got != "10.0.0.7" {
-		t.Fatalf("own listener: client %q, want the peer 10.0.0.7", got)
+		t.Fatalf("without a client Caddy determined: client %q, want the peer 10.0.0.7", got)
 	}
 	vars := map[string]any{caddyhttp.ClientIPVarKey: "203.0.113.9"}
 	r = r.WithContext(context.WithValue(r.Context(), caddyhttp.VarsCtxKey, vars))

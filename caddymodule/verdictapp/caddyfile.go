@@ -13,6 +13,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/x402gate/x402gate/caddymodule/internal/caddyconf"
+	"github.com/x402gate/x402gate/verdictserver"
 )
 
 // The verdict global option (the verdict app) and the verdict_api directive.
@@ -40,7 +41,6 @@ func parseVerdictOption(d *caddyfile.Dispenser, existing any) (any, error) {
 // (docs/caddy.md#the-verdict-app). Syntax:
 //
 //	verdict {
-//		listen <address>
 //		store sqlite [<path>] | postgres <dsn placeholder>
 //		redis <url placeholder>
 //		admin_key <placeholder>
@@ -68,9 +68,9 @@ func (a *VerdictApp) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		lines.Set(opt, d)
 		switch opt {
 		case "listen":
-			if err := caddyconf.OneArg(d, &a.Listen); err != nil {
-				return err
-			}
+			// The app's own listener is gone (docs/caddy.md#the-verdict-app): Caddy is the only
+			// web server, so that TLS, logs, trusted proxies and timeouts are Caddy's.
+			return d.Err("listen: the verdict app has no listener of its own; serve its API in a site with the verdict_api directive, e.g. a site http://:8083 with bind 127.0.0.1 and verdict_api (docs/caddy.md#the-verdict-app)")
 		case "store":
 			st, err := caddyconf.ParseDatabase(d, "store")
 			if err != nil {
@@ -117,9 +117,9 @@ func (a *VerdictApp) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			switch args[0] {
 			case "key":
-				a.RateKey = &RateConfig{Rate: r, Burst: b}
+				a.RateKey = &verdictserver.RateConfig{Rate: r, Burst: b}
 			case "ip":
-				a.RateIP = &RateConfig{Rate: r, Burst: b}
+				a.RateIP = &verdictserver.RateConfig{Rate: r, Burst: b}
 			default:
 				return d.Errf("rate_limit %q: want key or ip", args[0])
 			}
@@ -168,7 +168,7 @@ func (a *VerdictApp) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 	}
 	if err := a.Validate(); err != nil {
-		var ve *VerdictConfigError
+		var ve *verdictserver.ConfigError
 		if errors.As(err, &ve) {
 			if _, ok := lines[fmt.Sprintf("%s#%d", ve.Option, ve.Index)]; ok && ve.Index > 0 {
 				return lines.ErrAt(d, fmt.Sprintf("%s#%d", ve.Option, ve.Index), err)
@@ -181,35 +181,35 @@ func (a *VerdictApp) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 }
 
 // parseVerdictPrice reads `price <chain id> <asset> <usd> [<decimals> [<symbol>]]`.
-func parseVerdictPrice(d *caddyfile.Dispenser) (VerdictPriceConfig, error) {
+func parseVerdictPrice(d *caddyfile.Dispenser) (verdictserver.PriceConfig, error) {
 	args := d.RemainingArgs()
 	if len(args) < 3 || len(args) > 5 {
-		return VerdictPriceConfig{}, caddyconf.ArgErr(d, nil)
+		return verdictserver.PriceConfig{}, caddyconf.ArgErr(d, nil)
 	}
 	id, err := strconv.ParseInt(args[0], 10, 64)
 	if err != nil || id <= 0 {
-		return VerdictPriceConfig{}, d.Errf("price: chain id %q is not a positive integer", args[0])
+		return verdictserver.PriceConfig{}, d.Errf("price: chain id %q is not a positive integer", args[0])
 	}
-	p := VerdictPriceConfig{ChainID: id, Asset: args[1], USD: args[2]}
+	p := verdictserver.PriceConfig{ChainID: id, Asset: args[1], USD: args[2]}
 	if len(args) >= 4 {
 		dec, err := strconv.Atoi(args[3])
 		if err != nil || dec < 0 || dec > 77 {
-			return VerdictPriceConfig{}, d.Errf("price: decimals %q is not an integer in 0..77", args[3])
+			return verdictserver.PriceConfig{}, d.Errf("price: decimals %q is not an integer in 0..77", args[3])
 		}
 		p.Decimals = &dec
 	}
 	if len(args) == 5 {
 		p.Symbol = args[4]
 	}
-	if _, err := p.entry(); err != nil {
-		return VerdictPriceConfig{}, d.Errf("price: %v", err)
+	if err := p.Validate(); err != nil {
+		return verdictserver.PriceConfig{}, d.Errf("price: %v", err)
 	}
 	return p, nil
 }
 
 // parseVerdictFee reads the fee block.
-func parseVerdictFee(d *caddyfile.Dispenser) (*VerdictFeeConfig, error) {
-	f := new(VerdictFeeConfig)
+func parseVerdictFee(d *caddyfile.Dispenser) (*verdictserver.FeeConfig, error) {
+	f := new(verdictserver.FeeConfig)
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		opt := d.Val()
 		switch opt {
@@ -232,7 +232,7 @@ func parseVerdictFee(d *caddyfile.Dispenser) (*VerdictFeeConfig, error) {
 			return nil, d.Errf("unrecognized fee option %q", opt)
 		}
 	}
-	if _, err := f.schedule(); err != nil {
+	if err := f.Validate(); err != nil {
 		return nil, d.Errf("fee: %v", err)
 	}
 	return f, nil

@@ -15,6 +15,7 @@ import (
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
 
+	"github.com/x402gate/x402gate/internal/sqldb"
 	"github.com/x402gate/x402gate/verdictserver"
 	"github.com/x402gate/x402gate/verdictserver/policy"
 	"github.com/x402gate/x402gate/verdictserver/store"
@@ -268,7 +269,7 @@ func openConfiguredStore(ctx context.Context, c *cobra.Command) (*store.Store, e
 	if err := existingStore(c.ErrOrStderr(), rv); err != nil {
 		return nil, err
 	}
-	db, err := openVerdictDB(ctx, rv.storeType, rv.storePath, rv.storeDSN)
+	db, err := rv.store.Open(ctx, "")
 	if err != nil {
 		return nil, fmt.Errorf("opening the verdict store: %w", err)
 	}
@@ -281,13 +282,13 @@ func openConfiguredStore(ctx context.Context, c *cobra.Command) (*store.Store, e
 // another directory would otherwise read and write a store of its own). The PostgreSQL DSN
 // is a secret and is not named.
 func existingStore(w io.Writer, rv *resolvedVerdict) error {
-	if rv.storeType == "postgres" {
+	if rv.store.Type == sqldb.Postgres.Name {
 		fmt.Fprintln(w, "verdict store: postgres (the DSN of the config)")
 		return nil
 	}
-	abs, err := filepath.Abs(rv.storePath)
+	abs, err := filepath.Abs(rv.store.Path)
 	if err != nil {
-		return fmt.Errorf("verdict store %s: %w", rv.storePath, err)
+		return fmt.Errorf("verdict store %s: %w", rv.store.Path, err)
 	}
 	if _, err := os.Stat(abs); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -295,7 +296,7 @@ func existingStore(w io.Writer, rv *resolvedVerdict) error {
 		}
 		return fmt.Errorf("verdict store %s: %w", abs, err)
 	}
-	rv.storePath = abs
+	rv.store.Path = abs
 	fmt.Fprintln(w, "verdict store: "+abs)
 	return nil
 }

@@ -249,6 +249,7 @@ func TestClientHandlerEngineOnAnvil(t *testing.T) {
 			t.Fatal("health shows the RPC URL")
 		}
 	})
+}
 
 // TestRemoteSettleChecksEverything: a /settle over HTTP after a /verify of the same payment
 // runs every check again, as the spec requires of a remote facilitator

@@ -18,6 +18,20 @@ func IsPlaceholder(s string) bool {
 	return loc != nil && loc[0] == 0 && loc[1] == len(s)
 }
 
+// PlainWord reports whether s is a short word that an error may quote: no URL, DSN or key
+// (docs/caddy.md#errors).
+func PlainWord(s string) bool {
+	if len(s) == 0 || len(s) > 32 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
 // keyLike is a run that looks like an API key or a password: 16 or more letters, digits,
 // '-' or '_' with at least one digit and one letter.
 var keyLike = regexp.MustCompile(`[A-Za-z0-9_-]{16,}`)

@@ -84,16 +84,3 @@ func (o OptionTokens) ErrAt(d *caddyfile.Dispenser, option string, err error) er
 	at.Next()
 	return at.WrapErr(err)
 }
-
-// PlainWord reports whether s is a short word that an error may quote: no URL, DSN or key.
-func PlainWord(s string) bool {
-	if len(s) == 0 || len(s) > 32 {
-		return false
-	}
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}

@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/x402gate/x402gate/internal/redact"
+	"github.com/x402gate/x402gate/internal/sqldb"
 )
 
 // ErrNotPlaceholder refuses a secret written into the config itself: it would land in the
@@ -80,34 +81,21 @@ func placeholderCause(kind, arg string) string {
 	return ref + ": the file " + arg + " is empty"
 }
 
-// The kinds of a DatabaseConfig.
-const (
-	SQLite   = "sqlite"
-	Postgres = "postgres"
-)
-
 // DatabaseConfig selects a SQL database: an embedded SQLite file, or PostgreSQL for several
-// instances. The facilitator's settlement journal and the verdict app's store use it.
-type DatabaseConfig struct {
-	// Type is "sqlite" or "postgres". Default: sqlite.
-	Type string `json:"type,omitempty"`
-	// Path is the SQLite file. Default: in Caddy's data dir.
-	Path string `json:"path,omitempty"`
-	// DSN is the PostgreSQL DSN, an {env.*} or {file.*} placeholder (it holds a
-	// password). Required for postgres.
-	DSN string `json:"dsn,omitempty"`
-}
+// instances. The facilitator's settlement journal and the verdict app's store use it; its DSN
+// is an {env.*} or {file.*} placeholder.
+type DatabaseConfig = sqldb.Config
 
 // ParseDatabase reads `<what> sqlite [<path>] | postgres <dsn>`: the settlement journal of
 // a facilitator, or the verdict app's store.
 func ParseDatabase(d *caddyfile.Dispenser, what string) (*DatabaseConfig, error) {
-	args, err := KindArgs(d, what, SQLite, Postgres)
+	args, err := KindArgs(d, what, sqldb.SQLite.Name, sqldb.Postgres.Name)
 	if err != nil {
 		return nil, err
 	}
 	db := &DatabaseConfig{Type: args[0]}
 	switch {
-	case args[0] == Postgres:
+	case args[0] == sqldb.Postgres.Name:
 		db.DSN = args[1]
 	case len(args) == 2:
 		db.Path = args[1]
@@ -127,7 +115,7 @@ func KindArgs(d *caddyfile.Dispenser, what, local, remote string) ([]string, err
 		return args, nil
 	case args[0] == local || args[0] == remote:
 		return nil, ArgErr(d, nil)
-	case !PlainWord(args[0]):
+	case !redact.PlainWord(args[0]):
 		// a URL or DSN without its type: never echo it, it may hold a password
 		// (docs/caddy.md#secrets)
 		return nil, d.Errf("%s wants a type first, %s or %s (then its path, URL or DSN)", what, local, remote)
