@@ -50,32 +50,15 @@ const (
 	ReasonPaymentIDUsed x402.Reason = "payment_identifier_used"
 )
 
-// setExtensions builds the v2 extensions every 402 of the route carries.
-func (route *routeConfig) setExtensions(cfg Config) error {
-	route.extensions = map[string]any{}
-	switch cfg.PaymentID {
-	case "":
-	case PaymentIDOptional, PaymentIDRequired:
-		route.paymentID = cfg.PaymentID
-		route.extensions[PaymentIdentifierExtension] = paymentIDDeclaration(cfg.PaymentID == PaymentIDRequired)
-	default:
-		return configErr("payment_id", "%q is not %s or %s", cfg.PaymentID, PaymentIDOptional, PaymentIDRequired)
-	}
-	if err := route.setDiscovery(cfg); err != nil {
-		return err
-	}
-	if len(route.extensions) == 0 {
-		route.extensions = nil
-	}
-	return nil
-}
+// schemaDraft2020 is the $schema of the extension schemas the gate declares.
+const schemaDraft2020 = "https://json-schema.org/draft/2020-12/schema"
 
 // paymentIDDeclaration is the extension as declarePaymentIdentifierExtension builds it.
 func paymentIDDeclaration(required bool) map[string]any {
 	return map[string]any{
 		"info": map[string]any{"required": required},
 		"schema": map[string]any{
-			"$schema": bazaarSchemaDraft,
+			"$schema": schemaDraft2020,
 			"type":    "object",
 			"properties": map[string]any{
 				"required": map[string]any{"type": "boolean"},
