@@ -3,6 +3,7 @@ package gate
 import (
 	"errors"
 
+	"github.com/x402gate/x402gate/gate/credit"
 	"github.com/x402gate/x402gate/gate/discovery"
 )
 
@@ -20,7 +21,7 @@ func (route *routeConfig) setExtensions(cfg Config) error {
 	case "":
 	case PaymentIDOptional, PaymentIDRequired:
 		route.paymentID = cfg.PaymentID
-		route.extensions[PaymentIdentifierExtension] = paymentIDDeclaration(cfg.PaymentID == PaymentIDRequired)
+		route.extensions[PaymentIdentifierExtension] = credit.PaymentIDDeclaration(cfg.PaymentID == PaymentIDRequired)
 	default:
 		return configErr("payment_id", "%q is not %s or %s", cfg.PaymentID, PaymentIDOptional, PaymentIDRequired)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/x402gate/x402gate/gate/credit"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -456,8 +457,8 @@ func (g *Gate) remaining(p *x402.Payment) time.Duration {
 	if vb == nil || vb.Sign() <= 0 {
 		return 0
 	}
-	if !vb.IsInt64() || vb.Int64() > g.now().Add(maxRetryTTL).Unix() {
-		return maxRetryTTL
+	if !vb.IsInt64() || vb.Int64() > g.now().Add(credit.MaxTTL).Unix() {
+		return credit.MaxTTL
 	}
 	d := time.Unix(vb.Int64(), 0).Sub(g.now())
 	if d < 0 {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/x402gate/x402gate/gate/credit"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -87,7 +88,7 @@ type Result struct {
 	length    string    // Content-Length of a cached challenge's body (cachedChallenge)
 	// hold is the lease a settled request holds on its payment's record;
 	// ReportUpstream ends it.
-	hold      *hold
+	hold      *credit.Lease
 	creditTTL time.Duration // how long retry credits last after a failed first run
 }
 

@@ -122,7 +122,7 @@ func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, in Input, next Next
 	if res.hold != nil {
 		// The upstream runs under the lease: a Go upstream (reverse_proxy) stops when it is lost.
 		var stop func()
-		ctx, stop = res.hold.bound(ctx)
+		ctx, stop = res.hold.Bound(ctx)
 		defer stop()
 	}
 	r = r.WithContext(ctx)
