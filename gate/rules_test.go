@@ -101,6 +101,30 @@ func (s *rulesServer) get(t *testing.T, path string, kv ...string) (*http.Respon
 	return res, string(b)
 }
 
+// payForToken pays path once with a fresh payer and expects the answer status with a
+// retry token; it returns the payment header and the token.
+func (s *rulesServer) payForToken(t *testing.T, path string, status int) (name, value, token string) {
+	t.Helper()
+	name, value = pay(t, newPayer(t), x402.Version2, s.offers(t, path)[0])
+	res, body := s.get(t, path, name, value)
+	token = res.Header.Get(gate.HeaderPaymentRetry)
+	if res.StatusCode != status || token == "" {
+		t.Fatalf("first answer: %d %s with retry token %q, want %d with a token", res.StatusCode, body, token, status)
+	}
+	return name, value, token
+}
+
+// expectCounts checks how often the payment was settled and the upstream called.
+func (s *rulesServer) expectCounts(t *testing.T, settlements int, upstream int32) {
+	t.Helper()
+	if n := s.f.Count(gatetest.MethodSettle); n != settlements {
+		t.Errorf("settled %d times, want %d", n, settlements)
+	}
+	if n := s.calls.Load(); n != upstream {
+		t.Errorf("upstream calls %d, want %d", n, upstream)
+	}
+}
+
 func newPayer(t *testing.T) *gatetest.Payer {
 	t.Helper()
 	p, err := gatetest.NewPayer()
@@ -195,24 +219,14 @@ func TestRulesAcceptMatching(t *testing.T) {
 // and once it was answered well the header is refused as a replay.
 func TestRulesRetryCredit(t *testing.T) {
 	s := newRulesServer(t, rulesRoute(), gate.Options{}, http.StatusInternalServerError)
-	name, value := pay(t, newPayer(t), x402.Version2, s.offers(t, "/premium")[0])
-	res, _ := s.get(t, "/premium", name, value)
-	token := res.Header.Get(gate.HeaderPaymentRetry)
-	if res.StatusCode != http.StatusInternalServerError || token == "" {
-		t.Fatalf("failed upstream: %d with retry token %q, want 500 with a token", res.StatusCode, token)
-	}
+	name, value, token := s.payForToken(t, "/premium", http.StatusInternalServerError)
 	if res, body := s.get(t, "/premium", name, value, gate.HeaderPaymentRetry, token); res.StatusCode != http.StatusOK {
 		t.Fatalf("retry with the token: %d %s", res.StatusCode, body)
 	}
 	if res, body := s.get(t, "/premium", name, value, gate.HeaderPaymentRetry, token); res.StatusCode != http.StatusPaymentRequired {
 		t.Errorf("replay after a good answer: %d %s, want 402", res.StatusCode, body)
 	}
-	if n := s.f.Count(gatetest.MethodSettle); n != 1 {
-		t.Errorf("settled %d times, want once", n)
-	}
-	if n := s.calls.Load(); n != 2 {
-		t.Errorf("upstream calls %d, want 2", n)
-	}
+	s.expectCounts(t, 1, 2)
 }
 
 // TestRulesPendingSettlement: a settlement whose outcome is unknown is answered 502 with
@@ -223,12 +237,7 @@ func TestRulesPendingSettlement(t *testing.T) {
 	s.f.OnSettle(func(_ context.Context, p *x402.Payment, r *x402.Requirements) (x402.SettleResponse, error) {
 		return x402.SettleResponse{ErrorReason: x402.ReasonSettlementPending.For(p.Version), Transaction: s.f.Settled(p, r).Transaction, Network: r.Network}, nil
 	})
-	name, value := pay(t, newPayer(t), x402.Version2, s.offers(t, "/premium")[0])
-	res, body := s.get(t, "/premium", name, value)
-	token := res.Header.Get(gate.HeaderPaymentRetry)
-	if res.StatusCode != http.StatusBadGateway || token == "" {
-		t.Fatalf("pending settlement: %d %s with token %q, want 502 with a token", res.StatusCode, body, token)
-	}
+	name, value, token := s.payForToken(t, "/premium", http.StatusBadGateway)
 	if res, body := s.get(t, "/premium", name, value, gate.HeaderPaymentRetry, token); res.StatusCode != http.StatusBadGateway {
 		t.Fatalf("still pending: %d %s, want 502", res.StatusCode, body)
 	}
@@ -238,12 +247,7 @@ func TestRulesPendingSettlement(t *testing.T) {
 	if res, body := s.get(t, "/premium", name, value, gate.HeaderPaymentRetry, token); res.StatusCode != http.StatusOK {
 		t.Fatalf("confirmed: %d %s, want 200", res.StatusCode, body)
 	}
-	if n := s.f.Count(gatetest.MethodSettle); n != 1 {
-		t.Errorf("settled %d times, want once", n)
-	}
-	if n := s.calls.Load(); n != 1 {
-		t.Errorf("upstream calls %d, want 1", n)
-	}
+	s.expectCounts(t, 1, 1)
 }
 
 // TestRulesFacilitatorDownFailsClosed: when the facilitator cannot verify, the request is
@@ -258,9 +262,7 @@ func TestRulesFacilitatorDownFailsClosed(t *testing.T) {
 	if res.StatusCode != http.StatusBadGateway || !strings.Contains(body, string(gate.ReasonFacilitatorUnavailable)) {
 		t.Errorf("%d %s, want 502 %s", res.StatusCode, body, gate.ReasonFacilitatorUnavailable)
 	}
-	if s.calls.Load() != 0 || s.f.Count(gatetest.MethodSettle) != 0 {
-		t.Errorf("upstream calls %d, settlements %d; want none", s.calls.Load(), s.f.Count(gatetest.MethodSettle))
-	}
+	s.expectCounts(t, 0, 0)
 }
 
 // TestRulesPass: one payment buys a pass; the pass lets its holder in without paying
@@ -288,10 +290,5 @@ func TestRulesPass(t *testing.T) {
 	if res.StatusCode != http.StatusPaymentRequired || res.Header.Get(gate.HeaderPassRefused) != string(gate.PassExpired) {
 		t.Errorf("expired pass: %d, %s %q; want 402 %s", res.StatusCode, gate.HeaderPassRefused, res.Header.Get(gate.HeaderPassRefused), gate.PassExpired)
 	}
-	if n := s.f.Count(gatetest.MethodSettle); n != 1 {
-		t.Errorf("settled %d times, want once", n)
-	}
-	if n := s.calls.Load(); n != 2 {
-		t.Errorf("upstream calls %d, want 2", n)
-	}
+	s.expectCounts(t, 1, 2)
 }
