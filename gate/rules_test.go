@@ -171,46 +171,51 @@ func TestRulesChallenge(t *testing.T) {
 	}
 }
 
-// TestRulesAcceptMatching: a payment is matched exactly against the accept it names, and
-// verified and settled as that accept's requirement; a payment that matches none is
-// refused 402 before the facilitator is asked.
+// TestRulesAcceptMatching: a payment is matched exactly against the accept it names, on
+// another network or on the same one at another price and payee, and verified and settled
+// as that accept's requirement; a payment that matches none is refused 402 before the
+// facilitator is asked.
 func TestRulesAcceptMatching(t *testing.T) {
 	cfg := rulesRoute()
-	cfg.Accepts = []gate.AcceptConfig{{}, {Network: "base", Price: "0.02", PayTo: rulesPayTo2}}
+	cfg.Accepts = []gate.AcceptConfig{{}, {Network: "base", Price: "0.02", PayTo: rulesPayTo2}, {Price: "0.05", PayTo: rulesPayTo2}}
 	for _, version := range []int{x402.Version1, x402.Version2} {
-		t.Run(fmt.Sprintf("v%d", version), func(t *testing.T) {
-			s := newRulesServer(t, cfg, gate.Options{})
-			offers := s.offers(t, "/premium")
-			if len(offers) != 2 {
-				t.Fatalf("%d offers, want 2", len(offers))
-			}
-			payer := newPayer(t)
-			name, value := pay(t, payer, version, offers[1])
-			if res, body := s.get(t, "/premium", name, value); res.StatusCode != http.StatusOK {
-				t.Fatalf("paying the second accept: %d %s", res.StatusCode, body)
-			}
-			calls := s.f.Calls()
-			if len(calls) != 2 || calls[1].Method != gatetest.MethodSettle {
-				t.Fatalf("facilitator calls %+v, want Verify and Settle", calls)
-			}
-			if got := calls[1].Requirements; got.Network != "eip155:8453" || got.Amount.String() != "20000" || got.PayTo.Hex() != rulesPayTo2 {
-				t.Errorf("settled against %s %s to %s, want the second accept", got.Network, got.Amount, got.PayTo.Hex())
-			}
+		for _, want := range []struct {
+			i               int
+			network, amount string
+		}{{1, "eip155:8453", "20000"}, {2, "eip155:84532", "50000"}} {
+			i := want.i
+			t.Run(fmt.Sprintf("v%d accept %d", version, i+1), func(t *testing.T) {
+				s := newRulesServer(t, cfg, gate.Options{})
+				offers := s.offers(t, "/premium")
+				if len(offers) != 3 {
+					t.Fatalf("%d offers, want 3", len(offers))
+				}
+				payer := newPayer(t)
+				name, value := pay(t, payer, version, offers[i])
+				if res, body := s.get(t, "/premium", name, value); res.StatusCode != http.StatusOK {
+					t.Fatalf("paying accept %d: %d %s", i+1, res.StatusCode, body)
+				}
+				calls := s.f.Calls()
+				if len(calls) != 2 || calls[1].Method != gatetest.MethodSettle {
+					t.Fatalf("facilitator calls %+v, want Verify and Settle", calls)
+				}
+				if got := calls[1].Requirements; got.Network != want.network || got.Amount.String() != want.amount || got.PayTo.Hex() != rulesPayTo2 {
+					t.Errorf("settled against %s %s to %s, want accept %d", got.Network, got.Amount, got.PayTo.Hex(), i+1)
+				}
 
-			wrong := *offers[0]
-			wrong.Amount = big.NewInt(1)
-			name, value = pay(t, payer, version, &wrong)
-			res, body := s.get(t, "/premium", name, value)
-			if want := x402.ReasonValueMismatch.For(version); res.StatusCode != http.StatusPaymentRequired || !strings.Contains(body, `"error":"`+want+`"`) {
-				t.Errorf("a payment of 1 base unit: %d %s, want 402 %s", res.StatusCode, body, want)
-			}
-			if n := len(s.f.Calls()); n != 2 {
-				t.Errorf("the refused payment reached the facilitator (%d calls)", n)
-			}
-			if s.calls.Load() != 1 {
-				t.Errorf("upstream calls %d, want 1", s.calls.Load())
-			}
-		})
+				wrong := *offers[0]
+				wrong.Amount = big.NewInt(1)
+				name, value = pay(t, payer, version, &wrong)
+				res, body := s.get(t, "/premium", name, value)
+				if want := x402.ReasonValueMismatch.For(version); res.StatusCode != http.StatusPaymentRequired || !strings.Contains(body, `"error":"`+want+`"`) {
+					t.Errorf("a payment of 1 base unit: %d %s, want 402 %s", res.StatusCode, body, want)
+				}
+				if n := len(s.f.Calls()); n != 2 {
+					t.Errorf("the refused payment reached the facilitator (%d calls)", n)
+				}
+				s.expectCounts(t, 1, 1)
+			})
+		}
 	}
 }
 
