@@ -156,9 +156,15 @@ func TestRulesChallenge(t *testing.T) {
 	if err != nil {
 		t.Fatalf("PAYMENT-REQUIRED: %v", err)
 	}
-	want := s.offers(t, "/premium")[0].V2()
-	if len(pr.Accepts) != 1 || pr.Accepts[0].Amount != "10000" || pr.Accepts[0].PayTo != want.PayTo || pr.Accepts[0].Network != "eip155:84532" {
-		t.Errorf("accepts %+v, want one entry like %+v", pr.Accepts, want)
+	want := x402.RequirementsV2{Scheme: "exact", Network: "eip155:84532", Amount: "10000", PayTo: rulesPayTo,
+		Asset: x402.BaseSepolia.USDC.Address.Hex(), MaxTimeoutSeconds: 60}
+	if len(pr.Accepts) != 1 {
+		t.Fatalf("accepts %+v, want one entry like %+v", pr.Accepts, want)
+	}
+	got := pr.Accepts[0]
+	if got.Scheme != want.Scheme || got.Network != want.Network || got.Amount != want.Amount || got.PayTo != want.PayTo ||
+		!strings.EqualFold(got.Asset, want.Asset) || got.MaxTimeoutSeconds != want.MaxTimeoutSeconds {
+		t.Errorf("accepts entry %+v, want %+v", got, want)
 	}
 	if pr.Resource == nil || pr.Resource.URL != s.URL+"/premium" {
 		t.Errorf("resource %+v, want %s/premium", pr.Resource, s.URL)
