@@ -365,8 +365,8 @@ func checkConfig(cfg Config, reg *x402.Registry) (*routeConfig, error) {
 	if err := route.setExtensions(cfg); err != nil {
 		return nil, err
 	}
-	if err := cfg.Pass.validate(); err != nil {
-		return nil, err
+	if err := cfg.Pass.Validate(); err != nil {
+		return nil, optionError("", err)
 	}
 	switch cfg.Paths {
 	case "", PathsStrict:

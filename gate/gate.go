@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/x402gate/x402gate/gate/credit"
+	"github.com/x402gate/x402gate/gate/pass"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -86,7 +87,7 @@ type Gate struct {
 	pricingTimeout time.Duration
 	lease          time.Duration // of a payment's record (docs/gate.md#payment-ledger)
 	defaultBody    []byte        // v1 error string of an unpaid 402
-	pass           *passIssuer   // nil: no access passes (docs/gate.md#access-passes)
+	pass           *pass.Issuer  // nil: no access passes (docs/gate.md#access-passes)
 	passes         PassBook
 	challenges     *challengeTemplate // nil: every 402 is built in full
 }
@@ -118,8 +119,8 @@ func New(cfg Config, opts Options) (*Gate, error) {
 	if g.ledger == nil {
 		g.ledger = NewMemoryLedger(0)
 	}
-	if g.pass, err = newPassIssuer(cfg.Pass); err != nil {
-		return nil, fmt.Errorf("gate config: %w", err)
+	if g.pass, err = pass.NewIssuer(cfg.Pass); err != nil {
+		return nil, fmt.Errorf("gate config: %w", optionError("", err))
 	}
 	g.passes, _ = g.ledger.(PassBook)
 	if g.passes == nil {

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/x402gate/x402gate/gate/credit"
+	"github.com/x402gate/x402gate/gate/pass"
 	"github.com/x402gate/x402gate/gate/payledger"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -328,7 +329,7 @@ func (g *Gate) provesPayer(ctx context.Context, in Input, p *x402.Payment) bool 
 		return true
 	}
 	vs := in.Header.Values(HeaderSignInWithX)
-	s, ok := siteOf(in.Resource)
+	s, ok := pass.SiteOf(in.Resource)
 	if len(vs) != 1 || !ok {
 		return false
 	}
@@ -339,7 +340,7 @@ func (g *Gate) provesPayer(ctx context.Context, in Input, p *x402.Payment) bool 
 	if addr, refused := g.checkSIWX(proof, s); refused != "" || addr != p.Authorization.From {
 		return false
 	}
-	fresh, err := g.passes.UseNonce(ctx, "siwx:"+s.host+":"+proof.Nonce, siwxMaxAge+siwxSkew+time.Minute)
+	fresh, err := g.passes.UseNonce(ctx, "siwx:"+s.Host+":"+proof.Nonce, siwxMaxAge+siwxSkew+time.Minute)
 	if err != nil {
 		g.log.Error("x402 pass book unavailable", zap.Error(err))
 	}
