@@ -5,7 +5,6 @@ import (
 
 	"github.com/x402gate/x402gate/gate/credit"
 	"github.com/x402gate/x402gate/gate/discovery"
-	"github.com/x402gate/x402gate/gate/pass"
 )
 
 // DiscoveryConfig describes a route to discovery services (docs/gate.md#discovery): the
@@ -44,7 +43,10 @@ func (route *routeConfig) setDiscovery(cfg Config) error {
 	}
 	ext, err := d.Extension()
 	if err != nil {
-		return optionError("discovery/", err)
+		if e, ok := errors.AsType[*ConfigError](err); ok {
+			return &ConfigError{Option: "discovery/" + e.Option, Err: e.Err}
+		}
+		return err
 	}
 	if d.Description != "" {
 		if route.resource.Description != "" && route.resource.Description != d.Description {
@@ -56,16 +58,4 @@ func (route *routeConfig) setDiscovery(cfg Config) error {
 	route.tags = append([]string(nil), d.Tags...)
 	route.extensions[BazaarExtension] = ext
 	return nil
-}
-
-// optionError is err, the error of a gate subpackage that names a setting, as the
-// *ConfigError of that setting, its name after prefix; any other error as it is.
-func optionError(prefix string, err error) error {
-	if e, ok := errors.AsType[*discovery.Error](err); ok {
-		return &ConfigError{Option: prefix + e.Option, Err: e.Err}
-	}
-	if e, ok := errors.AsType[*pass.Error](err); ok {
-		return &ConfigError{Option: prefix + e.Option, Err: e.Err}
-	}
-	return err
 }

@@ -120,7 +120,7 @@ func New(cfg Config, opts Options) (*Gate, error) {
 		g.ledger = NewMemoryLedger(0)
 	}
 	if g.pass, err = pass.NewIssuer(cfg.Pass); err != nil {
-		return nil, fmt.Errorf("gate config: %w", optionError("", err))
+		return nil, fmt.Errorf("gate config: %w", err)
 	}
 	g.passes, _ = g.ledger.(PassBook)
 	if g.passes == nil {

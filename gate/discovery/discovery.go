@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/x402gate/x402gate/gate/setting"
 )
 
 // BazaarExtension is the key of the discovery extension in a PaymentRequired's extensions.
@@ -52,43 +54,30 @@ type Config struct {
 	OutputSchema json.RawMessage `json:"output_schema,omitempty"`
 }
 
-// Error is a Config that Validate refuses. Option names the offending setting as a
-// configuration file spells it (service_name, tags, method, input_schema, output_schema).
-type Error struct {
-	Option string
-	Err    error
-}
-
-func (e *Error) Error() string { return e.Option + ": " + e.Err.Error() }
-
-func (e *Error) Unwrap() error { return e.Err }
-
-func optionErr(option, format string, args ...any) error {
-	return &Error{Option: option, Err: fmt.Errorf(format, args...)}
-}
-
-// Validate checks c without I/O. Its errors are *Error.
+// Validate checks c without I/O. Its errors are *setting.Error, named as a
+// configuration file spells the option (service_name, tags, method, input_schema,
+// output_schema).
 func (c *Config) Validate() error {
 	_, err := c.Extension()
 	return err
 }
 
 // Extension checks c and builds the bazaar extension {info, schema} it declares. Its
-// errors are *Error.
+// errors are *setting.Error.
 func (c *Config) Extension() (map[string]any, error) {
 	if c.ServiceName != "" && !printableASCII(c.ServiceName, maxServiceName) {
-		return nil, optionErr("service_name", "must be 1 to %d printable ASCII characters", maxServiceName)
+		return nil, setting.Errorf("service_name", "must be 1 to %d printable ASCII characters", maxServiceName)
 	}
 	if len(c.Tags) > maxTags {
-		return nil, optionErr("tags", "are %d; at most %d are listed", len(c.Tags), maxTags)
+		return nil, setting.Errorf("tags", "are %d; at most %d are listed", len(c.Tags), maxTags)
 	}
 	seen := map[string]bool{}
 	for _, t := range c.Tags {
 		if !printableASCII(t, maxTag) {
-			return nil, optionErr("tags", "%q must be 1 to %d printable ASCII characters", t, maxTag)
+			return nil, setting.Errorf("tags", "%q must be 1 to %d printable ASCII characters", t, maxTag)
 		}
 		if seen[strings.ToLower(t)] {
-			return nil, optionErr("tags", "%q is given twice", t)
+			return nil, setting.Errorf("tags", "%q is given twice", t)
 		}
 		seen[strings.ToLower(t)] = true
 	}
@@ -102,22 +91,22 @@ func (c *Config) Extension() (map[string]any, error) {
 	case "POST", "PUT", "PATCH":
 		body = true
 	default:
-		return nil, optionErr("method", "%q is not GET, HEAD, DELETE, POST, PUT or PATCH", method)
+		return nil, setting.Errorf("method", "%q is not GET, HEAD, DELETE, POST, PUT or PATCH", method)
 	}
 	in, defs, err := userSchema("input", c.InputSchema)
 	if err != nil {
-		return nil, optionErr("input_schema", "%v", err)
+		return nil, setting.Errorf("input_schema", "%v", err)
 	}
 	out, outDefs, err := userSchema("output", c.OutputSchema)
 	if err != nil {
-		return nil, optionErr("output_schema", "%v", err)
+		return nil, setting.Errorf("output_schema", "%v", err)
 	}
 	for k, v := range outDefs {
 		defs[k] = v
 	}
 	ext, err := bazaar(method, body, in, out, defs)
 	if err != nil {
-		return nil, optionErr("input_schema", "%v", err)
+		return nil, setting.Errorf("input_schema", "%v", err)
 	}
 	return ext, nil
 }

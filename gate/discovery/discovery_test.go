@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/x402gate/x402gate/gate/setting"
 )
 
 // TestExtensionObeysItsSchema: the extension declares the route's method and schemas in
@@ -50,7 +52,7 @@ func TestExtensionObeysItsSchema(t *testing.T) {
 	}
 }
 
-// TestValidateNamesTheOption: each mistake is an *Error naming the option as a
+// TestValidateNamesTheOption: each mistake is a *setting.Error naming the option as a
 // configuration file spells it.
 func TestValidateNamesTheOption(t *testing.T) {
 	for _, tc := range []struct {
@@ -75,9 +77,9 @@ func TestValidateNamesTheOption(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.c.Validate()
-			e, ok := errors.AsType[*Error](err)
+			e, ok := errors.AsType[*setting.Error](err)
 			if !ok || e.Option != tc.option || !strings.Contains(err.Error(), tc.msg) {
-				t.Fatalf("Validate = %v, want an *Error of %q saying %q", err, tc.option, tc.msg)
+				t.Fatalf("Validate = %v, want a *setting.Error of %q saying %q", err, tc.option, tc.msg)
 			}
 		})
 	}

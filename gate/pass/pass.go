@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/x402gate/x402gate/gate/setting"
 )
 
 // An access pass lets one settled payment buy access, for a while, to every path under a
@@ -85,19 +87,19 @@ type Config struct {
 }
 
 // Validate checks the parts of c that a configuration file states; NewIssuer checks the
-// keys too. Errors are *Error.
+// keys too. Errors are *setting.Error (pass, pass_key).
 func (c Config) Validate() error {
 	switch {
 	case c.Duration == 0 && c.Scope == "" && len(c.Keys) == 0:
 		return nil
 	case c.Duration <= 0:
-		return optionErr("pass", "duration must be positive")
+		return setting.Errorf("pass", "duration must be positive")
 	case c.Duration > 366*24*time.Hour:
-		return optionErr("pass", "duration %s is longer than a year", c.Duration)
+		return setting.Errorf("pass", "duration %s is longer than a year", c.Duration)
 	case c.Scope != "" && (!strings.HasPrefix(c.Scope, "/") || !strings.HasSuffix(c.Scope, "/") || path.Clean(c.Scope)+"/" != c.Scope && c.Scope != "/"):
-		return optionErr("pass", "scope %q must be a clean directory path that starts and ends with /", c.Scope)
+		return setting.Errorf("pass", "scope %q must be a clean directory path that starts and ends with /", c.Scope)
 	case len(c.Keys) == 0:
-		return optionErr("pass", "needs pass_key, the key that signs passes")
+		return setting.Errorf("pass", "needs pass_key, the key that signs passes")
 	}
 	return nil
 }
@@ -127,11 +129,11 @@ func NewIssuer(c Config) (*Issuer, error) {
 	seen := map[string]bool{}
 	for i, k := range c.Keys {
 		if len(k) < MinKeyBytes {
-			return nil, optionErr("pass_key", "key %d is %d bytes; at least %d are required", i+1, len(k), MinKeyBytes)
+			return nil, setting.Errorf("pass_key", "key %d is %d bytes; at least %d are required", i+1, len(k), MinKeyBytes)
 		}
 		id := KeyID([]byte(k))
 		if seen[id] {
-			return nil, optionErr("pass_key", "key %d is given twice", i+1)
+			return nil, setting.Errorf("pass_key", "key %d is given twice", i+1)
 		}
 		seen[id] = true
 		p.keys = append(p.keys, passKey{id: id, key: []byte(k)})
@@ -308,21 +310,6 @@ func (p *Issuer) KeyIDs() []string {
 		ids[i] = k.id
 	}
 	return ids
-}
-
-// Error is a Config that Validate or NewIssuer refuses. Option names the offending
-// setting as a configuration file spells it (pass, pass_key).
-type Error struct {
-	Option string
-	Err    error
-}
-
-func (e *Error) Error() string { return e.Option + ": " + e.Err.Error() }
-
-func (e *Error) Unwrap() error { return e.Err }
-
-func optionErr(option, format string, args ...any) error {
-	return &Error{Option: option, Err: fmt.Errorf(format, args...)}
 }
 
 // humanDuration renders d for people: "24 hours", "30 minutes", "90 seconds".
