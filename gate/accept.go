@@ -1,7 +1,9 @@
 package gate
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/big"
@@ -20,18 +22,52 @@ import (
 // option's network.
 
 // AcceptConfig is one way to pay a route (an `accept { … }` block). An empty field takes
-// the value of the same field of Config.
+// the value of the same field of Config. It is also the Caddy handler's accept block:
+// its JSON is flat, in the Caddyfile's names (network, asset, asset_name, asset_version,
+// decimals, symbol, price, pay_to).
 type AcceptConfig struct {
 	// Network names the chain, as Config.Network. Default: Config.Network.
-	Network string `json:"network,omitempty"`
+	Network string
 	// Asset is the token. Default: Config.Asset when Network is Config.Network, else the
 	// network's USDC.
-	Asset AssetConfig `json:"asset,omitempty"`
+	Asset AssetConfig
 	// Price is what one request costs in this asset, in ParsePrice's grammar. Default:
 	// Config.Price.
-	Price string `json:"price,omitempty"`
+	Price string
 	// PayTo receives the payment. Default: Config.PayTo.
-	PayTo string `json:"payTo,omitempty"`
+	PayTo string
+}
+
+// acceptJSON is the JSON form of an AcceptConfig.
+type acceptJSON struct {
+	Network      string `json:"network,omitempty"`
+	Asset        string `json:"asset,omitempty"`
+	AssetName    string `json:"asset_name,omitempty"`
+	AssetVersion string `json:"asset_version,omitempty"`
+	Decimals     int    `json:"decimals,omitempty"`
+	Symbol       string `json:"symbol,omitempty"`
+	Price        string `json:"price,omitempty"`
+	PayTo        string `json:"pay_to,omitempty"`
+}
+
+// MarshalJSON writes a in its flat JSON form.
+func (a AcceptConfig) MarshalJSON() ([]byte, error) {
+	return json.Marshal(acceptJSON{Network: a.Network, Asset: a.Asset.Address, AssetName: a.Asset.Name,
+		AssetVersion: a.Asset.Version, Decimals: a.Asset.Decimals, Symbol: a.Asset.Symbol, Price: a.Price, PayTo: a.PayTo})
+}
+
+// UnmarshalJSON reads a's flat JSON form; an unknown field is an error, as Caddy's
+// strict decoding of a module's config makes it.
+func (a *AcceptConfig) UnmarshalJSON(b []byte) error {
+	var j acceptJSON
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&j); err != nil {
+		return fmt.Errorf("accept: %w", err)
+	}
+	*a = AcceptConfig{Network: j.Network, Price: j.Price, PayTo: j.PayTo, Asset: AssetConfig{Address: j.Asset,
+		Name: j.AssetName, Version: j.AssetVersion, Decimals: j.Decimals, Symbol: j.Symbol}}
+	return nil
 }
 
 // option is one checked way to pay: the parts of its requirement that do not change per

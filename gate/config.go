@@ -10,6 +10,7 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 	"go.uber.org/zap"
 
+	"github.com/x402gate/x402gate/gate/setting"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -266,18 +267,12 @@ type routeConfig struct {
 // ConfigError is a Config that Validate refuses. Option is the name of the offending
 // setting as a configuration file spells it (price, pay_to, network, asset, asset_name,
 // decimals, max_timeout, guardian, retry_max, retry_grace, paths), so an adapter can point at
-// the line that sets it (docs/caddy.md).
-type ConfigError struct {
-	Option string
-	Err    error
-}
-
-func (e *ConfigError) Error() string { return e.Option + ": " + e.Err.Error() }
-
-func (e *ConfigError) Unwrap() error { return e.Err }
+// the line that sets it (docs/caddy.md). It is setting.Error, which gate's subpackages
+// return too.
+type ConfigError = setting.Error
 
 func configErr(option string, format string, args ...any) error {
-	return &ConfigError{Option: option, Err: fmt.Errorf(format, args...)}
+	return setting.Errorf(option, format, args...)
 }
 
 // Validate checks cfg without I/O against reg, the networks its facilitator serves (nil:
@@ -365,7 +360,7 @@ func checkConfig(cfg Config, reg *x402.Registry) (*routeConfig, error) {
 	if err := route.setExtensions(cfg); err != nil {
 		return nil, err
 	}
-	if err := cfg.Pass.validate(); err != nil {
+	if err := cfg.Pass.Validate(); err != nil {
 		return nil, err
 	}
 	switch cfg.Paths {

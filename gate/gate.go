@@ -20,6 +20,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/x402gate/x402gate/gate/credit"
+	"github.com/x402gate/x402gate/gate/pass"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -85,7 +87,7 @@ type Gate struct {
 	pricingTimeout time.Duration
 	lease          time.Duration // of a payment's record (docs/gate.md#payment-ledger)
 	defaultBody    []byte        // v1 error string of an unpaid 402
-	pass           *passIssuer   // nil: no access passes (docs/gate.md#access-passes)
+	pass           *pass.Issuer  // nil: no access passes (docs/gate.md#access-passes)
 	passes         PassBook
 	challenges     *challengeTemplate // nil: every 402 is built in full
 }
@@ -117,7 +119,7 @@ func New(cfg Config, opts Options) (*Gate, error) {
 	if g.ledger == nil {
 		g.ledger = NewMemoryLedger(0)
 	}
-	if g.pass, err = newPassIssuer(cfg.Pass); err != nil {
+	if g.pass, err = pass.NewIssuer(cfg.Pass); err != nil {
 		return nil, fmt.Errorf("gate config: %w", err)
 	}
 	g.passes, _ = g.ledger.(PassBook)
@@ -456,8 +458,8 @@ func (g *Gate) remaining(p *x402.Payment) time.Duration {
 	if vb == nil || vb.Sign() <= 0 {
 		return 0
 	}
-	if !vb.IsInt64() || vb.Int64() > g.now().Add(maxRetryTTL).Unix() {
-		return maxRetryTTL
+	if !vb.IsInt64() || vb.Int64() > g.now().Add(credit.MaxTTL).Unix() {
+		return credit.MaxTTL
 	}
 	d := time.Unix(vb.Int64(), 0).Sub(g.now())
 	if d < 0 {

@@ -2,19 +2,16 @@ package gate
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/x402gate/x402gate/gate/credit"
+	"github.com/x402gate/x402gate/gate/pass"
 	"github.com/x402gate/x402gate/gate/payledger"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -52,38 +49,6 @@ func NewMemoryLedger(maxEntries int) *MemoryLedger {
 	return &MemoryLedger{Ledger: payledger.NewMemory(maxEntries, nil), MemoryPassBook: NewMemoryPassBook(0)}
 }
 
-// ledgerKey names the record of a payment: its x402.PaymentKey, hashed.
-func ledgerKey(req *x402.Requirements, p *x402.Payment) string {
-	sum := sha256.Sum256([]byte(x402.KeyOf(p, req).String()))
-	return "pay:" + hex.EncodeToString(sum[:])
-}
-
-// bindingOf names the request that pays: the resource URL, the method and the request
-// URI (path and query). A payment made by GET /r?a=1 is not served on POST /r or GET
-// /r?a=2.
-func bindingOf(in Input, req *x402.Requirements) []byte {
-	sum := sha256.Sum256([]byte(req.Resource.URL + "\n" + in.Method + " " + in.RequestURI))
-	return sum[:]
-}
-
-// paymentFingerprint identifies a payment payload: what it pays (x402.PaymentKey), its
-// time window and its signature. The same header sent again has the same fingerprint.
-func paymentFingerprint(p *x402.Payment, req *x402.Requirements) []byte {
-	a := p.Authorization
-	sum := sha256.Sum256([]byte(x402.KeyOf(p, req).String() + "\n" + bigString(a.ValidAfter) + "\n" +
-		bigString(a.ValidBefore) + "\n" + hex.EncodeToString(p.Signature)))
-	return sum[:]
-}
-
-// newOwner names one attempt: the owner of the lease it takes.
-func newOwner() (string, error) {
-	raw := make([]byte, 16)
-	if _, err := rand.Read(raw); err != nil {
-		return "", fmt.Errorf("lease owner: %w", err)
-	}
-	return hex.EncodeToString(raw), nil
-}
-
 // payOnce runs one paid request through the ledger: it begins at the payment's record,
 // and pays, redeems or serves it again under the lease it took, or refuses it.
 func (g *Gate) payOnce(ctx context.Context, in Input, req *x402.Requirements, header string, p *x402.Payment) *Result {
@@ -91,20 +56,20 @@ func (g *Gate) payOnce(ctx context.Context, in Input, req *x402.Requirements, he
 	if r != nil {
 		return r
 	}
-	ttl := min(g.remaining(p)+g.route.grace, maxRetryTTL)
+	ttl := min(g.remaining(p)+g.route.grace, credit.MaxTTL)
 	if req.Matches(p) != nil || ttl < time.Millisecond {
 		return g.pay(ctx, in, req, header, p) // refused there, and nothing to remember
 	}
-	owner, err := newOwner()
+	owner, err := credit.NewOwner()
 	if err != nil {
 		return g.ledgerDown(req, p, err)
 	}
-	c := payledger.Claim{Key: ledgerKey(req, p), Fingerprint: paymentFingerprint(p, req), Binding: bindingOf(in, req),
+	c := payledger.Claim{Key: credit.Key(req, p), Fingerprint: credit.Fingerprint(p, req), Binding: credit.Binding(req.Resource.URL, in.Method, in.RequestURI),
 		Owner: owner, Lease: g.lease, TTL: ttl}
 	if id != "" {
-		c.ID = paymentIDKey(p, id)
+		c.ID = credit.IDKey(p, id)
 	}
-	c.Token, _ = retryTokenHash(in.Header)
+	c.Token, _ = credit.TokenHash(in.Header)
 	begun := time.Now()
 	e, err := g.ledger.Begin(ctx, c)
 	if err == nil && e.Status < payledger.New {
@@ -116,11 +81,10 @@ func (g *Gate) payOnce(ctx context.Context, in Input, req *x402.Requirements, he
 	if e.Status > payledger.Retry {
 		return g.refuse(req, p, c, e)
 	}
-	h := g.hold(ctx, c.Key, owner, begun)
-	h.expires = begun.Add(ttl)
+	h := credit.Hold(ctx, g.ledger, c.Key, owner, g.lease, begun, begun.Add(ttl), g.log)
 	res := g.attempt(context.WithValue(ctx, holdKey{}, h), in, req, header, p, h, e)
 	if res.Kind != KindSettled {
-		h.release()
+		h.Release()
 		return res
 	}
 	res.hold, res.creditTTL = h, g.creditTTL(p)
@@ -137,7 +101,7 @@ func (g *Gate) ledgerDown(req *x402.Requirements, p *x402.Payment, err error) *R
 }
 
 // attempt runs a claim that took the lease.
-func (g *Gate) attempt(ctx context.Context, in Input, req *x402.Requirements, header string, p *x402.Payment, h *hold, e payledger.Entry) *Result {
+func (g *Gate) attempt(ctx context.Context, in Input, req *x402.Requirements, header string, p *x402.Payment, h *credit.Lease, e payledger.Entry) *Result {
 	switch e.Status {
 	case payledger.New, payledger.Resume:
 		res := g.pay(ctx, in, req, header, p)
@@ -171,7 +135,7 @@ func (g *Gate) attempt(ctx context.Context, in Input, req *x402.Requirements, he
 // found confirmed is the answer that was lost: on a route with passes it is served only
 // with a proof of the payer, as Serve is; without one the record is kept settled for a
 // request that brings it.
-func (g *Gate) resumeRun(ctx context.Context, in Input, req *x402.Requirements, p *x402.Payment, h *hold, res *Result) *Result {
+func (g *Gate) resumeRun(ctx context.Context, in Input, req *x402.Requirements, p *x402.Payment, h *credit.Lease, res *Result) *Result {
 	res = g.record(ctx, req, p, h, res)
 	if res.Kind != KindSettled || g.provesPayer(ctx, in, p) {
 		return res
@@ -190,15 +154,15 @@ func (g *Gate) proofRequired(req *x402.Requirements, p *x402.Payment) *Result {
 // record writes the outcome of a payment attempt to the record it holds: settled, or
 // pending with a retry token, or forgotten when it was refused before money moved, or
 // left reserved for a later attempt when the outcome is unknown.
-func (g *Gate) record(ctx context.Context, req *x402.Requirements, p *x402.Payment, h *hold, res *Result) *Result {
+func (g *Gate) record(ctx context.Context, req *x402.Requirements, p *x402.Payment, h *credit.Lease, res *Result) *Result {
 	bg := context.WithoutCancel(ctx)
 	var err error
 	switch {
 	case res.Kind == KindSettled:
 		return g.recordSettled(bg, h, res)
 	case res.Kind == KindRejected || res.Status < 500:
-		h.release()
-		_, err = g.ledger.Forget(bg, h.key, h.owner)
+		h.Release()
+		_, err = g.ledger.Forget(bg, h.Key(), h.Owner())
 	case res.Settlement != nil:
 		return g.pend(bg, req, p, h, res)
 	default:
@@ -213,11 +177,11 @@ func (g *Gate) record(ctx context.Context, req *x402.Requirements, p *x402.Payme
 // recordSettled records on the record h holds that res's payment moved. Unless the
 // ledger confirms it, the request is not proxied: it is answered with resend, and the
 // same request sent again is served once (Serve, or Resume and the facilitator's word).
-func (g *Gate) recordSettled(ctx context.Context, h *hold, res *Result) *Result {
+func (g *Gate) recordSettled(ctx context.Context, h *credit.Lease, res *Result) *Result {
 	data, err := json.Marshal(res.Settlement)
 	ok := false
 	if err == nil {
-		ok, err = g.ledger.Settle(ctx, h.key, h.owner, data)
+		ok, err = g.ledger.Settle(ctx, h.Key(), h.Owner(), data)
 	}
 	if err == nil && ok {
 		return res
@@ -235,7 +199,7 @@ func (g *Gate) recordSettled(ctx context.Context, h *hold, res *Result) *Result 
 // when its lease was lost meanwhile (nil when it is still held): another attempt may
 // serve the payment now, so this one does not.
 func (g *Gate) leaseLost(ctx context.Context, res *Result) *Result {
-	if res.hold == nil || res.hold.ctx.Err() == nil {
+	if res.hold == nil || !res.hold.Lost() {
 		return nil
 	}
 	g.end(ctx, res.hold, payledger.Release)
@@ -279,184 +243,22 @@ func (g *Gate) refuse(req *x402.Requirements, p *x402.Payment, c payledger.Claim
 }
 
 // end ends the lease h holds with outcome, logging a ledger failure.
-func (g *Gate) end(ctx context.Context, h *hold, outcome int) {
-	h.release()
-	if _, err := g.ledger.End(context.WithoutCancel(ctx), h.key, h.owner, outcome, nil, 0, 0); err != nil {
+func (g *Gate) end(ctx context.Context, h *credit.Lease, outcome int) {
+	if err := h.End(ctx, outcome); err != nil {
 		g.log.Error("x402 payment ledger unavailable", zap.Error(err))
 	}
 }
 
-// hold is the lease one attempt holds on its payment's record. While it is held, a
-// goroutine renews it every third of the lease, so a live holder keeps it however long
-// its upstream runs and a dead one's lapses within a lease. The holder's own clock bounds
-// it too: unless a renewal is confirmed, the lease counts as lost leaseMargin before it
-// would lapse on the store's clock (counted from the start of the last Begin or Renew
-// that succeeded), and when a renewal reports it lost; ctx, which the settle and the
-// upstream run under, is then cancelled, so the attempt ends before another can begin.
-type hold struct {
-	g          *Gate
-	key, owner string
-	expires    time.Time       // the record's, at the latest: no end is retried past it
-	ctx        context.Context // cancelled when the lease is lost
-	lose       context.CancelFunc
-	deadline   *time.Timer // loses the lease unless a renewal resets it
-	stop       chan struct{}
-	mu         sync.Mutex  // a renewal or an end runs under it, so release waits for one in flight
-	stopped    bool        // stop is closed; under mu
-	gone       atomic.Bool // a renewal found the lease held by no one or by another attempt
-	reported   atomic.Bool // ReportUpstream ran
-}
-
-// holdKey is the context key of the hold an attempt runs under (settleContext).
+// holdKey is the context key of the lease an attempt runs under (settleContext).
 type holdKey struct{}
-
-// hold starts renewing the lease owner took on key by a Begin that started at begun.
-func (g *Gate) hold(ctx context.Context, key, owner string, begun time.Time) *hold {
-	h := &hold{g: g, key: key, owner: owner, stop: make(chan struct{})}
-	h.ctx, h.lose = context.WithCancel(context.WithoutCancel(ctx))
-	h.deadline = time.AfterFunc(time.Until(h.until(begun)), h.lapse)
-	go h.renew()
-	return h
-}
-
-// until is when the lease taken or renewed by a call that started at start counts as lost.
-func (h *hold) until(start time.Time) time.Time {
-	return start.Add(h.g.lease - h.g.lease/leaseMargin)
-}
-
-// leaseMargin: the lease counts as lost a leaseMargin-th of it before it lapses on the
-// store's clock, for the clocks' drift and the cancelled attempt's last steps.
-const leaseMargin = 4
-
-// lapse loses the lease when its deadline passed without a confirmed renewal.
-func (h *hold) lapse() {
-	select {
-	case <-h.stop:
-		return
-	default:
-	}
-	h.g.log.Error("x402 lease of a payment could not be renewed in time; its attempt is cancelled")
-	h.lose()
-}
-
-// bound returns ctx, also cancelled when the lease is lost; call stop when done with it.
-func (h *hold) bound(ctx context.Context) (bounded context.Context, stop func()) {
-	bounded, cancel := context.WithCancel(ctx)
-	unregister := context.AfterFunc(h.ctx, cancel)
-	return bounded, func() {
-		unregister()
-		cancel()
-	}
-}
 
 // settleContext is the context a settle runs under: it is not abandoned when the client
 // goes away, but it is cancelled when the lease of the attempt it runs in is lost.
 func settleContext(ctx context.Context) context.Context {
-	if h, ok := ctx.Value(holdKey{}).(*hold); ok {
-		return h.ctx
+	if h, ok := ctx.Value(holdKey{}).(*credit.Lease); ok {
+		return h.Context()
 	}
 	return context.WithoutCancel(ctx)
-}
-
-func (h *hold) renew() {
-	every := max(h.g.lease/3, time.Millisecond)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-h.stop:
-			return
-		case <-t.C:
-		}
-		ok, stopped, err := h.renewOnce(every)
-		switch {
-		case stopped:
-			return
-		case err != nil:
-			h.g.log.Warn("x402 payment ledger unavailable; the lease was not renewed", zap.Error(err))
-		case !ok:
-			h.g.log.Error("x402 lease of a payment lapsed while its attempt ran; its attempt is cancelled")
-			h.gone.Store(true)
-			h.lose()
-			return
-		}
-	}
-}
-
-// renewOnce renews the lease unless the hold was released, and moves its deadline on
-// when the store confirms it.
-func (h *hold) renewOnce(timeout time.Duration) (ok, stopped bool, err error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.stopped {
-		return false, true, nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	start := time.Now()
-	ok, err = h.g.ledger.Renew(ctx, h.key, h.owner, h.g.lease)
-	if ok && err == nil && h.ctx.Err() == nil {
-		h.deadline.Reset(time.Until(h.until(start)))
-	}
-	return ok, false, err
-}
-
-// release stops renewing the lease, after a renewal in flight, and stops its deadline.
-// Call it before the transition that ends the lease (End, Forget, Pend), so no renewal
-// follows that.
-func (h *hold) release() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.stopLocked()
-}
-
-// stopLocked stops renewing the lease and its deadline; h.mu is held.
-func (h *hold) stopLocked() {
-	if !h.stopped {
-		h.stopped = true
-		close(h.stop)
-		h.deadline.Stop()
-	}
-}
-
-// finish ends the lease with end, a Ledger.End call, between renewals: when it succeeds,
-// renewing stops; when it fails, the lease stays renewed (endLater tries again). After
-// release it does nothing.
-func (h *hold) finish(end func() (bool, error)) (bool, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.stopped {
-		return false, nil
-	}
-	granted, err := end()
-	if err == nil {
-		h.stopLocked()
-	}
-	return granted, err
-}
-
-// endLater ends the lease with outcome after an End that failed: it tries again with
-// backoff, while the lease stays renewed, until an End succeeds, a renewal finds the
-// lease gone, or the record expires. So an answered payment is not left settled, to be
-// served again to its bare header once its lease lapsed.
-func (h *hold) endLater(outcome int) {
-	wait := max(h.g.lease/10, 10*time.Millisecond)
-	for {
-		time.Sleep(wait)
-		if h.gone.Load() || !time.Now().Before(h.expires) {
-			h.g.log.Error("x402 payment ledger unavailable; the end of a lease was given up")
-			h.release()
-			return
-		}
-		if _, err := h.finish(func() (bool, error) {
-			ctx, cancel := context.WithTimeout(context.Background(), reportTimeout)
-			defer cancel()
-			return h.g.ledger.End(ctx, h.key, h.owner, outcome, nil, 0, 0)
-		}); err == nil {
-			return
-		}
-		wait = min(2*wait, max(h.g.lease, wait))
-	}
 }
 
 // resumeSettled handles a payment refused as already settled (refused, the rejection)
@@ -527,7 +329,7 @@ func (g *Gate) provesPayer(ctx context.Context, in Input, p *x402.Payment) bool 
 		return true
 	}
 	vs := in.Header.Values(HeaderSignInWithX)
-	s, ok := siteOf(in.Resource)
+	s, ok := pass.SiteOf(in.Resource)
 	if len(vs) != 1 || !ok {
 		return false
 	}
@@ -538,7 +340,7 @@ func (g *Gate) provesPayer(ctx context.Context, in Input, p *x402.Payment) bool 
 	if addr, refused := g.checkSIWX(proof, s); refused != "" || addr != p.Authorization.From {
 		return false
 	}
-	fresh, err := g.passes.UseNonce(ctx, "siwx:"+s.host+":"+proof.Nonce, siwxMaxAge+siwxSkew+time.Minute)
+	fresh, err := g.passes.UseNonce(ctx, "siwx:"+s.Host+":"+proof.Nonce, siwxMaxAge+siwxSkew+time.Minute)
 	if err != nil {
 		g.log.Error("x402 pass book unavailable", zap.Error(err))
 	}

@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/x402gate/x402gate/gate/pass"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -19,7 +20,7 @@ import (
 // pass cookies. It returns the pass that lets the request in, or the reason the first
 // pass presented was refused ("" when none was presented).
 func (g *Gate) admitPass(in Input, h http.Header) (*Pass, PassRefusal) {
-	s, ok := siteOf(in.Resource)
+	s, ok := pass.SiteOf(in.Resource)
 	if !ok {
 		return nil, ""
 	}
@@ -29,7 +30,7 @@ func (g *Gate) admitPass(in Input, h http.Header) (*Pass, PassRefusal) {
 		all = append(all, presented{strings.TrimSpace(v), PassViaHeader})
 	}
 	for _, c := range readCookies(h, CookiePass) {
-		if len(all) >= maxPassCookies+1 {
+		if len(all) >= pass.MaxCookies+1 {
 			break
 		}
 		all = append(all, presented{c, PassViaCookie})
@@ -37,7 +38,7 @@ func (g *Gate) admitPass(in Input, h http.Header) (*Pass, PassRefusal) {
 	var first PassRefusal
 	now := g.now()
 	for _, p := range all {
-		c, refused := g.pass.check(p.token, s.host, s.path, now)
+		c, refused := g.pass.Check(p.token, s.Host, s.Path, now)
 		if c != nil {
 			return &Pass{Via: p.via, Payer: c.Payer, Network: c.Network, Transaction: c.Tx, Scope: c.Scope, Expires: time.Unix(c.Expiry, 0)}, ""
 		}
@@ -61,19 +62,19 @@ func readCookies(h http.Header, name string) []string {
 // in HeaderPass on h, and records it in the pass book for sign-in-with-x. It returns the
 // pass, or nil when none could be made (logged; the paid request still goes through).
 func (g *Gate) issuePass(in Input, res *Result, h http.Header) *Pass {
-	s, ok := siteOf(in.Resource)
+	s, ok := pass.SiteOf(in.Resource)
 	if !ok || res.Settlement == nil {
 		return nil
 	}
 	set := res.Settlement
-	exp := g.now().Add(g.pass.duration).Truncate(time.Second)
-	c := passClaims{Host: s.host, Scope: g.pass.scopeOf(s.path), Expiry: exp.Unix(), Payer: set.Payer, Network: set.Network, Tx: set.Transaction}
-	token, err := g.pass.sign(c)
+	exp := g.now().Add(g.pass.Duration()).Truncate(time.Second)
+	c := pass.Claims{Host: s.Host, Scope: g.pass.ScopeOf(s.Path), Expiry: exp.Unix(), Payer: set.Payer, Network: set.Network, Tx: set.Transaction}
+	token, err := g.pass.Sign(c)
 	if err != nil {
 		g.log.Error("x402 pass not issued", zap.Error(err))
 		return nil
 	}
-	g.setPass(h, s, c, token, g.pass.duration)
+	g.setPass(h, s, c, token, g.pass.Duration())
 	g.passEvent(PassEvent{Event: PassIssued})
 	return &Pass{Payer: c.Payer, Network: c.Network, Transaction: c.Tx, Scope: c.Scope, Expires: exp}
 }
@@ -119,7 +120,7 @@ func (g *Gate) passChallengeHeaders(res *Result, in Input, refused PassRefusal) 
 	if res.challenge == nil {
 		return
 	}
-	s, ok := siteOf(in.Resource)
+	s, ok := pass.SiteOf(in.Resource)
 	if !ok {
 		return
 	}
@@ -206,13 +207,13 @@ func (g *Gate) servePass(w http.ResponseWriter, r *http.Request, in Input, p *Pa
 // pass book keeps none. A pass that cannot be made is logged; the request still goes
 // through.
 func (g *Gate) reissuePass(in Input, p *Pass, h http.Header) {
-	s, ok := siteOf(in.Resource)
+	s, ok := pass.SiteOf(in.Resource)
 	left := p.Expires.Sub(g.now())
 	if !ok || left < time.Second {
 		return
 	}
-	c := passClaims{Host: s.host, Scope: p.Scope, Expiry: p.Expires.Unix(), Payer: p.Payer, Network: p.Network}
-	token, err := g.pass.sign(c)
+	c := pass.Claims{Host: s.Host, Scope: p.Scope, Expiry: p.Expires.Unix(), Payer: p.Payer, Network: p.Network}
+	token, err := g.pass.Sign(c)
 	if err != nil {
 		g.log.Error("x402 pass not reissued", zap.Error(err))
 		return
@@ -221,10 +222,10 @@ func (g *Gate) reissuePass(in Input, p *Pass, h http.Header) {
 }
 
 // setPass puts token on the answer: the cookie, HeaderPass and HeaderPassExpires.
-func (g *Gate) setPass(h http.Header, s site, c passClaims, token string, maxAge time.Duration) {
+func (g *Gate) setPass(h http.Header, s pass.Site, c pass.Claims, token string, maxAge time.Duration) {
 	cookie := &http.Cookie{
 		Name: CookiePass, Value: token, Path: c.Scope, MaxAge: int(maxAge / time.Second),
-		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: s.scheme == "https",
+		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: s.Scheme == "https",
 	}
 	h.Add("Set-Cookie", cookie.String())
 	h.Set(HeaderPass, token)

@@ -233,24 +233,3 @@ func TestPassConfigChecks(t *testing.T) {
 		})
 	}
 }
-
-// TestPassDescription: what the paywall says a payment buys.
-func TestPassDescription(t *testing.T) {
-	for _, tc := range []struct {
-		d     time.Duration
-		scope string
-		url   string
-		want  string
-	}{
-		{24 * time.Hour, "/premium/", "http://h/premium/a", "24 hours of /premium/"},
-		{time.Hour, "", "http://h/docs/guide/x.html", "1 hour of /docs/guide/"},
-		{30 * time.Minute, "", "http://h/x.html", "30 minutes of /"},
-		{7 * 24 * time.Hour, "/", "http://h/", "7 days of /"},
-		{90 * time.Second, "/a/", "http://h/a/", "90 seconds of /a/"},
-	} {
-		g := &Gate{pass: &passIssuer{duration: tc.d, scope: tc.scope}}
-		if got := g.PassDescription(tc.url); got != tc.want {
-			t.Errorf("%s %q %s: %q, want %q", tc.d, tc.scope, tc.url, got, tc.want)
-		}
-	}
-}

@@ -57,20 +57,3 @@ func TestPassBooks(t *testing.T) {
 		})
 	}
 }
-
-// TestMemoryPassBookFull: a full in-process book refuses a new pass rather than forget a
-// live one, and makes room from expired ones.
-func TestMemoryPassBookFull(t *testing.T) {
-	b := NewMemoryPassBook(1)
-	now := time.Now()
-	if err := b.RecordPass(t.Context(), "pass:a", now.Add(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.RecordPass(t.Context(), "pass:b", now.Add(time.Hour)); err == nil {
-		t.Error("a full book took a second live pass")
-	}
-	b.now = func() time.Time { return now.Add(2 * time.Hour) }
-	if err := b.RecordPass(t.Context(), "pass:b", now.Add(3*time.Hour)); err != nil {
-		t.Errorf("the expired pass made no room: %v", err)
-	}
-}

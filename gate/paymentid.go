@@ -1,12 +1,9 @@
 package gate
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
-	"fmt"
 	"net/http"
 
+	"github.com/x402gate/x402gate/gate/credit"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -22,21 +19,21 @@ import (
 
 // PaymentIdentifierExtension is the key of the extension in a PaymentRequired's and a
 // payment's extensions.
-const PaymentIdentifierExtension = "payment-identifier"
+const PaymentIdentifierExtension = credit.PaymentIDExtension
 
 // Config.PaymentID values.
 const (
 	// PaymentIDOptional advertises the extension; a payment may carry an id.
-	PaymentIDOptional = "optional"
+	PaymentIDOptional = credit.PaymentIDOptional
 	// PaymentIDRequired advertises it as required; a payment without an id is refused.
-	PaymentIDRequired = "required"
+	PaymentIDRequired = credit.PaymentIDRequired
 )
 
 // Bounds of an id, as @x402/extensions checks it (isValidPaymentId): 16 to 128 of
 // [A-Za-z0-9_-].
 const (
-	PaymentIDMinLength = 16
-	PaymentIDMaxLength = 128
+	PaymentIDMinLength = credit.PaymentIDMinLength
+	PaymentIDMaxLength = credit.PaymentIDMaxLength
 )
 
 // Reasons of a refused payment identifier. They travel as they are: no x402 enum names them.
@@ -50,91 +47,6 @@ const (
 	ReasonPaymentIDUsed x402.Reason = "payment_identifier_used"
 )
 
-// setExtensions builds the v2 extensions every 402 of the route carries.
-func (route *routeConfig) setExtensions(cfg Config) error {
-	route.extensions = map[string]any{}
-	switch cfg.PaymentID {
-	case "":
-	case PaymentIDOptional, PaymentIDRequired:
-		route.paymentID = cfg.PaymentID
-		route.extensions[PaymentIdentifierExtension] = paymentIDDeclaration(cfg.PaymentID == PaymentIDRequired)
-	default:
-		return configErr("payment_id", "%q is not %s or %s", cfg.PaymentID, PaymentIDOptional, PaymentIDRequired)
-	}
-	if err := route.setDiscovery(cfg); err != nil {
-		return err
-	}
-	if len(route.extensions) == 0 {
-		route.extensions = nil
-	}
-	return nil
-}
-
-// paymentIDDeclaration is the extension as declarePaymentIdentifierExtension builds it.
-func paymentIDDeclaration(required bool) map[string]any {
-	return map[string]any{
-		"info": map[string]any{"required": required},
-		"schema": map[string]any{
-			"$schema": bazaarSchemaDraft,
-			"type":    "object",
-			"properties": map[string]any{
-				"required": map[string]any{"type": "boolean"},
-				"id": map[string]any{
-					"type": "string", "minLength": PaymentIDMinLength, "maxLength": PaymentIDMaxLength,
-					"pattern": "^[a-zA-Z0-9_-]+$",
-				},
-			},
-			"required": []any{"required"},
-		},
-	}
-}
-
-// paymentIDOf reads the id a v2 payment carries in extensions["payment-identifier"].info.id;
-// "" when it carries none. A malformed one is an error.
-func paymentIDOf(p *x402.Payment) (string, error) {
-	ext, ok := p.Extensions[PaymentIdentifierExtension]
-	if !ok || ext == nil {
-		return "", nil
-	}
-	m, ok := ext.(map[string]any)
-	if !ok {
-		return "", errors.New("payment-identifier is not an object")
-	}
-	info, ok := m["info"].(map[string]any)
-	if !ok {
-		return "", errors.New("payment-identifier has no info object")
-	}
-	v, ok := info["id"]
-	if !ok || v == nil {
-		return "", nil
-	}
-	id, ok := v.(string)
-	if !ok || !validPaymentID(id) {
-		return "", fmt.Errorf("payment-identifier id must be %d to %d characters of A-Z, a-z, 0-9, _ and -", PaymentIDMinLength, PaymentIDMaxLength)
-	}
-	return id, nil
-}
-
-func validPaymentID(id string) bool {
-	if len(id) < PaymentIDMinLength || len(id) > PaymentIDMaxLength {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
-// paymentIDKey names the index entry of a payer's id: an id names one payment of its
-// payer (docs/gate.md#payment-ledger).
-func paymentIDKey(p *x402.Payment, id string) string {
-	sum := sha256.Sum256([]byte("payment-id\n" + p.Authorization.From.Hex() + "\n" + id))
-	return "payid:" + hex.EncodeToString(sum[:])
-}
-
 // paymentIDFor reads the payment identifier of p when the route advertises the extension:
 // "" when it has none or the route does not read ids. A malformed id, or none on a route
 // that requires one, is refused (400).
@@ -142,7 +54,7 @@ func (g *Gate) paymentIDFor(req *x402.Requirements, p *x402.Payment) (string, *R
 	if g.route.paymentID == "" {
 		return "", nil
 	}
-	id, err := paymentIDOf(p)
+	id, err := credit.PaymentIDOf(p)
 	if err != nil {
 		return "", g.errorResult(req, p.Version, http.StatusBadRequest, x402.ReasonInvalidPayload, err.Error())
 	}

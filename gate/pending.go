@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/x402gate/x402gate/gate/credit"
 	"github.com/x402gate/x402gate/gate/payledger"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -37,7 +38,7 @@ func (g *Gate) canReportStatus(ctx context.Context, req *x402.Requirements, p *x
 // holds: Pending, with a fresh retry token in res's X-PAYMENT-RETRY header, when the
 // facilitator can check the settlement later; otherwise the record stays Reserved and a
 // later attempt of the same header resumes it. It returns res.
-func (g *Gate) pend(ctx context.Context, req *x402.Requirements, p *x402.Payment, h *hold, res *Result) *Result {
+func (g *Gate) pend(ctx context.Context, req *x402.Requirements, p *x402.Payment, h *credit.Lease, res *Result) *Result {
 	if !g.canReportStatus(ctx, req, p) {
 		g.end(ctx, h, payledger.Release)
 		return res
@@ -47,14 +48,14 @@ func (g *Gate) pend(ctx context.Context, req *x402.Requirements, p *x402.Payment
 		g.end(ctx, h, payledger.Release)
 		return res
 	}
-	token, hash, err := newRetryToken()
+	token, hash, err := credit.NewToken()
 	if err != nil {
 		g.log.Error("x402 retry token unavailable", zap.Error(err))
 		g.end(ctx, h, payledger.Release)
 		return res
 	}
-	h.release()
-	ok, err := g.ledger.Pend(ctx, h.key, h.owner, hash, data)
+	h.Release()
+	ok, err := g.ledger.Pend(ctx, h.Key(), h.Owner(), hash, data)
 	if err != nil {
 		g.log.Error("x402 payment ledger unavailable", zap.Error(err))
 		return res
@@ -71,7 +72,7 @@ func (g *Gate) pend(ctx context.Context, req *x402.Requirements, p *x402.Payment
 // outcome and lets the request through only when it is confirmed (the record becomes
 // Settled, and this is the payment's first run), answers 502 while it is pending
 // (releasing the lease), and 402 when it failed (forgetting the record: nothing moved).
-func (g *Gate) redeemPending(ctx context.Context, req *x402.Requirements, p *x402.Payment, h *hold, data []byte) *Result {
+func (g *Gate) redeemPending(ctx context.Context, req *x402.Requirements, p *x402.Payment, h *credit.Lease, data []byte) *Result {
 	var prior Settlement
 	if err := json.Unmarshal(data, &prior); err != nil || !sameAddress(prior.Payer, p.Authorization.From) {
 		g.end(ctx, h, payledger.Release)
@@ -94,8 +95,8 @@ func (g *Gate) redeemPending(ctx context.Context, req *x402.Requirements, p *x40
 		s.ErrorReason = x402.ReasonSettlementPending.V2()
 		return g.settleUnknown(req, p, s, nil, "the settlement is still pending; retry later with the same retry token")
 	}
-	h.release()
-	if _, err := g.ledger.Forget(context.WithoutCancel(ctx), h.key, h.owner); err != nil {
+	h.Release()
+	if _, err := g.ledger.Forget(context.WithoutCancel(ctx), h.Key(), h.Owner()); err != nil {
 		g.log.Error("x402 payment ledger unavailable", zap.Error(err))
 	}
 	s.Success = false

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/x402gate/x402gate/gate/credit"
+	"github.com/x402gate/x402gate/gate/paywall"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -87,7 +89,7 @@ type Result struct {
 	length    string    // Content-Length of a cached challenge's body (cachedChallenge)
 	// hold is the lease a settled request holds on its payment's record;
 	// ReportUpstream ends it.
-	hold      *hold
+	hold      *credit.Lease
 	creditTTL time.Duration // how long retry credits last after a failed first run
 }
 
@@ -97,6 +99,19 @@ type display struct {
 	symbol  string
 	network string // v1 name, for people
 	pass    string // what a payment buys with passes on: "24 hours of /premium/"
+}
+
+// paywallPage is the paywall page of a payment-required result.
+func (r *Result) paywallPage() paywall.Page {
+	displays := r.displays
+	if len(displays) == 0 {
+		displays = []display{r.display}
+	}
+	ways := make([]paywall.Way, len(displays))
+	for i, d := range displays {
+		ways[i] = paywall.Way{Price: d.price, Symbol: d.symbol, Network: d.network}
+	}
+	return paywall.Page{Requirement: r.Requirements, Challenge: r.challenge, Ways: ways, Pass: r.display.pass, Words: paywallWords}
 }
 
 // Settlement is the settlement data of a paid request: the values of the Caddy
@@ -182,10 +197,10 @@ func (r *Result) Write(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	if r.Kind == KindPaymentRequired && req != nil && IsBrowser(req.Header) && r.challenge != nil {
-		if page, csp, err := renderPaywall(r); err == nil {
+		if page, csp, err := paywall.Render(r.paywallPage()); err == nil {
 			h.Set("Content-Type", "text/html; charset=utf-8")
 			h.Set("Content-Length", strconv.Itoa(len(page)))
-			setPaywallHeaders(h, csp)
+			paywall.SetHeaders(h, csp)
 			w.WriteHeader(r.Status)
 			if req.Method != http.MethodHead {
 				_, _ = w.Write(page)

@@ -2,16 +2,12 @@ package gate
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"net/http"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/x402gate/x402gate/gate/credit"
 	"github.com/x402gate/x402gate/gate/payledger"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -29,46 +25,8 @@ import (
 // The credits live on the payment's record in the Ledger (docs/gate.md#payment-ledger),
 // shared through Redis by several instances; the record keeps only the token's SHA-256.
 
-// HeaderPaymentRetry carries the retry token. The gate sets it on the failed answer of a
-// paid request that earned retry credits; the client sends it back, with the same payment
-// header, to retry. It is a secret of the payer: the gate strips it from the request before
-// the upstream and never logs it.
-const HeaderPaymentRetry = "X-PAYMENT-RETRY"
-
-// retryTokenBytes is the entropy of a retry token; it travels as lowercase hex.
-const retryTokenBytes = 32
-
-// maxRetryTTL bounds a grant when the authorization's validBefore is far away.
-const maxRetryTTL = 24 * time.Hour
-
-// newRetryToken returns a fresh retry token (hex of 32 random bytes) and its hash.
-func newRetryToken() (token string, hash []byte, err error) {
-	raw := make([]byte, retryTokenBytes)
-	if _, err := rand.Read(raw); err != nil {
-		return "", nil, fmt.Errorf("retry token: %w", err)
-	}
-	sum := sha256.Sum256(raw)
-	return hex.EncodeToString(raw), sum[:], nil
-}
-
-// retryTokenHash returns the hash of the retry token a request presents; ok is false when
-// it presents none, more than one, or one that is not 64 hex digits.
-func retryTokenHash(h http.Header) (hash []byte, ok bool) {
-	vs := h.Values(HeaderPaymentRetry)
-	if len(vs) != 1 {
-		return nil, false
-	}
-	v := strings.TrimSpace(vs[0])
-	if len(v) != 2*retryTokenBytes {
-		return nil, false
-	}
-	raw, err := hex.DecodeString(v)
-	if err != nil {
-		return nil, false
-	}
-	sum := sha256.Sum256(raw)
-	return sum[:], true
-}
+// HeaderPaymentRetry carries the retry token (credit.HeaderPaymentRetry).
+const HeaderPaymentRetry = credit.HeaderPaymentRetry
 
 // creditTTL is how long the retry credits of p stay available after a failed first run:
 // the route's grace, at most the authorization's remaining validity; zero when none is left.
@@ -80,7 +38,7 @@ func (g *Gate) creditTTL(p *x402.Payment) time.Duration {
 	if ttl < time.Millisecond {
 		return 0
 	}
-	return min(ttl, maxRetryTTL)
+	return min(ttl, credit.MaxTTL)
 }
 
 // ReportUpstream tells the gate how the upstream answered a settled request, for callers
@@ -98,7 +56,7 @@ func (g *Gate) creditTTL(p *x402.Payment) time.Duration {
 // the lease stays renewed and the end is tried again in the background (no credits
 // then: the same header is served again once, as the answer that was lost).
 func (g *Gate) ReportUpstream(ctx context.Context, res *Result, failed bool) (retryToken string, err error) {
-	if res == nil || res.Kind != KindSettled || res.hold == nil || !res.hold.reported.CompareAndSwap(false, true) {
+	if res == nil || res.Kind != KindSettled || res.hold == nil || !res.hold.MarkReported() {
 		return "", nil
 	}
 	h := res.hold
@@ -107,7 +65,7 @@ func (g *Gate) ReportUpstream(ctx context.Context, res *Result, failed bool) (re
 	if failed {
 		outcome = payledger.Fail
 		if g.route.retryMax > 0 && res.creditTTL > 0 {
-			if retryToken, hash, err = newRetryToken(); err != nil {
+			if retryToken, hash, err = credit.NewToken(); err != nil {
 				g.log.Error("x402 retry token unavailable", zap.Error(err))
 				retryToken = ""
 			} else {
@@ -115,8 +73,8 @@ func (g *Gate) ReportUpstream(ctx context.Context, res *Result, failed bool) (re
 			}
 		}
 	}
-	granted, err := h.finish(func() (bool, error) {
-		return g.ledger.End(ctx, h.key, h.owner, outcome, hash, credits, res.creditTTL)
+	granted, err := h.Finish(func() (bool, error) {
+		return g.ledger.End(ctx, h.Key(), h.Owner(), outcome, hash, credits, res.creditTTL)
 	})
 	if err != nil {
 		g.log.Error("x402 payment ledger unavailable", zap.Error(err))
@@ -124,7 +82,7 @@ func (g *Gate) ReportUpstream(ctx context.Context, res *Result, failed bool) (re
 		if failed {
 			later = payledger.Release
 		}
-		go h.endLater(later)
+		go h.EndLater(later, reportTimeout)
 		return "", fmt.Errorf("gate: report upstream: %w", err)
 	}
 	if !granted {

@@ -101,6 +101,30 @@ func (s *rulesServer) get(t *testing.T, path string, kv ...string) (*http.Respon
 	return res, string(b)
 }
 
+// payForToken pays path once with a fresh payer and expects the answer status with a
+// retry token; it returns the payment header and the token.
+func (s *rulesServer) payForToken(t *testing.T, path string, status int) (name, value, token string) {
+	t.Helper()
+	name, value = pay(t, newPayer(t), x402.Version2, s.offers(t, path)[0])
+	res, body := s.get(t, path, name, value)
+	token = res.Header.Get(gate.HeaderPaymentRetry)
+	if res.StatusCode != status || token == "" {
+		t.Fatalf("first answer: %d %s with retry token %q, want %d with a token", res.StatusCode, body, token, status)
+	}
+	return name, value, token
+}
+
+// expectCounts checks how often the payment was settled and the upstream called.
+func (s *rulesServer) expectCounts(t *testing.T, settlements int, upstream int32) {
+	t.Helper()
+	if n := s.f.Count(gatetest.MethodSettle); n != settlements {
+		t.Errorf("settled %d times, want %d", n, settlements)
+	}
+	if n := s.calls.Load(); n != upstream {
+		t.Errorf("upstream calls %d, want %d", n, upstream)
+	}
+}
+
 func newPayer(t *testing.T) *gatetest.Payer {
 	t.Helper()
 	p, err := gatetest.NewPayer()
@@ -132,9 +156,15 @@ func TestRulesChallenge(t *testing.T) {
 	if err != nil {
 		t.Fatalf("PAYMENT-REQUIRED: %v", err)
 	}
-	want := s.offers(t, "/premium")[0].V2()
-	if len(pr.Accepts) != 1 || pr.Accepts[0].Amount != "10000" || pr.Accepts[0].PayTo != want.PayTo || pr.Accepts[0].Network != "eip155:84532" {
-		t.Errorf("accepts %+v, want one entry like %+v", pr.Accepts, want)
+	want := x402.RequirementsV2{Scheme: "exact", Network: "eip155:84532", Amount: "10000", PayTo: rulesPayTo,
+		Asset: x402.BaseSepolia.USDC.Address.Hex(), MaxTimeoutSeconds: 60}
+	if len(pr.Accepts) != 1 {
+		t.Fatalf("accepts %+v, want one entry like %+v", pr.Accepts, want)
+	}
+	got := pr.Accepts[0]
+	if got.Scheme != want.Scheme || got.Network != want.Network || got.Amount != want.Amount || got.PayTo != want.PayTo ||
+		!strings.EqualFold(got.Asset, want.Asset) || got.MaxTimeoutSeconds != want.MaxTimeoutSeconds {
+		t.Errorf("accepts entry %+v, want %+v", got, want)
 	}
 	if pr.Resource == nil || pr.Resource.URL != s.URL+"/premium" {
 		t.Errorf("resource %+v, want %s/premium", pr.Resource, s.URL)
@@ -147,46 +177,51 @@ func TestRulesChallenge(t *testing.T) {
 	}
 }
 
-// TestRulesAcceptMatching: a payment is matched exactly against the accept it names, and
-// verified and settled as that accept's requirement; a payment that matches none is
-// refused 402 before the facilitator is asked.
+// TestRulesAcceptMatching: a payment is matched exactly against the accept it names, on
+// another network or on the same one at another price and payee, and verified and settled
+// as that accept's requirement; a payment that matches none is refused 402 before the
+// facilitator is asked.
 func TestRulesAcceptMatching(t *testing.T) {
 	cfg := rulesRoute()
-	cfg.Accepts = []gate.AcceptConfig{{}, {Network: "base", Price: "0.02", PayTo: rulesPayTo2}}
+	cfg.Accepts = []gate.AcceptConfig{{}, {Network: "base", Price: "0.02", PayTo: rulesPayTo2}, {Price: "0.05", PayTo: rulesPayTo2}}
 	for _, version := range []int{x402.Version1, x402.Version2} {
-		t.Run(fmt.Sprintf("v%d", version), func(t *testing.T) {
-			s := newRulesServer(t, cfg, gate.Options{})
-			offers := s.offers(t, "/premium")
-			if len(offers) != 2 {
-				t.Fatalf("%d offers, want 2", len(offers))
-			}
-			payer := newPayer(t)
-			name, value := pay(t, payer, version, offers[1])
-			if res, body := s.get(t, "/premium", name, value); res.StatusCode != http.StatusOK {
-				t.Fatalf("paying the second accept: %d %s", res.StatusCode, body)
-			}
-			calls := s.f.Calls()
-			if len(calls) != 2 || calls[1].Method != gatetest.MethodSettle {
-				t.Fatalf("facilitator calls %+v, want Verify and Settle", calls)
-			}
-			if got := calls[1].Requirements; got.Network != "eip155:8453" || got.Amount.String() != "20000" || got.PayTo.Hex() != rulesPayTo2 {
-				t.Errorf("settled against %s %s to %s, want the second accept", got.Network, got.Amount, got.PayTo.Hex())
-			}
+		for _, want := range []struct {
+			i               int
+			network, amount string
+		}{{1, "eip155:8453", "20000"}, {2, "eip155:84532", "50000"}} {
+			i := want.i
+			t.Run(fmt.Sprintf("v%d accept %d", version, i+1), func(t *testing.T) {
+				s := newRulesServer(t, cfg, gate.Options{})
+				offers := s.offers(t, "/premium")
+				if len(offers) != 3 {
+					t.Fatalf("%d offers, want 3", len(offers))
+				}
+				payer := newPayer(t)
+				name, value := pay(t, payer, version, offers[i])
+				if res, body := s.get(t, "/premium", name, value); res.StatusCode != http.StatusOK {
+					t.Fatalf("paying accept %d: %d %s", i+1, res.StatusCode, body)
+				}
+				calls := s.f.Calls()
+				if len(calls) != 2 || calls[1].Method != gatetest.MethodSettle {
+					t.Fatalf("facilitator calls %+v, want Verify and Settle", calls)
+				}
+				if got := calls[1].Requirements; got.Network != want.network || got.Amount.String() != want.amount || got.PayTo.Hex() != rulesPayTo2 {
+					t.Errorf("settled against %s %s to %s, want accept %d", got.Network, got.Amount, got.PayTo.Hex(), i+1)
+				}
 
-			wrong := *offers[0]
-			wrong.Amount = big.NewInt(1)
-			name, value = pay(t, payer, version, &wrong)
-			res, body := s.get(t, "/premium", name, value)
-			if want := x402.ReasonValueMismatch.For(version); res.StatusCode != http.StatusPaymentRequired || !strings.Contains(body, `"error":"`+want+`"`) {
-				t.Errorf("a payment of 1 base unit: %d %s, want 402 %s", res.StatusCode, body, want)
-			}
-			if n := len(s.f.Calls()); n != 2 {
-				t.Errorf("the refused payment reached the facilitator (%d calls)", n)
-			}
-			if s.calls.Load() != 1 {
-				t.Errorf("upstream calls %d, want 1", s.calls.Load())
-			}
-		})
+				wrong := *offers[0]
+				wrong.Amount = big.NewInt(1)
+				name, value = pay(t, payer, version, &wrong)
+				res, body := s.get(t, "/premium", name, value)
+				if want := x402.ReasonValueMismatch.For(version); res.StatusCode != http.StatusPaymentRequired || !strings.Contains(body, `"error":"`+want+`"`) {
+					t.Errorf("a payment of 1 base unit: %d %s, want 402 %s", res.StatusCode, body, want)
+				}
+				if n := len(s.f.Calls()); n != 2 {
+					t.Errorf("the refused payment reached the facilitator (%d calls)", n)
+				}
+				s.expectCounts(t, 1, 1)
+			})
+		}
 	}
 }
 
@@ -195,24 +230,14 @@ func TestRulesAcceptMatching(t *testing.T) {
 // and once it was answered well the header is refused as a replay.
 func TestRulesRetryCredit(t *testing.T) {
 	s := newRulesServer(t, rulesRoute(), gate.Options{}, http.StatusInternalServerError)
-	name, value := pay(t, newPayer(t), x402.Version2, s.offers(t, "/premium")[0])
-	res, _ := s.get(t, "/premium", name, value)
-	token := res.Header.Get(gate.HeaderPaymentRetry)
-	if res.StatusCode != http.StatusInternalServerError || token == "" {
-		t.Fatalf("failed upstream: %d with retry token %q, want 500 with a token", res.StatusCode, token)
-	}
+	name, value, token := s.payForToken(t, "/premium", http.StatusInternalServerError)
 	if res, body := s.get(t, "/premium", name, value, gate.HeaderPaymentRetry, token); res.StatusCode != http.StatusOK {
 		t.Fatalf("retry with the token: %d %s", res.StatusCode, body)
 	}
 	if res, body := s.get(t, "/premium", name, value, gate.HeaderPaymentRetry, token); res.StatusCode != http.StatusPaymentRequired {
 		t.Errorf("replay after a good answer: %d %s, want 402", res.StatusCode, body)
 	}
-	if n := s.f.Count(gatetest.MethodSettle); n != 1 {
-		t.Errorf("settled %d times, want once", n)
-	}
-	if n := s.calls.Load(); n != 2 {
-		t.Errorf("upstream calls %d, want 2", n)
-	}
+	s.expectCounts(t, 1, 2)
 }
 
 // TestRulesPendingSettlement: a settlement whose outcome is unknown is answered 502 with
@@ -223,12 +248,7 @@ func TestRulesPendingSettlement(t *testing.T) {
 	s.f.OnSettle(func(_ context.Context, p *x402.Payment, r *x402.Requirements) (x402.SettleResponse, error) {
 		return x402.SettleResponse{ErrorReason: x402.ReasonSettlementPending.For(p.Version), Transaction: s.f.Settled(p, r).Transaction, Network: r.Network}, nil
 	})
-	name, value := pay(t, newPayer(t), x402.Version2, s.offers(t, "/premium")[0])
-	res, body := s.get(t, "/premium", name, value)
-	token := res.Header.Get(gate.HeaderPaymentRetry)
-	if res.StatusCode != http.StatusBadGateway || token == "" {
-		t.Fatalf("pending settlement: %d %s with token %q, want 502 with a token", res.StatusCode, body, token)
-	}
+	name, value, token := s.payForToken(t, "/premium", http.StatusBadGateway)
 	if res, body := s.get(t, "/premium", name, value, gate.HeaderPaymentRetry, token); res.StatusCode != http.StatusBadGateway {
 		t.Fatalf("still pending: %d %s, want 502", res.StatusCode, body)
 	}
@@ -238,12 +258,7 @@ func TestRulesPendingSettlement(t *testing.T) {
 	if res, body := s.get(t, "/premium", name, value, gate.HeaderPaymentRetry, token); res.StatusCode != http.StatusOK {
 		t.Fatalf("confirmed: %d %s, want 200", res.StatusCode, body)
 	}
-	if n := s.f.Count(gatetest.MethodSettle); n != 1 {
-		t.Errorf("settled %d times, want once", n)
-	}
-	if n := s.calls.Load(); n != 1 {
-		t.Errorf("upstream calls %d, want 1", n)
-	}
+	s.expectCounts(t, 1, 1)
 }
 
 // TestRulesFacilitatorDownFailsClosed: when the facilitator cannot verify, the request is
@@ -258,9 +273,7 @@ func TestRulesFacilitatorDownFailsClosed(t *testing.T) {
 	if res.StatusCode != http.StatusBadGateway || !strings.Contains(body, string(gate.ReasonFacilitatorUnavailable)) {
 		t.Errorf("%d %s, want 502 %s", res.StatusCode, body, gate.ReasonFacilitatorUnavailable)
 	}
-	if s.calls.Load() != 0 || s.f.Count(gatetest.MethodSettle) != 0 {
-		t.Errorf("upstream calls %d, settlements %d; want none", s.calls.Load(), s.f.Count(gatetest.MethodSettle))
-	}
+	s.expectCounts(t, 0, 0)
 }
 
 // TestRulesPass: one payment buys a pass; the pass lets its holder in without paying
@@ -288,10 +301,5 @@ func TestRulesPass(t *testing.T) {
 	if res.StatusCode != http.StatusPaymentRequired || res.Header.Get(gate.HeaderPassRefused) != string(gate.PassExpired) {
 		t.Errorf("expired pass: %d, %s %q; want 402 %s", res.StatusCode, gate.HeaderPassRefused, res.Header.Get(gate.HeaderPassRefused), gate.PassExpired)
 	}
-	if n := s.f.Count(gatetest.MethodSettle); n != 1 {
-		t.Errorf("settled %d times, want once", n)
-	}
-	if n := s.calls.Load(); n != 2 {
-		t.Errorf("upstream calls %d, want 2", n)
-	}
+	s.expectCounts(t, 1, 2)
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/x402gate/x402gate/gate/pass"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -102,9 +103,9 @@ func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, in Input, next Next
 		return nil
 	}
 	res.SetHeaders(w.Header())
-	var pass *Pass
+	var issued *Pass
 	if g.pass != nil && (!res.Retry || res.resumed) {
-		pass = g.issuePass(in, res, w.Header())
+		issued = g.issuePass(in, res, w.Header())
 	}
 	// The signed authorizations and the retry token have done their work: the upstream
 	// does not get them, and no later log line of this request (an upstream's error log,
@@ -112,17 +113,17 @@ func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, in Input, next Next
 	// Deleting in place also clears them from Caddy's shallow copy of the original request.
 	stripPaymentHeaders(r.Header)
 	stripPass(r.Header)
-	if pass != nil {
-		if s, ok := siteOf(in.Resource); ok {
-			g.recordPass(r.Context(), s.host, pass)
+	if issued != nil {
+		if s, ok := pass.SiteOf(in.Resource); ok {
+			g.recordPass(r.Context(), s.Host, issued)
 		}
 	}
-	ctx := context.WithValue(r.Context(), paidKey{}, &Paid{Settlement: res.Settlement, Verdict: res.Verdict, Retry: res.Retry, PassIssued: pass})
+	ctx := context.WithValue(r.Context(), paidKey{}, &Paid{Settlement: res.Settlement, Verdict: res.Verdict, Retry: res.Retry, PassIssued: issued})
 	ww := &watchWriter{ResponseWriter: w, g: g, res: res, ctx: ctx}
 	if res.hold != nil {
 		// The upstream runs under the lease: a Go upstream (reverse_proxy) stops when it is lost.
 		var stop func()
-		ctx, stop = res.hold.bound(ctx)
+		ctx, stop = res.hold.Bound(ctx)
 		defer stop()
 	}
 	r = r.WithContext(ctx)

@@ -17,6 +17,8 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/crypto"
 	"go.uber.org/zap"
+
+	"github.com/x402gate/x402gate/gate/pass"
 )
 
 // Sign-in-with-x (docs/gate.md#sign-in-with-x) lets a wallet that bought a pass in again
@@ -87,16 +89,16 @@ const siwxTime = "2006-01-02T15:04:05.000Z07:00"
 
 // siwxChallenge builds the extension for a 402 of resource on s: a fresh random nonce,
 // issuedAt now, valid for siwxMaxAge, on the route's network.
-func (g *Gate) siwxChallenge(s site, resource string) (map[string]any, error) {
+func (g *Gate) siwxChallenge(s pass.Site, resource string) (map[string]any, error) {
 	raw := make([]byte, 16)
 	if _, err := rand.Read(raw); err != nil {
 		return nil, fmt.Errorf("sign-in-with-x nonce: %w", err)
 	}
 	now := g.now().UTC()
 	info := siwxInfo{
-		Domain:         s.host,
+		Domain:         s.Host,
 		URI:            resource,
-		Statement:      "Sign in to use your access pass for " + g.pass.scopeOf(s.path),
+		Statement:      "Sign in to use your access pass for " + g.pass.ScopeOf(s.Path),
 		Version:        "1",
 		Nonce:          hex.EncodeToString(raw),
 		IssuedAt:       now.Format(siwxTime),
@@ -258,12 +260,12 @@ func parseJSTime(s string) (time.Time, bool) {
 // the URI's origin are this site's, the times hold, the chain is the route's, and the
 // EIP-191 signature over the EIP-4361 message is the address's own. Smart-contract
 // wallets (EIP-1271) are not verified.
-func (g *Gate) checkSIWX(p *siwxPayload, s site) (common.Address, PassRefusal) {
-	if !strings.EqualFold(p.Domain, s.host) {
+func (g *Gate) checkSIWX(p *siwxPayload, s pass.Site) (common.Address, PassRefusal) {
+	if !strings.EqualFold(p.Domain, s.Host) {
 		return common.Address{}, SIWXDomainMismatch
 	}
 	u, err := url.Parse(p.URI)
-	if err != nil || !strings.EqualFold(u.Scheme+"://"+u.Host, s.origin()) {
+	if err != nil || !strings.EqualFold(u.Scheme+"://"+u.Host, s.Origin()) {
 		return common.Address{}, SIWXURIMismatch
 	}
 	now := g.now()
@@ -333,7 +335,7 @@ func (g *Gate) admitSIWX(ctx context.Context, in Input, h http.Header) (*Pass, P
 	if len(vs) == 0 {
 		return nil, ""
 	}
-	s, ok := siteOf(in.Resource)
+	s, ok := pass.SiteOf(in.Resource)
 	if !ok {
 		return nil, ""
 	}
@@ -353,7 +355,7 @@ func (g *Gate) admitSIWX(ctx context.Context, in Input, h http.Header) (*Pass, P
 	if !g.now().Before(exp) {
 		return nil, SIWXNoPass
 	}
-	fresh, err := g.passes.UseNonce(ctx, "siwx:"+s.host+":"+p.Nonce, siwxMaxAge+siwxSkew+time.Minute)
+	fresh, err := g.passes.UseNonce(ctx, "siwx:"+s.Host+":"+p.Nonce, siwxMaxAge+siwxSkew+time.Minute)
 	if err != nil {
 		g.log.Error("x402 pass book unavailable", zap.Error(err))
 		return nil, PassStoreUnavailable
@@ -361,19 +363,20 @@ func (g *Gate) admitSIWX(ctx context.Context, in Input, h http.Header) (*Pass, P
 	if !fresh {
 		return nil, SIWXNonce
 	}
-	scope := g.pass.scopeOf(s.path)
+	scope := g.pass.ScopeOf(s.Path)
 	return &Pass{Via: PassViaSIWX, Payer: addr.Hex(), Network: p.ChainID, Scope: scope, Expires: exp}, ""
 }
 
 // passBookKeys are the pass book entries that may hold payer's pass for a request on s:
 // one per scope that could cover it and per key of this route, the retired ones included
 // while the route keeps them to verify.
-func (g *Gate) passBookKeys(s site, payer string) []string {
-	scopes := g.passScopes(s.path)
-	keys := make([]string, 0, len(scopes)*len(g.pass.keys))
-	for _, k := range g.pass.keys {
+func (g *Gate) passBookKeys(s pass.Site, payer string) []string {
+	scopes := g.passScopes(s.Path)
+	ids := g.pass.KeyIDs()
+	keys := make([]string, 0, len(scopes)*len(ids))
+	for _, id := range ids {
 		for _, sc := range scopes {
-			keys = append(keys, passBookKey(k.id, s.host, sc, payer))
+			keys = append(keys, pass.BookKey(id, s.Host, sc, payer))
 		}
 	}
 	return keys
@@ -382,19 +385,19 @@ func (g *Gate) passBookKeys(s site, payer string) []string {
 // passScopes are the scopes a pass covering the clean path p may have been bought for:
 // the configured one, or p's directory and its ancestors.
 func (g *Gate) passScopes(p string) []string {
-	if g.pass.scope != "" {
-		if !inScope(p, g.pass.scope) {
+	if g.pass.Scope() != "" {
+		if !pass.InScope(p, g.pass.Scope()) {
 			return nil
 		}
-		return []string{g.pass.scope}
+		return []string{g.pass.Scope()}
 	}
 	var out []string
-	for d := g.pass.scopeOf(p); len(out) < maxScopeDepth; {
+	for d := g.pass.ScopeOf(p); len(out) < maxScopeDepth; {
 		out = append(out, d)
 		if d == "/" {
 			break
 		}
-		d = g.pass.scopeOf(strings.TrimSuffix(d, "/"))
+		d = g.pass.ScopeOf(strings.TrimSuffix(d, "/"))
 	}
 	return out
 }
@@ -404,7 +407,7 @@ func (g *Gate) passScopes(p string) []string {
 func (g *Gate) recordPass(ctx context.Context, host string, p *Pass) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportTimeout)
 	defer cancel()
-	if err := g.passes.RecordPass(ctx, passBookKey(g.pass.keys[0].id, host, p.Scope, p.Payer), p.Expires); err != nil {
+	if err := g.passes.RecordPass(ctx, pass.BookKey(g.pass.KeyIDs()[0], host, p.Scope, p.Payer), p.Expires); err != nil {
 		g.log.Error("x402 pass not recorded for sign-in-with-x", zap.String("payer", p.Payer), zap.Error(err))
 	}
 }

@@ -13,67 +13,8 @@ import (
 	"github.com/x402gate/x402gate/gate"
 )
 
-// AcceptConfig is one way to pay a route: an `accept { … }` block of the x402 directive
-// (docs/gate.md#several-ways-to-pay). An empty field takes the directive's value.
-type AcceptConfig struct {
-	// Network is the chain. Default: the directive's network.
-	Network string `json:"network,omitempty"`
-	// Asset is the token address. Default: the directive's asset on its network, else
-	// the network's asset.
-	Asset string `json:"asset,omitempty"`
-	// AssetName and AssetVersion are the EIP-712 domain of a non-default Asset.
-	AssetName    string `json:"asset_name,omitempty"`
-	AssetVersion string `json:"asset_version,omitempty"`
-	// Decimals and Symbol of a non-default Asset. Default: the network asset's.
-	Decimals int    `json:"decimals,omitempty"`
-	Symbol   string `json:"symbol,omitempty"`
-	// Price in this asset. Default: the directive's price.
-	Price string `json:"price,omitempty"`
-	// PayTo receives the payment. Default: the directive's pay_to.
-	PayTo string `json:"pay_to,omitempty"`
-}
-
-// DiscoveryConfig describes the route to discovery services: the v2 bazaar extension
-// (docs/gate.md#discovery). The schemas are the files' JSON, read at adapt time.
-type DiscoveryConfig struct {
-	// ServiceName names the service. Default: none.
-	ServiceName string `json:"service_name,omitempty"`
-	// Tags are up to 5 keywords. Default: none.
-	Tags []string `json:"tags,omitempty"`
-	// Description says what the route sells. Default: the directive's description.
-	Description string `json:"description,omitempty"`
-	// Method is the route's HTTP method. Default: GET.
-	Method string `json:"method,omitempty"`
-	// InputSchema is the JSON Schema of the query parameters or JSON body. Default: none.
-	InputSchema json.RawMessage `json:"input_schema,omitempty"`
-	// OutputSchema is the JSON Schema of the answer. Default: none.
-	OutputSchema json.RawMessage `json:"output_schema,omitempty"`
-}
-
 // maxSchemaFile bounds a schema file; the whole extension must fit 8 KiB anyway.
 const maxSchemaFile = 64 << 10
-
-// gateAccepts is h's accept blocks as gate.AcceptConfig.
-func (h *Handler) gateAccepts() []gate.AcceptConfig {
-	var out []gate.AcceptConfig
-	for _, a := range h.Accepts {
-		out = append(out, gate.AcceptConfig{
-			Network: a.Network, Price: a.Price, PayTo: a.PayTo,
-			Asset: gate.AssetConfig{Address: a.Asset, Name: a.AssetName, Version: a.AssetVersion, Decimals: a.Decimals, Symbol: a.Symbol},
-		})
-	}
-	return out
-}
-
-// gateDiscovery is h's discovery block as gate.DiscoveryConfig.
-func (h *Handler) gateDiscovery() *gate.DiscoveryConfig {
-	d := h.Discovery
-	if d == nil {
-		return nil
-	}
-	return &gate.DiscoveryConfig{ServiceName: d.ServiceName, Tags: d.Tags, Description: d.Description,
-		Method: d.Method, InputSchema: d.InputSchema, OutputSchema: d.OutputSchema}
-}
 
 // unmarshalAccept reads one `accept { … }` block; its options are recorded as
 // "accept <n>/<option>" for errors.
@@ -83,7 +24,7 @@ func (h *Handler) unmarshalAccept(d *caddyfile.Dispenser) error {
 	}
 	i := len(h.Accepts)
 	h.lines.set(gate.AcceptOption(i, ""), d)
-	var a AcceptConfig
+	var a gate.AcceptConfig
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		opt := d.Val()
 		h.lines.set(gate.AcceptOption(i, opt), d)
@@ -95,20 +36,20 @@ func (h *Handler) unmarshalAccept(d *caddyfile.Dispenser) error {
 			}
 			a.Price = strings.Join(args, " ")
 		case "network", "asset", "asset_name", "asset_version", "symbol", "pay_to":
-			dst := map[string]*string{"network": &a.Network, "asset": &a.Asset, "asset_name": &a.AssetName,
-				"asset_version": &a.AssetVersion, "symbol": &a.Symbol, "pay_to": &a.PayTo}[opt]
+			dst := map[string]*string{"network": &a.Network, "asset": &a.Asset.Address, "asset_name": &a.Asset.Name,
+				"asset_version": &a.Asset.Version, "symbol": &a.Asset.Symbol, "pay_to": &a.PayTo}[opt]
 			if err := oneArg(d, dst); err != nil {
 				return err
 			}
 		case "decimals":
-			if err := intArg(d, &a.Decimals); err != nil {
+			if err := intArg(d, &a.Asset.Decimals); err != nil {
 				return err
 			}
 		default:
 			return d.Errf("unrecognized accept option %q", opt)
 		}
 	}
-	if a == (AcceptConfig{}) {
+	if a == (gate.AcceptConfig{}) {
 		return d.Errf("an accept block needs at least one of network, asset, price, pay_to")
 	}
 	h.Accepts = append(h.Accepts, a)
@@ -123,7 +64,7 @@ func (h *Handler) unmarshalDiscovery(d *caddyfile.Dispenser) error {
 	if h.Discovery != nil {
 		return d.Errf("discovery is given twice")
 	}
-	dc := new(DiscoveryConfig)
+	dc := new(gate.DiscoveryConfig)
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		opt := d.Val()
 		h.lines.set("discovery/"+opt, d)

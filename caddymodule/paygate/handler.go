@@ -85,12 +85,12 @@ type Handler struct {
 	// Accepts are the ways to pay the route, each a complete requirement whose
 	// empty fields take the values above (docs/gate.md#several-ways-to-pay). Default: none,
 	// the fields above are the one way.
-	Accepts []AcceptConfig `json:"accepts,omitempty"`
+	Accepts []gate.AcceptConfig `json:"accepts,omitempty"`
 	// PaymentID advertises the x402 v2 payment-identifier extension: optional or
 	// required (docs/gate.md#payment-identifier). Default: off.
 	PaymentID string `json:"payment_id,omitempty"`
 	// Discovery fills the v2 bazaar extension (docs/gate.md#discovery). Default: none.
-	Discovery *DiscoveryConfig `json:"discovery,omitempty"`
+	Discovery *gate.DiscoveryConfig `json:"discovery,omitempty"`
 	// Pass makes one payment buy access for a while (docs/caddy.md#access-passes).
 	// Default: nil, every request pays.
 	Pass *PassOptions `json:"pass,omitempty"`
@@ -148,9 +148,9 @@ func (h *Handler) gateConfig() (gate.Config, error) {
 		PriceMin:          h.PriceMin,
 		PriceMax:          h.PriceMax,
 		PayToAllowed:      h.PayToAllowed,
-		Accepts:           h.gateAccepts(),
+		Accepts:           h.Accepts,
 		PaymentID:         h.PaymentID,
-		Discovery:         h.gateDiscovery(),
+		Discovery:         h.Discovery,
 		Pass:              h.passConfig(),
 		Paths:             h.Paths,
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/x402gate/x402gate/gate/gatetest"
+	"github.com/x402gate/x402gate/internal/testenv"
 )
 
 // TestFacilitatorKeyIsRequiredWhereTheSpecSays: with FACILITATOR_API_KEY set, /verify,
@@ -15,7 +16,7 @@ import (
 // /health stays open (docs/facilitator.md#api). TestHandlerAPIKeyGuardsEveryRouteButHealth
 // covers a missing, a wrong and a prefix key; these are the other spellings.
 func TestFacilitatorKeyIsRequiredWhereTheSpecSays(t *testing.T) {
-	verifyBody := jsonOf(t, apiTestBody(t, 2))
+	verifyBody := testenv.JSON(t, apiTestBody(t, 2))
 	routes := []struct {
 		name, method, path, body string
 	}{

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/x402gate/x402gate/gate/gatetest"
+	"github.com/x402gate/x402gate/internal/testenv"
 )
 
 // FuzzVerifySettleBody posts any body to /verify and /settle of a handler whose backend
@@ -22,7 +23,7 @@ import (
 // versions.
 func FuzzVerifySettleBody(f *testing.F) {
 	for _, v := range []int{1, 2} {
-		body := jsonOf(f, apiTestBody(f, v))
+		body := testenv.JSON(f, apiTestBody(f, v))
 		f.Add(false, body)
 		f.Add(true, body)
 		f.Add(false, strings.Replace(body, `"x402Version":`+string(rune('0'+v)), `"x402Version":3`, 1))

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/x402gate/x402gate/gate/gatetest"
+	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -118,16 +119,6 @@ func apiDo(t testing.TB, h http.Handler, method, path, contentType, body string,
 	return rec.Code, rec.Header(), rec.Body.String()
 }
 
-// jsonOf is v as JSON.
-func jsonOf(t testing.TB, v any) string {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 func decodeMap(t testing.TB, body string) map[string]any {
 	t.Helper()
 	var m map[string]any
@@ -159,7 +150,7 @@ func newPricingStub(t *testing.T, answer func(w http.ResponseWriter, r *http.Req
 }
 
 func TestHandlerAPIKeyGuardsEveryRouteButHealth(t *testing.T) {
-	verifyBody := jsonOf(t, apiTestBody(t, 2))
+	verifyBody := testenv.JSON(t, apiTestBody(t, 2))
 	quoteBody := `{"resource":{"scheme":"exact","network":"eip155:84532","amount":"10000"}}`
 	routes := []struct {
 		name, method, path, body string
@@ -194,7 +185,7 @@ func TestHandlerAPIKeyGuardsEveryRouteButHealth(t *testing.T) {
 					t.Fatal("answer contains the API key")
 				}
 				for _, e := range logs.All() {
-					if strings.Contains(jsonOf(t, e.ContextMap())+e.Message, apiTestKey) {
+					if strings.Contains(testenv.JSON(t, e.ContextMap())+e.Message, apiTestKey) {
 						t.Fatal("a log entry contains the API key")
 					}
 				}
@@ -225,7 +216,7 @@ func TestHandlerAPIKeyGuardsEveryRouteButHealth(t *testing.T) {
 }
 
 func TestHandlerRefusesBadEnvelopes(t *testing.T) {
-	valid := jsonOf(t, apiTestBody(t, 1))
+	valid := testenv.JSON(t, apiTestBody(t, 1))
 	big := `{"paymentPayload":{"pad":"` + strings.Repeat("a", DefaultMaxBodyBytes) + `"},"paymentRequirements":{}}`
 	cases := []struct {
 		name, path, contentType, body string
@@ -288,7 +279,7 @@ func TestHandlerRefusesBadEnvelopes(t *testing.T) {
 func edit(t testing.TB, v int, f func(m map[string]any)) string {
 	m := apiTestBody(t, v)
 	f(m)
-	return jsonOf(t, m)
+	return testenv.JSON(t, m)
 }
 
 func payloadOf(m map[string]any) map[string]any { return m["paymentPayload"].(map[string]any) }
@@ -382,7 +373,7 @@ func TestHandlerBackendErrorsAre500WithoutDetail(t *testing.T) {
 			svc.OnVerify(func(context.Context, x402.VerifyInput) (x402.VerifyResponse, error) {
 				return x402.VerifyResponse{}, errors.New(internal)
 			})
-			status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/verify", "application/json", jsonOf(t, apiTestBody(t, v)), nil)
+			status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/verify", "application/json", testenv.JSON(t, apiTestBody(t, v)), nil)
 			if status != http.StatusInternalServerError {
 				t.Fatalf("status %d", status)
 			}
@@ -395,7 +386,7 @@ func TestHandlerBackendErrorsAre500WithoutDetail(t *testing.T) {
 			svc.OnSettle(func(context.Context, *x402.Payment, *x402.Requirements) (x402.SettleResponse, error) {
 				return x402.SettleResponse{}, errors.New(internal)
 			})
-			status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/settle", "application/json", jsonOf(t, apiTestBody(t, v)), nil)
+			status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/settle", "application/json", testenv.JSON(t, apiTestBody(t, v)), nil)
 			if status != http.StatusInternalServerError {
 				t.Fatalf("status %d", status)
 			}
@@ -421,7 +412,7 @@ func TestHandlerBackendErrorsAre500WithoutDetail(t *testing.T) {
 		svc.OnSettle(func(context.Context, *x402.Payment, *x402.Requirements) (x402.SettleResponse, error) {
 			return x402.SettleResponse{Transaction: tx}, errors.New(internal)
 		})
-		status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/settle", "application/json", jsonOf(t, apiTestBody(t, 2)), nil)
+		status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/settle", "application/json", testenv.JSON(t, apiTestBody(t, 2)), nil)
 		m := decodeMap(t, body)
 		if status != 500 || m["transaction"] != tx || m["txHash"] != tx || strings.Contains(body, "sk_internal") {
 			t.Fatalf("%d %s", status, body)
@@ -450,7 +441,7 @@ func TestHandlerSettleAnswerCarriesTransactionAndTxHash(t *testing.T) {
 			svc.OnSettle(func(context.Context, *x402.Payment, *x402.Requirements) (x402.SettleResponse, error) {
 				return c.resp, nil
 			})
-			status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/settle", "application/json", jsonOf(t, apiTestBody(t, c.v)), nil)
+			status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/settle", "application/json", testenv.JSON(t, apiTestBody(t, c.v)), nil)
 			m := decodeMap(t, body)
 			if status != 200 || m["success"] != true || m["transaction"] != tx || m["txHash"] != tx || m["network"] != c.wantNetwork {
 				t.Fatalf("%d %s", status, body)
@@ -462,7 +453,7 @@ func TestHandlerSettleAnswerCarriesTransactionAndTxHash(t *testing.T) {
 		svc.OnSettle(func(context.Context, *x402.Payment, *x402.Requirements) (x402.SettleResponse, error) {
 			return x402.SettleResponse{Success: false, ErrorReason: "insufficient_funds"}, nil
 		})
-		status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/settle", "application/json", jsonOf(t, apiTestBody(t, 1)), nil)
+		status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/settle", "application/json", testenv.JSON(t, apiTestBody(t, 1)), nil)
 		want := `{"success":false,"errorReason":"insufficient_funds","transaction":"","network":"base-sepolia","txHash":""}`
 		if status != 200 || strings.TrimSpace(body) != want {
 			t.Fatalf("%d %s", status, body)
@@ -489,7 +480,7 @@ func TestHandlerPassesDecodedPaymentToBackend(t *testing.T) {
 			} else {
 				m["verificationPayment"], m["verificationRequirements"] = fee.PayloadV2(), feeReq.V2()
 			}
-			status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/verify", "application/json", jsonOf(t, m), nil)
+			status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/verify", "application/json", testenv.JSON(t, m), nil)
 			if status != 200 || decodeMap(t, body)["isValid"] != true {
 				t.Fatalf("%d %s", status, body)
 			}
@@ -507,7 +498,7 @@ func TestHandlerPassesDecodedPaymentToBackend(t *testing.T) {
 		svc := gatetest.NewFacilitator()
 		m := apiTestBody(t, 2)
 		m["verificationPayment"] = map[string]any{"x402Version": 2}
-		status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/verify", "application/json", jsonOf(t, m), nil)
+		status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodPost, "/verify", "application/json", testenv.JSON(t, m), nil)
 		if status != 200 || strings.TrimSpace(body) != `{"isValid":false,"invalidReason":"invalid_payload"}` || len(svc.Calls()) != 0 {
 			t.Fatalf("%d %s", status, body)
 		}
@@ -589,8 +580,8 @@ func TestHandlerHealth(t *testing.T) {
 			if status != c.status {
 				t.Fatalf("status %d: %s", status, body)
 			}
-			if got := jsonOf(t, decodeMap(t, body)); got != jsonOf(t, c.want) {
-				t.Fatalf("body %s\nwant %s", got, jsonOf(t, c.want))
+			if got := testenv.JSON(t, decodeMap(t, body)); got != testenv.JSON(t, c.want) {
+				t.Fatalf("body %s\nwant %s", got, testenv.JSON(t, c.want))
 			}
 			if calls.Load() != c.calls {
 				t.Fatalf("HealthInfo called %d times, want %d", calls.Load(), c.calls)
@@ -606,7 +597,7 @@ func TestHandlerSupportedPassesBackendAnswer(t *testing.T) {
 	svc := gatetest.NewFacilitator()
 	status, _, body := apiDo(t, NewHandler(svc, HandlerOptions{}), http.MethodGet, "/supported", "", "", nil)
 	want, _ := svc.Supported(context.Background())
-	if status != 200 || strings.TrimSpace(body) != jsonOf(t, want) {
+	if status != 200 || strings.TrimSpace(body) != testenv.JSON(t, want) {
 		t.Fatalf("%d %s", status, body)
 	}
 	t.Run("empty lists are [] and {} rather than null", func(t *testing.T) {
@@ -689,7 +680,7 @@ func TestHandlerVerificationQuote(t *testing.T) {
 				t.Fatal("upstream detail reached the caller")
 			}
 			for _, e := range logs.All() {
-				if strings.Contains(jsonOf(t, e.ContextMap()), "hunter2") {
+				if strings.Contains(testenv.JSON(t, e.ContextMap()), "hunter2") {
 					t.Fatal("the pricing answer's body was logged")
 				}
 			}

@@ -1,4 +1,4 @@
-package gate
+package pass
 
 import (
 	"context"
@@ -11,10 +11,10 @@ import (
 	"time"
 )
 
-// PassBook remembers what sign-in-with-x needs. Every method is atomic across every
-// process that shares the book. MemoryLedger and redisretry.Store implement it; a
-// gate whose Ledger does not gets an in-process MemoryPassBook.
-type PassBook interface {
+// Book remembers what sign-in-with-x needs. Every method is atomic across every process
+// that shares the book. gate.MemoryLedger and redisretry.Store implement it; a gate whose
+// Ledger does not gets an in-process MemoryBook.
+type Book interface {
 	// RecordPass remembers that key holds a pass until expiry; a later expiry wins.
 	RecordPass(ctx context.Context, key string, expiry time.Time) error
 	// PassExpiry returns the latest expiry recorded under any of keys (zero: none).
@@ -26,20 +26,20 @@ type PassBook interface {
 // errPassBook is wrapped by pass book failures.
 var errPassBook = errors.New("pass book unavailable")
 
-// passBookKey names the pass of payer for scope on host, issued by a route whose first
+// BookKey names the pass of payer for scope on host, issued by a route whose first
 // pass key had the id keyID: a route finds only the passes issued under one of its own
 // keys (docs/gate.md#sign-in-with-x), as it honours only the pass tokens they signed.
-func passBookKey(keyID, host, scope, payer string) string {
+func BookKey(keyID, host, scope, payer string) string {
 	sum := sha256.Sum256([]byte(keyID + "\n" + strings.ToLower(host) + "\n" + scope + "\n" + strings.ToLower(payer)))
 	return "pass:" + hex.EncodeToString(sum[:])
 }
 
-// DefaultMemoryPassEntries bounds a MemoryPassBook made with NewMemoryPassBook(0).
-const DefaultMemoryPassEntries = 100_000
+// DefaultMemoryEntries bounds a MemoryBook made with NewMemoryBook(0).
+const DefaultMemoryEntries = 100_000
 
-// MemoryPassBook is the in-process PassBook of one instance. It is safe for concurrent
+// MemoryBook is the in-process Book of one instance. It is safe for concurrent
 // use. Full of live entries, it refuses new ones (fail closed) rather than forget a pass.
-type MemoryPassBook struct {
+type MemoryBook struct {
 	mu     sync.Mutex
 	passes map[string]time.Time
 	nonces map[string]time.Time
@@ -47,17 +47,17 @@ type MemoryPassBook struct {
 	now    func() time.Time
 }
 
-// NewMemoryPassBook returns an empty book holding at most maxEntries passes and as many
-// nonces (0 means DefaultMemoryPassEntries).
-func NewMemoryPassBook(maxEntries int) *MemoryPassBook {
+// NewMemoryBook returns an empty book holding at most maxEntries passes and as many
+// nonces (0 means DefaultMemoryEntries).
+func NewMemoryBook(maxEntries int) *MemoryBook {
 	if maxEntries <= 0 {
-		maxEntries = DefaultMemoryPassEntries
+		maxEntries = DefaultMemoryEntries
 	}
-	return &MemoryPassBook{passes: map[string]time.Time{}, nonces: map[string]time.Time{}, max: maxEntries, now: time.Now}
+	return &MemoryBook{passes: map[string]time.Time{}, nonces: map[string]time.Time{}, max: maxEntries, now: time.Now}
 }
 
 // room makes room in m for one more entry, dropping expired ones; false when it is full.
-func (b *MemoryPassBook) room(m map[string]time.Time) bool {
+func (b *MemoryBook) room(m map[string]time.Time) bool {
 	if len(m) < b.max {
 		return true
 	}
@@ -70,8 +70,8 @@ func (b *MemoryPassBook) room(m map[string]time.Time) bool {
 	return len(m) < b.max
 }
 
-// RecordPass implements PassBook.
-func (b *MemoryPassBook) RecordPass(_ context.Context, key string, expiry time.Time) error {
+// RecordPass implements Book.
+func (b *MemoryBook) RecordPass(_ context.Context, key string, expiry time.Time) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if old, ok := b.passes[key]; ok {
@@ -87,8 +87,8 @@ func (b *MemoryPassBook) RecordPass(_ context.Context, key string, expiry time.T
 	return nil
 }
 
-// PassExpiry implements PassBook.
-func (b *MemoryPassBook) PassExpiry(_ context.Context, keys []string) (time.Time, error) {
+// PassExpiry implements Book.
+func (b *MemoryBook) PassExpiry(_ context.Context, keys []string) (time.Time, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var latest time.Time
@@ -100,8 +100,8 @@ func (b *MemoryPassBook) PassExpiry(_ context.Context, keys []string) (time.Time
 	return latest, nil
 }
 
-// UseNonce implements PassBook.
-func (b *MemoryPassBook) UseNonce(_ context.Context, nonce string, ttl time.Duration) (bool, error) {
+// UseNonce implements Book.
+func (b *MemoryBook) UseNonce(_ context.Context, nonce string, ttl time.Duration) (bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.now()

@@ -1,4 +1,8 @@
-package gate
+// Package paywall renders the browser paywall (docs/gate.md#paywall): the page a browser
+// gets with a 402, which asks the person's wallet to sign the payment and fetches the
+// page again with it. It has no state and no I/O; the gate decides when a 402 goes to a
+// browser and hands it a Page.
+package paywall
 
 import (
 	"bytes"
@@ -24,12 +28,12 @@ var paywallHTML string
 
 var paywallTmpl = template.Must(template.New("paywall").Parse(paywallHTML))
 
-// paywallCSP is the paywall's Content-Security-Policy: its own inline script and style by
+// csp is the paywall's Content-Security-Policy: its own inline script and style by
 // a nonce fresh on every page, and nothing from another origin. The page asks a wallet to
 // sign, so no page may frame it. Without a pass the paid answer replaces the page in place
 // and keeps this policy, so same-origin files stay allowed and the script hands the nonce
 // to the answer's own script and style elements (docs/gate.md#paywall).
-func paywallCSP(nonce string) string {
+func csp(nonce string) string {
 	n := "'nonce-" + nonce + "'"
 	return "default-src 'none'; script-src 'self' " + n + "; style-src 'self' " + n +
 		"; img-src 'self' data:; font-src 'self'; media-src 'self'; connect-src 'self'" +
@@ -45,9 +49,9 @@ func newNonce() (string, error) {
 	return base64.RawURLEncoding.EncodeToString(b[:]), nil
 }
 
-// setPaywallHeaders sets the security headers of the paywall page: its CSP, and
-// X-Frame-Options and nosniff for browsers that predate frame-ancestors.
-func setPaywallHeaders(h http.Header, csp string) {
+// SetHeaders sets the security headers of the paywall page: its Content-Security-Policy
+// (Render's), and X-Frame-Options and nosniff for browsers that predate frame-ancestors.
+func SetHeaders(h http.Header, csp string) {
 	h.Set("Content-Security-Policy", csp)
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -86,7 +90,7 @@ type paywallData struct {
 	PaymentRequired *x402.PaymentRequiredV2 `json:"paymentRequired"`
 	// Ways are the accepts entries as a person reads them, in their order.
 	Ways []paywallWay `json:"ways"`
-	// Words are the plain words of each reason code (paywallWords).
+	// Words are the plain words of each reason code (Page.Words).
 	Words map[string]string `json:"words"`
 	// Reload: a pass came with the payment, so the page is loaded again as a navigation
 	// and its stylesheets and images come under the pass.
@@ -103,53 +107,73 @@ type paywallWay struct {
 	AddChain *addChain `json:"addChain"`
 }
 
-// renderPaywall renders the page of a payment-required result and its
-// Content-Security-Policy.
-func renderPaywall(r *Result) (page []byte, csp string, err error) {
-	req := r.Requirements
-	if req == nil || r.challenge == nil {
+// Page is what one paywall page shows.
+type Page struct {
+	// Requirement is the first way to pay; Challenge is the v2 PaymentRequired of the 402
+	// (as in its PAYMENT-REQUIRED header), whose accepts the page offers. Required.
+	Requirement *x402.Requirements
+	Challenge   *x402.PaymentRequiredV2
+	// Ways say each accepts entry of Challenge as a person reads it, in its order.
+	// Required: one at least.
+	Ways []Way
+	// Pass is what one payment buys with passes on, as the gate describes it ("24 hours
+	// of /premium/"); empty without passes.
+	Pass string
+	// Words are the plain words of each reason code the page may meet, by code; {asset},
+	// {network} and {price} in them stand for the chosen way to pay.
+	Words map[string]string
+}
+
+// Way is one way to pay as a person reads it.
+type Way struct {
+	Price   string // "0.01"
+	Symbol  string // "USDC", or "base units"
+	Network string // the network's v1 name, "base-sepolia"
+}
+
+// Render renders p and returns the page and its Content-Security-Policy, for SetHeaders.
+func Render(p Page) (page []byte, policy string, err error) {
+	req := p.Requirement
+	if req == nil || p.Challenge == nil || len(p.Ways) == 0 {
 		return nil, "", errors.New("paywall: no requirement")
 	}
 	nonce, err := newNonce()
 	if err != nil {
 		return nil, "", err
 	}
+	first := p.Ways[0]
 	v := paywallView{
 		Nonce:       nonce,
 		Description: req.Resource.Description,
-		Price:       r.display.price,
-		Symbol:      r.display.symbol,
+		Price:       first.Price,
+		Symbol:      first.Symbol,
 		PayTo:       req.PayTo.Hex(),
-		Network:     r.display.network,
+		Network:     first.Network,
 		NetworkID:   req.Network,
 		Asset:       req.Asset.Hex(),
 		Resource:    req.Resource.URL,
 		Data: paywallData{
-			Reload:          r.display.pass != "",
-			PaymentRequired: r.challenge,
-			Words:           paywallWords,
+			Reload:          p.Pass != "",
+			PaymentRequired: p.Challenge,
+			Words:           p.Words,
 		},
 	}
-	if r.display.pass != "" {
-		v.Pass = passWords(r.display.pass)
+	if p.Pass != "" {
+		v.Pass = passWords(p.Pass)
 	}
-	displays := r.displays
-	if len(displays) == 0 {
-		displays = []display{r.display}
-	}
-	for i, d := range displays {
-		if i >= len(r.challenge.Accepts) {
+	for i, d := range p.Ways {
+		if i >= len(p.Challenge.Accepts) {
 			break
 		}
-		a := r.challenge.Accepts[i]
+		a := p.Challenge.Accepts[i]
 		n, err := chainIDOf(a.Network)
 		if err != nil {
 			return nil, "", err
 		}
-		label := d.price + " " + d.symbol + " on " + d.network
+		label := d.Price + " " + d.Symbol + " on " + d.Network
 		v.Offers = append(v.Offers, paywallOffer{Index: i, Label: label, Network: a.Network, Asset: a.Asset, PayTo: a.PayTo})
 		v.Data.Ways = append(v.Data.Ways, paywallWay{
-			Price: d.price + " " + d.symbol, Asset: d.symbol, Network: d.network, ChainID: n, AddChain: chainToAdd(n),
+			Price: d.Price + " " + d.Symbol, Asset: d.Symbol, Network: d.Network, ChainID: n, AddChain: chainToAdd(n),
 		})
 	}
 	var b bytes.Buffer
@@ -157,7 +181,7 @@ func renderPaywall(r *Result) (page []byte, csp string, err error) {
 	if err := paywallTmpl.Execute(&b, v); err != nil {
 		return nil, "", err
 	}
-	return b.Bytes(), paywallCSP(nonce), nil
+	return b.Bytes(), csp(nonce), nil
 }
 
 // chainIDOf reads the chain id of a CAIP-2 eip155 network id.

@@ -1,4 +1,10 @@
-package gate
+// Package discovery describes a route to discovery services: the x402 v2 bazaar
+// extension of every 402 (docs/gate.md#discovery). A discovery service that fetches the
+// route unpaid, or a facilitator that sees the extension echoed in a payment, learns what
+// the route takes and answers, in the shape @x402/extensions declares
+// (declareDiscoveryExtension). The schemas are the operator's files, checked when the
+// configuration is: valid JSON Schema (draft 2020-12), no reference outside the document.
+package discovery
 
 import (
 	"bytes"
@@ -8,14 +14,9 @@ import (
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
-)
 
-// Discovery fills the v2 bazaar extension of every 402 (docs/gate.md#discovery): a
-// discovery service that fetches the route unpaid, or a facilitator that sees the
-// extension echoed in a payment, learns what the route takes and answers, in the shape
-// @x402/extensions declares (declareDiscoveryExtension). The schemas are the operator's
-// files, checked when the configuration is: valid JSON Schema (draft 2020-12), no
-// reference outside the document.
+	"github.com/x402gate/x402gate/gate/setting"
+)
 
 // BazaarExtension is the key of the discovery extension in a PaymentRequired's extensions.
 const BazaarExtension = "bazaar"
@@ -31,63 +32,56 @@ const (
 	bazaarSchemaDraft = "https://json-schema.org/draft/2020-12/schema"
 )
 
-// DiscoveryConfig describes a route to discovery services (a `discovery { … }` block).
-type DiscoveryConfig struct {
+// Config describes a route to discovery services (a `discovery { … }` block). It is the
+// configuration of the gate's Config.Discovery and of the Caddy handler's discovery, in
+// the Caddyfile's names; the schemas are the files' JSON.
+type Config struct {
 	// ServiceName names the service: 1 to 32 printable ASCII characters. Default: none.
-	ServiceName string `json:"serviceName,omitempty"`
+	ServiceName string `json:"service_name,omitempty"`
 	// Tags are up to 5 keywords of 1 to 32 printable ASCII characters, distinct without
 	// regard to case. Default: none.
 	Tags []string `json:"tags,omitempty"`
 	// Description says what the route sells; it is the resource's description, so it may
-	// not differ from Config.Resource.Description. Default: that description.
+	// not differ from the route's description. Default: that description.
 	Description string `json:"description,omitempty"`
 	// Method is the HTTP method the route is called with: GET, HEAD or DELETE take query
 	// parameters, POST, PUT or PATCH a JSON body. Default: GET.
 	Method string `json:"method,omitempty"`
 	// InputSchema is the JSON Schema of the query parameters (GET, HEAD, DELETE) or of the
 	// JSON body (POST, PUT, PATCH). Default: none.
-	InputSchema json.RawMessage `json:"inputSchema,omitempty"`
+	InputSchema json.RawMessage `json:"input_schema,omitempty"`
 	// OutputSchema is the JSON Schema of the answer's JSON body. Default: none.
-	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
+	OutputSchema json.RawMessage `json:"output_schema,omitempty"`
 }
 
-// setDiscovery checks cfg.Discovery and builds the bazaar extension. Errors are
-// *ConfigError named "discovery/<option>".
-func (route *routeConfig) setDiscovery(cfg Config) error {
-	d := cfg.Discovery
-	if d == nil {
-		return nil
+// Validate checks c without I/O. Its errors are *setting.Error, named as a
+// configuration file spells the option (service_name, tags, method, input_schema,
+// output_schema).
+func (c *Config) Validate() error {
+	_, err := c.Extension()
+	return err
+}
+
+// Extension checks c and builds the bazaar extension {info, schema} it declares. Its
+// errors are *setting.Error.
+func (c *Config) Extension() (map[string]any, error) {
+	if c.ServiceName != "" && !printableASCII(c.ServiceName, maxServiceName) {
+		return nil, setting.Errorf("service_name", "must be 1 to %d printable ASCII characters", maxServiceName)
 	}
-	derr := func(option, format string, args ...any) error {
-		return configErr("discovery/"+option, format, args...)
-	}
-	if d.ServiceName != "" {
-		if !printableASCII(d.ServiceName, maxServiceName) {
-			return derr("service_name", "must be 1 to %d printable ASCII characters", maxServiceName)
-		}
-		route.serviceName = d.ServiceName
-	}
-	if len(d.Tags) > maxTags {
-		return derr("tags", "are %d; at most %d are listed", len(d.Tags), maxTags)
+	if len(c.Tags) > maxTags {
+		return nil, setting.Errorf("tags", "are %d; at most %d are listed", len(c.Tags), maxTags)
 	}
 	seen := map[string]bool{}
-	for _, t := range d.Tags {
+	for _, t := range c.Tags {
 		if !printableASCII(t, maxTag) {
-			return derr("tags", "%q must be 1 to %d printable ASCII characters", t, maxTag)
+			return nil, setting.Errorf("tags", "%q must be 1 to %d printable ASCII characters", t, maxTag)
 		}
 		if seen[strings.ToLower(t)] {
-			return derr("tags", "%q is given twice", t)
+			return nil, setting.Errorf("tags", "%q is given twice", t)
 		}
 		seen[strings.ToLower(t)] = true
 	}
-	route.tags = append([]string(nil), d.Tags...)
-	if d.Description != "" {
-		if route.resource.Description != "" && route.resource.Description != d.Description {
-			return derr("description", "differs from the route's description; set it once")
-		}
-		route.resource.Description = d.Description
-	}
-	method := d.Method
+	method := c.Method
 	if method == "" {
 		method = "GET"
 	}
@@ -97,25 +91,24 @@ func (route *routeConfig) setDiscovery(cfg Config) error {
 	case "POST", "PUT", "PATCH":
 		body = true
 	default:
-		return derr("method", "%q is not GET, HEAD, DELETE, POST, PUT or PATCH", method)
+		return nil, setting.Errorf("method", "%q is not GET, HEAD, DELETE, POST, PUT or PATCH", method)
 	}
-	in, defs, err := userSchema("input", d.InputSchema)
+	in, defs, err := userSchema("input", c.InputSchema)
 	if err != nil {
-		return derr("input_schema", "%v", err)
+		return nil, setting.Errorf("input_schema", "%v", err)
 	}
-	out, outDefs, err := userSchema("output", d.OutputSchema)
+	out, outDefs, err := userSchema("output", c.OutputSchema)
 	if err != nil {
-		return derr("output_schema", "%v", err)
+		return nil, setting.Errorf("output_schema", "%v", err)
 	}
 	for k, v := range outDefs {
 		defs[k] = v
 	}
 	ext, err := bazaar(method, body, in, out, defs)
 	if err != nil {
-		return derr("input_schema", "%v", err)
+		return nil, setting.Errorf("input_schema", "%v", err)
 	}
-	route.extensions[BazaarExtension] = ext
-	return nil
+	return ext, nil
 }
 
 // bazaar builds the extension {info, schema} the way declareDiscoveryExtension does for
