@@ -31,7 +31,6 @@ type proof struct {
 	hash common.Hash // the EIP-712 digest Verify checked the signature against
 	sig  []byte      // a copy of the payment's signature bytes as Verify saw them
 	eoa  bool        // checked.eoa after Verify: an EOA signature the token checks by ecrecover
-	wrap *erc6492    // checked.wrap after Verify: an ERC-6492 wallet still to deploy
 	at   time.Time
 }
 
@@ -49,8 +48,13 @@ type proofs struct {
 	m  map[*x402.Payment]proof
 }
 
-// put keeps the proof of c, proved at now.
+// put keeps the proof of c, proved at now. The proof of an ERC-6492 wallet that is not
+// deployed yet is not kept: its settle deploys the wallet, and whether another deployed
+// it meanwhile is for the chain to say again.
 func (ps *proofs) put(c *checked, now time.Time) {
+	if c.wrap != nil {
+		return
+	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.m == nil {
@@ -66,7 +70,7 @@ func (ps *proofs) put(c *checked, now time.Time) {
 			return
 		}
 	}
-	ps.m[c.p] = proof{r: c.r, hash: c.hash, sig: bytes.Clone(c.p.Signature), eoa: c.eoa, wrap: c.wrap, at: now}
+	ps.m[c.p] = proof{r: c.r, hash: c.hash, sig: bytes.Clone(c.p.Signature), eoa: c.eoa, at: now}
 }
 
 // take removes and returns the proof of p paying r, or nil when there is none for these

@@ -94,3 +94,38 @@ func TestSettleReusesWhatVerifyProved(t *testing.T) {
 		t.Errorf("payee got %s, want the three settled payments, %s", paid, want)
 	}
 }
+
+// TestSettleReusesAContractWalletsProof: the payment of a deployed ERC-1271 wallet is
+// proved once too: Verify asks the wallet (isValidSignature by eth_call) and reads the
+// token's state, and the Settle of the same payment values does neither again; the
+// token's own check of the wallet runs in the settlement's gas estimate.
+func TestSettleReusesAContractWalletsProof(t *testing.T) {
+	env := newTestEnv(t)
+	states := testenv.CountCalls(t, env.chain.RPCURL, authorizationStateSelector)
+	asks := testenv.CountCalls(t, states.URL, crypto.Keccak256([]byte("isValidSignature(bytes32,bytes)"))[:4])
+	cfg := env.config(t)
+	cfg.Networks[0].RPC = asks.URL
+	e := env.engine(t, cfg)
+	owner, payee := env.chain.Accounts[4], env.chain.Accounts[5]
+	wallet := env.chain.DeployWallet1271(t, owner)
+	env.token.Mint(t, wallet.Address, big.NewInt(1_000_000))
+	r := env.requirements(payee.Address, testAmount)
+	a := env.authorization(t, wallet.Address, payee.Address, testAmount)
+	p := env.payment(x402.Version2, a, env.sign(t, owner.Key, a), r)
+	before := env.token.BalanceOf(t, payee.Address)
+	if v, err := e.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r}); err != nil || !v.IsValid {
+		t.Fatalf("verify = %+v, %v", v, err)
+	}
+	if res, err := e.Settle(context.Background(), p, r); err != nil || !res.Success {
+		t.Fatalf("settle = %+v, %v", res, err)
+	}
+	if got, want := new(big.Int).Sub(env.token.BalanceOf(t, payee.Address), before), testAmount; got.Cmp(want) != 0 {
+		t.Errorf("payee got %s, want %s", got, want)
+	}
+	if n := asks.Calls(); n != 1 {
+		t.Errorf("the wallet was asked %d times by eth_call for one paid request, want 1", n)
+	}
+	if n := states.Calls(); n != 1 {
+		t.Errorf("%d token state reads for one paid request, want 1", n)
+	}
+}

@@ -138,8 +138,8 @@ func (e *Service) checkStatic(p *x402.Payment, r *x402.Requirements, now time.Ti
 		ck.wrap, ck.sig = &w, w.Inner
 	}
 	switch {
-	case pr.covers(hash, p.Signature):
-		ck.proven, ck.eoa, ck.wrap = true, pr.eoa, pr.wrap
+	case !wrapped && pr.covers(hash, p.Signature):
+		ck.proven, ck.eoa = true, pr.eoa
 	case !wrapped && len(ck.sig) == 65:
 		if signer, err := recoverSigner(hash, ck.sig); err == nil && signer == a.From {
 			ck.eoa = true
