@@ -333,14 +333,14 @@ func (g *Gate) provesPayer(ctx context.Context, in Input, p *x402.Payment) bool 
 	if len(vs) != 1 || !ok {
 		return false
 	}
-	proof, ok := parseSIWX(vs[0])
+	proof, ok := pass.ParseProof(vs[0])
 	if !ok {
 		return false
 	}
 	if addr, refused := g.checkSIWX(proof, s); refused != "" || addr != p.Authorization.From {
 		return false
 	}
-	fresh, err := g.passes.UseNonce(ctx, "siwx:"+s.Host+":"+proof.Nonce, siwxMaxAge+siwxSkew+time.Minute)
+	fresh, err := g.passes.UseNonce(ctx, "siwx:"+s.Host+":"+proof.Nonce, pass.NonceTTL)
 	if err != nil {
 		g.log.Error("x402 pass book unavailable", zap.Error(err))
 	}

@@ -1,4 +1,4 @@
-package gate
+package gate_test
 
 import (
 	"testing"
@@ -6,12 +6,14 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/x402gate/x402gate/gate"
+	"github.com/x402gate/x402gate/gate/gatetest"
 )
 
 // TestPriceWarnings: a USDC price above what x402 clients pay by default is logged as a
 // warning when the gate starts; one they pay is not.
 func TestPriceWarnings(t *testing.T) {
-	env := newTestEnv(t)
 	for _, tc := range []struct {
 		price, want string
 	}{
@@ -23,9 +25,11 @@ func TestPriceWarnings(t *testing.T) {
 	} {
 		t.Run(tc.price, func(t *testing.T) {
 			core, logs := observer.New(zapcore.WarnLevel)
-			cfg := env.config()
+			cfg := rulesRoute()
 			cfg.Price = tc.price
-			env.gate(t, cfg, Options{Logger: zap.New(core)})
+			if _, err := gate.New(cfg, gate.Options{Facilitator: gatetest.NewFacilitator(), Logger: zap.New(core)}); err != nil {
+				t.Fatal(err)
+			}
 			got := logs.FilterMessage(tc.want).All()
 			switch {
 			case tc.want == "" && logs.Len() != 0:

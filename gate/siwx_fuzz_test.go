@@ -51,7 +51,7 @@ func siwxGate(t testing.TB, now time.Time) *Gate {
 func TestSIWXRealClientProof(t *testing.T) {
 	g := siwxGate(t, time.Date(2026, 11, 23, 12, 1, 0, 0, time.UTC))
 	s, _ := pass.SiteOf("https://shop.example/premium/a.html")
-	p, ok := parseSIWX(siwxFixture(t))
+	p, ok := pass.ParseProof(siwxFixture(t))
 	if !ok {
 		t.Fatal("the fixture does not parse")
 	}
@@ -59,13 +59,13 @@ func TestSIWXRealClientProof(t *testing.T) {
 	if refused != "" || addr.Hex() != "0x70997970C51812dc3A010C7d01b50e0d17dc79C8" {
 		t.Fatalf("checkSIWX = %s, %q", addr.Hex(), refused)
 	}
-	for name, change := range map[string]func(*siwxPayload){
-		"statement": func(p *siwxPayload) { s := *p.Statement + "!"; p.Statement = &s },
-		"nonce":     func(p *siwxPayload) { p.Nonce = "5f0c3a9e2b7d4e1fa86b0c2d9e3f4a52" },
-		"resources": func(p *siwxPayload) { p.Resources = nil },
-		"uri path":  func(p *siwxPayload) { p.URI = "https://shop.example/premium/b.html" },
+	for name, change := range map[string]func(*pass.Proof){
+		"statement": func(p *pass.Proof) { s := *p.Statement + "!"; p.Statement = &s },
+		"nonce":     func(p *pass.Proof) { p.Nonce = "5f0c3a9e2b7d4e1fa86b0c2d9e3f4a52" },
+		"resources": func(p *pass.Proof) { p.Resources = nil },
+		"uri path":  func(p *pass.Proof) { p.URI = "https://shop.example/premium/b.html" },
 	} {
-		q, _ := parseSIWX(siwxFixture(t))
+		q, _ := pass.ParseProof(siwxFixture(t))
 		change(q)
 		if _, refused := g.checkSIWX(q, s); refused != SIWXSignature {
 			t.Errorf("changed %s: %q, want %s", name, refused, SIWXSignature)
@@ -89,7 +89,7 @@ func FuzzParseSIWX(f *testing.F) {
 		if encode {
 			v = base64.StdEncoding.EncodeToString(data)
 		}
-		p, ok := parseSIWX(v)
+		p, ok := pass.ParseProof(v)
 		if !ok {
 			return
 		}

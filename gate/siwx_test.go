@@ -13,13 +13,14 @@ import (
 	"github.com/ethereum/go-ethereum/common/hexutil"
 	"github.com/ethereum/go-ethereum/crypto"
 
+	"github.com/x402gate/x402gate/gate/pass"
 	"github.com/x402gate/x402gate/gate/redisretry"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
 
 // siwxChallengeOf reads the sign-in-with-x extension of a 402's PAYMENT-REQUIRED.
-func siwxChallengeOf(t *testing.T, res *http.Response) (info siwxInfo, chains []siwxChainSpec) {
+func siwxChallengeOf(t *testing.T, res *http.Response) (info pass.Info, chains []pass.ChainSpec) {
 	t.Helper()
 	readBody(t, res)
 	pr, err := x402.DecodePaymentRequired(res.Header.Get(x402.HeaderPaymentRequired))
@@ -31,8 +32,8 @@ func siwxChallengeOf(t *testing.T, res *http.Response) (info siwxInfo, chains []
 		t.Fatal(err)
 	}
 	var ext struct {
-		Info            siwxInfo        `json:"info"`
-		SupportedChains []siwxChainSpec `json:"supportedChains"`
+		Info            pass.Info        `json:"info"`
+		SupportedChains []pass.ChainSpec `json:"supportedChains"`
 	}
 	if err := json.Unmarshal(raw, &ext); err != nil || ext.Info.Nonce == "" {
 		t.Fatalf("no sign-in-with-x extension in %s: %v", raw, err)
@@ -41,11 +42,11 @@ func siwxChallengeOf(t *testing.T, res *http.Response) (info siwxInfo, chains []
 }
 
 // siwxProof signs info as the wallet of key, on chain, after change edits the payload.
-func siwxProof(t *testing.T, info siwxInfo, chain string, key *ecdsa.PrivateKey, change func(*siwxPayload)) string {
+func siwxProof(t *testing.T, info pass.Info, chain string, key *ecdsa.PrivateKey, change func(*pass.Proof)) string {
 	t.Helper()
 	addr := crypto.PubkeyToAddress(key.PublicKey)
 	st, exp := info.Statement, info.ExpirationTime
-	p := &siwxPayload{
+	p := &pass.Proof{
 		Domain: info.Domain, Address: addr.Hex(), Statement: &st, URI: info.URI, Version: info.Version,
 		ChainID: chain, Type: "eip191", Nonce: info.Nonce, IssuedAt: info.IssuedAt, ExpirationTime: &exp,
 		Resources: info.Resources,
@@ -54,9 +55,9 @@ func siwxProof(t *testing.T, info siwxInfo, chain string, key *ecdsa.PrivateKey,
 		change(p)
 	}
 	id := int64(84532)
-	msg := siwxMessage(p, addr, id)
+	msg := p.Message(addr.Hex(), id)
 	if p.Address == strings.ToLower(p.Address) {
-		msg = siwxMessageWith(p, p.Address, id) // as a browser wallet signs it
+		msg = p.Message(p.Address, id) // as a browser wallet signs it
 	}
 	sig, err := crypto.Sign(accounts.TextHash([]byte(msg)), key)
 	if err != nil {
@@ -102,22 +103,22 @@ func TestSignInWithXAcrossInstances(t *testing.T) {
 		chain  string
 		wait   time.Duration // before the challenge
 		later  time.Duration // after the challenge
-		change func(*siwxPayload)
+		change func(*pass.Proof)
 		reuse  bool
 		raw    string
 		want   PassRefusal
 	}{
 		{name: "the payer's proof lets in on the other instance", path: "/premium/b.html", want: ""},
-		{name: "a proof naming the address in lowercase, as browser wallets do, lets in", path: "/premium/b.html", change: func(p *siwxPayload) { p.Address = strings.ToLower(p.Address) }, want: ""},
-		{name: "a mixed-case address that fails its checksum is refused", path: "/premium/b.html", change: func(p *siwxPayload) { p.Address = flipCase(p.Address) }, want: SIWXMalformed},
+		{name: "a proof naming the address in lowercase, as browser wallets do, lets in", path: "/premium/b.html", change: func(p *pass.Proof) { p.Address = strings.ToLower(p.Address) }, want: ""},
+		{name: "a mixed-case address that fails its checksum is refused", path: "/premium/b.html", change: func(p *pass.Proof) { p.Address = flipCase(p.Address) }, want: SIWXMalformed},
 		{name: "a proof used twice is refused", path: "/premium/b.html", reuse: true, want: SIWXNonce},
 		{name: "a wallet without a pass is refused", path: "/premium/b.html", key: stranger.Key, want: SIWXNoPass},
-		{name: "a proof for another domain is refused", path: "/premium/b.html", change: func(p *siwxPayload) { p.Domain = "evil.example" }, want: SIWXDomainMismatch},
-		{name: "a proof for another origin is refused", path: "/premium/b.html", change: func(p *siwxPayload) { p.URI = "https://evil.example/premium/b.html" }, want: SIWXURIMismatch},
+		{name: "a proof for another domain is refused", path: "/premium/b.html", change: func(p *pass.Proof) { p.Domain = "evil.example" }, want: SIWXDomainMismatch},
+		{name: "a proof for another origin is refused", path: "/premium/b.html", change: func(p *pass.Proof) { p.URI = "https://evil.example/premium/b.html" }, want: SIWXURIMismatch},
 		{name: "a proof issued too long ago is refused", path: "/premium/b.html", later: 6 * time.Minute, want: SIWXTooOld},
-		{name: "an expired proof is refused", path: "/premium/b.html", change: func(p *siwxPayload) { e := p.IssuedAt; p.ExpirationTime = &e }, want: SIWXExpired},
+		{name: "an expired proof is refused", path: "/premium/b.html", change: func(p *pass.Proof) { e := p.IssuedAt; p.ExpirationTime = &e }, want: SIWXExpired},
 		{name: "a proof on another chain is refused", path: "/premium/b.html", chain: "eip155:1", want: SIWXChainID},
-		{name: "a proof signed by another key is refused", path: "/premium/b.html", change: func(p *siwxPayload) { p.Address = env.chain.Accounts[2].Address.Hex() }, want: SIWXSignature},
+		{name: "a proof signed by another key is refused", path: "/premium/b.html", change: func(p *pass.Proof) { p.Address = env.chain.Accounts[2].Address.Hex() }, want: SIWXSignature},
 		{name: "a malformed proof is refused", path: "/premium/b.html", raw: "bm90IGpzb24=", want: SIWXMalformed},
 		{name: "a pass outside the proof's scope does not let in", path: "/free/b.html", want: SIWXNoPass},
 		{name: "after the pass expired the proof does not let in", path: "/premium/b.html", wait: time.Hour + time.Minute, want: SIWXNoPass},
@@ -171,38 +172,6 @@ func TestSignInWithXAcrossInstances(t *testing.T) {
 		})
 	}
 	env.expectMoved(t, env.payer.Address, before, 1)
-}
-
-// TestSIWXMessageFormat pins the EIP-4361 message against one written out by hand from
-// the grammar @signinwithethereum/siwe 4 follows: no statement leaves two blank lines,
-// optional fields in order, resources as a list.
-func TestSIWXMessageFormat(t *testing.T) {
-	addr, _ := siwxAddress("0x5aaeb6053f3e94c9b9a09f33669435e7ef1beaed")
-	exp, rid := "2026-01-01T00:05:00.000Z", "r1"
-	p := &siwxPayload{
-		Domain: "shop.example:8080", URI: "http://shop.example:8080/premium/a", Version: "1", Nonce: "0123456789abcdef",
-		IssuedAt: "2026-01-01T00:00:00.000Z", ExpirationTime: &exp, RequestID: &rid, Resources: []string{"http://shop.example:8080/premium/a"},
-	}
-	want := "shop.example:8080 wants you to sign in with your Ethereum account:\n" +
-		"0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed\n\n\n" +
-		"URI: http://shop.example:8080/premium/a\nVersion: 1\nChain ID: 84532\nNonce: 0123456789abcdef\n" +
-		"Issued At: 2026-01-01T00:00:00.000Z\nExpiration Time: 2026-01-01T00:05:00.000Z\nRequest ID: r1\n" +
-		"Resources:\n- http://shop.example:8080/premium/a"
-	if got := siwxMessage(p, addr, 84532); got != want {
-		t.Errorf("message\n%q\nwant\n%q", got, want)
-	}
-	st := "Sign in"
-	p.Statement, p.RequestID, p.Resources, p.ExpirationTime = &st, nil, nil, nil
-	want = "shop.example:8080 wants you to sign in with your Ethereum account:\n" +
-		"0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed\n\nSign in\n\n" +
-		"URI: http://shop.example:8080/premium/a\nVersion: 1\nChain ID: 84532\nNonce: 0123456789abcdef\n" +
-		"Issued At: 2026-01-01T00:00:00.000Z"
-	if got := siwxMessage(p, addr, 84532); got != want {
-		t.Errorf("message\n%q\nwant\n%q", got, want)
-	}
-	if _, ok := siwxAddress("0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAeD"); ok {
-		t.Error("a mixed-case address with a wrong checksum was accepted")
-	}
 }
 
 // flipCase changes the case of the first letter of a checksummed address's hex digits.
