@@ -136,7 +136,7 @@ func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, in Input, next Next
 	err := next(ww, r)
 	done = true
 	failed := ww.status >= 500 || (err != nil && g.errStatus(err) >= 500)
-	if !failed {
+	if !failed && !ww.hijacked {
 		// A good answer reaches the client before the ledger records it as given: a process
 		// killed in between leaves a payment whose answer the client has, never one recorded
 		// as answered whose answer it never got (docs/gate.md#payment-ledger).
@@ -162,7 +162,10 @@ type watchWriter struct {
 	res    *Result
 	ctx    context.Context
 	status int
-	once   sync.Once
+	// hijacked is set once the upstream took the connection over (a protocol upgrade):
+	// nothing may write to or flush the response after that.
+	hijacked bool
+	once     sync.Once
 }
 
 func (w *watchWriter) report(failed bool) {
@@ -215,8 +218,16 @@ func (w *watchWriter) Flush() {
 }
 
 // Hijack implements http.Hijacker for protocol upgrades.
+// Once hijacked, the upgraded connection is the answer: the gate flushes nothing after it.
 func (w *watchWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	return http.NewResponseController(w.ResponseWriter).Hijack()
+	conn, buf, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err == nil {
+		w.hijacked = true
+		if w.status == 0 {
+			w.status = http.StatusSwitchingProtocols
+		}
+	}
+	return conn, buf, err
 }
 
 // Unwrap returns the underlying writer, for http.ResponseController.

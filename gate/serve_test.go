@@ -2,7 +2,9 @@ package gate
 
 import (
 	"bufio"
+	"bytes"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -86,11 +88,14 @@ func TestServeWriterPassesThrough(t *testing.T) {
 	}
 }
 
-// TestServeHijack: a protocol upgrade through Serve still reaches the connection.
+// TestServeHijack: a protocol upgrade through Serve still reaches the connection, and the
+// gate touches the response no more once the upstream took the connection over (it once
+// flushed it, and net/http recovered a nil-pointer panic).
 func TestServeHijack(t *testing.T) {
 	env := newTestEnv(t)
 	g := env.gate(t, env.config(), Options{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	var serverLog bytes.Buffer
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_ = g.Serve(w, r, Input{}, func(w http.ResponseWriter, r *http.Request) error {
 			conn, buf, err := http.NewResponseController(w).Hijack()
 			if err != nil {
@@ -102,6 +107,8 @@ func TestServeHijack(t *testing.T) {
 			return buf.Flush()
 		})
 	}))
+	srv.Config.ErrorLog = log.New(&serverLog, "", 0)
+	srv.Start()
 	defer srv.Close()
 	url := srv.URL + "/ws"
 	name, value := env.sign(t, x402.Version2, env.payer, fetchChallenge(t, url), tamper{})
@@ -124,5 +131,10 @@ func TestServeHijack(t *testing.T) {
 	line, _ := bufio.NewReader(rw).ReadString('o')
 	if line != "hello" {
 		t.Errorf("read %q over the upgraded connection", line)
+	}
+	rw.Close()
+	srv.Close() // waits for the handler, and with it for whatever the gate did after next
+	if serverLog.Len() > 0 {
+		t.Errorf("the server logged after the upgrade: %s", serverLog.String())
 	}
 }

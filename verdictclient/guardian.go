@@ -15,7 +15,7 @@ import (
 
 // GuardianOptions configures the high-level helpers: the client side of the verdict
 // service that docs/verdict.md#paymentaction calls GuardianConfig (not to be confused
-// with gate.GuardianConfig, a route's guardian setting).
+// with gate.VerdictConfig, a route's guardian setting).
 type GuardianOptions struct {
 	// BaseURL is the verdict service's base URL; a trailing slash is removed. Required.
 	BaseURL string
