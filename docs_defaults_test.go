@@ -39,7 +39,7 @@ var docClaims = []docClaim{
 	{"docs/verdict-api.md", fmt.Sprintf("| per client IP | the connection's address (in Caddy: the client IP after its trusted proxies) | %s |", rateComma(verdictserver.DefaultPerIP))},
 	{"docs/verdict-api.md", fmt.Sprintf("| per key | the key id (`admin` for the admin key) | %s |", rateComma(verdictserver.DefaultPerKey))},
 	{"docs/verdict-api.md", fmt.Sprintf("`limit` 1 to %d (default %d)", store.MaxPage, verdictserver.DefaultTransactionPage)},
-	{"docs/verdict-api.md", fmt.Sprintf("at most %d KiB (`MaxBodyBytes`; larger is 413 `body_too_large`)", verdictserver.DefaultMaxBodyBytes>>10)},
+	{"docs/verdict-api.md", fmt.Sprintf("at most %d KiB (`verdictserver.DefaultMaxBodyBytes`; larger is 413 `body_too_large`)", verdictserver.DefaultMaxBodyBytes>>10)},
 
 	// docs/reliability.md#resource-limits
 	{"docs/reliability.md", fmt.Sprintf("| %d KiB of base64 (%d KiB of JSON) | constant (`x402.MaxHeaderBytes`) |", x402.MaxHeaderBytes>>10, x402.MaxPayloadJSONBytes>>10)},
@@ -95,7 +95,7 @@ var docClaims = []docClaim{
 	{"docs/caddy.md", fmt.Sprintf("each expanding to at least %d bytes", gate.MinPassKeyBytes)},
 
 	// docs/policy.md
-	{"docs/policy.md", fmt.Sprintf("no older than the TTL (default %s, `engine.Options.SanctionsTTL`)", span(engine.DefaultSanctionsTTL))},
+	{"docs/policy.md", fmt.Sprintf("no older than the TTL (default %s, `engine.Config.SanctionsTTL`)", span(engine.DefaultSanctionsTTL))},
 	{"docs/policy.md", fmt.Sprintf("under one deadline (default %s); each answer is cached for %d minutes", span(sanctions.DefaultOracleDeadline), int(sanctions.DefaultOracleTTL.Minutes()))},
 	{"docs/policy.md", fmt.Sprintf("reused for at most their TTL (%d minutes)", int(sanctions.DefaultOracleTTL.Minutes()))},
 	{"docs/policy.md", fmt.Sprintf("older than the feed's max age (default %s;", span(prices.DefaultMaxAge))},

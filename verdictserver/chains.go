@@ -6,6 +6,7 @@ import (
 
 	"github.com/ethereum/go-ethereum/common"
 
+	"github.com/x402gate/x402gate/verdictserver/engine"
 	"github.com/x402gate/x402gate/verdictserver/engine/prices"
 )
 
@@ -28,7 +29,7 @@ type PriceFeedConfig struct {
 	// Feed is the aggregator contract. Required.
 	Feed string `json:"feed"`
 	// MaxAge is how old the feed's latest round may be. Default: 1h.
-	MaxAge Duration `json:"max_age,omitempty"`
+	MaxAge engine.Duration `json:"max_age,omitempty"`
 }
 
 // OracleConfig is a Chainalysis-style sanctions oracle on one chain

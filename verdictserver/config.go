@@ -1,16 +1,17 @@
 package verdictserver
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math/big"
-	"strconv"
 	"time"
 
 	"github.com/ethereum/go-ethereum/common"
 
 	"github.com/x402gate/x402gate/internal/redact"
 	"github.com/x402gate/x402gate/internal/sqldb"
+	"github.com/x402gate/x402gate/verdictserver/engine"
 	"github.com/x402gate/x402gate/verdictserver/engine/prices"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -29,25 +30,24 @@ type Config struct {
 	// Redis is the URL of the Redis that holds the rate-limit buckets shared by several
 	// instances (it may hold a password). Default: none, the buckets are in process.
 	Redis string `json:"redis,omitempty"`
-	// AdminKey is the admin API's key (header x-admin-key), at least 16 characters.
-	// Default: none; only agent keys with an admin scope reach the admin API.
+	// AdminKey is the admin API's key (header x-admin-key), at least 16 characters once
+	// expanded (New checks that). Default: none; only agent keys with an admin scope reach
+	// the admin API.
 	AdminKey string `json:"admin_key,omitempty"`
 	// Workers is how many evaluations run at once. Default: 64 (DefaultWorkers).
 	Workers int `json:"workers,omitempty"`
-	// Queue bounds the evaluations waiting for a worker. Default: 1024.
+	// Queue bounds the evaluations waiting for a worker. Default: 1024 (DefaultQueue).
 	Queue int `json:"queue,omitempty"`
 	// RateKey limits the requests of one API key. Default: 20/s, burst 40.
 	RateKey *RateConfig `json:"rate_key,omitempty"`
 	// RateIP limits the requests of one client IP. Default: 50/s, burst 100.
 	RateIP *RateConfig `json:"rate_ip,omitempty"`
-	// Sanctions is a sanctions list file: one address per line, or OFAC's
-	// SDN_ADVANCED.XML. Default: none, and the sanctions check answers not_checked.
-	Sanctions string `json:"sanctions,omitempty"`
-	// SanctionsTTL is how long after its date the list counts as fresh. Default: 24h.
-	SanctionsTTL Duration `json:"sanctions_ttl,omitempty"`
+	// Config is the engine's: the sanctions list file (sanctions) and how long it counts
+	// as fresh (sanctions_ttl).
+	engine.Config
 	// SanctionsRefresh is how often the sanctions file is checked, and read again when it
 	// changed. Default: 1h (DefaultSanctionsRefresh).
-	SanctionsRefresh Duration `json:"sanctions_refresh,omitempty"`
+	SanctionsRefresh engine.Duration `json:"sanctions_refresh,omitempty"`
 	// SanctionsOracles are Chainalysis-style sanctions oracles, at most one per chain, each
 	// on a chain with an RPC. Default: none.
 	SanctionsOracles []OracleConfig `json:"sanctions_oracles,omitempty"`
@@ -135,8 +135,9 @@ func (c *Config) Validate() error {
 		return ConfigErr("workers", "%d is not a positive number", c.Workers)
 	case c.Queue < 0:
 		return ConfigErr("workers", "queue %d is not a positive number", c.Queue)
-	case c.SanctionsTTL < 0:
-		return ConfigErr("sanctions", "ttl is negative")
+	}
+	if err := c.Config.Validate(); err != nil {
+		return &ConfigError{Option: "sanctions", Err: err}
 	}
 	if _, err := c.RateLimits(); err != nil {
 		return err
@@ -242,6 +243,21 @@ func baseUnits(what, s string) (*big.Int, error) {
 	return n, nil
 }
 
+// MinAdminKeyLen is the fewest characters an admin key has.
+const MinAdminKeyLen = 16
+
+// adminKeyHash is the SHA-256 of the (expanded) admin key, what the admin API compares;
+// zero without one.
+func (c *Config) adminKeyHash() ([32]byte, error) {
+	switch {
+	case c.AdminKey == "":
+		return [32]byte{}, nil
+	case len(c.AdminKey) < MinAdminKeyLen:
+		return [32]byte{}, ConfigErr("admin_key", "resolved to fewer than %d characters", MinAdminKeyLen)
+	}
+	return sha256.Sum256([]byte(c.AdminKey)), nil
+}
+
 // FeeSchedule is the fee schedule the config sets; nil without a fee.
 func (c *Config) FeeSchedule() (*FeeSchedule, error) {
 	if c.Fee == nil {
@@ -302,24 +318,4 @@ func (f *FeeConfig) schedule() (*FeeSchedule, error) {
 		fs.Min = v
 	}
 	return fs, nil
-}
-
-// Duration is a time.Duration in JSON: a number of nanoseconds, or a string that
-// time.ParseDuration reads ("24h").
-type Duration time.Duration
-
-// UnmarshalJSON reads a number of nanoseconds or a duration string.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	if len(b) > 0 && b[0] == '"' {
-		s, err := strconv.Unquote(string(b))
-		if err != nil {
-			return err
-		}
-		v, err := time.ParseDuration(s)
-		*d = Duration(v)
-		return err
-	}
-	n, err := strconv.ParseInt(string(b), 10, 64)
-	*d = Duration(n)
-	return err
 }

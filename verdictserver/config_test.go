@@ -3,10 +3,12 @@ package verdictserver
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/x402gate/x402gate/internal/sqldb"
+	"github.com/x402gate/x402gate/verdictserver/engine"
 )
 
 // TestConfigDurationsReadNumbersAndStrings: a duration of the JSON config is a number of
@@ -50,6 +52,7 @@ func TestConfigValidateNamesTheOption(t *testing.T) {
 		{"a second rpc of a chain", Config{RPC: []RPCConfig{{ChainID: 1, URL: "{env.A}"}, {ChainID: 1, URL: "{env.B}"}}}, "rpc", 2},
 		{"a feed without rpc", Config{PriceFeeds: []PriceFeedConfig{{ChainID: 1, Asset: asset, Feed: asset}}}, "price_feed", 1},
 		{"a postgres store without dsn", Config{Store: &sqldb.Config{Type: "postgres"}}, "store", 0},
+		{"a negative sanctions ttl", Config{Config: engine.Config{SanctionsTTL: -1}}, "sanctions", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ce, ok := errors.AsType[*ConfigError](tc.cfg.Validate())
@@ -60,5 +63,25 @@ func TestConfigValidateNamesTheOption(t *testing.T) {
 	}
 	if err := (&Config{Prices: []PriceConfig{{ChainID: 1, Asset: asset, USD: "1"}}}).Validate(); err != nil {
 		t.Fatalf("a valid config: %v", err)
+	}
+}
+
+// TestNewRefusesAShortAdminKey: the admin key, expanded, has at least MinAdminKeyLen
+// characters; a shorter one fails New with a ConfigError of admin_key that does not quote it.
+func TestNewRefusesAShortAdminKey(t *testing.T) {
+	st := sqliteStore(t)
+	t.Cleanup(func() { _ = st.Close() })
+	eng, err := engine.New(engine.Config{}, engine.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps := Deps{Store: st, Engine: eng}
+	short := strings.Repeat("k", MinAdminKeyLen-1)
+	_, err = New(Config{AdminKey: short}, deps)
+	if ce, ok := errors.AsType[*ConfigError](err); !ok || ce.Option != "admin_key" || strings.Contains(err.Error(), short) {
+		t.Fatalf("New with a %d-character admin key = %v; want a ConfigError of admin_key without the key", len(short), err)
+	}
+	if _, err := New(Config{AdminKey: short + "k"}, deps); err != nil {
+		t.Fatalf("New with a %d-character admin key: %v", MinAdminKeyLen, err)
 	}
 }

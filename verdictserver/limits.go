@@ -30,12 +30,13 @@ type RateLimits struct {
 	PerKey Rate
 	// PerIP limits each client IP, before authentication. Default 50/s, burst 100.
 	PerIP Rate
-	// Redis, when set, holds the buckets so that every instance on it shares them. It
-	// stays the caller's to close. Default: in process.
+	// Redis, when set, holds the buckets so that every instance on it shares them, under
+	// keys that start with redisPrefix. It stays the caller's to close. Default: in process.
 	Redis redis.UniversalClient
-	// RedisPrefix prefixes the Redis keys. Default "x402gate:verdict-api:".
-	RedisPrefix string
 }
+
+// redisPrefix starts the Redis keys of the buckets.
+const redisPrefix = "x402gate:verdict-api:"
 
 // Default rates.
 var (
@@ -75,12 +76,9 @@ func newLimiters(l *RateLimits) (limiters, error) {
 			ip:  ratelimit.NewMemory(l.PerIP.PerSecond, l.PerIP.Burst),
 		}, nil
 	}
-	if l.RedisPrefix == "" {
-		l.RedisPrefix = "x402gate:verdict-api:"
-	}
 	return limiters{
-		key: ratelimit.NewRedis(l.Redis, l.RedisPrefix+"key:", l.PerKey.PerSecond, l.PerKey.Burst),
-		ip:  ratelimit.NewRedis(l.Redis, l.RedisPrefix+"ip:", l.PerIP.PerSecond, l.PerIP.Burst),
+		key: ratelimit.NewRedis(l.Redis, redisPrefix+"key:", l.PerKey.PerSecond, l.PerKey.Burst),
+		ip:  ratelimit.NewRedis(l.Redis, redisPrefix+"ip:", l.PerIP.PerSecond, l.PerIP.Burst),
 	}, nil
 }
 
@@ -116,7 +114,7 @@ func ceilSeconds(d time.Duration) int64 {
 }
 
 // remoteIP is the default client IP: the host of the connection's remote address. Behind
-// a proxy, Options.ClientIP says whom to believe (in Caddy, its trusted proxies).
+// a proxy, Deps.ClientIP says whom to believe (in Caddy, its trusted proxies).
 func remoteIP(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
