@@ -35,7 +35,8 @@ type docClaim struct {
 // the code.
 var docClaims = []docClaim{
 	// docs/verdict-api.md
-	{"docs/verdict-api.md", fmt.Sprintf("for a pool of `Workers` (default %d)", verdictserver.DefaultWorkers)},
+	{"docs/verdict-api.md", fmt.Sprintf("a bounded queue (`Queue`, default %d) for a pool of `Workers` (default %d)", verdictserver.DefaultQueue, verdictserver.DefaultWorkers)},
+	{"docs/verdict-api.md", fmt.Sprintf("then every `SweepInterval` (default %s)", span(verdictserver.DefaultSweepInterval))},
 	{"docs/verdict-api.md", fmt.Sprintf("| per client IP | the connection's address (in Caddy: the client IP after its trusted proxies) | %s |", rateComma(verdictserver.DefaultPerIP))},
 	{"docs/verdict-api.md", fmt.Sprintf("| per key | the key id (`admin` for the admin key) | %s |", rateComma(verdictserver.DefaultPerKey))},
 	{"docs/verdict-api.md", fmt.Sprintf("`limit` 1 to %d (default %d)", store.MaxPage, verdictserver.DefaultTransactionPage)},
