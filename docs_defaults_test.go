@@ -89,8 +89,8 @@ var docClaims = []docClaim{
 	{"docs/facilitator.md", fmt.Sprintf("unchanged for `TakeoverAfter` (%s; negative: never)", span(facilitator.DefaultTakeoverAfter))},
 
 	// docs/caddy.md
-	{"docs/caddy.md", fmt.Sprintf("rate_limit key %g %d # per API key: per second, burst (the defaults)", verdictserver.DefaultPerKey.PerSecond, verdictserver.DefaultPerKey.Burst)},
-	{"docs/caddy.md", fmt.Sprintf("rate_limit ip %g %d # per client IP (the defaults)", verdictserver.DefaultPerIP.PerSecond, verdictserver.DefaultPerIP.Burst)},
+	{"docs/caddy.md", fmt.Sprintf("rate_limit key %g %d # per API key: per second, burst (the defaults)", verdictserver.DefaultPerKey.Rate, verdictserver.DefaultPerKey.Burst)},
+	{"docs/caddy.md", fmt.Sprintf("rate_limit ip %g %d # per client IP (the defaults)", verdictserver.DefaultPerIP.Rate, verdictserver.DefaultPerIP.Burst)},
 	{"docs/caddy.md", fmt.Sprintf("a round older than its max age (default %s)", caddyDuration(prices.DefaultMaxAge))},
 	{"docs/caddy.md", fmt.Sprintf("every `reconcile_interval` (default %s)", span(facilitator.DefaultReconcileInterval))},
 	{"docs/caddy.md", fmt.Sprintf("each expanding to at least %d bytes", gate.MinPassKeyBytes)},
@@ -186,10 +186,10 @@ func thousands(n int) string {
 }
 
 // rate writes r as "20/s burst 40"; rateComma as "20/s, burst 40".
-func rate(r verdictserver.Rate) string { return fmt.Sprintf("%g/s burst %d", r.PerSecond, r.Burst) }
+func rate(r verdictserver.RateConfig) string { return fmt.Sprintf("%g/s burst %d", r.Rate, r.Burst) }
 
-func rateComma(r verdictserver.Rate) string {
-	return fmt.Sprintf("%g/s, burst %d", r.PerSecond, r.Burst)
+func rateComma(r verdictserver.RateConfig) string {
+	return fmt.Sprintf("%g/s, burst %d", r.Rate, r.Burst)
 }
 
 // pollDelays is the client's first five delays between polls in seconds, without jitter:

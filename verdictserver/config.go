@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"math"
 	"math/big"
 	"time"
 
@@ -21,7 +22,7 @@ const DefaultSanctionsRefresh = time.Hour
 
 // Config is the verdict service's configuration as JSON states it: the Caddy verdict app
 // embeds it (docs/caddy.md#the-verdict-app). Validate checks it without I/O; the methods
-// RateLimits, PriceEntries, FeeSchedule and ChainData give what it configures. Secrets (the
+// PriceEntries, FeeSchedule and ChainData give what it configures. Secrets (the
 // store's DSN, Redis, the admin key, the RPC URLs) are the caller's to expand.
 type Config struct {
 	// Store is the database of agents, keys, wallets, policies and transactions.
@@ -64,7 +65,7 @@ type Config struct {
 	Fee *FeeConfig `json:"fee,omitempty"`
 }
 
-// RateConfig is a rate limit: a token bucket.
+// RateConfig is a rate limit: a token bucket (docs/verdict-api.md#rate-limits).
 type RateConfig struct {
 	// Rate is the long-run number of requests per second.
 	Rate float64 `json:"rate,omitempty"`
@@ -139,7 +140,7 @@ func (c *Config) Validate() error {
 	if err := c.Config.Validate(); err != nil {
 		return &ConfigError{Option: "sanctions", Err: err}
 	}
-	if _, err := c.RateLimits(); err != nil {
+	if _, _, err := c.rates(); err != nil {
 		return err
 	}
 	entries, err := c.PriceEntries()
@@ -179,23 +180,24 @@ func (c *Config) validateStore() error {
 	return nil
 }
 
-// RateLimits are the rate limits the config sets, over DefaultPerKey and DefaultPerIP.
-func (c *Config) RateLimits() (RateLimits, error) {
-	l := RateLimits{PerKey: DefaultPerKey, PerIP: DefaultPerIP}
+// rates are the per-key and per-IP rates the config sets, over DefaultPerKey and
+// DefaultPerIP.
+func (c *Config) rates() (key, ip RateConfig, err error) {
+	key, ip = DefaultPerKey, DefaultPerIP
 	for _, r := range []struct {
 		option string
 		cfg    *RateConfig
-		dst    *Rate
-	}{{"key", c.RateKey, &l.PerKey}, {"ip", c.RateIP, &l.PerIP}} {
+		dst    *RateConfig
+	}{{"key", c.RateKey, &key}, {"ip", c.RateIP, &ip}} {
 		if r.cfg == nil {
 			continue
 		}
-		if !(r.cfg.Rate > 0) || r.cfg.Burst < 1 {
-			return RateLimits{}, ConfigErr("rate_limit", "%s: needs a positive rate and a burst of at least 1", r.option)
+		if !(r.cfg.Rate > 0) || math.IsInf(r.cfg.Rate, 0) || r.cfg.Burst < 1 {
+			return key, ip, ConfigErr("rate_limit", "%s: needs a positive rate and a burst of at least 1", r.option)
 		}
-		*r.dst = Rate{PerSecond: r.cfg.Rate, Burst: r.cfg.Burst}
+		*r.dst = *r.cfg
 	}
-	return l, nil
+	return key, ip, nil
 }
 
 // PriceEntries are the config's prices, for prices.New beside prices.Stablecoins.

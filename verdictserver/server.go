@@ -116,12 +116,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	limits, _ := cfg.RateLimits() // valid: checked above
-	limits.Redis = deps.Redis
-	lim, err := newLimiters(&limits)
-	if err != nil {
-		return nil, err
-	}
+	perKey, perIP, _ := cfg.rates() // valid: checked above
 	fees, _ := cfg.FeeSchedule()
 	if fees != nil {
 		if err := fees.validate(); err != nil {
@@ -136,7 +131,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s := &Server{
 		store: deps.Store, engine: deps.Engine, workers: cmp.Or(cfg.Workers, DefaultWorkers),
-		sweepEvery: cmp.Or(deps.SweepInterval, DefaultSweepInterval), limits: lim, fees: fees,
+		sweepEvery: cmp.Or(deps.SweepInterval, DefaultSweepInterval), limits: newLimiters(perKey, perIP, deps.Redis), fees: fees,
 		adminKeyHash: adminKeyHash, clientIP: deps.ClientIP,
 		log: cmp.Or(deps.Logger, zap.NewNop()).Named("verdict"), now: deps.Now,
 		queue: make(chan string, cmp.Or(cfg.Queue, DefaultQueue)), inFlight: map[string]bool{}, retry: map[string]retryState{},
