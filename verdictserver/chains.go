@@ -86,7 +86,7 @@ func (c *Config) ChainData() (*ChainData, error) {
 		switch {
 		case o.ChainID <= 0:
 			return nil, configErrAt("sanctions_oracle", i+1, "chain id %d is not positive", o.ChainID)
-		case !common.IsHexAddress(o.Address) || common.HexToAddress(o.Address) == (common.Address{}):
+		case !nonZeroAddress(o.Address):
 			return nil, configErrAt("sanctions_oracle", i+1, "%q is not an address", o.Address)
 		case cd.RPC[o.ChainID] == "":
 			return nil, configErrAt("sanctions_oracle", i+1, "chain %d has no rpc: add `rpc %d {env.…}`", o.ChainID, o.ChainID)

@@ -283,16 +283,16 @@ func (f *FeeConfig) schedule() (*FeeSchedule, error) {
 	if !ok {
 		return nil, fmt.Errorf("unknown network %q", f.Network)
 	}
-	fs := &FeeSchedule{Network: f.Network, BPS: f.BPS}
+	fs := &FeeSchedule{Network: n.CAIP2, BPS: f.BPS}
 	switch {
-	case f.Asset != "" && !common.IsHexAddress(f.Asset):
+	case f.Asset != "" && !nonZeroAddress(f.Asset):
 		return nil, fmt.Errorf("asset %q is not an address", f.Asset)
 	case f.Asset != "":
 		fs.Asset = common.HexToAddress(f.Asset)
 	default:
 		fs.Asset = n.USDC.Address
 	}
-	if !common.IsHexAddress(f.PayTo) {
+	if !nonZeroAddress(f.PayTo) {
 		return nil, fmt.Errorf("pay_to %q is not an address", f.PayTo)
 	}
 	fs.PayTo = common.HexToAddress(f.PayTo)
@@ -303,6 +303,9 @@ func (f *FeeConfig) schedule() (*FeeSchedule, error) {
 		v, err := baseUnits("flat", f.Flat)
 		if err != nil {
 			return nil, err
+		}
+		if v.Sign() == 0 {
+			return nil, errors.New("flat 0 is no fee: give a positive flat fee, or no fee")
 		}
 		fs.Flat = v
 	}
@@ -319,5 +322,13 @@ func (f *FeeConfig) schedule() (*FeeSchedule, error) {
 		}
 		fs.Min = v
 	}
+	if fs.Asset == n.USDC.Address && n.USDC.Name != "" {
+		fs.Extra = map[string]any{"name": n.USDC.Name, "version": n.USDC.Version}
+	}
 	return fs, nil
+}
+
+// nonZeroAddress reports whether s is a hex address other than the zero address.
+func nonZeroAddress(s string) bool {
+	return common.IsHexAddress(s) && common.HexToAddress(s) != (common.Address{})
 }

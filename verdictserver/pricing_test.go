@@ -92,18 +92,25 @@ func TestPricingQuoteV1AndErrors(t *testing.T) {
 	}
 }
 
-// TestFeeScheduleValidate refuses schedules the facilitator could never settle.
-func TestFeeScheduleValidate(t *testing.T) {
-	for name, f := range map[string]FeeSchedule{
-		"no network":      {Asset: testAsset, PayTo: feePayee, Flat: big.NewInt(1)},
-		"unknown network": {Network: "eip155:1", Asset: testAsset, PayTo: feePayee, Flat: big.NewInt(1)},
-		"no payee":        {Network: "base-sepolia", Asset: testAsset, Flat: big.NewInt(1)},
-		"flat and bps":    {Network: "base-sepolia", Asset: testAsset, PayTo: feePayee, Flat: big.NewInt(1), BPS: 3},
-		"neither":         {Network: "base-sepolia", Asset: testAsset, PayTo: feePayee},
-		"bps over 10000":  {Network: "base-sepolia", Asset: testAsset, PayTo: feePayee, BPS: 10_001},
+// TestFeeConfigValidate refuses fees the facilitator could never settle.
+func TestFeeConfigValidate(t *testing.T) {
+	asset, payee, zero := testAsset.Hex(), feePayee.Hex(), common.Address{}.Hex()
+	for name, f := range map[string]FeeConfig{
+		"no network":      {Asset: asset, PayTo: payee, Flat: "1"},
+		"unknown network": {Network: "eip155:1", Asset: asset, PayTo: payee, Flat: "1"},
+		"no payee":        {Network: "base-sepolia", Asset: asset, Flat: "1"},
+		"the zero payee":  {Network: "base-sepolia", Asset: asset, PayTo: zero, Flat: "1"},
+		"the zero asset":  {Network: "base-sepolia", Asset: zero, PayTo: payee, Flat: "1"},
+		"flat and bps":    {Network: "base-sepolia", Asset: asset, PayTo: payee, Flat: "1", BPS: 3},
+		"neither":         {Network: "base-sepolia", Asset: asset, PayTo: payee},
+		"a flat fee of 0": {Network: "base-sepolia", Asset: asset, PayTo: payee, Flat: "0"},
+		"bps over 10000":  {Network: "base-sepolia", Asset: asset, PayTo: payee, BPS: 10_001},
 	} {
-		if err := f.validate(); err == nil {
-			t.Errorf("%s: validate accepted it", name)
+		if err := f.Validate(); err == nil {
+			t.Errorf("%s: Validate accepted it", name)
 		}
+	}
+	if err := (&FeeConfig{Network: "base-sepolia", PayTo: payee, BPS: 30, Min: "500"}).Validate(); err != nil {
+		t.Errorf("a bps fee in the network's USDC: %v", err)
 	}
 }

@@ -118,11 +118,6 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	perKey, perIP, _ := cfg.rates() // valid: checked above
 	fees, _ := cfg.FeeSchedule()
-	if fees != nil {
-		if err := fees.validate(); err != nil {
-			return nil, err
-		}
-	}
 	if deps.ClientIP == nil {
 		deps.ClientIP = remoteIP
 	}
