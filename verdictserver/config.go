@@ -20,10 +20,12 @@ import (
 // DefaultSanctionsRefresh is how often the sanctions file is checked by default.
 const DefaultSanctionsRefresh = time.Hour
 
-// Config is the verdict service's configuration as JSON states it: the Caddy verdict app
-// embeds it (docs/caddy.md#the-verdict-app). Validate checks it without I/O; the methods
-// PriceEntries, FeeSchedule and ChainData give what it configures. Secrets (the
-// store's DSN, Redis, the admin key, the RPC URLs) are the caller's to expand.
+// Config is the verdict service's one configuration, everything an operator sets, as JSON
+// states it: the Caddy verdict app embeds it (docs/caddy.md#the-verdict-app), and it embeds
+// the engine's engine.Config. Validate checks it without I/O; the methods PriceEntries,
+// FeeSchedule and ChainData give what it configures. Secrets (the store's DSN, Redis, the
+// admin key, the RPC URLs) are the caller's to expand: New takes the expanded copy, and
+// the store, the engine and the Redis client the caller opened from it, in Deps.
 type Config struct {
 	// Store is the database of agents, keys, wallets, policies and transactions.
 	// Default: sqlite at a path the caller chooses.
