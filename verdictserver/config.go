@@ -34,7 +34,7 @@ type Config struct {
 	// instances (it may hold a password). Default: none, the buckets are in process.
 	Redis string `json:"redis,omitempty"`
 	// AdminKey is the admin API's key (header x-admin-key), at least 16 characters once
-	// expanded (New checks that). Default: none; only agent keys with an admin scope reach
+	// expanded (AdminKeyHash checks that, and New calls it). Default: none; only agent keys with an admin scope reach
 	// the admin API.
 	AdminKey string `json:"admin_key,omitempty"`
 	// Workers is how many evaluations run at once. Default: 64 (DefaultWorkers).
@@ -250,9 +250,9 @@ func baseUnits(what, s string) (*big.Int, error) {
 // MinAdminKeyLen is the fewest characters an admin key has.
 const MinAdminKeyLen = 16
 
-// adminKeyHash is the SHA-256 of the (expanded) admin key, what the admin API compares;
-// zero without one.
-func (c *Config) adminKeyHash() ([32]byte, error) {
+// AdminKeyHash is the SHA-256 of the (expanded) admin key, what the admin API compares;
+// zero without one. A key shorter than MinAdminKeyLen is a ConfigError of admin_key.
+func (c *Config) AdminKeyHash() ([32]byte, error) {
 	switch {
 	case c.AdminKey == "":
 		return [32]byte{}, nil

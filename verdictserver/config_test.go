@@ -48,7 +48,7 @@ func TestConfigValidateNamesTheOption(t *testing.T) {
 	}{
 		{"negative workers", Config{Workers: -1}, "workers", 0},
 		{"a rate without a burst", Config{RateIP: &RateConfig{Rate: 1}}, "rate_limit", 0},
-		{"an infinite rate (the Caddyfile reads inf)", Config{RateKey: &RateConfig{Rate: math.Inf(1), Burst: 1}}, "rate_limit", 0},
+		{"an infinite rate (from Go: JSON and the Caddyfile carry none)", Config{RateKey: &RateConfig{Rate: math.Inf(1), Burst: 1}}, "rate_limit", 0},
 		{"a price of no address", Config{Prices: []PriceConfig{{ChainID: 1, Asset: "0x12", USD: "1"}}}, "price", 0},
 		{"a fee with flat and bps", Config{Fee: &FeeConfig{Network: "base", PayTo: asset, Flat: "1", BPS: 5}}, "fee", 0},
 		{"a second rpc of a chain", Config{RPC: []RPCConfig{{ChainID: 1, URL: "{env.A}"}, {ChainID: 1, URL: "{env.B}"}}}, "rpc", 2},

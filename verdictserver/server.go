@@ -112,7 +112,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if deps.SweepInterval < 0 {
 		return nil, errors.New("verdictserver: the sweep interval must not be negative")
 	}
-	adminKeyHash, err := cfg.adminKeyHash()
+	adminKeyHash, err := cfg.AdminKeyHash()
 	if err != nil {
 		return nil, err
 	}

@@ -156,8 +156,8 @@ func (a *VerdictApp) resolve() (*resolvedVerdict, error) {
 	return rv, nil
 }
 
-// resolveSecrets expands the store, redis and admin_key placeholders into rv; New checks
-// the admin key's length.
+// resolveSecrets expands the store, redis and admin_key placeholders into rv, and checks
+// the expanded admin key before anything is opened.
 func (a *VerdictApp) resolveSecrets(repl *caddy.Replacer, rv *resolvedVerdict) error {
 	if st := a.Store; st != nil {
 		if st.Type == sqldb.Postgres.Name {
@@ -180,7 +180,8 @@ func (a *VerdictApp) resolveSecrets(repl *caddy.Replacer, rv *resolvedVerdict) e
 			return verdictserver.ConfigErr("admin_key", "resolved to an empty value")
 		}
 	}
-	return nil
+	_, err := rv.cfg.AdminKeyHash()
+	return err
 }
 
 // clientIP is the client of a request for the per-IP rate limit: the address Caddy
