@@ -35,11 +35,12 @@ type docClaim struct {
 // the code.
 var docClaims = []docClaim{
 	// docs/verdict-api.md
-	{"docs/verdict-api.md", fmt.Sprintf("for a pool of `Workers` (default %d)", verdictserver.DefaultWorkers)},
+	{"docs/verdict-api.md", fmt.Sprintf("a bounded queue (`Queue`, default %d) for a pool of `Workers` (default %d)", verdictserver.DefaultQueue, verdictserver.DefaultWorkers)},
+	{"docs/verdict-api.md", fmt.Sprintf("then every `SweepInterval` (default %s)", span(verdictserver.DefaultSweepInterval))},
 	{"docs/verdict-api.md", fmt.Sprintf("| per client IP | the connection's address (in Caddy: the client IP after its trusted proxies) | %s |", rateComma(verdictserver.DefaultPerIP))},
 	{"docs/verdict-api.md", fmt.Sprintf("| per key | the key id (`admin` for the admin key) | %s |", rateComma(verdictserver.DefaultPerKey))},
 	{"docs/verdict-api.md", fmt.Sprintf("`limit` 1 to %d (default %d)", store.MaxPage, verdictserver.DefaultTransactionPage)},
-	{"docs/verdict-api.md", fmt.Sprintf("at most %d KiB (`MaxBodyBytes`; larger is 413 `body_too_large`)", verdictserver.DefaultMaxBodyBytes>>10)},
+	{"docs/verdict-api.md", fmt.Sprintf("at most %d KiB (`verdictserver.DefaultMaxBodyBytes`; larger is 413 `body_too_large`)", verdictserver.DefaultMaxBodyBytes>>10)},
 
 	// docs/reliability.md#resource-limits
 	{"docs/reliability.md", fmt.Sprintf("| %d KiB of base64 (%d KiB of JSON) | constant (`x402.MaxHeaderBytes`) |", x402.MaxHeaderBytes>>10, x402.MaxPayloadJSONBytes>>10)},
@@ -88,14 +89,14 @@ var docClaims = []docClaim{
 	{"docs/facilitator.md", fmt.Sprintf("unchanged for `TakeoverAfter` (%s; negative: never)", span(facilitator.DefaultTakeoverAfter))},
 
 	// docs/caddy.md
-	{"docs/caddy.md", fmt.Sprintf("rate_limit key %g %d # per API key: per second, burst (the defaults)", verdictserver.DefaultPerKey.PerSecond, verdictserver.DefaultPerKey.Burst)},
-	{"docs/caddy.md", fmt.Sprintf("rate_limit ip %g %d # per client IP (the defaults)", verdictserver.DefaultPerIP.PerSecond, verdictserver.DefaultPerIP.Burst)},
+	{"docs/caddy.md", fmt.Sprintf("rate_limit key %g %d # per API key: per second, burst (the defaults)", verdictserver.DefaultPerKey.Rate, verdictserver.DefaultPerKey.Burst)},
+	{"docs/caddy.md", fmt.Sprintf("rate_limit ip %g %d # per client IP (the defaults)", verdictserver.DefaultPerIP.Rate, verdictserver.DefaultPerIP.Burst)},
 	{"docs/caddy.md", fmt.Sprintf("a round older than its max age (default %s)", caddyDuration(prices.DefaultMaxAge))},
 	{"docs/caddy.md", fmt.Sprintf("every `reconcile_interval` (default %s)", span(facilitator.DefaultReconcileInterval))},
 	{"docs/caddy.md", fmt.Sprintf("each expanding to at least %d bytes", gate.MinPassKeyBytes)},
 
 	// docs/policy.md
-	{"docs/policy.md", fmt.Sprintf("no older than the TTL (default %s, `engine.Options.SanctionsTTL`)", span(engine.DefaultSanctionsTTL))},
+	{"docs/policy.md", fmt.Sprintf("no older than the TTL (default %s, `engine.Config.SanctionsTTL`)", span(engine.DefaultSanctionsTTL))},
 	{"docs/policy.md", fmt.Sprintf("under one deadline (default %s); each answer is cached for %d minutes", span(sanctions.DefaultOracleDeadline), int(sanctions.DefaultOracleTTL.Minutes()))},
 	{"docs/policy.md", fmt.Sprintf("reused for at most their TTL (%d minutes)", int(sanctions.DefaultOracleTTL.Minutes()))},
 	{"docs/policy.md", fmt.Sprintf("older than the feed's max age (default %s;", span(prices.DefaultMaxAge))},
@@ -185,10 +186,10 @@ func thousands(n int) string {
 }
 
 // rate writes r as "20/s burst 40"; rateComma as "20/s, burst 40".
-func rate(r verdictserver.Rate) string { return fmt.Sprintf("%g/s burst %d", r.PerSecond, r.Burst) }
+func rate(r verdictserver.RateConfig) string { return fmt.Sprintf("%g/s burst %d", r.Rate, r.Burst) }
 
-func rateComma(r verdictserver.Rate) string {
-	return fmt.Sprintf("%g/s, burst %d", r.PerSecond, r.Burst)
+func rateComma(r verdictserver.RateConfig) string {
+	return fmt.Sprintf("%g/s, burst %d", r.Rate, r.Burst)
 }
 
 // pollDelays is the client's first five delays between polls in seconds, without jitter:

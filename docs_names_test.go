@@ -13,7 +13,7 @@ import (
 )
 
 // TestDocsNameGoIdentifiersThatExist: every Go name of ours that docs/ or README.md quote
-// in backquotes (`gate.Config`, `engine.Options.SanctionsTTL`, `*facilitator.Engine`) is an
+// in backquotes (`gate.Config`, `engine.Config.SanctionsTTL`, `*facilitator.Engine`) is an
 // exported name of that package: a type, function, variable or constant, or a field or
 // method of one of its types. A member quoted without its package (`Config.Logger`) is a
 // member of some type of ours by that name, when we have one.

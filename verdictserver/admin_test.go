@@ -108,7 +108,7 @@ func TestAdminAuth(t *testing.T) {
 	// on this handler)
 	wantError(t, rawCall(t, "GET", e.api.URL+"/admin/agents", nil, "x-admin-key", e.adminKey), 404, codeNotFound)
 
-	noAdmin := newEnv(t, nil, func(o *Options) { o.AdminKeyHash = [32]byte{} })
+	noAdmin := newEnv(t, nil, func(c *Config, _ *Deps) { c.AdminKey = "" })
 	wantError(t, call(t, "GET", noAdmin.admin.URL+"/admin/agents", nil, "x-admin-key", ""), 401, codeInvalidKey)
 }
 

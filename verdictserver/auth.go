@@ -77,9 +77,6 @@ func wellFormedKey(s string) bool {
 	return err == nil
 }
 
-// HashAdminKey returns the SHA-256 of an admin key, the form Options.AdminKeyHash takes.
-func HashAdminKey(key string) [32]byte { return sha256.Sum256([]byte(key)) }
-
 // principal is an authenticated caller.
 type principal struct {
 	admin   bool // the operator's admin key: every admin scope, no agent

@@ -55,10 +55,10 @@ type benchEnv struct {
 
 func newBenchEnv(b *testing.B, st *store.Store) *benchEnv {
 	b.Helper()
-	unlimited := Rate{PerSecond: 1e9, Burst: 1 << 30}
-	e := newEnv(b, st, func(o *Options) {
-		o.Limits = RateLimits{PerKey: unlimited, PerIP: unlimited}
-		o.SweepInterval = 0 // the default, not the tests' 50 ms
+	unlimited := &RateConfig{Rate: 1e9, Burst: 1 << 30}
+	e := newEnv(b, st, func(c *Config, d *Deps) {
+		c.RateKey, c.RateIP = unlimited, unlimited
+		d.SweepInterval = 0 // the default, not the tests' 50 ms
 	})
 	be := &benchEnv{env: e, client: &http.Client{Transport: &http.Transport{
 		MaxIdleConns: benchClients, MaxIdleConnsPerHost: benchClients, DisableCompression: true,

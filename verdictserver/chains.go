@@ -6,6 +6,7 @@ import (
 
 	"github.com/ethereum/go-ethereum/common"
 
+	"github.com/x402gate/x402gate/verdictserver/engine"
 	"github.com/x402gate/x402gate/verdictserver/engine/prices"
 )
 
@@ -28,7 +29,7 @@ type PriceFeedConfig struct {
 	// Feed is the aggregator contract. Required.
 	Feed string `json:"feed"`
 	// MaxAge is how old the feed's latest round may be. Default: 1h.
-	MaxAge Duration `json:"max_age,omitempty"`
+	MaxAge engine.Duration `json:"max_age,omitempty"`
 }
 
 // OracleConfig is a Chainalysis-style sanctions oracle on one chain
@@ -85,7 +86,7 @@ func (c *Config) ChainData() (*ChainData, error) {
 		switch {
 		case o.ChainID <= 0:
 			return nil, configErrAt("sanctions_oracle", i+1, "chain id %d is not positive", o.ChainID)
-		case !common.IsHexAddress(o.Address) || common.HexToAddress(o.Address) == (common.Address{}):
+		case !nonZeroAddress(o.Address):
 			return nil, configErrAt("sanctions_oracle", i+1, "%q is not an address", o.Address)
 		case cd.RPC[o.ChainID] == "":
 			return nil, configErrAt("sanctions_oracle", i+1, "chain %d has no rpc: add `rpc %d {env.…}`", o.ChainID, o.ChainID)

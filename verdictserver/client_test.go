@@ -178,9 +178,9 @@ func TestReconcileAfterLostPostAnswer(t *testing.T) {
 // creates a key carries an agent key or the admin key.
 func TestKeysNeverReachLogsOrAnswers(t *testing.T) {
 	core, logs := observer.New(zapcore.DebugLevel)
-	e := newEnv(t, nil, func(o *Options) {
-		o.Logger = zap.New(core)
-		o.Limits.PerKey = Rate{PerSecond: 0.001, Burst: 12}
+	e := newEnv(t, nil, func(c *Config, d *Deps) {
+		d.Logger = zap.New(core)
+		c.RateKey = &RateConfig{Rate: 0.001, Burst: 12}
 	})
 	a := e.agent("alice", common.HexToAddress("0xA11CE00000000000000000000000000000000001"), allowPolicy)
 	b := e.agent("bob", common.HexToAddress("0xB0B0000000000000000000000000000000000002"), allowPolicy)

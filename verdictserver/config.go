@@ -1,16 +1,18 @@
 package verdictserver
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"math"
 	"math/big"
-	"strconv"
 	"time"
 
 	"github.com/ethereum/go-ethereum/common"
 
 	"github.com/x402gate/x402gate/internal/redact"
 	"github.com/x402gate/x402gate/internal/sqldb"
+	"github.com/x402gate/x402gate/verdictserver/engine"
 	"github.com/x402gate/x402gate/verdictserver/engine/prices"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -18,10 +20,12 @@ import (
 // DefaultSanctionsRefresh is how often the sanctions file is checked by default.
 const DefaultSanctionsRefresh = time.Hour
 
-// Config is the verdict service's configuration as JSON states it: the Caddy verdict app
-// embeds it (docs/caddy.md#the-verdict-app). Validate checks it without I/O; the methods
-// RateLimits, PriceEntries, FeeSchedule and ChainData give what it configures. Secrets (the
-// store's DSN, Redis, the admin key, the RPC URLs) are the caller's to expand.
+// Config is the verdict service's one configuration, everything an operator sets, as JSON
+// states it: the Caddy verdict app embeds it (docs/caddy.md#the-verdict-app), and it embeds
+// the engine's engine.Config. Validate checks it without I/O; the methods PriceEntries,
+// FeeSchedule and ChainData give what it configures. Secrets (the store's DSN, Redis, the
+// admin key, the RPC URLs) are the caller's to expand: New takes the expanded copy, and
+// the store, the engine and the Redis client the caller opened from it, in Deps.
 type Config struct {
 	// Store is the database of agents, keys, wallets, policies and transactions.
 	// Default: sqlite at a path the caller chooses.
@@ -29,25 +33,24 @@ type Config struct {
 	// Redis is the URL of the Redis that holds the rate-limit buckets shared by several
 	// instances (it may hold a password). Default: none, the buckets are in process.
 	Redis string `json:"redis,omitempty"`
-	// AdminKey is the admin API's key (header x-admin-key), at least 16 characters.
-	// Default: none; only agent keys with an admin scope reach the admin API.
+	// AdminKey is the admin API's key (header x-admin-key), at least 16 characters once
+	// expanded (AdminKeyHash checks that, and New calls it). Default: none; only agent keys with an admin scope reach
+	// the admin API.
 	AdminKey string `json:"admin_key,omitempty"`
 	// Workers is how many evaluations run at once. Default: 64 (DefaultWorkers).
 	Workers int `json:"workers,omitempty"`
-	// Queue bounds the evaluations waiting for a worker. Default: 1024.
+	// Queue bounds the evaluations waiting for a worker. Default: 1024 (DefaultQueue).
 	Queue int `json:"queue,omitempty"`
 	// RateKey limits the requests of one API key. Default: 20/s, burst 40.
 	RateKey *RateConfig `json:"rate_key,omitempty"`
 	// RateIP limits the requests of one client IP. Default: 50/s, burst 100.
 	RateIP *RateConfig `json:"rate_ip,omitempty"`
-	// Sanctions is a sanctions list file: one address per line, or OFAC's
-	// SDN_ADVANCED.XML. Default: none, and the sanctions check answers not_checked.
-	Sanctions string `json:"sanctions,omitempty"`
-	// SanctionsTTL is how long after its date the list counts as fresh. Default: 24h.
-	SanctionsTTL Duration `json:"sanctions_ttl,omitempty"`
+	// Config is the engine's: the sanctions list file (sanctions) and how long it counts
+	// as fresh (sanctions_ttl).
+	engine.Config
 	// SanctionsRefresh is how often the sanctions file is checked, and read again when it
 	// changed. Default: 1h (DefaultSanctionsRefresh).
-	SanctionsRefresh Duration `json:"sanctions_refresh,omitempty"`
+	SanctionsRefresh engine.Duration `json:"sanctions_refresh,omitempty"`
 	// SanctionsOracles are Chainalysis-style sanctions oracles, at most one per chain, each
 	// on a chain with an RPC. Default: none.
 	SanctionsOracles []OracleConfig `json:"sanctions_oracles,omitempty"`
@@ -64,7 +67,7 @@ type Config struct {
 	Fee *FeeConfig `json:"fee,omitempty"`
 }
 
-// RateConfig is a rate limit: a token bucket.
+// RateConfig is a rate limit: a token bucket (docs/verdict-api.md#rate-limits).
 type RateConfig struct {
 	// Rate is the long-run number of requests per second.
 	Rate float64 `json:"rate,omitempty"`
@@ -135,10 +138,11 @@ func (c *Config) Validate() error {
 		return ConfigErr("workers", "%d is not a positive number", c.Workers)
 	case c.Queue < 0:
 		return ConfigErr("workers", "queue %d is not a positive number", c.Queue)
-	case c.SanctionsTTL < 0:
-		return ConfigErr("sanctions", "ttl is negative")
 	}
-	if _, err := c.RateLimits(); err != nil {
+	if err := c.Config.Validate(); err != nil {
+		return &ConfigError{Option: "sanctions", Err: err}
+	}
+	if _, _, err := c.rates(); err != nil {
 		return err
 	}
 	entries, err := c.PriceEntries()
@@ -178,23 +182,24 @@ func (c *Config) validateStore() error {
 	return nil
 }
 
-// RateLimits are the rate limits the config sets, over DefaultPerKey and DefaultPerIP.
-func (c *Config) RateLimits() (RateLimits, error) {
-	l := RateLimits{PerKey: DefaultPerKey, PerIP: DefaultPerIP}
+// rates are the per-key and per-IP rates the config sets, over DefaultPerKey and
+// DefaultPerIP.
+func (c *Config) rates() (key, ip RateConfig, err error) {
+	key, ip = DefaultPerKey, DefaultPerIP
 	for _, r := range []struct {
 		option string
 		cfg    *RateConfig
-		dst    *Rate
-	}{{"key", c.RateKey, &l.PerKey}, {"ip", c.RateIP, &l.PerIP}} {
+		dst    *RateConfig
+	}{{"key", c.RateKey, &key}, {"ip", c.RateIP, &ip}} {
 		if r.cfg == nil {
 			continue
 		}
-		if !(r.cfg.Rate > 0) || r.cfg.Burst < 1 {
-			return RateLimits{}, ConfigErr("rate_limit", "%s: needs a positive rate and a burst of at least 1", r.option)
+		if !(r.cfg.Rate > 0) || math.IsInf(r.cfg.Rate, 0) || r.cfg.Burst < 1 {
+			return key, ip, ConfigErr("rate_limit", "%s: needs a positive rate and a burst of at least 1", r.option)
 		}
-		*r.dst = Rate{PerSecond: r.cfg.Rate, Burst: r.cfg.Burst}
+		*r.dst = *r.cfg
 	}
-	return l, nil
+	return key, ip, nil
 }
 
 // PriceEntries are the config's prices, for prices.New beside prices.Stablecoins.
@@ -242,6 +247,21 @@ func baseUnits(what, s string) (*big.Int, error) {
 	return n, nil
 }
 
+// MinAdminKeyLen is the fewest characters an admin key has.
+const MinAdminKeyLen = 16
+
+// AdminKeyHash is the SHA-256 of the (expanded) admin key, what the admin API compares;
+// zero without one. A key shorter than MinAdminKeyLen is a ConfigError of admin_key.
+func (c *Config) AdminKeyHash() ([32]byte, error) {
+	switch {
+	case c.AdminKey == "":
+		return [32]byte{}, nil
+	case len(c.AdminKey) < MinAdminKeyLen:
+		return [32]byte{}, ConfigErr("admin_key", "resolved to fewer than %d characters", MinAdminKeyLen)
+	}
+	return sha256.Sum256([]byte(c.AdminKey)), nil
+}
+
 // FeeSchedule is the fee schedule the config sets; nil without a fee.
 func (c *Config) FeeSchedule() (*FeeSchedule, error) {
 	if c.Fee == nil {
@@ -265,16 +285,16 @@ func (f *FeeConfig) schedule() (*FeeSchedule, error) {
 	if !ok {
 		return nil, fmt.Errorf("unknown network %q", f.Network)
 	}
-	fs := &FeeSchedule{Network: f.Network, BPS: f.BPS}
+	fs := &FeeSchedule{Network: n.CAIP2, BPS: f.BPS}
 	switch {
-	case f.Asset != "" && !common.IsHexAddress(f.Asset):
+	case f.Asset != "" && !nonZeroAddress(f.Asset):
 		return nil, fmt.Errorf("asset %q is not an address", f.Asset)
 	case f.Asset != "":
 		fs.Asset = common.HexToAddress(f.Asset)
 	default:
 		fs.Asset = n.USDC.Address
 	}
-	if !common.IsHexAddress(f.PayTo) {
+	if !nonZeroAddress(f.PayTo) {
 		return nil, fmt.Errorf("pay_to %q is not an address", f.PayTo)
 	}
 	fs.PayTo = common.HexToAddress(f.PayTo)
@@ -285,6 +305,9 @@ func (f *FeeConfig) schedule() (*FeeSchedule, error) {
 		v, err := baseUnits("flat", f.Flat)
 		if err != nil {
 			return nil, err
+		}
+		if v.Sign() == 0 {
+			return nil, errors.New("flat 0 is no fee: give a positive flat fee, or no fee")
 		}
 		fs.Flat = v
 	}
@@ -301,25 +324,13 @@ func (f *FeeConfig) schedule() (*FeeSchedule, error) {
 		}
 		fs.Min = v
 	}
+	if fs.Asset == n.USDC.Address && n.USDC.Name != "" {
+		fs.Extra = map[string]any{"name": n.USDC.Name, "version": n.USDC.Version}
+	}
 	return fs, nil
 }
 
-// Duration is a time.Duration in JSON: a number of nanoseconds, or a string that
-// time.ParseDuration reads ("24h").
-type Duration time.Duration
-
-// UnmarshalJSON reads a number of nanoseconds or a duration string.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	if len(b) > 0 && b[0] == '"' {
-		s, err := strconv.Unquote(string(b))
-		if err != nil {
-			return err
-		}
-		v, err := time.ParseDuration(s)
-		*d = Duration(v)
-		return err
-	}
-	n, err := strconv.ParseInt(string(b), 10, 64)
-	*d = Duration(n)
-	return err
+// nonZeroAddress reports whether s is a hex address other than the zero address.
+func nonZeroAddress(s string) bool {
+	return common.IsHexAddress(s) && common.HexToAddress(s) != (common.Address{})
 }

@@ -106,28 +106,25 @@ type env struct {
 }
 
 // newEnv starts a Server on st (SQLite when nil) with the real engine; tweak edits its
-// options.
-func newEnv(t testing.TB, st *store.Store, tweak func(*Options)) *env {
+// config and dependencies.
+func newEnv(t testing.TB, st *store.Store, tweak func(*Config, *Deps)) *env {
 	t.Helper()
 	if st == nil {
 		st = sqliteStore(t)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	eng, err := engine.New(engine.Options{})
+	eng, err := engine.New(engine.Config{}, engine.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := &env{t: t, st: st, adminKey: "test-admin-key-0123456789abcdef"}
-	opts := Options{
-		Store: st, Engine: eng, SweepInterval: 50 * time.Millisecond,
-		Limits:       RateLimits{PerKey: Rate{PerSecond: 1000, Burst: 1000}, PerIP: Rate{PerSecond: 1000, Burst: 1000}},
-		AdminKeyHash: HashAdminKey(e.adminKey),
-		Logger:       zap.NewNop(),
-	}
+	fast := &RateConfig{Rate: 1000, Burst: 1000}
+	cfg := Config{RateKey: fast, RateIP: fast, AdminKey: e.adminKey}
+	deps := Deps{Store: st, Engine: eng, SweepInterval: 50 * time.Millisecond, Logger: zap.NewNop()}
 	if tweak != nil {
-		tweak(&opts)
+		tweak(&cfg, &deps)
 	}
-	e.srv, err = New(opts)
+	e.srv, err = New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}

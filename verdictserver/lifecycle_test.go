@@ -122,12 +122,12 @@ func (g *gatedEngine) Evaluate(ctx context.Context, in engine.Input) *verdict.Ve
 // find the queue full; they stay PENDING and the sweeper hands them over, so every one is
 // evaluated once the worker is free, and each exactly once.
 func TestFullQueueLosesNothing(t *testing.T) {
-	eng, err := engine.New(engine.Options{})
+	eng, err := engine.New(engine.Config{}, engine.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := &gatedEngine{Engine: eng, gate: make(chan struct{})}
-	e := newEnv(t, nil, func(o *Options) { o.Engine, o.Workers, o.Queue = g, 1, 1 })
+	e := newEnv(t, nil, func(c *Config, d *Deps) { d.Engine, c.Workers, c.Queue = g, 1, 1 })
 	a := e.agent("alice", common.HexToAddress("0xA11CE00000000000000000000000000000000001"), allowPolicy)
 	var hashes []string
 	for range 6 {
@@ -188,7 +188,7 @@ func (p *panickyEngine) Evaluate(context.Context, engine.Input) *verdict.Verdict
 // record stays PENDING (the client fails closed at its bound) and the API keeps answering.
 func TestPanickingEngineLeavesPending(t *testing.T) {
 	pe := &panickyEngine{}
-	e := newEnv(t, nil, func(o *Options) { o.Engine = pe })
+	e := newEnv(t, nil, func(_ *Config, d *Deps) { d.Engine = pe })
 	a := e.agent("alice", common.HexToAddress("0xA11CE00000000000000000000000000000000001"), allowPolicy)
 	r := e.submit(a.Key, submitBody(a.Wallet, allowedPay, ""))
 	if r.status != http.StatusCreated {
@@ -229,13 +229,13 @@ func (s *stuckEngine) Evaluate(ctx context.Context, in engine.Input) *verdict.Ve
 // queue full is still evaluated (without the backoff the sweeper lists only the oldest,
 // failing ones, again and again).
 func TestFailingRecordsDoNotStarveNewOnes(t *testing.T) {
-	eng, err := engine.New(engine.Options{})
+	eng, err := engine.New(engine.Config{}, engine.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	stuckWallet := common.HexToAddress("0xB0B0000000000000000000000000000000000002")
 	se := &stuckEngine{Engine: eng, gate: make(chan struct{}), stuck: stuckWallet}
-	e := newEnv(t, nil, func(o *Options) { o.Engine, o.Workers, o.Queue = se, 1, 1 })
+	e := newEnv(t, nil, func(c *Config, d *Deps) { d.Engine, c.Workers, c.Queue = se, 1, 1 })
 	bob := e.agent("bob", stuckWallet, allowPolicy)
 	alice := e.agent("alice", common.HexToAddress("0xA11CE00000000000000000000000000000000001"), allowPolicy)
 	for range 3 {

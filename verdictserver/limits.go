@@ -2,8 +2,6 @@ package verdictserver
 
 import (
 	"context"
-	"errors"
-	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -14,44 +12,14 @@ import (
 	"github.com/x402gate/x402gate/internal/ratelimit"
 )
 
-// Rate is one token bucket: PerSecond events in the long run, Burst at once.
-type Rate struct {
-	// PerSecond is the sustained rate. Must be positive.
-	PerSecond float64
-	// Burst is how many events may come at once. Must be at least 1.
-	Burst int
-}
+// redisPrefix starts the Redis keys of the buckets (docs/verdict-api.md#rate-limits).
+const redisPrefix = "x402gate:verdict-api:"
 
-// RateLimits are the API's rate limits (docs/verdict-api.md#rate-limits): one bucket per API
-// key (or admin key) and one per client IP, in process or, with Redis, shared by every
-// instance.
-type RateLimits struct {
-	// PerKey limits each key. Default 20/s, burst 40.
-	PerKey Rate
-	// PerIP limits each client IP, before authentication. Default 50/s, burst 100.
-	PerIP Rate
-	// Redis, when set, holds the buckets so that every instance on it shares them. It
-	// stays the caller's to close. Default: in process.
-	Redis redis.UniversalClient
-	// RedisPrefix prefixes the Redis keys. Default "x402gate:verdict-api:".
-	RedisPrefix string
-}
-
-// Default rates.
+// Default rates: Config.RateKey and Config.RateIP when unset.
 var (
-	DefaultPerKey = Rate{PerSecond: 20, Burst: 40}
-	DefaultPerIP  = Rate{PerSecond: 50, Burst: 100}
+	DefaultPerKey = RateConfig{Rate: 20, Burst: 40}
+	DefaultPerIP  = RateConfig{Rate: 50, Burst: 100}
 )
-
-func (r *Rate) fill(def Rate, name string) error {
-	if *r == (Rate{}) {
-		*r = def
-	}
-	if !(r.PerSecond > 0) || math.IsInf(r.PerSecond, 0) || r.Burst < 1 {
-		return errors.New("limits: " + name + " needs a positive rate and a burst of at least 1")
-	}
-	return nil
-}
 
 // taker is a per-key bucket store: ratelimit.Memory or ratelimit.Redis.
 type taker interface {
@@ -62,26 +30,16 @@ type limiters struct {
 	key, ip taker
 }
 
-func newLimiters(l *RateLimits) (limiters, error) {
-	if err := l.PerKey.fill(DefaultPerKey, "perKey"); err != nil {
-		return limiters{}, err
-	}
-	if err := l.PerIP.fill(DefaultPerIP, "perIp"); err != nil {
-		return limiters{}, err
-	}
-	if l.Redis == nil {
-		return limiters{
-			key: ratelimit.NewMemory(l.PerKey.PerSecond, l.PerKey.Burst),
-			ip:  ratelimit.NewMemory(l.PerIP.PerSecond, l.PerIP.Burst),
-		}, nil
-	}
-	if l.RedisPrefix == "" {
-		l.RedisPrefix = "x402gate:verdict-api:"
+// newLimiters are the buckets of the per-key and per-IP rates, in process or, with rc,
+// in Redis, shared by every instance on it (docs/verdict-api.md#rate-limits).
+func newLimiters(key, ip RateConfig, rc redis.UniversalClient) limiters {
+	if rc == nil {
+		return limiters{key: ratelimit.NewMemory(key.Rate, key.Burst), ip: ratelimit.NewMemory(ip.Rate, ip.Burst)}
 	}
 	return limiters{
-		key: ratelimit.NewRedis(l.Redis, l.RedisPrefix+"key:", l.PerKey.PerSecond, l.PerKey.Burst),
-		ip:  ratelimit.NewRedis(l.Redis, l.RedisPrefix+"ip:", l.PerIP.PerSecond, l.PerIP.Burst),
-	}, nil
+		key: ratelimit.NewRedis(rc, redisPrefix+"key:", key.Rate, key.Burst),
+		ip:  ratelimit.NewRedis(rc, redisPrefix+"ip:", ip.Rate, ip.Burst),
+	}
 }
 
 // allow takes one event of bucket from t, sets the X-RateLimit-* headers, and answers
@@ -116,7 +74,7 @@ func ceilSeconds(d time.Duration) int64 {
 }
 
 // remoteIP is the default client IP: the host of the connection's remote address. Behind
-// a proxy, Options.ClientIP says whom to believe (in Caddy, its trusted proxies).
+// a proxy, Deps.ClientIP says whom to believe (in Caddy, its trusted proxies).
 func remoteIP(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 func TestBurstIsRateLimited(t *testing.T) {
 	slow := 0.001 // one event per 1000 s: nothing refills during the test
 	t.Run("per key", func(t *testing.T) {
-		e := newEnv(t, nil, func(o *Options) { o.Limits.PerKey = Rate{PerSecond: slow, Burst: 3} })
+		e := newEnv(t, nil, func(c *Config, _ *Deps) { c.RateKey = &RateConfig{Rate: slow, Burst: 3} })
 		a := e.agent("alice", common.HexToAddress("0xA11CE00000000000000000000000000000000001"), allowPolicy)
 		b := e.agent("bob", common.HexToAddress("0xB0B0000000000000000000000000000000000002"), allowPolicy)
 		unknown := "0x" + "00000000000000000000000000000000000000000000000000000000000000ff"
@@ -49,7 +49,7 @@ func TestBurstIsRateLimited(t *testing.T) {
 		}
 	})
 	t.Run("per ip", func(t *testing.T) {
-		e := newEnv(t, nil, func(o *Options) { o.Limits.PerIP = Rate{PerSecond: slow, Burst: 2} })
+		e := newEnv(t, nil, func(c *Config, _ *Deps) { c.RateIP = &RateConfig{Rate: slow, Burst: 2} })
 		for range 2 {
 			if r := call(t, "POST", e.api.URL+"/transactions", `{}`); r.status != 401 {
 				t.Fatalf("within the IP burst = %d, want 401", r.status)
@@ -73,12 +73,12 @@ func TestRateLimitsAcrossInstances(t *testing.T) {
 	}
 	rc := redis.NewClient(o)
 	t.Cleanup(func() { _ = rc.Close() })
-	limits := func(o *Options) {
-		o.Limits = RateLimits{PerKey: Rate{PerSecond: 0.001, Burst: 4}, PerIP: Rate{PerSecond: 1000, Burst: 1000}, Redis: rc}
+	limits := func(c *Config, d *Deps) {
+		c.RateKey, c.RateIP, d.Redis = &RateConfig{Rate: 0.001, Burst: 4}, &RateConfig{Rate: 1000, Burst: 1000}, rc
 	}
 	e := newEnv(t, nil, limits)
 	a := e.agent("alice", common.HexToAddress("0xA11CE00000000000000000000000000000000001"), allowPolicy)
-	srv2, err := New(Options{Store: e.st, Engine: e.srv.engine, Limits: RateLimits{PerKey: Rate{PerSecond: 0.001, Burst: 4}, Redis: rc}})
+	srv2, err := New(Config{RateKey: &RateConfig{Rate: 0.001, Burst: 4}}, Deps{Store: e.st, Engine: e.srv.engine, Redis: rc})
 	if err != nil {
 		t.Fatal(err)
 	}

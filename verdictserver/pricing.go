@@ -2,7 +2,6 @@ package verdictserver
 
 import (
 	"encoding/json"
-	"errors"
 	"math/big"
 	"net/http"
 
@@ -14,62 +13,26 @@ import (
 
 // FeeSchedule prices the verification fee of a merchant payment for POST /pricing/quote
 // (docs/verdict-api.md#pricing): either a flat fee, or basis points of the merchant
-// amount with a minimum, paid in Asset to PayTo on Network.
+// amount with a minimum, paid in Asset to PayTo on Network. Config.FeeSchedule builds it
+// from the config's fee, whose rules FeeConfig.Validate holds.
 type FeeSchedule struct {
-	// Network is the CAIP-2 id or v1 name of the network fees are paid on; a resource on
-	// any other network has no fee. Required.
+	// Network is the CAIP-2 id of the network fees are paid on; a resource on any other
+	// network has no fee.
 	Network string
-	// Asset is the fee token's contract. Required.
+	// Asset is the fee token's contract.
 	Asset common.Address
-	// PayTo receives the fee. Required; a resource paying PayTo itself has no fee.
+	// PayTo receives the fee; a resource paying PayTo itself has no fee.
 	PayTo common.Address
-	// Flat is the fee in Asset's base units. Exactly one of Flat and BPS is set.
+	// Flat is the fee in Asset's base units, positive; nil with BPS.
 	Flat *big.Int
 	// BPS is the fee in basis points (1/10000) of the merchant amount, rounded up; it
-	// applies only to resources paid in Asset.
+	// applies only to resources paid in Asset. Zero with Flat.
 	BPS int64
-	// Min is the smallest fee with BPS, in base units. Default: none.
+	// Min is the smallest fee with BPS, in base units, or nil.
 	Min *big.Int
-	// MaxTimeoutSeconds is the fee requirement's maxTimeoutSeconds. Default: the
-	// resource's.
-	MaxTimeoutSeconds int
-	// Extra is the fee requirement's extra, e.g. the EIP-712 domain {"name", "version"}
-	// of Asset, which v2 facilitators need. Default: the network's USDC domain when
-	// Asset is that USDC.
+	// Extra is the fee requirement's extra: the EIP-712 domain {"name", "version"} of the
+	// network's USDC when Asset is that USDC, which v2 facilitators need; else nil.
 	Extra map[string]any
-	// Registry resolves networks. Default: the built-in networks (Base, Base Sepolia).
-	Registry *x402.Registry
-}
-
-// validate checks f and fills its defaults.
-func (f *FeeSchedule) validate() error {
-	if f.Registry == nil {
-		f.Registry = x402.NewRegistry()
-	}
-	n, ok := f.Registry.Lookup(f.Network)
-	switch {
-	case f.Network == "" || !ok:
-		return errors.New("fees: network is required and must be a known network")
-	case f.Asset == (common.Address{}):
-		return errors.New("fees: asset is required")
-	case f.PayTo == (common.Address{}):
-		return errors.New("fees: payTo is required")
-	case (f.Flat != nil) == (f.BPS != 0):
-		return errors.New("fees: set exactly one of a flat fee and basis points")
-	case f.Flat != nil && f.Flat.Sign() <= 0:
-		return errors.New("fees: the flat fee must be positive")
-	case f.BPS < 0 || f.BPS > 10_000:
-		return errors.New("fees: basis points must be 1 to 10000")
-	case f.Min != nil && f.Min.Sign() < 0:
-		return errors.New("fees: the minimum must not be negative")
-	case f.MaxTimeoutSeconds < 0:
-		return errors.New("fees: maxTimeoutSeconds must not be negative")
-	}
-	f.Network = n.CAIP2
-	if f.Extra == nil && f.Asset == n.USDC.Address && n.USDC.Name != "" {
-		f.Extra = map[string]any{"name": n.USDC.Name, "version": n.USDC.Version}
-	}
-	return nil
 }
 
 // Quote returns the fee requirement for a merchant requirement, nil when no fee applies:
@@ -95,13 +58,9 @@ func (f *FeeSchedule) Quote(merchant *x402.Requirements) *x402.Requirements {
 	if amount.Sign() <= 0 {
 		return nil
 	}
-	timeout := f.MaxTimeoutSeconds
-	if timeout == 0 {
-		timeout = merchant.MaxTimeoutSeconds
-	}
 	return &x402.Requirements{
 		Scheme: "exact", Network: f.Network, Amount: amount, Asset: f.Asset, PayTo: f.PayTo,
-		MaxTimeoutSeconds: timeout, Extra: f.Extra,
+		MaxTimeoutSeconds: merchant.MaxTimeoutSeconds, Extra: f.Extra,
 		Resource: x402.ResourceInfo{URL: merchant.Resource.URL, Description: "verification fee", MimeType: "application/json"},
 	}
 }
@@ -136,11 +95,7 @@ func (s *Server) serveQuote(w http.ResponseWriter, r *http.Request, _ *principal
 		version = x402.Version1
 	}
 	raw, _ := json.Marshal(res)
-	var reg *x402.Registry
-	if s.fees != nil {
-		reg = s.fees.Registry
-	}
-	merchant, err := x402.DecodeRequirementsJSON(raw, version, reg)
+	merchant, err := x402.DecodeRequirementsJSON(raw, version, nil)
 	if err != nil {
 		writeFieldError(w, badField("resource", "is not valid payment requirements: "+err.Error()))
 		return
@@ -152,7 +107,7 @@ func (s *Server) serveQuote(w http.ResponseWriter, r *http.Request, _ *principal
 	}
 	var out any = fee.V2()
 	if version == x402.Version1 {
-		if out, err = fee.V1(reg); err != nil {
+		if out, err = fee.V1(nil); err != nil {
 			writeCode(w, codeInternal, "fee network has no v1 name")
 			return
 		}

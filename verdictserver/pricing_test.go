@@ -28,21 +28,21 @@ func TestPricingQuote(t *testing.T) {
 	sepolia := "eip155:84532"
 	cases := []struct {
 		name     string
-		fees     *FeeSchedule
+		fees     *FeeConfig
 		merchant *x402.Requirements
 		want     int64 // 0: null
 	}{
-		{"flat fee", &FeeSchedule{Network: "base-sepolia", Asset: testAsset, PayTo: feePayee, Flat: big.NewInt(1000)}, merchant(50_000, allowedPay, sepolia), 1000},
-		{"basis points, rounded up", &FeeSchedule{Network: sepolia, Asset: testAsset, PayTo: feePayee, BPS: 30}, merchant(50_001, allowedPay, sepolia), 151},
-		{"basis points below the minimum", &FeeSchedule{Network: sepolia, Asset: testAsset, PayTo: feePayee, BPS: 30, Min: big.NewInt(500)}, merchant(10_000, allowedPay, sepolia), 500},
+		{"flat fee", &FeeConfig{Network: "base-sepolia", Asset: testAsset.Hex(), PayTo: feePayee.Hex(), Flat: "1000"}, merchant(50_000, allowedPay, sepolia), 1000},
+		{"basis points, rounded up", &FeeConfig{Network: sepolia, Asset: testAsset.Hex(), PayTo: feePayee.Hex(), BPS: 30}, merchant(50_001, allowedPay, sepolia), 151},
+		{"basis points below the minimum", &FeeConfig{Network: sepolia, Asset: testAsset.Hex(), PayTo: feePayee.Hex(), BPS: 30, Min: "500"}, merchant(10_000, allowedPay, sepolia), 500},
 		{"no schedule: null", nil, merchant(10_000, allowedPay, sepolia), 0},
-		{"another network: null", &FeeSchedule{Network: sepolia, Asset: testAsset, PayTo: feePayee, Flat: big.NewInt(1)}, merchant(10_000, allowedPay, "eip155:8453"), 0},
-		{"the merchant is the fee payee: null", &FeeSchedule{Network: sepolia, Asset: testAsset, PayTo: feePayee, Flat: big.NewInt(1)}, merchant(10_000, feePayee, sepolia), 0},
-		{"basis points of zero: null", &FeeSchedule{Network: sepolia, Asset: testAsset, PayTo: feePayee, BPS: 30}, merchant(0, allowedPay, sepolia), 0},
+		{"another network: null", &FeeConfig{Network: sepolia, Asset: testAsset.Hex(), PayTo: feePayee.Hex(), Flat: "1"}, merchant(10_000, allowedPay, "eip155:8453"), 0},
+		{"the merchant is the fee payee: null", &FeeConfig{Network: sepolia, Asset: testAsset.Hex(), PayTo: feePayee.Hex(), Flat: "1"}, merchant(10_000, feePayee, sepolia), 0},
+		{"basis points of zero: null", &FeeConfig{Network: sepolia, Asset: testAsset.Hex(), PayTo: feePayee.Hex(), BPS: 30}, merchant(0, allowedPay, sepolia), 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			e := newEnv(t, nil, func(o *Options) { o.Fees = c.fees })
+			e := newEnv(t, nil, func(cfg *Config, _ *Deps) { cfg.Fee = c.fees })
 			fee, err := verdictclient.Pricing(e.api.URL+"/pricing/quote", nil)(t.Context(), c.merchant)
 			if err != nil {
 				t.Fatal(err)
@@ -69,8 +69,8 @@ func TestPricingQuote(t *testing.T) {
 // TestPricingQuoteV1AndErrors: a v1 resource gets a v1 answer; a body without a resource
 // or with an invalid one is 400 naming it.
 func TestPricingQuoteV1AndErrors(t *testing.T) {
-	e := newEnv(t, nil, func(o *Options) {
-		o.Fees = &FeeSchedule{Network: "base-sepolia", Asset: testAsset, PayTo: feePayee, Flat: big.NewInt(1000)}
+	e := newEnv(t, nil, func(c *Config, _ *Deps) {
+		c.Fee = &FeeConfig{Network: "base-sepolia", Asset: testAsset.Hex(), PayTo: feePayee.Hex(), Flat: "1000"}
 	})
 	v1, err := merchant(10_000, allowedPay, "eip155:84532").V1(nil)
 	if err != nil {
@@ -92,18 +92,25 @@ func TestPricingQuoteV1AndErrors(t *testing.T) {
 	}
 }
 
-// TestFeeScheduleValidate refuses schedules the facilitator could never settle.
-func TestFeeScheduleValidate(t *testing.T) {
-	for name, f := range map[string]FeeSchedule{
-		"no network":      {Asset: testAsset, PayTo: feePayee, Flat: big.NewInt(1)},
-		"unknown network": {Network: "eip155:1", Asset: testAsset, PayTo: feePayee, Flat: big.NewInt(1)},
-		"no payee":        {Network: "base-sepolia", Asset: testAsset, Flat: big.NewInt(1)},
-		"flat and bps":    {Network: "base-sepolia", Asset: testAsset, PayTo: feePayee, Flat: big.NewInt(1), BPS: 3},
-		"neither":         {Network: "base-sepolia", Asset: testAsset, PayTo: feePayee},
-		"bps over 10000":  {Network: "base-sepolia", Asset: testAsset, PayTo: feePayee, BPS: 10_001},
+// TestFeeConfigValidate refuses fees the facilitator could never settle.
+func TestFeeConfigValidate(t *testing.T) {
+	asset, payee, zero := testAsset.Hex(), feePayee.Hex(), common.Address{}.Hex()
+	for name, f := range map[string]FeeConfig{
+		"no network":      {Asset: asset, PayTo: payee, Flat: "1"},
+		"unknown network": {Network: "eip155:1", Asset: asset, PayTo: payee, Flat: "1"},
+		"no payee":        {Network: "base-sepolia", Asset: asset, Flat: "1"},
+		"the zero payee":  {Network: "base-sepolia", Asset: asset, PayTo: zero, Flat: "1"},
+		"the zero asset":  {Network: "base-sepolia", Asset: zero, PayTo: payee, Flat: "1"},
+		"flat and bps":    {Network: "base-sepolia", Asset: asset, PayTo: payee, Flat: "1", BPS: 3},
+		"neither":         {Network: "base-sepolia", Asset: asset, PayTo: payee},
+		"a flat fee of 0": {Network: "base-sepolia", Asset: asset, PayTo: payee, Flat: "0"},
+		"bps over 10000":  {Network: "base-sepolia", Asset: asset, PayTo: payee, BPS: 10_001},
 	} {
-		if err := f.validate(); err == nil {
-			t.Errorf("%s: validate accepted it", name)
+		if err := f.Validate(); err == nil {
+			t.Errorf("%s: Validate accepted it", name)
 		}
+	}
+	if err := (&FeeConfig{Network: "base-sepolia", PayTo: payee, BPS: 30, Min: "500"}).Validate(); err != nil {
+		t.Errorf("a bps fee in the network's USDC: %v", err)
 	}
 }

@@ -6,6 +6,7 @@
 package verdictserver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -24,48 +26,46 @@ import (
 	"github.com/x402gate/x402gate/verdictserver/store"
 )
 
-// Options configures a Server.
-// DefaultWorkers is the default Options.Workers. An evaluation takes tens of microseconds
+// DefaultWorkers is the default Config.Workers. An evaluation takes tens of microseconds
 // of CPU but then waits for its verdict's durable write (a group commit: one fsync for
 // every verdict waiting), so the workers are many more than the cores: with a few, the
 // service judged about 200-360 records/s while it accepted 1,000-2,200 submits/s, and its
 // backlog grew (bench/verdict.md#judging).
 const DefaultWorkers = 64
 
-type Options struct {
+// DefaultQueue is the default Config.Queue: how many records may wait for a worker. A
+// record that finds the queue full stays PENDING in the store, and the sweeper hands it
+// over later.
+const DefaultQueue = 1024
+
+// DefaultSweepInterval is the default Deps.SweepInterval: how often the sweeper looks for
+// PENDING records that no worker holds (a full queue, a failed evaluation, another
+// instance that stopped).
+const DefaultSweepInterval = 5 * time.Second
+
+// Deps are what a Server uses besides its Config: the store, the engine and the Redis
+// client the caller opened (and closes), a clock, a logger and the request's client IP.
+// None of it is an operator's setting; those are all in Config.
+type Deps struct {
 	// Store holds agents, keys, wallets, policies and transactions. It stays the
 	// caller's to close. Required.
 	Store *store.Store
 	// Engine evaluates each transaction. Required.
 	Engine engine.Engine
-	// Workers is how many evaluations run at once. Default DefaultWorkers.
-	Workers int
-	// Queue bounds the transactions waiting for a worker. A transaction that finds the
-	// queue full stays PENDING in the store, and the sweeper hands it over later.
-	// Default 1024.
-	Queue int
-	// SweepInterval is how often the sweeper looks for PENDING records that no worker
-	// holds (a full queue, a failed evaluation, another instance that stopped).
-	// Default 5s.
-	SweepInterval time.Duration
-	// Limits are the rate limits. Default: DefaultPerKey and DefaultPerIP, in process.
-	Limits RateLimits
-	// Fees prices verification fees for POST /pricing/quote. Default: none, every quote
-	// is null.
-	Fees *FeeSchedule
-	// AdminKeyHash is the SHA-256 of the operator's admin key (HashAdminKey), accepted in
-	// x-admin-key by the admin API. Default: zero, no admin key; only agent keys with an
-	// admin scope reach the admin API.
-	AdminKeyHash [32]byte
+	// Redis is the client of Config.Redis: it holds the rate-limit buckets so that every
+	// instance on it shares them. It stays the caller's to close. Default: none, the
+	// buckets are in process.
+	Redis redis.UniversalClient
 	// ClientIP names the client of a request for the per-IP limit. Default: the host of
 	// the connection's remote address.
 	ClientIP func(*http.Request) string
-	// MaxBodyBytes caps request bodies. Default DefaultMaxBodyBytes (64 KiB).
-	MaxBodyBytes int64
 	// Logger receives request and evaluation logs; no key is ever a field. Default: none.
 	Logger *zap.Logger
 	// Now is the clock of record timestamps. Default time.Now.
 	Now func() time.Time
+	// SweepInterval is the sweeper's tick, on the side of the clock: tests shorten it.
+	// Default DefaultSweepInterval.
+	SweepInterval time.Duration
 }
 
 // Server is the verdict service. Handler serves the public API, AdminHandler the admin
@@ -80,7 +80,6 @@ type Server struct {
 	fees         *FeeSchedule
 	adminKeyHash [32]byte
 	clientIP     func(*http.Request) string
-	maxBody      int64
 	log          *zap.Logger
 	now          func() time.Time
 
@@ -98,57 +97,42 @@ type Server struct {
 	closed   bool
 }
 
-// New checks opts, fills its defaults and returns a Server that is not started yet.
-func New(opts Options) (*Server, error) {
-	if opts.Store == nil {
+// New checks cfg, whose secrets (the admin key) the caller has expanded, fills the
+// defaults of cfg and deps, and returns a Server that is not started yet.
+func New(cfg Config, deps Deps) (*Server, error) {
+	if deps.Store == nil {
 		return nil, errors.New("verdictserver: a store is required")
 	}
-	if opts.Engine == nil {
+	if deps.Engine == nil {
 		return nil, errors.New("verdictserver: an engine is required")
 	}
-	if opts.Workers < 0 || opts.Queue < 0 || opts.SweepInterval < 0 || opts.MaxBodyBytes < 0 {
-		return nil, errors.New("verdictserver: workers, queue, sweep interval and body cap must not be negative")
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	if opts.Workers == 0 {
-		opts.Workers = DefaultWorkers
+	if deps.SweepInterval < 0 {
+		return nil, errors.New("verdictserver: the sweep interval must not be negative")
 	}
-	if opts.Queue == 0 {
-		opts.Queue = 1024
-	}
-	if opts.SweepInterval == 0 {
-		opts.SweepInterval = 5 * time.Second
-	}
-	if opts.MaxBodyBytes == 0 {
-		opts.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if opts.ClientIP == nil {
-		opts.ClientIP = remoteIP
-	}
-	if opts.Logger == nil {
-		opts.Logger = zap.NewNop()
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	lim, err := newLimiters(&opts.Limits)
+	adminKeyHash, err := cfg.AdminKeyHash()
 	if err != nil {
 		return nil, err
 	}
-	if opts.Fees != nil {
-		f := *opts.Fees
-		if err := f.validate(); err != nil {
-			return nil, err
-		}
-		opts.Fees = &f
+	perKey, perIP, _ := cfg.rates() // valid: checked above
+	fees, _ := cfg.FeeSchedule()
+	if deps.ClientIP == nil {
+		deps.ClientIP = remoteIP
+	}
+	if deps.Now == nil {
+		deps.Now = time.Now
 	}
 	s := &Server{
-		store: opts.Store, engine: opts.Engine, workers: opts.Workers, sweepEvery: opts.SweepInterval,
-		limits: lim, fees: opts.Fees, adminKeyHash: opts.AdminKeyHash, clientIP: opts.ClientIP,
-		maxBody: opts.MaxBodyBytes, log: opts.Logger.Named("verdict"), now: opts.Now,
-		queue: make(chan string, opts.Queue), inFlight: map[string]bool{}, retry: map[string]retryState{},
+		store: deps.Store, engine: deps.Engine, workers: cmp.Or(cfg.Workers, DefaultWorkers),
+		sweepEvery: cmp.Or(deps.SweepInterval, DefaultSweepInterval), limits: newLimiters(perKey, perIP, deps.Redis), fees: fees,
+		adminKeyHash: adminKeyHash, clientIP: deps.ClientIP,
+		log: cmp.Or(deps.Logger, zap.NewNop()).Named("verdict"), now: deps.Now,
+		queue: make(chan string, cmp.Or(cfg.Queue, DefaultQueue)), inFlight: map[string]bool{}, retry: map[string]retryState{},
 	}
 	s.policies, _ = simplelru.NewLRU[policyKey, *policy.Document](policyCacheSize, nil) // fails only for size <= 0
-	s.op = &Operator{store: opts.Store}
+	s.op = &Operator{store: deps.Store}
 	return s, nil
 }
 
@@ -281,7 +265,7 @@ func (s *Server) serveRoute(w http.ResponseWriter, r *http.Request, rt route) {
 	})
 }
 
-// readBody reads a JSON request body of at most maxBody bytes; on failure it has
+// readBody reads a JSON request body of at most DefaultMaxBodyBytes; on failure it has
 // answered and returns false.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	ct := r.Header.Get("Content-Type")
@@ -289,11 +273,11 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool)
 		writeCode(w, codeUnsupportedMediaType, "the body must be application/json")
 		return nil, false
 	}
-	if r.ContentLength > s.maxBody {
+	if r.ContentLength > DefaultMaxBodyBytes {
 		writeCode(w, codeBodyTooLarge, "the body is too large")
 		return nil, false
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, DefaultMaxBodyBytes))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {

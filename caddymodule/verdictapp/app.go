@@ -100,14 +100,12 @@ func (s *verdictService) Destruct() error {
 
 // resolvedVerdict is a VerdictApp with its placeholders expanded: never logged.
 type resolvedVerdict struct {
-	store        sqldb.Config // expanded: the DSN holds a password
-	redisURL     string
-	adminKeyHash [32]byte
-	chain        *verdictserver.ChainData
-	rpcURLs      map[int64]string // expanded: they may hold keys
-	refresh      time.Duration
-	opts         verdictserver.Options
-	engineOpts   engine.Options
+	cfg     verdictserver.Config // the app's Config, its secrets and sanctions file expanded
+	store   sqldb.Config         // expanded, with the default path: the DSN holds a password
+	chain   *verdictserver.ChainData
+	rpcURLs map[int64]string // expanded: they may hold keys
+	refresh time.Duration
+	prices  *prices.Table
 }
 
 // Validate checks the app's configuration without I/O: secrets are placeholders
@@ -130,13 +128,14 @@ func (a *VerdictApp) Validate() error {
 	return a.Config.Validate()
 }
 
-// resolve expands the app's placeholders and builds the options of its service.
-func (a *VerdictApp) resolve(log *zap.Logger) (*resolvedVerdict, error) {
+// resolve expands the app's placeholders into a copy of its Config, which the service
+// takes as it is, and builds the price table its engine needs.
+func (a *VerdictApp) resolve() (*resolvedVerdict, error) {
 	if err := a.Validate(); err != nil {
 		return nil, err
 	}
 	repl := caddy.NewReplacer()
-	rv := &resolvedVerdict{store: sqldb.Config{Type: sqldb.SQLite.Name, Path: defaultVerdictStorePath()}}
+	rv := &resolvedVerdict{cfg: a.Config, store: sqldb.Config{Type: sqldb.SQLite.Name, Path: defaultVerdictStorePath()}}
 	if err := a.resolveSecrets(repl, rv); err != nil {
 		return nil, err
 	}
@@ -145,8 +144,7 @@ func (a *VerdictApp) resolve(log *zap.Logger) (*resolvedVerdict, error) {
 	if err != nil {
 		return nil, &verdictserver.ConfigError{Option: "price", Err: err}
 	}
-	limits, _ := a.RateLimits()
-	fee, _ := a.FeeSchedule()
+	rv.prices = table
 	rv.chain, _ = a.ChainData()
 	if rv.refresh = time.Duration(a.SanctionsRefresh); rv.refresh == 0 {
 		rv.refresh = verdictserver.DefaultSanctionsRefresh
@@ -154,24 +152,12 @@ func (a *VerdictApp) resolve(log *zap.Logger) (*resolvedVerdict, error) {
 	if rv.rpcURLs, err = resolveRPC(repl, rv.chain); err != nil {
 		return nil, err
 	}
-	rv.engineOpts = engine.Options{
-		SanctionsFile: repl.ReplaceKnown(a.Sanctions, ""),
-		SanctionsTTL:  time.Duration(a.SanctionsTTL),
-		Prices:        table,
-	}
-	rv.opts = verdictserver.Options{
-		Workers:      a.Workers,
-		Queue:        a.Queue,
-		Limits:       limits,
-		Fees:         fee,
-		AdminKeyHash: rv.adminKeyHash,
-		ClientIP:     clientIP,
-		Logger:       log,
-	}
+	rv.cfg.Sanctions = repl.ReplaceKnown(a.Sanctions, "")
 	return rv, nil
 }
 
-// resolveSecrets expands the store, redis and admin_key placeholders into rv.
+// resolveSecrets expands the store, redis and admin_key placeholders into rv, and checks
+// the expanded admin key before anything is opened.
 func (a *VerdictApp) resolveSecrets(repl *caddy.Replacer, rv *resolvedVerdict) error {
 	if st := a.Store; st != nil {
 		if st.Type == sqldb.Postgres.Name {
@@ -183,19 +169,19 @@ func (a *VerdictApp) resolveSecrets(repl *caddy.Replacer, rv *resolvedVerdict) e
 			rv.store.Path = repl.ReplaceKnown(st.Path, "")
 		}
 	}
+	rv.cfg.Store = &rv.store
 	if a.Redis != "" {
-		if rv.redisURL = caddyconf.ResolveSecret(repl, a.Redis); rv.redisURL == "" {
+		if rv.cfg.Redis = caddyconf.ResolveSecret(repl, a.Redis); rv.cfg.Redis == "" {
 			return verdictserver.ConfigErr("redis", "resolved to an empty value")
 		}
 	}
 	if a.AdminKey != "" {
-		k := caddyconf.ResolveSecret(repl, a.AdminKey)
-		if len(k) < 16 {
-			return verdictserver.ConfigErr("admin_key", "resolved to fewer than 16 characters")
+		if rv.cfg.AdminKey = caddyconf.ResolveSecret(repl, a.AdminKey); rv.cfg.AdminKey == "" {
+			return verdictserver.ConfigErr("admin_key", "resolved to an empty value")
 		}
-		rv.adminKeyHash = sha256.Sum256([]byte(k))
 	}
-	return nil
+	_, err := rv.cfg.AdminKeyHash()
+	return err
 }
 
 // clientIP is the client of a request for the per-IP rate limit: the address Caddy
@@ -219,14 +205,13 @@ func (rv *resolvedVerdict) poolKey(a *VerdictApp) (string, error) {
 	}
 	h := sha256.New()
 	h.Write(cfg)
-	for _, sec := range []string{rv.store.DSN, rv.redisURL, rv.store.Path} {
+	for _, sec := range []string{rv.store.DSN, rv.cfg.Redis, rv.store.Path, rv.cfg.AdminKey} {
 		h.Write([]byte{0})
 		h.Write([]byte(sec))
 	}
 	for _, id := range slices.Sorted(maps.Keys(rv.rpcURLs)) {
 		fmt.Fprintf(h, "\x00%d\x00%s", id, rv.rpcURLs[id])
 	}
-	h.Write(rv.adminKeyHash[:])
 	return "verdict/" + hex.EncodeToString(h.Sum(nil)), nil
 }
 
@@ -261,16 +246,16 @@ func openVerdictService(rv *resolvedVerdict, log *zap.Logger) (*verdictService, 
 		}
 		return nil, err
 	}
-	eopts := rv.engineOpts
-	if svc.rpcs, err = openChainData(ctx, rv.chain, rv.rpcURLs, &eopts); err != nil {
+	edeps := engine.Deps{Prices: rv.prices}
+	if svc.rpcs, err = openChainData(ctx, rv.chain, rv.rpcURLs, &edeps); err != nil {
 		return fail(err)
 	}
-	if svc.engine, err = engine.New(eopts); err != nil {
+	if svc.engine, err = engine.New(rv.cfg.Config, edeps); err != nil {
 		return fail(&verdictserver.ConfigError{Option: "sanctions", Err: err})
 	}
-	opts := rv.opts
-	if rv.redisURL != "" {
-		ro, err := redis.ParseURL(rv.redisURL)
+	deps := verdictserver.Deps{Store: st, Engine: svc.engine, ClientIP: clientIP, Logger: log}
+	if rv.cfg.Redis != "" {
+		ro, err := redis.ParseURL(rv.cfg.Redis)
 		if err != nil {
 			return fail(verdictserver.ConfigErr("redis", "is not a redis:// URL")) // never quote it
 		}
@@ -278,14 +263,13 @@ func openVerdictService(rv *resolvedVerdict, log *zap.Logger) (*verdictService, 
 		if err := svc.redis.Ping(ctx).Err(); err != nil {
 			return fail(errors.New("redis: not reachable")) // the error may carry the URL
 		}
-		opts.Limits.Redis = svc.redis
+		deps.Redis = svc.redis
 	}
-	opts.Store, opts.Engine = st, svc.engine
-	if svc.server, err = verdictserver.New(opts); err != nil {
+	if svc.server, err = verdictserver.New(rv.cfg, deps); err != nil {
 		return fail(err)
 	}
 	svc.handler = verdictMux(svc.server)
-	if rv.engineOpts.SanctionsFile != "" {
+	if rv.cfg.Sanctions != "" {
 		rctx, stop := context.WithCancel(context.Background())
 		svc.stop = stop
 		go refreshSanctions(rctx, svc.engine, rv.refresh, log)
@@ -309,7 +293,7 @@ func verdictMux(s *verdictserver.Server) http.Handler {
 // Provision resolves the app's secrets and opens (or reuses across a reload) its service.
 func (a *VerdictApp) Provision(ctx caddy.Context) error {
 	a.log = ctx.Logger()
-	rv, err := a.resolve(a.log)
+	rv, err := a.resolve()
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/x402gate/x402gate/verdictserver"
 )
 
 // TestAdaptErrorsOfVerdict: every mistake in the verdict global option and the verdict_api
@@ -32,6 +34,8 @@ func TestAdaptErrorsOfVerdict(t *testing.T) {
 		{"a price on chain zero", verdict("\t\tprice 0 0x5FbDB2315678afecb367f032d93F642f64180aa3 1 # <-\n"), `price: chain id "0" is not a positive integer`},
 		{"a sanctions ttl that is not a duration", verdict("\t\tsanctions /x.txt soon # <-\n"), `sanctions ttl "soon" is not a positive duration`},
 		{"a fee with both flat and bps", verdict("\t\tfee {\n\t\t\tnetwork base-sepolia\n\t\t\tpay_to 0x209693Bc6afc0C5328bA36FaF03C514EF312287C\n\t\t\tflat 1000\n\t\t\tbps 5\n\t\t} # <-\n"), "fee: give exactly one of flat and bps"},
+		{"a flat fee of 0", verdict("\t\tfee {\n\t\t\tnetwork base-sepolia\n\t\t\tpay_to 0x209693Bc6afc0C5328bA36FaF03C514EF312287C\n\t\t\tflat 0\n\t\t} # <-\n"), "fee: flat 0 is no fee"},
+		{"an infinite rate limit", verdict("\t\trate_limit key inf 2 # <-\n"), `rate_limit key: "inf" is not a positive number`},
 		{"a fee on an unknown network", verdict("\t\tfee {\n\t\t\tnetwork moon\n\t\t\tpay_to 0x209693Bc6afc0C5328bA36FaF03C514EF312287C\n\t\t\tflat 1000\n\t\t} # <-\n"), `fee: unknown network "moon"`},
 		{"an unknown option", verdict("\t\tlisten_on :8083 # <-\n"), `unrecognized verdict option "listen_on"`},
 		{"an rpc url written into the config", verdict("\t\trpc 8453 https://base.example/v2/k3y # <-\n"), "rpc: must be an {env.*} or {file.*} placeholder"},
@@ -95,5 +99,28 @@ func TestVerdictClientIPFollowsCaddy(t *testing.T) {
 	r = r.WithContext(context.WithValue(r.Context(), caddyhttp.VarsCtxKey, vars))
 	if got := clientIP(r); got != "203.0.113.9" {
 		t.Fatalf("in a site behind a trusted proxy: client %q, want 203.0.113.9", got)
+	}
+}
+
+// TestVerdictAdminKeyIsCheckedOnceExpanded: the admin key's placeholder must expand to at
+// least verdictserver.MinAdminKeyLen characters, checked before the service opens anything;
+// the error never quotes the key.
+func TestVerdictAdminKeyIsCheckedOnceExpanded(t *testing.T) {
+	for _, tc := range []struct{ name, value, wantErr string }{
+		{"a short key", "short-k3y", "admin_key: resolved to fewer than 16 characters"},
+		{"an empty key", "", "admin_key: resolved to an empty value"},
+		{"a key of 16 characters", "0123456789abcdef", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("VERDICT_ADMIN", tc.value)
+			a := &VerdictApp{Config: verdictserver.Config{AdminKey: "{env.VERDICT_ADMIN}"}}
+			_, err := a.resolve()
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("resolve() = %v, want %q", err, tc.wantErr)
+			}
+			if err != nil && tc.value != "" && strings.Contains(err.Error(), tc.value) {
+				t.Fatalf("the error quotes the key: %v", err)
+			}
+		})
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
 
@@ -262,7 +261,7 @@ func openConfiguredStore(ctx context.Context, c *cobra.Command) (*store.Store, e
 	if err != nil {
 		return nil, err
 	}
-	rv, err := app.resolve(caddy.Log())
+	rv, err := app.resolve()
 	if err != nil {
 		return nil, err
 	}

@@ -35,9 +35,9 @@ func resolveRPC(repl *caddy.Replacer, cd *verdictserver.ChainData) (map[int64]st
 	return out, nil
 }
 
-// openChainData dials the RPCs and builds the engine's feeds and oracles into opts. The
+// openChainData dials the RPCs and builds the engine's feeds and oracles into deps. The
 // returned clients are the service's to close.
-func openChainData(ctx context.Context, cd *verdictserver.ChainData, urls map[int64]string, opts *engine.Options) ([]*ethclient.Client, error) {
+func openChainData(ctx context.Context, cd *verdictserver.ChainData, urls map[int64]string, deps *engine.Deps) ([]*ethclient.Client, error) {
 	clients := map[int64]*ethclient.Client{}
 	var all []*ethclient.Client
 	fail := func(err error) ([]*ethclient.Client, error) {
@@ -63,14 +63,14 @@ func openChainData(ctx context.Context, cd *verdictserver.ChainData, urls map[in
 		if err != nil {
 			return fail(&verdictserver.ConfigError{Option: "price_feed", Err: err})
 		}
-		opts.PriceFeeds = feeds
+		deps.PriceFeeds = feeds
 	}
 	for _, o := range cd.Oracles {
 		or, err := sanctions.NewOracle(sanctions.OracleOptions{ChainID: o.ChainID, Address: common.HexToAddress(o.Address), Caller: clients[o.ChainID]})
 		if err != nil {
 			return fail(&verdictserver.ConfigError{Option: "sanctions_oracle", Err: err})
 		}
-		opts.SanctionsOracles = append(opts.SanctionsOracles, or)
+		deps.SanctionsOracles = append(deps.SanctionsOracles, or)
 	}
 	return all, nil
 }
@@ -130,7 +130,7 @@ func parseVerdictPriceFeed(d *caddyfile.Dispenser) (verdictserver.PriceFeedConfi
 		if err != nil || age <= 0 {
 			return verdictserver.PriceFeedConfig{}, d.Errf("price_feed: max age %q is not a positive duration", args[3])
 		}
-		f.MaxAge = verdictserver.Duration(age)
+		f.MaxAge = engine.Duration(age)
 	}
 	return f, nil
 }
@@ -156,7 +156,7 @@ func parseVerdictSanctions(d *caddyfile.Dispenser, a *VerdictApp) error {
 		if err != nil || every < time.Second {
 			return d.Errf("sanctions refresh %q is not a duration of at least 1s", args[len(args)-1])
 		}
-		a.SanctionsRefresh = verdictserver.Duration(every)
+		a.SanctionsRefresh = engine.Duration(every)
 		args = args[:len(args)-2]
 	}
 	if len(args) < 1 || len(args) > 2 {
@@ -168,7 +168,7 @@ func parseVerdictSanctions(d *caddyfile.Dispenser, a *VerdictApp) error {
 		if err != nil || ttl <= 0 {
 			return d.Errf("sanctions ttl %q is not a positive duration", args[1])
 		}
-		a.SanctionsTTL = verdictserver.Duration(ttl)
+		a.SanctionsTTL = engine.Duration(ttl)
 	}
 	return nil
 }

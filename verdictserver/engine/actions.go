@@ -6,7 +6,7 @@ import (
 )
 
 // The action model and the decoders' contract are package actions, which the decoders build
-// on (docs/policy.md#actions); these are their names in the engine's API (Options.Decoders).
+// on (docs/policy.md#actions); these are their names in the engine's API (Deps.Decoders).
 type (
 	// Decoder is actions.Decoder: it turns the proposedTx of one protocol into an Action.
 	Decoder = actions.Decoder
@@ -25,7 +25,7 @@ type (
 	// Trade is actions.Trade: the trade fields that swaps and orders share.
 	Trade = actions.Trade
 	// KnownContract is uniswap.KnownContract: a contract a protocol decoder reads calls to
-	// (Options.Contracts).
+	// (Deps.Contracts).
 	KnownContract = uniswap.KnownContract
 )
 

@@ -8,5 +8,5 @@ import "testing"
 func BenchmarkEvaluatePayment(b *testing.B) {
 	in := Input{Escrow: escrow, ProposedTx: payment(), Policy: mustPolicy(b, 3, basePolicy),
 		Metadata: map[string]any{"traceId": "t-1", "apiKey": "k"}}
-	benchEvaluate(b, Options{}, in)
+	benchEvaluate(b, Deps{}, in)
 }

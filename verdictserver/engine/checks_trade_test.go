@@ -122,7 +122,7 @@ func TestTradeChecksOnTheSharedActionModel(t *testing.T) {
 		"stranded":  fixture("fixture.swap", func(a *Action) { a.Stranded = []common.Address{stranger}; a.Trade = swapLeg("2985000000").Trade }),
 		"bad-leg":   fixture("fixture.multicall", func(a *Action) { a.Legs = []*Action{{Protocol: "fixture", ChainID: 8453, Kind: "x"}} }),
 	}
-	e := newEngine(t, Options{Decoders: []Decoder{cases}, References: marks{"BTC": "100000"}})
+	e := newEngine(t, Config{}, Deps{Decoders: []Decoder{cases}, References: marks{"BTC": "100000"}})
 	P, F, N := verdict.CheckPassed, verdict.CheckFailed, verdict.CheckNotChecked
 	type st = map[verdict.CheckID]verdict.CheckStatus
 	for _, tc := range []struct {
@@ -236,7 +236,7 @@ func TestTradeEvidence(t *testing.T) {
 			a.Legs = []*Action{swapLeg("2900000000"), order(SideLong, "150000", "0.01", "3", false)}
 		}),
 	}
-	e := newEngine(t, Options{Decoders: []Decoder{cases}, References: marks{"BTC": "100000"}})
+	e := newEngine(t, Config{}, Deps{Decoders: []Decoder{cases}, References: marks{"BTC": "100000"}})
 	pol := mustPolicy(t, 1, `{"venues": {"allowed": ["fixture"]}, "chains": {"allowed": [84532]}, "swaps": {"maxSlippageBps": 500}, "orders": {"maxPriceDeviationBps": 10000}}`)
 	v := e.Evaluate(context.Background(), Input{Escrow: escrow, Policy: pol, ProposedTx: map[string]any{"protocol": "fixture", "chainId": int64(84532), "case": "unlimited"}})
 	mustBeValid(t, v)

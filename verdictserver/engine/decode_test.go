@@ -14,7 +14,7 @@ import (
 )
 
 // transferDecoder reads {"protocol":"erc20","chainId":…,"to":token,"recipient":…}: the
-// shape of a decoder the next protocols add through Options.Decoders.
+// shape of a decoder the next protocols add through Deps.Decoders.
 type transferDecoder struct{ incomplete bool }
 
 func (transferDecoder) Protocol() string { return "erc20" }
@@ -40,7 +40,7 @@ func TestADecoderAddsAProtocolWithoutTouchingTheAPI(t *testing.T) {
 	tx := func(token string) map[string]any {
 		return map[string]any{"protocol": "erc20", "chainId": int64(84532), "to": token, "recipient": payee.Hex()}
 	}
-	e := newEngine(t, Options{Decoders: []Decoder{transferDecoder{}}})
+	e := newEngine(t, Config{}, Deps{Decoders: []Decoder{transferDecoder{}}})
 	for _, tc := range []struct {
 		name   string
 		token  string
@@ -64,7 +64,7 @@ func TestADecoderAddsAProtocolWithoutTouchingTheAPI(t *testing.T) {
 	if v := e.Evaluate(context.Background(), Input{Escrow: escrow, ProposedTx: map[string]any{"protocol": "erc20"}, Policy: pol}); v.ReasonCode != verdict.ReasonDecodeFailure {
 		t.Errorf("bad transfer: %s", v.ReasonCode)
 	}
-	bad := newEngine(t, Options{Decoders: []Decoder{transferDecoder{incomplete: true}}})
+	bad := newEngine(t, Config{}, Deps{Decoders: []Decoder{transferDecoder{incomplete: true}}})
 	v := bad.Evaluate(context.Background(), Input{Escrow: escrow, ProposedTx: tx(usdc.Hex()), Policy: pol})
 	mustBeValid(t, v)
 	if v.ReasonCode != verdict.ReasonDecodeFailure {
@@ -72,9 +72,9 @@ func TestADecoderAddsAProtocolWithoutTouchingTheAPI(t *testing.T) {
 	}
 }
 
-// TestOptionsContractsRefused: a contract the config adds must name a kind the decoders read,
+// TestDepsContractsRefused: a contract Deps adds must name a kind the decoders read,
 // a Universal Router its version, a chain and an address (docs/policy.md#known-contracts).
-func TestOptionsContractsRefused(t *testing.T) {
+func TestDepsContractsRefused(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		c    KnownContract
@@ -88,7 +88,7 @@ func TestOptionsContractsRefused(t *testing.T) {
 		{"the zero address", KnownContract{ChainID: 84532, Address: common.Address{}, Kind: uniswap.ContractPermit2, Version: ""}, "address"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := New(Options{Contracts: []KnownContract{tc.c}})
+			_, err := New(Config{}, Deps{Contracts: []KnownContract{tc.c}})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want one naming %s", err, tc.want)
 			}

@@ -92,7 +92,7 @@ func v4Swap(t testing.TB, actions []byte, params ...[]byte) []byte {
 // TestV4SwapGolden is the golden table of the Universal Router's V4_SWAP command
 // (docs/policy.md#universal-router).
 func TestV4SwapGolden(t *testing.T) {
-	e := newEngine(t, Options{})
+	e := newEngine(t, Config{}, Deps{})
 	key := poolKey{usdc, weth, big.NewInt(500), big.NewInt(10), common.Address{}}
 	buy := func(min *big.Int, hooks common.Address) []byte {
 		k := key

@@ -50,39 +50,39 @@ type Engine interface {
 // DefaultSanctionsTTL is how long a sanctions list counts as fresh (docs/policy.md#data-freshness).
 const DefaultSanctionsTTL = 24 * time.Hour
 
-// Options configures an Evaluator. The zero value works: no sanctions list, the built-in
+// Deps are what an Evaluator uses besides its Config: data and clients the caller built,
+// a clock, and code. None of it is an operator's setting (those are Config, which the
+// verdict app's JSON embeds); the zero value works: no sanctions list, the built-in
 // stablecoin prices, the wall clock.
-type Options struct {
-	// Sanctions is the list addresses are screened against. When nil, SanctionsFile is
-	// loaded if set; with neither, the sanctions check is not_checked and trust is medium
-	// (docs/policy.md#sanctions-list).
+type Deps struct {
+	// Sanctions is a list already loaded, used instead of loading Config.Sanctions; the
+	// file, when set, is still the one LoadSanctions reads again. With neither, the
+	// sanctions check is not_checked and trust is medium (docs/policy.md#sanctions-list).
 	Sanctions *sanctions.List
-	// SanctionsFile is a list file (one address per line, or OFAC SDN_ADVANCED.XML);
-	// optional. Reload it with LoadSanctions.
-	SanctionsFile string
-	// SanctionsTTL is how long after its date the list is fresh; default 24h.
-	SanctionsTTL time.Duration
-	// Prices is the static USD price table; default: the built-in stablecoins (USDC on
-	// 8453 and 84532 at 1 USD), dated when New runs (docs/policy.md#prices).
+	// Prices is the static USD price table, built by the caller (the verdict app builds it
+	// from its price lines); default: the built-in stablecoins (USDC on 8453 and 84532 at
+	// 1 USD), dated when New runs (docs/policy.md#prices).
 	Prices *prices.Table
 	// Now is the clock for verdict timestamps and data freshness; default time.Now.
 	// Latency is always measured on the monotonic clock.
 	Now func() time.Time
-	// Decoders are added to the built-in ones (payment, evm, uniswap, hyperliquid); one for
-	// a protocol already known replaces it.
+	// Decoders are code added to the built-in ones (payment, evm, uniswap, hyperliquid); one
+	// for a protocol already known replaces it.
 	Decoders []Decoder
-	// References gives the reference prices of markets (Trade.Market) for
+	// References is a source of the reference prices of markets (Trade.Market) for
 	// execution_price_bound; optional (docs/policy.md#trades).
 	References ReferencePrices
-	// PriceFeeds price what the static table does not, from Chainlink-style feeds on
-	// chain; optional (docs/policy.md#price-feeds).
+	// PriceFeeds is the client of Chainlink-style feeds on chain that price what the static
+	// table does not; optional (docs/policy.md#price-feeds).
 	PriceFeeds *prices.Feeds
-	// SanctionsOracles screen, beside the list, the addresses of actions on their chain;
-	// optional, at most one per chain (docs/policy.md#sanctions-oracle).
+	// SanctionsOracles are the clients of the oracles that screen, beside the list, the
+	// addresses of actions on their chain; optional, at most one per chain
+	// (docs/policy.md#sanctions-oracle).
 	SanctionsOracles []*sanctions.Oracle
-	// Contracts are known contracts added to the canonical ones built in: a protocol decoder
-	// reads calls only to a contract known on the call's chain; one at the address of a
-	// built-in one replaces it. Default none (docs/policy.md#known-contracts).
+	// Contracts are known contracts a Go caller adds to the canonical ones built in: a
+	// protocol decoder reads calls only to a contract known on the call's chain; one at the
+	// address of a built-in one replaces it. The verdict app adds none
+	// (docs/policy.md#known-contracts).
 	Contracts []KnownContract
 }
 
@@ -101,10 +101,14 @@ type Evaluator struct {
 
 var _ Engine = (*Evaluator)(nil)
 
-// New builds an Evaluator, loading Options.SanctionsFile when it is set and no list is given.
-func New(o Options) (*Evaluator, error) {
-	e := &Evaluator{file: o.SanctionsFile, ttl: o.SanctionsTTL, prices: o.Prices, now: o.Now, decoders: map[string]Decoder{}, refs: o.References}
-	if err := e.setData(o); err != nil {
+// New checks cfg and builds an Evaluator on deps, loading cfg.Sanctions when it is set and
+// deps gives no list.
+func New(cfg Config, deps Deps) (*Evaluator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	e := &Evaluator{file: cfg.Sanctions, ttl: time.Duration(cfg.SanctionsTTL), prices: deps.Prices, now: deps.Now, decoders: map[string]Decoder{}, refs: deps.References}
+	if err := e.setData(deps); err != nil {
 		return nil, err
 	}
 	if e.now == nil {
@@ -120,19 +124,19 @@ func New(o Options) (*Evaluator, error) {
 		}
 		e.prices = t
 	}
-	uni, err := uniswap.NewDecoder(o.Contracts)
+	uni, err := uniswap.NewDecoder(deps.Contracts)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	for _, d := range append([]Decoder{x402payment.Decoder{}, erc20.Decoder{}, uni, hyperliquid.Decoder{}}, o.Decoders...) {
+	for _, d := range append([]Decoder{x402payment.Decoder{}, erc20.Decoder{}, uni, hyperliquid.Decoder{}}, deps.Decoders...) {
 		if d == nil || d.Protocol() == "" {
 			return nil, fmt.Errorf("engine: a decoder without a protocol")
 		}
 		e.decoders[d.Protocol()] = d
 	}
-	if o.Sanctions != nil {
-		e.sanctions.Store(o.Sanctions)
-	} else if o.SanctionsFile != "" {
+	if deps.Sanctions != nil {
+		e.sanctions.Store(deps.Sanctions)
+	} else if cfg.Sanctions != "" {
 		if err := e.LoadSanctions(); err != nil {
 			return nil, err
 		}
@@ -140,7 +144,7 @@ func New(o Options) (*Evaluator, error) {
 	return e, nil
 }
 
-// LoadSanctions (re)loads Options.SanctionsFile and swaps it in; on error the current list
+// LoadSanctions (re)loads Config.Sanctions and swaps it in; on error the current list
 // stays.
 func (e *Evaluator) LoadSanctions() error {
 	if e.file == "" {

@@ -60,7 +60,7 @@ func mustPolicy(t testing.TB, version int64, doc string) *policy.Policy {
 	return &policy.Policy{Version: version, Doc: d}
 }
 
-func newEngine(t testing.TB, o Options) *Evaluator {
+func newEngine(t testing.TB, cfg Config, o Deps) *Evaluator {
 	t.Helper()
 	if o.Now == nil {
 		o.Now = func() time.Time { return clock }
@@ -68,8 +68,8 @@ func newEngine(t testing.TB, o Options) *Evaluator {
 	if o.Contracts == nil {
 		o.Contracts = testContracts
 	}
-	if o.Sanctions == nil && o.SanctionsFile == "" {
-		o.SanctionsFile = "sanctions/testdata/sdn_advanced.xml" // dated 2026-11-20: fresh at clock
+	if o.Sanctions == nil && cfg.Sanctions == "" {
+		cfg.Sanctions = "sanctions/testdata/sdn_advanced.xml" // dated 2026-11-20: fresh at clock
 	}
 	if o.Prices == nil {
 		tab, err := prices.New(clock.Add(-time.Hour), prices.Entry{ChainID: 84532, Asset: weth, Symbol: "WETH", Decimals: 18, USD: "3000"})
@@ -78,7 +78,7 @@ func newEngine(t testing.TB, o Options) *Evaluator {
 		}
 		o.Prices = tab
 	}
-	e, err := New(o)
+	e, err := New(cfg, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +250,7 @@ func TestPaymentVerdicts(t *testing.T) {
 		{"no proposedTx at all", basePolicy, escrow, nil, want{verdict.OutcomeRejected, verdict.ReasonDecodeFailure, "", map[verdict.CheckID]verdict.CheckStatus{"venue": N, "chain": N}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEngine(t, Options{})
+			e := newEngine(t, Config{}, Deps{})
 			in := Input{Escrow: tc.escrow, ProposedTx: tc.tx}
 			if tc.policy != "" {
 				in.Policy = mustPolicy(t, 3, tc.policy)
@@ -287,7 +287,7 @@ func TestPaymentVerdicts(t *testing.T) {
 }
 
 func TestPaymentEvidence(t *testing.T) {
-	e := newEngine(t, Options{})
+	e := newEngine(t, Config{}, Deps{})
 	v := e.Evaluate(context.Background(), Input{Escrow: escrow, ProposedTx: payment(), Policy: mustPolicy(t, 7, basePolicy)})
 	mustBeValid(t, v)
 	da := v.Evidence.DecodedAction
@@ -342,7 +342,7 @@ func TestPaymentEvidence(t *testing.T) {
 }
 
 func TestUnconfiguredCapStillPricesTheNotional(t *testing.T) {
-	e := newEngine(t, Options{})
+	e := newEngine(t, Config{}, Deps{})
 	v := e.Evaluate(context.Background(), Input{Escrow: escrow, ProposedTx: payment(set("amount", "2500000")),
 		Policy: mustPolicy(t, 1, `{"venues": {"allowed": ["payment"]}, "chains": {"allowed": [84532]}}`)})
 	mustBeValid(t, v)
@@ -371,11 +371,11 @@ func TestFreshnessAndTrust(t *testing.T) {
 		overall verdict.Freshness
 		trust   verdict.TrustLevel
 	}{
-		{"a list within its TTL and the price table: fresh, high", newEngine(t, Options{}), payment(), verdict.FreshnessFresh, verdict.TrustHigh},
-		{"a list older than the TTL: mixed, medium", newEngine(t, Options{Sanctions: old}), payment(), verdict.FreshnessMixed, verdict.TrustMedium},
-		{"a longer TTL keeps the same list fresh", newEngine(t, Options{Sanctions: old, SanctionsTTL: 72 * time.Hour}), payment(), verdict.FreshnessFresh, verdict.TrustHigh},
-		{"no list loaded: medium", func() *Evaluator { e := newEngine(t, Options{}); e.SetSanctions(nil); return e }(), payment(), verdict.FreshnessFresh, verdict.TrustMedium},
-		{"an action not decoded: low", newEngine(t, Options{}), payment(set("amount", "x")), verdict.FreshnessFresh, verdict.TrustLow},
+		{"a list within its TTL and the price table: fresh, high", newEngine(t, Config{}, Deps{}), payment(), verdict.FreshnessFresh, verdict.TrustHigh},
+		{"a list older than the TTL: mixed, medium", newEngine(t, Config{}, Deps{Sanctions: old}), payment(), verdict.FreshnessMixed, verdict.TrustMedium},
+		{"a longer TTL keeps the same list fresh", newEngine(t, Config{SanctionsTTL: Duration(72 * time.Hour)}, Deps{Sanctions: old}), payment(), verdict.FreshnessFresh, verdict.TrustHigh},
+		{"no list loaded: medium", func() *Evaluator { e := newEngine(t, Config{}, Deps{}); e.SetSanctions(nil); return e }(), payment(), verdict.FreshnessFresh, verdict.TrustMedium},
+		{"an action not decoded: low", newEngine(t, Config{}, Deps{}), payment(set("amount", "x")), verdict.FreshnessFresh, verdict.TrustLow},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := tc.e.Evaluate(context.Background(), Input{Escrow: escrow, ProposedTx: tc.tx, Policy: pol})
@@ -391,7 +391,7 @@ func TestFreshnessAndTrust(t *testing.T) {
 }
 
 func TestSanctionsFromATextFileAndReload(t *testing.T) {
-	e := newEngine(t, Options{SanctionsFile: "sanctions/testdata/list.txt"})
+	e := newEngine(t, Config{Sanctions: "sanctions/testdata/list.txt"}, Deps{})
 	pol := mustPolicy(t, 1, `{"venues": {"allowed": ["payment"]}, "chains": {"allowed": [84532]}}`)
 	hit := common.HexToAddress("0x5a1e000000000000000000000000000000000004")
 	v := e.Evaluate(context.Background(), Input{Escrow: escrow, ProposedTx: payment(set("payTo", hit.Hex())), Policy: pol})
@@ -405,13 +405,13 @@ func TestSanctionsFromATextFileAndReload(t *testing.T) {
 	if err := e.LoadSanctions(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(Options{SanctionsFile: "sanctions/testdata/missing.txt"}); err == nil {
+	if _, err := New(Config{Sanctions: "sanctions/testdata/missing.txt"}, Deps{}); err == nil {
 		t.Error("a missing sanctions file was accepted")
 	}
 }
 
 func TestRedaction(t *testing.T) {
-	e := newEngine(t, Options{})
+	e := newEngine(t, Config{}, Deps{})
 	v := e.Evaluate(context.Background(), Input{
 		Escrow: escrow, ProposedTx: payment(), Policy: mustPolicy(t, 1, basePolicy),
 		Metadata: map[string]any{"traceId": "t-1", "apiKey": "sk_live_should_not_appear", "Authorization": "Bearer xyz"},
@@ -449,7 +449,7 @@ func TestSensitiveNames(t *testing.T) {
 }
 
 func TestLatencyIsMeasuredAndTheClockIsTheEngines(t *testing.T) {
-	e := newEngine(t, Options{})
+	e := newEngine(t, Config{}, Deps{})
 	v := e.Evaluate(context.Background(), Input{Escrow: escrow, ProposedTx: payment(), Policy: mustPolicy(t, 1, basePolicy)})
 	if v.LatencyMs < 0 || !v.Timestamp.Equal(clock) {
 		t.Errorf("latencyMs %d timestamp %v", v.LatencyMs, v.Timestamp)
@@ -459,7 +459,7 @@ func TestLatencyIsMeasuredAndTheClockIsTheEngines(t *testing.T) {
 // TestConcurrentEvaluationsAndASanctionsSwap: one Evaluator serves many workers while the
 // list is reloaded (run with -race).
 func TestConcurrentEvaluationsAndASanctionsSwap(t *testing.T) {
-	e := newEngine(t, Options{})
+	e := newEngine(t, Config{}, Deps{})
 	pol := mustPolicy(t, 1, basePolicy)
 	done := make(chan struct{})
 	go func() {

@@ -17,14 +17,14 @@ import (
 // (Judge: the verdict is used at once and its memory reused), and reports, beside ns/op and
 // allocations, the CPU time per op and the median and 99th percentile of single
 // evaluations (p50-ns, p99-ns).
-func benchEvaluate(b *testing.B, opts Options, in Input) {
+func benchEvaluate(b *testing.B, opts Deps, in Input) {
 	benchEvaluateWith(b, opts, in, false)
 }
 
 // benchEvaluateWith is benchEvaluate through Evaluate when keep is set: the caller keeps
 // the verdict, so nothing of it is reused.
-func benchEvaluateWith(b *testing.B, opts Options, in Input, keep bool) {
-	e := newEngine(b, opts)
+func benchEvaluateWith(b *testing.B, opts Deps, in Input, keep bool) {
+	e := newEngine(b, Config{}, opts)
 	ctx := context.Background()
 	if v := e.Evaluate(ctx, in); v.Outcome != verdict.OutcomeApproved {
 		b.Fatalf("outcome %s %s: %s", v.Outcome, v.ReasonCode, v.HumanReason)
@@ -63,7 +63,7 @@ func benchEvaluateWith(b *testing.B, opts Options, in Input, keep bool) {
 // every check with a full policy and the OFAC fixture.
 func BenchmarkEvaluateERC20Transfer(b *testing.B) {
 	tx := evmTx("evm", 84532, usdc, pack(b, erc20.ABI, "transfer(address,uint256)", payee, e6(5)), nil)
-	benchEvaluate(b, Options{}, Input{Escrow: escrow, ProposedTx: tx, Policy: mustPolicy(b, 1, evmPolicy)})
+	benchEvaluate(b, Deps{}, Input{Escrow: escrow, ProposedTx: tx, Policy: mustPolicy(b, 1, evmPolicy)})
 }
 
 // kept holds the last verdict of a keep benchmark, so the compiler cannot drop it.
@@ -72,7 +72,7 @@ var kept *verdict.Verdict
 // BenchmarkEvaluateKeptV3Swap is BenchmarkEvaluateV3Swap through Evaluate: a verdict the
 // caller keeps, whose memory is not reused (bench/engine.md#the-tail-closed-2026-11-23-session-6).
 func BenchmarkEvaluateKeptV3Swap(b *testing.B) {
-	benchEvaluateWith(b, Options{}, v3SwapInput(b), true)
+	benchEvaluateWith(b, Deps{}, v3SwapInput(b), true)
 }
 
 // v3SwapInput is the V3 swap of BenchmarkEvaluateV3Swap.
@@ -85,14 +85,14 @@ func v3SwapInput(b *testing.B) Input {
 // BenchmarkEvaluateV3Swap: a SwapRouter02 exactInputSingle of USDC for WETH, through every
 // check including the trading checks, slippage priced from the table.
 func BenchmarkEvaluateV3Swap(b *testing.B) {
-	benchEvaluate(b, Options{}, v3SwapInput(b))
+	benchEvaluate(b, Deps{}, v3SwapInput(b))
 }
 
 // BenchmarkEvaluateURPlan: a Universal Router 2.1.1 plan: a V3 swap to the router, then
 // UNWRAP_WETH to the agent.
 func BenchmarkEvaluateURPlan(b *testing.B) {
 	data := execute(b, []byte{uniswap.CmdV3SwapExactIn, uniswap.CmdUnwrapWETH}, urV3In(b, uniswap.AddressThis, e6(3000), milli18(995), v3path(usdc, weth), true, true), urToAmount(b, uniswap.MsgSender, milli18(995)))
-	benchEvaluate(b, Options{}, Input{Escrow: escrow, ProposedTx: evmTx("uniswap", 84532, urV21, data, nil), Policy: mustPolicy(b, 1, uniPolicy)})
+	benchEvaluate(b, Deps{}, Input{Escrow: escrow, ProposedTx: evmTx("uniswap", 84532, urV21, data, nil), Policy: mustPolicy(b, 1, uniPolicy)})
 }
 
 // cpuTime is the process's user and system CPU time.

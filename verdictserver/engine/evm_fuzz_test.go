@@ -45,7 +45,7 @@ func FuzzEVMDecoder(f *testing.F) {
 		escrow, payee, e6(2), big.NewInt(0), deadline, [32]byte{1}, make([]byte, 65)), uint64(0), true)
 	f.Add([]byte{}, uint64(1e15), false)
 	f.Add([]byte{0xa9, 0x05, 0x9c, 0xbb}, uint64(0), true)
-	e := newEngine(f, Options{})
+	e := newEngine(f, Config{}, Deps{})
 	f.Add(pack(f, erc20.ABI, "deposit()"), uint64(1e15), false)
 	f.Add(pack(f, erc20.ABI, "withdraw(uint256)", e18(1)), uint64(0), false)
 	f.Fuzz(func(t *testing.T, data []byte, value uint64, token bool) {
@@ -78,7 +78,7 @@ func FuzzUniswapDecoder(f *testing.F) {
 		v4OutMultiParams(f, v4OutMulti{usdc, []pathKey{{common.Address{}, big.NewInt(500), big.NewInt(10), common.Address{}, nil}}, e6(3000), milli18(1005)}),
 		encode(f, []string{"address", "uint256"}, common.Address{}, milli18(1005)), encode(f, []string{"address", "uint256"}, usdc, e6(3000)))), uint8(4), uint64(1e18))
 	routers := []common.Address{v2Router, swapRouter, router02, urV21, urV20, urOther}
-	e := newEngine(f, Options{})
+	e := newEngine(f, Config{}, Deps{})
 	f.Fuzz(func(t *testing.T, data []byte, router uint8, value uint64) {
 		to := routers[int(router)%len(routers)]
 		fuzzDecode(t, e, testUniswap, evmTx("uniswap", 84532, to, data, new(big.Int).SetUint64(value)))
@@ -98,7 +98,7 @@ func FuzzUniversalRouterPlan(f *testing.F) {
 		chain int64
 		addr  common.Address
 	}{{84532, urV21}, {84532, urV20}, {8453, urV12}, {84532, urOther}}
-	e := newEngine(f, Options{})
+	e := newEngine(f, Config{}, Deps{})
 	f.Fuzz(func(t *testing.T, cmds, in0, in1 []byte, router uint8) {
 		r := routers[int(router)%len(routers)]
 		inputs := [][]byte{in0, in1}

@@ -16,7 +16,7 @@ import (
 // packed with go-ethereum's abi package from the routers' and tokens' ABIs, a policy per
 // row, and the verdict each must get.
 func TestEVMGolden(t *testing.T) {
-	e := newEngine(t, Options{})
+	e := newEngine(t, Config{}, Deps{})
 	const chain = 84532
 	tok := func(data []byte) map[string]any { return evmTx("evm", chain, usdc, data, nil) }
 	transfer := func(to common.Address, v *big.Int) []byte {

@@ -120,7 +120,7 @@ func (g gen) evmAction(t testing.TB) map[string]any {
 // decodes, fails no check, names no sink among its recipients and no listed address among
 // its recipients, assets and screened addresses (hooks, owners), legs included.
 func TestEveryEVMVerdictIsConsistent(t *testing.T) {
-	e := newEngine(t, Options{})
+	e := newEngine(t, Config{}, Deps{})
 	counts := map[verdict.ReasonCode]int{}
 	for seed := uint64(1); seed <= 3000; seed++ {
 		g := gen{rand.New(rand.NewPCG(seed, 11))}

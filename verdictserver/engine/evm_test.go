@@ -32,7 +32,7 @@ var (
 )
 
 // testContracts are the routers the tests call on Base Sepolia at their Base and Ethereum
-// addresses, added to the registry the way the config adds contracts (Options.Contracts);
+// addresses, added to the registry the way the config adds contracts (Deps.Contracts);
 // urOther is not added.
 var testContracts = []KnownContract{
 	{ChainID: 84532, Address: v2Router, Kind: uniswap.ContractV2Router}, {ChainID: 84532, Address: swapRouter, Kind: uniswap.ContractSwapRouter}, {ChainID: 84532, Address: router02, Kind: uniswap.ContractSwapRouter02},

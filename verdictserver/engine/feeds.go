@@ -22,7 +22,7 @@ import (
 // feeds) and the sanctions screening (the list, then the chain's oracle).
 
 // setData keeps the price feeds and indexes the sanctions oracles by chain.
-func (e *Evaluator) setData(o Options) error {
+func (e *Evaluator) setData(o Deps) error {
 	e.feeds = o.PriceFeeds
 	for _, or := range o.SanctionsOracles {
 		if or == nil {

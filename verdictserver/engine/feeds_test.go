@@ -52,7 +52,7 @@ func TestPricesFromFeedsOnChain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEngine(t, Options{PriceFeeds: feeds, Now: clk.Now})
+	e := newEngine(t, Config{}, Deps{PriceFeeds: feeds, Now: clk.Now})
 	pol := mustPolicy(t, 1, feedPolicy)
 	usdtSource := "price-feed:84532:" + usdt.Address.Hex()
 	staleSource := "price-feed:84532:" + stale.Address.Hex()
@@ -138,7 +138,7 @@ func TestFeedRPCDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEngine(t, Options{PriceFeeds: feeds, Now: clk.Now})
+	e := newEngine(t, Config{}, Deps{PriceFeeds: feeds, Now: clk.Now})
 	pol := mustPolicy(t, 1, feedPolicy)
 	tx := payment(set("asset", tok.Address.Hex()), set("amount", "1000000"))
 	eval := func() *verdict.Verdict {
@@ -173,7 +173,7 @@ func TestFeedRPCDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e = newEngine(t, Options{PriceFeeds: feeds})
+	e = newEngine(t, Config{}, Deps{PriceFeeds: feeds})
 	v = e.Evaluate(context.Background(), Input{Escrow: escrow, ProposedTx: tx, Policy: pol})
 	mustBeValid(t, v)
 	if v.ReasonCode != verdict.ReasonDataUnavailable || v.Trust.Notes == nil || !strings.Contains(*v.Trust.Notes, "timed out") {
@@ -203,17 +203,17 @@ func TestSanctionsOracleOnChain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	withList := newEngine(t, Options{SanctionsOracles: []*sanctions.Oracle{oracle}})
-	oracleOnly, err := New(Options{SanctionsOracles: []*sanctions.Oracle{oracle}, Now: func() time.Time { return clock }})
+	withList := newEngine(t, Config{}, Deps{SanctionsOracles: []*sanctions.Oracle{oracle}})
+	oracleOnly, err := New(Config{}, Deps{SanctionsOracles: []*sanctions.Oracle{oracle}, Now: func() time.Time { return clock }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	listAndDown := newEngine(t, Options{SanctionsOracles: []*sanctions.Oracle{down}})
+	listAndDown := newEngine(t, Config{}, Deps{SanctionsOracles: []*sanctions.Oracle{down}})
 	otherChain, err := sanctions.NewOracle(sanctions.OracleOptions{ChainID: 8453, Address: or.Address, Caller: hungClient})
 	if err != nil {
 		t.Fatal(err)
 	}
-	onlyOtherChain, err := New(Options{SanctionsOracles: []*sanctions.Oracle{otherChain}, Now: func() time.Time { return clock }})
+	onlyOtherChain, err := New(Config{}, Deps{SanctionsOracles: []*sanctions.Oracle{otherChain}, Now: func() time.Time { return clock }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +260,7 @@ func TestSanctionsOracleOnChain(t *testing.T) {
 			}
 		})
 	}
-	if _, err := New(Options{SanctionsOracles: []*sanctions.Oracle{oracle, oracle}}); err == nil {
+	if _, err := New(Config{}, Deps{SanctionsOracles: []*sanctions.Oracle{oracle, oracle}}); err == nil {
 		t.Error("two oracles for one chain were accepted")
 	}
 }
@@ -285,7 +285,7 @@ func TestRefreshSanctions(t *testing.T) {
 	first := common.HexToAddress("0x5a1e0000000000000000000000000000000000a1")
 	second := common.HexToAddress("0x5a1e0000000000000000000000000000000000a2")
 	write("# generatedAt: 2026-11-20T00:00:00Z\n"+first.Hex()+"\n", clock.Add(-time.Hour))
-	e := newEngine(t, Options{SanctionsFile: path})
+	e := newEngine(t, Config{Sanctions: path}, Deps{})
 	pol := mustPolicy(t, 1, `{"venues": {"allowed": ["payment"]}, "chains": {"allowed": [84532]}}`)
 	screen := func(a common.Address) (verdict.ReasonCode, string) {
 		v := e.Evaluate(context.Background(), Input{Escrow: escrow, ProposedTx: payment(set("payTo", a.Hex())), Policy: pol})
@@ -371,7 +371,7 @@ func BenchmarkEvaluateWithFeedAndOracle(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := newEngine(b, Options{PriceFeeds: feeds, SanctionsOracles: []*sanctions.Oracle{oracle}})
+	e := newEngine(b, Config{}, Deps{PriceFeeds: feeds, SanctionsOracles: []*sanctions.Oracle{oracle}})
 	in := Input{Escrow: escrow, ProposedTx: payment(set("asset", tok.Address.Hex()), set("amount", "1000000")), Policy: mustPolicy(b, 1, feedPolicy)}
 	if v := e.Evaluate(context.Background(), in); v.Outcome != verdict.OutcomeApproved || v.Trust.Level != verdict.TrustHigh {
 		b.Fatalf("%s %s, trust %s", v.Outcome, v.HumanReason, v.Trust.Level)

@@ -22,7 +22,7 @@ func FuzzEvaluateProposedTx(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	e := newEngine(f, Options{})
+	e := newEngine(f, Config{}, Deps{})
 	pol := mustPolicy(f, 1, basePolicy)
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		tree, err := verdict.ParseJSON(raw)

@@ -124,7 +124,7 @@ func (g gen) hlPolicy(pol *policy.Policy) {
 // not decode is decode_failure; an approved one decodes and keeps every constraint the
 // policy sets (no sink or listed party, sides, coins, leverage, price bound, cap).
 func TestEveryHyperliquidVerdictIsConsistent(t *testing.T) {
-	e := newEngine(t, Options{References: hlMarks})
+	e := newEngine(t, Config{}, Deps{References: hlMarks})
 	counts := map[verdict.ReasonCode]int{}
 	for seed := uint64(1); seed <= 3000; seed++ {
 		g := gen{rand.New(rand.NewPCG(seed, 1337))}

@@ -67,7 +67,7 @@ func TestHyperliquidGolden(t *testing.T) {
 	if len(g.Rows) < 20 {
 		t.Fatalf("%d golden rows, want at least 20", len(g.Rows))
 	}
-	e := newEngine(t, Options{References: hlMarks})
+	e := newEngine(t, Config{}, Deps{References: hlMarks})
 	reasons := map[string]bool{}
 	for _, row := range g.Rows {
 		t.Run(row.Name, func(t *testing.T) {
@@ -147,7 +147,7 @@ func TestHyperliquidGolden(t *testing.T) {
 // TestHyperliquidEvidence: the decoded order, its legs, coins, trade fields and the
 // reference price as a source; a send's amounts in coins.
 func TestHyperliquidEvidence(t *testing.T) {
-	e := newEngine(t, Options{References: hlMarks})
+	e := newEngine(t, Config{}, Deps{References: hlMarks})
 	pol := mustPolicy(t, 1, `{"venues": {"allowed": ["hyperliquid"]}, "chains": {"allowed": [1337]}, "orders": {"maxPriceDeviationBps": 2000}, "perps": {"maxLeverage": 10}}`)
 	tx := hlTx(t, []byte(`{"action": {"type": "order", "grouping": "normalTpsl", "builder": {"b": "0x209693Bc6afc0C5328bA36FaF03C514EF312287C", "f": 10}, "orders": [
 		{"a": 0, "b": true, "p": "100100", "s": "0.01", "r": false, "t": {"limit": {"tif": "Gtc"}}, "c": "0x0000000000000000000000000000abcd"},
@@ -228,8 +228,8 @@ func TestHyperliquidCoinTable(t *testing.T) {
 			t.Errorf("a=%d: market %s, want %s", tc.a, act.Legs[0].Trade.Market, tc.coin)
 		}
 	}
-	// Registered through Options.Decoders, it replaces the built-in decoder.
-	e := newEngine(t, Options{Decoders: []Decoder{d}})
+	// Registered through Deps.Decoders, it replaces the built-in decoder.
+	e := newEngine(t, Config{}, Deps{Decoders: []Decoder{d}})
 	pol := mustPolicy(t, 1, `{"venues": {"allowed": ["hyperliquid"]}, "chains": {"allowed": [1337]}, "assets": {"hyperliquid": ["HYPE"]}}`)
 	if v := e.Evaluate(context.Background(), Input{Escrow: escrow, ProposedTx: order(159), Policy: pol}); v.ReasonCode != verdict.ReasonAllowed {
 		t.Errorf("HYPE by the operator's table: %s %s", v.ReasonCode, v.HumanReason)
@@ -257,7 +257,7 @@ func FuzzHyperliquidDecode(f *testing.F) {
 	f.Add([]byte(`{"action": {"type": "order", "orders": [], "grouping": "na"}}`))
 	f.Add([]byte(`{"action": {"type": "order", "orders": [{"a": -1}], "grouping": "na"}}`))
 	f.Add([]byte(`{"action": null, "chainId": "1337"}`))
-	e := newEngine(f, Options{References: hlMarks})
+	e := newEngine(f, Config{}, Deps{References: hlMarks})
 	pol := mustPolicy(f, 1, `{"venues": {"allowed": ["hyperliquid"]}, "chains": {"allowed": [1337]}}`)
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		tree, err := verdict.ParseJSON(raw)
@@ -299,5 +299,5 @@ func BenchmarkEvaluateHyperliquidOrder(b *testing.B) {
 		"trading": {"sides": ["long", "short"]}, "orders": {"requireLimitPrice": true, "maxPriceDeviationBps": 100}, "perps": {"maxLeverage": 5},
 		"limits": {"perTxUsd": 2000}, "recipients": {"allowed": ["self"]}}`)
 	in := Input{Escrow: escrow, Policy: pol, ProposedTx: hlTx(b, []byte(`{"action": {"type": "order", "orders": [{"a": 0, "b": true, "p": "100500", "s": "0.01", "r": false, "t": {"limit": {"tif": "Gtc"}}}], "grouping": "na"}, "nonce": 1763640000000, "leverage": 3}`))}
-	benchEvaluate(b, Options{References: hlMarks}, in)
+	benchEvaluate(b, Deps{References: hlMarks}, in)
 }

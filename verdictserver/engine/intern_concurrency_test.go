@@ -17,7 +17,7 @@ import (
 // that share the engine's caches (intern.go) and the evidence strings they hand out, answer
 // byte for byte what one evaluation alone answers (run with -race).
 func TestConcurrentEvaluationsAnswerAlike(t *testing.T) {
-	e := newEngine(t, Options{References: hlMarks})
+	e := newEngine(t, Config{}, Deps{References: hlMarks})
 	uni := mustPolicy(t, 1, uniPolicy)
 	hl := mustPolicy(t, 1, `{"venues": {"allowed": ["hyperliquid"]}, "chains": {"allowed": [1337]}, "assets": {"hyperliquid": ["BTC", "ETH"]},
 		"trading": {"sides": ["long", "short"]}, "orders": {"requireLimitPrice": true, "maxPriceDeviationBps": 100}, "perps": {"maxLeverage": 5},

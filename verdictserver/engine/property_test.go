@@ -176,8 +176,8 @@ func (g gen) context() map[string]any {
 // consistent, parsed back unchanged by the client's strict parser, and decided by the first
 // failed check in the fixed order; a malformed action is never approved.
 func TestEveryVerdictIsConsistent(t *testing.T) {
-	withList := newEngine(t, Options{})
-	without := newEngine(t, Options{})
+	withList := newEngine(t, Config{}, Deps{})
+	without := newEngine(t, Config{}, Deps{})
 	without.SetSanctions(nil)
 	counts := map[verdict.ReasonCode]int{}
 	for seed := uint64(1); seed <= 3000; seed++ {

@@ -10,7 +10,7 @@ import (
 	"github.com/x402gate/x402gate/verdictserver/engine/sanctions"
 )
 
-// RefreshSanctions reloads Options.SanctionsFile when it changed (modification time or size)
+// RefreshSanctions reloads Config.Sanctions when it changed (modification time or size)
 // since the list in use was loaded, and reports whether it did. On error the list in use stays
 // (docs/policy.md#refreshing-the-list), and so does a new file without any address when the
 // list in use has some.
