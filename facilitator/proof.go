@@ -73,6 +73,13 @@ func (ps *proofs) put(c *checked, now time.Time) {
 	ps.m[c.p] = proof{r: c.r, hash: c.hash, sig: bytes.Clone(c.p.Signature), eoa: c.eoa, at: now}
 }
 
+// drop forgets the proof of p, if any.
+func (ps *proofs) drop(p *x402.Payment) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	delete(ps.m, p)
+}
+
 // take removes and returns the proof of p paying r, or nil when there is none for these
 // values, or it is older than proofTTL (or from the future: a clock that went back).
 func (ps *proofs) take(p *x402.Payment, r *x402.Requirements, now time.Time) *proof {

@@ -363,7 +363,15 @@ func (e *Service) Verify(ctx context.Context, in x402.VerifyInput) (x402.VerifyR
 }
 
 // verify runs Verify; keep says whether a valid payment's proof is kept for Settle.
+//
+// A proof stands only for the Verify that made it: a later Verify of the same payment drops
+// it first (whatever that Verify finds), and a proof is dated when its checks began, not
+// after the verdict, so its age bounds how old the checks Settle skips are.
 func (e *Service) verify(ctx context.Context, in x402.VerifyInput, keep bool) (x402.VerifyResponse, error) {
+	checkedAt := e.now()
+	if keep {
+		e.proofs.drop(in.Payment)
+	}
 	c, f := e.verifyPayment(ctx, in.Payment, in.Requirements)
 	if f != nil {
 		e.log.Debug("verify refused", zap.String("payer", payerOf(in.Payment)), zap.String("reason", string(f.reason)))
@@ -374,7 +382,7 @@ func (e *Service) verify(ctx context.Context, in x402.VerifyInput, keep bool) (x
 		resp = e.verdictCheck(ctx, c, in, resp)
 	}
 	if keep && resp.IsValid {
-		e.proofs.put(c, e.now())
+		e.proofs.put(c, checkedAt)
 	}
 	return resp, nil
 }
