@@ -96,26 +96,24 @@ func (ps *proofs) take(p *x402.Payment, r *x402.Requirements, now time.Time) *pr
 	return &pr
 }
 
-// Remote is a Service as the facilitator API serves it to remote gates
-// (docs/facilitator.md#settle-order): its Verify keeps no proof and its Settle runs every
-// check, whatever an earlier /verify proved. httpapi.NewHandler serves a Service through it.
-type Remote struct{ s *Service }
+// InProcess is a Service as a gate in the same process uses it (docs/facilitator.md#settle-order):
+// its Verify keeps what it proved of a valid payment, and its Settle of the very same
+// payment and requirements values reuses that proof. Reuse is opt-in: Service's own Verify
+// and Settle, which the facilitator API serves to remote gates, keep no proof and run every
+// check, whatever wraps them.
+type InProcess struct{ *Service }
 
-// Remote returns e as the facilitator API serves it.
-func (e *Service) Remote() *Remote { return &Remote{s: e} }
+// InProcess returns e as the bundled gate uses it.
+func (e *Service) InProcess() InProcess { return InProcess{e} }
 
-// Verify is Service.Verify, keeping no proof for a Settle.
-func (r *Remote) Verify(ctx context.Context, in x402.VerifyInput) (x402.VerifyResponse, error) {
-	return r.s.verify(ctx, in, false)
+// Verify is Service.Verify, keeping a valid payment's proof for its Settle.
+func (b InProcess) Verify(ctx context.Context, in x402.VerifyInput) (x402.VerifyResponse, error) {
+	return b.verify(ctx, in, true)
 }
 
-// Settle is Service.Settle with every check run.
-func (r *Remote) Settle(ctx context.Context, p *x402.Payment, req *x402.Requirements) (x402.SettleResponse, error) {
-	res, err := r.s.settle(ctx, p, req, true, nil)
+// Settle is Service.Settle, reusing what Verify proved of the very same payment and
+// requirements values.
+func (b InProcess) Settle(ctx context.Context, p *x402.Payment, r *x402.Requirements) (x402.SettleResponse, error) {
+	res, err := b.settle(ctx, p, r, true, b.proofs.take(p, r, b.now()))
 	return res.resp, err
-}
-
-// Supported is Service.Supported.
-func (r *Remote) Supported(ctx context.Context) (x402.SupportedResponse, error) {
-	return r.s.Supported(ctx)
 }

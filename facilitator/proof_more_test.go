@@ -76,13 +76,13 @@ func TestProofMutationsAfterVerifyAreRefused(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			p, r := env.pay(t, x402.Version2, payer, payee.Address)
-			if v, err := e.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r}); err != nil || !v.IsValid {
+			if v, err := e.InProcess().Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r}); err != nil || !v.IsValid {
 				t.Fatalf("verify = %+v, %v", v, err)
 			}
 			recoveries.Store(0)
 			tc.mutate(p, r)
 			before := env.pendingNonce(t, env.chain.FacilitatorAccount().Address)
-			res, err := e.Settle(context.Background(), p, r)
+			res, err := e.InProcess().Settle(context.Background(), p, r)
 			if err != nil || res.Success {
 				t.Fatalf("settle = %+v, %v; want a refusal", res, err)
 			}
@@ -105,13 +105,13 @@ func TestProofWindowClosedWithinTTL(t *testing.T) {
 	a := env.authorization(t, payer.Address, payee.Address, testAmount)
 	a.ValidBefore = big.NewInt(env.now.Unix() + 20)
 	p := env.payment(x402.Version2, a, env.sign(t, payer.Key, a), r)
-	if v, err := e.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r}); err != nil || !v.IsValid {
+	if v, err := e.InProcess().Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r}); err != nil || !v.IsValid {
 		t.Fatalf("verify = %+v, %v", v, err)
 	}
 	recoveries.Store(0)
 	before := node.Calls()
 	skew.Add(int64(15 * time.Second))
-	res, err := e.Settle(context.Background(), p, r)
+	res, err := e.InProcess().Settle(context.Background(), p, r)
 	if err != nil || res.Success || res.ErrorReason != x402.ReasonValidBefore.V2() {
 		t.Fatalf("settle = %+v, %v; want valid_before", res, err)
 	}
@@ -122,13 +122,13 @@ func TestProofWindowClosedWithinTTL(t *testing.T) {
 func TestProofSamePaymentOtherRequirementsPointer(t *testing.T) {
 	env, e, node, recoveries, _ := proofEnv(t, nil)
 	p, r := env.pay(t, x402.Version2, env.chain.Accounts[1], env.chain.Accounts[2].Address)
-	if v, err := e.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r}); err != nil || !v.IsValid {
+	if v, err := e.InProcess().Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r}); err != nil || !v.IsValid {
 		t.Fatalf("verify = %+v, %v", v, err)
 	}
 	rc := *r
 	recoveries.Store(0)
 	before := node.Calls()
-	if res, err := e.Settle(context.Background(), p, &rc); err != nil || !res.Success {
+	if res, err := e.InProcess().Settle(context.Background(), p, &rc); err != nil || !res.Success {
 		t.Fatalf("settle = %+v, %v", res, err)
 	}
 	if recoveries.Load() != 1 || node.Calls()-before != 1 {
@@ -141,20 +141,20 @@ func TestProofSamePaymentOtherRequirementsPointer(t *testing.T) {
 func TestProofSurvivesALaterFailedVerify(t *testing.T) {
 	env, e, node, recoveries, _ := proofEnv(t, nil)
 	p, r := env.pay(t, x402.Version2, env.chain.Accounts[1], env.chain.Accounts[2].Address)
-	if v, err := e.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r}); err != nil || !v.IsValid {
+	if v, err := e.InProcess().Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r}); err != nil || !v.IsValid {
 		t.Fatalf("verify = %+v, %v", v, err)
 	}
 	pc, rc := *p, *r // settle an equal copy: the nonce is now used
-	if res, err := e.Settle(context.Background(), &pc, &rc); err != nil || !res.Success {
+	if res, err := e.InProcess().Settle(context.Background(), &pc, &rc); err != nil || !res.Success {
 		t.Fatalf("settle copy = %+v, %v", res, err)
 	}
-	v, err := e.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r})
+	v, err := e.InProcess().Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r})
 	if err != nil || v.IsValid {
 		t.Fatalf("second verify = %+v, %v; want invalid", v, err)
 	}
 	recoveries.Store(0)
 	before := node.Calls()
-	res, err := e.Settle(context.Background(), p, r)
+	res, err := e.InProcess().Settle(context.Background(), p, r)
 	if err != nil || res.Success {
 		t.Fatalf("settle = %+v, %v; want refused", res, err)
 	}
@@ -185,13 +185,13 @@ func TestProofAgeStartsAfterTheVerdict(t *testing.T) {
 	})
 	p, r := env.pay(t, x402.Version2, env.chain.Accounts[1], env.chain.Accounts[2].Address)
 	checkedAt := skew.Load()
-	if v, err := e.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r}); err != nil || !v.IsValid {
+	if v, err := e.InProcess().Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r}); err != nil || !v.IsValid {
 		t.Fatalf("verify = %+v, %v", v, err)
 	}
 	skew.Add(int64(25 * time.Second))
 	recoveries.Store(0)
 	before := node.Calls()
-	res, err := e.Settle(context.Background(), p, r)
+	res, err := e.InProcess().Settle(context.Background(), p, r)
 	if err != nil || !res.Success {
 		t.Fatalf("settle = %+v, %v", res, err)
 	}
@@ -214,11 +214,11 @@ func TestProofConcurrentVerifySettle(t *testing.T) {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			_, _ = e.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r})
+			_, _ = e.InProcess().Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r})
 		}()
 		go func() {
 			defer wg.Done()
-			if res, err := e.Settle(context.Background(), p, r); err == nil && res.Success {
+			if res, err := e.InProcess().Settle(context.Background(), p, r); err == nil && res.Success {
 				ok.Add(1)
 			}
 		}()
@@ -248,28 +248,29 @@ func TestProofCacheBound(t *testing.T) {
 	}
 }
 
-// Remote: a Remote Verify keeps no proof, and a Remote Settle of the same pointer after an
-// in-process Verify takes none.
-func TestProofRemoteNeverReuses(t *testing.T) {
+// Service's own Verify keeps no proof, and its Settle of a payment that InProcess verified
+// takes none: the facilitator API serves Service as it is, so a remote /settle runs every
+// check whatever wraps it.
+func TestProofServiceNeverReuses(t *testing.T) {
 	env, e, node, recoveries, _ := proofEnv(t, nil)
 	p, r := env.pay(t, x402.Version2, env.chain.Accounts[1], env.chain.Accounts[2].Address)
-	if v, err := e.Remote().Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r}); err != nil || !v.IsValid {
+	if v, err := e.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r}); err != nil || !v.IsValid {
 		t.Fatalf("verify = %+v, %v", v, err)
 	}
 	if len(e.proofs.m) != 0 {
-		t.Errorf("Remote.Verify kept %d proofs", len(e.proofs.m))
+		t.Errorf("Service.Verify kept %d proofs", len(e.proofs.m))
 	}
 	p2, r2 := env.pay(t, x402.Version2, env.chain.Accounts[1], env.chain.Accounts[2].Address)
-	if v, err := e.Verify(context.Background(), x402.VerifyInput{Payment: p2, Requirements: r2}); err != nil || !v.IsValid {
+	if v, err := e.InProcess().Verify(context.Background(), x402.VerifyInput{Payment: p2, Requirements: r2}); err != nil || !v.IsValid {
 		t.Fatalf("verify = %+v, %v", v, err)
 	}
 	recoveries.Store(0)
 	before := node.Calls()
-	if res, err := e.Remote().Settle(context.Background(), p2, r2); err != nil || !res.Success {
+	if res, err := e.Settle(context.Background(), p2, r2); err != nil || !res.Success {
 		t.Fatalf("settle = %+v, %v", res, err)
 	}
 	if recoveries.Load() != 1 || node.Calls()-before != 1 {
-		t.Errorf("Remote.Settle: %d recoveries, %d state reads; want 1 and 1", recoveries.Load(), node.Calls()-before)
+		t.Errorf("Service.Settle: %d recoveries, %d state reads; want 1 and 1", recoveries.Load(), node.Calls()-before)
 	}
 }
 
@@ -287,11 +288,11 @@ func TestProofERC6492DeployedBetweenVerifyAndSettle(t *testing.T) {
 	r := env.requirements(payee.Address, testAmount)
 	a := env.authorization(t, w.address, payee.Address, testAmount)
 	p := env.payment(x402.Version2, a, wrap6492(t, create2Deployer, w.calldata, env.sign(t, owner.Key, a)), r)
-	if v, err := e.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r}); err != nil || !v.IsValid {
+	if v, err := e.InProcess().Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r}); err != nil || !v.IsValid {
 		t.Fatalf("verify = %+v, %v", v, err)
 	}
 	env.chain.Transact(t, env.chain.Accounts[6], create2Deployer, w.calldata) // someone deploys it
-	res, err := e.Settle(context.Background(), p, r)
+	res, err := e.InProcess().Settle(context.Background(), p, r)
 	if err != nil || !res.Success {
 		t.Fatalf("settle = %+v, %v", res, err)
 	}

@@ -72,12 +72,12 @@ func TestSettleReusesWhatVerifyProved(t *testing.T) {
 			p, r := env.pay(t, x402.Version2, payer, payee.Address)
 			recoveries.Store(0)
 			before := node.Calls()
-			if v, err := e.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r}); err != nil || !v.IsValid {
+			if v, err := e.InProcess().Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r}); err != nil || !v.IsValid {
 				t.Fatalf("verify = %+v, %v", v, err)
 			}
 			skew.Add(int64(tc.wait))
 			sp, sr := tc.settle(p, r)
-			res, err := e.Settle(context.Background(), sp, sr)
+			res, err := e.InProcess().Settle(context.Background(), sp, sr)
 			if err != nil || res.Success != tc.settled {
 				t.Fatalf("settle = %+v, %v; want success %v", res, err, tc.settled)
 			}
@@ -113,10 +113,10 @@ func TestSettleReusesAContractWalletsProof(t *testing.T) {
 	a := env.authorization(t, wallet.Address, payee.Address, testAmount)
 	p := env.payment(x402.Version2, a, env.sign(t, owner.Key, a), r)
 	before := env.token.BalanceOf(t, payee.Address)
-	if v, err := e.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r}); err != nil || !v.IsValid {
+	if v, err := e.InProcess().Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r}); err != nil || !v.IsValid {
 		t.Fatalf("verify = %+v, %v", v, err)
 	}
-	if res, err := e.Settle(context.Background(), p, r); err != nil || !res.Success {
+	if res, err := e.InProcess().Settle(context.Background(), p, r); err != nil || !res.Success {
 		t.Fatalf("settle = %+v, %v", res, err)
 	}
 	if got, want := new(big.Int).Sub(env.token.BalanceOf(t, payee.Address), before), testAmount; got.Cmp(want) != 0 {

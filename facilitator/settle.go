@@ -42,12 +42,12 @@ import (
 //     the transaction hash; the journal row stays "broadcast" for Reconcile, and the
 //     authorization is never broadcast again in a new transaction.
 //
-// When this process's Verify proved this very payment (the same payment and requirements
-// values, less than proofTTL ago), step 1 does not recover the signature again and step 2
-// does not read the token's state again: the simulation of step 3 is the token's own check
-// of the moment. A remote /settle (Remote) always runs every check.
+// Settle runs every step. Through InProcess, when its Verify proved this very payment (the
+// same payment and requirements values, less than proofTTL ago), step 1 does not recover
+// the signature again and step 2 does not read the token's state again: the simulation of
+// step 3 is the token's own check of the moment.
 func (e *Service) Settle(ctx context.Context, p *x402.Payment, r *x402.Requirements) (x402.SettleResponse, error) {
-	res, err := e.settle(ctx, p, r, true, e.proofs.take(p, r, e.now()))
+	res, err := e.settle(ctx, p, r, true, nil)
 	return res.resp, err
 }
 

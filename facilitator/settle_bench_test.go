@@ -157,7 +157,7 @@ func childrenCPU() time.Duration {
 //	go test -run '^$' -bench BenchmarkPaidRequest -benchtime 200x ./facilitator/
 func BenchmarkPaidRequest(b *testing.B) {
 	env := benchEnv(b)
-	e := env.engine(b, env.config(b))
+	e := env.engine(b, env.config(b)).InProcess() // as the bundled gate uses it
 	payee := env.chain.Accounts[len(env.chain.Accounts)-1].Address
 	payers := env.chain.Accounts[1 : len(env.chain.Accounts)-1]
 	ctx := context.Background()

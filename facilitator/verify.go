@@ -354,12 +354,10 @@ func invalid(p *x402.Payment, f *failure) x402.VerifyResponse {
 // version; the RPC endpoint being down is ReasonChainUnavailable. The error return is
 // reserved for failures that are not the payment's fault.
 //
-// A valid payment's proof is kept for the Settle of the same payment and requirements
-// values in this process, which then neither recovers the signature nor reads the token's
-// state again (docs/facilitator.md#settle-order); a remote /settle is served through
-// Remote and checks everything.
+// It keeps no proof for a Settle: the facilitator API serves it as it is. The bundled gate
+// uses InProcess, whose Settle reuses what its Verify proved (docs/facilitator.md#settle-order).
 func (e *Service) Verify(ctx context.Context, in x402.VerifyInput) (x402.VerifyResponse, error) {
-	return e.verify(ctx, in, true)
+	return e.verify(ctx, in, false)
 }
 
 // verify runs Verify; keep says whether a valid payment's proof is kept for Settle.

@@ -242,7 +242,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 		h.reg, h.verdictMode, verify = b.served, b.verdictMode, b.verifyTimeout
 		h.readiness = &networkReadiness{engine: b.engine, networks: h.routeNetworks(b.served)}
-		opts.Facilitator, opts.Registry, opts.Ledger = b.engine, b.registry, b.ledger
+		opts.Facilitator, opts.Registry, opts.Ledger = b.engine.InProcess(), b.registry, b.ledger
 		if pricingURL == "" {
 			pricingURL = b.pricingURL
 		}

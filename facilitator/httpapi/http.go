@@ -20,7 +20,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/x402gate/x402gate/facilitator"
 	"github.com/x402gate/x402gate/internal/jsonhttp"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -154,12 +153,9 @@ type apiHandler struct {
 // (docs/facilitator.md#api). A non-nil error from backend is 500 with
 // unexpected_verify_error / unexpected_settle_error and no detail (the error is logged).
 //
-// A *facilitator.Service is served through its Remote view: a remote /settle runs every
-// check, whatever a /verify proved (docs/facilitator.md#settle-order).
+// A *facilitator.Service keeps no proof between a /verify and a /settle: a remote /settle
+// runs every check (docs/facilitator.md#settle-order).
 func NewHandler(backend Backend, opts HandlerOptions) http.Handler {
-	if s, ok := backend.(*facilitator.Service); ok {
-		backend = s.Remote()
-	}
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
