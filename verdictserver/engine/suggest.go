@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ethereum/go-ethereum/common"
+
 	"github.com/x402gate/x402gate/verdictserver/policy"
 )
 
@@ -85,32 +87,38 @@ func guardSwap(t *Trade) string {
 // the least minimum output (exact input) or the largest maximum input (exact output) that
 // allows maxBps at the reference prices, in base units; "" without a price.
 func (ev *evaluation) boundSlippage(t *Trade, maxBps int) string {
-	probe := new(big.Int).Exp(big.NewInt(10), big.NewInt(18), nil)
-	share := big.NewRat(int64(10000-maxBps), 10000) // what value out may fall to, of value in
 	if t.ExactOut {
-		share = big.NewRat(int64(10000+maxBps), 10000) // what value in may rise to, of value out
-		out, okOut := ev.usdOf(ev.act.ChainID, t.AssetOut, t.AmountOut)
-		unit, okUnit := ev.usdOf(ev.act.ChainID, t.AssetIn, probe)
-		if !okOut || !okUnit || unit.Sign() == 0 {
+		// value in may rise to (1 + maxBps) of value out
+		units, ok := ev.unitsWorth(t.AssetOut, t.AmountOut, big.NewRat(int64(10000+maxBps), 10000), t.AssetIn, false)
+		if !ok {
 			return ""
 		}
-		most := new(big.Rat).Mul(out, share)
-		most.Mul(most, new(big.Rat).SetInt(probe)).Quo(most, unit)
-		units := new(big.Int).Quo(most.Num(), most.Denom())
 		return "set amountInMaximum (or amountInMax) <= " + units.String() + " base units of " + ev.hex(t.AssetIn)
 	}
-	in, okIn := ev.usdOf(ev.act.ChainID, t.AssetIn, t.AmountIn)
-	unit, okUnit := ev.usdOf(ev.act.ChainID, t.AssetOut, probe)
-	if !okIn || !okUnit || unit.Sign() == 0 {
+	// value out may fall to (1 - maxBps) of value in
+	units, ok := ev.unitsWorth(t.AssetIn, t.AmountIn, big.NewRat(int64(10000-maxBps), 10000), t.AssetOut, true)
+	if !ok {
 		return ""
 	}
-	least := new(big.Rat).Mul(in, share)
-	least.Mul(least, new(big.Rat).SetInt(probe)).Quo(least, unit)
-	units := new(big.Int).Quo(least.Num(), least.Denom())
-	if !least.IsInt() {
-		units.Add(units, big.NewInt(1)) // rounded up: within the bound
-	}
 	return "set amountOutMinimum (or amountOutMin) >= " + units.String() + " base units of " + ev.hex(t.AssetOut)
+}
+
+// unitsWorth is how many base units of asset are worth share of amount of from at the
+// reference prices, rounded up or down; false without a price for either.
+func (ev *evaluation) unitsWorth(from common.Address, amount *big.Int, share *big.Rat, asset common.Address, up bool) (*big.Int, bool) {
+	probe := new(big.Int).Exp(big.NewInt(10), big.NewInt(18), nil)
+	worth, okFrom := ev.usdOf(ev.act.ChainID, from, amount)
+	unit, okUnit := ev.usdOf(ev.act.ChainID, asset, probe) // the price of 10^18 base units
+	if !okFrom || !okUnit || unit.Sign() == 0 {
+		return nil, false
+	}
+	r := new(big.Rat).Mul(worth, share)
+	r.Mul(r, new(big.Rat).SetInt(probe)).Quo(r, unit)
+	units := new(big.Int).Quo(r.Num(), r.Denom())
+	if up && !r.IsInt() {
+		units.Add(units, big.NewInt(1))
+	}
+	return units, true
 }
 
 // boundLimitPrice is the suggestion for an order whose limit price is too far from the
