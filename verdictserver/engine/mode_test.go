@@ -120,13 +120,14 @@ func TestFailedChecksSuggestACorrection(t *testing.T) {
 	hl := func(raw string) map[string]any { return hlTx(t, []byte(raw)) }
 	const hlBase = `{"venues": {"allowed": ["hyperliquid"]}, "chains": {"allowed": [1337]}, `
 	for _, tc := range []struct {
-		name, policy string
+		name, policy string // policy "": the agent has none
 		tx           map[string]any
 		check        verdict.CheckID
 		observed     string // JSON
 		expected     string // JSON
 		suggestion   string
 	}{
+		{"an agent without a policy", "", payment(), verdict.CheckVenue, `"payment"`, `[]`, "the agent has no policy: its operator must set one"},
 		{"a venue the policy does not list", basePolicy, payment(set("protocol", "evm"), set("to", payee.Hex()), set("value", "1")), verdict.CheckVenue,
 			`"evm"`, `["payment"]`, "use one of venues.allowed: payment"},
 		{"a policy without venues", `{"chains": {"allowed": [84532]}}`, payment(), verdict.CheckVenue,
@@ -169,7 +170,11 @@ func TestFailedChecksSuggestACorrection(t *testing.T) {
 			verdict.CheckSinkRecipient, `["` + usdc.Hex() + `"]`, `"not the token contract"`, "send to a recipient, not to the token contract " + usdc.Hex()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v := e.Evaluate(context.Background(), Input{Escrow: escrow, ProposedTx: tc.tx, Policy: mustPolicy(t, 4, tc.policy)})
+			in := Input{Escrow: escrow, ProposedTx: tc.tx}
+			if tc.policy != "" {
+				in.Policy = mustPolicy(t, 4, tc.policy)
+			}
+			v := e.Evaluate(context.Background(), in)
 			body := mustBeValid(t, v)
 			if c := checkOf(v, tc.check); c.Status != verdict.CheckFailed {
 				t.Fatalf("%s is %s (%s)\n%s", tc.check, c.Status, c.HumanReason, body)

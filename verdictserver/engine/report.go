@@ -237,7 +237,8 @@ func (ev *evaluation) verdict(box *verdictBox) *verdict.Verdict {
 		for i := range checks {
 			results[i] = notChecked("not evaluated: the agent has no policy")
 		}
-		results[checkIndex[verdict.CheckVenue]] = failed(verdict.ReasonVenueNotAllowed, "the agent has no policy, so no venue is allowed", "", nil, nil).
+		p, _ := ev.in.ProposedTx["protocol"].(string)
+		results[checkIndex[verdict.CheckVenue]] = failed(verdict.ReasonVenueNotAllowed, "the agent has no policy, so no venue is allowed", "", p, []string{}).
 			suggest("the agent has no policy: its operator must set one")
 	case ev.decodeErr != nil:
 		// docs/policy.md#default-deny: venue and chain report what was readable.
