@@ -151,9 +151,7 @@ func (e *Service) verdictCheck(ctx context.Context, c *checked, in x402.VerifyIn
 	res = outcome(res)
 	approved := res.Approved
 	resp.GuardianStatus, resp.GuardianReason = string(res.Status), res.Reason
-	if res.Verdict != nil && res.Status != verdict.GuardianError {
-		resp.GuardianReasonCode = string(res.Verdict.ReasonCode)
-	}
+	guardianDetail(&resp, res)
 	e.logVerdict(c, res, before, askedBefore)
 
 	feeOK := !feeOwed

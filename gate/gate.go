@@ -420,7 +420,8 @@ func verdictOutcomeOf(vr x402.VerifyResponse) *VerdictOutcome {
 	if vr.GuardianStatus == "" && vr.GuardianReason == "" && vr.FeeTxHash == "" && vr.FeeError == "" {
 		return nil
 	}
-	return &VerdictOutcome{Status: vr.GuardianStatus, Reason: vr.GuardianReason, ReasonCode: vr.GuardianReasonCode, FeeTxHash: vr.FeeTxHash, FeeError: vr.FeeError}
+	return &VerdictOutcome{Status: vr.GuardianStatus, Reason: vr.GuardianReason, ReasonCode: vr.GuardianReasonCode, Mode: vr.GuardianMode,
+		Denials: vr.GuardianDenials, FeeTxHash: vr.FeeTxHash, FeeError: vr.FeeError}
 }
 
 // retryable reports whether a refusal can stem from this very payment having been settled

@@ -149,8 +149,13 @@ type VerdictOutcome struct {
 	Reason string `json:"reason,omitempty"`
 	// ReasonCode is the verdict's reasonCode, e.g. recipient_not_allowed.
 	ReasonCode string `json:"reasonCode,omitempty"`
-	FeeTxHash  string `json:"feeTxHash,omitempty"`
-	FeeError   string `json:"feeError,omitempty"`
+	// Mode is the mode of the policy that judged the payment (docs/verdict-api.md#modes).
+	Mode string `json:"mode,omitempty"`
+	// Denials are the failed checks of a refusal, with the observed and expected values and
+	// the suggested corrections (docs/verdict-api.md#observations).
+	Denials   []x402.GuardianDenial `json:"denials,omitempty"`
+	FeeTxHash string                `json:"feeTxHash,omitempty"`
+	FeeError  string                `json:"feeError,omitempty"`
 }
 
 // exposeHeaders lets browser clients on another origin read the x402 headers

@@ -43,6 +43,12 @@
 //
 // Nullable members may be absent; every other member is required.
 //
+// Two optional members extend schemaVersion 1 (docs/verdict-api.md#modes): mode, which is
+// enforce, warn or audit (absent: enforce), and wouldFail, an array of checks shaped like
+// checks' items. Only a warn or audit verdict has wouldFail items; each is a failed check
+// with a code that its mode lets through (never sanctioned_address, decode_failure or
+// data_unavailable), and the same check is not failed in checks.
+//
 // # Unknown reason codes
 //
 // GuardianVerdict passes unknown reasonCode values through (docs/verdict.md#paymentaction), while rule 3

@@ -50,4 +50,9 @@ type GuardianVerdict struct {
 	USDNotional *float64 `json:"usdNotional,omitempty"`
 	// Timestamp is when the verdict was made.
 	Timestamp time.Time `json:"timestamp"`
+	// Mode is the mode of the policy that judged the verdict, when the service said
+	// (docs/verdict-api.md#modes).
+	Mode Mode `json:"mode,omitempty"`
+	// WouldFail are the checks a warn or audit mode let through.
+	WouldFail []Check `json:"wouldFail,omitempty"`
 }

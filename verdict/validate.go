@@ -129,7 +129,7 @@ func (v validator) verdict(raw any, path string) (*Verdict, error) {
 	if out.TriggeringPolicyField, err = v.nullStr(obj, "triggeringPolicyField", path); err != nil {
 		return nil, err
 	}
-	if out.Checks, err = v.checks(obj, path); err != nil {
+	if out.Checks, err = v.checks(obj["checks"], path+".checks"); err != nil {
 		return nil, err
 	}
 	if out.Evidence, err = v.evidence(obj, path); err != nil {
@@ -172,20 +172,43 @@ func (v validator) verdict(raw any, path string) (*Verdict, error) {
 	if out.Timestamp, err = time.Parse(time.RFC3339Nano, ts); err != nil {
 		return nil, v.fail(path+".timestamp", "must be an RFC 3339 (ISO 8601) timestamp")
 	}
+	if err = v.modeExtension(obj, path, out); err != nil {
+		return nil, err
+	}
 	if field, problem := out.inconsistency(); problem != "" {
 		return nil, v.fail(path+"."+field, problem)
 	}
 	return out, nil
 }
 
-func (v validator) checks(obj map[string]any, path string) ([]Check, error) {
-	arr, ok := obj["checks"].([]any)
+// modeExtension reads the optional members mode and wouldFail (docs/verdict-api.md#modes)
+// into out; their rules across members are out.inconsistency's.
+func (v validator) modeExtension(obj map[string]any, path string, out *Verdict) error {
+	if raw, present := obj["mode"]; present {
+		m, ok := raw.(string)
+		if !ok || !Mode(m).Known() {
+			return v.fail(path+".mode", "must be enforce, warn or audit")
+		}
+		out.Mode = Mode(m)
+	}
+	if raw, present := obj["wouldFail"]; present {
+		var err error
+		if out.WouldFail, err = v.checks(raw, path+".wouldFail"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checks reads an array of check objects (checks, wouldFail) found at path.
+func (v validator) checks(raw any, path string) ([]Check, error) {
+	arr, ok := raw.([]any)
 	if !ok {
-		return nil, v.fail(path+".checks", "must be an array")
+		return nil, v.fail(path, "must be an array")
 	}
 	out := make([]Check, len(arr))
 	for i, item := range arr {
-		p := path + ".checks[" + strconv.Itoa(i) + "]"
+		p := path + "[" + strconv.Itoa(i) + "]"
 		co, ok := item.(map[string]any)
 		if !ok {
 			return nil, v.fail(p, "must be an object")

@@ -235,6 +235,8 @@ func FuzzParseEnvelope(f *testing.F) {
 	f.Add([]byte(`{"verdict":` + testenv.VerdictJSON(testenv.RejectedVerdict(CheckRecipient, ReasonRecipientNotAllowed)) + `}`))
 	f.Add([]byte(`{"verdict":` + testenv.VerdictJSON(testenv.RejectedVerdict(CheckPerTxCap, ReasonDataUnavailable)) + `}`))
 	f.Add([]byte(`{"verdict":` + testenv.VerdictJSON(testenv.PendingVerdict()) + `}`))
+	f.Add([]byte(`{"verdict":` + testenv.VerdictJSON(warned("warn")) + `}`))
+	f.Add([]byte(`{"verdict":` + testenv.VerdictJSON(warned("audit")) + `}`))
 	f.Add([]byte(`{"verdict":null}`))
 	f.Add([]byte(`{"verdict":{"schemaVersion":1,"outcome":"approved","reasonCode":"allowed"}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -282,6 +284,9 @@ func FuzzParseEnvelope(f *testing.F) {
 			}
 		default:
 			t.Fatalf("unknown outcome %q accepted", v.Outcome)
+		}
+		if err := v.Consistent(); err != nil { // the mode extension's rules too
+			t.Fatalf("an accepted verdict is inconsistent: %v", err)
 		}
 		if v.SchemaVersion != 1 || v.LatencyMs < 0 || v.USDNotional != nil && *v.USDNotional < 0 {
 			t.Fatalf("out-of-range field accepted: %+v", v)

@@ -166,6 +166,13 @@ type Verdict struct {
 	USDNotional *float64 `json:"usdNotional"`
 	// Timestamp is when the verdict was made.
 	Timestamp time.Time `json:"timestamp"`
+	// Mode is the mode of the policy that judged the verdict (docs/verdict-api.md#modes), an
+	// extension of schemaVersion 1; "" when the service does not say, which is enforce.
+	Mode Mode `json:"mode,omitempty"`
+	// WouldFail lists the checks that failed and that a warn or audit Mode let through, each
+	// as it would have been reported (docs/verdict-api.md#modes); an extension, empty in
+	// enforce mode.
+	WouldFail []Check `json:"wouldFail,omitempty"`
 }
 
 // Approved reports whether the verdict allows the action: true only for a non-nil
@@ -265,10 +272,14 @@ func (vd *Verdict) Consistent() error {
 
 // inconsistency applies the four verdict consistency rules, plus the two that follow
 // from "inconsistent required verdict fields" (docs/verdict.md#consistency-rules): an
-// approved verdict has no failed check, and a pending one has no policyVersion. It
+// approved verdict has no failed check, and a pending one has no policyVersion; and the
+// rules of the mode extension (modeInconsistency). It
 // returns the field, relative to the verdict, and the broken rule; problem is "" when
 // vd is consistent.
 func (vd *Verdict) inconsistency() (field, problem string) {
+	if field, problem := vd.modeInconsistency(); problem != "" {
+		return field, problem
+	}
 	rc := vd.ReasonCode
 	switch vd.Outcome {
 	case OutcomeApproved:

@@ -139,15 +139,6 @@ func (g *Guardian) Verify(ctx context.Context, in PaymentInput, opts PollOptions
 func fromVerdict(v *verdict.Verdict, hash string, keys []string) verdict.GuardianResult {
 	// Service text is passed on to callers that log it (guardianReason, GuardianVerdict),
 	// so every string in it loses the keys of this call (docs/verdict.md#secrets).
-	checks := make([]verdict.Check, len(v.Checks))
-	for i, c := range v.Checks {
-		c.HumanReason = scrub(c.HumanReason, keys)
-		if c.TriggeringPolicyField != nil {
-			f := scrub(*c.TriggeringPolicyField, keys)
-			c.TriggeringPolicyField = &f
-		}
-		checks[i] = c
-	}
 	ev := verdict.Evidence{
 		DecodedAction: scrubTree(v.Evidence.DecodedAction, keys).(map[string]any),
 		Observations:  scrubTree(v.Evidence.Observations, keys).(map[string]any),
@@ -155,8 +146,8 @@ func fromVerdict(v *verdict.Verdict, hash string, keys []string) verdict.Guardia
 	}
 	gv := &verdict.GuardianVerdict{
 		Outcome: v.Outcome, ReasonCode: v.ReasonCode, HumanReason: scrub(v.HumanReason, keys),
-		Checks: checks, Evidence: &ev, PolicyVersion: v.PolicyVersion,
-		USDNotional: v.USDNotional, Timestamp: v.Timestamp,
+		Checks: scrubChecks(v.Checks, keys), Evidence: &ev, PolicyVersion: v.PolicyVersion,
+		USDNotional: v.USDNotional, Timestamp: v.Timestamp, Mode: v.Mode, WouldFail: scrubChecks(v.WouldFail, keys),
 	}
 	reason := v.HumanReason
 	if reason == "" {
@@ -169,6 +160,23 @@ func fromVerdict(v *verdict.Verdict, hash string, keys []string) verdict.Guardia
 		res.Status = verdict.GuardianRejected
 	}
 	return res
+}
+
+// scrubChecks is a copy of cs without the keys in their text.
+func scrubChecks(cs []verdict.Check, keys []string) []verdict.Check {
+	if cs == nil {
+		return nil
+	}
+	out := make([]verdict.Check, len(cs))
+	for i, c := range cs {
+		c.HumanReason = scrub(c.HumanReason, keys)
+		if c.TriggeringPolicyField != nil {
+			f := scrub(*c.TriggeringPolicyField, keys)
+			c.TriggeringPolicyField = &f
+		}
+		out[i] = c
+	}
+	return out
 }
 
 // failed turns an error into a non-approved result.

@@ -145,8 +145,30 @@ type VerifyResponse struct {
 	// GuardianReasonCode is the verdict's machine-readable reasonCode (e.g.
 	// recipient_not_allowed) when the verdict service gave a terminal verdict.
 	GuardianReasonCode string `json:"guardianReasonCode,omitempty"`
-	FeeTxHash          string `json:"feeTxHash,omitempty"`
-	FeeError           string `json:"feeError,omitempty"`
+	// GuardianMode is the mode of the policy that judged the payment: enforce, warn or
+	// audit (docs/verdict-api.md#modes).
+	GuardianMode string `json:"guardianMode,omitempty"`
+	// GuardianWouldFail are the codes of the checks that a warn or audit mode let through
+	// an approval: the payment would have been refused in enforce mode.
+	GuardianWouldFail []string `json:"guardianWouldFail,omitempty"`
+	// GuardianDenials are the failed checks of a verdict that refused the payment, with
+	// what the agent can correct (docs/verdict-api.md#observations).
+	GuardianDenials []GuardianDenial `json:"guardianDenials,omitempty"`
+	FeeTxHash       string           `json:"feeTxHash,omitempty"`
+	FeeError        string           `json:"feeError,omitempty"`
+}
+
+// GuardianDenial is one failed check of a verdict that refused a payment: the check, its
+// code and reason, and its observation: the observed and the expected value and, where one
+// makes sense, the suggested correction (docs/verdict-api.md#observations).
+type GuardianDenial struct {
+	CheckID               string `json:"checkId"`
+	Code                  string `json:"code,omitempty"`
+	HumanReason           string `json:"humanReason,omitempty"`
+	TriggeringPolicyField string `json:"triggeringPolicyField,omitempty"`
+	Observed              any    `json:"observed,omitempty"`
+	Expected              any    `json:"expected,omitempty"`
+	Suggestion            string `json:"suggestion,omitempty"`
 }
 
 // SettleResponse is the answer of POST /settle and, base64-encoded, the X-PAYMENT-RESPONSE

@@ -36,6 +36,10 @@ var (
 		Namespace: "caddy", Subsystem: "x402", Name: "settled_amount_total",
 		Help: "Amount settled successfully, in the asset's base units.",
 	}, []string{"network", "asset"})
+	verdictWouldRefuse = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "x402", Name: "verdict_would_refuse_total",
+		Help: "Payments a verdict approved in warn or audit mode that enforce mode would have refused, by mode.",
+	}, []string{"mode"})
 	verdictDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: "caddy", Subsystem: "x402", Name: "verdict_duration_seconds",
 		Help:    "Time to a terminal verdict from the verdict service, polling included.",
@@ -64,7 +68,7 @@ func registerMetrics(ctx caddy.Context) error {
 		return nil
 	}
 	for _, c := range []prometheus.Collector{challengesTotal, verificationsTotal, settlementsTotal,
-		settledAmountTotal, verdictDuration, settleDuration, passesTotal, networksUnavailable} {
+		settledAmountTotal, verdictWouldRefuse, verdictDuration, settleDuration, passesTotal, networksUnavailable} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -106,6 +110,18 @@ func observeVerify(ev gate.VerifyEvent) {
 		outcome, reason = "invalid", reasonLabel(ev.Response.InvalidReason)
 	}
 	verificationsTotal.WithLabelValues(networkLabel(ev.Requirements), outcome, reason).Inc()
+	if outcome == "valid" && len(ev.Response.GuardianWouldFail) > 0 {
+		verdictWouldRefuse.WithLabelValues(modeLabel(ev.Response.GuardianMode)).Inc()
+	}
+}
+
+// modeLabel is a verdict's mode, bounded to the lenient modes: a remote facilitator may
+// answer any string (docs/verdict-api.md#modes).
+func modeLabel(m string) string {
+	if verdict.Mode(m).Lenient() {
+		return m
+	}
+	return "other"
 }
 
 // observeSettle counts and times one settlement of a gate (gate.Options.OnSettle).

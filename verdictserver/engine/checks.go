@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"maps"
 	"math/big"
 	"slices"
 	"strconv"
@@ -23,6 +24,13 @@ type result struct {
 	ran    bool   // observed and expected go into evidence.observations
 	obs    any
 	exp    any
+	fix    string // a failed check's suggested correction; "" when none makes sense
+}
+
+// suggest is r with the suggested correction fix (docs/verdict-api.md#observations).
+func (r result) suggest(fix string) result {
+	r.fix = fix
+	return r
 }
 
 func notChecked(reason string) result { return result{status: verdict.CheckNotChecked, reason: reason} }
@@ -99,12 +107,14 @@ func (ev *evaluation) venue() result {
 func (ev *evaluation) venueOf(p string) result {
 	d := ev.in.Policy.Doc
 	if d.Venues == nil || d.Venues.Allowed == nil {
-		return failed(verdict.ReasonVenueNotAllowed, "venues.allowed is not configured, so the policy allows no venue", policy.FieldVenues, p, nil)
+		return failed(verdict.ReasonVenueNotAllowed, "venues.allowed is not configured, so the policy allows no venue", policy.FieldVenues, p, []string{}).
+			suggest(noneAllowed(policy.FieldVenues))
 	}
 	if slices.Contains(d.Venues.Allowed, p) {
 		return passed(prefixed(pVenue, p).Val, policy.FieldVenues, boxString(p), d.Venues.Allowed)
 	}
-	return failed(verdict.ReasonVenueNotAllowed, "venue "+p+" is not in venues.allowed", policy.FieldVenues, p, d.Venues.Allowed)
+	return failed(verdict.ReasonVenueNotAllowed, "venue "+p+" is not in venues.allowed", policy.FieldVenues, p, d.Venues.Allowed).
+		suggest(useOneOf(policy.FieldVenues, d.Venues.Allowed))
 }
 
 func (ev *evaluation) chain() result { return ev.chainOf(ev.act.ChainID) }
@@ -113,12 +123,14 @@ func (ev *evaluation) chainOf(c int64) result {
 	d := ev.in.Policy.Doc
 	cs := intern.ChainKey(c)
 	if d.Chains == nil || d.Chains.Allowed == nil {
-		return failed(verdict.ReasonChainNotAllowed, "chains.allowed is not configured, so the policy allows no chain", policy.FieldChains, c, nil)
+		return failed(verdict.ReasonChainNotAllowed, "chains.allowed is not configured, so the policy allows no chain", policy.FieldChains, c, []int64{}).
+			suggest(noneAllowed(policy.FieldChains))
 	}
 	if slices.Contains(d.Chains.Allowed, c) {
 		return passed(prefixed(pChain, cs).Val, policy.FieldChains, boxInt64(c), d.Chains.Allowed)
 	}
-	return failed(verdict.ReasonChainNotAllowed, "chain "+cs+" is not in chains.allowed", policy.FieldChains, c, d.Chains.Allowed)
+	return failed(verdict.ReasonChainNotAllowed, "chain "+cs+" is not in chains.allowed", policy.FieldChains, c, d.Chains.Allowed).
+		suggest(useOneOf(policy.FieldChains, chainKeys(d.Chains.Allowed)))
 }
 
 // contractSelector checks the call and every call among the legs (a multicall's inner
@@ -164,7 +176,9 @@ func (ev *evaluation) callAllowed(act *Action, obs any) result {
 	chainKey := intern.ChainKey(act.ChainID)
 	byAddr, ok := d.Contracts[chainKey]
 	if !ok {
-		return failed(verdict.ReasonContractOrSelector, "no contract is allowed on chain "+chainKey, policy.FieldContracts+"."+chainKey, obs, nil)
+		field := policy.FieldContracts + "." + chainKey
+		return failed(verdict.ReasonContractOrSelector, "no contract is allowed on chain "+chainKey, field, obs, []string{}).
+			suggest(noneAllowed(field))
 	}
 	for written, sels := range byAddr {
 		if a, ok := intern.StrictAddress(written); !ok || a != *act.To {
@@ -176,9 +190,13 @@ func (ev *evaluation) callAllowed(act *Action, obs any) result {
 				return passed("selector "+act.Selector+" is allowed on "+ev.hex(*act.To), field, obs, sels)
 			}
 		}
-		return failed(verdict.ReasonContractOrSelector, "selector "+act.Selector+" is not allowed on "+ev.hex(*act.To), field, obs, sels)
+		return failed(verdict.ReasonContractOrSelector, "selector "+act.Selector+" is not allowed on "+ev.hex(*act.To), field, obs, sels).
+			suggest(useOneOf(field, sels))
 	}
-	return failed(verdict.ReasonContractOrSelector, "contract "+ev.hex(*act.To)+" is not allowed on chain "+chainKey, policy.FieldContracts+"."+chainKey, obs, nil)
+	field := policy.FieldContracts + "." + chainKey
+	listed := slices.Sorted(maps.Keys(byAddr))
+	return failed(verdict.ReasonContractOrSelector, "contract "+ev.hex(*act.To)+" is not allowed on chain "+chainKey, field, obs, listed).
+		suggest(useOneOf(field, listed))
 }
 
 // asset: each chain's universe is its own constraint (docs/policy.md#sections).
@@ -204,7 +222,8 @@ func (ev *evaluation) asset() result {
 	obs := ev.hexes(assets)
 	for _, a := range assets {
 		if !containsAddress(universe, a) {
-			return failed(verdict.ReasonAssetNotInUniverse, "asset "+ev.hex(a)+" is not in "+field, field, obs, universe)
+			return failed(verdict.ReasonAssetNotInUniverse, "asset "+ev.hex(a)+" is not in "+field, field, obs, universe).
+				suggest(useOneOf(field, universe))
 		}
 	}
 	return passed(prefixed(pEveryAsset, field).Val, field, obs, universe)
@@ -226,7 +245,8 @@ func (ev *evaluation) recipient() result {
 		if (self && r == ev.in.Escrow) || containsAddress(allowed, r) {
 			continue
 		}
-		return failed(verdict.ReasonRecipientNotAllowed, "recipient "+ev.hex(r)+" is not in recipients.allowed", policy.FieldRecipients, obs, allowed)
+		return failed(verdict.ReasonRecipientNotAllowed, "recipient "+ev.hex(r)+" is not in recipients.allowed", policy.FieldRecipients, obs, allowed).
+			suggest(useOneOf(policy.FieldRecipients, ev.recipientsText(allowed)))
 	}
 	return passed("every recipient is allowed", policy.FieldRecipients, obs, allowed)
 }
@@ -270,17 +290,21 @@ func (ev *evaluation) sink() result {
 	}
 	obs := ev.hexes(append(slices.Clip(recipients), stranded...))
 	if len(stranded) > 0 {
-		return failed(verdict.ReasonSinkRecipient, "value is left at "+ev.hex(stranded[0])+" with no later transfer to a recipient", "", obs, "no stranded output")
+		return failed(verdict.ReasonSinkRecipient, "value is left at "+ev.hex(stranded[0])+" with no later transfer to a recipient", "", obs, "no stranded output").
+			suggest("add a transfer of what is left at " + ev.hex(stranded[0]) + " to a recipient")
 	}
 	for _, r := range recipients {
 		if name, ok := builtinSink(r); ok {
-			return failed(verdict.ReasonSinkRecipient, "recipient "+ev.hex(r)+" is a sink: "+name, "", obs, "no built-in sink")
+			return failed(verdict.ReasonSinkRecipient, "recipient "+ev.hex(r)+" is a sink: "+name, "", obs, "no built-in sink").
+				suggest("send to a recipient that can spend what it receives, not to " + ev.hex(r))
 		}
 		if slices.Contains(assets, r) {
-			return failed(verdict.ReasonSinkRecipient, "recipient "+ev.hex(r)+" is a sink: the token contract itself", "", obs, "not the token contract")
+			return failed(verdict.ReasonSinkRecipient, "recipient "+ev.hex(r)+" is a sink: the token contract itself", "", obs, "not the token contract").
+				suggest("send to a recipient, not to the token contract " + ev.hex(r))
 		}
 		if containsAddress(extra, r) {
-			return failed(verdict.ReasonSinkRecipient, "recipient "+ev.hex(r)+" is in sinks.extra", policy.FieldSinksExtra, obs, extra)
+			return failed(verdict.ReasonSinkRecipient, "recipient "+ev.hex(r)+" is in sinks.extra", policy.FieldSinksExtra, obs, extra).
+				suggest("send to a recipient that is not in " + policy.FieldSinksExtra)
 		}
 	}
 	return passed("no recipient is a sink", "", obs, "no sink")
@@ -321,13 +345,15 @@ func (ev *evaluation) perTxCap() result {
 		return notChecked("limits.perTxUsd is not configured")
 	}
 	if !priced {
-		return failed(verdict.ReasonDataUnavailable, "no USD price for "+ev.unpriced+" on chain "+strconv.FormatInt(act.ChainID, 10), policy.FieldPerTxUSD, nil, *limit)
+		return failed(verdict.ReasonDataUnavailable, "no USD price for "+ev.unpriced+" on chain "+strconv.FormatInt(act.ChainID, 10), policy.FieldPerTxUSD, "no USD price for "+ev.unpriced, *limit).
+			suggest("use an asset the service can price, or ask the policy's operator to price " + ev.unpriced)
 	}
 	f := ratFloat64(usd)
 	// Compare with the cap as written (0.3, not the binary float just below it).
 	c := bound(*limit)
 	if usd.Cmp(c.rat) > 0 {
-		return failed(verdict.ReasonPerTxCapExceeded, "notional "+usd.FloatString(6)+" USD exceeds limits.perTxUsd "+c.text, policy.FieldPerTxUSD, f, c.f)
+		return failed(verdict.ReasonPerTxCapExceeded, "notional "+usd.FloatString(6)+" USD exceeds limits.perTxUsd "+c.text, policy.FieldPerTxUSD, f, c.f).
+			suggest(ev.lowerNotional(usd, c))
 	}
 	return passed("notional "+usd.FloatString(6)+" USD is within limits.perTxUsd", policy.FieldPerTxUSD, f, c.f)
 }
@@ -397,7 +423,8 @@ func (ev *evaluation) coinUniverse(coins []string) result {
 	universe := d.Assets.Hyperliquid
 	for _, c := range coins {
 		if !slices.Contains(universe, c) {
-			return failed(verdict.ReasonAssetNotInUniverse, "coin "+c+" is not in "+policy.FieldHyperliquid, policy.FieldHyperliquid, coins, universe)
+			return failed(verdict.ReasonAssetNotInUniverse, "coin "+c+" is not in "+policy.FieldHyperliquid, policy.FieldHyperliquid, coins, universe).
+				suggest(useOneOf(policy.FieldHyperliquid, universe))
 		}
 	}
 	return passed("every coin is in "+policy.FieldHyperliquid, policy.FieldHyperliquid, coins, universe)

@@ -63,7 +63,8 @@ func (ev *evaluation) side() result {
 	for _, a := range ts {
 		for _, s := range sidesOf(a.Trade) {
 			if !slices.Contains(allowed, s) {
-				return failed(verdict.ReasonSideNotAllowed, "side "+s+" of this "+a.Kind+" is not in trading.sides", policy.FieldSides, obs, allowed)
+				return failed(verdict.ReasonSideNotAllowed, "side "+s+" of this "+a.Kind+" is not in trading.sides", policy.FieldSides, obs, allowed).
+					suggest(useOneOf(policy.FieldSides, allowed))
 			}
 		}
 	}
@@ -110,14 +111,15 @@ func (ev *evaluation) slippage() result {
 		}
 		switch {
 		case require && !guarded:
-			r := failed(verdict.ReasonNoSlippageGuard, "this "+a.Kind+" "+unguarded(t), policy.FieldRequireMinOut, nil, nil)
+			r := failed(verdict.ReasonNoSlippageGuard, "this "+a.Kind+" "+unguarded(t), policy.FieldRequireMinOut, nil, nil).suggest(guardSwap(t))
 			first = &r
 		case maxBps != nil && bps == nil:
 			// a configured bound that cannot be measured is not met (docs/policy.md#trades)
 			r := failed(verdict.ReasonDataUnavailable, "the slippage of this "+a.Kind+" cannot be measured against swaps.maxSlippageBps: "+note, policy.FieldMaxSlippage, nil, nil)
 			first = &r
 		case maxBps != nil && bps != nil && ratCmpInt(bps, int64(*maxBps)) > 0:
-			r := failed(verdict.ReasonNoSlippageGuard, "this "+a.Kind+" allows "+bps.FloatString(2)+" bps of slippage, more than swaps.maxSlippageBps "+strconv.Itoa(*maxBps), policy.FieldMaxSlippage, nil, nil)
+			r := failed(verdict.ReasonNoSlippageGuard, "this "+a.Kind+" allows "+bps.FloatString(2)+" bps of slippage, more than swaps.maxSlippageBps "+strconv.Itoa(*maxBps), policy.FieldMaxSlippage, nil, nil).
+				suggest(ev.boundSlippage(t, *maxBps))
 			first = &r
 		}
 	}
@@ -283,9 +285,10 @@ func (ev *evaluation) priceBound() result {
 		o := &obs[i]
 		*o = orderObserved{Kind: a.Kind, Market: t.Market, Side: t.Side, LimitPrice: ev.ratString(t.LimitPrice)}
 		limited := t.LimitPrice != nil && t.LimitPrice.Sign() > 0
-		var dev *big.Rat
+		var dev, ref *big.Rat
 		if limited {
-			if ref, ok := ev.reference(a); ok {
+			var ok bool
+			if ref, ok = ev.reference(a); ok {
 				o.Reference = ev.ratString(ref)
 				dev = relativeBps(t.LimitPrice, ref, ref)
 				dev.Abs(dev)
@@ -300,17 +303,18 @@ func (ev *evaluation) priceBound() result {
 		}
 		switch {
 		case !limited && require:
-			r := failed(verdict.ReasonNoExecutionPriceBound, "this "+a.Kind+" has no limit price", policy.FieldRequireLimit, nil, nil)
+			r := failed(verdict.ReasonNoExecutionPriceBound, "this "+a.Kind+" has no limit price", policy.FieldRequireLimit, nil, nil).suggest("set a limit price")
 			first = &r
 		case !limited && maxBps != nil:
-			r := failed(verdict.ReasonNoExecutionPriceBound, "this "+a.Kind+" has no limit price to bound", policy.FieldMaxDeviation, nil, nil)
+			r := failed(verdict.ReasonNoExecutionPriceBound, "this "+a.Kind+" has no limit price to bound", policy.FieldMaxDeviation, nil, nil).suggest("set a limit price")
 			first = &r
 		case dev == nil && maxBps != nil:
 			// a configured bound that cannot be measured is not met (docs/policy.md#trades)
 			r := failed(verdict.ReasonDataUnavailable, "the limit price of this "+a.Kind+" cannot be measured against orders.maxPriceDeviationBps: no reference price for "+t.Market, policy.FieldMaxDeviation, nil, nil)
 			first = &r
 		case dev != nil && maxBps != nil && ratCmpInt(dev, int64(*maxBps)) > 0:
-			r := failed(verdict.ReasonNoExecutionPriceBound, "the limit price of this "+a.Kind+" is "+dev.FloatString(2)+" bps from the reference price, more than orders.maxPriceDeviationBps "+strconv.Itoa(*maxBps), policy.FieldMaxDeviation, nil, nil)
+			r := failed(verdict.ReasonNoExecutionPriceBound, "the limit price of this "+a.Kind+" is "+dev.FloatString(2)+" bps from the reference price, more than orders.maxPriceDeviationBps "+strconv.Itoa(*maxBps), policy.FieldMaxDeviation, nil, nil).
+				suggest(boundLimitPrice(ref, *maxBps))
 			first = &r
 		}
 	}
@@ -345,10 +349,11 @@ func swapPriceLimits(swaps []*Action) result {
 		switch {
 		case first != nil:
 		case !t.PriceLimited:
-			r := failed(verdict.ReasonNoExecutionPriceBound, "this "+a.Kind+" carries no price limit of its own", policy.FieldRequireSwapLimit, nil, nil)
+			r := failed(verdict.ReasonNoExecutionPriceBound, "this "+a.Kind+" carries no price limit of its own", policy.FieldRequireSwapLimit, nil, nil).
+				suggest("set a price limit on every hop (sqrtPriceLimitX96, or minHopPriceX36 through the Universal Router 2.1.1)")
 			first = &r
 		case why != "":
-			r := failed(verdict.ReasonNoExecutionPriceBound, "this "+a.Kind+" "+why+": a price limit does not stand in for it", policy.FieldRequireSwapLimit, nil, nil)
+			r := failed(verdict.ReasonNoExecutionPriceBound, "this "+a.Kind+" "+why+": a price limit does not stand in for it", policy.FieldRequireSwapLimit, nil, nil).suggest(guardSwap(t))
 			first = &r
 		}
 	}
@@ -405,7 +410,8 @@ func (ev *evaluation) leverage() result {
 	}
 	for i, a := range ls {
 		if a.Trade.Leverage.Cmp(capRat) > 0 {
-			return failed(verdict.ReasonLeverageCapExceeded, "leverage "+strconv.FormatFloat(obs[i], 'f', -1, 64)+"x of this "+a.Kind+" exceeds perps.maxLeverage "+c.text+"x", policy.FieldMaxLeverage, obs, c.f)
+			return failed(verdict.ReasonLeverageCapExceeded, "leverage "+strconv.FormatFloat(obs[i], 'f', -1, 64)+"x of this "+a.Kind+" exceeds perps.maxLeverage "+c.text+"x", policy.FieldMaxLeverage, obs, c.f).
+				suggest("lower the leverage to <= " + c.text + "x")
 		}
 	}
 	return passed("every leverage is within perps.maxLeverage", policy.FieldMaxLeverage, obs, c.f)

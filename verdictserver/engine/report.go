@@ -160,12 +160,15 @@ func (ev *evaluation) sanctionsFresh() bool {
 }
 
 // Observation is one check's entry in evidence.observations: what the check observed against
-// what the policy expected. Its JSON is that of the map {"expected", "observed"} (members in
-// the order encoding/json writes a map's keys), in one allocation instead of a map's two and
+// what the policy expected, and for a failed check, where one makes sense, the correction
+// that would pass it (docs/verdict-api.md#observations). Its JSON is that of the map
+// {"expected", "observed", "suggestion"} (members in the order encoding/json writes a map's
+// keys; suggestion only when there is one), in one allocation instead of a map's two and
 // about 300 bytes.
 type Observation struct {
-	Expected any `json:"expected"`
-	Observed any `json:"observed"`
+	Expected   any    `json:"expected"`
+	Observed   any    `json:"observed"`
+	Suggestion string `json:"suggestion,omitempty"`
 }
 
 // verdictBox holds a verdict and what its pointers point to, allocated at once. A box
@@ -234,7 +237,9 @@ func (ev *evaluation) verdict(box *verdictBox) *verdict.Verdict {
 		for i := range checks {
 			results[i] = notChecked("not evaluated: the agent has no policy")
 		}
-		results[checkIndex[verdict.CheckVenue]] = failed(verdict.ReasonVenueNotAllowed, "the agent has no policy, so no venue is allowed", "", nil, nil)
+		p, _ := ev.in.ProposedTx["protocol"].(string)
+		results[checkIndex[verdict.CheckVenue]] = failed(verdict.ReasonVenueNotAllowed, "the agent has no policy, so no venue is allowed", "", p, []string{}).
+			suggest("the agent has no policy: its operator must set one")
 	case ev.decodeErr != nil:
 		// docs/policy.md#default-deny: venue and chain report what was readable.
 		for i := range checks {
@@ -250,6 +255,9 @@ func (ev *evaluation) verdict(box *verdictBox) *verdict.Verdict {
 		for i, c := range checks {
 			results[i] = c.run(ev)
 		}
+	}
+	if ev.in.Policy != nil && ev.in.Policy.Doc != nil {
+		v.WouldFail = letThrough(ev.in.Policy.Doc.Mode, &results)
 	}
 	if ev.act != nil {
 		ev.notional() // usdNotional is reported whenever the action is priced
@@ -280,7 +288,7 @@ func (ev *evaluation) verdict(box *verdictBox) *verdict.Verdict {
 			chk.TriggeringPolicyField = fieldPtr(r.field)
 		}
 		if r.ran {
-			obs = append(obs, Observation{Expected: r.exp, Observed: r.obs})
+			obs = append(obs, Observation{Expected: r.exp, Observed: r.obs, Suggestion: r.fix})
 			observations[string(c.id)] = &obs[len(obs)-1]
 		}
 		v.Checks[i] = chk
@@ -295,7 +303,7 @@ func (ev *evaluation) verdict(box *verdictBox) *verdict.Verdict {
 		v.HumanReason = "the action could not be decoded: " + ev.decodeErr.Error()
 	default:
 		v.Outcome, v.ReasonCode = verdict.OutcomeApproved, verdict.ReasonAllowed
-		v.HumanReason = approvedReason(ev.in.Policy.Version)
+		v.HumanReason = approvedReason(ev.in.Policy.Doc.Mode, ev.in.Policy.Version, v.WouldFail)
 		for _, i := range reasonIndexes {
 			if r := &results[i]; r.status == verdict.CheckFailed {
 				v.Outcome, v.ReasonCode, v.HumanReason = verdict.OutcomeRejected, r.code, r.reason
@@ -306,9 +314,13 @@ func (ev *evaluation) verdict(box *verdictBox) *verdict.Verdict {
 			}
 		}
 	}
+	v.Mode = verdict.ModeEnforce
 	if ev.in.Policy != nil && ev.in.Policy.Doc != nil {
 		box.policyVersion = ev.in.Policy.Version
 		v.PolicyVersion = &box.policyVersion
+		if ev.in.Policy.Doc.Mode != "" {
+			v.Mode = ev.in.Policy.Doc.Mode
+		}
 	}
 
 	var da map[string]any
@@ -349,8 +361,15 @@ func fieldPtr(f string) *string {
 	return &fieldValues.Get(f, intern.FnvString(f), func(f string) string { return f }).Val
 }
 
-// approvedReason is the humanReason of an approval under policy version v, cached.
-func approvedReason(v int64) string {
+// approvedReason is the humanReason of an approval under policy version v in mode m, with
+// the checks the mode let through (docs/policy.md#modes); an enforce mode's is cached.
+func approvedReason(m verdict.Mode, v int64, wouldFail []verdict.Check) string {
+	switch {
+	case m == verdict.ModeWarn && len(wouldFail) > 0:
+		return warnedReason(v, wouldFail)
+	case m.Lenient():
+		return "approved in " + string(m) + " mode under policy version " + strconv.FormatInt(v, 10)
+	}
 	return reasonText(reasonKey{kind: rVersioned, n: v}, func(k reasonKey) string {
 		return "every check passed or did not apply under policy version " + strconv.FormatInt(k.n, 10)
 	}).Val

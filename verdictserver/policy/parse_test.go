@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/x402gate/x402gate/verdict"
 )
 
 const (
@@ -25,8 +27,14 @@ func TestParseAcceptsValidDocuments(t *testing.T) {
 				t.Errorf("sections set: %+v", d)
 			}
 		}},
+		{"a policy in warn mode", `{"mode": "warn"}`, func(t *testing.T, d *Document) {
+			if d.Mode != verdict.ModeWarn {
+				t.Errorf("mode %q, want warn", d.Mode)
+			}
+		}},
 		{"every section of the contract", `{
 			"description": "all of it",
+			"mode": "audit",
 			"venues": {"allowed": ["payment", "uniswap", "hyperliquid"]},
 			"chains": {"allowed": [8453, 84532]},
 			"contracts": {"8453": {"` + router + `": ["0x04e45aaf", "0xb858183f", "0x"]}},
@@ -87,6 +95,8 @@ func TestParseNamesTheFieldAtFault(t *testing.T) {
 		{"a duplicate key", `{"limits": {"perTxUsd": 1}, "limits": {"perTxUsd": 1000}}`, ""},
 		{"trailing data", `{} {}`, ""},
 		{"a version written in the document", `{"version": 7}`, "version"},
+		{"an unknown mode", `{"mode": "shadow"}`, "mode"},
+		{"a mode in capitals", `{"mode": "Warn"}`, "mode"},
 		{"a misspelt constraint", `{"limits": {"perTxUSD": 5}}`, "limits.perTxUSD"},
 		{"an unknown section member", `{"venues": {"allowed": ["payment"], "denied": []}}`, "venues.denied"},
 		{"a venue that is not a string", `{"venues": {"allowed": ["payment", 7]}}`, "venues.allowed.1"},

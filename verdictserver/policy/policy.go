@@ -4,6 +4,8 @@
 // policy is a Policy; its version is the server's (docs/policy.md#versioning).
 package policy
 
+import "github.com/x402gate/x402gate/verdict"
+
 // Policy is one stored policy version of an agent: the version the server assigned and the
 // parsed document (docs/policy.md#versioning).
 type Policy struct {
@@ -21,6 +23,8 @@ type Policy struct {
 type Document struct {
 	// Description is free text for people.
 	Description string `json:"description,omitempty"`
+	// Mode is how the checks apply (docs/policy.md#modes); default "" is enforce.
+	Mode verdict.Mode `json:"mode,omitempty"`
 	// Venues is venues.allowed.
 	Venues *Venues `json:"venues,omitempty"`
 	// Chains is chains.allowed.

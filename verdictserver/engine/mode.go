@@ -1,0 +1,50 @@
+package engine
+
+import (
+	"strconv"
+
+	"github.com/x402gate/x402gate/verdict"
+)
+
+// letThrough applies a warn or audit mode to the checks' results (docs/policy.md#modes): each
+// failed check the mode does not enforce becomes not_checked, its reason saying so, and is
+// returned, as it would have been reported, in the order in which the first failed check
+// decides a rejection. Its observation stays, with its suggestion. Enforce changes nothing
+// and returns nil.
+func letThrough(m verdict.Mode, results *[numChecks]result) []verdict.Check {
+	if !m.Lenient() {
+		return nil
+	}
+	var would []verdict.Check
+	for _, i := range reasonIndexes {
+		r := &results[i]
+		id := checks[i].id
+		if r.status != verdict.CheckFailed || m.Enforces(id, r.code) {
+			continue
+		}
+		w := verdict.Check{CheckID: id, Status: verdict.CheckFailed, Code: reasonCodePtr(r.code), HumanReason: r.reason}
+		if r.field != "" {
+			w.TriggeringPolicyField = fieldPtr(r.field)
+		}
+		would = append(would, w)
+		r.status, r.code = verdict.CheckNotChecked, ""
+		r.reason = "not enforced in " + string(m) + " mode; would have failed: " + r.reason
+	}
+	return would
+}
+
+// warnedReason is the humanReason of an approval in warn mode that let checks through: the
+// reason of the first, which would have decided the rejection, and how many more there are.
+func warnedReason(v int64, wouldFail []verdict.Check) string {
+	first := wouldFail[0]
+	s := "approved in warn mode under policy version " + strconv.FormatInt(v, 10) +
+		"; would have been rejected with " + string(*first.Code) + ": " + first.HumanReason
+	if n := len(wouldFail) - 1; n > 0 {
+		s += " (and " + strconv.Itoa(n) + " more failed check"
+		if n > 1 {
+			s += "s"
+		}
+		s += ": see wouldFail)"
+	}
+	return s
+}
