@@ -211,6 +211,7 @@ type ConfigError struct {
 	Err     error
 }
 
+// Error names the option and says what is wrong with it.
 func (e *ConfigError) Error() string {
 	if e.Network != "" {
 		return "network " + e.Network + ": " + e.Option + ": " + e.Err.Error()
@@ -218,6 +219,7 @@ func (e *ConfigError) Error() string {
 	return e.Option + ": " + e.Err.Error()
 }
 
+// Unwrap returns the cause, for errors.Is and errors.As.
 func (e *ConfigError) Unwrap() error { return e.Err }
 
 func configErr(network, option, format string, args ...any) error {

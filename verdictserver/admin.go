@@ -32,6 +32,7 @@ type InputError struct {
 	Problem string
 }
 
+// Error names the field and its problem.
 func (e *InputError) Error() string { return "invalid " + e.Field + ": " + e.Problem }
 
 // Unwrap returns ErrInvalidInput.

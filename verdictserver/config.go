@@ -114,7 +114,10 @@ type ConfigError struct {
 	Err    error
 }
 
+// Error names the option and says what is wrong with it.
 func (e *ConfigError) Error() string { return e.Option + ": " + e.Err.Error() }
+
+// Unwrap returns the cause, for errors.Is and errors.As.
 func (e *ConfigError) Unwrap() error { return e.Err }
 
 // ConfigErr is a ConfigError of option.

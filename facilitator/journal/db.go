@@ -166,6 +166,7 @@ type DuplicatesError struct {
 	Index []int
 }
 
+// Error says which rows are duplicated.
 func (e *DuplicatesError) Error() string {
 	return fmt.Sprintf("journal prepare: %d of the settlements are already journaled", len(e.Index))
 }

@@ -194,10 +194,12 @@ type ChainError struct {
 	op, network, detail string
 }
 
+// Error says what the node did not answer, without its URL.
 func (e *ChainError) Error() string {
 	return fmt.Sprintf("%s on %s: %s", e.op, e.network, ErrRPCUnavailable)
 }
 
+// Unwrap is ErrRPCUnavailable, so callers test for it with errors.Is.
 func (e *ChainError) Unwrap() error { return ErrRPCUnavailable }
 
 // Detail is the cause with the RPC URL removed.

@@ -12,8 +12,10 @@ type Error struct {
 	Err    error
 }
 
+// Error names the option and says what is wrong with it.
 func (e *Error) Error() string { return e.Option + ": " + e.Err.Error() }
 
+// Unwrap returns the cause, for errors.Is and errors.As.
 func (e *Error) Unwrap() error { return e.Err }
 
 // Errorf is the *Error of option, its message formatted as fmt.Errorf does.

@@ -113,6 +113,7 @@ var (
 		"transferBatch": {tupleArg("tuple[]", abi.ArgumentMarshaling{Name: "from", Type: "address"}, abi.ArgumentMarshaling{Name: "to", Type: "address"},
 			abi.ArgumentMarshaling{Name: "amount", Type: "uint160"}, abi.ArgumentMarshaling{Name: "token", Type: "address"})},
 	}
+	// MaxUint160 is 2^160-1, Permit2's largest allowance (type(uint160).max).
 	MaxUint160     = new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 160), big.NewInt(1))
 	contractBalanc = new(big.Int).Lsh(big.NewInt(1), 255) // ActionConstants.CONTRACT_BALANCE
 )
