@@ -166,6 +166,9 @@ type Verdict struct {
 	USDNotional *float64 `json:"usdNotional"`
 	// Timestamp is when the verdict was made.
 	Timestamp time.Time `json:"timestamp"`
+	// Signature is the service's EIP-712 signature of a terminal verdict, an extension of
+	// schemaVersion 1 (docs/verdict-signing.md); nil when the verdict is unsigned.
+	Signature *Signature `json:"signature,omitempty"`
 }
 
 // Approved reports whether the verdict allows the action: true only for a non-nil
