@@ -221,7 +221,7 @@ func (s *Signature) Recover() (common.Address, error) {
 // not expired at now. Any failure is a *SignatureError: fail closed.
 func CheckSignature(v *Verdict, signer common.Address, want Binding, now time.Time) error {
 	if v == nil || v.Signature == nil {
-		return sigErr("signature", "is missing; this route requires signed verdicts")
+		return sigErr("signature", "is missing; a verdict_signer is configured, so every verdict must be signed")
 	}
 	s := v.Signature
 	got, err := s.Recover()
