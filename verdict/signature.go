@@ -340,8 +340,9 @@ func (v validator) signature(obj map[string]any, path string, vd *Verdict) (*Sig
 	if s.Message, err = v.signedMessage(mo, mp); err != nil {
 		return nil, err
 	}
-	if err := s.consistent(vd); err != nil {
-		return nil, v.fail(p, err.Error())
+	var se *SignatureError
+	if errors.As(s.consistent(vd), &se) {
+		return nil, v.fail(p+"."+se.Field, se.Problem)
 	}
 	return s, nil
 }
