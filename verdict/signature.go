@@ -369,7 +369,7 @@ func (v validator) signedMessage(mo map[string]any, p string) (SignedVerdict, er
 		max int64
 		dst func(int64)
 	}{
-		{"chainId", 1, 1<<63 - 1, func(n int64) { m.ChainID = n }},
+		{"chainId", 0, 1<<63 - 1, func(n int64) { m.ChainID = n }},
 		{"policyVersion", 0, 1<<63 - 1, func(n int64) { m.PolicyVersion = n }},
 		{"outcome", int64(SignedApproved), int64(SignedRejected), func(n int64) { m.Outcome = uint8(n) }},
 		{"expiry", 1, 1<<63 - 1, func(n int64) { m.Expiry = n }},
