@@ -207,3 +207,25 @@ func TestParseRefusesABadSignatureMember(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkCheckSignature: the gate's check of a signed verdict: the EIP-712 digest, the
+// signer's recovery and the comparisons.
+func BenchmarkCheckSignature(b *testing.B) {
+	k, err := crypto.HexToECDSA(serviceKey)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sig, err := verdict.SignVerdict(k, approvedMessage())
+	if err != nil {
+		b.Fatal(err)
+	}
+	pv := int64(3)
+	v := &verdict.Verdict{Outcome: verdict.OutcomeApproved, PolicyVersion: &pv, Signature: sig}
+	signer := crypto.PubkeyToAddress(k.PublicKey)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := verdict.CheckSignature(v, signer, sigBinding(), sigNow); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

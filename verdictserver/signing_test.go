@@ -185,3 +185,32 @@ func TestFacilitatorChecksTheVerdictSigner(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkEncodeSignedVerdict: what signing adds to storing a verdict: the payment's
+// binding, the EIP-712 digest (apitypes), the ECDSA signature and the JSON encoding, beside
+// BenchmarkEncodeUnsignedVerdict.
+func BenchmarkEncodeSignedVerdict(b *testing.B) { benchEncode(b, testSignerKey) }
+
+// BenchmarkEncodeUnsignedVerdict is the JSON encoding of the same verdict without a signer.
+func BenchmarkEncodeUnsignedVerdict(b *testing.B) { benchEncode(b, "") }
+
+func benchEncode(b *testing.B, key string) {
+	eng, err := engine.New(engine.Config{}, engine.Deps{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sg, err := (&SigningConfig{SignerKey: key}).newSigner()
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := &Server{signer: sg, now: time.Now}
+	in := engine.Input{ProposedTx: payment(allowedPay), Escrow: common.HexToAddress("0xA11CE00000000000000000000000000000000001")}
+	v := eng.Evaluate(b.Context(), in)
+	hash := "0x" + strings.Repeat("ab", 32)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.encodeVerdict(v, in, hash); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
