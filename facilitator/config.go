@@ -343,8 +343,12 @@ func (c *Config) validateVerdicts() error {
 			return configErr("", u.option, "must be an absolute http(s) url")
 		}
 	}
-	if s := c.VerdictSigner; s != "" && (!common.IsHexAddress(s) || common.HexToAddress(s) == (common.Address{})) {
+	switch s := c.VerdictSigner; {
+	case s == "":
+	case !common.IsHexAddress(s) || common.HexToAddress(s) == (common.Address{}):
 		return configErr("", "verdict_signer", "must be a non-zero address: 0x and 40 hex digits")
+	case c.VerdictURL == "" && c.Verdicts == nil:
+		return configErr("", "verdict_signer", "needs verdict_url: it checks the verdicts of that service")
 	}
 	if r := c.VerdictRate; r != nil && (r.Rate < 0 || r.Burst < 0) {
 		return configErr("", "verdict_rate", "values must not be negative")
