@@ -51,6 +51,7 @@ type SignatureError struct {
 	Problem string
 }
 
+// Error names the field and the rule.
 func (e *SignatureError) Error() string {
 	return "verdict signature: " + e.Field + ": " + e.Problem
 }

@@ -132,7 +132,8 @@ func calldataBytes(t *testing.T, to common.Address, amount int64) []byte {
 // TestGuardedAccountExecutesOnlyWhatWasApproved: a GuardedAccount on anvil, the agent's
 // wallet at the verdict service, makes the ERC-20 transfer a signed verdict approved, once;
 // it refuses a rejected verdict, a replay, an expired approval, another call's signature,
-// a signature for another account or another chain, and any field changed
+// a signature for another account or another chain, any field changed, and a sender
+// other than its owner
 // (docs/verdict-signing.md#the-guarded-account).
 func TestGuardedAccountExecutesOnlyWhatWasApproved(t *testing.T) {
 	chain, tok := testenv.StartChainWithToken(t)
@@ -166,6 +167,9 @@ func TestGuardedAccountExecutesOnlyWhatWasApproved(t *testing.T) {
 		t.Fatalf("the contract's digest %x is not the verdict's %x", onChain, d)
 	}
 
+	t.Run("sent by another than the owner", func(t *testing.T) {
+		(&guarded{chain: chain, addr: acct.addr, owner: chain.Accounts[4]}).wantRevert(t, approved, "NotOwner")
+	})
 	t.Run("another account's signature", func(t *testing.T) {
 		other := deployGuarded(t, chain, testSigner(t), owner, chain.Accounts[3])
 		other.wantRevert(t, approved, "BadSignature")
