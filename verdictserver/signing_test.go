@@ -1,6 +1,7 @@
 package verdictserver
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"math/big"
@@ -11,7 +12,9 @@ import (
 
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/crypto"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/x402gate/x402gate/docs"
 	"github.com/x402gate/x402gate/facilitator"
 	"github.com/x402gate/x402gate/verdict"
 	"github.com/x402gate/x402gate/verdictserver/engine"
@@ -212,5 +215,48 @@ func benchEncode(b *testing.B, key string) {
 		if _, err := s.encodeVerdict(v, in, hash); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestSignedVerdictKeepsTheSpecSchema: the signature member is an extension of
+// schemaVersion 1 (docs/verdict-signing.md#the-signature-member): a signed verdict is valid
+// under the Verdict schema of docs/openapi.json with our signature property taken out,
+// that is, the spec's members alone.
+func TestSignedVerdictKeepsTheSpecSchema(t *testing.T) {
+	var doc map[string]any
+	if err := json.Unmarshal(docs.OpenAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	schemas := doc["components"].(map[string]any)["schemas"].(map[string]any)
+	props := schemas["Verdict"].(map[string]any)["properties"].(map[string]any)
+	if _, ok := props["signature"]; !ok {
+		t.Fatal("docs/openapi.json's Verdict has no signature property: the page changed")
+	}
+	delete(props, "signature")
+	delete(schemas, "VerdictSignature")
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	if err := c.AddResource("spec.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	schema, err := c.Compile("spec.json#/components/schemas/Verdict")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	e := signingEnv(t, now, time.Minute)
+	ag := e.agent("spec", common.HexToAddress("0xA11CE00000000000000000000000000000000001"), allowPolicy)
+	hash, _ := e.submit(ag.Key, submitBody(ag.Wallet, allowedPay, "")).body["requestHash"].(string)
+	e.await(ag.Key, hash)
+	env, err := jsonschema.UnmarshalJSON(bytes.NewReader(e.status(ag.Key, hash).raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := env.(map[string]any)["verdict"]
+	if _, signed := v.(map[string]any)["signature"]; !signed {
+		t.Fatal("the verdict is not signed")
+	}
+	if err := schema.Validate(v); err != nil {
+		t.Fatalf("a signed verdict fails the spec's Verdict schema: %v", err)
 	}
 }
