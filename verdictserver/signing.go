@@ -101,10 +101,7 @@ func bindingOf(tx map[string]any, wallet common.Address) verdict.Binding {
 	} else if c, de := evmcall.ReadCall(tx, nil); de == nil {
 		return verdict.CallBinding(wallet, c.ChainID, c.To, c.Data, c.Value)
 	}
-	canonical, err := canonicalJSON(tx)
-	if err != nil {
-		canonical = nil // a stored proposedTx always encodes; an empty hash binds nothing real
-	}
+	canonical, _ := canonicalJSON(tx) // a stored proposedTx is decoded JSON: it always encodes
 	return verdict.CallBinding(wallet, chainID, common.Address{}, canonical, nil)
 }
 
