@@ -77,6 +77,11 @@ type Config struct {
 	VerdictURL string `json:"verdict_url,omitempty"`
 	// VerdictKey is the verdict service's API key. Default: none.
 	VerdictKey string `json:"verdict_key,omitempty"`
+	// VerdictSigner is the address that signs the verdict service's verdicts
+	// (docs/verdict-signing.md#checking-at-the-gate): every verdict must carry its valid,
+	// unexpired signature over the payment, or the payment is refused. Default: none,
+	// verdicts are not checked for a signature.
+	VerdictSigner string `json:"verdict_signer,omitempty"`
 	// PricingURL is the pricing service of the verification fee. Default: none.
 	PricingURL string `json:"pricing_url,omitempty"`
 	// VerdictPoll bounds the wait for a terminal verdict. Default: the verdict client's,
@@ -339,6 +344,13 @@ func (c *Config) validateVerdicts() error {
 		if p, err := url.Parse(u.v); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
 			return configErr("", u.option, "must be an absolute http(s) url")
 		}
+	}
+	switch s := c.VerdictSigner; {
+	case s == "":
+	case !common.IsHexAddress(s) || common.HexToAddress(s) == (common.Address{}):
+		return configErr("", "verdict_signer", "must be a non-zero address: 0x and 40 hex digits")
+	case c.VerdictURL == "" && c.Verdicts == nil:
+		return configErr("", "verdict_signer", "needs verdict_url: it checks the verdicts of that service")
 	}
 	if r := c.VerdictRate; r != nil && (r.Rate < 0 || r.Burst < 0) {
 		return configErr("", "verdict_rate", "values must not be negative")

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/ethereum/go-ethereum/common"
 	"go.uber.org/zap"
 
 	"github.com/x402gate/x402gate/verdict"
@@ -23,6 +24,9 @@ type VerdictClientConfig struct {
 	// It needs at least verdictclient.MinAPIKeyLength visible ASCII characters.
 	// Required.
 	APIKey string
+	// Signer is the address whose signature every verdict must carry
+	// (docs/verdict-signing.md#checking-at-the-gate). Default: the zero address, no check.
+	Signer common.Address
 	// Timeout bounds each HTTP request to the verdict service. Default
 	// verdictclient.DefaultTimeout (10 s).
 	Timeout time.Duration
@@ -60,6 +64,7 @@ func NewVerdictClient(cfg VerdictClientConfig) (*VerdictClient, error) {
 	g, err := verdictclient.NewGuardian(verdictclient.GuardianOptions{
 		BaseURL:             cfg.BaseURL,
 		APIKey:              cfg.APIKey,
+		Signer:              cfg.Signer,
 		Timeout:             cfg.Timeout,
 		AllowPromptOverride: cfg.AllowPromptOverride,
 		HTTPClient:          cfg.HTTPClient,

@@ -10,7 +10,8 @@
 // Answers are parsed more strictly than encoding/json would: object keys must match
 // exactly (no case folding), a key may not repeat within an object, nothing may follow
 // the value, and nesting is bounded, so that a verdict cannot mean one thing to this
-// client and another to a different reader. Unknown extra members are allowed.
+// client and another to a different reader. Unknown extra members are allowed; the
+// signature member of a signed verdict is held to its shape (docs/verdict-signing.md).
 //
 // The approval-status envelope is a JSON object whose "verdict" is absent, null or a
 // verdict object. A verdict must satisfy all of these (docs/verdict.md#verdict):

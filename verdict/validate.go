@@ -178,6 +178,9 @@ func (v validator) verdict(raw any, path string) (*Verdict, error) {
 	if field, problem := out.inconsistency(); problem != "" {
 		return nil, v.fail(path+"."+field, problem)
 	}
+	if out.Signature, err = v.signature(obj, path, out); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 

@@ -173,6 +173,9 @@ type Verdict struct {
 	// as it would have been reported (docs/verdict-api.md#modes); an extension, empty in
 	// enforce mode.
 	WouldFail []Check `json:"wouldFail,omitempty"`
+	// Signature is the service's EIP-712 signature of a terminal verdict, an extension of
+	// schemaVersion 1 (docs/verdict-signing.md); nil when the verdict is unsigned.
+	Signature *Signature `json:"signature,omitempty"`
 }
 
 // Approved reports whether the verdict allows the action: true only for a non-nil

@@ -3,10 +3,12 @@ package verdictclient
 import (
 	"context"
 	"errors"
+	"math/big"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/ethereum/go-ethereum/common"
 	"go.uber.org/zap"
 
 	"github.com/x402gate/x402gate/verdict"
@@ -22,6 +24,10 @@ type GuardianOptions struct {
 	// APIKey is the fallback verdict-service key, used when the call brings no payer key
 	// (PaymentInput.APIKey). Sensitive: sent only in x-api-key. Required.
 	APIKey string
+	// Signer is the address whose EIP-712 signature every verdict must carry, over this
+	// payment, its outcome and policy version, unexpired (docs/verdict-signing.md#checking-at-the-gate);
+	// a verdict without it is an "error" result. Default: the zero address, no check.
+	Signer common.Address
 	// Timeout bounds each HTTP request. Default DefaultTimeout (10 s). Unlike the
 	// reference helpers, which ignore timeoutMs (docs/verdict.md#paymentaction), the Guardian forwards it to
 	// its low-level client: a shorter timeout can only make a call fail closed sooner.
@@ -65,6 +71,7 @@ type Guardian struct {
 	client      *Client
 	allowPrompt bool
 	assets      *x402.Registry
+	signer      common.Address
 }
 
 // NewGuardian validates cfg and returns a Guardian. Errors are *InputError.
@@ -77,7 +84,7 @@ func NewGuardian(cfg GuardianOptions) (*Guardian, error) {
 	if reg == nil {
 		reg = defaultRegistry
 	}
-	return &Guardian{client: c, allowPrompt: cfg.AllowPromptOverride, assets: reg}, nil
+	return &Guardian{client: c, allowPrompt: cfg.AllowPromptOverride, assets: reg, signer: cfg.Signer}, nil
 }
 
 // Client returns the Guardian's low-level client.
@@ -129,6 +136,9 @@ func (g *Guardian) Verify(ctx context.Context, in PaymentInput, opts PollOptions
 		return failed(err, "", keys), nil
 	}
 	v, err := c.Await(ctx, tx.RequestHash, opts)
+	if err == nil {
+		err = g.checkSigned(v, act, from)
+	}
 	if err != nil {
 		return failed(err, tx.RequestHash, keys), nil
 	}
@@ -282,4 +292,19 @@ func (g *Guardian) Wrap(base VerifyFn, opts PollOptions) VerifyFn {
 		}
 		return res, nil
 	}
+}
+
+// checkSigned checks, when the Guardian has a signer, that v is signed by it over the
+// payment act of from (docs/verdict-signing.md#checking-at-the-gate). Its error is a
+// *verdict.SignatureError: the result is then "error", never an approval.
+func (g *Guardian) checkSigned(v *verdict.Verdict, act verdict.PaymentAction, from common.Address) error {
+	if g.signer == (common.Address{}) {
+		return nil
+	}
+	amount, ok := new(big.Int).SetString(act.Amount, 10)
+	if !ok {
+		return &verdict.SignatureError{Field: "amount", Problem: "the payment's amount is not a decimal number"}
+	}
+	want := verdict.PaymentBinding(from, act.ChainID, common.HexToAddress(act.PayTo), common.HexToAddress(act.Asset), amount)
+	return verdict.CheckSignature(v, g.signer, want, time.Now())
 }

@@ -65,6 +65,9 @@ type Config struct {
 	// Fee is the verification fee schedule of POST /pricing/quote. Default: none, every
 	// quote is null.
 	Fee *FeeConfig `json:"fee,omitempty"`
+	// SigningConfig signs terminal verdicts (signer_key, signature_ttl;
+	// docs/verdict-signing.md). Default: verdicts are not signed.
+	SigningConfig
 }
 
 // RateConfig is a rate limit: a token bucket (docs/verdict-api.md#rate-limits).
@@ -156,6 +159,9 @@ func (c *Config) Validate() error {
 		return &ConfigError{Option: "price", Err: err}
 	}
 	if _, err := c.ChainData(); err != nil {
+		return err
+	}
+	if err := c.SigningConfig.Validate(); err != nil {
 		return err
 	}
 	_, err = c.FeeSchedule()

@@ -216,7 +216,7 @@ func (s *Server) evaluate(ctx context.Context, hash string) (done bool) {
 		return false
 	}
 	faults.Point("verdict.evaluate")
-	j, ok := s.judge(ctx, in)
+	j, ok := s.judge(ctx, hash, in)
 	if !ok {
 		// the engine promises a terminal, consistent verdict; anything else is never
 		// stored as one (docs/verdict-api.md#lifecycle)
@@ -252,16 +252,17 @@ type judgement struct {
 	outcome, reasonCode string
 }
 
-// judge evaluates in and keeps what evaluate needs, through the engine's Judge when it has
-// one (the verdict's memory is then reused once it is encoded). ok is false when the engine
-// answered no terminal, consistent verdict.
-func (s *Server) judge(ctx context.Context, in engine.Input) (j judgement, ok bool) {
+// judge evaluates in, the record hash, and keeps what evaluate needs, through the engine's
+// Judge when it has one (the verdict's memory is then reused once it is encoded). ok is
+// false when the engine answered no terminal, consistent verdict. A signing service signs
+// the verdict; one it cannot sign is not stored (docs/verdict-signing.md).
+func (s *Server) judge(ctx context.Context, hash string, in engine.Input) (j judgement, ok bool) {
 	use := func(v *verdict.Verdict) {
 		if v == nil || !v.Terminal() || v.Consistent() != nil {
 			return
 		}
 		ok = true
-		j.raw, j.err = json.Marshal(v)
+		j.raw, j.err = s.encodeVerdict(v, in, hash)
 		j.status = store.StatusRejected
 		if v.Outcome == verdict.OutcomeApproved {
 			j.status = store.StatusApproved

@@ -78,6 +78,7 @@ type Server struct {
 	sweepEvery   time.Duration
 	limits       limiters
 	fees         *FeeSchedule
+	signer       *signer // nil: verdicts are not signed
 	adminKeyHash [32]byte
 	clientIP     func(*http.Request) string
 	log          *zap.Logger
@@ -116,6 +117,10 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	sg, err := cfg.newSigner()
+	if err != nil {
+		return nil, err
+	}
 	perKey, perIP, _ := cfg.rates() // valid: checked above
 	fees, _ := cfg.FeeSchedule()
 	if deps.ClientIP == nil {
@@ -127,7 +132,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s := &Server{
 		store: deps.Store, engine: deps.Engine, workers: cmp.Or(cfg.Workers, DefaultWorkers),
 		sweepEvery: cmp.Or(deps.SweepInterval, DefaultSweepInterval), limits: newLimiters(perKey, perIP, deps.Redis), fees: fees,
-		adminKeyHash: adminKeyHash, clientIP: deps.ClientIP,
+		adminKeyHash: adminKeyHash, clientIP: deps.ClientIP, signer: sg,
 		log: cmp.Or(deps.Logger, zap.NewNop()).Named("verdict"), now: deps.Now,
 		queue: make(chan string, cmp.Or(cfg.Queue, DefaultQueue)), inFlight: map[string]bool{}, retry: map[string]retryState{},
 	}
@@ -180,6 +185,8 @@ func (s *Server) publicRoutes() []route {
 			statuses: []int{200, 503}, serve: (*Server).serveHealth},
 		{method: http.MethodPost, path: "/pricing/quote", auth: authNone, limited: true,
 			statuses: []int{200, 400, 413, 415}, serve: (*Server).serveQuote},
+		{method: http.MethodGet, path: SignerPath, auth: authNone, limited: true,
+			statuses: []int{200, 404}, serve: (*Server).serveSigner},
 	}
 }
 

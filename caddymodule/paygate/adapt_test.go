@@ -104,6 +104,8 @@ func TestAdaptErrors(t *testing.T) {
 		{"a postgres dsn with its password in the clear", facilitator(net + "\t\t\tsigner_key {env.K}\n\t\t\tjournal postgres postgres://x402:hunter2@db.example/x402 # <-\n"), "journal: carries a password in its user info"},
 		{"a placeholder followed by the secret itself", facilitator(net + "\t\t\tsigner_key {env.UNSET}deadbeefdeadbeefdeadbeef # <-\n"), "signer_key: must be an {env.*} or {file.*} placeholder"},
 		{"a verdict_rate that is not a rate", facilitator(net + "\t\t\tsigner_key {env.K}\n\t\t\tverdict_rate fast 10 # <-\n"), `verdict_rate "fast" is not a positive number of requests per second`},
+		{"a verdict_signer without verdict_url", facilitator(net + "\t\t\tsigner_key {env.K}\n\t\t\tverdict_signer 0x9965507D1a55bcC2695C58ba16FB37d819B0A4dc # <-\n"), "verdict_signer: needs verdict_url"},
+		{"a verdict_signer that is not an address", facilitator(net + "\t\t\tsigner_key {env.K}\n\t\t\tverdict_signer 0x1234 # <-\n"), "verdict_signer: must be a non-zero address"},
 		{"guardian_mode without verdict_url", facilitator(net + "\t\t\tsigner_key {env.K}\n\t\t\tguardian_mode optional # <-\n"), "guardian_mode: optional needs verdict_url"},
 		{"signer_key written into the config", facilitator(net + "\t\t\tsigner_key ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80 # <-\n"), "signer_key: must be an {env.*} or {file.*} placeholder"},
 		{"signer_key is required", "{\n\tx402 {\n\t\tfacilitator { # <-\n" + net + "\t\t}\n\t}\n}\n", "signer_key: is required"},

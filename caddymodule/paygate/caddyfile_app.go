@@ -51,6 +51,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //			guardian_mode off|optional|required
 //			verdict_url <url>
 //			verdict_key <placeholder>
+//			verdict_signer <address>
 //			pricing_url <url>
 //			approval_ttl <duration>
 //			receipt_timeout <duration>
@@ -145,8 +146,8 @@ func unmarshalFacilitator(fc *facilitator.Config, d *caddyfile.Dispenser, lines 
 				return err
 			}
 			fc.VerdictMode = facilitator.VerdictMode(mode)
-		case "verdict_url", "verdict_key", "pricing_url":
-			dst := map[string]*string{"verdict_url": &fc.VerdictURL, "verdict_key": &fc.VerdictKey, "pricing_url": &fc.PricingURL}[opt]
+		case "verdict_url", "verdict_key", "verdict_signer", "pricing_url":
+			dst := map[string]*string{"verdict_url": &fc.VerdictURL, "verdict_key": &fc.VerdictKey, "verdict_signer": &fc.VerdictSigner, "pricing_url": &fc.PricingURL}[opt]
 			if err := oneArg(d, dst); err != nil {
 				return err
 			}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ethereum/go-ethereum/common"
 	"go.uber.org/zap"
 
 	"github.com/x402gate/x402gate/facilitator"
@@ -22,6 +23,7 @@ func newVerdicts(rc *facilitator.Config, reg *x402.Registry, log *zap.Logger) (f
 	vc, err := facilitator.NewVerdictClient(facilitator.VerdictClientConfig{
 		BaseURL: rc.VerdictURL,
 		APIKey:  rc.VerdictKey,
+		Signer:  common.HexToAddress(rc.VerdictSigner), // valid or empty: checked by Validate
 		Poll:    pollOptions(rc),
 		Assets:  reg,
 		Logger:  log,

@@ -111,7 +111,7 @@ type resolvedVerdict struct {
 // Validate checks the app's configuration without I/O: secrets are placeholders
 // (docs/caddy.md#secrets), and the service's Config is valid.
 func (a *VerdictApp) Validate() error {
-	secrets := []struct{ option, v string }{{"admin_key", a.AdminKey}, {"redis", a.Redis}}
+	secrets := []struct{ option, v string }{{"admin_key", a.AdminKey}, {"redis", a.Redis}, {"signer_key", a.SignerKey}}
 	if a.Store != nil && a.Store.Type == sqldb.Postgres.Name {
 		secrets = append(secrets, struct{ option, v string }{"store", a.Store.DSN})
 	}
@@ -180,6 +180,11 @@ func (a *VerdictApp) resolveSecrets(repl *caddy.Replacer, rv *resolvedVerdict) e
 			return verdictserver.ConfigErr("admin_key", "resolved to an empty value")
 		}
 	}
+	if a.SignerKey != "" {
+		if rv.cfg.SignerKey = caddyconf.ResolveSecret(repl, a.SignerKey); rv.cfg.SignerKey == "" {
+			return verdictserver.ConfigErr("signer_key", "resolved to an empty value")
+		}
+	}
 	_, err := rv.cfg.AdminKeyHash()
 	return err
 }
@@ -205,7 +210,7 @@ func (rv *resolvedVerdict) poolKey(a *VerdictApp) (string, error) {
 	}
 	h := sha256.New()
 	h.Write(cfg)
-	for _, sec := range []string{rv.store.DSN, rv.cfg.Redis, rv.store.Path, rv.cfg.AdminKey} {
+	for _, sec := range []string{rv.store.DSN, rv.cfg.Redis, rv.store.Path, rv.cfg.AdminKey, rv.cfg.SignerKey} {
 		h.Write([]byte{0})
 		h.Write([]byte(sec))
 	}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"strconv"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/x402gate/x402gate/caddymodule/internal/caddyconf"
 	"github.com/x402gate/x402gate/verdictserver"
+	"github.com/x402gate/x402gate/verdictserver/engine"
 )
 
 // The verdict global option (the verdict app) and the verdict_api directive.
@@ -44,6 +46,8 @@ func parseVerdictOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //		store sqlite [<path>] | postgres <dsn placeholder>
 //		redis <url placeholder>
 //		admin_key <placeholder>
+//		signer_key <placeholder>
+//		signature_ttl <duration>
 //		workers <n> [<queue>]
 //		rate_limit key|ip <per second> <burst>
 //		sanctions <file> [<ttl>] [refresh <interval>]
@@ -81,10 +85,21 @@ func (a *VerdictApp) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := caddyconf.OneArg(d, &a.Redis); err != nil {
 				return err
 			}
-		case "admin_key":
-			if err := caddyconf.OneArg(d, &a.AdminKey); err != nil {
+		case "admin_key", "signer_key":
+			dst := map[string]*string{"admin_key": &a.AdminKey, "signer_key": &a.SignerKey}[opt]
+			if err := caddyconf.OneArg(d, dst); err != nil {
 				return err
 			}
+		case "signature_ttl":
+			var v string
+			if err := caddyconf.OneArg(d, &v); err != nil {
+				return err
+			}
+			ttl, err := caddy.ParseDuration(v)
+			if err != nil {
+				return d.Errf("signature_ttl %q is not a duration", v)
+			}
+			a.SignatureTTL = engine.Duration(ttl)
 		case "workers":
 			args := d.RemainingArgs()
 			if len(args) < 1 || len(args) > 2 {

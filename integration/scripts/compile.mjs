@@ -19,7 +19,7 @@ import { fileURLToPath } from "node:url";
 import solc from "solc";
 
 const contractsDir = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "internal", "contracts");
-const contracts = ["X402Token", "TestWallet1271", "TestPriceFeed", "TestSanctionsOracle"];
+const contracts = ["X402Token", "TestWallet1271", "TestPriceFeed", "TestSanctionsOracle", "GuardedAccount"];
 
 function parseArgs(argv) {
   let out = contractsDir;

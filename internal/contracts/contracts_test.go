@@ -43,6 +43,7 @@ func TestCommittedArtifactsAreUpToDate(t *testing.T) {
 		{"TestWallet1271.json", contracts.Wallet},
 		{"TestPriceFeed.json", contracts.PriceFeed},
 		{"TestSanctionsOracle.json", contracts.SanctionsOracle},
+		{"GuardedAccount.json", contracts.GuardedAccount},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			data, err := os.ReadFile(filepath.Join(out, tc.file))
