@@ -208,3 +208,32 @@ func TestSpendWindowHoldsWhenInstancesAreKilled(t *testing.T) {
 		t.Fatalf("caddy verdict tx list shows %d spend_window_exceeded refusals, want %d", strings.Count(list, "spend_window_exceeded"), payments-15)
 	}
 }
+
+// TestSettledPaymentCommitsItsReservation: the gate pays through the bundled facilitator,
+// which asks the verdict app; once the payment settles, the facilitator reports it, so the
+// agent's window holds it as used, not reserved. The next payment, past the $0.015 cap, is
+// refused with spend_window_exceeded in its 402, and nothing moves.
+func TestSettledPaymentCommitsItsReservation(t *testing.T) {
+	f := newVerdictFleet(t, verdictSetup{})
+	pol := filepath.Join(f.dir, "windowed.json")
+	doc := fmt.Sprintf(`{"venues":{"allowed":["payment"]},"chains":{"allowed":[84532]},"recipients":{"allowed":[%q]},`+
+		`"spendWindows":{"windows":[{"period":"day","capUsd":0.015}]}}`, f.okPayTo.Hex())
+	if err := os.WriteFile(pol, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.cli(t, "policy", "set", "--agent", "buyer", pol)
+	in := f.start(t)
+	bal := balances(t, f.tok, f.okPayTo)
+
+	if ok := payWith(t, payV1Script, f.payer, in.api+"/allowed/one", "X402_TOKEN="+f.tok.Address.Hex()); ok.Status != http.StatusOK {
+		t.Fatalf("the first payment: status %d: %s", ok.Status, ok.Body)
+	}
+	if got := f.cli(t, "windows", "--agent", "buyer"); !strings.Contains(got, "day\t*\t0.015\t0.010000\t0.000000\t0.005000") {
+		t.Fatalf("caddy verdict windows printed %q, want the settled $0.01 committed", got)
+	}
+	over := payWith(t, payV1Script, f.payer, in.api+"/allowed/two", "X402_TOKEN="+f.tok.Address.Hex())
+	if over.Status != http.StatusPaymentRequired || !strings.Contains(over.Body, "spend_window_exceeded") {
+		t.Fatalf("the payment past the cap: status %d, want 402 carrying spend_window_exceeded: %s", over.Status, over.Body)
+	}
+	wantDelta(t, f.tok, f.okPayTo, bal[0], price)
+}
