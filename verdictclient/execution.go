@@ -14,7 +14,7 @@ import (
 // spend reservation, otherwise it is released (docs/spend-windows.md#reporting). It returns
 // the reservation's state, "committed" or "released". Errors: *StatusError (404: no such
 // transaction of the key's agent, or it has no reservation; 409: settled the other way
-// already), ErrNetwork, *ValidationError for an answer without the state, or the
+// already), ErrNetwork, *verdict.ValidationError for an answer without the state, or the
 // context's error. This route is an extension of the spec.
 func (c *Client) ReportExecution(ctx context.Context, requestHash string, executed bool) (string, error) {
 	if requestHash == "" || len(requestHash) > 512 || !printableASCII(requestHash) {
