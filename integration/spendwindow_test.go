@@ -237,3 +237,61 @@ func TestSettledPaymentCommitsItsReservation(t *testing.T) {
 	}
 	wantDelta(t, f.tok, f.okPayTo, bal[0], price)
 }
+
+// TestSpendWindowsMixedAssets: one verdict app prices our token from a feed on anvil ($2 a
+// token) and Base Sepolia USDC from its table ($1); the agent has a $20 daily window over
+// everything and an $8 daily window over our token. Ten $2 payments in each asset at once:
+// exactly $20 is approved, at most $8 of it in our token, and every refusal names the window
+// that had no room.
+func TestSpendWindowsMixedAssets(t *testing.T) {
+	f := newFeedsEnv(t, "1h")
+	usdc := common.HexToAddress("0x036CbD53842c5426634e7929541eC2318f3dCF7e")
+	pol := filepath.Join(f.dir, "windows.json")
+	doc := fmt.Sprintf(`{"venues":{"allowed":["payment"]},"chains":{"allowed":[84532]},"spendWindows":{"windows":[`+
+		`{"period":"day","capUsd":20},{"period":"day","capUsd":8,"asset":%q}]}}`, f.tok.Address.Hex())
+	if err := os.WriteFile(pol, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.cli(t, "policy", "set", "--agent", "trader", pol)
+	payTo := testenv.NewAccount(t).Address
+	type result struct {
+		asset   common.Address
+		verdict map[string]any
+	}
+	results := make([]result, 20)
+	var wg sync.WaitGroup
+	for i := range results {
+		asset, amount := usdc, "2000000" // $2 at $1 a USDC
+		if i%2 == 0 {
+			asset, amount = f.tok.Address, "1000000" // $2 at the feed's $2 a token
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = result{asset, f.judge(t, asset, payTo, amount)}
+		}()
+	}
+	wg.Wait()
+	total, inToken := 0, 0
+	for i, r := range results {
+		switch v := r.verdict; {
+		case v["outcome"] == "approved":
+			total += 2
+			if r.asset == f.tok.Address {
+				inToken += 2
+			}
+		case v["reasonCode"] != "spend_window_exceeded" || checkStatus(v, "spend_window") != "failed spend_window_exceeded":
+			t.Fatalf("payment %d: %v %v", i, v["outcome"], v["reasonCode"])
+		case v["triggeringPolicyField"] == "spendWindows.windows.1" && r.asset != f.tok.Address:
+			t.Fatalf("payment %d in USDC was refused by the token's window", i)
+		}
+	}
+	if total != 20 || inToken > 8 {
+		t.Fatalf("approved $%d, $%d of it in the feed-priced token; want exactly $20 and at most $8", total, inToken)
+	}
+	out := f.cli(t, "windows", "--agent", "trader")
+	if !strings.Contains(out, "day\t*\t20\t0.000000\t20.000000\t0.000000") ||
+		!strings.Contains(out, fmt.Sprintf("day\t%s\t8\t0.000000\t%d.000000\t", f.tok.Address.Hex(), inToken)) {
+		t.Fatalf("caddy verdict windows printed %q", out)
+	}
+}
