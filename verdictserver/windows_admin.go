@@ -14,13 +14,13 @@ import (
 // WindowState is one spend window of an agent's active policy at one time
 // (docs/spend-windows.md#operator). Amounts are millionths of a USD.
 type WindowState struct {
-	Period    string
-	Asset     string // "" for a window over every action
-	CapUSD    float64
-	Used      int64 // committed
-	Reserved  int64 // approved, not reported, not expired
-	Left      int64
-	PolicyRef int64 // the policy version the windows come from
+	Period        string
+	Asset         string // "" for a window over every action
+	CapUSD        float64
+	Used          int64 // committed
+	Reserved      int64 // approved, not reported, not expired
+	Left          int64
+	PolicyVersion int64 // the policy version the windows come from
 }
 
 // Windows returns the spend windows of the agent's active policy as they are at at; none
@@ -45,7 +45,7 @@ func (o *Operator) Windows(ctx context.Context, agentID string, at time.Time) ([
 	out := make([]WindowState, len(uses))
 	for i, u := range uses {
 		w := doc.SpendWindows.Windows[i]
-		out[i] = WindowState{Period: w.Period, Asset: w.Asset, CapUSD: w.CapUSD, Used: u.Committed, Reserved: u.Reserved, Left: u.Left(), PolicyRef: pv.Version}
+		out[i] = WindowState{Period: w.Period, Asset: w.Asset, CapUSD: w.CapUSD, Used: u.Committed, Reserved: u.Reserved, Left: u.Left(), PolicyVersion: pv.Version}
 	}
 	return out, nil
 }
@@ -116,7 +116,7 @@ func (s *Server) adminWindows(w http.ResponseWriter, r *http.Request, _ *princip
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"windows": mapSlice(states, func(st WindowState) windowJSON {
-		j := windowJSON{Period: st.Period, CapUSD: st.CapUSD, UsedUSD: dollars(st.Used), ReservedUSD: dollars(st.Reserved), LeftUSD: dollars(st.Left), PolicyVersion: st.PolicyRef}
+		j := windowJSON{Period: st.Period, CapUSD: st.CapUSD, UsedUSD: dollars(st.Used), ReservedUSD: dollars(st.Reserved), LeftUSD: dollars(st.Left), PolicyVersion: st.PolicyVersion}
 		if st.Asset != "" {
 			j.Asset = &st.Asset
 		}
