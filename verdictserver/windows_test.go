@@ -2,6 +2,7 @@ package verdictserver
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
@@ -9,7 +10,11 @@ import (
 
 	"github.com/ethereum/go-ethereum/common"
 
+	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/verdict"
+	"github.com/x402gate/x402gate/verdictserver/engine"
+	"github.com/x402gate/x402gate/verdictserver/policy"
+	"github.com/x402gate/x402gate/verdictserver/store"
 )
 
 // windowPolicy is allowPolicy with the given spendWindows.windows items.
@@ -175,5 +180,42 @@ func TestSpendWindowHoldsAcrossInstances(t *testing.T) {
 	}
 	if day := envs[2].windows(a.ID)[0].(map[string]any); day["reservedUsd"] != 0.15 {
 		t.Fatalf("day window %v, want $0.15 reserved", day)
+	}
+}
+
+// TestWindowVerdictsAreValid: whatever the windows hold and whatever the notional (or none),
+// the verdict with its spend_window check passes the verdict package's validator, and it is
+// an approval exactly when every window had room.
+func TestWindowVerdictsAreValid(t *testing.T) {
+	rng := rand.New(rand.NewPCG(24, 1))
+	day := policy.SpendWindow{Period: "day", CapUSD: 150}
+	token := policy.SpendWindow{Period: "hour", CapUSD: 20, Asset: testAsset.Hex()}
+	for i := range 2000 {
+		uses := []engine.WindowUse{
+			{Index: 0, Window: day, Committed: rng.Int64N(200e6), Reserved: rng.Int64N(200e6)},
+			{Index: 1, Window: token, Committed: rng.Int64N(30e6), Reserved: rng.Int64N(30e6)},
+		}
+		var notional *int64
+		if rng.IntN(10) > 0 {
+			n := rng.Int64N(50e6)
+			notional = &n
+		}
+		tree, err := verdictTree([]byte(testenv.VerdictJSON(testenv.ApprovedVerdict())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		check, obs := engine.SpendWindow(uses, notional)
+		raw, status, err := withWindowCheck(tree, "0xprop", check, &obs)
+		if err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
+		fits := notional != nil && uses[0].Left() >= *notional && uses[1].Left() >= *notional
+		if (status == store.StatusApproved) != fits {
+			t.Fatalf("case %d: %s for notional %v and windows %+v", i, status, notional, uses)
+		}
+		v, err := verdict.ParseVerdict(raw, "0xprop")
+		if err != nil || v.Approved() != fits {
+			t.Fatalf("case %d: %v, approved %v", i, err, v.Approved())
+		}
 	}
 }
