@@ -57,9 +57,9 @@ func (o *Operator) ReportExecution(ctx context.Context, agentID, requestHash str
 }
 
 // serveExecution answers POST /transactions/{requestHash}/execution: the agent reports
-// whether it executed one of its own approved actions.
+// whether it executed one of its own approved actions. A release needs ScopeReleaseOwn.
 func (s *Server) serveExecution(w http.ResponseWriter, r *http.Request, p *principal) {
-	s.reportExecution(w, r, p.agentID)
+	s.reportExecution(w, r, p.agentID, p.has(ScopeReleaseOwn))
 }
 
 // adminExecution answers POST /admin/transactions/{requestHash}/execution: the operator
@@ -70,12 +70,12 @@ func (s *Server) adminExecution(w http.ResponseWriter, r *http.Request, _ *princ
 		s.operatorFailed(w, "report execution", err)
 		return
 	}
-	s.reportExecution(w, r, t.AgentID)
+	s.reportExecution(w, r, t.AgentID, true)
 }
 
 // reportExecution reads {"executed": bool} and settles the reservation of agentID's
-// transaction.
-func (s *Server) reportExecution(w http.ResponseWriter, r *http.Request, agentID string) {
+// transaction; mayRelease says whether the caller may report it not executed.
+func (s *Server) reportExecution(w http.ResponseWriter, r *http.Request, agentID string, mayRelease bool) {
 	obj, ok := s.adminObject(w, r, "executed")
 	if !ok {
 		return
@@ -83,6 +83,10 @@ func (s *Server) reportExecution(w http.ResponseWriter, r *http.Request, agentID
 	executed, ok := obj["executed"].(bool)
 	if !ok {
 		writeFieldError(w, badField("executed", "must be true or false"))
+		return
+	}
+	if !executed && !mayRelease {
+		writeCode(w, codeInsufficientScope, "releasing a reservation needs the scope "+ScopeReleaseOwn)
 		return
 	}
 	hash := r.PathValue("requestHash")

@@ -124,14 +124,20 @@ func TestSpendWindowReserveCommitRelease(t *testing.T) {
 			rejected = append(rejected, hashes[i])
 		}
 	}
-	if r := e.report(a.Key, approved[0], false); r.status != http.StatusOK || r.body["reservation"] != "released" {
+	// the agent's own key can only commit; releasing needs verdicts:release:own
+	wantError(t, e.report(a.Key, approved[0], false), http.StatusForbidden, codeInsufficientScope)
+	_, releaser, err := e.srv.Operator().CreateKey(t.Context(), a.ID, []string{ScopeReleaseOwn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := e.report(releaser, approved[0], false); r.status != http.StatusOK || r.body["reservation"] != "released" {
 		t.Fatalf("release = %d %s", r.status, r.raw)
 	}
 	commit := call(t, http.MethodPost, e.admin.URL+"/admin/transactions/"+approved[1]+"/execution", map[string]any{"executed": true}, "x-admin-key", e.adminKey)
 	if commit.status != http.StatusOK || commit.body["reservation"] != "committed" {
 		t.Fatalf("admin commit = %d %s", commit.status, commit.raw)
 	}
-	wantError(t, e.report(a.Key, approved[1], false), http.StatusConflict, codeConflict)
+	wantError(t, e.report(releaser, approved[1], false), http.StatusConflict, codeConflict)
 	wantError(t, e.report(a.Key, rejected[0], true), http.StatusNotFound, codeNotFound)
 	day = e.windows(a.ID)[0].(map[string]any)
 	if day["usedUsd"] != 0.01 || day["reservedUsd"] != 0.03 || day["leftUsd"] != 0.01 {

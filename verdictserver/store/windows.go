@@ -184,7 +184,8 @@ func (s *Store) WindowUses(ctx context.Context, agentID string, ws []Window, at 
 
 // ReportExecution settles the reservation of the agent's transaction requestHash: committed
 // when executed, else released (docs/spend-windows.md#reporting). Reporting the state it
-// already has again is a no-op; changing a settled one is ErrTerminal. A transaction of
+// already has again is a no-op; a commit follows a release (the money moved after all), and
+// nothing changes a commit (ErrTerminal). A transaction of
 // another agent, or one without a reservation, is ErrReservationNotFound. It returns the
 // reservation's state.
 func (s *Store) ReportExecution(ctx context.Context, agentID, requestHash string, executed bool, at time.Time) (string, error) {
@@ -206,13 +207,13 @@ func (s *Store) ReportExecution(ctx context.Context, agentID, requestHash string
 		if state == want {
 			return nil
 		}
-		if state != ReservationReserved {
+		// Money that moved counts: a commit also follows a release; nothing follows a commit.
+		if state == ReservationCommitted {
 			return fmt.Errorf("verdict store %s: already %s: %w", op, state, ErrTerminal)
 		}
-		// The guard on state makes a concurrent report of the other kind lose: it updates
-		// nothing and is told so.
+		// The guard on state makes a concurrent report that changed it first win.
 		ok, err := affected(tx.ExecContext(ctx, `UPDATE spend_reservations SET state = $1, updated_at = $2
-			WHERE request_hash = $3 AND state = 'reserved'`, want, micros(at), requestHash))
+			WHERE request_hash = $3 AND state = $4`, want, micros(at), requestHash, state))
 		if err != nil {
 			return s.fail(op, err)
 		}

@@ -128,6 +128,23 @@ var windowCases = []storeCase{
 		_, err = s.ReportExecution(ctx, a.ID, tx.RequestHash, false, epoch)
 		wantErr(t, "release after commit", err, ErrTerminal)
 	}},
+	{"spend windows: a commit follows a release, since the money moved after all", func(t *testing.T, open storeOpen) {
+		ctx := context.Background()
+		s := mustOpen(t, open)
+		a := mustAgent(t, s, "late")
+		tx := pendingTransactions(t, s, a.ID, 1)[0]
+		if _, err := s.CompleteReserving(ctx, tx.RequestHash, reservation(a.ID, epoch), capDecision(10_000_000)); err != nil {
+			t.Fatal(err)
+		}
+		for _, executed := range []bool{false, true} {
+			if _, err := s.ReportExecution(ctx, a.ID, tx.RequestHash, executed, epoch); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if u := mustUse(t, s, a.ID, epoch); u.Committed != 10_000_000 || u.Reserved != 0 {
+			t.Fatalf("after a release and a commit: %+v, want 10 USD committed", u)
+		}
+	}},
 	{"spend windows: a terminal record is not completed again and a rejection reserves nothing", func(t *testing.T, open storeOpen) {
 		ctx := context.Background()
 		s := mustOpen(t, open)
