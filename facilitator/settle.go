@@ -91,9 +91,9 @@ func (e *Service) settle(ctx context.Context, p *x402.Payment, r *x402.Requireme
 	if f != nil {
 		return refuse(f)
 	}
-	needMarker := false
+	needMarker, approvedBy := false, ""
 	if withApproval {
-		if needMarker, f = e.consumeApproval(ctx, key); f != nil {
+		if approvedBy, needMarker, f = e.consumeApproval(ctx, key); f != nil {
 			return refuse(f)
 		}
 	}
@@ -192,6 +192,7 @@ func (e *Service) settle(ctx context.Context, p *x402.Payment, r *x402.Requireme
 		return refuse(f)
 	}
 	e.journalSettled(ctx, c, journal.StateConfirmed, "", rcpt.TxHash)
+	e.reportSettled(ctx, approvedBy)
 	faults.Point("settle.before-answer")
 	res.resp.Success = true
 	e.log.Info("settled", zap.String("payer", res.resp.Payer), zap.String("tx", rcpt.TxHash.Hex()),
@@ -242,10 +243,10 @@ func (e *Service) detachedBound() time.Duration {
 // consumeApproval applies docs/facilitator.md#settle-order rule 1 for the engine's GUARDIAN_MODE. In
 // optional mode a payment with no approval may still settle if it was never sent to the
 // verdict service: needMarker then tells the caller to claim its verdict marker
-// (claimVerdictMarker) before the broadcast.
-func (e *Service) consumeApproval(ctx context.Context, k x402.PaymentKey) (needMarker bool, f *failure) {
+// (claimVerdictMarker) before the broadcast. requestHash is the consumed approval's verdict.
+func (e *Service) consumeApproval(ctx context.Context, k x402.PaymentKey) (requestHash string, needMarker bool, f *failure) {
 	if e.cfg.VerdictMode == VerdictOff {
-		return false, nil
+		return "", false, nil
 	}
 	a, err := e.cfg.Store.Consume(ctx, k)
 	switch {
@@ -254,14 +255,14 @@ func (e *Service) consumeApproval(ctx context.Context, k x402.PaymentKey) (needM
 		if e.cfg.VerdictMode == VerdictOptional {
 			e.markers.release(k.Payer) // its marker's payment is settling: no longer outstanding
 		}
-		return false, nil
+		return a.RequestHash, false, nil
 	case !errors.Is(err, approval.ErrNotFound):
 		e.log.Error("consume approval", zap.String("payer", k.Payer.Hex()), zap.Error(err))
-		return false, fail(x402.ReasonApprovalStoreDown, "approval store unavailable")
+		return "", false, fail(x402.ReasonApprovalStoreDown, "approval store unavailable")
 	case e.cfg.VerdictMode == VerdictRequired:
-		return false, fail(x402.ReasonApprovalNotFound, "no unexpired approval for this payment")
+		return "", false, fail(x402.ReasonApprovalNotFound, "no unexpired approval for this payment")
 	}
-	return true, nil
+	return "", true, nil
 }
 
 // claimVerdictMarker lets an optional-mode settle without approval go ahead only for a

@@ -59,8 +59,10 @@
 // reports for a check this client knows. An unknown code on an approved or pending
 // verdict breaks rules 1 and 2, and an unknown code that no failed check backs breaks
 // rule 4; both are invalid verdicts. So an unknown code can never approve anything. It
-// can only explain a rejection that the checks already show. An unknown checkId, outcome
-// or status is always invalid.
+// can only explain a rejection that the checks already show. An unknown checkId (an
+// extension) passes through the same way: it has no codes of its own, so it backs a
+// rejection only with the code it carries, and an approval with any failed check is
+// invalid. An unknown outcome or status is always invalid.
 //
 // # Payment actions
 //

@@ -221,11 +221,13 @@ func (v validator) checks(raw any, path string) ([]Check, error) {
 		if err != nil {
 			return nil, err
 		}
-		c.CheckID = CheckID(id)
-		allowed, known := checkCodes[c.CheckID]
-		if !known {
-			return nil, v.fail(p+".checkId", "unknown checkId")
+		if !isCode(id) {
+			return nil, v.fail(p+".checkId", "must be a lower-case id of at most 64 characters")
 		}
+		c.CheckID = CheckID(id)
+		// A check this version does not know (an extension, docs/verdict.md#checks) passes
+		// through: it has no codes of its own, so it can only back a rejection literally.
+		allowed := checkCodes[c.CheckID]
 		if c.Status, err = oneOf(v, co, "status", p, "unknown check status",
 			CheckPassed, CheckFailed, CheckNotChecked); err != nil {
 			return nil, err

@@ -42,6 +42,8 @@ const (
 	ReasonSanctionedAddress     ReasonCode = "sanctioned_address"
 	ReasonSinkRecipient         ReasonCode = "sink_recipient"
 	ReasonPerTxCapExceeded      ReasonCode = "per_tx_cap_exceeded"
+	// ReasonSpendWindowExceeded is spend_window's code, an extension (docs/spend-windows.md).
+	ReasonSpendWindowExceeded ReasonCode = "spend_window_exceeded"
 )
 
 // CheckID names one policy check (docs/verdict.md#checks).
@@ -61,6 +63,9 @@ const (
 	CheckSanctions           CheckID = "sanctions"
 	CheckSinkRecipient       CheckID = "sink_recipient"
 	CheckPerTxCap            CheckID = "per_tx_cap"
+	// CheckSpendWindow is an extension of schemaVersion 1, present only when the policy
+	// configures spend windows (docs/spend-windows.md).
+	CheckSpendWindow CheckID = "spend_window"
 )
 
 // checkCodes is the docs/verdict.md#checks: the failure codes each check may report. A failed
@@ -78,6 +83,7 @@ var checkCodes = map[CheckID][]ReasonCode{
 	CheckSanctions:           {ReasonSanctionedAddress},
 	CheckSinkRecipient:       {ReasonSinkRecipient},
 	CheckPerTxCap:            {ReasonPerTxCapExceeded, ReasonDataUnavailable},
+	CheckSpendWindow:         {ReasonSpendWindowExceeded, ReasonDataUnavailable},
 }
 
 // knownFailureCodes are the codes of the check table (docs/verdict.md#checks) plus the cross-cutting ones.

@@ -158,6 +158,39 @@ func TestVerifyPaymentUnknownReasonCodePassesThrough(t *testing.T) {
 	}
 }
 
+// TestVerifyPaymentUnknownCheckPassesThrough: a check this client does not know (an
+// extension such as a newer service's) and its code pass through a rejection; a failed one
+// never approves, and a passed one does not stop an approval (docs/verdict.md#checks).
+func TestVerifyPaymentUnknownCheckPassesThrough(t *testing.T) {
+	withCheck := func(outcome, reason, status string, code any) map[string]any {
+		v := testenv.ApprovedVerdict()
+		v["outcome"], v["reasonCode"] = outcome, reason
+		v["checks"] = append(v["checks"].([]any), map[string]any{
+			"checkId": "mev_guard", "status": status, "code": code, "humanReason": "sandwich risk", "triggeringPolicyField": nil})
+		return v
+	}
+	for _, tc := range []struct {
+		name    string
+		verdict map[string]any
+		want    verdict.GuardianStatus
+	}{
+		{"a failed unknown check's code explains a rejection", withCheck("rejected", "mev_risk", "failed", "mev_risk"), verdict.GuardianRejected},
+		{"a passed unknown check approves", withCheck("approved", "allowed", "passed", nil), verdict.GuardianApproved},
+		{"an approval with a failed unknown check is an error", withCheck("approved", "allowed", "failed", "mev_risk"), verdict.GuardianError},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newScript(t).on(routeSubmit, created("0x1")).on(routeStatus("0x1"), envelope(tc.verdict))
+			res, err := s.guardian(t).Verify(t.Context(), paymentInput(), fast(3))
+			if err != nil || res.Status != tc.want || res.Approved != (tc.want == verdict.GuardianApproved) {
+				t.Fatalf("result = %+v, %v; want %s", res, err, tc.want)
+			}
+			if tc.want != verdict.GuardianError && res.Verdict.Checks[len(res.Verdict.Checks)-1].CheckID != "mev_guard" {
+				t.Fatalf("checks %+v lost the unknown check", res.Verdict.Checks)
+			}
+		})
+	}
+}
+
 func TestVerifyPaymentContextEnds(t *testing.T) {
 	t.Run("deadline while pending is a timeout", func(t *testing.T) {
 		s := newScript(t).on(routeSubmit, created("0x1")).on(routeStatus("0x1"), envelope(testenv.PendingVerdict()))

@@ -22,6 +22,10 @@ const (
 	ScopeCreateOwn = "verdicts:create:own"
 	// ScopeReadOwn lets a key read its own agent's transactions and verdicts.
 	ScopeReadOwn = "verdicts:read:own"
+	// ScopeReleaseOwn lets a key report its agent's approved actions not executed, which
+	// releases their spend reservations (docs/spend-windows.md#reporting). Releasing frees
+	// room in a window, so it is not a default scope: an agent's own key can only commit.
+	ScopeReleaseOwn = "verdicts:release:own"
 	// ScopeAdminRead lets a key read the admin API (agents, keys, wallets, policies).
 	ScopeAdminRead = "admin:read"
 	// ScopeAdminWrite lets a key change what the admin API manages.
@@ -32,7 +36,7 @@ const (
 var DefaultScopes = []string{ScopeCreateOwn, ScopeReadOwn}
 
 // knownScopes are the scopes a key may carry.
-var knownScopes = []string{ScopeCreateOwn, ScopeReadOwn, ScopeAdminRead, ScopeAdminWrite}
+var knownScopes = []string{ScopeCreateOwn, ScopeReadOwn, ScopeReleaseOwn, ScopeAdminRead, ScopeAdminWrite}
 
 // Headers the API reads credentials from.
 const (

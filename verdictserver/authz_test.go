@@ -45,7 +45,7 @@ func newAuthzEnv(t *testing.T) *authzEnv {
 	wallets := []string{
 		"0xA11CE00000000000000000000000000000000001", "0xB0B0000000000000000000000000000000000002",
 		"0xC0C0000000000000000000000000000000000003", "0xD0D0000000000000000000000000000000000004",
-		"0xE0E0000000000000000000000000000000000005",
+		"0xE0E0000000000000000000000000000000000005", "0xE1E1000000000000000000000000000000000007",
 	}
 	a.owner = a.agent("owner", common.HexToAddress(wallets[0]), allowPolicy)
 	a.keys["default"] = a.owner
@@ -105,6 +105,10 @@ func authzRoutes() []authzRoute {
 		{"GET policy version", http.MethodGet, admin("/admin/agents/{agentId}/policy/versions/1"), none, adminRead},
 		{"POST policy validate", http.MethodPost, admin("/admin/policy/validate"),
 			func(a *authzEnv) any { return allowPolicy }, adminRead},
+		{"GET windows", http.MethodGet, admin("/admin/agents/{agentId}/windows"), none, adminRead},
+		{"POST admin execution", http.MethodPost,
+			func(a *authzEnv) string { return a.admin.URL + "/admin/transactions/" + a.hash + "/execution" },
+			func(a *authzEnv) any { return map[string]any{"executed": true} }, adminWrite},
 	}
 }
 

@@ -227,7 +227,7 @@ func (s *Server) evaluate(ctx context.Context, hash string) (done bool) {
 		log.Error("evaluate: cannot encode the verdict", zapError(j.err))
 		return false
 	}
-	switch err := s.store.Complete(ctx, hash, j.status, j.raw, j.policyVersion); {
+	switch err := s.complete(ctx, t, in, j); {
 	case errors.Is(err, store.ErrTerminal):
 		log.Debug("evaluate: completed elsewhere first")
 		return true

@@ -181,6 +181,8 @@ func (s *Server) publicRoutes() []route {
 			statuses: []int{200}, serve: (*Server).serveByTrace},
 		{method: http.MethodGet, path: "/transactions/{requestHash}/approval-status", auth: authAgent, scopes: read, limited: true,
 			statuses: []int{200, 404}, serve: (*Server).serveStatus},
+		{method: http.MethodPost, path: "/transactions/{requestHash}/execution", auth: authAgent, scopes: []string{ScopeCreateOwn, ScopeReleaseOwn}, limited: true,
+			statuses: []int{200, 404, 409, 413, 415}, serve: (*Server).serveExecution},
 		{method: http.MethodGet, path: "/health", auth: authNone,
 			statuses: []int{200, 503}, serve: (*Server).serveHealth},
 		{method: http.MethodPost, path: "/pricing/quote", auth: authNone, limited: true,

@@ -31,8 +31,17 @@ func newVerdicts(rc *facilitator.Config, reg *x402.Registry, log *zap.Logger) (f
 	if err != nil {
 		return nil, fmt.Errorf("verdict_url/verdict_key: %w", err) // never quotes the key
 	}
-	return meteredVerdicts{next: vc}, nil
+	return reportingVerdicts{meteredVerdicts{next: vc}, vc}, nil
 }
+
+// reportingVerdicts is the timed verdict client that also reports settled payments
+// (docs/spend-windows.md#reporting).
+type reportingVerdicts struct {
+	meteredVerdicts
+	facilitator.ExecutionReporter
+}
+
+var _ facilitator.ExecutionReporter = reportingVerdicts{}
 
 // pollOptions is how the bundled facilitator of rc polls for a verdict.
 func pollOptions(rc *facilitator.Config) verdictclient.PollOptions {

@@ -43,6 +43,7 @@ declares in its verdict global option: the same database a running Caddy uses.
   caddy verdict policy set --agent <agent> <file>
   caddy verdict policy versions --agent <agent>
   caddy verdict policy show --agent <agent> [--version <n>]
+  caddy verdict windows --agent <agent>
 
 <agent> is an agent's id or its name.`,
 		CobraFunc: verdictCommand,
@@ -224,7 +225,7 @@ func verdictCommand(cmd *cobra.Command) {
 			}
 		}
 	}
-	cmd.AddCommand(agent, key, wallet, pol, txCommand())
+	cmd.AddCommand(agent, key, wallet, pol, txCommand(), windowsCommand())
 }
 
 // storeCmd is a subcommand that runs fn on the operator of the config's verdict store.

@@ -331,7 +331,7 @@ func semantic(doc map[string]any) []Problem {
 	if o, ok := section(doc, "orders"); ok {
 		integer(FieldMaxDeviation, o["maxPriceDeviationBps"])
 	}
-	return ps
+	return append(ps, windowProblems(doc)...)
 }
 
 func section(doc map[string]any, name string) (map[string]any, bool) {

@@ -51,6 +51,8 @@ type Document struct {
 	Limits *Limits `json:"limits,omitempty"`
 	// Sinks is sinks.extra.
 	Sinks *Sinks `json:"sinks,omitempty"`
+	// SpendWindows is spendWindows (docs/spend-windows.md); nil configures none.
+	SpendWindows *SpendWindows `json:"spendWindows,omitempty"`
 }
 
 // Venues is the venues section.

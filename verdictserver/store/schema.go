@@ -76,5 +76,21 @@ var schema = sqldb.Schema{
 		{Version: 2, Statements: []string{
 			`CREATE INDEX transactions_agent_created ON transactions (agent_id, created_at, id)`,
 		}},
+		// Spend windows (docs/spend-windows.md): one row per approved transaction and scope
+		// ('' for the agent's overall windows, else an asset), reserved with the verdict.
+		{Version: 3, Statements: []string{
+			`CREATE TABLE spend_reservations (
+			request_hash TEXT NOT NULL REFERENCES transactions (request_hash),
+			scope        TEXT NOT NULL,
+			agent_id     TEXT NOT NULL REFERENCES agents (id),
+			usd_micros   BIGINT NOT NULL CHECK (usd_micros >= 0),
+			state        TEXT NOT NULL CHECK (state IN ('reserved', 'committed', 'released')),
+			created_at   BIGINT NOT NULL,
+			expires_at   BIGINT NOT NULL,
+			updated_at   BIGINT NOT NULL,
+			PRIMARY KEY (request_hash, scope)
+		)`,
+			`CREATE INDEX spend_reservations_window ON spend_reservations (agent_id, scope, created_at)`,
+		}},
 	},
 }

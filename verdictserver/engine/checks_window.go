@@ -1,0 +1,116 @@
+package engine
+
+import (
+	"strconv"
+
+	"github.com/x402gate/x402gate/verdict"
+	"github.com/x402gate/x402gate/verdictserver/policy"
+)
+
+// WindowUse is one spend window that applies to an action, as the store found it before
+// the action (docs/spend-windows.md#the-check). Amounts are millionths of a USD.
+type WindowUse struct {
+	Index     int // the window's index in spendWindows.windows
+	Window    policy.SpendWindow
+	Committed int64 // reported executed
+	Reserved  int64 // approved, not reported, not expired
+}
+
+// CapMicroUSD is the window's cap in millionths of a USD, rounded down (a cap never
+// admits more than its author wrote).
+func (u WindowUse) CapMicroUSD() int64 { return MicroUSDFloor(u.Window.CapUSD) }
+
+// Left is what the window still admits, never negative.
+func (u WindowUse) Left() int64 { return max(u.CapMicroUSD()-u.Committed-u.Reserved, 0) }
+
+// maxMicroUSD bounds a converted amount: above it (about 9.2e12 USD) int64 millionths
+// overflow, and the amount is treated as this bound, which no cap (≤ 1e12 USD) admits.
+const maxMicroUSD = 1 << 62
+
+// MicroUSDCeil is usd in millionths of a USD, rounded up (a notional never counts for
+// less than it is).
+func MicroUSDCeil(usd float64) int64 { return microUSD(usd, true) }
+
+// MicroUSDFloor is usd in millionths of a USD, rounded down.
+func MicroUSDFloor(usd float64) int64 { return microUSD(usd, false) }
+
+func microUSD(usd float64, up bool) int64 {
+	switch {
+	case !(usd >= 0): // NaN or negative
+		return 0
+	case usd*1e6 >= maxMicroUSD:
+		return maxMicroUSD
+	}
+	m := int64(usd * 1e6)
+	if up && float64(m) < usd*1e6 {
+		m++
+	}
+	return m
+}
+
+// SpendWindow is the spend_window check (docs/spend-windows.md#the-check) of an action
+// that every other check approved: failed with data_unavailable when notional is nil
+// (unpriced), failed with spend_window_exceeded on the first window with less room than
+// the notional, else passed. The observation lists every window's state before the action.
+func SpendWindow(uses []WindowUse, notional *int64) (verdict.Check, Observation) {
+	observed := make([]map[string]any, len(uses))
+	caps := make([]map[string]any, len(uses))
+	for i, u := range uses {
+		observed[i] = map[string]any{
+			"period": u.Window.Period, "asset": u.Window.Asset, "usedUsd": usdFloat(u.Committed),
+			"reservedUsd": usdFloat(u.Reserved), "leftUsd": usdFloat(u.Left()),
+		}
+		caps[i] = map[string]any{"period": u.Window.Period, "asset": u.Window.Asset, "capUsd": u.Window.CapUSD}
+	}
+	obs := Observation{Expected: caps, Observed: map[string]any{"windows": observed}}
+	if notional == nil {
+		return windowCheck(verdict.CheckFailed, verdict.ReasonDataUnavailable,
+			"the action has no USD price, and spend windows are set", policy.FieldSpendWindows), obs
+	}
+	obs.Observed.(map[string]any)["notionalUsd"] = usdFloat(*notional)
+	for _, u := range uses {
+		if u.Left() < *notional {
+			return windowCheck(verdict.CheckFailed, verdict.ReasonSpendWindowExceeded,
+				"notional "+microString(*notional)+" USD exceeds what the "+windowName(u.Window)+" window has left, "+microString(u.Left())+" USD of "+microString(u.CapMicroUSD()),
+				policy.Field(u.Index)), obs
+		}
+	}
+	return windowCheck(verdict.CheckPassed, "", "notional "+microString(*notional)+" USD fits in every spend window and is reserved", policy.FieldSpendWindows), obs
+}
+
+// SpendWindowNotChecked is the spend_window check of an action another check rejected.
+func SpendWindowNotChecked() verdict.Check {
+	return windowCheck(verdict.CheckNotChecked, "", "not evaluated: another check rejected the action", "")
+}
+
+func windowCheck(status verdict.CheckStatus, code verdict.ReasonCode, reason, field string) verdict.Check {
+	c := verdict.Check{CheckID: verdict.CheckSpendWindow, Status: status, HumanReason: reason}
+	if code != "" {
+		c.Code = &code
+	}
+	if field != "" {
+		c.TriggeringPolicyField = &field
+	}
+	return c
+}
+
+// windowName names a window for a person: "day" or "day USDC-token".
+func windowName(w policy.SpendWindow) string {
+	if w.Asset == "" {
+		return w.Period
+	}
+	return w.Period + " " + w.Asset
+}
+
+// usdFloat is millionths of a USD in USD, for an observation.
+func usdFloat(m int64) float64 { return float64(m) / 1e6 }
+
+// microString is millionths of a USD as a decimal string with six places.
+func microString(m int64) string {
+	s := strconv.FormatInt(m/1e6, 10) + "."
+	frac := strconv.FormatInt(m%1e6, 10)
+	for len(frac) < 6 {
+		frac = "0" + frac
+	}
+	return s + frac
+}

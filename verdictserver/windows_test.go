@@ -1,0 +1,227 @@
+package verdictserver
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/x402gate/x402gate/internal/testenv"
+	"github.com/x402gate/x402gate/verdict"
+	"github.com/x402gate/x402gate/verdictserver/engine"
+	"github.com/x402gate/x402gate/verdictserver/policy"
+	"github.com/x402gate/x402gate/verdictserver/store"
+)
+
+// windowPolicy is allowPolicy with the given spendWindows.windows items.
+func windowPolicy(windows ...string) string {
+	return strings.TrimSuffix(strings.TrimSpace(allowPolicy), "}") +
+		`, "spendWindows": {"windows": [` + strings.Join(windows, ", ") + `]}}`
+}
+
+// payAll submits n $0.01 payments of a at once, spread over the envs, and returns their
+// verdicts in submit order.
+func payAll(t *testing.T, envs []*env, a agent, n int) ([]string, []*verdict.Verdict) {
+	t.Helper()
+	hashes := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// rawCall: the OpenAPI check's compiled schema is not for concurrent use; the
+			// serial reads below hold every answer to it
+			r := rawCall(t, http.MethodPost, envs[i%len(envs)].api.URL+"/transactions", submitBody(a.Wallet, allowedPay, ""), "x-api-key", a.Key)
+			if r.status != http.StatusCreated {
+				t.Errorf("submit %d = %d %s", i, r.status, r.raw)
+				return
+			}
+			hashes[i] = r.body["requestHash"].(string)
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	vs := make([]*verdict.Verdict, n)
+	for i, h := range hashes {
+		vs[i] = envs[0].await(a.Key, h)
+	}
+	return hashes, vs
+}
+
+// windowCheck is the verdict's spend_window check, or nil.
+func windowCheck(v *verdict.Verdict) *verdict.Check {
+	for i := range v.Checks {
+		if v.Checks[i].CheckID == verdict.CheckSpendWindow {
+			return &v.Checks[i]
+		}
+	}
+	return nil
+}
+
+// approvedCount counts approvals and holds every verdict to the window rules: an approval
+// passed spend_window, a refusal failed it with spend_window_exceeded on window 0.
+func approvedCount(t *testing.T, vs []*verdict.Verdict) int {
+	t.Helper()
+	n := 0
+	for i, v := range vs {
+		c := windowCheck(v)
+		switch {
+		case c == nil:
+			t.Fatalf("verdict %d has no spend_window check", i)
+		case v.Approved() && c.Status == verdict.CheckPassed:
+			n++
+		case !v.Approved() && v.ReasonCode == verdict.ReasonSpendWindowExceeded && c.Status == verdict.CheckFailed &&
+			*c.TriggeringPolicyField == "spendWindows.windows.0":
+		default:
+			t.Fatalf("verdict %d: %s %s, spend_window %+v", i, v.Outcome, v.ReasonCode, c)
+		}
+	}
+	return n
+}
+
+// windows reads the admin API's windows of agentID.
+func (e *env) windows(agentID string) []any {
+	e.t.Helper()
+	a := call(e.t, http.MethodGet, e.admin.URL+"/admin/agents/"+agentID+"/windows", nil, "x-admin-key", e.adminKey)
+	if a.status != http.StatusOK {
+		e.t.Fatalf("windows = %d %s", a.status, a.raw)
+	}
+	return a.body["windows"].([]any)
+}
+
+// report posts an execution report for hash with the agent's key.
+func (e *env) report(key, hash string, executed bool) answer {
+	e.t.Helper()
+	return call(e.t, http.MethodPost, e.api.URL+"/transactions/"+hash+"/execution", map[string]any{"executed": executed}, "x-api-key", key)
+}
+
+// TestSpendWindowReserveCommitRelease: a $0.05 daily cap approves five of eight $0.01
+// payments; releasing one admits one more, a commit stays, and the operator's view agrees.
+func TestSpendWindowReserveCommitRelease(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	a := e.agent("windowed", common.HexToAddress("0xA11CE00000000000000000000000000000000001"),
+		windowPolicy(`{"period": "day", "capUsd": 0.05}`, `{"period": "hour", "capUsd": 1, "asset": "`+testAsset.Hex()+`"}`))
+	hashes, vs := payAll(t, []*env{e}, a, 8)
+	if n := approvedCount(t, vs); n != 5 {
+		t.Fatalf("approved %d of 8 $0.01 payments against a $0.05 cap, want 5", n)
+	}
+	w := e.windows(a.ID)
+	day, hour := w[0].(map[string]any), w[1].(map[string]any)
+	if day["reservedUsd"] != 0.05 || day["leftUsd"] != 0.0 || hour["reservedUsd"] != 0.05 || hour["asset"] != testAsset.Hex() {
+		t.Fatalf("windows %v, want $0.05 reserved in both", w)
+	}
+	var approved, rejected []string
+	for i, v := range vs {
+		if v.Approved() {
+			approved = append(approved, hashes[i])
+		} else {
+			rejected = append(rejected, hashes[i])
+		}
+	}
+	// the agent's own key can only commit; releasing needs verdicts:release:own
+	wantError(t, e.report(a.Key, approved[0], false), http.StatusForbidden, codeInsufficientScope)
+	_, releaser, err := e.srv.Operator().CreateKey(t.Context(), a.ID, []string{ScopeReleaseOwn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := e.report(releaser, approved[0], false); r.status != http.StatusOK || r.body["reservation"] != "released" {
+		t.Fatalf("release = %d %s", r.status, r.raw)
+	}
+	commit := call(t, http.MethodPost, e.admin.URL+"/admin/transactions/"+approved[1]+"/execution", map[string]any{"executed": true}, "x-admin-key", e.adminKey)
+	if commit.status != http.StatusOK || commit.body["reservation"] != "committed" {
+		t.Fatalf("admin commit = %d %s", commit.status, commit.raw)
+	}
+	wantError(t, e.report(releaser, approved[1], false), http.StatusConflict, codeConflict)
+	wantError(t, e.report(a.Key, rejected[0], true), http.StatusNotFound, codeNotFound)
+	day = e.windows(a.ID)[0].(map[string]any)
+	if day["usedUsd"] != 0.01 || day["reservedUsd"] != 0.03 || day["leftUsd"] != 0.01 {
+		t.Fatalf("day window %v, want $0.01 used, $0.03 reserved, $0.01 left", day)
+	}
+	if _, vs := payAll(t, []*env{e}, a, 2); approvedCount(t, vs) != 1 {
+		t.Fatal("the released $0.01 did not admit exactly one more payment")
+	}
+}
+
+// TestSpendWindowUnpricedIsDataUnavailable: with a window set, an action without a USD
+// price is refused with data_unavailable; without windows the check is absent.
+func TestSpendWindowUnpricedIsDataUnavailable(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	unpriced := common.HexToAddress("0x7777777777777777777777777777777777777777")
+	base := fmt.Sprintf(`{"venues": {"allowed": ["payment"]}, "chains": {"allowed": [%d]}%%s}`, testChain)
+	for _, tc := range []struct {
+		name, policy string
+		want         verdict.ReasonCode
+		checks       int
+	}{
+		{"window set", fmt.Sprintf(base, `, "spendWindows": {"windows": [{"period": "week", "capUsd": 100}]}`), verdict.ReasonDataUnavailable, 13},
+		{"no window", fmt.Sprintf(base, ``), verdict.ReasonAllowed, 12},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := e.agent(strings.ReplaceAll(tc.name, " ", "-"), common.HexToAddress(fmt.Sprintf("0xA11CE0000000000000000000000000000000%04x", len(tc.name))), tc.policy)
+			body := submitBody(a.Wallet, allowedPay, "")
+			body["proposedTx"].(map[string]any)["asset"] = unpriced.Hex()
+			r := e.submit(a.Key, body)
+			v := e.await(a.Key, r.body["requestHash"].(string))
+			if v.ReasonCode != tc.want || len(v.Checks) != tc.checks {
+				t.Fatalf("verdict %s with %d checks, want %s with %d", v.ReasonCode, len(v.Checks), tc.want, tc.checks)
+			}
+		})
+	}
+}
+
+// TestSpendWindowHoldsAcrossInstances: three instances on one PostgreSQL database, 30
+// concurrent $0.01 payments against a $0.15 daily cap: exactly 15 approved.
+func TestSpendWindowHoldsAcrossInstances(t *testing.T) {
+	dsn := postgresDSN(t)
+	envs := []*env{newEnv(t, postgresAt(t, dsn), nil), newEnv(t, postgresAt(t, dsn), nil), newEnv(t, postgresAt(t, dsn), nil)}
+	a := envs[0].agent("shared", common.HexToAddress("0xA11CE00000000000000000000000000000000001"), windowPolicy(`{"period": "day", "capUsd": 0.15}`))
+	if _, vs := payAll(t, envs, a, 30); approvedCount(t, vs) != 15 {
+		t.Fatal("the cap did not admit exactly 15 of 30 $0.01 payments across 3 instances")
+	}
+	if day := envs[2].windows(a.ID)[0].(map[string]any); day["reservedUsd"] != 0.15 {
+		t.Fatalf("day window %v, want $0.15 reserved", day)
+	}
+}
+
+// TestWindowVerdictsAreValid: whatever the windows hold and whatever the notional (or none),
+// the verdict with its spend_window check passes the verdict package's validator, and it is
+// an approval exactly when every window had room.
+func TestWindowVerdictsAreValid(t *testing.T) {
+	rng := rand.New(rand.NewPCG(24, 1))
+	day := policy.SpendWindow{Period: "day", CapUSD: 150}
+	token := policy.SpendWindow{Period: "hour", CapUSD: 20, Asset: testAsset.Hex()}
+	for i := range 2000 {
+		uses := []engine.WindowUse{
+			{Index: 0, Window: day, Committed: rng.Int64N(200e6), Reserved: rng.Int64N(200e6)},
+			{Index: 1, Window: token, Committed: rng.Int64N(30e6), Reserved: rng.Int64N(30e6)},
+		}
+		var notional *int64
+		if rng.IntN(10) > 0 {
+			n := rng.Int64N(50e6)
+			notional = &n
+		}
+		tree, err := verdictTree([]byte(testenv.VerdictJSON(testenv.ApprovedVerdict())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		check, obs := engine.SpendWindow(uses, notional)
+		raw, status, err := withWindowCheck(tree, "0xprop", check, &obs)
+		if err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
+		fits := notional != nil && uses[0].Left() >= *notional && uses[1].Left() >= *notional
+		if (status == store.StatusApproved) != fits {
+			t.Fatalf("case %d: %s for notional %v and windows %+v", i, status, notional, uses)
+		}
+		v, err := verdict.ParseVerdict(raw, "0xprop")
+		if err != nil || v.Approved() != fits {
+			t.Fatalf("case %d: %v, approved %v", i, err, v.Approved())
+		}
+	}
+}
