@@ -28,7 +28,7 @@ func (s *Server) complete(ctx context.Context, t store.Transaction, in engine.In
 		return err
 	}
 	if j.status != store.StatusApproved {
-		raw, _, err := withWindowCheck(tree, t.RequestHash, engine.SpendWindowNotChecked(), nil)
+		raw, _, err := s.withWindowCheck(tree, in, t.RequestHash, engine.SpendWindowNotChecked(), nil)
 		if err != nil {
 			return err
 		}
@@ -43,7 +43,7 @@ func (s *Server) complete(ctx context.Context, t store.Transaction, in engine.In
 	if notional == nil {
 		// unpriced: refused without reading the windows, and nothing is reserved
 		check, obs := engine.SpendWindow(uses, nil)
-		raw, status, err := withWindowCheck(tree, t.RequestHash, check, &obs)
+		raw, status, err := s.withWindowCheck(tree, in, t.RequestHash, check, &obs)
 		if err != nil {
 			return err
 		}
@@ -59,7 +59,7 @@ func (s *Server) complete(ctx context.Context, t store.Transaction, in engine.In
 			uses[i].Committed, uses[i].Reserved = found[i].Committed, found[i].Reserved
 		}
 		check, obs := engine.SpendWindow(uses, notional)
-		raw, status, err := withWindowCheck(tree, t.RequestHash, check, &obs)
+		raw, status, err := s.withWindowCheck(tree, in, t.RequestHash, check, &obs)
 		return store.Decision{Status: status, Verdict: raw, PolicyVersion: j.policyVersion}, err
 	})
 	return err
@@ -134,7 +134,10 @@ func assetsOf(evidence any) []string {
 // withWindowCheck adds check (and its observation, when there is one) to the verdict tree;
 // a failed check rejects the verdict with its code. It returns the verdict's JSON and
 // status once it passes the verdict package's validator (docs/verdict.md#consistency-rules).
-func withWindowCheck(tree map[string]any, hash string, check verdict.Check, obs *engine.Observation) (json.RawMessage, string, error) {
+// A signing service signs the verdict as it now stands: the engine's signature covered the
+// verdict before the windows decided, and a window can turn an approval into a refusal
+// (docs/verdict-signing.md).
+func (s *Server) withWindowCheck(tree map[string]any, in engine.Input, hash string, check verdict.Check, obs *engine.Observation) (json.RawMessage, string, error) {
 	checks, _ := tree["checks"].([]any)
 	tree["checks"] = append(checks, check)
 	if ev, ok := tree["evidence"].(map[string]any); ok && obs != nil {
@@ -146,16 +149,36 @@ func withWindowCheck(tree map[string]any, hash string, check verdict.Check, obs 
 		tree["outcome"], tree["reasonCode"] = verdict.OutcomeRejected, *check.Code
 		tree["humanReason"], tree["triggeringPolicyField"] = check.HumanReason, check.TriggeringPolicyField
 	}
-	raw, err := json.Marshal(tree)
+	delete(tree, "signature")
+	v, raw, err := parseTree(tree, hash)
 	if err != nil {
-		return nil, "", fmt.Errorf("spend windows: encode the verdict: %w", err)
+		return nil, "", err
 	}
-	v, err := verdict.ParseVerdict(raw, hash)
-	if err != nil || !v.Terminal() {
-		return nil, "", fmt.Errorf("spend windows: the verdict is not a terminal, valid one: %v", err)
+	if s.signer != nil {
+		sig, err := s.signer.sign(v, in, hash, s.now())
+		if err != nil {
+			return nil, "", fmt.Errorf("spend windows: sign the verdict: %w", err)
+		}
+		tree["signature"] = sig
+		if v, raw, err = parseTree(tree, hash); err != nil {
+			return nil, "", err
+		}
 	}
 	if v.Approved() {
 		return raw, store.StatusApproved, nil
 	}
 	return raw, store.StatusRejected, nil
+}
+
+// parseTree encodes a verdict tree and holds it to the verdict package's validator.
+func parseTree(tree map[string]any, hash string) (*verdict.Verdict, json.RawMessage, error) {
+	raw, err := json.Marshal(tree)
+	if err != nil {
+		return nil, nil, fmt.Errorf("spend windows: encode the verdict: %w", err)
+	}
+	v, err := verdict.ParseVerdict(raw, hash)
+	if err != nil || !v.Terminal() {
+		return nil, nil, fmt.Errorf("spend windows: the verdict is not a terminal, valid one: %v", err)
+	}
+	return v, raw, nil
 }

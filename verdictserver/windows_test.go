@@ -2,11 +2,13 @@ package verdictserver
 
 import (
 	"fmt"
+	"math/big"
 	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ethereum/go-ethereum/common"
 
@@ -211,7 +213,7 @@ func TestWindowVerdictsAreValid(t *testing.T) {
 			t.Fatal(err)
 		}
 		check, obs := engine.SpendWindow(uses, notional)
-		raw, status, err := withWindowCheck(tree, "0xprop", check, &obs)
+		raw, status, err := (&Server{now: time.Now}).withWindowCheck(tree, engine.Input{}, "0xprop", check, &obs)
 		if err != nil {
 			t.Fatalf("case %d: %v", i, err)
 		}
@@ -222,6 +224,31 @@ func TestWindowVerdictsAreValid(t *testing.T) {
 		v, err := verdict.ParseVerdict(raw, "0xprop")
 		if err != nil || v.Approved() != fits {
 			t.Fatalf("case %d: %v, approved %v", i, err, v.Approved())
+		}
+	}
+}
+
+// TestSignedSpendWindowVerdicts: under a signing service, a verdict that a spend window
+// turns into a refusal is signed as a refusal, and an approval the windows admit as an
+// approval: the signature covers the verdict as stored, not the engine's verdict before the
+// windows decided (which left a full window's records pending: their signature signed
+// "approved").
+func TestSignedSpendWindowVerdicts(t *testing.T) {
+	now := time.Now().UTC()
+	e := signingEnv(t, now, 2*time.Minute)
+	a := e.agent("signed-windowed", common.HexToAddress("0xA11CE00000000000000000000000000000000002"),
+		windowPolicy(`{"period": "day", "capUsd": 0.02}`))
+	_, vs := payAll(t, []*env{e}, a, 3)
+	if n := approvedCount(t, vs); n != 2 {
+		t.Fatalf("approved %d of 3 $0.01 payments against a $0.02 cap, want 2", n)
+	}
+	want := verdict.PaymentBinding(a.Wallet, testChain, allowedPay, testAsset, big.NewInt(10000))
+	for _, v := range vs {
+		if v.Signature == nil {
+			t.Fatalf("%s verdict is not signed", v.Outcome)
+		}
+		if err := verdict.CheckSignature(v, testSigner(t), want, now); err != nil {
+			t.Errorf("%s verdict (%s): CheckSignature = %v", v.Outcome, v.ReasonCode, err)
 		}
 	}
 }
