@@ -138,6 +138,10 @@ func assetsOf(evidence any) []string {
 // verdict before the windows decided, and a window can turn an approval into a refusal
 // (docs/verdict-signing.md).
 func (s *Server) withWindowCheck(tree map[string]any, in engine.Input, hash string, check verdict.Check, obs *engine.Observation) (json.RawMessage, string, error) {
+	failed := check.Status == verdict.CheckFailed
+	if failed && letWindowThrough(tree, &check) {
+		failed = false
+	}
 	checks, _ := tree["checks"].([]any)
 	tree["checks"] = append(checks, check)
 	if ev, ok := tree["evidence"].(map[string]any); ok && obs != nil {
@@ -145,7 +149,7 @@ func (s *Server) withWindowCheck(tree map[string]any, in engine.Input, hash stri
 			o[string(verdict.CheckSpendWindow)] = obs
 		}
 	}
-	if check.Status == verdict.CheckFailed {
+	if failed {
 		tree["outcome"], tree["reasonCode"] = verdict.OutcomeRejected, *check.Code
 		tree["humanReason"], tree["triggeringPolicyField"] = check.HumanReason, check.TriggeringPolicyField
 	}
@@ -168,6 +172,33 @@ func (s *Server) withWindowCheck(tree map[string]any, in engine.Input, hash stri
 		return raw, store.StatusApproved, nil
 	}
 	return raw, store.StatusRejected, nil
+}
+
+// letWindowThrough applies a warn or audit policy to a failed spend_window check, as the
+// engine applies it to its own checks (docs/policy.md#modes): a full window is recorded in
+// wouldFail, the check becomes not_checked saying so, and a warn verdict's humanReason names
+// the rejection it would have been. The approval then reserves its notional like any other:
+// the action will move money. It reports false, changing nothing, in enforce mode and for a
+// code every mode enforces (data_unavailable).
+func letWindowThrough(tree map[string]any, check *verdict.Check) bool {
+	m, _ := tree["mode"].(string)
+	mode := verdict.Mode(m)
+	if !mode.Lenient() || check.Code == nil || mode.Enforces(check.CheckID, *check.Code) {
+		return false
+	}
+	would := *check
+	wouldFail, _ := tree["wouldFail"].([]any)
+	tree["wouldFail"] = append(wouldFail, would)
+	check.Status, check.Code = verdict.CheckNotChecked, nil
+	check.HumanReason = "not enforced in " + m + " mode; would have failed: " + would.HumanReason
+	if n, ok := tree["policyVersion"].(json.Number); ok && mode == verdict.ModeWarn {
+		var all []verdict.Check
+		pv, err := n.Int64()
+		if b, merr := json.Marshal(tree["wouldFail"]); err == nil && merr == nil && json.Unmarshal(b, &all) == nil {
+			tree["humanReason"] = engine.WarnedReason(pv, all)
+		}
+	}
+	return true
 }
 
 // parseTree encodes a verdict tree and holds it to the verdict package's validator.

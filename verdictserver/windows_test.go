@@ -252,3 +252,41 @@ func TestSignedSpendWindowVerdicts(t *testing.T) {
 		}
 	}
 }
+
+// TestSpendWindowUnderWarnAndAudit: a policy in warn or audit mode approves what a full
+// window would refuse, records it in wouldFail (warn names it in humanReason), and still
+// reserves it: the action will move money. An unpriced action is refused in every mode.
+func TestSpendWindowUnderWarnAndAudit(t *testing.T) {
+	for _, mode := range []verdict.Mode{verdict.ModeWarn, verdict.ModeAudit} {
+		t.Run(string(mode), func(t *testing.T) {
+			e := newEnv(t, nil, nil)
+			pol := strings.Replace(windowPolicy(`{"period": "day", "capUsd": 0.02}`), "{", `{"mode": "`+string(mode)+`", `, 1)
+			a := e.agent("lenient-"+string(mode), common.HexToAddress("0xA11CE00000000000000000000000000000000003"), pol)
+			_, vs := payAll(t, []*env{e}, a, 3)
+			let := 0
+			for i, v := range vs {
+				c := windowCheck(v)
+				if !v.Approved() || v.Mode != mode || c == nil {
+					t.Fatalf("verdict %d: %s %s mode %q, want approved in %s", i, v.Outcome, v.ReasonCode, v.Mode, mode)
+				}
+				if c.Status == verdict.CheckPassed {
+					continue
+				}
+				let++
+				if c.Status != verdict.CheckNotChecked || len(v.WouldFail) != 1 ||
+					v.WouldFail[0].CheckID != verdict.CheckSpendWindow || *v.WouldFail[0].Code != verdict.ReasonSpendWindowExceeded {
+					t.Fatalf("verdict %d: spend_window %+v, wouldFail %+v", i, c, v.WouldFail)
+				}
+				if warned := strings.Contains(v.HumanReason, "would have been rejected with spend_window_exceeded"); warned != (mode == verdict.ModeWarn) {
+					t.Errorf("verdict %d: humanReason %q in %s mode", i, v.HumanReason, mode)
+				}
+			}
+			if let != 1 {
+				t.Fatalf("%d verdicts let a full window through, want 1", let)
+			}
+			if day := e.windows(a.ID)[0].(map[string]any); day["reservedUsd"] != 0.03 {
+				t.Fatalf("day window %v, want $0.03 reserved: a let-through approval reserves too", day)
+			}
+		})
+	}
+}

@@ -33,9 +33,10 @@ func letThrough(m verdict.Mode, results *[numChecks]result) []verdict.Check {
 	return would
 }
 
-// warnedReason is the humanReason of an approval in warn mode that let checks through: the
+// WarnedReason is the humanReason of an approval in warn mode that let checks through: the
 // reason of the first, which would have decided the rejection, and how many more there are.
-func warnedReason(v int64, wouldFail []verdict.Check) string {
+// The spend windows, decided after the engine, use it too (docs/spend-windows.md).
+func WarnedReason(v int64, wouldFail []verdict.Check) string {
 	first := wouldFail[0]
 	s := "approved in warn mode under policy version " + strconv.FormatInt(v, 10) +
 		"; would have been rejected with " + string(*first.Code) + ": " + first.HumanReason

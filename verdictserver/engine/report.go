@@ -366,7 +366,7 @@ func fieldPtr(f string) *string {
 func approvedReason(m verdict.Mode, v int64, wouldFail []verdict.Check) string {
 	switch {
 	case m == verdict.ModeWarn && len(wouldFail) > 0:
-		return warnedReason(v, wouldFail)
+		return WarnedReason(v, wouldFail)
 	case m.Lenient():
 		return "approved in " + string(m) + " mode under policy version " + strconv.FormatInt(v, 10)
 	}
