@@ -351,7 +351,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		if paid, ok := gate.FromContext(r.Context()); ok && (paid.Settlement != nil || paid.Authorized != nil) {
 			s := paid.Settlement
 			if s == nil {
-				s = paid.Authorized // not settled yet: no transaction (docs/caddy.md#placeholders)
+				s = paid.Authorized // not settled yet: no transaction (docs/caddy.md#flows-and-preflights)
 			}
 			repl.Set("http.x402.payer", s.Payer)
 			repl.Set("http.x402.tx", s.Transaction)
