@@ -8,9 +8,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-
-	"github.com/ethereum/go-ethereum/common/hexutil"
-	"github.com/ethereum/go-ethereum/crypto"
 )
 
 // corsApp is a browser app on another origin than the paid API at .API: it asks with a
@@ -119,16 +116,7 @@ func TestCrossOriginAppPaysInChromium(t *testing.T) {
 				w.Header().Set("Content-Type", "text/html; charset=utf-8")
 				_ = corsApp.Execute(w, map[string]any{"API": api.URL + "/paid", "Payer": strings.ToLower(env.payer.Address.Hex())})
 			})
-			mux.HandleFunc("/wallet/sign", func(w http.ResponseWriter, r *http.Request) {
-				sig, err := walletSign(r.Body, env.payer.Address, env.token.Address, func(d []byte) ([]byte, error) {
-					return crypto.Sign(d, env.payer.Key)
-				})
-				if err != nil {
-					http.Error(w, err.Error(), http.StatusBadRequest)
-					return
-				}
-				_, _ = io.WriteString(w, hexutil.Encode(sig))
-			})
+			mux.HandleFunc("/wallet/sign", walletSignHandler(env.payer, env.token.Address))
 			app.Config.Handler = mux
 
 			got := verdictOf(t, runChromium(t, "--virtual-time-budget=30000", "--dump-dom", app.URL+"/app"))

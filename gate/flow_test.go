@@ -120,6 +120,16 @@ func (s *flowServer) expect(t *testing.T, settlements int, upstream int32) {
 	}
 }
 
+// paysOnceItAnswers makes the upstream answer well, and checks that the same payment
+// then pays: nothing was spent before.
+func (s *flowServer) paysOnceItAnswers(t *testing.T, name, value string) {
+	t.Helper()
+	s.answer(http.StatusOK, premium)
+	if res, body := s.get(t, name, value); res.StatusCode != http.StatusOK || body != premium {
+		t.Errorf("the same payment once the upstream answers well: %d %.200s, want 200 %s", res.StatusCode, body, premium)
+	}
+}
+
 // settleResponse decodes the PAYMENT-RESPONSE of res; nil when it has none.
 func settleResponse(t *testing.T, res *http.Response) *x402.SettleResponse {
 	t.Helper()
@@ -176,10 +186,7 @@ func TestAuthorizationFlow(t *testing.T) {
 					res.StatusCode, body, res.Header.Get(gate.HeaderPaymentRetry), status)
 			}
 			s.expect(t, 0, 1)
-			s.answer(http.StatusOK, premium)
-			if res, body := s.get(t, name, value); res.StatusCode != http.StatusOK || body != premium {
-				t.Fatalf("the same payment once the upstream recovered: %d %s, want 200", res.StatusCode, body)
-			}
+			s.paysOnceItAnswers(t, name, value)
 			s.expect(t, 1, 2)
 		})
 	}
@@ -215,10 +222,7 @@ func TestAuthorizationFlow(t *testing.T) {
 			t.Fatalf("%d %.200s, want 502 %s", res.StatusCode, body, gate.ReasonResponseTooLarge)
 		}
 		s.expect(t, 0, 1)
-		s.answer(http.StatusOK, premium)
-		if res, body := s.get(t, name, value); res.StatusCode != http.StatusOK || body != premium {
-			t.Errorf("the same payment with a shorter answer: %d %s, want 200", res.StatusCode, body)
-		}
+		s.paysOnceItAnswers(t, name, value)
 	})
 	t.Run("a second request with the same payment while the first runs gets no answer", func(t *testing.T) {
 		s := newFlowServer(t, authorizationRoute())
@@ -264,10 +268,7 @@ func TestAuthorizationFlow(t *testing.T) {
 		}
 		<-s.served
 		s.expect(t, 0, 1)
-		s.answer(http.StatusOK, premium)
-		if res, body := s.get(t, name, value); res.StatusCode != http.StatusOK || body != premium {
-			t.Errorf("the same payment again: %d %s, want 200", res.StatusCode, body)
-		}
+		s.paysOnceItAnswers(t, name, value)
 	})
 	t.Run("a client that leaves after the upstream answered is charged", func(t *testing.T) {
 		s := newFlowServer(t, authorizationRoute())
