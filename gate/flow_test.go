@@ -227,9 +227,12 @@ func TestAuthorizationFlow(t *testing.T) {
 	t.Run("a second request with the same payment while the first runs gets no answer", func(t *testing.T) {
 		s := newFlowServer(t, authorizationRoute())
 		entered, release := make(chan struct{}), make(chan struct{})
+		var n atomic.Int32
 		s.setUpstream(func(w http.ResponseWriter, _ *http.Request) {
-			close(entered)
-			<-release
+			if n.Add(1) == 1 { // the first request waits inside the upstream
+				close(entered)
+				<-release
+			}
 			_, _ = io.WriteString(w, premium)
 		})
 		name, value := s.payment(t)
@@ -243,14 +246,17 @@ func TestAuthorizationFlow(t *testing.T) {
 			first <- http.StatusText(res.StatusCode) + " " + body
 		}()
 		<-entered
-		res, body := s.get(t, name, value)
+		res, body, err := s.do(context.Background(), http.MethodGet, name, value)
 		close(release)
-		if res.StatusCode != http.StatusPaymentRequired || strings.Contains(body, "the paid answer") {
+		if err != nil {
+			t.Errorf("the second request: %v", err)
+		} else if res.StatusCode != http.StatusPaymentRequired || strings.Contains(body, "the paid answer") {
 			t.Errorf("the second request: %d %s, want 402", res.StatusCode, body)
 		}
 		if got := <-first; got != "OK "+premium {
 			t.Errorf("the first request: %s, want OK %s", got, premium)
 		}
+		<-s.served
 		<-s.served
 		s.expect(t, 1, 1)
 	})
