@@ -47,20 +47,28 @@ const paidAnswer = `{"data":"the paid answer"}`
 
 // flowUpstream answers as its mode says: "fail" 503, "ok" 200 paidAnswer, and "drain" 200
 // paidAnswer after it has moved every token of drainFrom away (the payer spends its money
-// while the upstream runs, before the gate settles).
+// while the upstream runs, before the gate settles). It answers an OPTIONS 204 with the
+// CORS headers of a preflight.
 type flowUpstream struct {
-	srv       *httptest.Server
-	mode      atomic.Value
-	calls     atomic.Int32
-	mu        sync.Mutex
-	drainErr  error
-	drainFrom testenv.Account
+	srv        *httptest.Server
+	mode       atomic.Value
+	calls      atomic.Int32
+	preflights atomic.Int32 // CORS preflights it answered
+	mu         sync.Mutex
+	drainErr   error
+	drainFrom  testenv.Account
 }
 
 func startFlowUpstream(t *testing.T, chain *testenv.Chain, tok *testenv.Token) *flowUpstream {
 	u := &flowUpstream{}
 	u.mode.Store("fail")
 	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodOptions {
+			u.preflights.Add(1)
+			w.Header().Set("Access-Control-Allow-Headers", "PAYMENT-SIGNATURE")
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
 		u.calls.Add(1)
 		switch u.mode.Load() {
 		case "fail":
@@ -93,7 +101,8 @@ func drain(ctx context.Context, chain *testenv.Chain, tok *testenv.Token, from t
 }
 
 // TestAuthorizationFlowThroughCaddy: the built binary on anvil, a route with `flow
-// authorization`, and a payment header signed by the real @x402/fetch client. An upstream
+// authorization`, and a payment header signed by the real @x402/fetch client. A CORS
+// preflight reaches the upstream uncharged. An upstream
 // 503 moves nothing on chain and leaves the authorization unused; the same header then
 // pays once the upstream recovers, exactly once, and buys one good answer. A payer who
 // spends its tokens while the upstream runs gets 402 with a PAYMENT-RESPONSE of success
@@ -113,6 +122,11 @@ func TestAuthorizationFlowThroughCaddy(t *testing.T) {
 	})
 	url := "http://127.0.0.1:" + strconv.Itoa(port) + "/paid/report"
 	token := "X402_TOKEN=" + tok.Address.Hex()
+
+	pre := mustDo(t, http.MethodOptions, url, map[string]string{"Origin": "https://app.example", "Access-Control-Request-Method": "GET"})
+	if pre.Status != http.StatusNoContent || up.preflights.Load() != 1 {
+		t.Errorf("a CORS preflight: %d %s, the upstream answered %d; want its 204", pre.Status, pre.Body, up.preflights.Load())
+	}
 
 	payer := newPayer(t, tok)
 	header := signOnly(t, payV2Script, payer, url, token)
