@@ -193,12 +193,12 @@ type errorBody struct {
 
 // Write sends r. A payment-required result goes to a browser (IsBrowser) as the HTML
 // paywall page, still with status 402 and the PAYMENT-REQUIRED header; every other
-// non-settled result is JSON. For KindSettled, Write only sets Header: the caller then
-// runs the upstream, which writes the status and body.
+// non-settled result is JSON. For KindSettled and KindAuthorized, Write only sets Header:
+// the upstream writes the status and body.
 func (r *Result) Write(w http.ResponseWriter, req *http.Request) {
 	h := w.Header()
 	r.SetHeaders(h)
-	if r.Kind == KindSettled {
+	if r.Kind == KindSettled || r.Kind == KindAuthorized {
 		return
 	}
 	if r.Kind == KindPaymentRequired && req != nil && IsBrowser(req.Header) && r.challenge != nil {
