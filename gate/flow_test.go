@@ -203,15 +203,29 @@ func TestAuthorizationFlow(t *testing.T) {
 		}
 		s.expect(t, 1, 1)
 	})
-	t.Run("a settlement whose outcome is unknown answers 502 and never the answer", func(t *testing.T) {
+	t.Run("a settlement whose outcome is unknown answers 502 without the answer, and its token redeems it once confirmed", func(t *testing.T) {
 		s := newFlowServer(t, authorizationRoute())
-		s.f.OnSettle(func(context.Context, *x402.Payment, *x402.Requirements) (x402.SettleResponse, error) {
-			return x402.SettleResponse{}, errors.New("connection reset")
+		s.f.OnSettle(func(_ context.Context, p *x402.Payment, r *x402.Requirements) (x402.SettleResponse, error) {
+			return x402.SettleResponse{ErrorReason: x402.ReasonSettlementPending.For(p.Version), Transaction: s.f.Settled(p, r).Transaction, Network: r.Network}, nil
 		})
 		name, value := s.payment(t)
-		if res, body := s.get(t, name, value); res.StatusCode != http.StatusBadGateway || strings.Contains(body, "the paid answer") {
-			t.Fatalf("%d %s, want 502 without the answer", res.StatusCode, body)
+		res, body := s.get(t, name, value)
+		token := res.Header.Get(gate.HeaderPaymentRetry)
+		if res.StatusCode != http.StatusBadGateway || strings.Contains(body, "the paid answer") || token == "" {
+			t.Fatalf("%d %s (retry token %q), want 502 with a token and without the answer", res.StatusCode, body, token)
 		}
+		s.f.OnSettlementStatus(func(_ context.Context, p *x402.Payment, r *x402.Requirements) (x402.SettleResponse, error) {
+			return s.f.Settled(p, r), nil
+		})
+		r, b, err := s.do(context.Background(), http.MethodGet, name, value, gate.HeaderPaymentRetry, token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-s.served
+		if r.StatusCode != http.StatusOK || b != premium {
+			t.Errorf("redeemed once confirmed: %d %s, want 200 %s", r.StatusCode, b, premium)
+		}
+		s.expect(t, 1, 2)
 	})
 	t.Run("an answer longer than the buffer is neither sent nor settled", func(t *testing.T) {
 		s := newFlowServer(t, authorizationRoute())
