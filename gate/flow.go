@@ -87,13 +87,14 @@ func (g *Gate) serveAuthorized(w http.ResponseWriter, r *http.Request, res *Resu
 			g.forget(r.Context(), h) // next panicked: nothing was sent, nothing is settled
 		}
 	}()
-	err := next(buf, r.WithContext(ctx))
+	err := callBuffered(next, buf, r.WithContext(ctx))
 	done = true
 	if out, good := g.unsettled(r, res, buf, err); !good {
 		g.forget(r.Context(), h)
 		switch {
 		case out != nil:
 			out.Write(w, r)
+			return nil // answered here, next's error (its write refused) included
 		case err == nil && r.Context().Err() == nil:
 			buf.release(w, nil) // an answer of 400 or more, as it is: nothing is charged for it
 		}
@@ -115,6 +116,21 @@ func (g *Gate) serveAuthorized(w http.ResponseWriter, r *http.Request, res *Resu
 	defer cancel()
 	_, _ = g.ReportUpstream(rctx, out, false) // logged there
 	return nil
+}
+
+// callBuffered runs next into buf. A proxying upstream whose write buf refused as too
+// long aborts (Caddy's reverse_proxy panics with http.ErrAbortHandler): nothing reached
+// the client yet, so that abort is recovered and answered 502 response_too_large. Any
+// other panic goes on.
+func callBuffered(next NextFunc, buf *answerBuffer, r *http.Request) error {
+	defer func() {
+		if buf.overflow {
+			if v := recover(); v != nil && v != http.ErrAbortHandler {
+				panic(v)
+			}
+		}
+	}()
+	return next(buf, r)
 }
 
 // unsettled says whether the buffered answer of an authorized payment is a good one to

@@ -227,17 +227,30 @@ func TestAuthorizationFlow(t *testing.T) {
 		}
 		s.expect(t, 1, 2)
 	})
-	t.Run("an answer longer than the buffer is neither sent nor settled", func(t *testing.T) {
-		s := newFlowServer(t, authorizationRoute())
-		s.answer(http.StatusOK, strings.Repeat("x", gate.MaxAuthorizedAnswer+1))
-		name, value := s.payment(t)
-		res, body := s.get(t, name, value)
-		if res.StatusCode != http.StatusBadGateway || !strings.Contains(body, string(gate.ReasonResponseTooLarge)) {
-			t.Fatalf("%d %.200s, want 502 %s", res.StatusCode, body, gate.ReasonResponseTooLarge)
-		}
-		s.expect(t, 0, 1)
-		s.paysOnceItAnswers(t, name, value)
-	})
+	long := strings.Repeat("x", gate.MaxAuthorizedAnswer+1)
+	for _, up := range []struct {
+		name string
+		fn   http.HandlerFunc
+	}{
+		{"an upstream that ignores the refused write", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, long) }},
+		{"an upstream that aborts on it, as Caddy's reverse_proxy does", func(w http.ResponseWriter, _ *http.Request) {
+			if _, err := io.WriteString(w, long); err != nil {
+				panic(http.ErrAbortHandler)
+			}
+		}},
+	} {
+		t.Run("an answer longer than the buffer is neither sent nor settled: "+up.name, func(t *testing.T) {
+			s := newFlowServer(t, authorizationRoute())
+			s.setUpstream(up.fn)
+			name, value := s.payment(t)
+			res, body := s.get(t, name, value)
+			if res.StatusCode != http.StatusBadGateway || !strings.Contains(body, string(gate.ReasonResponseTooLarge)) {
+				t.Fatalf("%d %.200s, want 502 %s", res.StatusCode, body, gate.ReasonResponseTooLarge)
+			}
+			s.expect(t, 0, 1)
+			s.paysOnceItAnswers(t, name, value)
+		})
+	}
 	t.Run("a second request with the same payment while the first runs gets no answer", func(t *testing.T) {
 		s := newFlowServer(t, authorizationRoute())
 		entered, release := make(chan struct{}), make(chan struct{})

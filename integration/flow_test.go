@@ -45,7 +45,8 @@ http://:{$PORT} {
 // paidAnswer is the answer the flow's upstream gives when it answers well.
 const paidAnswer = `{"data":"the paid answer"}`
 
-// flowUpstream answers as its mode says: "fail" 503, "ok" 200 paidAnswer, and "drain" 200
+// flowUpstream answers as its mode says: "fail" 503, "ok" 200 paidAnswer, "huge" 200 with
+// more than 9 MiB of body, and "drain" 200
 // paidAnswer after it has moved every token of drainFrom away (the payer spends its money
 // while the upstream runs, before the gate settles). It answers an OPTIONS 204 with the
 // CORS headers of a preflight.
@@ -74,6 +75,10 @@ func startFlowUpstream(t *testing.T, chain *testenv.Chain, tok *testenv.Token) *
 		case "fail":
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = io.WriteString(w, `{"error":"upstream overloaded"}`)
+			return
+		case "huge":
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, strings.Repeat(" ", 9<<20)+paidAnswer) // past the gate's 8 MiB buffer
 			return
 		case "drain":
 			u.mu.Lock()
@@ -104,7 +109,8 @@ func drain(ctx context.Context, chain *testenv.Chain, tok *testenv.Token, from t
 // authorization`, and a payment header signed by the real @x402/fetch client. A CORS
 // preflight reaches the upstream uncharged. An upstream
 // 503 moves nothing on chain and leaves the authorization unused; the same header then
-// pays once the upstream recovers, exactly once, and buys one good answer. A payer who
+// pays once the upstream recovers (after an answer too long to buffer, which moves nothing
+// either), exactly once, and buys one good answer. A payer who
 // spends its tokens while the upstream runs gets 402 with a PAYMENT-RESPONSE of success
 // false and never the answer.
 func TestAuthorizationFlowThroughCaddy(t *testing.T) {
@@ -145,6 +151,13 @@ func TestAuthorizationFlowThroughCaddy(t *testing.T) {
 		t.Fatalf("after the 503 the facilitator sent %d transactions and the authorization is used: %v", n-sent, tok.AuthorizationState(t, payer.Address, nonce))
 	}
 
+	up.mode.Store("huge")
+	r = mustDo(t, http.MethodGet, url, map[string]string{"PAYMENT-SIGNATURE": header})
+	if r.Status != http.StatusBadGateway || !strings.Contains(string(r.Body), "response_too_large") || r.Header.Get("PAYMENT-RESPONSE") != "" {
+		t.Errorf("an answer past the buffer: %d %.300s, want 502 response_too_large and no settle response", r.Status, r.Body)
+	}
+	wantDelta(t, tok, payer.Address, bal[0], 0)
+
 	up.mode.Store("ok")
 	r = mustDo(t, http.MethodGet, url, map[string]string{"PAYMENT-SIGNATURE": header})
 	if r.Status != http.StatusOK || string(r.Body) != paidAnswer {
@@ -160,8 +173,8 @@ func TestAuthorizationFlowThroughCaddy(t *testing.T) {
 	if r := mustDo(t, http.MethodGet, url, map[string]string{"PAYMENT-SIGNATURE": header}); r.Status != http.StatusPaymentRequired {
 		t.Errorf("the same header after its good answer: %d %s, want 402", r.Status, r.Body)
 	}
-	if n := up.calls.Load(); n != 2 {
-		t.Errorf("the upstream ran %d times, want 2 (the 503 and the good answer)", n)
+	if n := up.calls.Load(); n != 3 {
+		t.Errorf("the upstream ran %d times, want 3 (the 503, the long answer and the good one)", n)
 	}
 
 	spender := newPayer(t, tok)
