@@ -74,6 +74,7 @@ var docClaims = []docClaim{
 
 	// docs/gate.md
 	{"docs/gate.md", fmt.Sprintf("`MaxTimeoutSeconds` (%d)", gate.DefaultMaxTimeoutSeconds)},
+	{"docs/gate.md", fmt.Sprintf("up to %d MiB of body (`gate.MaxAuthorizedAnswer`)", gate.MaxAuthorizedAnswer>>20)},
 	{"docs/gate.md", fmt.Sprintf("`RetryConfig.Lease` (default %s, at least %s)", span(gate.DefaultRetryLease), span(gate.MinRetryLease))},
 	{"docs/gate.md", fmt.Sprintf("`payledger.Memory`, at most %s records", thousands(payledger.DefaultMemoryEntries))},
 	{"docs/gate.md", fmt.Sprintf("at most `retry_max` (%d) times", gate.DefaultRetryMax)},

@@ -178,7 +178,7 @@ func (g *Gate) errorResult(req *x402.Requirements, version int, status int, reas
 func wireReason(reason x402.Reason, v int) string {
 	switch reason {
 	case ReasonPricingUnavailable, ReasonRetryStoreUnavailable, ReasonRetryInProgress, ReasonFacilitatorUnavailable,
-		ReasonPaymentIDRequired, ReasonPaymentIDConflict, ReasonPaymentIDUsed, ReasonAmbiguousPath:
+		ReasonPaymentIDRequired, ReasonPaymentIDConflict, ReasonPaymentIDUsed, ReasonAmbiguousPath, ReasonResponseTooLarge:
 		return string(reason)
 	}
 	return reason.For(v)

@@ -86,6 +86,13 @@ type Config struct {
 	// (docs/gate.md#ambiguous-paths): PathsStrict answers it 400 ambiguous_path before any
 	// payment or pass is looked at, PathsLenient lets it through. Default: strict.
 	Paths string `json:"paths,omitempty"`
+	// Flow is when the payment is settled (docs/gate.md#payment-flows): FlowUpfront before
+	// the upstream runs, FlowAuthorization after its good answer. Default: upfront.
+	Flow string `json:"flow,omitempty"`
+	// Preflight is what a CORS preflight gets (docs/gate.md#cors-preflights):
+	// PreflightPass sends it to the upstream uncharged, PreflightCharge gates it like any
+	// request. Default: pass.
+	Preflight string `json:"preflight,omitempty"`
 	// VerifyTimeout bounds a /verify call. Default DefaultVerifyTimeout.
 	VerifyTimeout time.Duration `json:"verifyTimeout,omitempty"`
 	// SettleTimeout bounds a /settle call. Settlement is not cancelled when the client goes
@@ -262,13 +269,16 @@ type routeConfig struct {
 	tags        []string
 	// lenientPaths is Config.Paths == PathsLenient.
 	lenientPaths bool
+	// authorization is Config.Flow == FlowAuthorization; chargePreflight is
+	// Config.Preflight == PreflightCharge.
+	authorization, chargePreflight bool
 }
 
 // ConfigError is a Config that Validate refuses. Option is the name of the offending
 // setting as a configuration file spells it (price, pay_to, network, asset, asset_name,
-// decimals, max_timeout, guardian, retry_max, retry_grace, paths), so an adapter can point at
-// the line that sets it (docs/caddy.md). It is setting.Error, which gate's subpackages
-// return too.
+// decimals, max_timeout, guardian, retry_max, retry_grace, paths, flow, preflight), so an
+// adapter can point at the line that sets it (docs/caddy.md). It is setting.Error, which
+// gate's subpackages return too.
 type ConfigError = setting.Error
 
 func configErr(option string, format string, args ...any) error {
@@ -361,6 +371,12 @@ func checkConfig(cfg Config, reg *x402.Registry) (*routeConfig, error) {
 		return nil, err
 	}
 	if err := cfg.Pass.Validate(); err != nil {
+		return nil, err
+	}
+	if err := route.setFlow(cfg); err != nil {
+		return nil, err
+	}
+	if err := route.setPreflight(cfg); err != nil {
 		return nil, err
 	}
 	switch cfg.Paths {

@@ -259,10 +259,16 @@ func (g *Gate) CheckSupported(ctx context.Context) error {
 // payment is settled before the upstream runs (docs/gate.md#settle-before-proxy). Handle
 // never panics. After a settled result, call ReportUpstream when the upstream has
 // answered, before ctx ends: a settled request whose ctx ends unreported counts as
-// answered well (docs/gate.md#payment-ledger).
+// answered well (docs/gate.md#payment-ledger). On a route of the authorization flow,
+// which settles only after the gate has seen the upstream's answer, Handle answers 500
+// invalid_payment_requirements: use Serve or Middleware (docs/gate.md#payment-flows).
 func (g *Gate) Handle(ctx context.Context, in Input) *Result {
 	if res := g.refuseAmbiguousPath(in.Resource, ""); res != nil {
 		return res
+	}
+	if g.route.authorization {
+		g.log.Error("x402 route of the authorization flow called through Handle; use Serve or Middleware")
+		return g.errorResult(nil, 0, http.StatusInternalServerError, x402.ReasonInvalidRequirements, "the route's payment flow needs the gate to run its upstream")
 	}
 	res := g.handle(ctx, in)
 	if res.hold != nil {
@@ -311,15 +317,30 @@ func paymentHeader(h http.Header) (name, value string, err error) {
 	return "", "", nil
 }
 
-// pay verifies and settles a decoded payment.
+// pay verifies a decoded payment and settles it; on a route of the authorization flow it
+// answers the verified payment authorized instead, for Serve to settle after a good answer
+// (docs/gate.md#payment-flows).
 func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header string, p *x402.Payment) *Result {
+	res, verdict := g.verify(ctx, in, req, header, p)
+	switch {
+	case res != nil:
+		return res
+	case g.route.authorization:
+		return g.authorized(req, p, verdict)
+	}
+	return g.settle(ctx, req, p, verdict)
+}
+
+// verify matches and verifies a decoded payment: it returns the result that refuses it,
+// or nil and the verdict outcome when the facilitator approved it.
+func (g *Gate) verify(ctx context.Context, in Input, req *x402.Requirements, header string, p *x402.Payment) (*Result, *VerdictOutcome) {
 	payer := p.Authorization.From.Hex()
 	if err := req.Matches(p); err != nil {
-		return g.rejected(req, p, x402.ReasonOf(err), err.Error(), nil, nil)
+		return g.rejected(req, p, x402.ReasonOf(err), err.Error(), nil, nil), nil
 	}
 	vin := x402.VerifyInput{Payment: p, Requirements: req}
 	if r := g.verdictInput(ctx, in, req, header, p, &vin); r != nil {
-		return r
+		return r, nil
 	}
 	vctx, cancel := context.WithTimeout(ctx, g.verifyTimeout)
 	start := time.Now()
@@ -330,7 +351,7 @@ func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header
 	}
 	if err != nil {
 		g.log.Warn("x402 verify failed", zap.String("payer", payer), zap.Error(err))
-		return g.errorResult(req, p.Version, http.StatusBadGateway, ReasonFacilitatorUnavailable, "the facilitator could not verify the payment")
+		return g.errorResult(req, p.Version, http.StatusBadGateway, ReasonFacilitatorUnavailable, "the facilitator could not verify the payment"), nil
 	}
 	verdict := verdictOutcomeOf(vr)
 	if !vr.IsValid {
@@ -340,48 +361,13 @@ func (g *Gate) pay(ctx context.Context, in Input, req *x402.Requirements, header
 		}
 		res := g.rejected(req, p, reason, vr.InvalidMessage, nil, verdict)
 		res.Verification = vin.VerificationRequirements
-		return res
+		return res, nil
 	}
 	if vr.Payer != "" && !sameAddress(vr.Payer, p.Authorization.From) {
 		g.log.Error("x402 facilitator reported another payer", zap.String("payer", payer))
-		return g.errorResult(req, p.Version, http.StatusBadGateway, ReasonFacilitatorUnavailable, "the facilitator answered for another payer")
+		return g.errorResult(req, p.Version, http.StatusBadGateway, ReasonFacilitatorUnavailable, "the facilitator answered for another payer"), nil
 	}
-
-	// Settlement is not abandoned when the client goes away: a half-done settle is the
-	// uncertain case docs/facilitator.md#settle-order rule 3 warns about. Only SettleTimeout
-	// and the attempt's lease on the payment's record (docs/gate.md#payment-ledger) bound it.
-	sctx, cancel := context.WithTimeout(settleContext(ctx), g.settleTimeout)
-	start = time.Now()
-	sr, err := g.f.Settle(sctx, p, req)
-	cancel()
-	if g.onSettle != nil {
-		g.onSettle(SettleEvent{Requirements: req, Response: sr, Err: err, Duration: time.Since(start)})
-	}
-	s := g.settlement(req, p, sr)
-	switch {
-	case err != nil:
-		g.log.Error("x402 settle failed", zap.String("payer", payer), zap.String("tx", sr.Transaction), zap.Error(err))
-		return g.settleUnknown(req, p, s, verdict, "the facilitator could not settle the payment; its outcome is unknown, do not retry blindly")
-	case !sr.Success:
-		reason := x402.ReasonFromWire(sr.ErrorReason)
-		if reason == x402.ReasonSettlementPending || (reason == x402.ReasonUnexpectedSettle && s.Transaction != "") {
-			// Money may have moved: 502 with the transaction hash, so the client can
-			// reconcile instead of paying again (docs/facilitator.md#settle-order rule 3). In x402 v1,
-			// settlement_pending travels as unexpected_settle_error: with a transaction
-			// hash, that too is an outcome not known yet.
-			return g.settleUnknown(req, p, s, verdict, "the settlement is pending; reconcile its transaction before paying again")
-		}
-		if reason == "" {
-			reason = x402.ReasonUnexpectedSettle
-		}
-		return g.rejected(req, p, reason, sr.ErrorMessage, s, verdict)
-	case !isTxHash(sr.Transaction):
-		g.log.Error("x402 facilitator settled without a transaction hash", zap.String("payer", payer))
-		return g.settleUnknown(req, p, s, verdict, "the facilitator reported success without a transaction hash")
-	}
-	g.log.Info("x402 payment settled", zap.String("payer", payer), zap.String("tx", sr.Transaction),
-		zap.String("amount", s.Amount), zap.String("network", s.Network))
-	return g.settled(req, p, s, verdict)
+	return nil, verdict
 }
 
 // verdictInput adds the verification fee to a /verify call according to
@@ -438,19 +424,6 @@ func retryable(r x402.Reason) bool {
 func sameAddress(s string, a [20]byte) bool {
 	b, err := parseAddressLoose(s)
 	return err == nil && b == a
-}
-
-func isTxHash(s string) bool {
-	if len(s) != 66 || s[:2] != "0x" {
-		return false
-	}
-	for i := 2; i < len(s); i++ {
-		c := s[i]
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
-			return false
-		}
-	}
-	return true
 }
 
 // remaining is how long an authorization stays valid from now; zero when it has expired.

@@ -83,7 +83,7 @@ func (g *Gate) payOnce(ctx context.Context, in Input, req *x402.Requirements, he
 	}
 	h := credit.Hold(ctx, g.ledger, c.Key, owner, g.lease, begun, begun.Add(ttl), g.log)
 	res := g.attempt(context.WithValue(ctx, holdKey{}, h), in, req, header, p, h, e)
-	if res.Kind != KindSettled {
+	if res.Kind != KindSettled && res.Kind != KindAuthorized {
 		h.Release()
 		return res
 	}
@@ -153,23 +153,21 @@ func (g *Gate) proofRequired(req *x402.Requirements, p *x402.Payment) *Result {
 
 // record writes the outcome of a payment attempt to the record it holds: settled, or
 // pending with a retry token, or forgotten when it was refused before money moved, or
-// left reserved for a later attempt when the outcome is unknown.
+// left reserved for a later attempt when the outcome is unknown; an authorized payment
+// keeps its record reserved and its lease.
 func (g *Gate) record(ctx context.Context, req *x402.Requirements, p *x402.Payment, h *credit.Lease, res *Result) *Result {
 	bg := context.WithoutCancel(ctx)
-	var err error
 	switch {
+	case res.Kind == KindAuthorized:
+		return res // still reserved: settled after a good answer, or forgotten (docs/gate.md#payment-flows)
 	case res.Kind == KindSettled:
 		return g.recordSettled(bg, h, res)
 	case res.Kind == KindRejected || res.Status < 500:
-		h.Release()
-		_, err = g.ledger.Forget(bg, h.Key(), h.Owner())
+		g.forget(bg, h)
 	case res.Settlement != nil:
 		return g.pend(bg, req, p, h, res)
 	default:
 		g.end(bg, h, payledger.Release)
-	}
-	if err != nil {
-		g.log.Error("x402 payment ledger unavailable", zap.Error(err))
 	}
 	return res
 }
@@ -195,14 +193,17 @@ func (g *Gate) recordSettled(ctx context.Context, h *credit.Lease, res *Result) 
 	return g.resend(res, "the payment is settled but the payment ledger did not record it")
 }
 
-// leaseLost answers res, a settled result whose upstream has not started, with resend
-// when its lease was lost meanwhile (nil when it is still held): another attempt may
-// serve the payment now, so this one does not.
+// leaseLost answers res, a settled or authorized result whose upstream has not started,
+// with resend (lostUnsettled) when its lease was lost meanwhile (nil when it is still
+// held): another attempt may serve the payment now, so this one does not.
 func (g *Gate) leaseLost(ctx context.Context, res *Result) *Result {
 	if res.hold == nil || !res.hold.Lost() {
 		return nil
 	}
 	g.end(ctx, res.hold, payledger.Release)
+	if res.Kind == KindAuthorized {
+		return g.lostUnsettled(res)
+	}
 	return g.resend(res, "the payment is settled but this attempt lost its lease on the payment's record")
 }
 

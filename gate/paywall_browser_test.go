@@ -411,16 +411,7 @@ func payInChromium(t *testing.T, env *testEnv, cfg Config, bw browserWallet) (wa
 			"Start": bw.start, "Known": bw.known, "Button": bw.button,
 		})
 	})
-	mux.HandleFunc("/wallet/sign", func(w http.ResponseWriter, r *http.Request) {
-		sig, err := walletSign(r.Body, bw.payer.Address, env.token.Address, func(d []byte) ([]byte, error) {
-			return crypto.Sign(d, bw.payer.Key)
-		})
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		_, _ = io.WriteString(w, hexutil.Encode(sig))
-	})
+	mux.HandleFunc("/wallet/sign", walletSignHandler(bw.payer, env.token.Address))
 	mux.HandleFunc("/wallet/sign-message", signInHandler(bw.payer.Key, &atomic.Int32{}))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
@@ -470,6 +461,21 @@ func signInHandler(key *ecdsa.PrivateKey, count *atomic.Int32) http.HandlerFunc 
 		}
 		sig[64] += 27
 		count.Add(1)
+		_, _ = io.WriteString(w, hexutil.Encode(sig))
+	}
+}
+
+// walletSignHandler is the test wallet's eth_signTypedData_v4 over HTTP: walletSign with
+// payer's key, for token; the signature is 0x-hex.
+func walletSignHandler(payer testenv.Account, token common.Address) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		sig, err := walletSign(r.Body, payer.Address, token, func(d []byte) ([]byte, error) {
+			return crypto.Sign(d, payer.Key)
+		})
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 		_, _ = io.WriteString(w, hexutil.Encode(sig))
 	}
 }

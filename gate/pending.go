@@ -95,10 +95,7 @@ func (g *Gate) redeemPending(ctx context.Context, req *x402.Requirements, p *x40
 		s.ErrorReason = x402.ReasonSettlementPending.V2()
 		return g.settleUnknown(req, p, s, nil, "the settlement is still pending; retry later with the same retry token")
 	}
-	h.Release()
-	if _, err := g.ledger.Forget(context.WithoutCancel(ctx), h.Key(), h.Owner()); err != nil {
-		g.log.Error("x402 payment ledger unavailable", zap.Error(err))
-	}
+	g.forget(ctx, h)
 	s.Success = false
 	g.rebuildResponseHeader(s)
 	return g.rejected(req, p, reason, sr.ErrorMessage, s, nil)

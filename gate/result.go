@@ -24,6 +24,10 @@ const (
 	KindRejected Kind = "rejected"
 	// KindSettled: the merchant was paid (200); the upstream may run.
 	KindSettled Kind = "settled"
+	// KindAuthorized: the payment was verified, not settled (200), on a route of the
+	// authorization flow: Serve runs the upstream and settles only after a good answer
+	// (docs/gate.md#payment-flows).
+	KindAuthorized Kind = "authorized"
 	// KindError: the header was malformed (400), a dependency failed (502, 503), or the
 	// route is misconfigured (500).
 	KindError Kind = "error"
@@ -84,9 +88,10 @@ type Result struct {
 
 	challenge *x402.PaymentRequiredV2 // for the paywall page
 	display   display
-	displays  []display // one per accepts entry, for the paywall's choice
-	resumed   bool      // a Retry that is the payment's first run (its answer was lost or pending)
-	length    string    // Content-Length of a cached challenge's body (cachedChallenge)
+	displays  []display     // one per accepts entry, for the paywall's choice
+	resumed   bool          // a Retry that is the payment's first run (its answer was lost or pending)
+	payment   *x402.Payment // the verified payment of a KindAuthorized result, settled after its answer
+	length    string        // Content-Length of a cached challenge's body (cachedChallenge)
 	// hold is the lease a settled request holds on its payment's record;
 	// ReportUpstream ends it.
 	hold      *credit.Lease
@@ -193,12 +198,12 @@ type errorBody struct {
 
 // Write sends r. A payment-required result goes to a browser (IsBrowser) as the HTML
 // paywall page, still with status 402 and the PAYMENT-REQUIRED header; every other
-// non-settled result is JSON. For KindSettled, Write only sets Header: the caller then
-// runs the upstream, which writes the status and body.
+// non-settled result is JSON. For KindSettled and KindAuthorized, Write only sets Header:
+// the upstream writes the status and body.
 func (r *Result) Write(w http.ResponseWriter, req *http.Request) {
 	h := w.Header()
 	r.SetHeaders(h)
-	if r.Kind == KindSettled {
+	if r.Kind == KindSettled || r.Kind == KindAuthorized {
 		return
 	}
 	if r.Kind == KindPaymentRequired && req != nil && IsBrowser(req.Header) && r.challenge != nil {

@@ -34,6 +34,10 @@ type Paid struct {
 	Pass *Pass
 	// PassIssued is the pass this payment bought, when the route issues passes.
 	PassIssued *Pass
+	// Authorized is set, and Settlement nil, on a route of the authorization flow: the
+	// verified payment (payer, amount, network, asset), not settled yet (Success false, no
+	// Transaction); the gate settles it after a good answer (docs/gate.md#payment-flows).
+	Authorized *Settlement
 }
 
 type paidKey struct{}
@@ -47,7 +51,10 @@ func FromContext(ctx context.Context) (*Paid, bool) {
 // Serve runs the gate for r and, on settled, next (docs/gate.md#settle-before-proxy): any other
 // result is written to w and next is not called. An ambiguous path (of in.Resource or of
 // r.URL) is refused first, before any pass or payment is looked at
-// (docs/gate.md#ambiguous-paths). The settle response header is set before next runs, and
+// (docs/gate.md#ambiguous-paths); then a CORS preflight goes to next uncharged, unless the
+// route charges preflights (docs/gate.md#cors-preflights). On a route of the authorization
+// flow next runs for a verified payment, which is settled after its good answer
+// (docs/gate.md#payment-flows). The settle response header is set before next runs, and
 // the request's context carries Paid. Serve watches next: a status >= 500,
 // an error that Options.ErrorStatus maps to >= 500, or a panic counts as an upstream
 // failure and earns the payment its retry credits, granted before the failed answer is
@@ -67,6 +74,10 @@ func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, in Input, next Next
 		}
 		res.Write(w, r)
 		return nil
+	}
+	if g.passPreflight(r) {
+		stripPaymentHeaders(r.Header)
+		return next(w, r)
 	}
 	if res := g.cachedChallenge(r, in); res != nil {
 		if g.onResult != nil {
@@ -97,6 +108,9 @@ func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, in Input, next Next
 	}
 	if g.onResult != nil {
 		g.onResult(res)
+	}
+	if res.Kind == KindAuthorized {
+		return g.serveAuthorized(w, r, res, next)
 	}
 	if res.Kind != KindSettled {
 		res.Write(w, r)

@@ -117,6 +117,8 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //		pass <duration> [<scope>]
 //		pass_key <placeholder> [<placeholder>...]
 //		paths strict|lenient
+//		flow upfront|authorization
+//		preflight pass|charge
 //	}
 //
 // price and pay_to may hold placeholders, expanded per request; then price_min (and
@@ -124,6 +126,11 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //
 // paths lenient lets through a path that an upstream could read as another, which the
 // gate otherwise answers 400 ambiguous_path (docs/caddy.md#path-matching).
+//
+// flow authorization settles only after the next handler answered below 400, with its
+// answer buffered until then; preflight charge answers a CORS preflight the 402
+// challenge instead of passing it on uncharged (docs/gate.md#payment-flows,
+// docs/gate.md#cors-preflights).
 //
 // Each accept block is one way to pay (docs/gate.md#several-ways-to-pay): with
 // blocks, network, asset, price and pay_to above are only their defaults. The schema
@@ -213,8 +220,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := h.unmarshalDiscovery(d); err != nil {
 				return err
 			}
-		case "payment_id", "paths":
-			dst := map[string]*string{"payment_id": &h.PaymentID, "paths": &h.Paths}[opt]
+		case "payment_id", "paths", "flow", "preflight":
+			dst := map[string]*string{"payment_id": &h.PaymentID, "paths": &h.Paths, "flow": &h.Flow, "preflight": &h.Preflight}[opt]
 			if err := oneArg(d, dst); err != nil {
 				return err
 			}
@@ -345,6 +352,8 @@ var optionSyntax = map[string]string{
 	"facilitator": "facilitator bundled [<name>] | facilitator <http(s) url>",
 	"payment_id":  "payment_id optional|required",
 	"paths":       "paths strict|lenient",
+	"flow":        "flow upfront|authorization",
+	"preflight":   "preflight pass|charge",
 	"description": `description "<text>"`,
 	"mime_type":   "mime_type <type>, e.g. mime_type application/json",
 }

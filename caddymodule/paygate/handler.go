@@ -101,6 +101,14 @@ type Handler struct {
 	// upstream could read as another 400 ambiguous_path, before any payment or pass.
 	// Default: strict.
 	Paths string `json:"paths,omitempty"`
+	// Flow is upfront or authorization (docs/gate.md#payment-flows): upfront settles
+	// before the next handler runs, authorization after its answer below 400, which is
+	// buffered until then. Default: upfront.
+	Flow string `json:"flow,omitempty"`
+	// Preflight is pass or charge (docs/gate.md#cors-preflights): pass sends a CORS
+	// preflight to the next handler uncharged, charge answers it the 402 challenge.
+	// Default: pass.
+	Preflight string `json:"preflight,omitempty"`
 
 	gate        *gate.Gate
 	log         *zap.Logger
@@ -153,6 +161,8 @@ func (h *Handler) gateConfig() (gate.Config, error) {
 		Discovery:         h.Discovery,
 		Pass:              h.passConfig(),
 		Paths:             h.Paths,
+		Flow:              h.Flow,
+		Preflight:         h.Preflight,
 	}
 	if h.MaxTimeout != 0 && cfg.MaxTimeoutSeconds <= 0 {
 		return gate.Config{}, &gate.ConfigError{Option: "max_timeout", Err: errors.New("must be at least 1s")}
@@ -338,8 +348,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		in.PayTo = repl.ReplaceKnown(h.PayTo, "")
 	}
 	return h.gate.Serve(w, r, in, func(w http.ResponseWriter, r *http.Request) error {
-		if paid, ok := gate.FromContext(r.Context()); ok && paid.Settlement != nil {
+		if paid, ok := gate.FromContext(r.Context()); ok && (paid.Settlement != nil || paid.Authorized != nil) {
 			s := paid.Settlement
+			if s == nil {
+				s = paid.Authorized // not settled yet: no transaction (docs/caddy.md#flows-and-preflights)
+			}
 			repl.Set("http.x402.payer", s.Payer)
 			repl.Set("http.x402.tx", s.Transaction)
 			repl.Set("http.x402.amount", s.Amount)
