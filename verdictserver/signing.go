@@ -150,8 +150,11 @@ func (s *Server) serveSigner(w http.ResponseWriter, _ *http.Request, _ *principa
 
 // encodeVerdict encodes v, signed when the service signs, without touching v (whose memory
 // the engine may reuse).
+//
+// A verdict under spend windows is encoded unsigned: the windows decide after the engine and
+// may turn it into a refusal, so it is signed once they have (withWindowCheck).
 func (s *Server) encodeVerdict(v *verdict.Verdict, in engine.Input, hash string) ([]byte, error) {
-	if s.signer == nil {
+	if s.signer == nil || windowed(in) {
 		return json.Marshal(v)
 	}
 	sig, err := s.signer.sign(v, in, hash, s.now())
