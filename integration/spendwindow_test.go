@@ -28,14 +28,21 @@ func (f *verdictFleet) windowAgent(t *testing.T, payTo common.Address) (string, 
 	testenv.AddCanary("verdict agent key (spender)", key)
 	wallet := testenv.NewAccount(t).Address
 	f.cli(t, "wallet", "add", "--agent", "spender", "--chain", "84532", wallet.Hex())
-	pol := filepath.Join(f.dir, "windows.json")
+	f.windowPolicy(t, "spender", payTo, "150")
+	return key, wallet
+}
+
+// windowPolicy sets, with the caddy verdict commands, the agent's policy to paying payTo
+// only, under a rolling daily cap of capUSD.
+func (f *verdictFleet) windowPolicy(t *testing.T, agent string, payTo common.Address, capUSD string) {
+	t.Helper()
+	pol := filepath.Join(f.dir, agent+"-windows.json")
 	doc := fmt.Sprintf(`{"venues":{"allowed":["payment"]},"chains":{"allowed":[84532]},"recipients":{"allowed":[%q]},`+
-		`"spendWindows":{"windows":[{"period":"day","capUsd":150}]}}`, payTo.Hex())
+		`"spendWindows":{"windows":[{"period":"day","capUsd":%s}]}}`, payTo.Hex(), capUSD)
 	if err := os.WriteFile(pol, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f.cli(t, "policy", "set", "--agent", "spender", pol)
-	return key, wallet
+	f.cli(t, "policy", "set", "--agent", agent, pol)
 }
 
 // verdictCall sends one request with the agent's key to the verdict API at base and
@@ -215,13 +222,7 @@ func TestSpendWindowHoldsWhenInstancesAreKilled(t *testing.T) {
 // refused with spend_window_exceeded in its 402, and nothing moves.
 func TestSettledPaymentCommitsItsReservation(t *testing.T) {
 	f := newVerdictFleet(t, verdictSetup{})
-	pol := filepath.Join(f.dir, "windowed.json")
-	doc := fmt.Sprintf(`{"venues":{"allowed":["payment"]},"chains":{"allowed":[84532]},"recipients":{"allowed":[%q]},`+
-		`"spendWindows":{"windows":[{"period":"day","capUsd":0.015}]}}`, f.okPayTo.Hex())
-	if err := os.WriteFile(pol, []byte(doc), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	f.cli(t, "policy", "set", "--agent", "buyer", pol)
+	f.windowPolicy(t, "buyer", f.okPayTo, "0.015")
 	in := f.start(t)
 	bal := balances(t, f.tok, f.okPayTo)
 

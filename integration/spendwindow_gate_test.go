@@ -1,0 +1,244 @@
+package integration_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/big"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/x402gate/x402gate/internal/testenv"
+)
+
+// windowSample is the agent's daily window as the admin API answered it at one moment, and
+// what the payee had received by then.
+type windowSample struct {
+	usedUSD, reservedUSD float64
+	received             *big.Int
+}
+
+// windowOf reads the agent's one window from the admin API of in; ok is false when in did
+// not answer.
+func (f *verdictFleet) windowOf(t *testing.T, in *verdictInstance, agentID string) (used, reserved float64, ok bool) {
+	r, err := do(t, http.MethodGet, in.verdictAPI+"/admin/agents/"+agentID+"/windows", "", map[string]string{"x-admin-key": f.adminKey})
+	if err != nil || r.Status != http.StatusOK {
+		return 0, 0, false
+	}
+	var out struct {
+		Windows []struct {
+			UsedUSD     float64 `json:"usedUsd"`
+			ReservedUSD float64 `json:"reservedUsd"`
+		} `json:"windows"`
+	}
+	if json.Unmarshal(r.Body, &out) != nil || len(out.Windows) != 1 {
+		return 0, 0, false
+	}
+	return out.Windows[0].UsedUSD, out.Windows[0].ReservedUSD, true
+}
+
+// gatePayment is one paid request of the gate crash test and what became of it.
+type gatePayment struct {
+	auth    testenv.Authorization
+	header  string
+	answers []int // the status of each try; 0 for no answer (its gate was killed under it)
+	body    string
+}
+
+// pay sends p's header to the live gates in turn, starting at the first-th, until one
+// answers. Every gate is behind one site host, as behind a load balancer, since a payment's
+// record is bound to its resource URL. A try whose gate died under it leaves the payment's
+// lease held in the shared ledger until it lapses (docs/gate.md#payment-ledger): until then
+// the same header is refused as a duplicate, and the client sends it again a second later.
+func (p *gatePayment) pay(t *testing.T, alive func() []*verdictInstance, path string, first int) {
+	for try := 0; try < 60; try++ {
+		list := alive()
+		r, err := do(t, http.MethodGet, list[(first+try)%len(list)].api+path, "", map[string]string{"X-PAYMENT": p.header, "Host": "shop.example"})
+		if err != nil {
+			p.answers = append(p.answers, 0)
+			continue
+		}
+		p.answers, p.body = append(p.answers, r.Status), string(r.Body)
+		if !p.lost() || r.Status != http.StatusPaymentRequired || !strings.Contains(p.body, "duplicate_settlement") {
+			return
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// lost reports whether a try of p got no answer: its gate was killed under it.
+func (p *gatePayment) lost() bool {
+	return slices.Contains(p.answers, 0)
+}
+
+// TestSpendWindowHoldsThroughTheGate is the crash test of docs/spend-windows.md through the
+// whole system: ten Caddy processes, each a gate whose bundled facilitator, in
+// GUARDIAN_MODE required, asks its own verdict app, all on one PostgreSQL, one Redis and
+// one anvil. The agent's payer sends 200 payments of $0.01 at once, spread over the ten
+// gates, against a $0.15 daily window (the $150 cap and $10 payments of the issue, scaled
+// to the gate's price). Two gates are killed with SIGKILL midway and one is started again;
+// a client whose gate died sends the same payment to the next gate, as one behind a load
+// balancer would. Judged by the chain and by the verdict store:
+//
+//   - at no sample do the windows hold more than $0.15, nor the payee more than 15 payments;
+//   - in the end the windows hold exactly $0.15 (15 approvals, none lost to a race) and
+//     nothing is left; every other payment got a 402 that says spend_window_exceeded;
+//   - the payee received exactly 15 payments, each authorization used once, and each
+//     settled payment is committed, except an approval whose gate died before it settled
+//     or reported: that one stays reserved until it expires;
+//   - a payment served (200) was settled and committed before its answer.
+func TestSpendWindowHoldsThroughTheGate(t *testing.T) {
+	// Eleven instances, up to 40 PostgreSQL connections each (docs/reliability.md#resource-limits).
+	f := newVerdictFleet(t, verdictSetup{shared: true, pgConnections: 500})
+	// One payer pays 200 times at once: the verdict rate of the facilitator and the verdict
+	// API's limits are raised so that only the window refuses.
+	f.caddyfile = strings.Replace(f.caddyfile, "guardian_mode required", "guardian_mode required\n\t\t\tverdict_rate 100000 100000", 1)
+	f.caddyfile = strings.Replace(f.caddyfile, "admin_key {env.VERDICT_ADMIN_KEY}",
+		"admin_key {env.VERDICT_ADMIN_KEY}\n\t\trate_limit key 100000 100000\n\t\trate_limit ip 100000 100000", 1)
+	f.windowPolicy(t, "buyer", f.okPayTo, "0.15")
+	const gates, payments, approvals = 10, 200, 15
+
+	// Each gate signs with its own key: a signer's nonces are counted in its process
+	// (docs/reliability.md#several-instances). The restarted gate takes the key of the first
+	// one killed.
+	keys := make([]string, gates)
+	for i := range keys {
+		signer := testenv.NewAccount(t)
+		f.chain.SetBalance(t, signer.Address, new(big.Int).Exp(big.NewInt(10), big.NewInt(20), nil))
+		keys[i] = "X402_FACILITATOR_KEY_FILE=" + writeKeyFile(t, signer)
+	}
+	var mu sync.Mutex
+	ins := make([]*verdictInstance, gates)
+	var wg sync.WaitGroup
+	for i := range ins {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			in := f.start(t, keys[i])
+			mu.Lock()
+			ins[i] = in
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	alive := func() []*verdictInstance {
+		mu.Lock()
+		defer mu.Unlock()
+		var out []*verdictInstance
+		for _, in := range ins {
+			if !in.caddy.Exited() {
+				out = append(out, in)
+			}
+		}
+		return out
+	}
+	watcher := ins[gates-1] // never killed
+	agentID := f.agentID(t, watcher, "buyer")
+	before := f.tok.BalanceOf(t, f.okPayTo)
+	head := blockNumber(t, f.chain)
+
+	// The sampler reads the window and the payee's balance until the payments are done.
+	var samples []windowSample
+	stop, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			if used, reserved, ok := f.windowOf(t, watcher, agentID); ok {
+				got := new(big.Int).Sub(f.tok.BalanceOf(t, f.okPayTo), before)
+				samples = append(samples, windowSample{used, reserved, got})
+			}
+		}
+	}()
+
+	ps := make([]*gatePayment, payments)
+	for i := range ps {
+		header, auth := goV1Header(t, f.tok, f.payer, f.okPayTo)
+		ps[i] = &gatePayment{auth: auth, header: header}
+	}
+	var answered atomic.Int32
+	killed := make(chan struct{})
+	go func() {
+		defer close(killed)
+		for answered.Load() < payments/2 {
+			time.Sleep(time.Millisecond)
+		}
+		ins[0].caddy.Kill()
+		ins[1].caddy.Kill()
+		restarted := f.start(t, keys[0])
+		mu.Lock()
+		ins = append(ins, restarted)
+		mu.Unlock()
+	}()
+	for i, p := range ps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer answered.Add(1)
+			p.pay(t, alive, fmt.Sprintf("/allowed/window-%d", i), i)
+		}()
+	}
+	wg.Wait()
+	<-killed
+	close(stop)
+	<-sampled
+
+	for _, s := range samples {
+		if s.usedUSD+s.reservedUSD > 0.15+1e-9 || s.received.Cmp(big.NewInt(approvals*price)) > 0 {
+			t.Errorf("a sample past the $0.15 cap: used %v, reserved %v, the payee received %s", s.usedUSD, s.reservedUSD, s.received)
+		}
+	}
+	// cleanlyServed counts the payments served without a lost try: each was settled and
+	// reported before its answer. One served after a lost try may have been settled by the
+	// killed gate, which reported nothing.
+	served, cleanlyServed, lost, answers := 0, 0, 0, map[int]int{}
+	for i, p := range ps {
+		last := p.answers[len(p.answers)-1]
+		answers[last]++
+		if p.lost() {
+			lost++
+		}
+		if events, _ := authorizationUses(t, f.chain, f.tok, p.auth, head); events > 1 || last == http.StatusOK && events != 1 {
+			t.Errorf("payment %d: answers %v, its authorization used %d times on chain", i, p.answers, events)
+		}
+		switch {
+		case last == http.StatusOK:
+			served++
+			if !p.lost() {
+				cleanlyServed++
+			}
+		case last != http.StatusPaymentRequired || !strings.Contains(p.body, "spend_window_exceeded"):
+			t.Errorf("payment %d: answers %v, want 200 or a 402 that says spend_window_exceeded: %s", i, p.answers, p.body)
+		}
+	}
+	settled := len(transfers(t, f.chain, f.tok, f.payer.Address, f.okPayTo, head))
+	used, reserved, ok := f.windowOf(t, watcher, agentID)
+	t.Logf("%d samples; answers %v; %d payments with a try lost on a killed gate; %d settled on chain; window used $%v, reserved $%v",
+		len(samples), answers, lost, settled, used, reserved)
+	if !ok || used+reserved < 0.15-1e-9 || used+reserved > 0.15+1e-9 {
+		t.Fatalf("the window holds used $%v and reserved $%v (answered %v), want exactly $0.15: 15 approvals", used, reserved, ok)
+	}
+	wantDelta(t, f.tok, f.okPayTo, before, price*int64(settled))
+	// An approval whose gate died before it settled, or before it reported the settle, stays
+	// reserved: only a try lost on a killed gate leaves one.
+	committed := int(used*100 + 0.5)
+	if settled > approvals || served > settled || committed > settled || committed < cleanlyServed || approvals-committed > lost {
+		t.Fatalf("%d served (%d without a lost try), %d settled on chain, %d committed, %d payments with a try lost on a killed gate; "+
+			"want at most %d settled, each served payment settled, committed unless a try was lost, and an uncommitted approval only for a lost try",
+			served, cleanlyServed, settled, committed, lost, approvals)
+	}
+	if settled != approvals {
+		t.Fatalf("the payee received %d payments, want exactly %d", settled, approvals)
+	}
+}
