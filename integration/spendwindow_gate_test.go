@@ -97,8 +97,7 @@ func TestSpendWindowHoldsThroughTheGate(t *testing.T) {
 	// One payer pays 200 times at once: the verdict rate of the facilitator and the verdict
 	// API's limits are raised so that only the window refuses.
 	f.caddyfile = strings.Replace(f.caddyfile, "guardian_mode required", "guardian_mode required\n\t\t\tverdict_rate 100000 100000", 1)
-	f.caddyfile = strings.Replace(f.caddyfile, "admin_key {env.VERDICT_ADMIN_KEY}",
-		"admin_key {env.VERDICT_ADMIN_KEY}\n\t\trate_limit key 100000 100000\n\t\trate_limit ip 100000 100000", 1)
+	f.liftVerdictRateLimits()
 	f.windowPolicy(t, "buyer", f.okPayTo, "0.15")
 	const gates, payments, approvals = 10, 200, 15
 
@@ -111,35 +110,23 @@ func TestSpendWindowHoldsThroughTheGate(t *testing.T) {
 		f.chain.SetBalance(t, signer.Address, new(big.Int).Exp(big.NewInt(10), big.NewInt(20), nil))
 		keys[i] = "X402_FACILITATOR_KEY_FILE=" + writeKeyFile(t, signer)
 	}
-	var mu sync.Mutex
-	ins := make([]*verdictInstance, gates)
+	set := &crashSet{ins: make([]*verdictInstance, gates)}
 	var wg sync.WaitGroup
-	for i := range ins {
+	for i := range set.ins {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			in := f.start(t, keys[i])
-			mu.Lock()
-			ins[i] = in
-			mu.Unlock()
+			set.mu.Lock()
+			set.ins[i] = in
+			set.mu.Unlock()
 		}()
 	}
 	wg.Wait()
 	if t.Failed() {
 		t.FailNow()
 	}
-	alive := func() []*verdictInstance {
-		mu.Lock()
-		defer mu.Unlock()
-		var out []*verdictInstance
-		for _, in := range ins {
-			if !in.caddy.Exited() {
-				out = append(out, in)
-			}
-		}
-		return out
-	}
-	watcher := ins[gates-1] // never killed
+	watcher := set.ins[gates-1] // never killed
 	agentID := f.agentID(t, watcher, "buyer")
 	before := f.tok.BalanceOf(t, f.okPayTo)
 	head := blockNumber(t, f.chain)
@@ -168,25 +155,13 @@ func TestSpendWindowHoldsThroughTheGate(t *testing.T) {
 		ps[i] = &gatePayment{auth: auth, header: header}
 	}
 	var answered atomic.Int32
-	killed := make(chan struct{})
-	go func() {
-		defer close(killed)
-		for answered.Load() < payments/2 {
-			time.Sleep(time.Millisecond)
-		}
-		ins[0].caddy.Kill()
-		ins[1].caddy.Kill()
-		restarted := f.start(t, keys[0])
-		mu.Lock()
-		ins = append(ins, restarted)
-		mu.Unlock()
-	}()
+	killed := set.killMidway(func() bool { return answered.Load() >= payments/2 }, func() *verdictInstance { return f.start(t, keys[0]) })
 	for i, p := range ps {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer answered.Add(1)
-			p.pay(t, alive, fmt.Sprintf("/allowed/window-%d", i), i)
+			p.pay(t, set.alive, fmt.Sprintf("/allowed/window-%d", i), i)
 		}()
 	}
 	wg.Wait()
