@@ -209,11 +209,11 @@ func TestSpendWindowHoldsThroughTheGate(t *testing.T) {
 	used, reserved, ok := f.windowOf(t, watcher, agentID)
 	t.Logf("killed when %d payments were answered; %d samples; answers %v; %d payments with a try lost on a killed gate; %d settled on chain; window used $%v, reserved $%v",
 		atKill, len(samples), answers, lost, settled, used, reserved)
-	if atKill >= payments {
-		t.Fatal("the kill came after every payment was answered: the window was not committed in full before")
-	}
 	if !ok || used < 0.15-1e-9 || used > 0.15+1e-9 || reserved != 0 {
 		t.Fatalf("the window holds used $%v and reserved $%v (answered %v), want exactly $0.15 committed: 15 approvals, each reported settled", used, reserved, ok)
+	}
+	if atKill >= payments {
+		t.Fatal("the kill came after every payment was answered: the window was not committed in full before")
 	}
 	if settled != approvals || served != approvals {
 		t.Fatalf("the payee received %d payments and %d were served, want exactly %d", settled, served, approvals)
