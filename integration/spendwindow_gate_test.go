@@ -91,7 +91,7 @@ func (p *gatePayment) lost() bool {
 //     reported each settle) and nothing reserved;
 //   - every other payment got a 402 that says spend_window_exceeded.
 func TestSpendWindowHoldsThroughTheGate(t *testing.T) {
-	// Eleven instances, up to 40 PostgreSQL connections each (docs/reliability.md#resource-limits).
+	// Eleven instances, up to 40 PostgreSQL connections each (docs/reliability.md#several-instances).
 	f := newVerdictFleet(t, verdictSetup{shared: true, pgConnections: 500})
 	// One payer pays 200 times at once: the verdict rate of the facilitator and the verdict
 	// API's limits are raised so that only the window refuses.
