@@ -262,12 +262,17 @@ type verdictInstance struct {
 // start starts an instance of f; env entries override the fleet's.
 func (f *verdictFleet) start(t *testing.T, env ...string) *verdictInstance {
 	t.Helper()
+	return f.launch(t, testenv.CaddyOptions{}, env...)
+}
+
+// launch starts an instance of f with opts, on free ports; env entries override the fleet's.
+func (f *verdictFleet) launch(t *testing.T, opts testenv.CaddyOptions, env ...string) *verdictInstance {
+	t.Helper()
 	apiPort, verdictPort, facPort := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
-	c := testenv.StartCaddy(t, f.caddyfile, testenv.CaddyOptions{
-		Env: append(append(append([]string{}, f.env...), "VERDICT_KEY="+f.key,
-			"API_PORT="+strconv.Itoa(apiPort), "VERDICT_PORT="+strconv.Itoa(verdictPort), "FACILITATOR_PORT="+strconv.Itoa(facPort)), env...),
-		WaitPorts: []int{apiPort, verdictPort, facPort},
-	})
+	opts.Env = append(append(append([]string{}, f.env...), "VERDICT_KEY="+f.key,
+		"API_PORT="+strconv.Itoa(apiPort), "VERDICT_PORT="+strconv.Itoa(verdictPort), "FACILITATOR_PORT="+strconv.Itoa(facPort)), env...)
+	opts.WaitPorts = []int{apiPort, verdictPort, facPort}
+	c := testenv.StartCaddy(t, f.caddyfile, opts)
 	return &verdictInstance{caddy: c, api: "http://127.0.0.1:" + strconv.Itoa(apiPort),
 		verdictAPI: "http://127.0.0.1:" + strconv.Itoa(verdictPort), fac: "http://127.0.0.1:" + strconv.Itoa(facPort)}
 }
