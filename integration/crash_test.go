@@ -10,7 +10,6 @@ import (
 	"math/big"
 	"net/http"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -49,16 +48,7 @@ func crashFleet(t *testing.T, setup verdictSetup) *verdictFleet {
 // ("point=kill"), or none; env entries override the fleet's.
 func (f *verdictFleet) startFaulty(t *testing.T, faults string, env ...string) *verdictInstance {
 	t.Helper()
-	apiPort, verdictPort, facPort := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
-	c := testenv.StartCaddy(t, f.caddyfile, testenv.CaddyOptions{
-		Env: append(append(append([]string{}, f.env...), "VERDICT_KEY="+f.key,
-			"API_PORT="+strconv.Itoa(apiPort), "VERDICT_PORT="+strconv.Itoa(verdictPort), "FACILITATOR_PORT="+strconv.Itoa(facPort)), env...),
-		WaitPorts:   []int{apiPort, verdictPort, facPort},
-		Faults:      faults,
-		FaultBinary: true,
-	})
-	return &verdictInstance{caddy: c, api: "http://127.0.0.1:" + strconv.Itoa(apiPort),
-		verdictAPI: "http://127.0.0.1:" + strconv.Itoa(verdictPort), fac: "http://127.0.0.1:" + strconv.Itoa(facPort)}
+	return f.launch(t, testenv.CaddyOptions{Faults: faults, FaultBinary: true}, env...)
 }
 
 // openJournal opens the fleet's journal, as an operator's query would.

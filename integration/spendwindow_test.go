@@ -28,14 +28,21 @@ func (f *verdictFleet) windowAgent(t *testing.T, payTo common.Address) (string, 
 	testenv.AddCanary("verdict agent key (spender)", key)
 	wallet := testenv.NewAccount(t).Address
 	f.cli(t, "wallet", "add", "--agent", "spender", "--chain", "84532", wallet.Hex())
-	pol := filepath.Join(f.dir, "windows.json")
+	f.windowPolicy(t, "spender", payTo, "150")
+	return key, wallet
+}
+
+// windowPolicy sets, with the caddy verdict commands, the agent's policy to paying payTo
+// only, under a rolling daily cap of capUSD.
+func (f *verdictFleet) windowPolicy(t *testing.T, agent string, payTo common.Address, capUSD string) {
+	t.Helper()
+	pol := filepath.Join(f.dir, agent+"-windows.json")
 	doc := fmt.Sprintf(`{"venues":{"allowed":["payment"]},"chains":{"allowed":[84532]},"recipients":{"allowed":[%q]},`+
-		`"spendWindows":{"windows":[{"period":"day","capUsd":150}]}}`, payTo.Hex())
+		`"spendWindows":{"windows":[{"period":"day","capUsd":%s}]}}`, payTo.Hex(), capUSD)
 	if err := os.WriteFile(pol, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f.cli(t, "policy", "set", "--agent", "spender", pol)
-	return key, wallet
+	f.cli(t, "policy", "set", "--agent", agent, pol)
 }
 
 // verdictCall sends one request with the agent's key to the verdict API at base and
@@ -118,6 +125,51 @@ func awaitOutcome(t *testing.T, apis func() []string, key, hash string) string {
 	return ""
 }
 
+// liftVerdictRateLimits raises the verdict API's rate limits of f's instances so far that
+// only a spend window refuses one agent's many requests.
+func (f *verdictFleet) liftVerdictRateLimits() {
+	f.caddyfile = strings.Replace(f.caddyfile, "admin_key {env.VERDICT_ADMIN_KEY}",
+		"admin_key {env.VERDICT_ADMIN_KEY}\n\t\trate_limit key 100000 100000\n\t\trate_limit ip 100000 100000", 1)
+}
+
+// crashSet is the instances of a crash test, some of which are killed under traffic.
+type crashSet struct {
+	mu  sync.Mutex
+	ins []*verdictInstance
+}
+
+// alive lists the instances that have not exited.
+func (c *crashSet) alive() []*verdictInstance {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*verdictInstance
+	for _, in := range c.ins {
+		if !in.caddy.Exited() {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+// killMidway kills the first two instances with SIGKILL once midway reports true, then
+// starts one more with restart; the channel it returns is closed when that one is up.
+func (c *crashSet) killMidway(midway func() bool, restart func() *verdictInstance) <-chan struct{} {
+	killed := make(chan struct{})
+	go func() {
+		defer close(killed)
+		for !midway() {
+			time.Sleep(time.Millisecond)
+		}
+		c.ins[0].caddy.Kill()
+		c.ins[1].caddy.Kill()
+		in := restart()
+		c.mu.Lock()
+		c.ins = append(c.ins, in)
+		c.mu.Unlock()
+	}()
+	return killed
+}
+
 // TestSpendWindowHoldsWhenInstancesAreKilled is the crash test of docs/spend-windows.md:
 // five Caddy processes serve the verdict API on one PostgreSQL; 200 concurrent $10 payments
 // against a $150 daily cap; two instances are killed with SIGKILL midway and one is started
@@ -125,19 +177,13 @@ func awaitOutcome(t *testing.T, apis func() []string, key, hash string) string {
 // approval is reported executed $150 is committed and nothing is left.
 func TestSpendWindowHoldsWhenInstancesAreKilled(t *testing.T) {
 	f := newVerdictFleet(t, verdictSetup{shared: true})
-	f.caddyfile = strings.Replace(f.caddyfile, "admin_key {env.VERDICT_ADMIN_KEY}",
-		"admin_key {env.VERDICT_ADMIN_KEY}\n\t\trate_limit key 100000 100000\n\t\trate_limit ip 100000 100000", 1)
+	f.liftVerdictRateLimits()
 	key, wallet := f.windowAgent(t, f.okPayTo)
-	var mu sync.Mutex
-	ins := []*verdictInstance{f.start(t), f.start(t), f.start(t), f.start(t), f.start(t)}
+	set := &crashSet{ins: []*verdictInstance{f.start(t), f.start(t), f.start(t), f.start(t), f.start(t)}}
 	apis := func() []string {
-		mu.Lock()
-		defer mu.Unlock()
 		var out []string
-		for _, in := range ins {
-			if !in.caddy.Exited() {
-				out = append(out, in.verdictAPI)
-			}
+		for _, in := range set.alive() {
+			out = append(out, in.verdictAPI)
 		}
 		return out
 	}
@@ -145,19 +191,7 @@ func TestSpendWindowHoldsWhenInstancesAreKilled(t *testing.T) {
 	const payments = 200
 	hashes := make([]string, payments)
 	var submitted atomic.Int32
-	killed := make(chan struct{})
-	go func() {
-		defer close(killed)
-		for submitted.Load() < payments/2 {
-			time.Sleep(time.Millisecond)
-		}
-		ins[0].caddy.Kill()
-		ins[1].caddy.Kill()
-		restarted := f.start(t)
-		mu.Lock()
-		ins = append(ins, restarted)
-		mu.Unlock()
-	}()
+	killed := set.killMidway(func() bool { return submitted.Load() >= payments/2 }, func() *verdictInstance { return f.start(t) })
 	var wg sync.WaitGroup
 	for i := range payments {
 		wg.Add(1)
@@ -215,13 +249,7 @@ func TestSpendWindowHoldsWhenInstancesAreKilled(t *testing.T) {
 // refused with spend_window_exceeded in its 402, and nothing moves.
 func TestSettledPaymentCommitsItsReservation(t *testing.T) {
 	f := newVerdictFleet(t, verdictSetup{})
-	pol := filepath.Join(f.dir, "windowed.json")
-	doc := fmt.Sprintf(`{"venues":{"allowed":["payment"]},"chains":{"allowed":[84532]},"recipients":{"allowed":[%q]},`+
-		`"spendWindows":{"windows":[{"period":"day","capUsd":0.015}]}}`, f.okPayTo.Hex())
-	if err := os.WriteFile(pol, []byte(doc), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	f.cli(t, "policy", "set", "--agent", "buyer", pol)
+	f.windowPolicy(t, "buyer", f.okPayTo, "0.015")
 	in := f.start(t)
 	bal := balances(t, f.tok, f.okPayTo)
 

@@ -36,6 +36,12 @@ func (f *verdictFleet) admin(t *testing.T, in *verdictInstance, method, path, bo
 // API of a running verdict app (docs/verdict-api.md#policies).
 func (f *verdictFleet) setPolicy(t *testing.T, in *verdictInstance, name, doc string) {
 	t.Helper()
+	f.admin(t, in, http.MethodPut, "/admin/agents/"+f.agentID(t, in, name)+"/policy", doc)
+}
+
+// agentID looks up the id of the agent named name through the admin API of in.
+func (f *verdictFleet) agentID(t *testing.T, in *verdictInstance, name string) string {
+	t.Helper()
 	var list struct {
 		Agents []struct{ ID, Name string } `json:"agents"`
 	}
@@ -44,11 +50,11 @@ func (f *verdictFleet) setPolicy(t *testing.T, in *verdictInstance, name, doc st
 	}
 	for _, a := range list.Agents {
 		if a.Name == name {
-			f.admin(t, in, http.MethodPut, "/admin/agents/"+a.ID+"/policy", doc)
-			return
+			return a.ID
 		}
 	}
 	t.Fatalf("no agent %s", name)
+	return ""
 }
 
 // TestVerdictModesThroughTheGate pays, with x402-fetch, a payee the policy does not list

@@ -27,6 +27,9 @@ import (
 // fleet (Redis approvals and rate limits, PostgreSQL journal and verdict store).
 type verdictSetup struct {
 	shared bool
+	// pgConnections is the shared PostgreSQL's max_connections; default PostgreSQL's 100,
+	// enough for two instances (each holds up to 40: its verdict store and its journal).
+	pgConnections int
 }
 
 // verdictCaddyfile is the Caddyfile of the verdict tests: the bundled facilitator in
@@ -146,7 +149,7 @@ func newVerdictFleet(t *testing.T, setup verdictSetup) *verdictFleet {
 	}
 	if setup.shared {
 		f.redis = testenv.StartRedisServer(t, testenv.RedisConfig{Password: testenv.DefaultRedisPassword})
-		f.pg = testenv.StartPostgresServer(t, testenv.PostgresConfig{Password: testenv.DefaultPostgresPassword})
+		f.pg = testenv.StartPostgresServer(t, testenv.PostgresConfig{Password: testenv.DefaultPostgresPassword, MaxConnections: setup.pgConnections})
 		f.env = append(f.env, "REDIS_URL="+f.redis.URL, "PG_DSN="+f.pg.DSN)
 	}
 	f.caddyfile = verdictCaddyfile(setup)
@@ -256,14 +259,20 @@ type verdictInstance struct {
 	api, verdictAPI, fac string
 }
 
-func (f *verdictFleet) start(t *testing.T) *verdictInstance {
+// start starts an instance of f; env entries override the fleet's.
+func (f *verdictFleet) start(t *testing.T, env ...string) *verdictInstance {
+	t.Helper()
+	return f.launch(t, testenv.CaddyOptions{}, env...)
+}
+
+// launch starts an instance of f with opts, on free ports; env entries override the fleet's.
+func (f *verdictFleet) launch(t *testing.T, opts testenv.CaddyOptions, env ...string) *verdictInstance {
 	t.Helper()
 	apiPort, verdictPort, facPort := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
-	c := testenv.StartCaddy(t, f.caddyfile, testenv.CaddyOptions{
-		Env: append(append([]string{}, f.env...), "VERDICT_KEY="+f.key,
-			"API_PORT="+strconv.Itoa(apiPort), "VERDICT_PORT="+strconv.Itoa(verdictPort), "FACILITATOR_PORT="+strconv.Itoa(facPort)),
-		WaitPorts: []int{apiPort, verdictPort, facPort},
-	})
+	opts.Env = append(append(append([]string{}, f.env...), "VERDICT_KEY="+f.key,
+		"API_PORT="+strconv.Itoa(apiPort), "VERDICT_PORT="+strconv.Itoa(verdictPort), "FACILITATOR_PORT="+strconv.Itoa(facPort)), env...)
+	opts.WaitPorts = []int{apiPort, verdictPort, facPort}
+	c := testenv.StartCaddy(t, f.caddyfile, opts)
 	return &verdictInstance{caddy: c, api: "http://127.0.0.1:" + strconv.Itoa(apiPort),
 		verdictAPI: "http://127.0.0.1:" + strconv.Itoa(verdictPort), fac: "http://127.0.0.1:" + strconv.Itoa(facPort)}
 }

@@ -32,6 +32,10 @@ type PostgresConfig struct {
 	// full_page_writes on, as in production, for a benchmark of durable writes. Default:
 	// off, which is faster and enough for a test.
 	Durable bool
+	// MaxConnections, when set, is the cluster's max_connections. Default: PostgreSQL's
+	// own, 100, which a handful of instances of ours fill (each opens up to
+	// sqldb.MaxOpenConns per handle).
+	MaxConnections int
 }
 
 // PostgresServer is a throwaway PostgreSQL cluster in a temporary directory, listening on
@@ -46,6 +50,7 @@ type PostgresServer struct {
 	dir      string // owned by the postgres user when run as root
 	asRoot   bool
 	durable  bool
+	maxConns int // max_connections, 0 for PostgreSQL's default
 	uid, gid int // of the postgres user, when asRoot
 	stopOnce sync.Once
 }
@@ -70,7 +75,7 @@ func StartPostgresServer(t testing.TB, cfg PostgresConfig) *PostgresServer {
 	if err != nil {
 		t.Fatalf("testenv: %v; %s", err, pgInstallHint)
 	}
-	s := &PostgresServer{bin: bin, asRoot: os.Geteuid() == 0, durable: cfg.Durable}
+	s := &PostgresServer{bin: bin, asRoot: os.Geteuid() == 0, durable: cfg.Durable, maxConns: cfg.MaxConnections}
 	if s.asRoot {
 		if _, err := exec.LookPath("runuser"); err != nil {
 			t.Fatalf("testenv: running as root needs runuser to start PostgreSQL as its own user: %v", err)
@@ -233,6 +238,9 @@ func (s *PostgresServer) start(port int) error {
 	opts := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -c unix_socket_directories=%s", port, s.dir)
 	if !s.durable {
 		opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	}
+	if s.maxConns > 0 {
+		opts += fmt.Sprintf(" -c max_connections=%d", s.maxConns)
 	}
 	_ = os.Remove(s.logFile())
 	cmd := s.command("pg_ctl", "-D", s.dataDir(), "-l", s.logFile(), "-w", "-t", "60", "-o", opts, "start")
