@@ -5,14 +5,8 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"strconv"
-	"testing"
-	"time"
 
 	"github.com/ethereum/go-ethereum/common"
-
-	"github.com/x402gate/x402gate/verdict"
-	"github.com/x402gate/x402gate/verdictserver/engine"
-	"github.com/x402gate/x402gate/verdictserver/policy"
 )
 
 // signGen draws random actions, well formed or not, of every protocol the engine decodes.
@@ -52,52 +46,3 @@ func (g signGen) tx() map[string]any {
 
 // json64 is n as a decoded JSON number.
 func json64(n int64) any { return json.Number(strconv.FormatInt(n, 10)) }
-
-// TestEverySignedVerdictPassesTheValidator: whatever the action (well formed or not, of
-// any protocol) and the policy (none, allowing, refusing), the verdict a signing service
-// stores passes the verdict package's validator, and its signature holds for the
-// action's binding, by the service's address, unexpired.
-func TestEverySignedVerdictPassesTheValidator(t *testing.T) {
-	eng, err := engine.New(engine.Config{}, engine.Deps{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sg, err := (&SigningConfig{SignerKey: testSignerKey}).newSigner()
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
-	s := &Server{signer: sg, now: func() time.Time { return now }}
-	allow, err := policy.Parse([]byte(allowPolicy))
-	if err != nil {
-		t.Fatal(err)
-	}
-	deny, err := policy.Parse([]byte(`{"venues": {"allowed": []}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	policies := []*policy.Policy{nil, {Version: 4, Doc: allow}, {Version: 9, Doc: deny}}
-	g := signGen{r: rand.New(rand.NewPCG(24, 2))}
-	escrow := common.HexToAddress("0xA11CE00000000000000000000000000000000001")
-	outcomes := map[verdict.Outcome]int{}
-	for i := range 500 {
-		tx := g.tx()
-		in := engine.Input{ProposedTx: tx, Escrow: escrow, Policy: policies[g.r.IntN(len(policies))]}
-		hash := "0x" + hex.EncodeToString(common.LeftPadBytes([]byte{byte(i), byte(i >> 8)}, 32))
-		raw, err := s.encodeVerdict(eng.Evaluate(t.Context(), in), in, hash)
-		if err != nil {
-			t.Fatalf("#%d %v: %v", i, tx, err)
-		}
-		v, err := verdict.ParseVerdict(raw, hash)
-		if err != nil {
-			t.Fatalf("#%d %v: the signed verdict fails the validator: %v\n%s", i, tx, err, raw)
-		}
-		if err := verdict.CheckSignature(v, sg.addr, bindingOf(tx, escrow), now); err != nil {
-			t.Fatalf("#%d %v: %v", i, tx, err)
-		}
-		outcomes[v.Outcome]++
-	}
-	if outcomes[verdict.OutcomeApproved] == 0 || outcomes[verdict.OutcomeRejected] == 0 {
-		t.Fatalf("outcomes %v: the draw never reached both", outcomes)
-	}
-}
