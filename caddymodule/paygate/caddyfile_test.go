@@ -82,22 +82,7 @@ func TestHandlerCaddyfile(t *testing.T) {
 		{name: "bad max_timeout", input: "x402 {\nprice 1\npay_to " + payee + "\nnetwork base\nmax_timeout soon\n}", wantErr: "not a positive duration"},
 		{name: "argument on the directive", input: "x402 extra {\nprice 1\n}", wantErr: "wrong number of values for x402"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var got Handler
-			err := got.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.input))
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if g, w := testenv.JSON(t, got), testenv.JSON(t, tc.want); g != w {
-				t.Fatalf("got  %s\nwant %s", g, w)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { checkUnmarshal(t, &Handler{}, tc.input, &tc.want, tc.wantErr) })
 	}
 }
 
@@ -120,22 +105,7 @@ func TestFacilitatorHandlerCaddyfile(t *testing.T) {
 		{name: "api_key without value", input: "x402_facilitator {\napi_key\n}", wantErr: "wrong number of values for api_key"},
 		{name: "unknown subdirective", input: "x402_facilitator {\nlisten :9000\n}", wantErr: `unrecognized subdirective "listen"`},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var got FacilitatorHandler
-			err := got.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.input))
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if g, w := testenv.JSON(t, got), testenv.JSON(t, tc.want); g != w {
-				t.Fatalf("got  %s\nwant %s", g, w)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { checkUnmarshal(t, &FacilitatorHandler{}, tc.input, &tc.want, tc.wantErr) })
 	}
 }
 
@@ -444,3 +414,22 @@ example.com {
 }
 
 func ms(n int64) caddy.Duration { return caddy.Duration(n * 1e6) }
+
+// checkUnmarshal reads input into got: with wantErr, it must fail with an error containing
+// it; otherwise got must come out as want, compared as JSON.
+func checkUnmarshal(t *testing.T, got caddyfile.Unmarshaler, input string, want any, wantErr string) {
+	t.Helper()
+	err := got.UnmarshalCaddyfile(caddyfile.NewTestDispenser(input))
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("error = %v, want one containing %q", err, wantErr)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, w := testenv.JSON(t, got), testenv.JSON(t, want); g != w {
+		t.Fatalf("got  %s\nwant %s", g, w)
+	}
+}
