@@ -191,14 +191,13 @@ func (s *Server) withWindowCheck(tree map[string]any, in engine.Input, hash stri
 func letWindowThrough(tree map[string]any, check *verdict.Check) bool {
 	m, _ := tree["mode"].(string)
 	mode := verdict.Mode(m)
-	if !mode.Lenient() || check.Code == nil || mode.Enforces(check.CheckID, *check.Code) {
+	shown, ok := engine.LetThrough(mode, *check)
+	if !ok {
 		return false
 	}
-	would := *check
 	wouldFail, _ := tree["wouldFail"].([]any)
-	tree["wouldFail"] = append(wouldFail, would)
-	check.Status, check.Code = verdict.CheckNotChecked, nil
-	check.HumanReason = "not enforced in " + m + " mode; would have failed: " + would.HumanReason
+	tree["wouldFail"] = append(wouldFail, *check)
+	*check = shown
 	if n, ok := tree["policyVersion"].(json.Number); ok && mode == verdict.ModeWarn {
 		var all []verdict.Check
 		pv, err := n.Int64()

@@ -19,18 +19,35 @@ func letThrough(m verdict.Mode, results *[numChecks]result) []verdict.Check {
 	for _, i := range reasonIndexes {
 		r := &results[i]
 		id := checks[i].id
-		if r.status != verdict.CheckFailed || m.Enforces(id, r.code) {
+		if r.status != verdict.CheckFailed {
 			continue
 		}
 		w := verdict.Check{CheckID: id, Status: verdict.CheckFailed, Code: reasonCodePtr(r.code), HumanReason: r.reason}
 		if r.field != "" {
 			w.TriggeringPolicyField = fieldPtr(r.field)
 		}
+		shown, ok := LetThrough(m, w)
+		if !ok {
+			continue
+		}
 		would = append(would, w)
-		r.status, r.code = verdict.CheckNotChecked, ""
-		r.reason = "not enforced in " + string(m) + " mode; would have failed: " + r.reason
+		r.status, r.code, r.reason = shown.Status, "", shown.HumanReason
 	}
 	return would
+}
+
+// LetThrough applies mode m to one check c (docs/policy.md#modes): a failed check that m
+// does not enforce is shown not_checked, its reason saying so, and ok is true; c itself is
+// then what wouldFail records. Anything else is returned as it is, ok false. The engine's
+// checks and the spend windows, decided after the engine, both go through it.
+func LetThrough(m verdict.Mode, c verdict.Check) (shown verdict.Check, ok bool) {
+	if c.Status != verdict.CheckFailed || c.Code == nil || m.Enforces(c.CheckID, *c.Code) {
+		return c, false
+	}
+	shown = c
+	shown.Status, shown.Code = verdict.CheckNotChecked, nil
+	shown.HumanReason = "not enforced in " + string(m) + " mode; would have failed: " + c.HumanReason
+	return shown, true
 }
 
 // WarnedReason is the humanReason of an approval in warn mode that let checks through: the
