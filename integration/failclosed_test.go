@@ -38,13 +38,7 @@ import (
 // journal and guardian are the case's, in front of a counting upstream under /paid/*.
 func fcCaddyfile(store, journal, guardian string) string {
 	return `{
-	admin {$CADDY_ADMIN}
-	auto_https off
-	log default {
-		output stderr
-		format x402_redact json
-	}
-	x402 {
+` + globalOptions + `	x402 {
 		facilitator {
 			` + testChainFacilitator + `
 			` + store + `

@@ -557,3 +557,7 @@ const testChainFacilitator = `network base-sepolia {
 				asset_version 2
 			}
 			signer_key {file.{$X402_FACILITATOR_KEY_FILE}}`
+
+// globalOptions opens a test Caddyfile's global options block: the admin address StartCaddy
+// picked, no automatic HTTPS, and Caddy's default log redacted (docs/caddy.md#secrets).
+const globalOptions = "\tadmin {$CADDY_ADMIN}\n\tauto_https off\n\tlog default {\n\t\toutput stderr\n\t\tformat x402_redact json\n\t}\n"

@@ -16,13 +16,7 @@ import (
 // facilitator keeps its retry store (and so the pass book) in Redis. The upstream echoes
 // what the gate told it.
 const passCaddyfile = `{
-	admin {$CADDY_ADMIN}
-	auto_https off
-	log default {
-		output stderr
-		format x402_redact json
-	}
-	x402 {
+` + globalOptions + `	x402 {
 		facilitator {
 			` + testChainFacilitator + `
 			store redis {env.X402_REDIS_URL}

@@ -45,13 +45,7 @@ func startupCaddyfile(wrongChain bool) string {
 		}`
 	}
 	return `{
-	admin {$CADDY_ADMIN}
-	auto_https off
-	log default {
-		output stderr
-		format x402_redact json
-	}
-	x402 {
+` + globalOptions + `	x402 {
 		facilitator {
 			network base-sepolia {
 				rpc {env.X402_RPC_URL}

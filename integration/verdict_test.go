@@ -43,13 +43,7 @@ func verdictCaddyfile(s verdictSetup) string {
 		verdictStore, limits = "store postgres {env.PG_DSN}", "redis {env.REDIS_URL}"
 	}
 	return `{
-	admin {$CADDY_ADMIN}
-	auto_https off
-	log default {
-		output stderr
-		format x402_redact json
-	}
-	x402 {
+` + globalOptions + `	x402 {
 		facilitator {
 			` + testChainFacilitator + `
 			` + approvals + `
