@@ -1,9 +1,18 @@
 package verdictserver
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"time"
+
+	"github.com/x402gate/x402gate/verdict"
+	"github.com/x402gate/x402gate/verdictserver/policy"
+	"github.com/x402gate/x402gate/verdictserver/store"
 )
 
 // Replay before enforce (docs/replay.md): a draft policy judged with the engine on an
@@ -106,5 +115,164 @@ type ReplayCheck struct {
 // verdicts (docs/replay.md). Nothing is written. A draft that does not validate is a
 // *policy.Errors; an unknown agent store.ErrNotFound.
 func (o *Operator) Replay(ctx context.Context, agentID string, draft []byte, last int) (ReplayReport, error) {
-	return ReplayReport{}, ErrNoEngine
+	if o.srv == nil {
+		return ReplayReport{}, ErrNoEngine
+	}
+	last = cmp.Or(last, DefaultReplayLast)
+	if last < 1 || last > MaxReplayLast {
+		return ReplayReport{}, &InputError{Field: "last", Problem: fmt.Sprintf("must be 1 to %d", MaxReplayLast)}
+	}
+	doc, err := policy.Parse(draft)
+	if err != nil {
+		return ReplayReport{}, err
+	}
+	rep := ReplayReport{AgentID: agentID, Last: last, Mode: string(cmp.Or(doc.Mode, verdict.ModeEnforce)), SpendWindows: "none",
+		SkippedWhy: map[string]int{}, NewlyRefused: []ReplayChange{}, NewlyApproved: []ReplayChange{}}
+	switch active, err := o.store.ActivePolicy(ctx, agentID); {
+	case err == nil:
+		rep.ActivePolicyVersion = active.Version
+	case !errors.Is(err, store.ErrNotFound): // an agent without a policy is judged by default deny
+		return ReplayReport{}, err
+	}
+	rep.DraftVersion = rep.ActivePolicyVersion + 1
+	txs, err := o.lastTransactions(ctx, agentID, last)
+	if err != nil {
+		return ReplayReport{}, err
+	}
+	rp := replayer{srv: o.srv, policy: &policy.Policy{Version: rep.DraftVersion, Doc: doc}}
+	if doc.SpendWindows != nil {
+		rep.SpendWindows, rp.windows = "replayed", newReplayWindows(doc)
+	}
+	for i := len(txs) - 1; i >= 0; i-- { // oldest first: the draft's windows fill in time order
+		if err := ctx.Err(); err != nil {
+			return ReplayReport{}, err
+		}
+		rp.replay(ctx, txs[i], &rep)
+	}
+	if len(txs) > 0 {
+		rep.From, rep.To = &txs[len(txs)-1].CreatedAt, &txs[0].CreatedAt
+	}
+	slices.Reverse(rep.NewlyRefused)
+	slices.Reverse(rep.NewlyApproved)
+	return rep, nil
+}
+
+// lastTransactions reads the agent's last n transactions, newest first, a page at a time.
+func (o *Operator) lastTransactions(ctx context.Context, agentID string, n int) ([]store.Transaction, error) {
+	var out []store.Transaction
+	var after store.Cursor
+	for len(out) < n {
+		want := min(n-len(out), store.MaxPage)
+		page, err := o.store.AgentTransactions(ctx, agentID, after, want)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+		if len(page) < want {
+			break
+		}
+		last := page[len(page)-1]
+		after = store.Cursor{CreatedAt: last.CreatedAt, ID: last.ID}
+	}
+	return out, nil
+}
+
+// replayer judges stored actions with a draft policy, through the lifecycle's own input
+// and engine paths (recordInput, Server.run) but none of its writes.
+type replayer struct {
+	srv     *Server
+	policy  *policy.Policy
+	windows *replayWindows // nil: the draft sets no spend window
+}
+
+// replay judges t with the draft and counts it in rep.
+func (rp *replayer) replay(ctx context.Context, t store.Transaction, rep *ReplayReport) {
+	skip := func(why string) {
+		rep.Skipped++
+		rep.SkippedWhy[why]++
+	}
+	if t.Status == store.StatusPending {
+		skip(ReplaySkipPending)
+		return
+	}
+	in, err := recordInput(t)
+	if err != nil {
+		skip(ReplaySkipUndecodable)
+		return
+	}
+	in.Policy = rp.policy
+	storedApproved := t.Status == store.StatusApproved
+	var draft ReplayOutcome
+	var approved, described bool
+	var spend windowSpend
+	ok := rp.srv.run(ctx, in, func(v *verdict.Verdict) {
+		approved = v.Approved()
+		// the verdict is the engine's only during this call: keep what the report needs
+		if approved != storedApproved || (approved && rp.windows != nil) {
+			draft, described = outcomeOf(v), true
+		}
+		if approved && rp.windows != nil {
+			spend = spendOf(v)
+		}
+	})
+	if !ok {
+		skip(ReplaySkipNoVerdict)
+		return
+	}
+	if approved && rp.windows != nil {
+		approved = rp.windows.judge(t.CreatedAt, spend, &draft)
+	}
+	rep.Replayed++
+	if approved == storedApproved || !described {
+		rep.Unchanged++
+		return
+	}
+	c := ReplayChange{RequestHash: t.RequestHash, CreatedAt: t.CreatedAt, ChainID: t.ChainID, Description: t.Description,
+		Stored: storedOutcome(t), Draft: draft}
+	if approved {
+		rep.NewlyApproved = append(rep.NewlyApproved, c)
+	} else {
+		rep.NewlyRefused = append(rep.NewlyRefused, c)
+	}
+}
+
+// outcomeOf is what a replay reports of a verdict.
+func outcomeOf(v *verdict.Verdict) ReplayOutcome {
+	o := ReplayOutcome{Outcome: string(v.Outcome), ReasonCode: string(v.ReasonCode), HumanReason: v.HumanReason,
+		TriggeringPolicyField: clonePtr(v.TriggeringPolicyField), PolicyVersion: clonePtr(v.PolicyVersion), Failed: []ReplayCheck{}}
+	for _, c := range v.Checks {
+		if c.Status == verdict.CheckFailed {
+			o.Failed = append(o.Failed, checkOf(c))
+		}
+	}
+	for _, c := range v.WouldFail {
+		o.WouldFail = append(o.WouldFail, checkOf(c))
+	}
+	return o
+}
+
+func checkOf(c verdict.Check) ReplayCheck {
+	rc := ReplayCheck{CheckID: string(c.CheckID), HumanReason: c.HumanReason, TriggeringPolicyField: clonePtr(c.TriggeringPolicyField)}
+	if c.Code != nil {
+		rc.Code = string(*c.Code)
+	}
+	return rc
+}
+
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
+// storedOutcome is the stored verdict of a terminal record as a replay reports it; a
+// verdict that does not decode keeps only the record's status.
+func storedOutcome(t store.Transaction) ReplayOutcome {
+	var v verdict.Verdict
+	if err := json.Unmarshal(t.Verdict, &v); err != nil {
+		return ReplayOutcome{Outcome: strings.ToLower(t.Status), PolicyVersion: t.PolicyVersion, Failed: []ReplayCheck{}}
+	}
+	return outcomeOf(&v)
 }
