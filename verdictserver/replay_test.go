@@ -245,3 +245,33 @@ func TestReplayRefusesBadInput(t *testing.T) {
 		t.Errorf("NewOperator's Replay: %v, want ErrNoEngine", err)
 	}
 }
+
+// TestReplayAdminRoute: POST /admin/agents/{agentId}/policy/replay answers the report
+// (held to docs/openapi.json) to the admin key and to an agent key with admin:read, since
+// it writes nothing; an agent key without an admin scope is 403; a bad last, an invalid
+// draft and an unknown agent have their errors; the store is unchanged.
+func TestReplayAdminRoute(t *testing.T) {
+	e, path := replayEnv(t)
+	a := e.agent("routed", common.HexToAddress("0xA11CE00000000000000000000000000000000014"), allowPolicy)
+	h := e.pay(a, allowedPay)
+	reader := e.agent("reader", common.HexToAddress("0xA11CE00000000000000000000000000000000015"), "", ScopeAdminRead)
+	before := dumpStore(t, path)
+	url := e.admin.URL + "/admin/agents/" + a.ID + "/policy/replay"
+	for _, cred := range [][]string{{"x-admin-key", e.adminKey}, {"x-api-key", reader.Key}} {
+		r := call(t, "POST", url+"?last=10", strangerPolicy, cred...)
+		if r.status != 200 {
+			t.Fatalf("%s: replay = %d %s", cred[0], r.status, r.raw)
+		}
+		refused, _ := r.body["newlyRefused"].([]any)
+		if r.body["replayed"] != 1.0 || r.body["last"] != 10.0 || len(refused) != 1 || refused[0].(map[string]any)["requestHash"] != h {
+			t.Errorf("%s: report %s, want %s newly refused", cred[0], r.raw, h)
+		}
+	}
+	wantError(t, call(t, "POST", url, strangerPolicy, "x-api-key", a.Key), 403, codeInsufficientScope)
+	for _, q := range []string{"?last=0", "?last=10001", "?last=ten", "?last=1&last=2", "?limit=5"} {
+		wantError(t, call(t, "POST", url+q, strangerPolicy, "x-admin-key", e.adminKey), 400, codeInvalidQuery)
+	}
+	wantError(t, call(t, "POST", url, `{"chains": {"allowed": ["one"]}}`, "x-admin-key", e.adminKey), 400, codeInvalidPolicy)
+	wantError(t, call(t, "POST", e.admin.URL+"/admin/agents/nobody/policy/replay", allowPolicy, "x-admin-key", e.adminKey), 404, codeNotFound)
+	unwritten(t, path, before)
+}
