@@ -268,11 +268,21 @@ func clonePtr[T any](p *T) *T {
 }
 
 // storedOutcome is the stored verdict of a terminal record as a replay reports it; a
-// verdict that does not decode keeps only the record's status.
+// verdict that does not decode keeps only the record's status. Only the members reported
+// are decoded: the evidence is most of a verdict's JSON.
 func storedOutcome(t store.Transaction) ReplayOutcome {
-	var v verdict.Verdict
+	var v struct {
+		Outcome               verdict.Outcome    `json:"outcome"`
+		ReasonCode            verdict.ReasonCode `json:"reasonCode"`
+		HumanReason           string             `json:"humanReason"`
+		TriggeringPolicyField *string            `json:"triggeringPolicyField"`
+		PolicyVersion         *int64             `json:"policyVersion"`
+		Checks                []verdict.Check    `json:"checks"`
+		WouldFail             []verdict.Check    `json:"wouldFail"`
+	}
 	if err := json.Unmarshal(t.Verdict, &v); err != nil {
 		return ReplayOutcome{Outcome: strings.ToLower(t.Status), PolicyVersion: t.PolicyVersion, Failed: []ReplayCheck{}}
 	}
-	return outcomeOf(&v)
+	return outcomeOf(&verdict.Verdict{Outcome: v.Outcome, ReasonCode: v.ReasonCode, HumanReason: v.HumanReason,
+		TriggeringPolicyField: v.TriggeringPolicyField, PolicyVersion: v.PolicyVersion, Checks: v.Checks, WouldFail: v.WouldFail})
 }

@@ -42,7 +42,7 @@ func (e *env) pay(a agent, payTo common.Address) string {
 
 // dumpStore is every row of every table of the SQLite store at path, as text: two dumps
 // are equal when nothing was written in between.
-func dumpStore(t *testing.T, path string) string {
+func dumpStore(t testing.TB, path string) string {
 	t.Helper()
 	ctx := context.Background()
 	db, err := sqldb.OpenSQLite(ctx, path)
@@ -95,7 +95,7 @@ func dumpStore(t *testing.T, path string) string {
 
 // unwritten fails t when the store at path differs from the dump before, naming the first
 // row that differs.
-func unwritten(t *testing.T, path, before string) {
+func unwritten(t testing.TB, path, before string) {
 	t.Helper()
 	after := dumpStore(t, path)
 	if after == before {
