@@ -42,17 +42,18 @@ func newReplayWindows(doc *policy.Document) *replayWindows {
 	return &replayWindows{sw: doc.SpendWindows, mode: doc.Mode, spent: map[string][]replaySpend{}}
 }
 
-// spendOf copies out of an approved verdict what its windows need, as complete reads it
-// from the stored verdict (notionalOf, assetsOf).
+// spendOf copies out of an approved verdict what its windows need, as complete reads them
+// from the verdict's JSON: its usdNotional rounded up (notionalOf), and the assets of its
+// evidence's decodedAction (assetsOf, given the evidence as decoded JSON).
 func spendOf(v *verdict.Verdict) windowSpend {
 	var s windowSpend
 	if v.USDNotional != nil {
 		m := engine.MicroUSDCeil(*v.USDNotional)
 		s.notional = &m
 	}
-	if b, err := json.Marshal(v.Evidence.DecodedAction); err == nil {
-		if action, err := verdict.ParseJSON(b); err == nil {
-			s.assets = assetsOf(map[string]any{"decodedAction": action})
+	if b, err := json.Marshal(verdict.Evidence{DecodedAction: v.Evidence.DecodedAction}); err == nil {
+		if evidence, err := verdict.ParseJSON(b); err == nil {
+			s.assets = assetsOf(evidence)
 		}
 	}
 	return s

@@ -155,8 +155,9 @@ func TestReplayReportsWhatADraftChangesAndWritesNothing(t *testing.T) {
 }
 
 // TestReplaySpendWindows: five $0.01 payments were approved; a draft with a $0.025 daily
-// cap replays them oldest first and refuses the last three with spend_window_exceeded; in
-// audit mode it refuses none and records the window in wouldFail (docs/replay.md#spend-windows).
+// cap, over every action or over the payments' asset only, replays them oldest first and
+// refuses the last three with spend_window_exceeded; in audit mode it refuses none and
+// records the window in wouldFail (docs/replay.md#spend-windows).
 func TestReplaySpendWindows(t *testing.T) {
 	e, path := replayEnv(t)
 	a := e.agent("spender", common.HexToAddress("0xA11CE00000000000000000000000000000000011"), allowPolicy)
@@ -166,22 +167,24 @@ func TestReplaySpendWindows(t *testing.T) {
 	}
 	before := dumpStore(t, path)
 	capped := windowPolicy(`{"period": "day", "capUsd": 0.025}`)
-	rep, err := e.srv.Operator().Replay(context.Background(), a.ID, []byte(capped), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep.SpendWindows != "replayed" || rep.Replayed != 5 || rep.Unchanged != 2 || len(rep.NewlyRefused) != 3 {
-		t.Fatalf("report %+v, want the 3 newest refused by the window", rep)
-	}
-	for i, c := range rep.NewlyRefused {
-		if c.RequestHash != hashes[4-i] || c.Draft.ReasonCode != string(verdict.ReasonSpendWindowExceeded) ||
-			len(c.Draft.Failed) != 1 || c.Draft.Failed[0].CheckID != string(verdict.CheckSpendWindow) ||
-			*c.Draft.TriggeringPolicyField != "spendWindows.windows.0" {
-			t.Errorf("newly refused %d: %+v, want %s refused by window 0", i, c, hashes[4-i])
+	for _, draft := range []string{capped, windowPolicy(`{"period": "day", "capUsd": 0.025, "asset": "` + testAsset.Hex() + `"}`)} {
+		rep, err := e.srv.Operator().Replay(context.Background(), a.ID, []byte(draft), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.SpendWindows != "replayed" || rep.Replayed != 5 || rep.Unchanged != 2 || len(rep.NewlyRefused) != 3 {
+			t.Fatalf("%s: report %+v, want the 3 newest refused by the window", draft, rep)
+		}
+		for i, c := range rep.NewlyRefused {
+			if c.RequestHash != hashes[4-i] || c.Draft.ReasonCode != string(verdict.ReasonSpendWindowExceeded) ||
+				len(c.Draft.Failed) != 1 || c.Draft.Failed[0].CheckID != string(verdict.CheckSpendWindow) ||
+				*c.Draft.TriggeringPolicyField != "spendWindows.windows.0" {
+				t.Errorf("newly refused %d: %+v, want %s refused by window 0", i, c, hashes[4-i])
+			}
 		}
 	}
 	audit := strings.Replace(capped, `"description"`, `"mode": "audit", "description"`, 1)
-	rep, err = e.srv.Operator().Replay(context.Background(), a.ID, []byte(audit), 0)
+	rep, err := e.srv.Operator().Replay(context.Background(), a.ID, []byte(audit), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
