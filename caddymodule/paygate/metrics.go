@@ -60,6 +60,11 @@ var (
 	}, []string{"network"})
 )
 
+// collectors are every x402 collector; the Grafana dashboard queries only these
+// (docs/grafana.md, TestDashboardQueriesOurMetrics).
+var collectors = []prometheus.Collector{challengesTotal, verificationsTotal, settlementsTotal,
+	settledAmountTotal, verdictWouldRefuse, verdictDuration, settleDuration, passesTotal, networksUnavailable}
+
 // registerMetrics registers every x402 collector on the config's registry. A collector
 // that is already there (a second handler of the same config) is kept.
 func registerMetrics(ctx caddy.Context) error {
@@ -67,8 +72,7 @@ func registerMetrics(ctx caddy.Context) error {
 	if reg == nil {
 		return nil
 	}
-	for _, c := range []prometheus.Collector{challengesTotal, verificationsTotal, settlementsTotal,
-		settledAmountTotal, verdictWouldRefuse, verdictDuration, settleDuration, passesTotal, networksUnavailable} {
+	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
