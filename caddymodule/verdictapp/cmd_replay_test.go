@@ -26,20 +26,27 @@ func replayPolicy(payee common.Address) string {
 		"assets": {"universe": {"84532": ["0x036CbD53842c5426634e7929541eC2318f3dCF7e"]}}, "recipients": {"allowed": [%q]}}`, payee.Hex())
 }
 
+// openStore opens (creating it when new) the SQLite verdict store at path.
+func openStore(t *testing.T, path string) *store.Store {
+	t.Helper()
+	db, err := sqldb.OpenSQLite(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 // judgedStore makes the SQLite store at path with an agent "buyer" whose policy pays
 // payees[0] only, and one judged payment to each of payees, judged by a verdict server's
 // own workers; it returns the agent's id.
 func judgedStore(t *testing.T, path string, payees ...common.Address) string {
 	t.Helper()
 	ctx := context.Background()
-	db, err := sqldb.OpenSQLite(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := openStore(t, path)
 	defer st.Close()
 	op := verdictserver.NewOperator(st)
 	a, err := op.CreateAgent(ctx, "buyer")
@@ -94,14 +101,7 @@ func judgedStore(t *testing.T, path string, payees ...common.Address) string {
 func transactionsOf(t *testing.T, path, agentID string) string {
 	t.Helper()
 	ctx := context.Background()
-	db, err := sqldb.OpenSQLite(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := openStore(t, path)
 	defer st.Close()
 	txs, err := st.AgentTransactions(ctx, agentID, store.Cursor{}, store.MaxPage)
 	if err != nil {
