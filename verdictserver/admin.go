@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/x402gate/x402gate/verdictserver/policy"
 	"github.com/x402gate/x402gate/verdictserver/store"
@@ -17,8 +18,9 @@ import (
 // policies (docs/verdict-api.md#admin-api). The admin API and the `caddy verdict`
 // commands both call these, so each rule lives once.
 type Operator struct {
-	store *store.Store
-	srv   *Server // nil from NewOperator: no engine to Replay with
+	store     *store.Store
+	srv       *Server     // nil from NewOperator: no engine to Replay with
+	replaying atomic.Bool // a Replay runs (docs/replay.md#one-at-a-time)
 }
 
 // NewOperator returns the operator functions on st.

@@ -30,6 +30,10 @@ const MaxReplayLast = 10000
 // and the policy parsing of a Server, whose Operator method gives one that can.
 var ErrNoEngine = errors.New("replay needs the verdict engine: use the Operator of a Server")
 
+// ErrReplayBusy is Replay while another replay runs on the same Operator: one at a time, so
+// that replays never take both cores from the workers (docs/replay.md#one-at-a-time).
+var ErrReplayBusy = errors.New("another replay is running")
+
 // ReplayReport is what a draft policy would change on an agent's last stored actions
 // (docs/replay.md#the-report). Replayed + Skipped is the number of stored actions read;
 // Replayed = Unchanged + len(NewlyRefused) + len(NewlyApproved).
@@ -113,7 +117,8 @@ type ReplayCheck struct {
 // actions (last of them, newest first; 0 is DefaultReplayLast, at most MaxReplayLast) and
 // reports which it would newly refuse and newly approve compared with their stored
 // verdicts (docs/replay.md). Nothing is written. A draft that does not validate is a
-// *policy.Errors; an unknown agent store.ErrNotFound.
+// *policy.Errors; an unknown agent store.ErrNotFound; a replay while another runs
+// ErrReplayBusy.
 func (o *Operator) Replay(ctx context.Context, agentID string, draft []byte, last int) (ReplayReport, error) {
 	if o.srv == nil {
 		return ReplayReport{}, ErrNoEngine
@@ -126,6 +131,10 @@ func (o *Operator) Replay(ctx context.Context, agentID string, draft []byte, las
 	if err != nil {
 		return ReplayReport{}, err
 	}
+	if !o.replaying.CompareAndSwap(false, true) {
+		return ReplayReport{}, ErrReplayBusy
+	}
+	defer o.replaying.Store(false)
 	rep := ReplayReport{AgentID: agentID, Last: last, Mode: string(cmp.Or(doc.Mode, verdict.ModeEnforce)), SpendWindows: "none",
 		SkippedWhy: map[string]int{}, NewlyRefused: []ReplayChange{}, NewlyApproved: []ReplayChange{}}
 	switch active, err := o.store.ActivePolicy(ctx, agentID); {

@@ -1,6 +1,7 @@
 package verdictserver
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 // adminReplay answers POST /admin/agents/{agentId}/policy/replay?last=N
 // (docs/replay.md#the-admin-route): the body is the draft policy document, the answer the
 // ReplayReport. It writes nothing, so admin:read suffices, as for POST /admin/policy/validate.
+// While another replay runs it answers 429 rate_limited with Retry-After.
 func (s *Server) adminReplay(w http.ResponseWriter, r *http.Request, _ *principal) {
 	last, ok := replayLast(w, r)
 	if !ok {
@@ -19,7 +21,12 @@ func (s *Server) adminReplay(w http.ResponseWriter, r *http.Request, _ *principa
 		return
 	}
 	rep, err := s.op.Replay(r.Context(), r.PathValue("agentId"), draft, last)
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrReplayBusy):
+		w.Header().Set("Retry-After", "1")
+		writeCode(w, codeRateLimited, "another replay is running; retry after the number of seconds in Retry-After")
+		return
+	case err != nil:
 		s.operatorFailed(w, "replay", err)
 		return
 	}

@@ -252,7 +252,8 @@ func TestReplayRefusesBadInput(t *testing.T) {
 // TestReplayAdminRoute: POST /admin/agents/{agentId}/policy/replay answers the report
 // (held to docs/openapi.json) to the admin key and to an agent key with admin:read, since
 // it writes nothing; an agent key without an admin scope is 403; a bad last, an invalid
-// draft and an unknown agent have their errors; the store is unchanged.
+// draft and an unknown agent have their errors; a replay while another runs is 429 with
+// Retry-After; the store is unchanged.
 func TestReplayAdminRoute(t *testing.T) {
 	e, path := replayEnv(t)
 	a := e.agent("routed", common.HexToAddress("0xA11CE00000000000000000000000000000000014"), allowPolicy)
@@ -276,5 +277,18 @@ func TestReplayAdminRoute(t *testing.T) {
 	}
 	wantError(t, call(t, "POST", url, `{"chains": {"allowed": ["one"]}}`, "x-admin-key", e.adminKey), 400, codeInvalidPolicy)
 	wantError(t, call(t, "POST", e.admin.URL+"/admin/agents/nobody/policy/replay", allowPolicy, "x-admin-key", e.adminKey), 404, codeNotFound)
+	e.srv.Operator().replaying.Store(true) // as if another replay ran
+	busy := call(t, "POST", url, strangerPolicy, "x-admin-key", e.adminKey)
+	wantError(t, busy, 429, codeRateLimited)
+	if busy.header.Get("Retry-After") != "1" {
+		t.Errorf("a replay while another runs: Retry-After %q, want 1", busy.header.Get("Retry-After"))
+	}
+	if _, err := e.srv.Operator().Replay(context.Background(), a.ID, []byte(allowPolicy), 0); !errors.Is(err, ErrReplayBusy) {
+		t.Errorf("Replay while another runs: %v, want ErrReplayBusy", err)
+	}
+	e.srv.Operator().replaying.Store(false)
+	if r := call(t, "POST", url, strangerPolicy, "x-admin-key", e.adminKey); r.status != 200 {
+		t.Errorf("a replay once the other ended = %d %s", r.status, r.raw)
+	}
 	unwritten(t, path, before)
 }
