@@ -159,7 +159,8 @@ func (o *Operator) Replay(ctx context.Context, agentID string, draft []byte, las
 		rp.replay(ctx, txs[i], &rep)
 	}
 	if len(txs) > 0 {
-		rep.From, rep.To = &txs[len(txs)-1].CreatedAt, &txs[0].CreatedAt
+		from, to := txs[len(txs)-1].CreatedAt, txs[0].CreatedAt // copies: the report keeps no record
+		rep.From, rep.To = &from, &to
 	}
 	slices.Reverse(rep.NewlyRefused)
 	slices.Reverse(rep.NewlyApproved)
@@ -212,13 +213,14 @@ func (rp *replayer) replay(ctx context.Context, t store.Transaction, rep *Replay
 	in.Policy = rp.policy
 	storedApproved := t.Status == store.StatusApproved
 	var draft ReplayOutcome
-	var approved, described bool
+	var approved bool
 	var spend windowSpend
 	ok := rp.srv.run(ctx, in, func(v *verdict.Verdict) {
 		approved = v.Approved()
-		// the verdict is the engine's only during this call: keep what the report needs
+		// the verdict is the engine's only during this call: keep what the report needs, the
+		// outcome of any that may change (the windows may yet refuse an approval)
 		if approved != storedApproved || (approved && rp.windows != nil) {
-			draft, described = outcomeOf(v), true
+			draft = outcomeOf(v)
 		}
 		if approved && rp.windows != nil {
 			spend = spendOf(v)
@@ -232,7 +234,7 @@ func (rp *replayer) replay(ctx context.Context, t store.Transaction, rep *Replay
 		approved = rp.windows.judge(t.CreatedAt, spend, &draft)
 	}
 	rep.Replayed++
-	if approved == storedApproved || !described {
+	if approved == storedApproved {
 		rep.Unchanged++
 		return
 	}
