@@ -42,6 +42,10 @@ var docClaims = []docClaim{
 	{"docs/verdict-api.md", fmt.Sprintf("`limit` 1 to %d (default %d)", store.MaxPage, verdictserver.DefaultTransactionPage)},
 	{"docs/verdict-api.md", fmt.Sprintf("at most %d KiB (`verdictserver.DefaultMaxBodyBytes`; larger is 413 `body_too_large`)", verdictserver.DefaultMaxBodyBytes>>10)},
 
+	// docs/replay.md
+	{"docs/replay.md", fmt.Sprintf("`last` defaults to\n   `verdictserver.DefaultReplayLast` (%d) and is at most `verdictserver.MaxReplayLast`\n   (%d)", verdictserver.DefaultReplayLast, verdictserver.MaxReplayLast)},
+	{"docs/replay.md", fmt.Sprintf("`last` is not an integer from 1 to %d", verdictserver.MaxReplayLast)},
+
 	// docs/reliability.md#resource-limits
 	{"docs/reliability.md", fmt.Sprintf("| %d KiB of base64 (%d KiB of JSON) | constant (`x402.MaxHeaderBytes`) |", x402.MaxHeaderBytes>>10, x402.MaxPayloadJSONBytes>>10)},
 	{"docs/reliability.md", fmt.Sprintf("| %d KiB, else 413 | constant (`httpapi.DefaultMaxBodyBytes`) |", httpapi.DefaultMaxBodyBytes>>10)},

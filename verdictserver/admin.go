@@ -18,6 +18,7 @@ import (
 // commands both call these, so each rule lives once.
 type Operator struct {
 	store *store.Store
+	srv   *Server // nil from NewOperator: no engine to Replay with
 }
 
 // NewOperator returns the operator functions on st.

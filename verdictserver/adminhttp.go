@@ -34,6 +34,7 @@ func (s *Server) adminRoutes() []route {
 		rt(http.MethodGet, "/admin/agents/{agentId}/policy/versions", read, []int{200, 404}, (*Server).adminPolicyVersions),
 		rt(http.MethodGet, "/admin/agents/{agentId}/policy/versions/{version}", read, []int{200, 404}, (*Server).adminPolicyVersion),
 		rt(http.MethodPost, "/admin/policy/validate", read, []int{200, 413, 415}, (*Server).adminValidatePolicy),
+		rt(http.MethodPost, "/admin/agents/{agentId}/policy/replay", read, []int{200, 404, 413, 415}, (*Server).adminReplay),
 		rt(http.MethodGet, "/admin/agents/{agentId}/transactions", read, []int{200, 400, 404}, (*Server).adminListTransactions),
 		rt(http.MethodGet, "/admin/agents/{agentId}/windows", read, []int{200, 404}, (*Server).adminWindows),
 		rt(http.MethodPost, "/admin/transactions/{requestHash}/execution", write, []int{200, 404, 409, 413, 415}, (*Server).adminExecution),

@@ -258,10 +258,6 @@ type judgement struct {
 // the verdict; one it cannot sign is not stored (docs/verdict-signing.md).
 func (s *Server) judge(ctx context.Context, hash string, in engine.Input) (j judgement, ok bool) {
 	use := func(v *verdict.Verdict) {
-		if v == nil || !v.Terminal() || v.Consistent() != nil {
-			return
-		}
-		ok = true
 		j.raw, j.err = s.encodeVerdict(v, in, hash)
 		j.status = store.StatusRejected
 		if v.Outcome == verdict.OutcomeApproved {
@@ -273,28 +269,36 @@ func (s *Server) judge(ctx context.Context, hash string, in engine.Input) (j jud
 		}
 		j.outcome, j.reasonCode = string(v.Outcome), string(v.ReasonCode)
 	}
-	if jg, isJudger := s.engine.(engine.Judger); isJudger {
-		jg.Judge(ctx, in, use)
-	} else {
-		use(s.engine.Evaluate(ctx, in))
-	}
+	ok = s.run(ctx, in, use)
 	return j, ok
+}
+
+// run evaluates in with the engine, through its Judge when it has one, and calls use with
+// the verdict only when it is terminal and consistent; it reports whether it did. The
+// verdict is use's only for the call: a Judger reuses its memory afterwards.
+func (s *Server) run(ctx context.Context, in engine.Input, use func(*verdict.Verdict)) (ok bool) {
+	gate := func(v *verdict.Verdict) {
+		if v == nil || !v.Terminal() || v.Consistent() != nil {
+			return
+		}
+		ok = true
+		use(v)
+	}
+	if jg, isJudger := s.engine.(engine.Judger); isJudger {
+		jg.Judge(ctx, in, gate)
+	} else {
+		gate(s.engine.Evaluate(ctx, in))
+	}
+	return ok
 }
 
 // input builds the engine's input from a stored record and the agent's active policy,
 // resolved now (docs/verdict-api.md#lifecycle). An agent without a policy gets a nil
 // Policy: the engine denies by default.
 func (s *Server) input(ctx context.Context, t store.Transaction) (engine.Input, error) {
-	in := engine.Input{Escrow: t.Escrow}
-	var err error
-	if in.ProposedTx, err = object(t.ProposedTx); err != nil || in.ProposedTx == nil {
-		return in, errors.New("stored proposedTx is not a json object")
-	}
-	if in.Metadata, err = object(t.Metadata); err != nil {
-		return in, errors.New("stored metadata is not a json object")
-	}
-	if in.ContextLogs, err = object(t.ContextLogs); err != nil {
-		return in, errors.New("stored contextLogs is not a json object")
+	in, err := recordInput(t)
+	if err != nil {
+		return in, err
 	}
 	pv, err := s.store.ActivePolicy(ctx, t.AgentID)
 	switch {
@@ -310,6 +314,22 @@ func (s *Server) input(ctx context.Context, t store.Transaction) (engine.Input, 
 		return in, errors.New("the active policy version does not parse: " + err.Error())
 	}
 	in.Policy = &policy.Policy{Version: pv.Version, Doc: doc}
+	return in, nil
+}
+
+// recordInput is the engine's input of a stored record, without its policy.
+func recordInput(t store.Transaction) (engine.Input, error) {
+	in := engine.Input{Escrow: t.Escrow}
+	var err error
+	if in.ProposedTx, err = object(t.ProposedTx); err != nil || in.ProposedTx == nil {
+		return in, errors.New("stored proposedTx is not a json object")
+	}
+	if in.Metadata, err = object(t.Metadata); err != nil {
+		return in, errors.New("stored metadata is not a json object")
+	}
+	if in.ContextLogs, err = object(t.ContextLogs); err != nil {
+		return in, errors.New("stored contextLogs is not a json object")
+	}
 	return in, nil
 }
 

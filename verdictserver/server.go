@@ -138,7 +138,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		queue: make(chan string, cmp.Or(cfg.Queue, DefaultQueue)), inFlight: map[string]bool{}, retry: map[string]retryState{},
 	}
 	s.policies, _ = simplelru.NewLRU[policyKey, *policy.Document](policyCacheSize, nil) // fails only for size <= 0
-	s.op = &Operator{store: deps.Store}
+	s.op = &Operator{store: deps.Store, srv: s}
 	return s, nil
 }
 

@@ -43,6 +43,7 @@ declares in its verdict global option: the same database a running Caddy uses.
   caddy verdict policy set --agent <agent> <file>
   caddy verdict policy versions --agent <agent>
   caddy verdict policy show --agent <agent> [--version <n>]
+  caddy verdict policy replay --agent <agent> [--last <n>] [--json] <file>   (stores nothing)
   caddy verdict windows --agent <agent>
 
 <agent> is an agent's id or its name.`,
@@ -217,6 +218,7 @@ func verdictCommand(cmd *cobra.Command) {
 			return nil
 		}),
 		show,
+		replayCommand(),
 	)
 	for _, sub := range []*cobra.Command{agent, key, wallet, pol} {
 		for _, c := range sub.Commands() {
@@ -249,6 +251,20 @@ func storeCmd(use, short string, nargs int, fn func(*cobra.Command, *verdictserv
 
 // openConfiguredStore opens the verdict store the config names (--config, --adapter).
 func openConfiguredStore(ctx context.Context, c *cobra.Command) (*store.Store, error) {
+	rv, err := configuredVerdict(c)
+	if err != nil {
+		return nil, err
+	}
+	db, err := rv.store.Open(ctx, "")
+	if err != nil {
+		return nil, fmt.Errorf("opening the verdict store: %w", err)
+	}
+	return store.Open(ctx, db)
+}
+
+// configuredVerdict is the verdict app of the config (--config, --adapter), resolved, with
+// a store that exists.
+func configuredVerdict(c *cobra.Command) (*resolvedVerdict, error) {
 	cfgFile, _ := c.Flags().GetString("config")
 	adapter, _ := c.Flags().GetString("adapter")
 	cfgJSON, _, _, err := caddycmd.LoadConfig(cfgFile, adapter)
@@ -269,11 +285,7 @@ func openConfiguredStore(ctx context.Context, c *cobra.Command) (*store.Store, e
 	if err := existingStore(c.ErrOrStderr(), rv); err != nil {
 		return nil, err
 	}
-	db, err := rv.store.Open(ctx, "")
-	if err != nil {
-		return nil, fmt.Errorf("opening the verdict store: %w", err)
-	}
-	return store.Open(ctx, db)
+	return rv, nil
 }
 
 // existingStore names on w the store a command opens, and refuses an SQLite file that does
