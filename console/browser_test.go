@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"html"
 	"html/template"
-	"image"
 	"image/png"
 	"net/http"
 	"net/http/httptest"
@@ -20,7 +19,8 @@ import (
 )
 
 // driver is a same-origin page that drives the console in a popup, as a person would:
-// it signs in, opens a verdict, edits a policy into an error and opens the payments, and
+// it signs in, opens a verdict, edits a policy into an error, opens the payments and
+// replays a draft, and
 // writes what each page showed into its own DOM as JSON. The console refuses every
 // frame, hence the popup; the console's CSP binds the console's documents, not this one.
 var driver = template.Must(template.New("driver").Parse(`<!doctype html>
@@ -74,7 +74,16 @@ wait("the sign-in form", d => d.getElementById("key"), function (d) {
             out.segments = d.querySelectorAll("#revenue rect.seg").length;
             var r = d.getElementById("revenue").getBoundingClientRect();
             out.chart = [r.width, r.height];
-            finish();
+            go({{.Replay}});
+            wait("the replay form", d => d.getElementById("draft"), function (d) {
+              d.getElementById("draft").value = {{.Draft}};
+              d.getElementById("last").value = "100";
+              d.getElementById("replay").click();
+              wait("the replay report", d => d.getElementById("report"), function (d) {
+                out.replay = d.getElementById("report").innerText;
+                finish();
+              });
+            });
           });
         });
       });
@@ -85,16 +94,17 @@ wait("the sign-in form", d => d.getElementById("key"), function (d) {
 
 // driven is what the driver page read off each console page.
 type driven struct {
-	Error                        string
-	Agents, Who, Verdict, Prompt string
-	Elements                     int
-	Edit, Limits, Payments       string
-	Segments                     int
-	Chart                        []float64
+	Error                          string
+	Agents, Who, Verdict, Prompt   string
+	Elements                       int
+	Edit, Limits, Payments, Replay string
+	Segments                       int
+	Chart                          []float64
 }
 
 // TestConsoleInChromium drives the console in headless Chromium: sign in, read a
-// verdict's reasons, edit a policy into a field-level error, see the revenue chart; a
+// verdict's reasons, edit a policy into a field-level error, see the revenue chart, replay
+// a draft and see the newly refused actions; a
 // prompt holding <script> and "><img onerror> shows as text in the DOM. Then it takes a
 // screenshot of each page, signed in with the same browser profile, into the test's
 // output directory (X402GATE_TEST_OUTPUT, else a temporary one).
@@ -116,7 +126,7 @@ func TestConsoleInChromium(t *testing.T) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Cross-Origin-Opener-Policy", "same-origin") // the console's, so the popup stays reachable
 		_ = driver.Execute(w, map[string]string{"Key": adminKey, "Verdict": "/console/verdicts/" + refused,
-			"Edit": "/console/policies/edit?agent=" + a.ID})
+			"Edit": "/console/policies/edit?agent=" + a.ID, "Replay": "/console/replay?agent=" + a.ID, "Draft": strangerDraft})
 	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
@@ -146,6 +156,9 @@ func TestConsoleInChromium(t *testing.T) {
 		{"payments", got.Payments, "Revenue per route and per day"},
 		{"payments", got.Payments, "settled"},
 		{"payments", got.Payments, "failed"},
+		{"replay", got.Replay, "2 actions replayed as version 2 (enforce mode) against active version 1: 1 newly refused, 1 newly approved"},
+		{"replay", got.Replay, "pay for the weather report"},
+		{"replay", got.Replay, "recipient " + allowedPay.Hex() + " is not in recipients.allowed"},
 	}
 	for _, c := range checks {
 		if !strings.Contains(c.text, c.want) {
@@ -162,7 +175,7 @@ func TestConsoleInChromium(t *testing.T) {
 	out := testenv.OutputDir(t)
 	for name, path := range map[string]string{"agents": "/console/", "verdicts": "/console/verdicts",
 		"verdict": "/console/verdicts/" + refused, "policies": "/console/policies?agent=" + a.ID,
-		"edit": "/console/policies/edit?agent=" + a.ID, "payments": "/console/payments"} {
+		"edit": "/console/policies/edit?agent=" + a.ID, "payments": "/console/payments", "replay": "/console/replay?agent=" + a.ID} {
 		shot := filepath.Join(out, name+".png")
 		testenv.RunChromium(t, profile, "--screenshot="+shot, srv.URL+path)
 		checkScreenshot(t, shot)
@@ -194,5 +207,4 @@ func checkScreenshot(t *testing.T, file string) {
 	if len(colours) < 8 || b.Dx() < 800 {
 		t.Errorf("%s: %d colours in %v: not a rendered page", file, len(colours), b)
 	}
-	_ = image.Point{}
 }

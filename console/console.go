@@ -175,6 +175,8 @@ func (c *Console) routes() *http.ServeMux {
 	m.HandleFunc("GET "+Path+"/policies/edit", c.signedIn(c.writes(c.editPage)))
 	m.HandleFunc("POST "+Path+"/policies/edit", c.signedIn(c.writes(c.savePolicy)))
 	m.HandleFunc("GET "+Path+"/payments", c.signedIn(c.paymentsPage))
+	m.HandleFunc("GET "+Path+"/replay", c.signedIn(c.replayPage))
+	m.HandleFunc("POST "+Path+"/replay", c.signedIn(c.runReplay))
 	m.HandleFunc(Path+"/", func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, nil, http.StatusNotFound, "no such page")
 	})
