@@ -4,10 +4,8 @@ import (
 	"encoding/json"
 	"html"
 	"html/template"
-	"image/png"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -187,15 +185,7 @@ func TestConsoleInChromium(t *testing.T) {
 // colour, and not the sign-in page of a browser that lost its session.
 func checkScreenshot(t *testing.T, file string) {
 	t.Helper()
-	f, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	img, err := png.Decode(f)
-	if err != nil {
-		t.Fatalf("%s: %v", file, err)
-	}
+	img := testenv.ReadPNG(t, file)
 	colours := map[[4]uint32]bool{}
 	b := img.Bounds()
 	for y := b.Min.Y; y < b.Max.Y; y += 4 {

@@ -3,6 +3,8 @@ package testenv
 import (
 	"bytes"
 	"context"
+	"image"
+	"image/png"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,4 +67,19 @@ func OutputDir(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// ReadPNG decodes the PNG at path, a screenshot; a missing or broken file fails the test.
+func ReadPNG(t testing.TB, path string) image.Image {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("no screenshot: %v", err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("%s is not a PNG: %v", path, err)
+	}
+	return img
 }
