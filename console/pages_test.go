@@ -65,6 +65,9 @@ func TestAgentsPage(t *testing.T) {
 			t.Errorf("the agents page does not show %q:\n%s", want, got)
 		}
 	}
+	if n := strings.Count(got, "not since this instance started"); n != 1 {
+		t.Errorf("%d keys not used since the start, want 1 (idle-bot's): the key that paid shows no last use", n)
+	}
 	for _, secret := range []string{a.Key, idle.Key} {
 		if strings.Contains(p.body, secret) {
 			t.Error("the agents page shows a key's secret")
@@ -235,8 +238,8 @@ func TestPaymentsPage(t *testing.T) {
 	if n := strings.Count(p.body, `<rect class="seg"`); n != 3 {
 		t.Errorf("%d bar segments, want 3 (one route on day 1, two on day 2)", n)
 	}
-	if !strings.Contains(p.body, `<svg id="revenue"`) {
-		t.Error("no revenue chart")
+	if !strings.Contains(p.body, `<svg id="revenue"`) || !strings.Contains(p.body, `font-size="11">5.02</text>`) {
+		t.Error("no revenue chart, or its axis does not top at day 2's settled 5.02 (failed and pending rows count for nothing)")
 	}
 
 	bare := newEnv(t, Config{}, false)

@@ -230,7 +230,7 @@ func TestEveryPageSendsTheSecurityHeaders(t *testing.T) {
 	for name, p := range pages {
 		h := p.header
 		if h.Get("Content-Security-Policy") != contentSecurityPolicy || h.Get("X-Frame-Options") != "DENY" ||
-			h.Get("X-Content-Type-Options") != "nosniff" || h.Get("Cache-Control") != "no-store" {
+			h.Get("X-Content-Type-Options") != "nosniff" || h.Get("Cache-Control") != "no-store" || h.Get("Referrer-Policy") != "same-origin" {
 			t.Errorf("%s (%d): headers %v", name, p.status, h)
 		}
 	}
