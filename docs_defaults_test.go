@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/x402gate/x402gate/console"
 	"github.com/x402gate/x402gate/facilitator"
 	"github.com/x402gate/x402gate/facilitator/approval"
 	"github.com/x402gate/x402gate/facilitator/httpapi"
@@ -45,6 +46,11 @@ var docClaims = []docClaim{
 	// docs/replay.md
 	{"docs/replay.md", fmt.Sprintf("`last` defaults to\n   `verdictserver.DefaultReplayLast` (%d) and is at most `verdictserver.MaxReplayLast`\n   (%d)", verdictserver.DefaultReplayLast, verdictserver.MaxReplayLast)},
 	{"docs/replay.md", fmt.Sprintf("`last` is not an integer from 1 to %d", verdictserver.MaxReplayLast)},
+
+	// docs/console.md
+	{"docs/console.md", fmt.Sprintf("how long a session lasts after sign-in, 1m to %s | %s (`console.DefaultSessionTTL`)", caddyDuration(console.MaxSessionTTL), caddyDuration(console.DefaultSessionTTL))},
+	{"docs/console.md", fmt.Sprintf("The page reads the newest %d (`store.MaxPage`) actions", store.MaxPage)},
+	{"docs/console.md", fmt.Sprintf("(1 to %s; the form starts at `verdictserver.DefaultReplayLast`)", thousands(verdictserver.MaxReplayLast))},
 
 	// docs/reliability.md#resource-limits
 	{"docs/reliability.md", fmt.Sprintf("| %d KiB of base64 (%d KiB of JSON) | constant (`x402.MaxHeaderBytes`) |", x402.MaxHeaderBytes>>10, x402.MaxPayloadJSONBytes>>10)},

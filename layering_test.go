@@ -36,6 +36,7 @@ var layers = []layer{
 	{"verdict", []string{"x402"}, "verdict imports only x402 of ours"},
 	{"gate", []string{"x402"}, "gate imports only x402 of ours (and its own subpackages)"},
 	{"verdictclient", []string{"x402", "verdict", "internal/jsonhttp"}, "verdictclient imports only x402, verdict and the shared transport internal/jsonhttp of ours"},
+	{"console", []string{"x402", "verdict", "verdictserver", "facilitator/journal", "internal"}, "console reads the verdict service and the settlement journal only: no Caddy adapter, gate or facilitator engine"},
 }
 
 // TestLayering checks the non-test imports of every package of the module against layers,

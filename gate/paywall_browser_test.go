@@ -1,8 +1,6 @@
 package gate
 
 import (
-	"bytes"
-	"context"
 	"crypto/ecdsa"
 	"encoding/json"
 	"errors"
@@ -15,14 +13,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/ethereum/go-ethereum/accounts"
 	"github.com/ethereum/go-ethereum/common"
@@ -129,46 +124,17 @@ func TestPaywallPage(t *testing.T) {
 	}
 }
 
-// chromiumPath finds Debian's chromium; without it the test fails with the install step.
-func chromiumPath(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "/usr/bin/chromium"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	t.Fatal("chromium is not installed; install it with `apt-get install -y chromium` (CI's .ci/run does)")
-	return ""
-}
-
 // runChromium runs headless chromium with args and a private profile, and returns its
-// standard output. It is killed, with its whole process group, after two minutes.
+// standard output (testenv.RunChromium).
 func runChromium(t *testing.T, args ...string) []byte {
 	t.Helper()
-	return runChromiumIn(t, t.TempDir(), args...)
+	return testenv.RunChromium(t, t.TempDir(), args...)
 }
 
 // runChromiumIn is runChromium with the profile in dir, so several runs share cookies.
 func runChromiumIn(t *testing.T, dir string, args ...string) []byte {
 	t.Helper()
-	bin := chromiumPath(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	base := []string{
-		"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
-		"--no-first-run", "--no-default-browser-check", "--disable-extensions", "--mute-audio", "--disable-popup-blocking",
-		"--user-data-dir=" + dir, "--window-size=1280,900",
-	}
-	cmd := exec.CommandContext(ctx, bin, append(base, args...)...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 5 * time.Second
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("chromium %v: %v\n%s", args, err, tail(stderr.String(), 2000))
-	}
-	return stdout.Bytes()
+	return testenv.RunChromium(t, dir, args...)
 }
 
 func tail(s string, n int) string {

@@ -125,6 +125,7 @@ func (s *Server) authenticate(ctx context.Context, r *http.Request) (*principal,
 		e := newAPIError(codeUnavailable, "the key store is unavailable")
 		return nil, &e
 	}
+	s.keyUsed(k.ID)
 	return &principal{agentID: k.AgentID, keyID: k.ID, scopes: k.Scopes}, nil
 }
 

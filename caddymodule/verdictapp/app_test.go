@@ -57,7 +57,7 @@ func TestAdaptErrorsOfVerdict(t *testing.T) {
 		{"a sanctions refresh that is not a duration", verdict("\t\tsanctions /x.txt 24h refresh often # <-\n"), `sanctions refresh "often" is not a duration of at least 1s`},
 		{"a sanctions refresh below a second", verdict("\t\tsanctions /x.txt refresh 10ms # <-\n"), `sanctions refresh "10ms" is not a duration of at least 1s`},
 		{"verdict_api without the verdict app", ":8083 {\n\tverdict_api # <-\n}\n", "verdict_api needs the verdict global option"},
-		{"verdict_api with options", verdict("") + ":8083 {\n\tverdict_api {\n\t\tlisten :2 # <-\n\t}\n}\n", "verdict_api takes no options"},
+		{"verdict_api with options", verdict("") + ":8083 {\n\tverdict_api {\n\t\tlisten :2 # <-\n\t}\n}\n", "verdict_api takes one option, console"},
 	} {
 		t.Run(tc.name, func(t *testing.T) { expectVerdictError(t, tc.caddyfile, tc.wantErr) })
 	}

@@ -265,14 +265,30 @@ func parseVerdictAPI(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error
 	return v, nil
 }
 
-// UnmarshalCaddyfile reads `verdict_api` (no arguments, no block).
+// UnmarshalCaddyfile reads `verdict_api`, which takes no arguments; its block may turn on
+// the console (docs/console.md#configuration):
+//
+//	verdict_api {
+//		console {
+//			explorer <url with {tx}>
+//			journal sqlite [<path>] | postgres <dsn placeholder>
+//			session_ttl <duration>
+//		}
+//	}
 func (v *VerdictAPI) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next()
 	if d.NextArg() {
 		return caddyconf.ArgErr(d, nil)
 	}
-	if d.NextBlock(0) {
-		return d.Errf("verdict_api takes no options; configure the service in the verdict global option")
+	for d.NextBlock(0) {
+		if d.Val() != "console" || v.Console != nil {
+			return d.Errf("verdict_api takes one option, console; configure the service in the verdict global option")
+		}
+		c, err := parseConsole(d)
+		if err != nil {
+			return err
+		}
+		v.Console = c
 	}
 	return nil
 }

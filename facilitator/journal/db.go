@@ -314,24 +314,8 @@ func (j *DB) Get(ctx context.Context, authorizationKey string) (Settlement, erro
 // Unfinished returns every row in StatePrepared or StateBroadcast, oldest first (ties in
 // authorization key order), for reconciliation.
 func (j *DB) Unfinished(ctx context.Context) ([]Settlement, error) {
-	rows, err := j.db.QueryContext(ctx, `SELECT `+settlementColumns+` FROM settlements
+	return j.list(ctx, "unfinished", `SELECT `+settlementColumns+` FROM settlements
 		WHERE state IN ('prepared', 'broadcast') ORDER BY created_at, authorization_key`)
-	if err != nil {
-		return nil, j.fail("unfinished", err)
-	}
-	defer rows.Close()
-	var out []Settlement
-	for rows.Next() {
-		s, err := scanSettlement(rows)
-		if err != nil {
-			return nil, j.fail("unfinished", err)
-		}
-		out = append(out, s)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, j.fail("unfinished", err)
-	}
-	return out, nil
 }
 
 // Close closes the database.
