@@ -117,3 +117,30 @@ func TestUptoNeedsItsFacilitatorsAddress(t *testing.T) {
 		})
 	}
 }
+
+// TestPermit2AllowanceRequiredIs412: a payer that has not approved Permit2 is refused by
+// verify with permit2_allowance_required, which the gate answers 412 as the reference
+// servers do, with the challenge in PAYMENT-REQUIRED; nothing is settled or proxied.
+func TestPermit2AllowanceRequiredIs412(t *testing.T) {
+	cfg := gate.Config{Network: "base-sepolia", PayTo: rulesPayTo, Price: "0.01", Transfer: gate.TransferPermit2}
+	s := newRulesServer(t, cfg, gate.Options{})
+	s.f.OnVerify(func(_ context.Context, in x402.VerifyInput) (x402.VerifyResponse, error) {
+		return x402.VerifyResponse{InvalidReason: "permit2_allowance_required", Payer: in.Payment.Authorization.From.Hex()}, nil
+	})
+	o, err := s.g.Offers(context.Background(), gate.Input{Resource: s.URL + "/premium"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, value := pay(t, newPayer(t), x402.Version2, o[0])
+	res, body := s.get(t, "/premium", name, value)
+	if res.StatusCode != http.StatusPreconditionFailed {
+		t.Fatalf("status %d %s, want 412", res.StatusCode, body)
+	}
+	pr, err := x402.DecodePaymentRequired(res.Header.Get(x402.HeaderPaymentRequired))
+	if err != nil || pr.Error != "permit2_allowance_required" {
+		t.Errorf("PAYMENT-REQUIRED %+v %v, want the error permit2_allowance_required", pr, err)
+	}
+	if n := s.f.Count(gatetest.MethodSettle); n != 0 || s.calls.Load() != 0 {
+		t.Errorf("settled %d times, upstream called %d times; want neither", n, s.calls.Load())
+	}
+}
