@@ -44,6 +44,10 @@ func TestCommittedArtifactsAreUpToDate(t *testing.T) {
 		{"TestPriceFeed.json", contracts.PriceFeed},
 		{"TestSanctionsOracle.json", contracts.SanctionsOracle},
 		{"GuardedAccount.json", contracts.GuardedAccount},
+		{"PlainToken.json", contracts.PlainToken},
+		{"Permit2.json", contracts.Permit2},
+		{"X402ExactPermit2Proxy.json", contracts.ExactPermit2Proxy},
+		{"X402UptoPermit2Proxy.json", contracts.UptoPermit2Proxy},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			data, err := os.ReadFile(filepath.Join(out, tc.file))
@@ -182,6 +186,54 @@ func TestFeedAndOracleHaveTheChainlinkAndChainalysisSelectors(t *testing.T) {
 		}
 		if got := hex.EncodeToString(e.ID[:]); got != tc.topic {
 			t.Errorf("topic of %s = %s, want %s", e.Sig, got, tc.topic)
+		}
+	}
+}
+
+// TestPermit2ContractsHaveTheReferenceSelectors: our Permit2 and x402 proxies answer the
+// calls the reference makes. The selectors were computed with viem's toFunctionSelector from
+// @x402/evm 2.27's x402ExactPermit2ProxyABI and x402UptoPermit2ProxyABI, and from canonical
+// Permit2's signatures.
+func TestPermit2ContractsHaveTheReferenceSelectors(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		parsed   abi.ABI
+		method   string
+		selector string
+	}{
+		{"Permit2 permitWitnessTransferFrom", contracts.Permit2ABI, "permitWitnessTransferFrom", "137c29fe"},
+		{"Permit2 nonceBitmap", contracts.Permit2ABI, "nonceBitmap", "4fe02b44"},
+		{"Permit2 DOMAIN_SEPARATOR", contracts.Permit2ABI, "DOMAIN_SEPARATOR", "3644e515"},
+		{"exact proxy settle", contracts.ExactPermit2ProxyABI, "settle", "13cd3b53"},
+		{"exact proxy settleWithPermit", contracts.ExactPermit2ProxyABI, "settleWithPermit", "fa340378"},
+		{"exact proxy PERMIT2", contracts.ExactPermit2ProxyABI, "PERMIT2", "6afdd850"},
+		{"exact proxy WITNESS_TYPE_STRING", contracts.ExactPermit2ProxyABI, "WITNESS_TYPE_STRING", "156e2152"},
+		{"upto proxy settle", contracts.UptoPermit2ProxyABI, "settle", "ff11e7b4"},
+		{"upto proxy settleWithPermit", contracts.UptoPermit2ProxyABI, "settleWithPermit", "016c1748"},
+		{"upto proxy WITNESS_TYPEHASH", contracts.UptoPermit2ProxyABI, "WITNESS_TYPEHASH", "2c03ae6a"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, ok := tc.parsed.Methods[tc.method]
+			if !ok {
+				t.Fatalf("no method %q", tc.method)
+			}
+			if got := hex.EncodeToString(m.ID); got != tc.selector {
+				t.Errorf("selector of %s = %s, want %s", m.Sig, got, tc.selector)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		parsed   abi.ABI
+		name     string
+		selector string
+	}{
+		{contracts.UptoPermit2ProxyABI, "AmountExceedsPermitted", "fe64b4c7"},
+		{contracts.UptoPermit2ProxyABI, "UnauthorizedFacilitator", "0f6fae87"},
+		{contracts.ExactPermit2ProxyABI, "InvalidAmount", "2c5211c6"},
+		{contracts.ExactPermit2ProxyABI, "PaymentTooEarly", "a65539fa"},
+	} {
+		if e, ok := tc.parsed.Errors[tc.name]; !ok || hex.EncodeToString(e.ID[:4]) != tc.selector {
+			t.Errorf("error %s: %v", tc.name, ok)
 		}
 	}
 }
