@@ -104,9 +104,6 @@ func (g *Gate) answer402(req *x402.Requirements, payer, errV1, errV2 string, vb 
 	}
 }
 
-// reasonPermit2Allowance: the payer has not approved Permit2 to move the asset.
-const reasonPermit2Allowance x402.Reason = "permit2_allowance_required"
-
 // rejected builds a rejected result: a 402 (412 for a payer without a Permit2 allowance) whose body error is the reason in the
 // payment's version and whose PAYMENT-REQUIRED header carries the v2 reason; after a
 // settlement attempt it also carries the failed settle response, and after a verdict that
@@ -123,7 +120,7 @@ func (g *Gate) rejected(req *x402.Requirements, p *x402.Payment, reason x402.Rea
 	}
 	res.Kind, res.Reason, res.Message, res.Version, res.Payer = KindRejected, reason, msg, p.Version, payer
 	res.Verdict = verdict
-	if reason == reasonPermit2Allowance {
+	if reason == x402.ReasonPermit2AllowanceRequired {
 		// The payer must approve Permit2 once before any payment can work: 412, as the
 		// reference servers answer it (docs/gate.md#permit2).
 		res.Status = http.StatusPreconditionFailed

@@ -19,22 +19,22 @@ import (
 // Schemes of a route (Config.Scheme).
 const (
 	// SchemeExact charges the route's price (the default).
-	SchemeExact = "exact"
+	SchemeExact = x402.SchemeExact
 	// SchemeUpto charges what the upstream reports, up to the route's price
 	// (docs/gate.md#metering). It moves the asset by Permit2 and always uses the
 	// authorization flow.
-	SchemeUpto = "upto"
+	SchemeUpto = x402.SchemeUpto
 )
 
 // How the asset moves (Config.Transfer, AcceptConfig.Transfer).
 const (
 	// TransferEIP3009 signs an EIP-3009 transferWithAuthorization of the token itself
 	// (the default of the exact scheme).
-	TransferEIP3009 = "eip3009"
+	TransferEIP3009 = x402.TransferEIP3009
 	// TransferPermit2 signs a Permit2 transfer through the x402 Permit2 proxy: any ERC-20
 	// whose holder approved the canonical Permit2 contract once. It is advertised as
 	// extra.assetTransferMethod "permit2", as the reference servers do.
-	TransferPermit2 = "permit2"
+	TransferPermit2 = x402.TransferPermit2
 )
 
 // What an upto answer without a cost report is charged (Config.Unmetered).
@@ -43,13 +43,6 @@ const (
 	UnmeteredMax = "max"
 	// UnmeteredFree charges nothing.
 	UnmeteredFree = "free"
-)
-
-// The keys of a requirement's extra that name how it is paid, as @x402/evm reads and
-// writes them.
-const (
-	extraTransfer    = "assetTransferMethod"
-	extraPaymentFlow = "paymentFlow"
 )
 
 // setScheme checks Config.Scheme and Config.Unmetered. It runs before setFlow: an upto
@@ -103,10 +96,10 @@ func (route *routeConfig) checkTransfer(transfer string) (permit2 bool, err erro
 // reference's default, authorization (docs/gate.md#payment-flows).
 func (o *option) addExtra(authorization bool) {
 	if o.permit2 {
-		o.extra[extraTransfer] = TransferPermit2
+		o.extra[x402.ExtraAssetTransferMethod] = TransferPermit2
 	}
 	if !authorization {
-		o.extra[extraPaymentFlow] = FlowUpfront
+		o.extra[x402.ExtraPaymentFlow] = FlowUpfront
 	}
 }
 
@@ -145,7 +138,7 @@ func (g *Gate) bindFacilitator(ctx context.Context) error {
 			return fmt.Errorf("gate: the facilitator does not settle %s on %s (no extra.facilitatorAddress in its /supported)", SchemeUpto, o.network.CAIP2)
 		}
 		extras[i] = maps.Clone(o.extra)
-		extras[i]["facilitatorAddress"] = addr
+		extras[i][x402.ExtraFacilitatorAddress] = addr
 	}
 	for i, o := range g.route.options {
 		o.bound.Store(&extras[i])
@@ -159,7 +152,7 @@ func uptoFacilitator(s x402.SupportedResponse, network string) (string, bool) {
 		if k.X402Version != x402.Version2 || k.Scheme != SchemeUpto || k.Network != network {
 			continue
 		}
-		v, _ := k.Extra["facilitatorAddress"].(string)
+		v, _ := k.Extra[x402.ExtraFacilitatorAddress].(string)
 		if a, err := x402.ParseAddress(v); err == nil {
 			return a.Hex(), true
 		}
