@@ -47,10 +47,16 @@ func (k PaymentKey) String() string {
 	s := strings.ToLower(fmt.Sprintf("%s:%s:%s:%s:%s:0x%x",
 		k.Network, k.Asset.Hex(), k.Payer.Hex(), k.PayTo.Hex(), amount, k.Nonce[:]))
 	if k.Permit2 {
-		s += ":permit2"
+		s += permit2KeySuffix
 	}
 	return s
 }
+
+// permit2KeySuffix ends the String of a Permit2 payment's key.
+const permit2KeySuffix = ":permit2"
+
+// IsPermit2Key reports whether s, a PaymentKey's String, is a Permit2 payment's.
+func IsPermit2Key(s string) bool { return strings.HasSuffix(s, permit2KeySuffix) }
 
 // AuthorizationKey identifies one authorization on chain, whatever it pays: an EIP-3009
 // token enforces single use per (asset, payer, nonce), and Permit2 per (payer, nonce) over

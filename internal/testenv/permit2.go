@@ -14,7 +14,15 @@ import (
 	"github.com/ethereum/go-ethereum/rpc"
 
 	"github.com/x402gate/x402gate/internal/contracts"
-	"github.com/x402gate/x402gate/x402"
+)
+
+// Canonical addresses of Permit2 and of the x402 exact and upto Permit2 proxies, the same on
+// every chain (Permit2Address and the proxies'; testenv cannot import x402, whose tests
+// use testenv, and TestCanonicalAddressesAreX402s holds the two equal).
+var (
+	Permit2Address           = common.HexToAddress("0x000000000022D473030F116dDEE9F6B43aC78BA3")
+	ExactPermit2ProxyAddress = common.HexToAddress("0x402085c248EeA27D92E8b30b2C58ed07f9E20001")
+	UptoPermit2ProxyAddress  = common.HexToAddress("0x4020A4f3b7b90ccA423B9fabCc0CE57C6C240002")
 )
 
 // InstallPermit2 places our Permit2 (internal/contracts) at Permit2's canonical address and
@@ -28,9 +36,9 @@ func (c *Chain) InstallPermit2(t testing.TB) {
 		at   common.Address
 		code []byte
 	}{
-		{x402.Permit2Address, contracts.Permit2.DeployedBytecode},
-		{x402.ExactPermit2ProxyAddress, contracts.ExactPermit2Proxy.DeployedBytecode},
-		{x402.UptoPermit2ProxyAddress, contracts.UptoPermit2Proxy.DeployedBytecode},
+		{Permit2Address, contracts.Permit2.DeployedBytecode},
+		{ExactPermit2ProxyAddress, contracts.ExactPermit2Proxy.DeployedBytecode},
+		{UptoPermit2ProxyAddress, contracts.UptoPermit2Proxy.DeployedBytecode},
 	} {
 		c.RPC(t, nil, "anvil_setCode", p.at, hexutil.Bytes(p.code))
 	}
@@ -75,7 +83,7 @@ func (tok *PlainToken) Approve(t testing.TB, owner Account, spender common.Addre
 // that every later Permit2 payment in this token spends from.
 func (tok *PlainToken) ApprovePermit2(t testing.TB, owner Account) {
 	t.Helper()
-	tok.Approve(t, owner, x402.Permit2Address, new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 256), big.NewInt(1)))
+	tok.Approve(t, owner, Permit2Address, new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 256), big.NewInt(1)))
 }
 
 // BalanceOf returns the token balance of addr at the latest block.
@@ -90,15 +98,16 @@ func (tok *PlainToken) BalanceOf(t testing.TB, addr common.Address) *big.Int {
 func (c *Chain) Permit2NonceUsed(t testing.TB, owner common.Address, nonce *big.Int) bool {
 	t.Helper()
 	var word *big.Int
-	callView(t, c, contracts.Permit2ABI, x402.Permit2Address, &word, "nonceBitmap", owner, new(big.Int).Rsh(nonce, 8))
+	callView(t, c, contracts.Permit2ABI, Permit2Address, &word, "nonceBitmap", owner, new(big.Int).Rsh(nonce, 8))
 	return word.Bit(int(new(big.Int).And(nonce, big.NewInt(0xff)).Int64())) == 1
 }
 
 // SignPermit2 has the real @x402/evm 2.27 client (integration/scripts/sign-permit2.mjs) pay
-// each PaymentRequired with payer's key, and returns the PAYMENT-SIGNATURE values, in order:
+// each PaymentRequired (an x402.PaymentRequiredV2, or its JSON shape) with payer's key, and
+// returns the PAYMENT-SIGNATURE values, in order:
 // `exact` over Permit2 for a requirement with extra.assetTransferMethod "permit2", `upto`
 // for scheme upto. One node process signs them all.
-func SignPermit2(t testing.TB, payer Account, required ...x402.PaymentRequiredV2) []string {
+func SignPermit2(t testing.TB, payer Account, required ...any) []string {
 	t.Helper()
 	in, err := json.Marshal(required)
 	if err != nil {
@@ -107,7 +116,7 @@ func SignPermit2(t testing.TB, payer Account, required ...x402.PaymentRequiredV2
 	out := RunNode(t, "scripts/sign-permit2.mjs", []string{"X402_PAYER_KEY=" + hexutil.Encode(crypto.FromECDSA(payer.Key))}, in)
 	var headers []string
 	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(make([]byte, 0, 64<<10), x402.MaxHeaderBytes*2)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
 		if line := sc.Text(); line != "" {
 			headers = append(headers, line)

@@ -108,6 +108,14 @@ func TestRealClientPermit2PaymentsSettleThroughOurContracts(t *testing.T) {
 	}
 }
 
+// TestCanonicalAddressesAreX402s: testenv's copies of the canonical addresses are x402's.
+func TestCanonicalAddressesAreX402s(t *testing.T) {
+	if testenv.Permit2Address != x402.Permit2Address || testenv.ExactPermit2ProxyAddress != x402.ExactPermit2ProxyAddress ||
+		testenv.UptoPermit2ProxyAddress != x402.UptoPermit2ProxyAddress {
+		t.Fatal("testenv's canonical addresses differ from x402's")
+	}
+}
+
 func decodePermit2(t *testing.T, header string) *x402.Payment {
 	t.Helper()
 	p, err := x402.DecodePaymentHeader(x402.HeaderPaymentSignature, header, nil)
