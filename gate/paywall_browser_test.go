@@ -256,17 +256,8 @@ popup({{.Src}}, "pay", function (w, doc) {
 func TestPaywallRendersInChromium(t *testing.T) {
 	env := newTestEnv(t)
 	up := &upstream{}
-	g := env.gate(t, env.config(), Options{})
-	mux := http.NewServeMux()
-	mux.Handle("/paid", g.Middleware(MiddlewareOptions{})(up))
-	mux.HandleFunc("/wrapper", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		_ = checkWrapper.Execute(w, map[string]any{
-			"Src": "/paid", "Check": template.JS(checkScript), "Popup": template.JS(popupScript),
-			"Checks": [][2]string{{"price", "0.01 USDC"}, {"payee", env.payTo.Hex()}, {"network", "base-sepolia"}, {"pay", "pay"}},
-		})
-	})
-	srv := httptest.NewServer(mux)
+	srv := paywallServer(env.gate(t, env.config(), Options{}), up,
+		[][2]string{{"price", "0.01 USDC"}, {"payee", env.payTo.Hex()}, {"network", "base-sepolia"}, {"pay", "pay"}})
 	defer srv.Close()
 
 	shot := filepath.Join(t.TempDir(), "paywall.png")
@@ -298,6 +289,20 @@ func TestPaywallRendersInChromium(t *testing.T) {
 	if up.calls.Load() != 0 {
 		t.Error("the upstream ran for the paywall")
 	}
+}
+
+// paywallServer serves g's paywall at /paid in front of up, and at /wrapper the
+// checkWrapper page that checks each [id, text] of checks on it.
+func paywallServer(g *Gate, up http.Handler, checks [][2]string) *httptest.Server {
+	mux := http.NewServeMux()
+	mux.Handle("/paid", g.Middleware(MiddlewareOptions{})(up))
+	mux.HandleFunc("/wrapper", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_ = checkWrapper.Execute(w, map[string]any{
+			"Src": "/paid", "Check": template.JS(checkScript), "Popup": template.JS(popupScript), "Checks": checks,
+		})
+	})
+	return httptest.NewServer(mux)
 }
 
 // colourStats counts distinct colours and the share of pixels unlike the most common one.
