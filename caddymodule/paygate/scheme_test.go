@@ -7,9 +7,6 @@ import "testing"
 // is for upto; each mistake fails at adapt with the option's name and line, in an accept
 // block too.
 func TestAdaptErrorsOfSchemeAndTransfer(t *testing.T) {
-	site := func(body string) string {
-		return adaptGlobal + "\nexample.com {\n\tx402 {\n\t\tpay_to 0x1111111111111111111111111111111111111111\n\t\tprice 0.01\n\t\tnetwork base-sepolia\n" + body + "\t}\n}\n"
-	}
 	for _, tc := range []struct {
 		name, caddyfile, wantErr string
 	}{
