@@ -2,8 +2,8 @@ package facilitator
 
 import (
 	"context"
-	"math/big"
 	"errors"
+	"math/big"
 	"sync"
 	"testing"
 	"time"
