@@ -53,19 +53,7 @@ func signedPermit2Payment(b *testing.B, net x402.Network, key *ecdsa.PrivateKey,
 // BenchmarkVerifyCPUPermit2 is BenchmarkVerifyCPU for an exact payment over Permit2: the
 // same pins and match plus the spender, witness and token, Permit2's EIP-712 digest (three
 // struct hashes besides the domain's), and ECDSA recovery.
-func BenchmarkVerifyCPUPermit2(b *testing.B) {
-	e := offlineService(b, x402.BaseSepolia)
-	key, _ := crypto.GenerateKey()
-	now := time.Now()
-	p, r := signedPermit2Payment(b, x402.BaseSepolia, key, common.HexToAddress("0x000000000000000000000000000000000000beef"), big.NewInt(10_000), now)
-	b.ReportAllocs()
-	for b.Loop() {
-		c, f := e.checkStatic(p, r, now, nil)
-		if f != nil || !c.eoa {
-			b.Fatalf("checkStatic = %+v, %v", c, f)
-		}
-	}
-}
+func BenchmarkVerifyCPUPermit2(b *testing.B) { benchVerifyCPU(b, signedPermit2Payment) }
 
 // BenchmarkVerifyRPCPermit2 is BenchmarkVerifyRPC for an exact payment over Permit2 made
 // by the real client: the CPU path plus one batched round trip for the balance, the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/big"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -283,16 +284,9 @@ func TestPermit2SixtyFourConcurrentDistinctPaymentsAllSettle(t *testing.T) {
 	}
 	ps := payPermit2(t, env.chain.Accounts[4], rs...)
 	before := env.plain.BalanceOf(t, env.payee)
-	var wg sync.WaitGroup
-	results := make([]x402.SettleResponse, len(ps))
-	errs := make([]error, len(ps))
-	for i, p := range ps {
-		wg.Go(func() { results[i], errs[i] = e.Settle(context.Background(), p, r) })
-	}
-	wg.Wait()
-	for i := range ps {
-		if errs[i] != nil || !results[i].Success {
-			t.Errorf("payment %d: %+v, %v", i, results[i], errs[i])
+	for i, res := range settleAtOnce(e, ps, r) {
+		if res.err != nil || !res.Success {
+			t.Errorf("payment %d: %+v, %v", i, res.SettleResponse, res.err)
 		}
 	}
 	want := new(big.Int).Mul(permit2Price, big.NewInt(int64(len(ps))))
@@ -352,20 +346,12 @@ func TestPermit2TwentyConcurrentSettlesOfOnePaymentBroadcastOnce(t *testing.T) {
 	r := env.permit2Requirements(e, x402.SchemeExact, permit2Price)
 	p := payPermit2(t, env.chain.Accounts[6], r)[0]
 	before := env.plain.BalanceOf(t, env.payee)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
 	won := 0
-	for range 20 {
-		wg.Go(func() {
-			res, err := e.Settle(context.Background(), p, r)
-			mu.Lock()
-			defer mu.Unlock()
-			if err == nil && res.Success {
-				won++
-			}
-		})
+	for _, res := range settleAtOnce(e, slices.Repeat([]*x402.Payment{p}, 20), r) {
+		if res.err == nil && res.Success {
+			won++
+		}
 	}
-	wg.Wait()
 	if won != 1 {
 		t.Fatalf("%d settles succeeded, want 1", won)
 	}
@@ -375,4 +361,21 @@ func TestPermit2TwentyConcurrentSettlesOfOnePaymentBroadcastOnce(t *testing.T) {
 	if got := env.received(t, before); got.Cmp(permit2Price) != 0 {
 		t.Fatalf("payee received %s, want %s", got, permit2Price)
 	}
+}
+
+// settled is one settle's answer.
+type settled struct {
+	x402.SettleResponse
+	err error
+}
+
+// settleAtOnce settles every payment of ps for r, each in its own goroutine, all at once.
+func settleAtOnce(e *Service, ps []*x402.Payment, r *x402.Requirements) []settled {
+	out := make([]settled, len(ps))
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		wg.Go(func() { out[i].SettleResponse, out[i].err = e.Settle(context.Background(), p, r) })
+	}
+	wg.Wait()
+	return out
 }

@@ -105,24 +105,31 @@ func TestRealClientPaymentsDecodeAndRecoverTheSigner(t *testing.T) {
 			} else {
 				ours = p.PayloadV2()
 			}
-			want := jsonMap(t, fx.Payload)
-			if e, ok := want["extensions"].(map[string]any); ok && len(e) == 0 {
-				delete(want, "extensions") // {} and absent mean the same; omitempty drops it
-			}
-			if got := jsonMap(t, mustJSON(t, ours)); !reflect.DeepEqual(got, want) {
-				t.Fatalf("re-encoded payload differs:\n got %v\nwant %v", got, want)
-			}
-
-			if fx.PaymentRequired != "" {
-				pr, err := DecodePaymentRequired(fx.PaymentRequired)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !reflect.DeepEqual(jsonMap(t, mustJSON(t, pr.Accepts[0])), jsonMap(t, mustJSON(t, p.Accepted.V2()))) {
-					t.Fatal("accepted differs from the PAYMENT-REQUIRED entry")
-				}
-			}
+			assertClientJSON(t, p, ours, fx.Payload, fx.PaymentRequired)
 		})
+	}
+}
+
+// assertClientJSON: ours, p re-encoded, is the client's payload JSON, and p's accepted
+// requirement is the first entry of the client's PAYMENT-REQUIRED, when there is one.
+func assertClientJSON(t *testing.T, p *Payment, ours any, payload json.RawMessage, paymentRequired string) {
+	t.Helper()
+	want := jsonMap(t, payload)
+	if e, ok := want["extensions"].(map[string]any); ok && len(e) == 0 {
+		delete(want, "extensions") // {} and absent mean the same; omitempty drops it
+	}
+	if got := jsonMap(t, mustJSON(t, ours)); !reflect.DeepEqual(got, want) {
+		t.Fatalf("re-encoded payload differs:\n got %v\nwant %v", got, want)
+	}
+	if paymentRequired == "" {
+		return
+	}
+	pr, err := DecodePaymentRequired(paymentRequired)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(jsonMap(t, mustJSON(t, pr.Accepts[0])), jsonMap(t, mustJSON(t, p.Accepted.V2()))) {
+		t.Fatal("accepted differs from the PAYMENT-REQUIRED entry")
 	}
 }
 
