@@ -62,6 +62,15 @@ func signedPayment(b *testing.B, net x402.Network, key *ecdsa.PrivateKey, payTo 
 	}
 	a.Nonce[0], a.Nonce[31] = 0x40, 0x02
 	h, err := x402.TransferWithAuthorizationHash(net.ChainID, net.USDC.Address, net.USDC.Name, net.USDC.Version, a)
+	sig := signDigest(b, key, h, err)
+	acc := *r
+	return &x402.Payment{Version: x402.Version2, Scheme: x402.SchemeExact, Network: net.CAIP2,
+		Signature: sig, Authorization: a, Accepted: &acc}, r
+}
+
+// signDigest signs digest h (made with err) with key as a wallet does: 65 bytes, v = 27/28.
+func signDigest(b *testing.B, key *ecdsa.PrivateKey, h common.Hash, err error) []byte {
+	b.Helper()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -70,9 +79,7 @@ func signedPayment(b *testing.B, net x402.Network, key *ecdsa.PrivateKey, payTo 
 		b.Fatal(err)
 	}
 	sig[64] += 27
-	acc := *r
-	return &x402.Payment{Version: x402.Version2, Scheme: x402.SchemeExact, Network: net.CAIP2,
-		Signature: sig, Authorization: a, Accepted: &acc}, r
+	return sig
 }
 
 // BenchmarkVerifyCPU is the CPU path of /verify for an EOA payment, with no RPC: the pins

@@ -29,14 +29,7 @@ func signedPermit2Payment(b *testing.B, net x402.Network, key *ecdsa.PrivateKey,
 		To: payTo, ValidAfter: big.NewInt(0),
 	}
 	h, err := x402.Permit2Hash(net.ChainID, a)
-	if err != nil {
-		b.Fatal(err)
-	}
-	sig, err := crypto.Sign(h[:], key)
-	if err != nil {
-		b.Fatal(err)
-	}
-	sig[64] += 27
+	sig := signDigest(b, key, h, err)
 	acc := *r
 	raw, err := json.Marshal((&x402.Payment{Version: x402.Version2, Scheme: x402.SchemeExact, Network: net.CAIP2,
 		Signature: sig, Permit2: a, Accepted: &acc}).PayloadV2())

@@ -121,16 +121,10 @@ func TestPermit2ExactPaysExactlyThePriceOnce(t *testing.T) {
 		t.Fatalf("journal row = %+v, %v", row, err)
 	}
 
-	if again, err := e.Settle(ctx, p, r); err != nil || again.Success || again.ErrorReason != string(x402.ReasonPermit2InvalidNonce) {
-		t.Fatalf("second settle = %+v, %v; want permit2_invalid_nonce", again, err)
-	}
+	refusedSettle(t, e, p, r, x402.ReasonPermit2InvalidNonce)
 	other := env.engine(t, env.config(t))
-	if v, err := other.Verify(ctx, x402.VerifyInput{Payment: p, Requirements: r}); err != nil || v.IsValid || v.InvalidReason != string(x402.ReasonPermit2InvalidNonce) {
-		t.Fatalf("verify of a settled payment by another engine = %+v, %v; want permit2_invalid_nonce", v, err)
-	}
-	if again, err := other.Settle(ctx, p, r); err != nil || again.Success || again.ErrorReason != string(x402.ReasonPermit2InvalidNonce) {
-		t.Fatalf("settle by another engine = %+v, %v; want permit2_invalid_nonce", again, err)
-	}
+	refusedVerify(t, other, p, r, x402.ReasonPermit2InvalidNonce)
+	refusedSettle(t, other, p, r, x402.ReasonPermit2InvalidNonce)
 	if got := env.received(t, before); got.Cmp(permit2Price) != 0 {
 		t.Fatalf("after the replays the payee has received %s, want %s", got, permit2Price)
 	}
@@ -148,12 +142,8 @@ func TestPermit2WithoutAllowanceIsRefusedWith412Reason(t *testing.T) {
 	ctx := context.Background()
 	before := env.plain.BalanceOf(t, env.payee)
 
-	if v, err := e.Verify(ctx, x402.VerifyInput{Payment: p, Requirements: r}); err != nil || v.IsValid || v.InvalidReason != string(x402.ReasonPermit2AllowanceRequired) {
-		t.Fatalf("verify = %+v, %v; want permit2_allowance_required", v, err)
-	}
-	if res, err := e.Settle(ctx, p, r); err != nil || res.Success || res.ErrorReason != string(x402.ReasonPermit2AllowanceRequired) {
-		t.Fatalf("settle = %+v, %v; want permit2_allowance_required", res, err)
-	}
+	refusedVerify(t, e, p, r, x402.ReasonPermit2AllowanceRequired)
+	refusedSettle(t, e, p, r, x402.ReasonPermit2AllowanceRequired)
 	if got := env.received(t, before); got.Sign() != 0 {
 		t.Fatalf("payee received %s without an allowance", got)
 	}
@@ -183,13 +173,9 @@ func TestUptoSettlesTheMeteredAmountAndNeverMore(t *testing.T) {
 		t.Fatalf("verify = %+v, %v", v, err)
 	}
 	less := env.permit2Requirements(e, x402.SchemeUpto, big.NewInt(1))
-	if v, err := e.Verify(ctx, x402.VerifyInput{Payment: p, Requirements: less}); err != nil || v.IsValid || v.InvalidReason != string(x402.ReasonPermit2AmountMismatch) {
-		t.Fatalf("verify for less than the signed maximum = %+v, %v; want permit2_amount_mismatch", v, err)
-	}
+	refusedVerify(t, e, p, less, x402.ReasonPermit2AmountMismatch)
 	above := env.permit2Requirements(e, x402.SchemeUpto, new(big.Int).Add(max, big.NewInt(1)))
-	if res, err := e.Settle(ctx, p, above); err != nil || res.Success || res.ErrorReason != string(x402.ReasonUptoSettlementExceedsAmount) {
-		t.Fatalf("settle above the maximum = %+v, %v; want invalid_upto_evm_payload_settlement_exceeds_amount", res, err)
-	}
+	refusedSettle(t, e, p, above, x402.ReasonUptoSettlementExceedsAmount)
 	if n := env.signerNonce(t, signer); n != 0 {
 		t.Fatalf("a refused settle sent %d transactions", n)
 	}
@@ -209,9 +195,7 @@ func TestUptoSettlesTheMeteredAmountAndNeverMore(t *testing.T) {
 	if n := env.signerNonce(t, signer); n != 1 || env.chain.Permit2NonceUsed(t, payer.Address, zero.Permit2.Nonce) {
 		t.Fatalf("a settle of 0 broadcast: signer nonce %d", n)
 	}
-	if again, err := e.Settle(ctx, zero, r); err != nil || again.Success || again.ErrorReason != string(x402.ReasonDuplicateSettlement) {
-		t.Fatalf("settle after a settle of 0 = %+v, %v; want duplicate_settlement", again, err)
-	}
+	refusedSettle(t, e, zero, r, x402.ReasonDuplicateSettlement)
 	if got := env.received(t, before); got.Cmp(metered) != 0 {
 		t.Fatalf("payee received %s in all, want %s", got, metered)
 	}
@@ -259,12 +243,7 @@ func TestPermit2StaticRefusals(t *testing.T) {
 		{"an amount altered after signing", e, &tampered, tamperedReq, x402.ReasonPermit2InvalidSignature},
 		{"a deadline past", late, ps[0], exact, x402.ReasonPermit2DeadlineExpired},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			v, err := c.e.Verify(ctx, x402.VerifyInput{Payment: c.p, Requirements: c.r})
-			if err != nil || v.IsValid || v.InvalidReason != string(c.want) {
-				t.Fatalf("verify = %+v, %v; want %s", v, err, c.want)
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { refusedVerify(t, c.e, c.p, c.r, c.want) })
 	}
 	if v, err := e.Verify(ctx, x402.VerifyInput{Payment: ps[1], Requirements: upto}); err != nil || !v.IsValid {
 		t.Fatalf("the valid upto payment: %+v, %v", v, err)
@@ -378,4 +357,20 @@ func settleAtOnce(e *Service, ps []*x402.Payment, r *x402.Requirements) []settle
 	}
 	wg.Wait()
 	return out
+}
+
+// refusedVerify fails t unless e refuses to verify p for r, with want.
+func refusedVerify(t *testing.T, e *Service, p *x402.Payment, r *x402.Requirements, want x402.Reason) {
+	t.Helper()
+	if v, err := e.Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r}); err != nil || v.IsValid || v.InvalidReason != string(want) {
+		t.Fatalf("verify = %+v, %v; want %s", v, err, want)
+	}
+}
+
+// refusedSettle fails t unless e refuses to settle p for r, with want.
+func refusedSettle(t *testing.T, e *Service, p *x402.Payment, r *x402.Requirements, want x402.Reason) {
+	t.Helper()
+	if res, err := e.Settle(context.Background(), p, r); err != nil || res.Success || res.ErrorReason != string(want) {
+		t.Fatalf("settle = %+v, %v; want %s", res, err, want)
+	}
 }

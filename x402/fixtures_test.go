@@ -34,18 +34,24 @@ type fixtureFile struct {
 
 func loadFixtures(t testing.TB) fixtureFile {
 	t.Helper()
-	b, err := os.ReadFile("testdata/fixtures.json")
-	if err != nil {
-		t.Fatalf("read fixtures (run `node scripts/make-fixtures.mjs` in integration/): %v", err)
-	}
 	var f fixtureFile
-	if err := json.Unmarshal(b, &f); err != nil {
-		t.Fatal(err)
-	}
+	readFixture(t, "fixtures.json", "make-fixtures.mjs", &f)
 	if len(f.Payments) < 5 || len(f.SettleResponses) < 4 {
 		t.Fatalf("fixtures hold %d payments and %d settle responses", len(f.Payments), len(f.SettleResponses))
 	}
 	return f
+}
+
+// readFixture decodes testdata/name, written by integration/scripts/script, into v.
+func readFixture(t testing.TB, name, script string, v any) {
+	t.Helper()
+	b, err := os.ReadFile("testdata/" + name)
+	if err != nil {
+		t.Fatalf("read fixtures (run `node scripts/%s` in integration/): %v", script, err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestRealClientPaymentsDecodeAndRecoverTheSigner: every header a real client produced

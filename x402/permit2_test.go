@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"math/big"
-	"os"
 	"strings"
 	"testing"
 
@@ -29,14 +28,8 @@ type permit2Fixtures struct {
 
 func loadPermit2Fixtures(t testing.TB) permit2Fixtures {
 	t.Helper()
-	b, err := os.ReadFile("testdata/permit2.json")
-	if err != nil {
-		t.Fatalf("read fixtures (run `node scripts/make-permit2-fixtures.mjs` in integration/): %v", err)
-	}
 	var f permit2Fixtures
-	if err := json.Unmarshal(b, &f); err != nil {
-		t.Fatal(err)
-	}
+	readFixture(t, "permit2.json", "make-permit2-fixtures.mjs", &f)
 	if len(f.Payments) < 4 {
 		t.Fatalf("fixtures hold %d payments", len(f.Payments))
 	}
