@@ -62,6 +62,15 @@ func signedPayment(b *testing.B, net x402.Network, key *ecdsa.PrivateKey, payTo 
 	}
 	a.Nonce[0], a.Nonce[31] = 0x40, 0x02
 	h, err := x402.TransferWithAuthorizationHash(net.ChainID, net.USDC.Address, net.USDC.Name, net.USDC.Version, a)
+	sig := signDigest(b, key, h, err)
+	acc := *r
+	return &x402.Payment{Version: x402.Version2, Scheme: x402.SchemeExact, Network: net.CAIP2,
+		Signature: sig, Authorization: a, Accepted: &acc}, r
+}
+
+// signDigest signs digest h (made with err) with key as a wallet does: 65 bytes, v = 27/28.
+func signDigest(b *testing.B, key *ecdsa.PrivateKey, h common.Hash, err error) []byte {
+	b.Helper()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -70,20 +79,21 @@ func signedPayment(b *testing.B, net x402.Network, key *ecdsa.PrivateKey, payTo 
 		b.Fatal(err)
 	}
 	sig[64] += 27
-	acc := *r
-	return &x402.Payment{Version: x402.Version2, Scheme: x402.SchemeExact, Network: net.CAIP2,
-		Signature: sig, Authorization: a, Accepted: &acc}, r
+	return sig
 }
 
 // BenchmarkVerifyCPU is the CPU path of /verify for an EOA payment, with no RPC: the pins
 // of network, asset and amount, the v2 accepted requirement, the EIP-712 domain, the
 // EIP-712 digest, ECDSA recovery of the signer, and recipient, time window and value.
 // What remains of a verify is chain state (one batched eth_call round trip).
-func BenchmarkVerifyCPU(b *testing.B) {
+func BenchmarkVerifyCPU(b *testing.B) { benchVerifyCPU(b, signedPayment) }
+
+// benchVerifyCPU runs checkStatic on the valid payment sign makes.
+func benchVerifyCPU(b *testing.B, sign func(*testing.B, x402.Network, *ecdsa.PrivateKey, common.Address, *big.Int, time.Time) (*x402.Payment, *x402.Requirements)) {
 	e := offlineService(b, x402.BaseSepolia)
 	key, _ := crypto.GenerateKey()
 	now := time.Now()
-	p, r := signedPayment(b, x402.BaseSepolia, key, common.HexToAddress("0x000000000000000000000000000000000000beef"), big.NewInt(10_000), now)
+	p, r := sign(b, x402.BaseSepolia, key, common.HexToAddress("0x000000000000000000000000000000000000beef"), big.NewInt(10_000), now)
 	b.ReportAllocs()
 	for b.Loop() {
 		c, f := e.checkStatic(p, r, now, nil)

@@ -1,5 +1,6 @@
-// Package facilitator verifies and settles x402 "exact" payments (EIP-3009
-// transferWithAuthorization) on EVM chains, consults the policy verdict service according
+// Package facilitator verifies and settles x402 payments on EVM chains: "exact" over EIP-3009
+// (transferWithAuthorization) or over Permit2, and metered "upto" over Permit2, through the
+// x402 Permit2 proxies (docs/payments.md). It consults the policy verdict service according
 // to GUARDIAN_MODE, and journals every settlement before it is broadcast (docs/facilitator.md#api).
 package facilitator
 

@@ -6,7 +6,7 @@
 //   cd integration && node scripts/make-permit2-fixtures.mjs
 //
 // The clients answer a v2 PAYMENT-REQUIRED header through @x402/core's x402HTTPClient,
-// exactly as @x402/fetch does. @x402/evm 2.27 has no Permit2 or upto client for x402 v1.
+// exactly as @x402/fetch does (permit2-client.mjs). @x402/evm 2.27 has no Permit2 or upto client for x402 v1.
 // The signer is anvil's first well-known development key, which is public and holds no
 // real funds. No network access is needed: viem signs typed data locally.
 import { writeFileSync } from "node:fs";
@@ -14,10 +14,9 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { privateKeyToAccount } from "viem/accounts";
-import { x402Client } from "@x402/core/client";
-import { x402HTTPClient, encodePaymentRequiredHeader } from "@x402/core/http";
-import { registerExactEvmScheme } from "@x402/evm/exact/client";
-import { UptoEvmScheme } from "@x402/evm/upto/client";
+import { encodePaymentRequiredHeader } from "@x402/core/http";
+
+import { permit2Payer } from "./permit2-client.mjs";
 
 const ANVIL_KEY = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
 const account = privateKeyToAccount(ANVIL_KEY);
@@ -43,31 +42,21 @@ function requirements(c) {
   return { scheme: c.scheme, network: c.network, amount: c.amount, asset: c.asset, payTo: PAY_TO, maxTimeoutSeconds: 300, extra };
 }
 
-function newHTTPClient() {
-  // Our tokens are not the SDK's default assets, which its spend controls refuse by default.
-  const client = new x402Client();
-  client.setSpendControls({ allowedAssets: true });
-  registerExactEvmScheme(client, { signer: account });
-  client.register("eip155:*", new UptoEvmScheme(account));
-  return new x402HTTPClient(client);
-}
-
 const decode = (h) => JSON.parse(Buffer.from(h, "base64").toString("utf8"));
 
+const pay = permit2Payer(account);
 const payments = [];
 for (const c of cases) {
   const req = requirements(c);
-  const prHeader = encodePaymentRequiredHeader({
+  const paymentRequired = {
     x402Version: 2,
     error: "Payment required",
     resource: { url: RESOURCE, description: "metered data", mimeType: "application/json" },
     accepts: [req],
     extensions: {},
-  });
-  const http = newHTTPClient();
-  const pr = http.getPaymentRequiredResponse((name) => (name === "PAYMENT-REQUIRED" ? prHeader : null), {});
-  const payload = await http.createPaymentPayload(pr);
-  const headers = http.encodePaymentSignatureHeader(payload);
+  };
+  const prHeader = encodePaymentRequiredHeader(paymentRequired);
+  const value = await pay(paymentRequired);
   payments.push({
     name: `@x402/evm@2.27 ${c.name}`,
     header: "PAYMENT-SIGNATURE",
@@ -75,8 +64,8 @@ for (const c of cases) {
     chainId: c.chainId,
     requirements: req,
     paymentRequired: prHeader,
-    value: headers["PAYMENT-SIGNATURE"],
-    payload: decode(headers["PAYMENT-SIGNATURE"]),
+    value,
+    payload: decode(value),
   });
 }
 

@@ -7,60 +7,32 @@
 // a gate's PAYMENT-REQUIRED header holds it, or an array of them; one header is made for each,
 // in order, each with its own random Permit2 nonce.
 // Environment:
-//   X402_PAYER_KEY   the payer's private key, 0x-prefixed hex (required). It is read from the
-//                    environment, never from argv, so it stays out of process listings, and it
-//                    is never printed.
+//   X402_PAYER_KEY   the payer's private key, 0x-prefixed hex (required; or X402_PAYER_KEY_FILE).
+//                    It is read from the environment, never from argv, so it stays out of
+//                    process listings, and it is never printed.
 // Output on stdout: one PAYMENT-SIGNATURE value (base64 JSON) per line.
 //
-// How: @x402/core's x402HTTPClient, with registerExactEvmScheme and the UptoEvmScheme client
-// registered for every EVM chain, reads the PAYMENT-REQUIRED header and builds the payload, as
-// @x402/fetch does; the chain id is the requirement's CAIP-2 network. Spend controls allow any
-// asset (our test tokens are not the SDK's default assets). viem signs typed data locally.
+// How: permit2-client.mjs's permit2Payer, the client path of @x402/fetch; the chain id is the
+// requirement's CAIP-2 network.
 
 import { privateKeyToAccount } from "viem/accounts";
-import { x402Client } from "@x402/core/client";
-import { x402HTTPClient, encodePaymentRequiredHeader } from "@x402/core/http";
-import { registerExactEvmScheme } from "@x402/evm/exact/client";
-import { UptoEvmScheme } from "@x402/evm/upto/client";
 
-async function readStdin() {
-  const chunks = [];
-  for await (const chunk of process.stdin) {
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks).toString("utf8");
-}
+import { payScript } from "./pay-common.mjs";
+import { permit2Payer, readStdin } from "./permit2-client.mjs";
 
-function fail(message) {
-  process.stderr.write(`sign-permit2: ${message}\n`);
-  process.exit(1);
-}
+const { fail, payerKey, run } = payScript("sign-permit2");
 
-async function main() {
-  const key = process.env.X402_PAYER_KEY;
-  if (!key || !/^0x[0-9a-fA-F]{64}$/.test(key)) {
-    fail("X402_PAYER_KEY must be a 0x-prefixed 32-byte hex key");
-  }
-  const account = privateKeyToAccount(key);
+run(async () => {
+  const pay = permit2Payer(privateKeyToAccount(payerKey()));
   let input;
   try {
     input = JSON.parse(await readStdin());
   } catch (e) {
     fail(`stdin is not JSON: ${e.message}`);
   }
-  const client = new x402Client();
-  client.setSpendControls({ allowedAssets: true });
-  registerExactEvmScheme(client, { signer: account });
-  client.register("eip155:*", new UptoEvmScheme(account));
-  const http = new x402HTTPClient(client);
   const out = [];
   for (const pr of Array.isArray(input) ? input : [input]) {
-    const header = encodePaymentRequiredHeader(pr);
-    const parsed = http.getPaymentRequiredResponse((name) => (name === "PAYMENT-REQUIRED" ? header : null), {});
-    const payload = await http.createPaymentPayload(parsed);
-    out.push(http.encodePaymentSignatureHeader(payload)["PAYMENT-SIGNATURE"]);
+    out.push(await pay(pr));
   }
   process.stdout.write(out.join("\n") + "\n");
-}
-
-main().catch((e) => fail(e.message));
+});

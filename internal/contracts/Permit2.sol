@@ -6,19 +6,8 @@ interface IERC1271 {
     function isValidSignature(bytes32 hash, bytes memory signature) external view returns (bytes4 magicValue);
 }
 
-/// @title Permit2
-/// @notice x402gate's own implementation of the SignatureTransfer half of Uniswap's Permit2,
-/// which tests place at Permit2's canonical address (0x000000000022D473030F116dDEE9F6B43aC78BA3)
-/// with anvil_setCode (docs/payments.md#permit2). It follows the canonical contract where a
-/// payment can tell: the EIP-712 domain {name "Permit2", chainId, verifyingContract} without a
-/// version, the PermitTransferFrom and PermitWitnessTransferFrom hashes (the witness type
-/// string appended to the same stub), the unordered nonce bitmap, the checks and their order
-/// (deadline, amount, nonce, signature, then the token's transferFrom), the signature rules
-/// (65- or 64-byte ECDSA for an account without code, ERC-1271 for one with code) and the
-/// custom errors. The domain separator is computed on every call from block.chainid and
-/// address(this), so the code works at any address without a constructor. AllowanceTransfer
-/// is not implemented: x402 uses SignatureTransfer only.
-contract Permit2 {
+/// @dev Permit2's SignatureTransfer interface: what Permit2 implements and the x402 proxies call.
+interface ISignatureTransfer {
     struct TokenPermissions {
         address token;
         uint256 amount;
@@ -35,6 +24,38 @@ contract Permit2 {
         uint256 requestedAmount;
     }
 
+    function nonceBitmap(address owner, uint256 wordPos) external view returns (uint256);
+
+    function permitTransferFrom(
+        PermitTransferFrom memory permit,
+        SignatureTransferDetails calldata transferDetails,
+        address owner,
+        bytes calldata signature
+    ) external;
+
+    function permitWitnessTransferFrom(
+        PermitTransferFrom memory permit,
+        SignatureTransferDetails calldata transferDetails,
+        address owner,
+        bytes32 witness,
+        string calldata witnessTypeString,
+        bytes calldata signature
+    ) external;
+}
+
+/// @title Permit2
+/// @notice x402gate's own implementation of the SignatureTransfer half of Uniswap's Permit2,
+/// which tests place at Permit2's canonical address (0x000000000022D473030F116dDEE9F6B43aC78BA3)
+/// with anvil_setCode (docs/payments.md#permit2). It follows the canonical contract where a
+/// payment can tell: the EIP-712 domain {name "Permit2", chainId, verifyingContract} without a
+/// version, the PermitTransferFrom and PermitWitnessTransferFrom hashes (the witness type
+/// string appended to the same stub), the unordered nonce bitmap, the checks and their order
+/// (deadline, amount, nonce, signature, then the token's transferFrom), the signature rules
+/// (65- or 64-byte ECDSA for an account without code, ERC-1271 for one with code) and the
+/// custom errors. The domain separator is computed on every call from block.chainid and
+/// address(this), so the code works at any address without a constructor. AllowanceTransfer
+/// is not implemented: x402 uses SignatureTransfer only.
+contract Permit2 is ISignatureTransfer {
     bytes32 private constant _TYPE_HASH = keccak256("EIP712Domain(string name,uint256 chainId,address verifyingContract)");
     bytes32 private constant _HASHED_NAME = keccak256("Permit2");
     bytes32 public constant _TOKEN_PERMISSIONS_TYPEHASH = keccak256("TokenPermissions(address token,uint256 amount)");
