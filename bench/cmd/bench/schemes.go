@@ -63,8 +63,8 @@ func (e *env) schemes() {
 				ours: fmt.Sprintf("%.1f", r.rate()), peer: fmt.Sprintf("%.1f", ref.rate()), ratio: r.rate() / ref.rate(), higherBetter: true,
 				note: fmt.Sprintf("success: %s; EIP-3009 %s", okPct([]result{r}), okPct([]result{ref}))})
 			e.rep.add(row{section: sec, measure: fmt.Sprintf("c=%d: %s: p50 / p99 (ms)", conc, w.name),
-				ours: fmt.Sprintf("%.1f / %.1f", ms(pct(r.lat, .5)), ms(pct(r.lat, .99))),
-				peer: fmt.Sprintf("%.1f / %.1f", ms(pct(ref.lat, .5)), ms(pct(ref.lat, .99))),
+				ours:  fmt.Sprintf("%.1f / %.1f", ms(pct(r.lat, .5)), ms(pct(r.lat, .99))),
+				peer:  fmt.Sprintf("%.1f / %.1f", ms(pct(ref.lat, .5)), ms(pct(ref.lat, .99))),
 				ratio: ms(pct(ref.lat, .5)) / ms(pct(r.lat, .5)), higherBetter: true, note: "ratio of the p50s, EIP-3009/this"})
 		}
 	}
