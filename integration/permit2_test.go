@@ -242,8 +242,9 @@ func TestPermit2ThroughCaddy(t *testing.T) {
 // TestUptoThroughCaddy: the built binary on anvil, `scheme upto`, and the real @x402/evm
 // upto client. The upstream reports 37% of the maximum and exactly that moves, reported
 // in PAYMENT-RESPONSE; a report above the maximum is answered 502 cost_above_maximum,
-// nothing moves and the client never sees the answer; an SSE stream whose cost comes in a
-// trailer is settled for it and arrives whole, without the trailer.
+// nothing moves and the client never sees the answer; a cost of 0 moves nothing and buys
+// one answer; an SSE stream whose cost comes in a trailer is settled for it and arrives
+// whole, without the trailer.
 func TestUptoThroughCaddy(t *testing.T) {
 	g := startPermit2Gate(t)
 	p := g.payer(t, true)
@@ -267,9 +268,20 @@ func TestUptoThroughCaddy(t *testing.T) {
 	}
 	g.wantDAI(t, g.payTo, payee, new(big.Int))
 
+	zero := testenv.SignPermit2(t, p, g.required(t, "/upto/free"))[0]
+	payee = g.dai.BalanceOf(t, g.payTo)
+	r := mustDo(t, http.MethodGet, g.base+"/upto/free?cost=0", map[string]string{"PAYMENT-SIGNATURE": zero})
+	if ok, amount := settledAmount(t, r.Header.Get("PAYMENT-RESPONSE")); r.Status != http.StatusOK || !ok || amount != "0" {
+		t.Errorf("a cost of 0: %d %s with PAYMENT-RESPONSE success %v amount %q, want 200, success and 0", r.Status, r.Body, ok, amount)
+	}
+	if r := mustDo(t, http.MethodGet, g.base+"/upto/free?cost=0", map[string]string{"PAYMENT-SIGNATURE": zero}); r.Status != http.StatusPaymentRequired {
+		t.Errorf("the same header after its free answer: %d %s, want 402", r.Status, r.Body)
+	}
+	g.wantDAI(t, g.payTo, payee, new(big.Int))
+
 	headers := testenv.SignPermit2(t, p, g.required(t, "/upto/stream"))
 	payee = g.dai.BalanceOf(t, g.payTo)
-	r := mustDo(t, http.MethodGet, g.base+"/upto/stream?cost="+url.QueryEscape("2500000000000000 base"), map[string]string{"PAYMENT-SIGNATURE": headers[0]})
+	r = mustDo(t, http.MethodGet, g.base+"/upto/stream?cost="+url.QueryEscape("2500000000000000 base"), map[string]string{"PAYMENT-SIGNATURE": headers[0]})
 	if r.Status != http.StatusOK || strings.Count(string(r.Body), "data: token") != 20 || r.Header.Get("X402-Cost") != "" {
 		t.Fatalf("a streamed answer: %d %.300s (X402-Cost %q), want 200 with its 20 events and no cost report", r.Status, r.Body, r.Header.Get("X402-Cost"))
 	}
