@@ -238,7 +238,7 @@ func (g *Gate) CheckSupported(ctx context.Context) error {
 		return fmt.Errorf("gate: facilitator /supported: %w", err)
 	}
 	if g.route.scheme == SchemeUpto {
-		return g.bindFacilitator(ctx)
+		return g.storeFacilitators(s)
 	}
 	for _, o := range g.route.options {
 		n := o.network

@@ -131,6 +131,12 @@ func (g *Gate) bindFacilitator(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("gate: facilitator /supported: %w", err)
 	}
+	return g.storeFacilitators(s)
+}
+
+// storeFacilitators binds the facilitator's address of each network of an upto route from
+// its /supported answer s, or says which network it does not settle upto on.
+func (g *Gate) storeFacilitators(s x402.SupportedResponse) error {
 	extras := make([]map[string]any, len(g.route.options))
 	for i, o := range g.route.options {
 		addr, ok := uptoFacilitator(s, o.network.CAIP2)
