@@ -106,9 +106,9 @@ func (g *Gate) answer402(req *x402.Requirements, payer, errV1, errV2 string, vb 
 
 // rejected builds a rejected result: a 402 (412 for a payer without a Permit2 allowance)
 // whose body error is the reason in the payment's version and whose PAYMENT-REQUIRED
-// header carries the v2 reason; after a
-// settlement attempt it also carries the failed settle response, and after a verdict that
-// did not approve, the verdict's status and reason (guardian).
+// header carries the v2 reason; after a settlement attempt it also carries the failed
+// settle response, and after a verdict that did not approve, the verdict's status and
+// reason (guardian).
 func (g *Gate) rejected(req *x402.Requirements, p *x402.Payment, reason x402.Reason, msg string, s *Settlement, verdict *VerdictOutcome) *Result {
 	payer := p.Authorization.From.Hex()
 	var shown *VerdictOutcome
