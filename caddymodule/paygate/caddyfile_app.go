@@ -44,7 +44,6 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //				decimals <n>
 //				symbol <sym>
 //				min_amount <base units>
-//				permit2_tokens <address>...   (ERC-20s settled through Permit2 only)
 //			}
 //			signer_key <placeholder>
 //			store memory [<max entries>] | redis <url>
@@ -199,12 +198,6 @@ func unmarshalNetwork(n *facilitator.NetworkConfig, d *caddyfile.Dispenser, line
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		opt := d.Val()
 		lines.set(n.Name+"/"+opt, d)
-		if opt == "permit2_tokens" {
-			if n.Permit2Tokens = d.RemainingArgs(); len(n.Permit2Tokens) == 0 {
-				return d.ArgErr()
-			}
-			continue
-		}
 		var v string
 		if err := oneArg(d, &v); err != nil {
 			return err
@@ -234,7 +227,6 @@ func unmarshalNetwork(n *facilitator.NetworkConfig, d *caddyfile.Dispenser, line
 			n.Symbol = v
 		case "min_amount":
 			n.MinAmount = v
-
 		default:
 			return d.Errf("unrecognized network option %q", opt)
 		}
