@@ -13,6 +13,7 @@ import (
 	"github.com/x402gate/x402gate/facilitator/approval"
 	"github.com/x402gate/x402gate/facilitator/journal"
 	"github.com/x402gate/x402gate/facilitator/txsender"
+	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -62,24 +63,13 @@ func signedPayment(b *testing.B, net x402.Network, key *ecdsa.PrivateKey, payTo 
 	}
 	a.Nonce[0], a.Nonce[31] = 0x40, 0x02
 	h, err := x402.TransferWithAuthorizationHash(net.ChainID, net.USDC.Address, net.USDC.Name, net.USDC.Version, a)
-	sig := signDigest(b, key, h, err)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sig := testenv.SignDigest(b, key, h)
 	acc := *r
 	return &x402.Payment{Version: x402.Version2, Scheme: x402.SchemeExact, Network: net.CAIP2,
 		Signature: sig, Authorization: a, Accepted: &acc}, r
-}
-
-// signDigest signs digest h (made with err) with key as a wallet does: 65 bytes, v = 27/28.
-func signDigest(b *testing.B, key *ecdsa.PrivateKey, h common.Hash, err error) []byte {
-	b.Helper()
-	if err != nil {
-		b.Fatal(err)
-	}
-	sig, err := crypto.Sign(h[:], key)
-	if err != nil {
-		b.Fatal(err)
-	}
-	sig[64] += 27
-	return sig
 }
 
 // BenchmarkVerifyCPU is the CPU path of /verify for an EOA payment, with no RPC: the pins

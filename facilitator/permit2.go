@@ -106,7 +106,7 @@ func (t *tokenABI) proxySettleCalldata(a *x402.Permit2Authorization, amount *big
 
 // nonceWord splits a Permit2 nonce into its word position and bit (Permit2's bitmapPositions).
 func nonceWord(nonce *big.Int) (wordPos *big.Int, bit uint) {
-	return new(big.Int).Rsh(nonce, 8), uint(nonce.Uint64() & 0xff)
+	return new(big.Int).Rsh(nonce, 8), uint(new(big.Int).And(nonce, big.NewInt(0xff)).Uint64())
 }
 
 // permit2State reads, in one JSON-RPC batch, the payer's balance of token and its

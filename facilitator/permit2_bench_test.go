@@ -11,6 +11,7 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/crypto"
 
+	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -28,19 +29,28 @@ func signedPermit2Payment(b *testing.B, net x402.Network, key *ecdsa.PrivateKey,
 		Spender: x402.ExactPermit2ProxyAddress, Nonce: big.NewInt(0x4002), Deadline: big.NewInt(now.Unix() + 600),
 		To: payTo, ValidAfter: big.NewInt(0),
 	}
-	h, err := x402.Permit2Hash(net.ChainID, a)
-	sig := signDigest(b, key, h, err)
-	acc := *r
-	raw, err := json.Marshal((&x402.Payment{Version: x402.Version2, Scheme: x402.SchemeExact, Network: net.CAIP2,
-		Signature: sig, Permit2: a, Accepted: &acc}).PayloadV2())
+	return permit2Payment(b, net.ChainID, a, r, key), r
+}
+
+// permit2Payment is the normalised v2 payment of a for r, signed with key over Permit2's
+// EIP-712 digest on chainID (a wallet's owner key signs for the wallet).
+func permit2Payment(t testing.TB, chainID *big.Int, a *x402.Permit2Authorization, r *x402.Requirements, key *ecdsa.PrivateKey) *x402.Payment {
+	t.Helper()
+	h, err := x402.Permit2Hash(chainID, a)
 	if err != nil {
-		b.Fatal(err)
+		t.Fatal(err)
+	}
+	acc := *r
+	raw, err := json.Marshal((&x402.Payment{Version: x402.Version2, Scheme: r.Scheme, Network: r.Network,
+		Signature: testenv.SignDigest(t, key, h), Permit2: a, Accepted: &acc}).PayloadV2())
+	if err != nil {
+		t.Fatal(err)
 	}
 	p, err := x402.DecodePayloadJSON(raw, nil)
 	if err != nil {
-		b.Fatal(err)
+		t.Fatal(err)
 	}
-	return p, r
+	return p
 }
 
 // BenchmarkVerifyCPUPermit2 is BenchmarkVerifyCPU for an exact payment over Permit2: the

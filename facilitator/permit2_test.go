@@ -12,6 +12,7 @@ import (
 	"github.com/ethereum/go-ethereum/common"
 
 	"github.com/x402gate/x402gate/facilitator/journal"
+	"github.com/x402gate/x402gate/internal/contracts"
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
@@ -372,5 +373,39 @@ func refusedSettle(t *testing.T, e *Service, p *x402.Payment, r *x402.Requiremen
 	t.Helper()
 	if res, err := e.Settle(context.Background(), p, r); err != nil || res.Success || res.ErrorReason != string(want) {
 		t.Fatalf("settle = %+v, %v; want %s", res, err, want)
+	}
+}
+
+// TestPermit2FromAContractWalletIsCheckedByERC1271: a Permit2 payment from a contract
+// wallet (TestWallet1271, which approved Permit2 through a call of its own) verifies by the
+// wallet's isValidSignature over Permit2's digest, as Permit2 checks it, and settles; the
+// same payment signed by another key than the wallet's owner is invalid_permit2_signature.
+func TestPermit2FromAContractWalletIsCheckedByERC1271(t *testing.T) {
+	env := newPermit2Env(t)
+	e := env.engine(t, env.config(t))
+	owner := env.chain.Accounts[7]
+	wallet := env.chain.DeployWallet1271(t, owner)
+	env.plain.Mint(t, wallet.Address, permit2Price)
+	approve, err := contracts.PlainTokenABI.Pack("approve", x402.Permit2Address, permit2Price)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wallet.Execute(t, env.plain.Address, approve)
+	r := env.permit2Requirements(e, x402.SchemeExact, permit2Price)
+	authorization := func() *x402.Permit2Authorization {
+		nonce := testenv.RandomNonce(t)
+		return &x402.Permit2Authorization{From: wallet.Address, Token: env.plain.Address, Amount: permit2Price,
+			Spender: x402.ExactPermit2ProxyAddress, Nonce: new(big.Int).SetBytes(nonce[:]),
+			Deadline: big.NewInt(env.now.Unix() + 600), To: env.payee, ValidAfter: big.NewInt(0)}
+	}
+	forged := permit2Payment(t, env.chain.ChainID, authorization(), r, env.chain.Accounts[6].Key)
+	refusedVerify(t, e, forged, r, x402.ReasonPermit2InvalidSignature)
+	p := permit2Payment(t, env.chain.ChainID, authorization(), r, owner.Key)
+	before := env.plain.BalanceOf(t, env.payee)
+	if res, err := e.Settle(context.Background(), p, r); err != nil || !res.Success {
+		t.Fatalf("settle = %+v, %v", res, err)
+	}
+	if got := env.received(t, before); got.Cmp(permit2Price) != 0 {
+		t.Fatalf("payee received %s, want %s", got, permit2Price)
 	}
 }

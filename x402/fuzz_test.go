@@ -285,6 +285,9 @@ func FuzzDecodeRequirementsJSON(f *testing.F) {
 	for _, fx := range loadFixtures(f).Payments {
 		f.Add([]byte(fx.Requirements), uint8(fx.Version))
 	}
+	for _, fx := range loadPermit2Fixtures(f).Payments { // exact over Permit2, and upto
+		f.Add([]byte(fx.Requirements), uint8(Version2))
+	}
 	f.Fuzz(func(t *testing.T, raw []byte, version uint8) {
 		r, err := DecodeRequirementsJSON(raw, int(version), nil)
 		if err != nil {

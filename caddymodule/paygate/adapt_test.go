@@ -111,7 +111,6 @@ func TestAdaptErrors(t *testing.T) {
 		{"signer_key is required", "{\n\tx402 {\n\t\tfacilitator { # <-\n" + net + "\t\t}\n\t}\n}\n", "signer_key: is required"},
 		{"rpc is required", facilitator("\t\t\tnetwork base-sepolia # <-\n\t\t\tsigner_key {env.K}\n"), "network base-sepolia: rpc: is required"},
 		{"a negative min_amount", facilitator("\t\t\tnetwork base-sepolia {\n\t\t\t\trpc {env.RPC}\n\t\t\t\tmin_amount -5 # <-\n\t\t\t}\n\t\t\tsigner_key {env.K}\n"), `network base-sepolia: min_amount: "-5" is not a non-negative integer`},
-		{"a permit2_tokens entry that is not an address", facilitator("\t\t\tnetwork base-sepolia {\n\t\t\t\trpc {env.RPC}\n\t\t\t\tpermit2_tokens 0x5555555555555555555555555555555555555555 USDT # <-\n\t\t\t}\n\t\t\tsigner_key {env.K}\n"), `network base-sepolia: permit2_tokens:`},
 		{"network decimals over 36", facilitator("\t\t\tnetwork base-sepolia {\n\t\t\t\trpc {env.RPC}\n\t\t\t\tdecimals 37 # <-\n\t\t\t}\n\t\t\tsigner_key {env.K}\n"), "network base-sepolia: decimals: 37 is not in 0..36"},
 		{"a chain_id that is not the built-in network's", facilitator("\t\t\tnetwork base {\n\t\t\t\trpc {env.RPC}\n\t\t\t\tchain_id 1 # <-\n\t\t\t}\n\t\t\tsigner_key {env.K}\n"), "network base: chain_id: 1 is not the built-in network's 8453"},
 		{"a network that is not built in, without chain_id", facilitator("\t\t\tnetwork polygon { # <-\n\t\t\t\trpc {env.RPC}\n\t\t\t}\n\t\t\tsigner_key {env.K}\n"), "network polygon: chain_id: is required for a network that is not one of base, base-sepolia"},

@@ -44,7 +44,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //				decimals <n>
 //				symbol <sym>
 //				min_amount <base units>
-//				permit2_tokens <address>...   (ERC-20s settled through Permit2 only)
+//				permit2_tokens <address>...
 //			}
 //			signer_key <placeholder>
 //			store memory [<max entries>] | redis <url>
@@ -236,7 +236,6 @@ func unmarshalNetwork(n *facilitator.NetworkConfig, d *caddyfile.Dispenser, line
 			n.Symbol = v
 		case "min_amount":
 			n.MinAmount = v
-
 		default:
 			return d.Errf("unrecognized network option %q", opt)
 		}

@@ -126,7 +126,6 @@ func TestGlobalOptionCaddyfile(t *testing.T) {
 				rpc http://127.0.0.1:8545
 				asset ` + token + `
 				asset_name Token
-				permit2_tokens 0x5555555555555555555555555555555555555555 0x6666666666666666666666666666666666666666
 			}
 			signer_key {file./run/secrets/signer}
 			store redis {env.REDIS_URL}
@@ -154,8 +153,7 @@ func TestGlobalOptionCaddyfile(t *testing.T) {
 		"default": {
 			Networks: []facilitator.NetworkConfig{
 				{Name: "base-sepolia", RPC: "{env.RPC}", Asset: token, AssetName: "USDC", AssetVersion: "2", Decimals: 6, Symbol: "USDC", MinAmount: "1000"},
-				{Name: "local", ChainID: 31337, RPC: "http://127.0.0.1:8545", Asset: token, AssetName: "Token",
-					Permit2Tokens: []string{"0x5555555555555555555555555555555555555555", "0x6666666666666666666666666666666666666666"}},
+				{Name: "local", ChainID: 31337, RPC: "http://127.0.0.1:8545", Asset: token, AssetName: "Token"},
 			},
 			SignerKey:         "{file./run/secrets/signer}",
 			ApprovalStore:     &facilitator.StoreConfig{Type: "redis", URL: "{env.REDIS_URL}"},
