@@ -89,3 +89,36 @@ func TestTakeCostRemovesTheReport(t *testing.T) {
 		t.Errorf("other headers were removed: %v", h)
 	}
 }
+
+// FuzzCostReport: whatever an upstream reports as its cost (X402-Cost as a header or a
+// trailer, Settlement-Overrides), the gate either refuses it with a cost reason or settles
+// an amount from 0 to the maximum, and the report never stays in the answer.
+func FuzzCostReport(f *testing.F) {
+	max := big.NewInt(10_000)
+	o := &option{decimals: 6, symbol: "USDC"}
+	f.Fuzz(func(t *testing.T, cost, overrides string, trailer, free bool) {
+		h := http.Header{}
+		if cost != "" {
+			name := HeaderCost
+			if trailer {
+				name = http.TrailerPrefix + name
+				h.Set("Trailer", HeaderCost)
+			}
+			h[name] = []string{cost}
+		}
+		if overrides != "" {
+			h.Set(HeaderSettlementOverrides, overrides)
+		}
+		route := &routeConfig{unmeteredFree: free}
+		n, cerr := route.meteredAmount(takeCost(h), o, max)
+		switch {
+		case cerr != nil && cerr.reason != ReasonCostAboveMaximum && cerr.reason != ReasonInvalidCost:
+			t.Fatalf("refused with %s", cerr.reason)
+		case cerr == nil && (n.Sign() < 0 || n.Cmp(max) > 0):
+			t.Fatalf("settles %s of at most %s", n, max)
+		}
+		if len(h) != 0 {
+			t.Fatalf("the report stayed in the answer: %v", h)
+		}
+	})
+}
