@@ -13,6 +13,7 @@ import (
 	"github.com/x402gate/x402gate/facilitator/approval"
 	"github.com/x402gate/x402gate/facilitator/journal"
 	"github.com/x402gate/x402gate/facilitator/txsender"
+	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -65,11 +66,7 @@ func signedPayment(b *testing.B, net x402.Network, key *ecdsa.PrivateKey, payTo 
 	if err != nil {
 		b.Fatal(err)
 	}
-	sig, err := crypto.Sign(h[:], key)
-	if err != nil {
-		b.Fatal(err)
-	}
-	sig[64] += 27
+	sig := testenv.SignDigest(b, key, h)
 	acc := *r
 	return &x402.Payment{Version: x402.Version2, Scheme: x402.SchemeExact, Network: net.CAIP2,
 		Signature: sig, Authorization: a, Accepted: &acc}, r
@@ -79,11 +76,14 @@ func signedPayment(b *testing.B, net x402.Network, key *ecdsa.PrivateKey, payTo 
 // of network, asset and amount, the v2 accepted requirement, the EIP-712 domain, the
 // EIP-712 digest, ECDSA recovery of the signer, and recipient, time window and value.
 // What remains of a verify is chain state (one batched eth_call round trip).
-func BenchmarkVerifyCPU(b *testing.B) {
+func BenchmarkVerifyCPU(b *testing.B) { benchVerifyCPU(b, signedPayment) }
+
+// benchVerifyCPU runs checkStatic on the valid payment sign makes.
+func benchVerifyCPU(b *testing.B, sign func(*testing.B, x402.Network, *ecdsa.PrivateKey, common.Address, *big.Int, time.Time) (*x402.Payment, *x402.Requirements)) {
 	e := offlineService(b, x402.BaseSepolia)
 	key, _ := crypto.GenerateKey()
 	now := time.Now()
-	p, r := signedPayment(b, x402.BaseSepolia, key, common.HexToAddress("0x000000000000000000000000000000000000beef"), big.NewInt(10_000), now)
+	p, r := sign(b, x402.BaseSepolia, key, common.HexToAddress("0x000000000000000000000000000000000000beef"), big.NewInt(10_000), now)
 	b.ReportAllocs()
 	for b.Loop() {
 		c, f := e.checkStatic(p, r, now, nil)

@@ -63,6 +63,7 @@ type tokenABI struct {
 	transferBytes abi.Method
 	transferTopic common.Hash
 	erc6492Args   abi.Arguments
+	p2            *permit2ABI
 }
 
 var loadTokenABI = sync.OnceValues(func() (*tokenABI, error) {
@@ -85,6 +86,9 @@ var loadTokenABI = sync.OnceValues(func() (*tokenABI, error) {
 	addrT, _ := abi.NewType("address", "", nil)
 	bytesT, _ := abi.NewType("bytes", "", nil)
 	t.erc6492Args = abi.Arguments{{Type: addrT}, {Type: bytesT}, {Type: bytesT}}
+	if t.p2, err = parsePermit2ABI(); err != nil {
+		return nil, err
+	}
 	return t, nil
 })
 
@@ -125,14 +129,16 @@ func errOr(err error, msg string) error {
 // chain is one configured network: its settings, its RPC node and its sender.
 type chain struct {
 	*txsender.Node
-	minAmount    *big.Int // NetworkConfig.MinAmount; nil: no minimum
-	net          x402.Network
-	abi          *tokenABI
-	sender       txSender
-	balanceMu    sync.Mutex
-	balance      *big.Int // cached native balance of the signer
-	assetBalance *big.Int // cached asset balance of the signer
-	balanceAt    int64    // unix nanos of the cached read
+	minAmount *big.Int // NetworkConfig.MinAmount; nil: no minimum
+	net       x402.Network
+	// permit2Tokens are the tokens settled through Permit2 only (NetworkConfig.Permit2Tokens).
+	permit2Tokens map[common.Address]bool
+	abi           *tokenABI
+	sender        txSender
+	balanceMu     sync.Mutex
+	balance       *big.Int // cached native balance of the signer
+	assetBalance  *big.Int // cached asset balance of the signer
+	balanceAt     int64    // unix nanos of the cached read
 	// state is the network's readiness (Service.Ready).
 	state netState
 }

@@ -1,5 +1,6 @@
-// Package facilitator verifies and settles x402 "exact" payments (EIP-3009
-// transferWithAuthorization) on EVM chains, consults the policy verdict service according
+// Package facilitator verifies and settles x402 payments on EVM chains: "exact" over EIP-3009
+// (transferWithAuthorization) or over Permit2, and metered "upto" over Permit2, through the
+// x402 Permit2 proxies (docs/payments.md). It consults the policy verdict service according
 // to GUARDIAN_MODE, and journals every settlement before it is broadcast (docs/facilitator.md#api).
 package facilitator
 
@@ -122,11 +123,15 @@ func (e *Service) dial(nc NetworkConfig) (*chain, error) {
 	if err != nil {
 		return nil, err
 	}
+	permit2Tokens, err := nc.permit2Tokens()
+	if err != nil {
+		return nil, err
+	}
 	node, err := txsender.Dial(net.CAIP2, nc.RPC, e.cfg.RPCTimeout, e.log)
 	if err != nil {
 		return nil, err
 	}
-	c := &chain{Node: node, minAmount: minAmount, net: net, abi: e.abi}
+	c := &chain{Node: node, minAmount: minAmount, net: net, abi: e.abi, permit2Tokens: permit2Tokens}
 	c.sender = txsender.New(node, net.ChainID, e.cfg.Signer, e.log)
 	return c, nil
 }
@@ -150,8 +155,9 @@ func (e *Service) StartupReconcile() ReconcileReport {
 }
 
 // Supported lists a v1 kind (v1 network name) and a v2 kind (CAIP-2 id) of scheme "exact"
-// for every configured network, and the signer address under "eip155:*"
-// (docs/facilitator.md#api).
+// for every configured network, a v2 kind of scheme "upto" whose extra.facilitatorAddress
+// is the signer (the account an upto payer's witness must name, docs/payments.md#upto), and
+// the signer address under "eip155:*" (docs/facilitator.md#api).
 func (e *Service) Supported(ctx context.Context) (x402.SupportedResponse, error) {
 	resp := x402.SupportedResponse{
 		Kinds:      []x402.SupportedKind{},
@@ -162,6 +168,8 @@ func (e *Service) Supported(ctx context.Context) (x402.SupportedResponse, error)
 		resp.Kinds = append(resp.Kinds,
 			x402.SupportedKind{X402Version: x402.Version2, Scheme: x402.SchemeExact, Network: c.net.CAIP2},
 			x402.SupportedKind{X402Version: x402.Version1, Scheme: x402.SchemeExact, Network: c.net.Name},
+			x402.SupportedKind{X402Version: x402.Version2, Scheme: x402.SchemeUpto, Network: c.net.CAIP2,
+				Extra: map[string]any{x402.ExtraFacilitatorAddress: e.address.Hex()}},
 		)
 	}
 	return resp, nil

@@ -224,7 +224,7 @@ func TestSupportedListsV1AndV2KindsAndSigner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]bool{"1/exact/base-sepolia": true, "2/exact/eip155:84532": true}
+	want := map[string]bool{"1/exact/base-sepolia": true, "2/exact/eip155:84532": true, "2/upto/eip155:84532": true}
 	if len(got.Kinds) != len(want) {
 		t.Fatalf("kinds = %+v", got.Kinds)
 	}
@@ -237,6 +237,12 @@ func TestSupportedListsV1AndV2KindsAndSigner(t *testing.T) {
 	signer := env.chain.FacilitatorAccount().Address.Hex()
 	if s := got.Signers["eip155:*"]; len(s) != 1 || s[0] != signer {
 		t.Errorf("signers = %v, want [%s]", got.Signers, signer)
+	}
+	for _, k := range got.Kinds {
+		// An upto payer's witness names the facilitator /supported advertises (docs/payments.md#upto).
+		if k.Scheme == x402.SchemeUpto && k.Extra[x402.ExtraFacilitatorAddress] != signer {
+			t.Errorf("upto kind's extra = %v, want facilitatorAddress %s", k.Extra, signer)
+		}
 	}
 	if got.Extensions == nil {
 		t.Error("extensions is null; clients expect an array")

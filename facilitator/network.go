@@ -2,6 +2,8 @@ package facilitator
 
 import (
 	"math/big"
+
+	"github.com/ethereum/go-ethereum/common"
 	"strconv"
 	"strings"
 
@@ -36,6 +38,11 @@ type NetworkConfig struct {
 	// MinAmount is the smallest requirement amount accepted, in the asset's base units.
 	// Default: no minimum.
 	MinAmount string `json:"min_amount,omitempty"`
+	// Permit2Tokens are ERC-20 tokens (0x-hex addresses) settled on this chain through
+	// Permit2 only: `exact` with extra.assetTransferMethod "permit2", and `upto`
+	// (docs/payments.md#permit2). The asset is settled through Permit2 too, without being
+	// listed. Default: none.
+	Permit2Tokens []string `json:"permit2_tokens,omitempty"`
 }
 
 // NetworkOf is the NetworkConfig of net, served through the endpoint rpc: every asset
@@ -65,8 +72,24 @@ func (n NetworkConfig) validate() error {
 	if _, err := n.minAmount(); err != nil {
 		return err
 	}
+	if _, err := n.permit2Tokens(); err != nil {
+		return err
+	}
 	_, err := n.Network()
 	return err
+}
+
+// permit2Tokens is Permit2Tokens as a set of addresses.
+func (n NetworkConfig) permit2Tokens() (map[common.Address]bool, error) {
+	m := make(map[common.Address]bool, len(n.Permit2Tokens))
+	for _, s := range n.Permit2Tokens {
+		a, err := x402.ParseAddress(s)
+		if err != nil {
+			return nil, &ConfigError{Network: n.Name, Option: "permit2_tokens", Err: err}
+		}
+		m[a] = true
+	}
+	return m, nil
 }
 
 // Network builds the x402.Network of n: a built-in network with the asset options

@@ -241,7 +241,7 @@ func (e *Service) planRow(ctx context.Context, c *chain, row journal.Settlement)
 	if err != nil {
 		return rowPlan{}, c.Unavailable("sender nonce", err)
 	}
-	used, err := c.authorizationUsed(ctx, row.Payer, row.Nonce)
+	used, err := c.authorizationSpent(ctx, row)
 	if err != nil {
 		return rowPlan{}, err
 	}
@@ -410,7 +410,7 @@ func (e *Service) markBroadcast(ctx context.Context, row journal.Settlement, tx 
 // receiptState maps a receipt of row's transaction to the row's final state.
 func receiptState(c *chain, r *types.Receipt, row journal.Settlement) (journal.State, string) {
 	a := x402.Authorization{From: row.Payer, To: row.PayTo, Value: row.Amount}
-	if f := checkReceipt(c, r, a); f != nil {
+	if f := checkReceipt(c, r, row.Asset, a); f != nil {
 		return journal.StateFailed, string(f.reason)
 	}
 	return journal.StateConfirmed, ""

@@ -68,8 +68,12 @@ func (e *Service) settle(ctx context.Context, p *x402.Payment, r *x402.Requireme
 		if p.Authorization.Value != nil {
 			res.resp.Amount = p.Authorization.Value.String()
 		}
+		if p.Scheme == x402.SchemeUpto && r != nil && r.Amount != nil {
+			res.resp.Amount = r.Amount.String() // what this settle moves, at most the signed maximum
+		}
 	}
 	refuse := func(f *failure) (settleResult, error) {
+		f.reason = reasonFor(p, f.reason)
 		res.reason = f.reason
 		res.resp.Success = false
 		res.resp.ErrorReason = f.reason.For(v)
@@ -98,13 +102,16 @@ func (e *Service) settle(ctx context.Context, p *x402.Payment, r *x402.Requireme
 		}
 	}
 	faults.Point("settle.after-approval")
-	if !c.proven {
+	// An upto settle of 0 moves nothing: it is claimed below, so the authorization is spent
+	// for this facilitator, and never broadcast (docs/payments.md#upto).
+	nothing := c.amount.Sign() == 0
+	if !c.proven && !nothing {
 		if f := e.checkTokenState(ctx, c); f != nil {
 			return refuse(f)
 		}
 	}
 	var cl txsender.Call
-	if c.wrap == nil {
+	if c.wrap == nil && !nothing {
 		if cl, f = e.simulate(ctx, c); f != nil {
 			return refuse(f)
 		}
@@ -118,6 +125,13 @@ func (e *Service) settle(ctx context.Context, p *x402.Payment, r *x402.Requireme
 	}
 	if f := e.claim(ctx, c); f != nil {
 		return refuse(f)
+	}
+	if nothing {
+		// Not reported to the verdict service: nothing was spent, and the reservation of the
+		// approved maximum expires.
+		res.resp.Success = true
+		e.log.Info("settled nothing", zap.String("payer", res.resp.Payer), zap.String("network", c.chain.net.CAIP2))
+		return res, nil
 	}
 	// The authorization is claimed: from here the settlement runs to its end even if the
 	// caller goes away (an HTTP client hanging up cancels its request's context), so what
@@ -187,7 +201,7 @@ func (e *Service) settle(ctx context.Context, p *x402.Payment, r *x402.Requireme
 		res.resp.Transaction, res.resp.TxHash = rcpt.TxHash.Hex(), rcpt.TxHash.Hex()
 	}
 	faults.Point("settle.after-receipt")
-	if f := checkReceipt(c.chain, rcpt, c.auth); f != nil {
+	if f := checkReceipt(c.chain, rcpt, c.asset, x402.Authorization{From: c.auth.From, To: c.auth.To, Value: c.amount}); f != nil {
 		e.journalSettled(ctx, c, journal.StateFailed, string(f.reason), rcpt.TxHash)
 		return refuse(f)
 	}
@@ -295,10 +309,20 @@ func (e *Service) claim(ctx context.Context, c *checked) *failure {
 	}
 }
 
-// simulate packs transferWithAuthorization for c and runs it without broadcasting (the
-// token's own checks), which also sets the transaction's gas limit.
+// simulate packs the settlement of c and runs it without broadcasting (the token's own
+// checks, or the proxy's and Permit2's), which also sets the transaction's gas limit:
+// transferWithAuthorization on the token, or the settle of the x402 proxy of a Permit2
+// payment, for c.amount.
 func (e *Service) simulate(ctx context.Context, c *checked) (txsender.Call, *failure) {
-	data, err := c.chain.transferCalldata(c.auth, c.sig, c.eoa)
+	to, mapRevert, refusal := c.chain.net.USDC.Address, revertReason, "the token refuses the transfer"
+	var data []byte
+	var err error
+	if a := c.p.Permit2; a != nil {
+		to, mapRevert, refusal = a.Spender, permit2RevertReason, "the x402 proxy or Permit2 refuses the settlement"
+		data, err = c.chain.abi.proxySettleCalldata(a, c.amount, c.sig)
+	} else {
+		data, err = c.chain.transferCalldata(c.auth, c.sig, c.eoa)
+	}
 	if err != nil {
 		return txsender.Call{}, fail(x402.ReasonInvalidSignature, "signature cannot be encoded for the token")
 	}
@@ -309,13 +333,13 @@ func (e *Service) simulate(ctx context.Context, c *checked) (txsender.Call, *fai
 	if c.eoa {
 		simulate = c.chain.sender.Simulate
 	}
-	cl, err := simulate(ctx, c.chain.net.USDC.Address, data)
+	cl, err := simulate(ctx, to, data)
 	if err != nil {
 		e.logChainErr("simulate settlement", c.chain, err)
 		if errors.Is(err, txsender.ErrRPCUnavailable) {
 			return txsender.Call{}, fail(x402.ReasonChainUnavailable, "rpc unavailable")
 		}
-		return txsender.Call{}, fail(revertReason(err), "the token refuses the transfer")
+		return txsender.Call{}, fail(mapRevert(err), "%s", refusal)
 	}
 	return cl, nil
 }
@@ -367,8 +391,9 @@ func (e *Service) deployWallet(ctx context.Context, c *checked) *failure {
 }
 
 // checkReceipt confirms a mined settlement: status 1 and a Transfer(from, to, value) log
-// emitted by the asset (docs/facilitator.md#verify, 2.27 extras).
-func checkReceipt(ch *chain, r *types.Receipt, a x402.Authorization) *failure {
+// emitted by the asset (docs/facilitator.md#verify, 2.27 extras). For a Permit2 payment,
+// Permit2's transferFrom makes the token emit it.
+func checkReceipt(ch *chain, r *types.Receipt, asset common.Address, a x402.Authorization) *failure {
 	if r.Status != types.ReceiptStatusSuccessful {
 		return fail(x402.ReasonTransactionFailed, "settlement transaction reverted")
 	}
@@ -376,7 +401,7 @@ func checkReceipt(ch *chain, r *types.Receipt, a x402.Authorization) *failure {
 	toTopic := common.BytesToHash(a.To.Bytes())
 	want := common.LeftPadBytes(a.Value.Bytes(), 32)
 	for _, l := range r.Logs {
-		if l.Address == ch.net.USDC.Address && len(l.Topics) == 3 && l.Topics[0] == ch.abi.transferTopic &&
+		if l.Address == asset && len(l.Topics) == 3 && l.Topics[0] == ch.abi.transferTopic &&
 			l.Topics[1] == fromTopic && l.Topics[2] == toTopic && bytes.Equal(l.Data, want) {
 			return nil
 		}
@@ -401,7 +426,7 @@ func (e *Service) journaled(c *checked) *txsender.Journaled {
 			Asset:            c.key.Asset,
 			Payer:            c.key.Payer,
 			PayTo:            c.key.PayTo,
-			Amount:           c.key.Amount,
+			Amount:           c.amount,
 			Nonce:            c.key.Nonce,
 			TxHash:           tx.Hash(),
 			RawTx:            raw,

@@ -185,7 +185,7 @@ func (e *Service) rowStatus(ctx context.Context, c *chain, row journal.Settlemen
 	if err != nil {
 		return "", "", common.Hash{}, c.Unavailable("sender nonce", err)
 	}
-	used, err := c.authorizationUsed(ctx, row.Payer, row.Nonce)
+	used, err := c.authorizationSpent(ctx, row)
 	if err != nil {
 		return "", "", common.Hash{}, err
 	}

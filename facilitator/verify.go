@@ -39,11 +39,15 @@ type checked struct {
 	p     *x402.Payment
 	r     *x402.Requirements
 	auth  x402.Authorization
-	hash  common.Hash // EIP-712 digest of the authorization under the configured domain
-	sig   []byte      // the signature the token checks: the inner one of an ERC-6492 wrapper
-	wrap  *erc6492    // set while the signer is an ERC-6492 wallet that is not deployed yet
-	eoa   bool        // ecrecover(hash, sig) == from
-	key   x402.PaymentKey
+	// asset and amount are what moves: the requirement's token and amount (for upto at
+	// settle, the metered amount; at most the signed maximum).
+	asset  common.Address
+	amount *big.Int
+	hash   common.Hash // EIP-712 digest of the authorization under the configured domain (Permit2's for Permit2)
+	sig    []byte      // the signature the token checks: the inner one of an ERC-6492 wrapper
+	wrap   *erc6492    // set while the signer is an ERC-6492 wallet that is not deployed yet
+	eoa    bool        // ecrecover(hash, sig) == from
+	key    x402.PaymentKey
 	// proven: an in-process Verify proved the signature and the token's state of this
 	// very payment (proof), so they are not checked again.
 	proven bool
@@ -66,13 +70,14 @@ func versionOf(p *x402.Payment) int {
 }
 
 // checkStatic runs, in order, every check that needs no RPC: the pins of network, asset
-// and minimum amount, scheme, the exact match with r (checkMatch), the EIP-712 domain, and
-// the signature of an EOA. When the signature recovers to from, it also runs checkRest and the
-// payment is fully checked but for chain state. Otherwise c.eoa is false and the caller
-// must check the signature against the chain (checkContractSignature) and then run
-// checkRest, which keeps the order of docs/protocol.md#headers. A proof pr that covers
-// the payment's digest and signature stands for the signature check (c.proven): nothing
-// is recovered, and checkRest runs.
+// and minimum amount, scheme, the exact match with r (checkMatch), the signed digest
+// (EIP-3009's under the token's EIP-712 domain, or Permit2's), and the signature of an
+// EOA. When the signature recovers to from, it also runs checkRest and the payment is
+// fully checked but for chain state. Otherwise c.eoa is false and the caller must check
+// the signature against the chain (checkContractSignature) and then run checkRest, which
+// keeps the order of docs/protocol.md#headers. A proof pr that covers the payment's
+// digest and signature stands for the signature check (c.proven): nothing is recovered,
+// and checkRest runs.
 func (e *Service) checkStatic(p *x402.Payment, r *x402.Requirements, now time.Time, pr *proof) (*checked, *failure) {
 	if p == nil {
 		return nil, fail(x402.ReasonInvalidPayload, "payment payload is missing")
@@ -83,28 +88,9 @@ func (e *Service) checkStatic(p *x402.Payment, r *x402.Requirements, now time.Ti
 	if p.Version != x402.Version1 && p.Version != x402.Version2 {
 		return nil, fail(x402.ReasonInvalidVersion, "x402Version %d is not supported", p.Version)
 	}
-	// docs/facilitator.md#verify: pin network and asset, then the optional minimum amount.
-	c, ok := e.chainFor(r.Network)
-	if !ok {
-		return nil, fail(x402.ReasonInvalidNetwork, "network %q is not served by this facilitator", r.Network)
-	}
-	if p.Network != r.Network {
-		return nil, fail(x402.ReasonNetworkMismatch, "payment network %q differs from the requirement's %q", p.Network, r.Network)
-	}
-	if r.Asset != c.net.USDC.Address {
-		return nil, fail(x402.ReasonAssetMismatch, "asset %s is not the configured asset on %s", r.Asset.Hex(), r.Network)
-	}
-	if r.Amount == nil || r.Amount.Sign() <= 0 {
-		return nil, fail(x402.ReasonInvalidRequirements, "requirement amount must be positive")
-	}
-	if r.PayTo == (common.Address{}) {
-		return nil, fail(x402.ReasonInvalidRequirements, "requirement payTo is empty")
-	}
-	if m := c.minAmount; m != nil && r.Amount.Cmp(m) < 0 {
-		return nil, fail(x402.ReasonAmountBelowMinimum, "amount %s is below the minimum %s", r.Amount, m)
-	}
-	if p.Scheme != x402.SchemeExact || r.Scheme != x402.SchemeExact {
-		return nil, fail(x402.ReasonInvalidScheme, "scheme must be %q", x402.SchemeExact)
+	c, f := e.pinned(p, r)
+	if f != nil {
+		return nil, f
 	}
 	a := p.Authorization
 	if a.Value == nil || a.ValidAfter == nil || a.ValidBefore == nil || a.From == (common.Address{}) {
@@ -113,26 +99,14 @@ func (e *Service) checkStatic(p *x402.Payment, r *x402.Requirements, now time.Ti
 	if f := checkMatch(p, r); f != nil {
 		return nil, f
 	}
-	// docs/facilitator.md#verify step 2: extra.name and extra.version are required, no fallback;
-	// and they must be the configured token's domain, or the signature cannot hold on chain.
-	name, version, ok := r.Domain()
-	if !ok {
-		return nil, fail(x402.ReasonMissingEIP712Domain, "requirement extra.name and extra.version are required")
+	hash, f := e.digest(c, p, r)
+	if f != nil {
+		return nil, f
 	}
-	if name != c.net.USDC.Name || version != c.net.USDC.Version {
-		return nil, fail(x402.ReasonInvalidRequirements, "extra.name/version %q/%q is not the asset's EIP-712 domain", name, version)
-	}
-	if len(p.Signature) == 0 {
-		return nil, fail(x402.ReasonInvalidPayload, "signature is missing")
-	}
-	hash, err := x402.TransferWithAuthorizationHash(c.net.ChainID, c.net.USDC.Address, c.net.USDC.Name, c.net.USDC.Version, a)
-	if err != nil {
-		return nil, fail(x402.ReasonInvalidPayload, "authorization does not hash: %v", err)
-	}
-	ck := &checked{chain: c, p: p, r: r, auth: a, hash: hash, sig: p.Signature, key: x402.KeyOf(p, r)}
+	ck := &checked{chain: c, p: p, r: r, auth: a, asset: r.Asset, amount: r.Amount, hash: hash, sig: p.Signature, key: x402.KeyOf(p, r)}
 	w, wrapped, err := parseERC6492(e.abi, p.Signature)
-	if err != nil {
-		return nil, fail(x402.ReasonInvalidSignature, "malformed ERC-6492 signature")
+	if err != nil || (wrapped && p.Permit2 != nil) {
+		return nil, fail(x402.ReasonInvalidSignature, "malformed ERC-6492 signature, or one for Permit2, which takes none")
 	}
 	if wrapped {
 		ck.wrap, ck.sig = &w, w.Inner
@@ -152,6 +126,81 @@ func (e *Service) checkStatic(p *x402.Payment, r *x402.Requirements, now time.Ti
 		return nil, f
 	}
 	return ck, nil
+}
+
+// pinned checks what the facilitator serves (docs/facilitator.md#verify): the network,
+// the asset (the network's asset, or a Permit2 token through Permit2), a positive amount
+// (upto may settle 0), the payee, the optional minimum (of upto's signed maximum) and the
+// scheme, exact or upto, the same on both sides. It returns r's chain.
+func (e *Service) pinned(p *x402.Payment, r *x402.Requirements) (*chain, *failure) {
+	c, ok := e.chainFor(r.Network)
+	if !ok {
+		return nil, fail(x402.ReasonInvalidNetwork, "network %q is not served by this facilitator", r.Network)
+	}
+	if p.Network != r.Network {
+		return nil, fail(x402.ReasonNetworkMismatch, "payment network %q differs from the requirement's %q", p.Network, r.Network)
+	}
+	if !c.accepts(r) {
+		return nil, fail(x402.ReasonAssetMismatch, "asset %s is not settled on %s by %s", r.Asset.Hex(), r.Network, r.Transfer())
+	}
+	upto := r.Scheme == x402.SchemeUpto
+	if r.Amount == nil || r.Amount.Sign() < 0 || (r.Amount.Sign() == 0 && !upto) {
+		return nil, fail(x402.ReasonInvalidRequirements, "requirement amount must be positive")
+	}
+	if r.PayTo == (common.Address{}) {
+		return nil, fail(x402.ReasonInvalidRequirements, "requirement payTo is empty")
+	}
+	least := r.Amount
+	if upto {
+		least = p.Authorization.Value
+	}
+	if m := c.minAmount; m != nil && least != nil && least.Cmp(m) < 0 {
+		return nil, fail(x402.ReasonAmountBelowMinimum, "amount %s is below the minimum %s", least, m)
+	}
+	if p.Scheme != r.Scheme || (r.Scheme != x402.SchemeExact && !upto) {
+		return nil, fail(x402.ReasonInvalidScheme, "scheme must be %q or %q on both sides", x402.SchemeExact, x402.SchemeUpto)
+	}
+	return c, nil
+}
+
+// digest is the EIP-712 digest p's payer signed. EIP-3009 (docs/facilitator.md#verify step
+// 2): extra.name and extra.version are required, no fallback, and they must be the
+// configured token's domain, or the signature cannot hold on chain. Permit2
+// (docs/payments.md#permit2): Permit2's domain on r's chain; upto's witness must name this
+// facilitator, the only account its proxy lets settle.
+func (e *Service) digest(c *chain, p *x402.Payment, r *x402.Requirements) (common.Hash, *failure) {
+	missing := len(p.Signature) == 0
+	if a := p.Permit2; a != nil {
+		if missing {
+			return common.Hash{}, fail(x402.ReasonInvalidPayload, "signature is missing")
+		}
+		if a.Upto && a.Facilitator != e.address {
+			return common.Hash{}, fail(x402.ReasonUptoFacilitatorMismatch, "the witness names facilitator %s, not this one (%s)", a.Facilitator.Hex(), e.address.Hex())
+		}
+		if a.Amount.Sign() <= 0 {
+			return common.Hash{}, fail(x402.ReasonInvalidPayload, "the permitted amount must be positive")
+		}
+		hash, err := x402.Permit2Hash(c.net.ChainID, a)
+		if err != nil {
+			return common.Hash{}, fail(x402.ReasonInvalidPayload, "authorization does not hash: %v", err)
+		}
+		return hash, nil
+	}
+	name, version, ok := r.Domain()
+	if !ok {
+		return common.Hash{}, fail(x402.ReasonMissingEIP712Domain, "requirement extra.name and extra.version are required")
+	}
+	if name != c.net.USDC.Name || version != c.net.USDC.Version {
+		return common.Hash{}, fail(x402.ReasonInvalidRequirements, "extra.name/version %q/%q is not the asset's EIP-712 domain", name, version)
+	}
+	if missing {
+		return common.Hash{}, fail(x402.ReasonInvalidPayload, "signature is missing")
+	}
+	hash, err := x402.TransferWithAuthorizationHash(c.net.ChainID, c.net.USDC.Address, c.net.USDC.Name, c.net.USDC.Version, p.Authorization)
+	if err != nil {
+		return common.Hash{}, fail(x402.ReasonInvalidPayload, "authorization does not hash: %v", err)
+	}
+	return hash, nil
 }
 
 // checkMatch checks that p pays exactly r by x402's one match rule (Requirements.Matches:
@@ -253,10 +302,16 @@ func (e *Service) check6492(ctx context.Context, c *checked) *failure {
 // check: the static checks, the signature against the chain when needed, then chain state
 // (authorizationState and balanceOf, in one RPC batch). A failure to reach the chain is a
 // logical failure with ReasonChainUnavailable.
+//
+// An upto payment is verified for its maximum: r.Amount must be the permitted amount, as
+// @x402/evm's verify wants; its settle then takes any amount up to it.
 func (e *Service) verifyPayment(ctx context.Context, p *x402.Payment, r *x402.Requirements) (*checked, *failure) {
 	c, f := e.checkSigned(ctx, p, r, nil)
 	if f != nil {
 		return nil, f
+	}
+	if a := p.Permit2; a != nil && a.Upto && r.Amount.Cmp(a.Amount) != 0 {
+		return nil, fail(x402.ReasonPermit2AmountMismatch, "an upto payment is verified for its maximum: the requirement's amount %s is not the permitted %s", r.Amount, a.Amount)
 	}
 	if f := e.checkTokenState(ctx, c); f != nil {
 		return nil, f
@@ -290,28 +345,17 @@ func (e *Service) checkSigned(ctx context.Context, p *x402.Payment, r *x402.Requ
 
 // checkTokenState checks the payer's balance and that the nonce is unused, and asks an
 // EOA signer that has code (EIP-7702) to accept the signature as the token would.
+// A Permit2 payment's state is Permit2's and the token's (checkPermit2State).
 func (e *Service) checkTokenState(ctx context.Context, c *checked) *failure {
+	if c.p.Permit2 != nil {
+		return e.checkPermit2State(ctx, c)
+	}
 	bal, used, code, err := c.chain.tokenState(ctx, c.auth.From, c.auth.Nonce)
 	if err != nil {
-		e.logChainErr("verify token state", c.chain, err)
-		if errors.Is(err, txsender.ErrRPCUnavailable) {
-			return fail(x402.ReasonChainUnavailable, "rpc unavailable")
-		}
-		return fail(x402.ReasonUnexpectedVerify, "token state could not be read")
+		return e.stateFailure(c, err)
 	}
-	if c.eoa && code {
-		// The signature recovers to from, but from has code (an EIP-7702 delegated account,
-		// or a contract at a key's address): the token asks from's isValidSignature
-		// (ERC-1271) whenever from has code, so verify must too.
-		ok, err := c.chain.isValidSignature1271(ctx, c.auth.From, c.hash, c.sig)
-		if err != nil {
-			e.logChainErr("verify signature", c.chain, err)
-			return fail(x402.ReasonChainUnavailable, "rpc unavailable")
-		}
-		if !ok {
-			return fail(x402.ReasonInvalidSignature, "%s has code and rejects the signature (ERC-1271)", c.auth.From.Hex())
-		}
-		c.eoa = false // settle must use the bytes overload, as for any contract signer
+	if f := e.checkCodeSigner(ctx, c, code); f != nil {
+		return f
 	}
 	if used {
 		return fail(x402.ReasonNonceUsed, "authorization nonce is already used on chain")
@@ -319,6 +363,34 @@ func (e *Service) checkTokenState(ctx context.Context, c *checked) *failure {
 	if bal.Cmp(c.auth.Value) < 0 {
 		return fail(x402.ReasonInsufficientFunds, "payer balance is below the authorized value")
 	}
+	return nil
+}
+
+// stateFailure is the refusal of a payment whose chain state could not be read.
+func (e *Service) stateFailure(c *checked, err error) *failure {
+	e.logChainErr("verify token state", c.chain, err)
+	if errors.Is(err, txsender.ErrRPCUnavailable) {
+		return fail(x402.ReasonChainUnavailable, "rpc unavailable")
+	}
+	return fail(x402.ReasonUnexpectedVerify, "token state could not be read")
+}
+
+// checkCodeSigner runs when the signature recovers to from but from has code (an EIP-7702
+// delegated account, or a contract at a key's address): the token, like Permit2, asks
+// from's isValidSignature (ERC-1271) whenever from has code, so verify must too.
+func (e *Service) checkCodeSigner(ctx context.Context, c *checked, code bool) *failure {
+	if !c.eoa || !code {
+		return nil
+	}
+	ok, err := c.chain.isValidSignature1271(ctx, c.auth.From, c.hash, c.sig)
+	if err != nil {
+		e.logChainErr("verify signature", c.chain, err)
+		return fail(x402.ReasonChainUnavailable, "rpc unavailable")
+	}
+	if !ok {
+		return fail(x402.ReasonInvalidSignature, "%s has code and rejects the signature (ERC-1271)", c.auth.From.Hex())
+	}
+	c.eoa = false // settle must use the bytes overload, as for any contract signer
 	return nil
 }
 
@@ -336,7 +408,7 @@ func (e *Service) logChainErr(op string, c *chain, err error) {
 func invalid(p *x402.Payment, f *failure) x402.VerifyResponse {
 	return x402.VerifyResponse{
 		IsValid:        false,
-		InvalidReason:  f.reason.For(versionOf(p)),
+		InvalidReason:  reasonFor(p, f.reason).For(versionOf(p)),
 		InvalidMessage: f.msg,
 		Payer:          payerOf(p),
 	}

@@ -24,7 +24,7 @@ import (
 // AcceptConfig is one way to pay a route (an `accept { … }` block). An empty field takes
 // the value of the same field of Config. It is also the Caddy handler's accept block:
 // its JSON is flat, in the Caddyfile's names (network, asset, asset_name, asset_version,
-// decimals, symbol, price, pay_to).
+// decimals, symbol, price, pay_to, transfer).
 type AcceptConfig struct {
 	// Network names the chain, as Config.Network. Default: Config.Network.
 	Network string
@@ -36,6 +36,9 @@ type AcceptConfig struct {
 	Price string
 	// PayTo receives the payment. Default: Config.PayTo.
 	PayTo string
+	// Transfer is how the asset moves, TransferEIP3009 or TransferPermit2. Default:
+	// Config.Transfer.
+	Transfer string
 }
 
 // acceptJSON is the JSON form of an AcceptConfig.
@@ -48,12 +51,13 @@ type acceptJSON struct {
 	Symbol       string `json:"symbol,omitempty"`
 	Price        string `json:"price,omitempty"`
 	PayTo        string `json:"pay_to,omitempty"`
+	Transfer     string `json:"transfer,omitempty"`
 }
 
 // MarshalJSON writes a in its flat JSON form.
 func (a AcceptConfig) MarshalJSON() ([]byte, error) {
 	return json.Marshal(acceptJSON{Network: a.Network, Asset: a.Asset.Address, AssetName: a.Asset.Name,
-		AssetVersion: a.Asset.Version, Decimals: a.Asset.Decimals, Symbol: a.Asset.Symbol, Price: a.Price, PayTo: a.PayTo})
+		AssetVersion: a.Asset.Version, Decimals: a.Asset.Decimals, Symbol: a.Asset.Symbol, Price: a.Price, PayTo: a.PayTo, Transfer: a.Transfer})
 }
 
 // UnmarshalJSON reads a's flat JSON form; an unknown field is an error, as Caddy's
@@ -65,7 +69,7 @@ func (a *AcceptConfig) UnmarshalJSON(b []byte) error {
 	if err := d.Decode(&j); err != nil {
 		return fmt.Errorf("accept: %w", err)
 	}
-	*a = AcceptConfig{Network: j.Network, Price: j.Price, PayTo: j.PayTo, Asset: AssetConfig{Address: j.Asset,
+	*a = AcceptConfig{Network: j.Network, Price: j.Price, PayTo: j.PayTo, Transfer: j.Transfer, Asset: AssetConfig{Address: j.Asset,
 		Name: j.AssetName, Version: j.AssetVersion, Decimals: j.Decimals, Symbol: j.Symbol}}
 	return nil
 }
@@ -80,10 +84,29 @@ type option struct {
 	symbol   string
 	payTo    common.Address // zero when unset
 	price    *big.Int       // nil when unset
+	permit2  bool           // the asset moves by Permit2 (TransferPermit2)
+	bound    *boundExtra    // an upto option's extra with its facilitator; nil otherwise
 }
 
-// set checks one way to pay against reg. Errors are *ConfigError named as the
-// Caddyfile names the options.
+// setOption checks one way to pay of the route against reg. Errors are *ConfigError named
+// as the Caddyfile names the options.
+func (route *routeConfig) setOption(o *option, network string, asset AssetConfig, price, payTo, transfer string, reg *x402.Registry) error {
+	permit2, err := route.checkTransfer(transfer)
+	if err != nil {
+		return err
+	}
+	o.permit2 = permit2
+	if err := o.set(network, asset, price, payTo, reg); err != nil {
+		return err
+	}
+	o.addExtra(route.authorization)
+	if route.scheme == SchemeUpto {
+		o.bound = new(boundExtra)
+	}
+	return nil
+}
+
+// set checks one way to pay against reg.
 func (o *option) set(network string, asset AssetConfig, price, payTo string, reg *x402.Registry) error {
 	if network == "" {
 		return configErr("network", "is required")
@@ -140,7 +163,7 @@ func (route *routeConfig) setAccepts(cfg Config, reg *x402.Registry) error {
 		return configErr("accept", "a price or pay_to that holds placeholders needs a route with one way to pay, not accept blocks")
 	}
 	for i, a := range cfg.Accepts {
-		network, asset, price, payTo := a.Network, a.Asset, a.Price, a.PayTo
+		network, asset, price, payTo, transfer := a.Network, a.Asset, a.Price, a.PayTo, a.Transfer
 		if network == "" {
 			network = cfg.Network
 		}
@@ -153,8 +176,11 @@ func (route *routeConfig) setAccepts(cfg Config, reg *x402.Registry) error {
 		if payTo == "" {
 			payTo = cfg.PayTo
 		}
+		if transfer == "" {
+			transfer = cfg.Transfer
+		}
 		o := new(option)
-		if err := o.set(network, asset, price, payTo, reg); err != nil {
+		if err := route.setOption(o, network, asset, price, payTo, transfer, reg); err != nil {
 			return acceptErr(i, err)
 		}
 		switch {
@@ -212,7 +238,7 @@ func (o *option) checkBounds(cfg Config) error {
 // requirement is the option's requirement for one request of route.
 func (route *routeConfig) requirement(o *option, price *big.Int, payTo common.Address, resource string) *x402.Requirements {
 	return &x402.Requirements{
-		Scheme:            x402.SchemeExact,
+		Scheme:            route.scheme,
 		Network:           o.network.CAIP2,
 		Amount:            price,
 		Asset:             o.asset,
@@ -226,7 +252,7 @@ func (route *routeConfig) requirement(o *option, price *big.Int, payTo common.Ad
 			Tags:        route.tags,
 		},
 		OutputSchema: route.resource.OutputSchema,
-		Extra:        o.extra,
+		Extra:        o.requirementExtra(),
 	}
 }
 
@@ -295,4 +321,46 @@ func (g *Gate) firstOffer(req *x402.Requirements) *x402.Requirements {
 		return req
 	}
 	return g.route.requirement(o, o.price, o.payTo, req.Resource.URL)
+}
+
+// setAsset checks the option's token: the network's USDC by default, with its EIP-712
+// domain, decimals and symbol; another token needs its EIP-712 domain unless it moves by
+// Permit2.
+func (o *option) setAsset(a AssetConfig) error {
+	usdc := o.network.USDC
+	o.asset = usdc.Address
+	if a.Address != "" {
+		addr, err := x402.ParseAddress(a.Address)
+		if err != nil {
+			return &ConfigError{Option: "asset", Err: err}
+		}
+		o.asset = addr
+	}
+	name, version, decimals, symbol := a.Name, a.Version, a.Decimals, a.Symbol
+	if o.asset == usdc.Address {
+		if name == "" {
+			name = usdc.Name
+		}
+		if version == "" {
+			version = usdc.Version
+		}
+		if decimals == 0 {
+			decimals = usdc.Decimals
+		}
+		if symbol == "" {
+			symbol = usdc.Symbol
+		}
+	}
+	if (name == "" || version == "") && !o.permit2 {
+		return configErr("asset", "%s is not the network's default: its EIP-712 asset_name and asset_version are required (or transfer permit2)", o.asset.Hex())
+	}
+	if decimals < 0 || decimals > x402.MaxDecimals {
+		return configErr("decimals", "%d is not in 0..%d", decimals, x402.MaxDecimals)
+	}
+	o.extra = make(map[string]any, 4)
+	if name != "" && version != "" {
+		o.extra["name"], o.extra["version"] = name, version
+	}
+	o.decimals, o.symbol = decimals, symbol
+	return nil
 }

@@ -13,12 +13,12 @@ import (
 // same, and an unknown field is refused as Caddy's strict decoding refuses it.
 func TestAcceptConfigJSONIsTheCaddyfileShape(t *testing.T) {
 	a := gate.AcceptConfig{Network: "base", Price: "0.02", PayTo: rulesPayTo2, Asset: gate.AssetConfig{
-		Address: "0x3333333333333333333333333333333333333333", Name: "Token", Version: "1", Decimals: 18, Symbol: "TOK"}}
+		Address: "0x3333333333333333333333333333333333333333", Name: "Token", Version: "1", Decimals: 18, Symbol: "TOK"}, Transfer: gate.TransferPermit2}
 	b, err := json.Marshal(a)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const want = `{"network":"base","asset":"0x3333333333333333333333333333333333333333","asset_name":"Token","asset_version":"1","decimals":18,"symbol":"TOK","price":"0.02","pay_to":"0x1111111111111111111111111111111111111111"}`
+	const want = `{"network":"base","asset":"0x3333333333333333333333333333333333333333","asset_name":"Token","asset_version":"1","decimals":18,"symbol":"TOK","price":"0.02","pay_to":"0x1111111111111111111111111111111111111111","transfer":"permit2"}`
 	if string(b) != want {
 		t.Fatalf("JSON %s\nwant %s", b, want)
 	}

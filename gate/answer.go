@@ -104,10 +104,11 @@ func (g *Gate) answer402(req *x402.Requirements, payer, errV1, errV2 string, vb 
 	}
 }
 
-// rejected builds a rejected result: a 402 whose body error is the reason in the
-// payment's version and whose PAYMENT-REQUIRED header carries the v2 reason; after a
-// settlement attempt it also carries the failed settle response, and after a verdict that
-// did not approve, the verdict's status and reason (guardian).
+// rejected builds a rejected result: a 402 (412 for a payer without a Permit2 allowance)
+// whose body error is the reason in the payment's version and whose PAYMENT-REQUIRED
+// header carries the v2 reason; after a settlement attempt it also carries the failed
+// settle response, and after a verdict that did not approve, the verdict's status and
+// reason (guardian).
 func (g *Gate) rejected(req *x402.Requirements, p *x402.Payment, reason x402.Reason, msg string, s *Settlement, verdict *VerdictOutcome) *Result {
 	payer := p.Authorization.From.Hex()
 	var shown *VerdictOutcome
@@ -120,6 +121,11 @@ func (g *Gate) rejected(req *x402.Requirements, p *x402.Payment, reason x402.Rea
 	}
 	res.Kind, res.Reason, res.Message, res.Version, res.Payer = KindRejected, reason, msg, p.Version, payer
 	res.Verdict = verdict
+	if reason == x402.ReasonPermit2AllowanceRequired {
+		// The payer must approve Permit2 once before any payment can work: 412, as the
+		// reference servers answer it (docs/gate.md#permit2).
+		res.Status = http.StatusPreconditionFailed
+	}
 	if s != nil {
 		res.Settlement = s
 		setResponseHeaders(res.Header, s)
@@ -178,7 +184,8 @@ func (g *Gate) errorResult(req *x402.Requirements, version int, status int, reas
 func wireReason(reason x402.Reason, v int) string {
 	switch reason {
 	case ReasonPricingUnavailable, ReasonRetryStoreUnavailable, ReasonRetryInProgress, ReasonFacilitatorUnavailable,
-		ReasonPaymentIDRequired, ReasonPaymentIDConflict, ReasonPaymentIDUsed, ReasonAmbiguousPath, ReasonResponseTooLarge:
+		ReasonPaymentIDRequired, ReasonPaymentIDConflict, ReasonPaymentIDUsed, ReasonAmbiguousPath, ReasonResponseTooLarge,
+		ReasonCostAboveMaximum, ReasonInvalidCost:
 		return string(reason)
 	}
 	return reason.For(v)

@@ -20,7 +20,8 @@ import (
 // are kept in an LRU. The answer is byte for byte the one the full build gives
 // (TestCachedChallengeIsTheBuiltOne). A browser (the paywall page), an access-pass route (its
 // sign-in-with-x challenge is fresh each time), an advertised verdict check (its fee is
-// priced per request) and a per-request price or payee take the full build.
+// priced per request), a per-request price or payee and an upto route (its facilitator's
+// address is read when the first request comes) take the full build.
 
 const (
 	// challengeCacheSize bounds the cached answers of one route.
@@ -62,7 +63,7 @@ type challengeAnswer struct {
 // cached.
 func newChallengeTemplate(g *Gate) *challengeTemplate {
 	route := g.route
-	if g.pass != nil || (route.verdict != nil && route.verdict.Advertise != "") || route.price == nil || route.payTo == ([20]byte{}) {
+	if g.pass != nil || (route.verdict != nil && route.verdict.Advertise != "") || route.price == nil || route.payTo == ([20]byte{}) || route.scheme == SchemeUpto {
 		return nil
 	}
 	req := route.requirement(&route.option, route.price, route.payTo, resourceMarker)

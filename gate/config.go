@@ -89,6 +89,17 @@ type Config struct {
 	// Flow is when the payment is settled (docs/gate.md#payment-flows): FlowUpfront before
 	// the upstream runs, FlowAuthorization after its good answer. Default: upfront.
 	Flow string `json:"flow,omitempty"`
+	// Scheme is SchemeExact, a fixed Price, or SchemeUpto, a metered payment whose Price
+	// is the most one request may cost: the upstream reports the cost of its answer, and
+	// the gate settles that (docs/gate.md#metering). Default: exact.
+	Scheme string `json:"scheme,omitempty"`
+	// Transfer is how the asset moves: TransferEIP3009 or TransferPermit2
+	// (docs/gate.md#permit2). It is the default of each accept block's. Default: eip3009
+	// for exact, permit2 for upto (its only one).
+	Transfer string `json:"transfer,omitempty"`
+	// Unmetered is what an upto answer without a cost report is charged: UnmeteredMax or
+	// UnmeteredFree. Default: max.
+	Unmetered string `json:"unmetered,omitempty"`
 	// Preflight is what a CORS preflight gets (docs/gate.md#cors-preflights):
 	// PreflightPass sends it to the upstream uncharged, PreflightCharge gates it like any
 	// request. Default: pass.
@@ -269,14 +280,19 @@ type routeConfig struct {
 	tags        []string
 	// lenientPaths is Config.Paths == PathsLenient.
 	lenientPaths bool
-	// authorization is Config.Flow == FlowAuthorization; chargePreflight is
-	// Config.Preflight == PreflightCharge.
+	// authorization is Config.Flow == FlowAuthorization, or an upto route; chargePreflight
+	// is Config.Preflight == PreflightCharge.
 	authorization, chargePreflight bool
+	// scheme is SchemeExact or SchemeUpto; unmeteredFree is Config.Unmetered ==
+	// UnmeteredFree.
+	scheme        string
+	unmeteredFree bool
 }
 
 // ConfigError is a Config that Validate refuses. Option is the name of the offending
 // setting as a configuration file spells it (price, pay_to, network, asset, asset_name,
-// decimals, max_timeout, guardian, retry_max, retry_grace, paths, flow, preflight), so an
+// decimals, max_timeout, guardian, retry_max, retry_grace, paths, flow, preflight, scheme,
+// transfer, unmetered), so an
 // adapter can point at the line that sets it (docs/caddy.md). It is setting.Error, which
 // gate's subpackages return too.
 type ConfigError = setting.Error
@@ -328,12 +344,18 @@ func RetryMax(configured *int) (int, error) {
 // *ConfigError.
 func checkConfig(cfg Config, reg *x402.Registry) (*routeConfig, error) {
 	route := &routeConfig{resource: cfg.Resource, timeout: cfg.MaxTimeoutSeconds}
+	if err := route.setScheme(cfg); err != nil {
+		return nil, err
+	}
+	if err := route.setFlow(cfg); err != nil {
+		return nil, err
+	}
 	if len(cfg.Accepts) > 0 {
 		if err := route.setAccepts(cfg, reg); err != nil {
 			return nil, err
 		}
 	} else {
-		if err := route.option.set(cfg.Network, cfg.Asset, cfg.Price, cfg.PayTo, reg); err != nil {
+		if err := route.setOption(&route.option, cfg.Network, cfg.Asset, cfg.Price, cfg.PayTo, cfg.Transfer, reg); err != nil {
 			return nil, err
 		}
 		route.options = []*option{&route.option}
@@ -371,9 +393,6 @@ func checkConfig(cfg Config, reg *x402.Registry) (*routeConfig, error) {
 		return nil, err
 	}
 	if err := cfg.Pass.Validate(); err != nil {
-		return nil, err
-	}
-	if err := route.setFlow(cfg); err != nil {
 		return nil, err
 	}
 	if err := route.setPreflight(cfg); err != nil {
@@ -448,40 +467,4 @@ func (route *routeConfig) requestPayTo(s string) (common.Address, error) {
 		return common.Address{}, fmt.Errorf("gate: the request's payee %s is not in pay_to_allowed", a.Hex())
 	}
 	return a, nil
-}
-
-func (o *option) setAsset(a AssetConfig) error {
-	usdc := o.network.USDC
-	o.asset = usdc.Address
-	if a.Address != "" {
-		addr, err := x402.ParseAddress(a.Address)
-		if err != nil {
-			return &ConfigError{Option: "asset", Err: err}
-		}
-		o.asset = addr
-	}
-	name, version, decimals, symbol := a.Name, a.Version, a.Decimals, a.Symbol
-	if o.asset == usdc.Address {
-		if name == "" {
-			name = usdc.Name
-		}
-		if version == "" {
-			version = usdc.Version
-		}
-		if decimals == 0 {
-			decimals = usdc.Decimals
-		}
-		if symbol == "" {
-			symbol = usdc.Symbol
-		}
-	}
-	if name == "" || version == "" {
-		return configErr("asset", "%s is not the network's default: its EIP-712 asset_name and asset_version are required", o.asset.Hex())
-	}
-	if decimals < 0 || decimals > x402.MaxDecimals {
-		return configErr("decimals", "%d is not in 0..%d", decimals, x402.MaxDecimals)
-	}
-	o.extra = map[string]any{"name": name, "version": version}
-	o.decimals, o.symbol = decimals, symbol
-	return nil
 }

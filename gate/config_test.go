@@ -3,6 +3,7 @@ package gate
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/x402gate/x402gate/x402"
 )
@@ -37,6 +38,32 @@ func TestConfigValidate(t *testing.T) {
 		{"an asset failing its EIP-55 checksum", func(c *Config) { c.Asset.Address = "0x036cbD53842c5426634e7929541eC2318f3dCF7e" }, "asset"},
 		{"paths lenient", func(c *Config) { c.Paths = PathsLenient }, ""},
 		{"paths neither strict nor lenient", func(c *Config) { c.Paths = "loose" }, "paths"},
+		{"transfer permit2", func(c *Config) { c.Transfer = TransferPermit2 }, ""},
+		{"a transfer that is neither", func(c *Config) { c.Transfer = "permit" }, "transfer"},
+		{"a plain ERC-20 by Permit2 needs no EIP-712 domain", func(c *Config) {
+			c.Transfer, c.Asset = TransferPermit2, AssetConfig{Address: "0x1111111111111111111111111111111111111111", Decimals: 18, Symbol: "DAI"}
+			c.Price = "0.01 DAI"
+		}, ""},
+		{"a plain ERC-20 by EIP-3009 needs its EIP-712 domain", func(c *Config) {
+			c.Asset = AssetConfig{Address: "0x1111111111111111111111111111111111111111", Decimals: 18}
+		}, "asset"},
+		{"an accept block's transfer", func(c *Config) {
+			c.Accepts = []AcceptConfig{{}, {Price: "0.02", Transfer: "erc20"}}
+		}, "accept 2/transfer"},
+		{"scheme upto", func(c *Config) { c.Scheme = SchemeUpto }, ""},
+		{"scheme upto with unmetered free", func(c *Config) { c.Scheme, c.Unmetered = SchemeUpto, UnmeteredFree }, ""},
+		{"scheme upto in the authorization flow", func(c *Config) { c.Scheme, c.Flow = SchemeUpto, FlowAuthorization }, ""},
+		{"a scheme that is neither", func(c *Config) { c.Scheme = "escrow" }, "scheme"},
+		{"scheme upto by EIP-3009", func(c *Config) { c.Scheme, c.Transfer = SchemeUpto, TransferEIP3009 }, "transfer"},
+		{"scheme upto with an accept block by EIP-3009", func(c *Config) {
+			c.Scheme, c.Accepts = SchemeUpto, []AcceptConfig{{}, {Price: "0.02", Transfer: TransferEIP3009}}
+		}, "accept 2/transfer"},
+		{"scheme upto in the upfront flow", func(c *Config) { c.Scheme, c.Flow = SchemeUpto, FlowUpfront }, "flow"},
+		{"scheme upto with a pass", func(c *Config) {
+			c.Scheme, c.Pass = SchemeUpto, PassConfig{Duration: time.Hour, Keys: []string{"0123456789abcdef0123456789abcdef"}}
+		}, "pass"},
+		{"unmetered on an exact route", func(c *Config) { c.Unmetered = UnmeteredFree }, "unmetered"},
+		{"an unmetered that is neither", func(c *Config) { c.Scheme, c.Unmetered = SchemeUpto, "zero" }, "unmetered"},
 		{"decimals over 36", func(c *Config) {
 			c.Asset = AssetConfig{Address: "0x1111111111111111111111111111111111111111", Name: "T", Version: "1", Decimals: 37}
 		}, "decimals"},

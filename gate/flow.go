@@ -35,12 +35,20 @@ const ReasonResponseTooLarge x402.Reason = "response_too_large"
 // proxying upstream stops.
 var errAnswerTooLarge = errors.New("x402: the answer is longer than the authorization flow buffers")
 
-// setFlow checks Config.Flow: an access pass is bought by a settled payment before its
-// answer, so a route with passes settles upfront.
+// setFlow checks Config.Flow, after setScheme: an upto route settles after its answer
+// whatever Flow says. An access pass is bought by a settled payment before its answer, so
+// a route with passes settles upfront.
 func (route *routeConfig) setFlow(cfg Config) error {
-	switch cfg.Flow {
+	flow := cfg.Flow
+	if route.scheme == SchemeUpto {
+		flow = FlowAuthorization
+	}
+	switch flow {
 	case "", FlowUpfront:
 	case FlowAuthorization:
+		if cfg.Pass.Duration > 0 && route.scheme == SchemeUpto {
+			return configErr("pass", "does not combine with scheme %s: a pass is issued with the payment, before its answer reports the cost", SchemeUpto)
+		}
 		if cfg.Pass.Duration > 0 {
 			return configErr("flow", "%s does not combine with pass: a pass is issued with the payment, before its answer", FlowAuthorization)
 		}
@@ -89,6 +97,10 @@ func (g *Gate) serveAuthorized(w http.ResponseWriter, r *http.Request, res *Resu
 	}()
 	err := callBuffered(next, buf, r.WithContext(ctx))
 	done = true
+	var cost costReport
+	if g.route.scheme == SchemeUpto {
+		cost = takeCost(buf.header) // never passed on, whatever the answer
+	}
 	if out, good := g.unsettled(r, res, buf, err); !good {
 		g.forget(r.Context(), h)
 		switch {
@@ -101,7 +113,12 @@ func (g *Gate) serveAuthorized(w http.ResponseWriter, r *http.Request, res *Resu
 		return err
 	}
 	sctx := context.WithValue(r.Context(), holdKey{}, h)
-	out := g.record(sctx, res.Requirements, res.payment, h, g.settle(sctx, res.Requirements, res.payment, res.Verdict))
+	var out *Result
+	if g.route.scheme == SchemeUpto {
+		out = g.settleMetered(sctx, res, cost)
+	} else {
+		out = g.record(sctx, res.Requirements, res.payment, h, g.settle(sctx, res.Requirements, res.payment, res.Verdict))
+	}
 	if g.onResult != nil {
 		g.onResult(out)
 	}

@@ -156,8 +156,11 @@ func New(cfg Config, opts Options) (*Gate, error) {
 // requirements(ctx)): the configured network, asset and timeout, the resource URL of in,
 // and the price and payee of in or else of the Config. An error means the route is
 // misconfigured for this request (no price or payee, or a bad override).
-func (g *Gate) Requirements(_ context.Context, in Input) (*x402.Requirements, error) {
+func (g *Gate) Requirements(ctx context.Context, in Input) (*x402.Requirements, error) {
 	route := g.route
+	if err := g.bindFacilitator(ctx); err != nil {
+		return nil, err
+	}
 	if err := checkResourceURL(in.Resource); err != nil {
 		return nil, err
 	}
@@ -226,13 +229,16 @@ func (g *Gate) VerificationRequirements(ctx context.Context, merchant *x402.Requ
 	return fee, nil
 }
 
-// CheckSupported asks the facilitator's /supported whether it settles "exact" on every
-// network of the route in both x402 versions, as reference servers do at start-up
-// (docs/facilitator.md#api).
+// CheckSupported asks the facilitator's /supported whether it settles the route's scheme
+// on every network of the route: "exact" in both x402 versions, "upto" in v2 with the
+// facilitator's address, as reference servers do at start-up (docs/facilitator.md#api).
 func (g *Gate) CheckSupported(ctx context.Context) error {
 	s, err := g.f.Supported(ctx)
 	if err != nil {
 		return fmt.Errorf("gate: facilitator /supported: %w", err)
+	}
+	if g.route.scheme == SchemeUpto {
+		return g.storeFacilitators(s)
 	}
 	for _, o := range g.route.options {
 		n := o.network
@@ -280,6 +286,10 @@ func (g *Gate) Handle(ctx context.Context, in Input) *Result {
 // handle is Handle for Serve, which checks the path and reports every settled result
 // itself: the lease stays renewed until then, however the client's request ends.
 func (g *Gate) handle(ctx context.Context, in Input) *Result {
+	if err := g.bindFacilitator(ctx); err != nil {
+		g.log.Warn("x402 facilitator of a metered route unknown", zap.Error(err))
+		return g.errorResult(nil, 0, http.StatusBadGateway, ReasonFacilitatorUnavailable, "the facilitator that settles this route's payments could not be asked for its address")
+	}
 	req, err := g.Requirements(ctx, in)
 	if err != nil {
 		g.log.Error("x402 route misconfigured", zap.Error(err))

@@ -68,7 +68,7 @@ func TestPaywallPage(t *testing.T) {
 	if res.Header.Get("Cache-Control") != "no-store" {
 		t.Errorf("Cache-Control %q", res.Header.Get("Cache-Control"))
 	}
-	if len(page) > 20<<10 { // 16 KiB, and the words of the reasons
+	if len(page) > 24<<10 { // 18 KiB with the Permit2 path, and the words of the reasons
 		t.Errorf("the paywall is %d bytes; it must stay small and self-contained", len(page))
 	}
 	s := string(page)
@@ -222,17 +222,8 @@ popup({{.Src}}, "pay", function (w, doc) {
 func TestPaywallRendersInChromium(t *testing.T) {
 	env := newTestEnv(t)
 	up := &upstream{}
-	g := env.gate(t, env.config(), Options{})
-	mux := http.NewServeMux()
-	mux.Handle("/paid", g.Middleware(MiddlewareOptions{})(up))
-	mux.HandleFunc("/wrapper", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		_ = checkWrapper.Execute(w, map[string]any{
-			"Src": "/paid", "Check": template.JS(checkScript), "Popup": template.JS(popupScript),
-			"Checks": [][2]string{{"price", "0.01 USDC"}, {"payee", env.payTo.Hex()}, {"network", "base-sepolia"}, {"pay", "pay"}},
-		})
-	})
-	srv := httptest.NewServer(mux)
+	srv := paywallServer(env.gate(t, env.config(), Options{}), up,
+		[][2]string{{"price", "0.01 USDC"}, {"payee", env.payTo.Hex()}, {"network", "base-sepolia"}, {"pay", "pay"}})
 	defer srv.Close()
 
 	shot := filepath.Join(t.TempDir(), "paywall.png")
@@ -266,6 +257,20 @@ func TestPaywallRendersInChromium(t *testing.T) {
 	}
 }
 
+// paywallServer serves g's paywall at /paid in front of up, and at /wrapper the
+// checkWrapper page that checks each [id, text] of checks on it.
+func paywallServer(g *Gate, up http.Handler, checks [][2]string) *httptest.Server {
+	mux := http.NewServeMux()
+	mux.Handle("/paid", g.Middleware(MiddlewareOptions{})(up))
+	mux.HandleFunc("/wrapper", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_ = checkWrapper.Execute(w, map[string]any{
+			"Src": "/paid", "Check": template.JS(checkScript), "Popup": template.JS(popupScript), "Checks": checks,
+		})
+	})
+	return httptest.NewServer(mux)
+}
+
 // colourStats counts distinct colours and the share of pixels unlike the most common one.
 func colourStats(img image.Image) (int, float64) {
 	counts := map[[4]uint32]int{}
@@ -284,7 +289,8 @@ func colourStats(img image.Image) (int, float64) {
 }
 
 // chainWallet is an EIP-1193 wallet whose key signs on the test server
-// (eth_signTypedData_v4). It starts on the chain
+// (eth_signTypedData_v4), and whose eth_call, eth_sendTransaction (from the payer, which
+// anvil signs) and eth_getTransactionReceipt go to the chain (walletRPCHandler). It starts on the chain
 // .Start and knows the chains .Known; wallet_switchEthereumChain to another chain fails
 // with 4902, and wallet_addEthereumChain adds the chain and switches to it, as MetaMask
 // does. It records every call, with the parameters of the chain calls, and the opener
@@ -310,6 +316,10 @@ var provider = {
       known.push(args.params[0].chainId);
       chain = args.params[0].chainId;
       return null;
+    case "eth_call": case "eth_sendTransaction": case "eth_getTransactionReceipt":
+      var rr = await fetch("/wallet/rpc", { method: "POST", body: JSON.stringify({ method: m, params: args.params }) });
+      if (!rr.ok) throw new Error("wallet: " + (await rr.text()).trim());
+      return await rr.json();
     case "eth_signTypedData_v4": case "personal_sign":
       var r = await fetch(m === "personal_sign" ? "/wallet/sign-message" : "/wallet/sign", { method: "POST", body: args.params[m === "personal_sign" ? 0 : 1] });
       var text = (await r.text()).trim();
@@ -378,6 +388,7 @@ func payInChromium(t *testing.T, env *testEnv, cfg Config, bw browserWallet) (wa
 		})
 	})
 	mux.HandleFunc("/wallet/sign", walletSignHandler(bw.payer, env.token.Address))
+	mux.HandleFunc("/wallet/rpc", walletRPCHandler(env.chain, bw.payer.Address))
 	mux.HandleFunc("/wallet/sign-message", signInHandler(bw.payer.Key, &atomic.Int32{}))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
@@ -447,7 +458,8 @@ func walletSignHandler(payer testenv.Account, token common.Address) http.Handler
 }
 
 // walletSign is the test wallet: it checks that the typed data is an EIP-3009
-// TransferWithAuthorization from the wallet's account under the token's domain, and signs
+// TransferWithAuthorization from the wallet's account under the token's domain, or a
+// Permit2 PermitWitnessTransferFrom under Permit2's, and signs
 // its EIP-712 digest as eth_signTypedData_v4 does (v in {27, 28}).
 func walletSign(body io.Reader, account, token common.Address, sign func([]byte) ([]byte, error)) ([]byte, error) {
 	raw, err := io.ReadAll(io.LimitReader(body, 64<<10))
@@ -458,15 +470,22 @@ func walletSign(body io.Reader, account, token common.Address, sign func([]byte)
 	if err := json.Unmarshal(raw, &td); err != nil {
 		return nil, fmt.Errorf("typed data: %w", err)
 	}
-	if td.PrimaryType != "TransferWithAuthorization" {
+	// An EIP-3009 authorization names its payer and is verified by the token; a Permit2
+	// transfer is verified by Permit2, which recovers the payer.
+	verifier := token
+	switch td.PrimaryType {
+	case "TransferWithAuthorization":
+		from, _ := td.Message["from"].(string)
+		if !common.IsHexAddress(from) || common.HexToAddress(from) != account {
+			return nil, fmt.Errorf("from %q", from)
+		}
+	case "PermitWitnessTransferFrom":
+		verifier = x402.Permit2Address
+	default:
 		return nil, fmt.Errorf("primary type %q", td.PrimaryType)
 	}
-	if !common.IsHexAddress(td.Domain.VerifyingContract) || common.HexToAddress(td.Domain.VerifyingContract) != token {
+	if !common.IsHexAddress(td.Domain.VerifyingContract) || common.HexToAddress(td.Domain.VerifyingContract) != verifier {
 		return nil, fmt.Errorf("verifying contract %q", td.Domain.VerifyingContract)
-	}
-	from, _ := td.Message["from"].(string)
-	if !common.IsHexAddress(from) || common.HexToAddress(from) != account {
-		return nil, fmt.Errorf("from %q", from)
 	}
 	digest, _, err := apitypes.TypedDataAndHash(td)
 	if err != nil {
@@ -481,4 +500,44 @@ func walletSign(body io.Reader, account, token common.Address, sign func([]byte)
 	}
 	sig[64] += 27
 	return sig, nil
+}
+
+// walletRPCHandler is the test wallet's way to the chain: eth_call,
+// eth_getTransactionReceipt, and eth_sendTransaction from payer, one of anvil's unlocked
+// development accounts, which anvil signs. Any other method is refused.
+func walletRPCHandler(chain *testenv.Chain, payer common.Address) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var call struct {
+			Method string            `json:"method"`
+			Params []json.RawMessage `json:"params"`
+		}
+		if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&call); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		switch call.Method {
+		case "eth_call", "eth_getTransactionReceipt":
+		case "eth_sendTransaction":
+			var tx struct {
+				From common.Address `json:"from"`
+			}
+			if len(call.Params) != 1 || json.Unmarshal(call.Params[0], &tx) != nil || tx.From != payer {
+				http.Error(w, "a transaction from another account", http.StatusBadRequest)
+				return
+			}
+		default:
+			http.Error(w, "unsupported method "+call.Method, http.StatusBadRequest)
+			return
+		}
+		args := make([]any, len(call.Params))
+		for i, p := range call.Params {
+			args[i] = p
+		}
+		var out json.RawMessage
+		if err := chain.Client.Client().CallContext(r.Context(), &out, call.Method, args...); err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		_, _ = w.Write(out)
+	}
 }

@@ -79,6 +79,11 @@ func TestPaywallWordsForEveryReason(t *testing.T) {
 		x402.ReasonApprovalStoreDown, x402.ReasonChainUnavailable, x402.ReasonDuplicateSettlement, x402.ReasonTransactionFailed,
 		x402.ReasonTransferEventMismatch, x402.ReasonSettlementPending, x402.ReasonUnexpectedVerify, x402.ReasonUnexpectedSettle,
 		ReasonPricingUnavailable, ReasonRetryStoreUnavailable, ReasonRetryInProgress, ReasonFacilitatorUnavailable,
+		x402.ReasonPermit2AllowanceRequired, x402.ReasonPermit2InsufficientBalance, x402.ReasonPermit2InvalidSignature,
+		x402.ReasonPermit2DeadlineExpired, x402.ReasonPermit2NotYetValid, x402.ReasonPermit2InvalidNonce,
+		x402.ReasonPermit2RecipientMismatch, x402.ReasonPermit2TokenMismatch, x402.ReasonPermit2AmountMismatch,
+		x402.ReasonPermit2InvalidSpender, x402.ReasonUnsupportedPayloadType, x402.ReasonUptoFacilitatorMismatch,
+		x402.ReasonUptoSettlementExceedsAmount, ReasonCostAboveMaximum, ReasonInvalidCost,
 	}
 	for _, r := range []PassRefusal{
 		SIWXNoPass, SIWXSignature, SIWXMalformed, SIWXDomainMismatch, SIWXURIMismatch, SIWXNonce, SIWXChainID,

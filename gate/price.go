@@ -26,6 +26,18 @@ const maxPriceDigits = 78
 // must be positive: a gate that charges nothing is a misconfiguration, not a free route.
 // Errors wrap ErrInvalidPrice and quote the price, which is not a secret.
 func ParsePrice(s string, decimals int, symbol string) (*big.Int, error) {
+	n, err := parseQuantity(s, decimals, symbol)
+	if err != nil {
+		return nil, err
+	}
+	if n.Sign() <= 0 {
+		return nil, fmt.Errorf("price %q: must be positive: %w", s, ErrInvalidPrice)
+	}
+	return n, nil
+}
+
+// parseQuantity reads an amount in ParsePrice's grammar, zero included.
+func parseQuantity(s string, decimals int, symbol string) (*big.Int, error) {
 	fields := strings.Fields(s)
 	if len(fields) == 0 || len(fields) > 2 {
 		return nil, fmt.Errorf("price %q: want \"<amount>\", \"<amount> <symbol>\" or \"<integer> base\": %w", s, ErrInvalidPrice)
@@ -61,9 +73,6 @@ func ParsePrice(s string, decimals int, symbol string) (*big.Int, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("price %q: %v: %w", s, err, ErrInvalidPrice)
-	}
-	if n.Sign() <= 0 {
-		return nil, fmt.Errorf("price %q: must be positive: %w", s, ErrInvalidPrice)
 	}
 	if n.BitLen() > 256 {
 		return nil, fmt.Errorf("price %q: does not fit in uint256: %w", s, ErrInvalidPrice)

@@ -20,10 +20,16 @@ type PaymentAction struct {
 	PayTo string `json:"payTo"`
 	// Asset is the requirements' token contract, EIP-55 checksummed.
 	Asset string `json:"asset"`
-	// Amount is the authorization's value in token base units, as a decimal string.
+	// Amount is the authorization's value in token base units, as a decimal string: for a
+	// Permit2 payment the permitted amount, which for upto is the most that can move.
 	Amount string `json:"amount"`
 	// Resource is the paid resource's URL, omitted when unknown.
 	Resource string `json:"resource,omitempty"`
+	// Scheme and Transfer name a payment that is not exact over EIP-3009: scheme "exact"
+	// or "upto", transfer "permit2" (docs/policy.md#payment-actions). Both are omitted for
+	// exact over EIP-3009, whose action is as before.
+	Scheme   string `json:"scheme,omitempty"`
+	Transfer string `json:"transfer,omitempty"`
 }
 
 // Payment action constants (docs/verdict.md#paymentaction).
@@ -89,6 +95,9 @@ func NewPaymentAction(p *x402.Payment, r *x402.Requirements) (PaymentAction, com
 	}
 	if act.Resource == "" && p.Resource != nil {
 		act.Resource = p.Resource.URL // v2 carries the resource beside the requirements
+	}
+	if p.Permit2 != nil {
+		act.Scheme, act.Transfer = p.Scheme, x402.TransferPermit2
 	}
 	return act, a.From, nil
 }

@@ -34,18 +34,24 @@ type fixtureFile struct {
 
 func loadFixtures(t testing.TB) fixtureFile {
 	t.Helper()
-	b, err := os.ReadFile("testdata/fixtures.json")
-	if err != nil {
-		t.Fatalf("read fixtures (run `node scripts/make-fixtures.mjs` in integration/): %v", err)
-	}
 	var f fixtureFile
-	if err := json.Unmarshal(b, &f); err != nil {
-		t.Fatal(err)
-	}
+	readFixture(t, "fixtures.json", "make-fixtures.mjs", &f)
 	if len(f.Payments) < 5 || len(f.SettleResponses) < 4 {
 		t.Fatalf("fixtures hold %d payments and %d settle responses", len(f.Payments), len(f.SettleResponses))
 	}
 	return f
+}
+
+// readFixture decodes testdata/name, written by integration/scripts/script, into v.
+func readFixture(t testing.TB, name, script string, v any) {
+	t.Helper()
+	b, err := os.ReadFile("testdata/" + name)
+	if err != nil {
+		t.Fatalf("read fixtures (run `node scripts/%s` in integration/): %v", script, err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestRealClientPaymentsDecodeAndRecoverTheSigner: every header a real client produced
@@ -105,24 +111,31 @@ func TestRealClientPaymentsDecodeAndRecoverTheSigner(t *testing.T) {
 			} else {
 				ours = p.PayloadV2()
 			}
-			want := jsonMap(t, fx.Payload)
-			if e, ok := want["extensions"].(map[string]any); ok && len(e) == 0 {
-				delete(want, "extensions") // {} and absent mean the same; omitempty drops it
-			}
-			if got := jsonMap(t, mustJSON(t, ours)); !reflect.DeepEqual(got, want) {
-				t.Fatalf("re-encoded payload differs:\n got %v\nwant %v", got, want)
-			}
-
-			if fx.PaymentRequired != "" {
-				pr, err := DecodePaymentRequired(fx.PaymentRequired)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !reflect.DeepEqual(jsonMap(t, mustJSON(t, pr.Accepts[0])), jsonMap(t, mustJSON(t, p.Accepted.V2()))) {
-					t.Fatal("accepted differs from the PAYMENT-REQUIRED entry")
-				}
-			}
+			assertClientJSON(t, p, ours, fx.Payload, fx.PaymentRequired)
 		})
+	}
+}
+
+// assertClientJSON: ours, p re-encoded, is the client's payload JSON, and p's accepted
+// requirement is the first entry of the client's PAYMENT-REQUIRED, when there is one.
+func assertClientJSON(t *testing.T, p *Payment, ours any, payload json.RawMessage, paymentRequired string) {
+	t.Helper()
+	want := jsonMap(t, payload)
+	if e, ok := want["extensions"].(map[string]any); ok && len(e) == 0 {
+		delete(want, "extensions") // {} and absent mean the same; omitempty drops it
+	}
+	if got := jsonMap(t, mustJSON(t, ours)); !reflect.DeepEqual(got, want) {
+		t.Fatalf("re-encoded payload differs:\n got %v\nwant %v", got, want)
+	}
+	if paymentRequired == "" {
+		return
+	}
+	pr, err := DecodePaymentRequired(paymentRequired)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(jsonMap(t, mustJSON(t, pr.Accepts[0])), jsonMap(t, mustJSON(t, p.Accepted.V2()))) {
+		t.Fatal("accepted differs from the PAYMENT-REQUIRED entry")
 	}
 }
 

@@ -40,11 +40,25 @@ func FuzzDecodePaymentSignature(f *testing.F) {
 	fuzzPaymentHeader(f, HeaderPaymentSignature, Version2)
 }
 
+// FuzzDecodePermit2Payment is FuzzDecodePaymentSignature seeded with the real clients'
+// Permit2 payments (exact over Permit2, and upto).
+func FuzzDecodePermit2Payment(f *testing.F) {
+	for _, fx := range loadPermit2Fixtures(f).Payments {
+		f.Add([]byte(fx.Value), false)
+		f.Add([]byte(fx.Payload), true)
+	}
+	fuzzPaymentDecoder(f, HeaderPaymentSignature, Version2)
+}
+
 func fuzzPaymentHeader(f *testing.F, header string, version int) {
 	for _, fx := range loadFixtures(f).Payments {
 		f.Add([]byte(fx.Value), false)
 		f.Add([]byte(fx.Payload), true)
 	}
+	fuzzPaymentDecoder(f, header, version)
+}
+
+func fuzzPaymentDecoder(f *testing.F, header string, version int) {
 	f.Fuzz(func(t *testing.T, data []byte, encode bool) {
 		value := headerValue(data, encode)
 		p, err := DecodePaymentHeader(header, value, nil)
@@ -78,16 +92,10 @@ func checkPaymentOracle(t *testing.T, raw []byte, version int) {
 		t.Fatalf("accepted x402Version %v in a v%d header", m["x402Version"], version)
 	}
 	pl, _ := m["payload"].(map[string]any)
-	auth, _ := pl["authorization"].(map[string]any)
-	str := func(mm map[string]any, k string) string { s, _ := mm[k].(string); return s }
-	for k, re := range map[string]*regexp.Regexp{"from": reAddr, "to": reAddr, "nonce": reNonce,
-		"value": reUint, "validAfter": reUint, "validBefore": reUint} {
-		if !re.MatchString(str(auth, k)) {
-			t.Fatalf("accepted authorization.%s = %q", k, auth[k])
-		}
-	}
-	if len(str(auth, "value")) > MaxValueDigits {
-		t.Fatalf("accepted value %q", auth["value"])
+	if p2, ok := pl["permit2Authorization"].(map[string]any); ok && version == Version2 {
+		checkPermit2Oracle(t, p2)
+	} else {
+		checkEIP3009Oracle(t, pl)
 	}
 	if !reSig.MatchString(str(pl, "signature")) {
 		t.Fatalf("accepted signature %q", pl["signature"])
@@ -100,7 +108,7 @@ func checkPaymentOracle(t *testing.T, raw []byte, version int) {
 			t.Fatalf("accepted requirement %v", acc)
 		}
 	}
-	if scheme != SchemeExact {
+	if scheme != SchemeExact && (scheme != SchemeUpto || version != Version2) {
 		t.Fatalf("accepted scheme %q", scheme)
 	}
 	if _, ok := NewRegistry().Lookup(network); !ok {
@@ -108,10 +116,44 @@ func checkPaymentOracle(t *testing.T, raw []byte, version int) {
 	}
 }
 
+func str(m map[string]any, k string) string { s, _ := m[k].(string); return s }
+
+func checkEIP3009Oracle(t *testing.T, pl map[string]any) {
+	t.Helper()
+	auth, _ := pl["authorization"].(map[string]any)
+	for k, re := range map[string]*regexp.Regexp{"from": reAddr, "to": reAddr, "nonce": reNonce,
+		"value": reUint, "validAfter": reUint, "validBefore": reUint} {
+		if !re.MatchString(str(auth, k)) {
+			t.Fatalf("accepted authorization.%s = %q", k, auth[k])
+		}
+	}
+	if len(str(auth, "value")) > MaxValueDigits {
+		t.Fatalf("accepted value %q", auth["value"])
+	}
+}
+
+// checkPermit2Oracle re-checks an accepted permit2Authorization with @x402/evm's rules:
+// addresses, decimal integer strings.
+func checkPermit2Oracle(t *testing.T, a map[string]any) {
+	t.Helper()
+	pm, _ := a["permitted"].(map[string]any)
+	w, _ := a["witness"].(map[string]any)
+	for _, c := range []struct {
+		m  map[string]any
+		k  string
+		re *regexp.Regexp
+	}{{a, "from", reAddr}, {a, "spender", reAddr}, {a, "nonce", reUint}, {a, "deadline", reUint},
+		{pm, "token", reAddr}, {pm, "amount", reUint}, {w, "to", reAddr}, {w, "validAfter", reUint}} {
+		if !c.re.MatchString(str(c.m, c.k)) || len(str(c.m, c.k)) > MaxIntegerDigits {
+			t.Fatalf("accepted permit2Authorization %s = %q", c.k, c.m[c.k])
+		}
+	}
+}
+
 func checkPaymentInvariants(t *testing.T, p *Payment, version int) {
 	t.Helper()
 	a := p.Authorization
-	if p.Version != version || p.Scheme != SchemeExact || !reCAIP2ID.MatchString(p.Network) {
+	if p.Version != version || (p.Scheme != SchemeExact && p.Scheme != SchemeUpto) || !reCAIP2ID.MatchString(p.Network) {
 		t.Fatalf("version %d scheme %q network %q", p.Version, p.Scheme, p.Network)
 	}
 	if len(p.Signature) == 0 || a.Value == nil || a.ValidAfter == nil || a.ValidBefore == nil ||
@@ -146,6 +188,18 @@ func checkPaymentInvariants(t *testing.T, p *Payment, version int) {
 	// Hashing and recovery take any decoded payment without panicking.
 	if hash, err := TransferWithAuthorizationHash(BaseSepolia.ChainID, BaseSepolia.USDC.Address, "USDC", "2", a); err == nil {
 		_, _ = RecoverSigner(hash, p.Signature)
+	}
+	if p.Permit2 != nil {
+		if p.Permit2.Upto != (p.Scheme == SchemeUpto) || version != Version2 {
+			t.Fatalf("Permit2 payment of scheme %q in v%d", p.Scheme, version)
+		}
+		hash, err := Permit2Hash(BaseSepolia.ChainID, p.Permit2)
+		if err != nil {
+			t.Fatalf("a decoded Permit2 authorization does not hash: %v", err)
+		}
+		_, _ = RecoverSigner(hash, p.Signature)
+	} else if p.Scheme == SchemeUpto {
+		t.Fatal("upto payment without Permit2")
 	}
 }
 
@@ -231,6 +285,9 @@ func FuzzDecodeRequirementsJSON(f *testing.F) {
 	for _, fx := range loadFixtures(f).Payments {
 		f.Add([]byte(fx.Requirements), uint8(fx.Version))
 	}
+	for _, fx := range loadPermit2Fixtures(f).Payments { // exact over Permit2, and upto
+		f.Add([]byte(fx.Requirements), uint8(Version2))
+	}
 	f.Fuzz(func(t *testing.T, raw []byte, version uint8) {
 		r, err := DecodeRequirementsJSON(raw, int(version), nil)
 		if err != nil {
@@ -239,7 +296,7 @@ func FuzzDecodeRequirementsJSON(f *testing.F) {
 			}
 			return
 		}
-		if version != 1 && version != 2 || r.Scheme != SchemeExact || !reCAIP2ID.MatchString(r.Network) ||
+		if version != 1 && version != 2 || (r.Scheme != SchemeExact && (r.Scheme != SchemeUpto || version != Version2)) || !reCAIP2ID.MatchString(r.Network) ||
 			r.Amount == nil || r.Amount.Sign() < 0 || r.MaxTimeoutSeconds <= 0 {
 			t.Fatalf("accepted %+v as v%d", r, version)
 		}

@@ -18,6 +18,9 @@ type PaymentKey struct {
 	PayTo   common.Address
 	Amount  *big.Int
 	Nonce   [32]byte
+	// Permit2 marks a Permit2 payment: Nonce is its Permit2 nonce, which Permit2 spends
+	// once per payer whatever the token, and Amount the permitted amount (upto's maximum).
+	Permit2 bool
 }
 
 // KeyOf is the PaymentKey of p paying r: the signed payer, payee, amount and nonce, on
@@ -30,6 +33,7 @@ func KeyOf(p *Payment, r *Requirements) PaymentKey {
 		PayTo:   p.Authorization.To,
 		Amount:  p.Authorization.Value,
 		Nonce:   p.Authorization.Nonce,
+		Permit2: p.Permit2 != nil,
 	}
 }
 
@@ -40,14 +44,29 @@ func (k PaymentKey) String() string {
 	if k.Amount != nil {
 		amount = k.Amount.String()
 	}
-	return strings.ToLower(fmt.Sprintf("%s:%s:%s:%s:%s:0x%x",
+	s := strings.ToLower(fmt.Sprintf("%s:%s:%s:%s:%s:0x%x",
 		k.Network, k.Asset.Hex(), k.Payer.Hex(), k.PayTo.Hex(), amount, k.Nonce[:]))
+	if k.Permit2 {
+		s += permit2KeySuffix
+	}
+	return s
 }
 
-// AuthorizationKey identifies one EIP-3009 authorization on chain, whatever it pays:
-// the token contract enforces single use per (asset, payer, nonce).
+// permit2KeySuffix ends the String of a Permit2 payment's key.
+const permit2KeySuffix = ":permit2"
+
+// IsPermit2Key reports whether s, a PaymentKey's String, is a Permit2 payment's.
+func IsPermit2Key(s string) bool { return strings.HasSuffix(s, permit2KeySuffix) }
+
+// AuthorizationKey identifies one authorization on chain, whatever it pays: an EIP-3009
+// token enforces single use per (asset, payer, nonce), and Permit2 per (payer, nonce) over
+// every token, so a Permit2 payment's key names the Permit2 contract instead of the asset.
 func (k PaymentKey) AuthorizationKey() string {
-	return strings.ToLower(fmt.Sprintf("%s:%s:%s:0x%x", k.Network, k.Asset.Hex(), k.Payer.Hex(), k.Nonce[:]))
+	holder := k.Asset
+	if k.Permit2 {
+		holder = Permit2Address
+	}
+	return strings.ToLower(fmt.Sprintf("%s:%s:%s:0x%x", k.Network, holder.Hex(), k.Payer.Hex(), k.Nonce[:]))
 }
 
 // VerifyInput is one /verify call in normalised form (docs/facilitator.md#verify).

@@ -105,7 +105,7 @@ func decodePayloadV1(o *object, reg *Registry) (*Payment, error) {
 	if err := o.only("x402Version", "scheme", "network", "payload", "extensions"); err != nil {
 		return nil, err
 	}
-	scheme, err := readScheme(o)
+	scheme, err := readScheme(o, Version1)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +114,7 @@ func decodePayloadV1(o *object, reg *Registry) (*Payment, error) {
 		return nil, err
 	}
 	p := &Payment{Version: Version1, Scheme: scheme, Network: n.CAIP2}
-	if err := readExactPayload(o, p); err != nil {
+	if err := readSchemePayload(o, p); err != nil {
 		return nil, err
 	}
 	if p.Extensions, err = o.optMap("extensions"); err != nil {
@@ -145,7 +145,7 @@ func decodePayloadV2(o *object, reg *Registry) (*Payment, error) {
 		}
 		p.Resource = &res
 	}
-	if err := readExactPayload(o, p); err != nil {
+	if err := readSchemePayload(o, p); err != nil {
 		return nil, err
 	}
 	if p.Extensions, err = o.optMap("extensions"); err != nil {
@@ -154,13 +154,15 @@ func decodePayloadV2(o *object, reg *Registry) (*Payment, error) {
 	return p, nil
 }
 
-func readScheme(o *object) (string, error) {
+// readScheme reads the scheme: exact in both versions, upto in v2 only (@x402/evm 2.27
+// has no v1 upto client).
+func readScheme(o *object, version int) (string, error) {
 	s, err := o.str("scheme")
 	if err != nil {
 		return "", err
 	}
-	if s != SchemeExact {
-		return "", &DecodeError{Reason: ReasonInvalidScheme, Field: o.field("scheme"), Msg: "scheme " + clip(s) + " is not supported"}
+	if s != SchemeExact && (s != SchemeUpto || version != Version2) {
+		return "", &DecodeError{Reason: ReasonInvalidScheme, Field: o.field("scheme"), Msg: fmt.Sprintf("scheme %s is not supported in x402 v%d", clip(s), version)}
 	}
 	return s, nil
 }
@@ -205,17 +207,23 @@ func decodeResource(o *object) (ResourceInfo, error) {
 	return r, nil
 }
 
-// readExactPayload reads payload {signature, authorization} with the x402@1.2.0 zod
-// rules (ExactEvmPayloadSchema): unknown keys are refused, which also refuses the Permit2
-// payload shape this package does not settle.
-func readExactPayload(parent *object, p *Payment) error {
+// readSchemePayload reads the payload of p's scheme: Permit2's for upto and for a v2 exact
+// payload that carries permit2Authorization, EIP-3009's otherwise. A v1 payload is
+// EIP-3009 only (@x402/evm 2.27 has no v1 Permit2 client), so a permit2Authorization in
+// it is an unknown key.
+func readSchemePayload(parent *object, p *Payment) error {
 	o, err := parent.obj("payload")
 	if err != nil {
 		return err
 	}
-	if err := o.only("signature", "authorization"); err != nil {
-		return err
+	if p.Version == Version2 && (p.Scheme == SchemeUpto || o.has("permit2Authorization")) {
+		return readPermit2Payload(o, p)
 	}
+	return readExactPayload(o, p)
+}
+
+// readSignature reads payload.signature: 0x-hex of even length.
+func readSignature(o *object, p *Payment) error {
 	sig, err := o.str("signature")
 	if err != nil {
 		return err
@@ -225,6 +233,18 @@ func readExactPayload(parent *object, p *Payment) error {
 	}
 	p.Signature = make([]byte, len(sig)/2-1)
 	hexInto(p.Signature, sig[2:])
+	return nil
+}
+
+// readExactPayload reads payload {signature, authorization} with the x402@1.2.0 zod
+// rules (ExactEvmPayloadSchema): unknown keys are refused.
+func readExactPayload(o *object, p *Payment) error {
+	if err := o.only("signature", "authorization"); err != nil {
+		return err
+	}
+	if err := readSignature(o, p); err != nil {
+		return err
+	}
 	ao, err := o.obj("authorization")
 	if err != nil {
 		return err
@@ -279,12 +299,19 @@ func bigString(n *big.Int) string {
 }
 
 func (p *Payment) exactPayload() ExactEVMPayload {
+	if p.Permit2 != nil {
+		return p.permit2Payload()
+	}
 	return ExactEVMPayload{Signature: hexutil.Encode(p.Signature), Authorization: p.Authorization.JSON()}
 }
 
 // PayloadV1 renders p in the v1 shape (the X-PAYMENT JSON), with the v1 network name from
-// reg (nil means the built-in networks). Extensions have no place in v1 and are dropped.
+// reg (nil means the built-in networks). Extensions have no place in v1 and are dropped;
+// a Permit2 payment has no v1 shape.
 func (p *Payment) PayloadV1(reg *Registry) (PayloadV1, error) {
+	if p.Permit2 != nil {
+		return PayloadV1{}, &DecodeError{Reason: ReasonInvalidVersion, Field: "x402Version", Msg: "a Permit2 payment has no x402 v1 form"}
+	}
 	n, ok := registryOr(reg).Lookup(p.Network)
 	if !ok {
 		return PayloadV1{}, &DecodeError{Reason: ReasonInvalidNetwork, Field: "network", Msg: fmt.Sprintf("network %q has no v1 name", p.Network)}

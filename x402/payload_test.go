@@ -100,7 +100,9 @@ func TestDecodePaymentHeaderRefusesMalformedInput(t *testing.T) {
 		{"unknown network", HeaderPayment, b64(mustJSON(t, with(v1, "network", "ethereum"))), ReasonInvalidNetwork, "network"},
 		{"CAIP-2 network in v1", HeaderPayment, b64(mustJSON(t, with(v1, "network", "eip155:84532"))), ReasonInvalidNetwork, "network"},
 		{"v1 network name in v2", HeaderPaymentSignature, b64(mustJSON(t, with(v2, "accepted.network", "base-sepolia"))), ReasonInvalidNetwork, "accepted.network"},
-		{"wrong scheme in accepted", HeaderPaymentSignature, b64(mustJSON(t, with(v2, "accepted.scheme", "upto"))), ReasonInvalidScheme, "accepted.scheme"},
+		{"wrong scheme in accepted", HeaderPaymentSignature, b64(mustJSON(t, with(v2, "accepted.scheme", "escrow"))), ReasonInvalidScheme, "accepted.scheme"},
+		{"upto in v1", HeaderPayment, b64(mustJSON(t, with(v1, "scheme", "upto"))), ReasonInvalidScheme, "scheme"},
+		{"upto with an EIP-3009 payload", HeaderPaymentSignature, b64(mustJSON(t, with(v2, "accepted.scheme", "upto"))), ReasonInvalidPayload, "payload.authorization"},
 		{"accepted missing", HeaderPaymentSignature, b64(mustJSON(t, with(v2, "accepted", del{}))), ReasonInvalidPayload, "accepted"},
 		{"accepted amount not an integer", HeaderPaymentSignature, b64(mustJSON(t, with(v2, "accepted.amount", "0.01"))), ReasonInvalidPayload, "accepted.amount"},
 		{"accepted payTo a role name", HeaderPaymentSignature, b64(mustJSON(t, with(v2, "accepted.payTo", "merchant"))), ReasonInvalidPayload, "accepted.payTo"},
@@ -237,5 +239,8 @@ func assertSamePayment(t *testing.T, a, b *Payment) {
 	if x.From != y.From || x.To != y.To || x.Nonce != y.Nonce || x.Value.Cmp(y.Value) != 0 ||
 		x.ValidAfter.Cmp(y.ValidAfter) != 0 || x.ValidBefore.Cmp(y.ValidBefore) != 0 {
 		t.Fatalf("authorizations differ: %+v vs %+v", x, y)
+	}
+	if (a.Permit2 == nil) != (b.Permit2 == nil) || (a.Permit2 != nil && *a.Permit2.JSON() != *b.Permit2.JSON()) {
+		t.Fatalf("Permit2 authorizations differ: %+v vs %+v", a.Permit2, b.Permit2)
 	}
 }

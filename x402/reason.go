@@ -35,6 +35,21 @@ const (
 	ReasonSettlementPending     Reason = "settlement_pending"
 	ReasonUnexpectedVerify      Reason = "unexpected_verify_error"
 	ReasonUnexpectedSettle      Reason = "unexpected_settle_error"
+
+	// Permit2 and upto (@x402/evm 2.27's strings).
+	ReasonUnsupportedPayloadType      Reason = "unsupported_payload_type"
+	ReasonPermit2InvalidSpender       Reason = "invalid_permit2_spender"
+	ReasonPermit2RecipientMismatch    Reason = "invalid_permit2_recipient_mismatch"
+	ReasonPermit2TokenMismatch        Reason = "permit2_token_mismatch"
+	ReasonPermit2AmountMismatch       Reason = "permit2_amount_mismatch"
+	ReasonPermit2DeadlineExpired      Reason = "permit2_deadline_expired"
+	ReasonPermit2NotYetValid          Reason = "permit2_not_yet_valid"
+	ReasonPermit2InvalidSignature     Reason = "invalid_permit2_signature"
+	ReasonPermit2InvalidNonce         Reason = "permit2_invalid_nonce"
+	ReasonPermit2InsufficientBalance  Reason = "permit2_insufficient_balance"
+	ReasonPermit2AllowanceRequired    Reason = "permit2_allowance_required"
+	ReasonUptoFacilitatorMismatch     Reason = "upto_facilitator_mismatch"
+	ReasonUptoSettlementExceedsAmount Reason = "invalid_upto_evm_payload_settlement_exceeds_amount"
 )
 
 // reasonV1 maps every Reason to a member of the v1 enum (V1Reasons). Where v1 has no
@@ -69,6 +84,20 @@ var reasonV1 = map[Reason]string{
 	ReasonSettlementPending:     "unexpected_settle_error",
 	ReasonUnexpectedVerify:      "unexpected_verify_error",
 	ReasonUnexpectedSettle:      "unexpected_settle_error",
+	// Permit2 and upto are v2 only; these values exist so that every Reason has one.
+	ReasonUnsupportedPayloadType:      "invalid_payload",
+	ReasonPermit2InvalidSpender:       "invalid_payload",
+	ReasonPermit2RecipientMismatch:    "invalid_exact_evm_payload_recipient_mismatch",
+	ReasonPermit2TokenMismatch:        "invalid_payment_requirements",
+	ReasonPermit2AmountMismatch:       "invalid_exact_evm_payload_authorization_value",
+	ReasonPermit2DeadlineExpired:      "invalid_exact_evm_payload_authorization_valid_before",
+	ReasonPermit2NotYetValid:          "invalid_exact_evm_payload_authorization_valid_after",
+	ReasonPermit2InvalidSignature:     "invalid_exact_evm_payload_signature",
+	ReasonPermit2InvalidNonce:         "invalid_transaction_state",
+	ReasonPermit2InsufficientBalance:  "insufficient_funds",
+	ReasonPermit2AllowanceRequired:    "invalid_payment",
+	ReasonUptoFacilitatorMismatch:     "invalid_payment",
+	ReasonUptoSettlementExceedsAmount: "invalid_exact_evm_payload_authorization_value",
 }
 
 // V1Reasons is the EVM and generic part of the x402@1.2.0 zod enum ErrorReasons: the only

@@ -16,6 +16,11 @@ var allReasons = []Reason{
 	ReasonInsufficientFunds, ReasonNonceUsed, ReasonVerdictNotApproved, ReasonApprovalNotFound,
 	ReasonApprovalStoreDown, ReasonChainUnavailable, ReasonDuplicateSettlement, ReasonTransactionFailed,
 	ReasonTransferEventMismatch, ReasonSettlementPending, ReasonUnexpectedVerify, ReasonUnexpectedSettle,
+	ReasonUnsupportedPayloadType, ReasonPermit2InvalidSpender, ReasonPermit2RecipientMismatch,
+	ReasonPermit2TokenMismatch, ReasonPermit2AmountMismatch, ReasonPermit2DeadlineExpired,
+	ReasonPermit2NotYetValid, ReasonPermit2InvalidSignature, ReasonPermit2InvalidNonce,
+	ReasonPermit2InsufficientBalance, ReasonPermit2AllowanceRequired, ReasonUptoFacilitatorMismatch,
+	ReasonUptoSettlementExceedsAmount,
 }
 
 func TestEveryReasonHasAV1EnumValue(t *testing.T) {

@@ -42,7 +42,7 @@ func DecodeRequirementsJSON(raw []byte, version int, reg *Registry) (*Requiremen
 func decodeRequirementsV1(o *object, reg *Registry) (*Requirements, error) {
 	r := &Requirements{}
 	var err error
-	if r.Scheme, err = readScheme(o); err != nil {
+	if r.Scheme, err = readScheme(o, Version1); err != nil {
 		return nil, err
 	}
 	n, err := readNetwork(o, reg, Version1)
@@ -76,7 +76,7 @@ func decodeRequirementsV1(o *object, reg *Registry) (*Requirements, error) {
 func decodeRequirementsV2(o *object, reg *Registry) (*Requirements, error) {
 	r := &Requirements{}
 	var err error
-	if r.Scheme, err = readScheme(o); err != nil {
+	if r.Scheme, err = readScheme(o, Version2); err != nil {
 		return nil, err
 	}
 	n, err := readNetwork(o, reg, Version2)
@@ -170,6 +170,9 @@ func (r *Requirements) Matches(p *Payment) error {
 	if p.Network != r.Network {
 		return &MismatchError{Reason: ReasonNetworkMismatch, Field: "network", Want: r.Network, Got: p.Network}
 	}
+	if p.Transfer() != r.Transfer() {
+		return &MismatchError{Reason: ReasonUnsupportedPayloadType, Field: "payload", Want: r.Transfer(), Got: p.Transfer()}
+	}
 	if a := p.Accepted; a != nil {
 		if a.Scheme != r.Scheme {
 			return &MismatchError{Reason: ReasonInvalidScheme, Field: "accepted.scheme", Want: r.Scheme, Got: a.Scheme}
@@ -183,9 +186,17 @@ func (r *Requirements) Matches(p *Payment) error {
 		if a.PayTo != r.PayTo {
 			return mismatchAddr(ReasonRecipientMismatch, "accepted.payTo", r.PayTo, a.PayTo)
 		}
-		if !bigEqual(a.Amount, r.Amount) {
-			return &MismatchError{Reason: ReasonValueMismatch, Field: "accepted.amount", Want: bigString(r.Amount), Got: bigString(a.Amount)}
+		// upto: the client accepted, and signed, the maximum; r.Amount is at most it.
+		want := r.Amount
+		if r.Scheme == SchemeUpto {
+			want = p.Authorization.Value
 		}
+		if !bigEqual(a.Amount, want) {
+			return &MismatchError{Reason: ReasonValueMismatch, Field: "accepted.amount", Want: bigString(want), Got: bigString(a.Amount)}
+		}
+	}
+	if p.Permit2 != nil {
+		return r.matchPermit2(p.Permit2)
 	}
 	if p.Authorization.To != r.PayTo {
 		return mismatchAddr(ReasonRecipientMismatch, "payload.authorization.to", r.PayTo, p.Authorization.To)
@@ -194,6 +205,54 @@ func (r *Requirements) Matches(p *Payment) error {
 		return &MismatchError{Reason: ReasonValueMismatch, Field: "payload.authorization.value", Want: bigString(r.Amount), Got: bigString(p.Authorization.Value)}
 	}
 	return nil
+}
+
+// matchPermit2 checks a Permit2 authorization against r in the reference facilitator's
+// order: the spender is the proxy of the scheme, the witness pays r.PayTo, the token is
+// r.Asset, and the permitted amount is r.Amount (exact) or at least it (upto, whose r.Amount
+// at settlement is the metered amount).
+func (r *Requirements) matchPermit2(a *Permit2Authorization) error {
+	const field = "payload.permit2Authorization."
+	if a.Spender != a.Proxy() {
+		return mismatchAddr(ReasonPermit2InvalidSpender, field+"spender", a.Proxy(), a.Spender)
+	}
+	if a.To != r.PayTo {
+		return mismatchAddr(ReasonPermit2RecipientMismatch, field+"witness.to", r.PayTo, a.To)
+	}
+	if a.Token != r.Asset {
+		return mismatchAddr(ReasonPermit2TokenMismatch, field+"permitted.token", r.Asset, a.Token)
+	}
+	if r.Amount == nil || a.Amount == nil {
+		return &MismatchError{Reason: ReasonPermit2AmountMismatch, Field: field + "permitted.amount", Want: bigString(r.Amount), Got: bigString(a.Amount)}
+	}
+	if a.Upto && r.Amount.Cmp(a.Amount) > 0 {
+		return &MismatchError{Reason: ReasonUptoSettlementExceedsAmount, Field: field + "permitted.amount", Want: "at least " + r.Amount.String(), Got: a.Amount.String()}
+	}
+	if !a.Upto && r.Amount.Cmp(a.Amount) != 0 {
+		return &MismatchError{Reason: ReasonPermit2AmountMismatch, Field: field + "permitted.amount", Want: r.Amount.String(), Got: a.Amount.String()}
+	}
+	return nil
+}
+
+// Transfer is how a payment for r moves the token: extra.assetTransferMethod when set,
+// else TransferPermit2 for upto (Permit2 only) and TransferEIP3009 for exact. A method
+// this package does not know is returned as it is, and no payment matches it.
+func (r *Requirements) Transfer() string {
+	if m, ok := r.Extra[ExtraAssetTransferMethod].(string); ok && m != "" {
+		return m
+	}
+	if r.Scheme == SchemeUpto {
+		return TransferPermit2
+	}
+	return TransferEIP3009
+}
+
+// FacilitatorAddress is extra.facilitatorAddress, the account an upto payer lets settle;
+// ok is false when it is absent or not an address.
+func (r *Requirements) FacilitatorAddress() (common.Address, bool) {
+	s, _ := r.Extra[ExtraFacilitatorAddress].(string)
+	a, err := ParseAddress(s)
+	return a, err == nil
 }
 
 func mismatchAddr(reason Reason, field string, want, got common.Address) *MismatchError {

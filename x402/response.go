@@ -131,7 +131,8 @@ func decodeAcceptsEntry(o *object) (RequirementsV2, error) {
 
 // DecodeSettleResponse decodes and checks an X-PAYMENT-RESPONSE or PAYMENT-RESPONSE
 // header value (@x402/core settleResponseSchema): success and network required,
-// transaction required and a 32-byte hash or "" (it must be a hash when success is true),
+// transaction required and a 32-byte hash or "" (it must be a hash when success is true,
+// unless amount is "0": an upto payment metered at nothing),
 // payer a 20-byte address when present. Errors are *DecodeError with
 // ReasonUnexpectedSettle: the server answered something no facilitator produces.
 func DecodeSettleResponse(value string) (*SettleResponse, error) {
@@ -157,9 +158,7 @@ func DecodeSettleResponse(value string) (*SettleResponse, error) {
 	if sr.Transaction != "" && !isHexN(sr.Transaction, 64) {
 		return nil, o.fail("transaction", "must be a 32-byte 0x-hex hash or empty")
 	}
-	if sr.Success && sr.Transaction == "" {
-		return nil, o.fail("transaction", "is empty on success")
-	}
+
 	if sr.TxHash, err = o.optStr("txHash"); err != nil {
 		return nil, err
 	}
@@ -182,6 +181,11 @@ func DecodeSettleResponse(value string) (*SettleResponse, error) {
 		if _, msg := parseUint(sr.Amount, MaxIntegerDigits); msg != "" {
 			return nil, o.fail("amount", msg)
 		}
+	}
+	if sr.Success && sr.Transaction == "" && sr.Amount != "0" {
+		// An upto payment metered at 0 is settled without a transaction, as @x402/evm
+		// writes it: success, transaction "", amount "0".
+		return nil, o.fail("transaction", "is empty on success")
 	}
 	if sr.ErrorReason, err = o.optStr("errorReason"); err != nil {
 		return nil, err

@@ -79,6 +79,8 @@ func TestDecodeSettleResponse(t *testing.T) {
 		{"txHash and amount beside transaction", with(with(ok, "txHash", tx), "amount", "10000"), "", ""},
 		{"2.27 extensions", with(ok, "extensions", map[string]any{}), "", ""},
 		{"success without transaction", with(ok, "transaction", ""), ReasonUnexpectedSettle, "transaction"},
+		{"an upto settlement of 0 without transaction", with(with(ok, "transaction", ""), "amount", "0"), "", ""},
+		{"success without transaction of another amount", with(with(ok, "transaction", ""), "amount", "1"), ReasonUnexpectedSettle, "transaction"},
 		{"transaction missing (txHash only)", with(with(ok, "transaction", del{}), "txHash", tx), ReasonUnexpectedSettle, "transaction"},
 		{"transaction not a hash", with(ok, "transaction", "0x12"), ReasonUnexpectedSettle, "transaction"},
 		{"success a string", with(ok, "success", "true"), ReasonUnexpectedSettle, "success"},

@@ -1,12 +1,13 @@
 // Package x402 is the x402 wire protocol, versions 1 and 2, for the "exact" scheme on EVM
-// chains: the JSON shapes, strict header codecs, one normalised internal form, the network
-// registry, reason codes, and EIP-712 hashing and signer recovery of EIP-3009
-// TransferWithAuthorization. It does no I/O.
+// chains (EIP-3009, and Permit2 in v2) and the "upto" scheme (Permit2, v2): the JSON
+// shapes, strict header codecs, one normalised internal form, the network registry, reason
+// codes, and EIP-712 hashing and signer recovery of EIP-3009 TransferWithAuthorization and
+// of Permit2's PermitWitnessTransferFrom. It does no I/O.
 package x402
 
 import "encoding/json"
 
-// Protocol versions and the one scheme this package implements.
+// Protocol versions and the scheme every version implements (SchemeUpto is v2 only).
 const (
 	Version1    = 1
 	Version2    = 2
@@ -90,11 +91,14 @@ type AuthorizationJSON struct {
 	Nonce       string `json:"nonce"`
 }
 
-// ExactEVMPayload is the scheme payload of an exact EVM payment: a signature of any length
-// (65 bytes for an EOA, longer for ERC-1271 and ERC-6492 wallets) over the authorization.
+// ExactEVMPayload is the scheme payload of an EVM payment: a signature of any length
+// (65 bytes for an EOA, longer for ERC-1271 and ERC-6492 wallets) over either the EIP-3009
+// authorization or, for Permit2 (exact with extra.assetTransferMethod "permit2", and
+// upto), the permit2Authorization. Exactly one of the two is set.
 type ExactEVMPayload struct {
-	Signature     string            `json:"signature"`
-	Authorization AuthorizationJSON `json:"authorization"`
+	Signature            string                    `json:"signature"`
+	Authorization        AuthorizationJSON         `json:"authorization,omitzero"`
+	Permit2Authorization *Permit2AuthorizationJSON `json:"permit2Authorization,omitempty"`
 }
 
 // PayloadV1 is the decoded X-PAYMENT header.

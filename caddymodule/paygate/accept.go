@@ -35,9 +35,9 @@ func (h *Handler) unmarshalAccept(d *caddyfile.Dispenser) error {
 				return argErr(d)
 			}
 			a.Price = strings.Join(args, " ")
-		case "network", "asset", "asset_name", "asset_version", "symbol", "pay_to":
+		case "network", "asset", "asset_name", "asset_version", "symbol", "pay_to", "transfer":
 			dst := map[string]*string{"network": &a.Network, "asset": &a.Asset.Address, "asset_name": &a.Asset.Name,
-				"asset_version": &a.Asset.Version, "symbol": &a.Asset.Symbol, "pay_to": &a.PayTo}[opt]
+				"asset_version": &a.Asset.Version, "symbol": &a.Asset.Symbol, "pay_to": &a.PayTo, "transfer": &a.Transfer}[opt]
 			if err := oneArg(d, dst); err != nil {
 				return err
 			}
@@ -50,7 +50,7 @@ func (h *Handler) unmarshalAccept(d *caddyfile.Dispenser) error {
 		}
 	}
 	if a == (gate.AcceptConfig{}) {
-		return d.Errf("an accept block needs at least one of network, asset, price, pay_to")
+		return d.Errf("an accept block needs at least one of network, asset, price, pay_to, transfer")
 	}
 	h.Accepts = append(h.Accepts, a)
 	return nil

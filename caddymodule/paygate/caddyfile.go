@@ -104,6 +104,7 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //			symbol <sym>
 //			price <amount> [<SYMBOL>] | <n> base
 //			pay_to <address>
+//			transfer eip3009|permit2
 //		}
 //		payment_id optional|required
 //		discovery {
@@ -119,6 +120,9 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //		paths strict|lenient
 //		flow upfront|authorization
 //		preflight pass|charge
+//		scheme exact|upto
+//		transfer eip3009|permit2
+//		unmetered max|free
 //	}
 //
 // price and pay_to may hold placeholders, expanded per request; then price_min (and
@@ -131,6 +135,11 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 // answer buffered until then; preflight charge answers a CORS preflight the 402
 // challenge instead of passing it on uncharged (docs/gate.md#payment-flows,
 // docs/gate.md#cors-preflights).
+//
+// transfer permit2 takes the payment by Permit2, for any ERC-20 (docs/gate.md#permit2);
+// scheme upto meters: price is the most a request costs, the next handler reports the
+// cost in the X402-Cost header or trailer, and unmetered says what an answer without one
+// is charged (docs/gate.md#metering).
 //
 // Each accept block is one way to pay (docs/gate.md#several-ways-to-pay): with
 // blocks, network, asset, price and pay_to above are only their defaults. The schema
@@ -220,8 +229,9 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := h.unmarshalDiscovery(d); err != nil {
 				return err
 			}
-		case "payment_id", "paths", "flow", "preflight":
-			dst := map[string]*string{"payment_id": &h.PaymentID, "paths": &h.Paths, "flow": &h.Flow, "preflight": &h.Preflight}[opt]
+		case "payment_id", "paths", "flow", "preflight", "scheme", "transfer", "unmetered":
+			dst := map[string]*string{"payment_id": &h.PaymentID, "paths": &h.Paths, "flow": &h.Flow, "preflight": &h.Preflight,
+				"scheme": &h.Scheme, "transfer": &h.Transfer, "unmetered": &h.Unmetered}[opt]
 			if err := oneArg(d, dst); err != nil {
 				return err
 			}
@@ -354,6 +364,9 @@ var optionSyntax = map[string]string{
 	"paths":       "paths strict|lenient",
 	"flow":        "flow upfront|authorization",
 	"preflight":   "preflight pass|charge",
+	"scheme":      "scheme exact|upto",
+	"transfer":    "transfer eip3009|permit2",
+	"unmetered":   "unmetered max|free",
 	"description": `description "<text>"`,
 	"mime_type":   "mime_type <type>, e.g. mime_type application/json",
 }

@@ -44,6 +44,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //				decimals <n>
 //				symbol <sym>
 //				min_amount <base units>
+//				permit2_tokens <address>...
 //			}
 //			signer_key <placeholder>
 //			store memory [<max entries>] | redis <url>
@@ -198,6 +199,14 @@ func unmarshalNetwork(n *facilitator.NetworkConfig, d *caddyfile.Dispenser, line
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		opt := d.Val()
 		lines.set(n.Name+"/"+opt, d)
+		if opt == "permit2_tokens" {
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return argErr(d)
+			}
+			n.Permit2Tokens = append(n.Permit2Tokens, args...)
+			continue
+		}
 		var v string
 		if err := oneArg(d, &v); err != nil {
 			return err

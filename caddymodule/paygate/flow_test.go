@@ -6,9 +6,6 @@ import "testing"
 // authorization flow does not combine with pass; each mistake fails at adapt with the
 // option's name and line.
 func TestAdaptErrorsOfFlowAndPreflight(t *testing.T) {
-	site := func(body string) string {
-		return adaptGlobal + "\nexample.com {\n\tx402 {\n\t\tpay_to 0x1111111111111111111111111111111111111111\n\t\tprice 0.01\n\t\tnetwork base-sepolia\n" + body + "\t}\n}\n"
-	}
 	for _, tc := range []struct {
 		name, caddyfile, wantErr string
 	}{
@@ -20,4 +17,10 @@ func TestAdaptErrorsOfFlowAndPreflight(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) { expectAdaptError(t, tc.caddyfile, tc.wantErr) })
 	}
+}
+
+// site is a Caddyfile whose one x402 route (0.01 to a payee on base-sepolia) adds body's
+// options, under the adapt-time global option.
+func site(body string) string {
+	return adaptGlobal + "\nexample.com {\n\tx402 {\n\t\tpay_to 0x1111111111111111111111111111111111111111\n\t\tprice 0.01\n\t\tnetwork base-sepolia\n" + body + "\t}\n}\n"
 }

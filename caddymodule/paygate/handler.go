@@ -105,6 +105,15 @@ type Handler struct {
 	// before the next handler runs, authorization after its answer below 400, which is
 	// buffered until then. Default: upfront.
 	Flow string `json:"flow,omitempty"`
+	// Scheme is exact or upto (docs/gate.md#metering): upto charges what the next
+	// handler reports in the X402-Cost header, up to Price. Default: exact.
+	Scheme string `json:"scheme,omitempty"`
+	// Transfer is eip3009 or permit2 (docs/gate.md#permit2): how the asset moves, and the
+	// default of each accept block's. Default: eip3009 for exact, permit2 for upto.
+	Transfer string `json:"transfer,omitempty"`
+	// Unmetered is max or free: what an upto answer without a cost report is charged.
+	// Default: max.
+	Unmetered string `json:"unmetered,omitempty"`
 	// Preflight is pass or charge (docs/gate.md#cors-preflights): pass sends a CORS
 	// preflight to the next handler uncharged, charge answers it the 402 challenge.
 	// Default: pass.
@@ -163,6 +172,9 @@ func (h *Handler) gateConfig() (gate.Config, error) {
 		Paths:             h.Paths,
 		Flow:              h.Flow,
 		Preflight:         h.Preflight,
+		Scheme:            h.Scheme,
+		Transfer:          h.Transfer,
+		Unmetered:         h.Unmetered,
 	}
 	if h.MaxTimeout != 0 && cfg.MaxTimeoutSeconds <= 0 {
 		return gate.Config{}, &gate.ConfigError{Option: "max_timeout", Err: errors.New("must be at least 1s")}

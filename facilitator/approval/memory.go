@@ -60,8 +60,9 @@ type MemoryStore struct {
 type memKey [32]byte
 
 // paymentKey is the SHA-256 of an injective encoding of what k.String() says: the
-// lower-case network, the three addresses, the amount ("0" when nil) and the nonce. Two
-// keys share a paymentKey exactly when their String()s are equal.
+// lower-case network, the three addresses, the amount ("0" when nil), the nonce and
+// whether it is a Permit2 payment. Two keys share a paymentKey exactly when their
+// String()s are equal.
 func paymentKey(k x402.PaymentKey) memKey {
 	amount := "0"
 	if k.Amount != nil {
@@ -69,19 +70,27 @@ func paymentKey(k x402.PaymentKey) memKey {
 	}
 	var buf [256]byte
 	b := append(buf[:0], 'p')
+	if k.Permit2 {
+		b[0] = 'P'
+	}
 	b = appendField(b, strings.ToLower(k.Network))
 	b = append(append(append(b, k.Asset[:]...), k.Payer[:]...), k.PayTo[:]...)
 	b = appendField(b, amount)
 	return sha256.Sum256(append(b, k.Nonce[:]...))
 }
 
-// authorizationKey is the same for what k.AuthorizationKey() says: network, asset, payer
-// and nonce. Its first byte differs from a paymentKey's encoding.
+// authorizationKey is the same for what k.AuthorizationKey() says: network, asset (the
+// Permit2 contract for a Permit2 payment), payer and nonce. Its first byte differs from a
+// paymentKey's encoding.
 func authorizationKey(k x402.PaymentKey) memKey {
 	var buf [128]byte
 	b := append(buf[:0], 'a')
 	b = appendField(b, strings.ToLower(k.Network))
-	b = append(append(b, k.Asset[:]...), k.Payer[:]...)
+	holder := k.Asset
+	if k.Permit2 {
+		holder = x402.Permit2Address
+	}
+	b = append(append(b, holder[:]...), k.Payer[:]...)
 	return sha256.Sum256(append(b, k.Nonce[:]...))
 }
 

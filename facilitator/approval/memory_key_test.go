@@ -27,6 +27,9 @@ func TestMemoryKeysFollowTheTextKeys(t *testing.T) {
 		{"another nonce", func(k *x402.PaymentKey) { k.Nonce[31]++ }},
 		{"a nil amount", func(k *x402.PaymentKey) { k.Amount = nil }},
 		{"amount 0", func(k *x402.PaymentKey) { k.Amount = big.NewInt(0) }},
+		{"a Permit2 payment", func(k *x402.PaymentKey) { k.Permit2 = true }},
+		{"a Permit2 payment in another token", func(k *x402.PaymentKey) { k.Permit2 = true; k.Asset[0]++ }},
+		{"a Permit2 payment of the Permit2 contract's EIP-3009 twin", func(k *x402.PaymentKey) { k.Asset = x402.Permit2Address }},
 	}
 	keys := []x402.PaymentKey{base}
 	for _, e := range edits {

@@ -222,7 +222,7 @@ func TestClientHandlerEngineOnAnvil(t *testing.T) {
 
 	t.Run("supported lists the engine's kinds and signer", func(t *testing.T) {
 		s, err := cl.Supported(ctx)
-		if err != nil || len(s.Kinds) != 2 || len(s.Signers["eip155:*"]) != 1 ||
+		if err != nil || len(s.Kinds) != 3 || len(s.Signers["eip155:*"]) != 1 ||
 			s.Signers["eip155:*"][0] != env.chain.FacilitatorAccount().Address.Hex() {
 			t.Fatalf("%+v %v", s, err)
 		}

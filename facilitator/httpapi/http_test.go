@@ -298,7 +298,7 @@ func TestHandlerPaymentThatDoesNotDecodeIsALogicalFailure(t *testing.T) {
 			payloadOf(m)["scheme"] = "upto"
 		}), "unsupported_scheme"},
 		{"v2: an unsupported scheme answers the v2 string", edit(t, 2, func(m map[string]any) {
-			payloadOf(m)["accepted"].(map[string]any)["scheme"] = "upto"
+			payloadOf(m)["accepted"].(map[string]any)["scheme"] = "escrow"
 		}), "invalid_exact_evm_scheme"},
 		{"v1: a requirement with a CAIP-2 network is invalid_network", edit(t, 1, func(m map[string]any) {
 			reqsOf(m)["network"] = "eip155:84532"

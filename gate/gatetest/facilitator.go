@@ -44,7 +44,8 @@ type Call struct {
 // Unscripted, it answers as an honest facilitator whose every payment is good: Verify
 // approves a payment that matches its requirements, Settle settles an authorization once
 // (a second Settle of it is refused as a used nonce, and so is a Verify after it),
-// Supported lists "exact" in x402 v1 and v2 on its networks, and SettlementStatus reports
+// Supported lists "exact" in x402 v1 and v2 and "upto" in v2 (with Signer as its
+// facilitatorAddress) on its networks, and SettlementStatus reports
 // a settled authorization's settlement, and settlement_pending for any other.
 type Facilitator struct {
 	mu       sync.Mutex
@@ -179,7 +180,8 @@ func (f *Facilitator) Supported(ctx context.Context) (x402.SupportedResponse, er
 	for _, n := range f.networks {
 		out.Kinds = append(out.Kinds,
 			x402.SupportedKind{X402Version: x402.Version1, Scheme: x402.SchemeExact, Network: n.Name},
-			x402.SupportedKind{X402Version: x402.Version2, Scheme: x402.SchemeExact, Network: n.CAIP2})
+			x402.SupportedKind{X402Version: x402.Version2, Scheme: x402.SchemeExact, Network: n.CAIP2},
+			x402.SupportedKind{X402Version: x402.Version2, Scheme: "upto", Network: n.CAIP2, Extra: map[string]any{"facilitatorAddress": Signer}})
 	}
 	return out, nil
 }

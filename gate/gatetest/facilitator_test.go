@@ -98,8 +98,9 @@ func TestFacilitatorScripts(t *testing.T) {
 		t.Errorf("Verify of another amount: %+v, want %s", vr, x402.ReasonValueMismatch)
 	}
 	s, err := f.Supported(context.Background())
-	if err != nil || len(s.Kinds) != 2 || s.Kinds[0].Network != "base-sepolia" || s.Kinds[1].Network != "eip155:84532" {
-		t.Errorf("Supported %+v %v, want exact v1 and v2 on Base Sepolia", s, err)
+	if err != nil || len(s.Kinds) != 3 || s.Kinds[0].Network != "base-sepolia" || s.Kinds[1].Network != "eip155:84532" ||
+		s.Kinds[2].Scheme != "upto" || s.Kinds[2].Extra["facilitatorAddress"] != Signer {
+		t.Errorf("Supported %+v %v, want exact v1 and v2 and upto v2 with its facilitator on Base Sepolia", s, err)
 	}
 	var methods []string
 	for _, c := range f.Calls() {

@@ -15,7 +15,7 @@ import (
 )
 
 // Payer is a wallet that signs payments as an x402 client does, with a key of its own.
-// Its payments carry real EIP-3009 signatures, so they also pass a real facilitator's
+// Its payments carry real EIP-3009 or Permit2 signatures, so they also pass a real facilitator's
 // signature check; no chain holds its funds.
 type Payer struct {
 	Key     *ecdsa.PrivateKey
@@ -62,6 +62,9 @@ func (p *Payer) Payment(version int, req *x402.Requirements, reg *x402.Registry)
 	if !ok {
 		return nil, fmt.Errorf("gatetest: network %q is not in the registry", req.Network)
 	}
+	if req.Transfer() == x402.TransferPermit2 {
+		return p.permit2Payment(version, req, n)
+	}
 	name, ver, ok := req.Domain()
 	if !ok {
 		return nil, errors.New("gatetest: the requirement names no EIP-712 domain")
@@ -78,6 +81,11 @@ func (p *Payer) Payment(version int, req *x402.Requirements, reg *x402.Registry)
 	if err != nil {
 		return nil, err
 	}
+	return p.payment(version, req, n, hash, a)
+}
+
+// payment signs hash and wraps the signature in the payment of req that a authorizes.
+func (p *Payer) payment(version int, req *x402.Requirements, n x402.Network, hash common.Hash, a x402.Authorization) (*x402.Payment, error) {
 	sig, err := crypto.Sign(hash[:], p.Key)
 	if err != nil {
 		return nil, err
@@ -91,4 +99,36 @@ func (p *Payer) Payment(version int, req *x402.Requirements, reg *x402.Registry)
 		pay.Accepted, pay.Resource = &acc, &res
 	}
 	return pay, nil
+}
+
+// permit2Payment signs req as @x402/evm's Permit2 clients do (exact, and upto for req's
+// amount as the maximum, bound to its extra.facilitatorAddress): a
+// PermitWitnessTransferFrom for the scheme's x402 proxy, valid from 0 until req's timeout,
+// with a random 256-bit nonce. It is x402 v2 only.
+func (p *Payer) permit2Payment(version int, req *x402.Requirements, n x402.Network) (*x402.Payment, error) {
+	a := &x402.Permit2Authorization{From: p.Address, Token: req.Asset, Amount: new(big.Int).Set(req.Amount), To: req.PayTo,
+		ValidAfter: new(big.Int), Deadline: big.NewInt(time.Now().Unix() + int64(req.MaxTimeoutSeconds)), Upto: req.Scheme == x402.SchemeUpto}
+	if a.Upto {
+		f, ok := req.FacilitatorAddress()
+		if !ok {
+			return nil, errors.New("gatetest: an upto requirement without extra.facilitatorAddress")
+		}
+		a.Facilitator = f
+	}
+	a.Spender = a.Proxy()
+	var nonce [32]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return nil, err
+	}
+	a.Nonce = new(big.Int).SetBytes(nonce[:])
+	hash, err := x402.Permit2Hash(n.ChainID, a)
+	if err != nil {
+		return nil, err
+	}
+	pay, err := p.payment(version, req, n, hash,
+		x402.Authorization{From: a.From, To: a.To, Value: a.Amount, ValidAfter: a.ValidAfter, ValidBefore: a.Deadline, Nonce: nonce})
+	if err == nil {
+		pay.Permit2 = a
+	}
+	return pay, err
 }

@@ -18,7 +18,8 @@ import (
 
 // The paywall is one self-contained page: a few lines of CSS and hand-written JavaScript
 // that use the browser wallet (EIP-1193 window.ethereum) to sign the EIP-3009
-// authorization with eth_signTypedData_v4, then fetch the page again with
+// authorization, or the Permit2 PermitWitnessTransferFrom (after the one-time ERC-20
+// approval of Permit2 when the wallet lacks it), with eth_signTypedData_v4, then fetch the page again with
 // PAYMENT-SIGNATURE and replace the document with the answer, as the reference paywalls
 // do (docs/gate.md#paywall). It embeds no wallet bundle. html/template escapes every value,
 // and the requirement reaches the script as JSON in a data block.
@@ -62,6 +63,7 @@ type paywallView struct {
 	Description string
 	Price       string
 	Symbol      string
+	UpTo        bool // the first way meters: its price is a maximum (docs/gate.md#metering)
 	PayTo       string
 	Network     string // v1 name
 	NetworkID   string // CAIP-2
@@ -95,7 +97,20 @@ type paywallData struct {
 	// Reload: a pass came with the payment, so the page is loaded again as a navigation
 	// and its stylesheets and images come under the pass.
 	Reload bool `json:"reload"`
+	// Permit2 are the canonical contracts a Permit2 payment names (docs/gate.md#permit2).
+	Permit2 permit2Contracts `json:"permit2"`
 }
+
+// permit2Contracts are Permit2 and the x402 proxies that spend through it.
+type permit2Contracts struct {
+	Address    string `json:"address"`
+	ExactProxy string `json:"exactProxy"`
+	UptoProxy  string `json:"uptoProxy"`
+}
+
+// canonicalPermit2 are the canonical addresses, as every chain x402 pays on has them.
+var canonicalPermit2 = permit2Contracts{Address: x402.Permit2Address.Hex(),
+	ExactProxy: x402.ExactPermit2ProxyAddress.Hex(), UptoProxy: x402.UptoPermit2ProxyAddress.Hex()}
 
 // paywallWay is one accepts entry for the script: its price, token and network names,
 // and how to add its chain to a wallet (nil when the page knows no RPC endpoint for it).
@@ -156,6 +171,7 @@ func Render(p Page) (page []byte, policy string, err error) {
 			Reload:          p.Pass != "",
 			PaymentRequired: p.Challenge,
 			Words:           p.Words,
+			Permit2:         canonicalPermit2,
 		},
 	}
 	if p.Pass != "" {
@@ -170,10 +186,14 @@ func Render(p Page) (page []byte, policy string, err error) {
 		if err != nil {
 			return nil, "", err
 		}
-		label := d.Price + " " + d.Symbol + " on " + d.Network
-		v.Offers = append(v.Offers, paywallOffer{Index: i, Label: label, Network: a.Network, Asset: a.Asset, PayTo: a.PayTo})
+		price := d.Price + " " + d.Symbol
+		if a.Scheme == x402.SchemeUpto {
+			price = "up to " + price
+			v.UpTo = v.UpTo || i == 0
+		}
+		v.Offers = append(v.Offers, paywallOffer{Index: i, Label: price + " on " + d.Network, Network: a.Network, Asset: a.Asset, PayTo: a.PayTo})
 		v.Data.Ways = append(v.Data.Ways, paywallWay{
-			Price: d.Price + " " + d.Symbol, Asset: d.Symbol, Network: d.Network, ChainID: n, AddChain: chainToAdd(n),
+			Price: price, Asset: d.Symbol, Network: d.Network, ChainID: n, AddChain: chainToAdd(n),
 		})
 	}
 	var b bytes.Buffer

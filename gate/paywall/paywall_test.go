@@ -58,3 +58,30 @@ func TestRenderLocksThePageDown(t *testing.T) {
 		t.Error("a page without a requirement rendered")
 	}
 }
+
+// TestRenderSaysUpToForMeteredWays: a way to pay in the upto scheme shows its price as a
+// maximum, on the page and in the choice, and says the cost is known after the answer;
+// an exact way shows its price as it is. The script gets the canonical Permit2 contracts.
+func TestRenderSaysUpToForMeteredWays(t *testing.T) {
+	p := testPage()
+	exact := p.Challenge.Accepts[0]
+	upto := exact
+	upto.Scheme = x402.SchemeUpto
+	p.Challenge.Accepts = []x402.RequirementsV2{upto, exact}
+	p.Ways = append(p.Ways, Way{Price: "0.02", Symbol: "USDC", Network: "base-sepolia"})
+	page, _, err := Render(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(page)
+	for _, want := range []string{`id="price">up to 0.01 USDC<`, `id="metered"`, ">up to 0.01 USDC on base-sepolia<", ">0.02 USDC on base-sepolia<",
+		`"price":"up to 0.01 USDC"`, x402.Permit2Address.Hex(), x402.ExactPermit2ProxyAddress.Hex(), x402.UptoPermit2ProxyAddress.Hex()} {
+		if !strings.Contains(s, want) {
+			t.Errorf("the page lacks %s", want)
+		}
+	}
+	page, _, err = Render(testPage())
+	if err != nil || strings.Contains(string(page), "up to") || strings.Contains(string(page), `id="metered"`) {
+		t.Errorf("an exact page speaks of a maximum (%v)", err)
+	}
+}

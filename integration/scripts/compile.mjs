@@ -19,7 +19,17 @@ import { fileURLToPath } from "node:url";
 import solc from "solc";
 
 const contractsDir = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "internal", "contracts");
-const contracts = ["X402Token", "TestWallet1271", "TestPriceFeed", "TestSanctionsOracle", "GuardedAccount"];
+// A contract is named by its file; "File:Contract" names one of several contracts in File.sol.
+const contracts = [
+  "X402Token", "TestWallet1271", "TestPriceFeed", "TestSanctionsOracle", "GuardedAccount", "PlainToken", "Permit2",
+  "X402Permit2Proxies:X402ExactPermit2Proxy", "X402Permit2Proxies:X402UptoPermit2Proxy",
+];
+
+// fileAndName splits a contracts entry into its source file's base name and the contract's name.
+function fileAndName(entry) {
+  const [file, name] = entry.split(":");
+  return { file, name: name ?? file };
+}
 
 function parseArgs(argv) {
   let out = contractsDir;
@@ -36,8 +46,8 @@ function parseArgs(argv) {
 function main() {
   const { out } = parseArgs(process.argv.slice(2));
   const sources = {};
-  for (const name of contracts) {
-    sources[`${name}.sol`] = { content: readFileSync(join(contractsDir, `${name}.sol`), "utf8") };
+  for (const { file } of contracts.map(fileAndName)) {
+    sources[`${file}.sol`] = { content: readFileSync(join(contractsDir, `${file}.sol`), "utf8") };
   }
   const input = {
     language: "Solidity",
@@ -57,8 +67,8 @@ function main() {
     process.exit(1);
   }
   mkdirSync(out, { recursive: true });
-  for (const name of contracts) {
-    const c = output.contracts?.[`${name}.sol`]?.[name];
+  for (const { file, name } of contracts.map(fileAndName)) {
+    const c = output.contracts?.[`${file}.sol`]?.[name];
     if (!c || !c.evm?.bytecode?.object) {
       throw new Error(`solc produced no bytecode for ${name}`);
     }

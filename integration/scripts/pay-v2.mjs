@@ -1,7 +1,9 @@
 #!/usr/bin/env node
 // pay-v2.mjs pays for one HTTP request with the real x402 v2 client, @x402/fetch 2.27 with
-// @x402/evm's ExactEvmScheme: the client reads the PAYMENT-REQUIRED header of the 402, signs an
-// EIP-3009 authorization with a viem account and retries with a PAYMENT-SIGNATURE header.
+// @x402/evm's ExactEvmScheme and UptoEvmScheme: the client reads the PAYMENT-REQUIRED header of
+// the 402, signs an EIP-3009 authorization (exact), a Permit2 one (exact with
+// extra.assetTransferMethod "permit2", and upto) with a viem account and retries with a
+// PAYMENT-SIGNATURE header.
 //
 // Usage: node integration/scripts/pay-v2.mjs <url>
 // Environment:
@@ -34,6 +36,7 @@ import { wrapFetchWithPayment, x402Client, decodePaymentResponseHeader } from "@
 import { appendPaymentIdentifierToExtensions } from "@x402/extensions/payment-identifier";
 import { createSIWxClientExtension } from "@x402/extensions/sign-in-with-x";
 import { ExactEvmScheme } from "@x402/evm";
+import { UptoEvmScheme } from "@x402/evm/upto/client";
 import { privateKeyToAccount } from "viem/accounts";
 import { payScript } from "./pay-common.mjs";
 
@@ -56,7 +59,7 @@ async function main() {
   const { recordingFetch, sentHeader } = recorder((request) => request.headers.get("PAYMENT-SIGNATURE"));
   const account = privateKeyToAccount(payerKey());
   const client = x402Client.fromConfig({
-    schemes: [{ network, client: new ExactEvmScheme(account) }],
+    schemes: [{ network, client: new ExactEvmScheme(account) }, { network, client: new UptoEvmScheme(account) }],
     spendControls,
   });
   if (process.env.X402_SIWX === "1") {

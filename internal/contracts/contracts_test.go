@@ -44,6 +44,10 @@ func TestCommittedArtifactsAreUpToDate(t *testing.T) {
 		{"TestPriceFeed.json", contracts.PriceFeed},
 		{"TestSanctionsOracle.json", contracts.SanctionsOracle},
 		{"GuardedAccount.json", contracts.GuardedAccount},
+		{"PlainToken.json", contracts.PlainToken},
+		{"Permit2.json", contracts.Permit2},
+		{"X402ExactPermit2Proxy.json", contracts.ExactPermit2Proxy},
+		{"X402UptoPermit2Proxy.json", contracts.UptoPermit2Proxy},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			data, err := os.ReadFile(filepath.Join(out, tc.file))
@@ -85,11 +89,7 @@ func jsonEqual(t *testing.T, a, b json.RawMessage) bool {
 // TestTokenMethodsHaveTheUSDCSelectors pins the selectors facilitators call on USDC: if these
 // differ, a facilitator tested against X402Token would not work against FiatToken.
 func TestTokenMethodsHaveTheUSDCSelectors(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		method   string
-		selector string
-	}{
+	checkSelectors(t, contracts.TokenABI, []selectorCase{
 		{"transferWithAuthorization with v,r,s", contracts.TransferWithAuthorizationVRS, "e3ee160e"},
 		{"transferWithAuthorization with bytes signature", contracts.TransferWithAuthorizationBytes, "cf092995"},
 		{"receiveWithAuthorization with v,r,s", contracts.ReceiveWithAuthorizationVRS, "ef55bec6"},
@@ -100,11 +100,20 @@ func TestTokenMethodsHaveTheUSDCSelectors(t *testing.T) {
 		{"balanceOf", "balanceOf", "70a08231"},
 		{"transfer", "transfer", "a9059cbb"},
 		{"DOMAIN_SEPARATOR", "DOMAIN_SEPARATOR", "3644e515"},
-	} {
+	})
+}
+
+// selectorCase is a method of an ABI and the selector it must have.
+type selectorCase struct{ name, method, selector string }
+
+// checkSelectors checks that each method of cases is in parsed with its selector.
+func checkSelectors(t *testing.T, parsed abi.ABI, cases []selectorCase) {
+	t.Helper()
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			m, ok := contracts.TokenABI.Methods[tc.method]
+			m, ok := parsed.Methods[tc.method]
 			if !ok {
-				t.Fatalf("TokenABI has no method %q", tc.method)
+				t.Fatalf("no method %q", tc.method)
 			}
 			if got := hex.EncodeToString(m.ID); got != tc.selector {
 				t.Errorf("selector of %s = %s, want %s", m.Sig, got, tc.selector)
@@ -182,6 +191,43 @@ func TestFeedAndOracleHaveTheChainlinkAndChainalysisSelectors(t *testing.T) {
 		}
 		if got := hex.EncodeToString(e.ID[:]); got != tc.topic {
 			t.Errorf("topic of %s = %s, want %s", e.Sig, got, tc.topic)
+		}
+	}
+}
+
+// TestPermit2ContractsHaveTheReferenceSelectors: our Permit2 and x402 proxies answer the
+// calls the reference makes. The selectors were computed with viem's toFunctionSelector from
+// @x402/evm 2.27's x402ExactPermit2ProxyABI and x402UptoPermit2ProxyABI, and from canonical
+// Permit2's signatures.
+func TestPermit2ContractsHaveTheReferenceSelectors(t *testing.T) {
+	checkSelectors(t, contracts.Permit2ABI, []selectorCase{
+		{"Permit2 permitWitnessTransferFrom", "permitWitnessTransferFrom", "137c29fe"},
+		{"Permit2 nonceBitmap", "nonceBitmap", "4fe02b44"},
+		{"Permit2 DOMAIN_SEPARATOR", "DOMAIN_SEPARATOR", "3644e515"},
+	})
+	checkSelectors(t, contracts.ExactPermit2ProxyABI, []selectorCase{
+		{"exact proxy settle", "settle", "13cd3b53"},
+		{"exact proxy settleWithPermit", "settleWithPermit", "fa340378"},
+		{"exact proxy PERMIT2", "PERMIT2", "6afdd850"},
+		{"exact proxy WITNESS_TYPE_STRING", "WITNESS_TYPE_STRING", "156e2152"},
+	})
+	checkSelectors(t, contracts.UptoPermit2ProxyABI, []selectorCase{
+		{"upto proxy settle", "settle", "ff11e7b4"},
+		{"upto proxy settleWithPermit", "settleWithPermit", "016c1748"},
+		{"upto proxy WITNESS_TYPEHASH", "WITNESS_TYPEHASH", "2c03ae6a"},
+	})
+	for _, tc := range []struct {
+		parsed   abi.ABI
+		name     string
+		selector string
+	}{
+		{contracts.UptoPermit2ProxyABI, "AmountExceedsPermitted", "fe64b4c7"},
+		{contracts.UptoPermit2ProxyABI, "UnauthorizedFacilitator", "0f6fae87"},
+		{contracts.ExactPermit2ProxyABI, "InvalidAmount", "2c5211c6"},
+		{contracts.ExactPermit2ProxyABI, "PaymentTooEarly", "a65539fa"},
+	} {
+		if e, ok := tc.parsed.Errors[tc.name]; !ok || hex.EncodeToString(e.ID[:4]) != tc.selector {
+			t.Errorf("error %s: %v", tc.name, ok)
 		}
 	}
 }

@@ -16,6 +16,8 @@ func FuzzEvaluateProposedTx(f *testing.F) {
 		`{"protocol":"payment","rail":"x402","chainId":84532,"payTo":"0x209693Bc6afc0C5328bA36FaF03C514EF312287C","asset":"0x036CbD53842c5426634e7929541eC2318f3dCF7e","amount":"10000"}`,
 		`{"protocol":"payment","rail":"x402","chainId":84532,"payTo":"0x1111111111111111111111111111111111111111","asset":"0x036CbD53842c5426634e7929541eC2318f3dCF7e","amount":"99999999999","resource":"https://x"}`,
 		`{"protocol":"payment","rail":"x402","chainId":"84532","payTo":"0x0","asset":"","amount":1}`,
+		`{"protocol":"payment","rail":"x402","chainId":84532,"payTo":"0x209693Bc6afc0C5328bA36FaF03C514EF312287C","asset":"0x036CbD53842c5426634e7929541eC2318f3dCF7e","amount":"4000000","scheme":"upto","transfer":"permit2"}`,
+		`{"protocol":"payment","rail":"x402","chainId":84532,"payTo":"0x209693Bc6afc0C5328bA36FaF03C514EF312287C","asset":"0x036CbD53842c5426634e7929541eC2318f3dCF7e","amount":"10000","scheme":"upto","transfer":"eip3009"}`,
 		`{"protocol":"uniswap","chainId":8453}`,
 		`{"protocol":7}`,
 		`{}`,

@@ -56,7 +56,7 @@ func main() {
 	flag.StringVar(&c.node, "node", "node", "node")
 	flag.StringVar(&c.wrk, "wrk", "wrk", "wrk")
 	flag.StringVar(&c.results, "results", "bench/results.md", "where to write the results")
-	flag.StringVar(&only, "only", "challenge,verify,cpu,paid,verdict,memory,soak", "sections to run")
+	flag.StringVar(&only, "only", "challenge,verify,cpu,paid,schemes,verdict,memory,soak", "sections to run")
 	flag.IntVar(&c.rounds, "rounds", 3, "rounds of the challenge and verify comparisons")
 	flag.IntVar(&c.paidRounds, "paid-rounds", 2, "rounds of the paid-path comparison per concurrency")
 	flag.DurationVar(&c.wrkDur, "wrk-duration", 5*time.Second, "one wrk run")
@@ -126,6 +126,14 @@ type env struct {
 
 const paidPath = "/paid"
 
+// The routes of the ways to pay beside EIP-3009 (schemes): exact over Permit2, and upto over
+// Permit2 whose upstream reports uptoCost, half the price.
+const (
+	permit2Path = "/paid-permit2"
+	uptoPath    = "/paid-upto"
+	uptoCost    = "0.0005 USDC"
+)
+
 func runAll(c *config, tb *benchTB) {
 	started := time.Now()
 	if c.started > 0 {
@@ -144,7 +152,7 @@ func runAll(c *config, tb *benchTB) {
 	e := &env{c: c, tb: tb, dir: dir, rep: rep}
 	logf("run directory %s (logs, profiles)", dir)
 
-	needChain := c.only["challenge"] || c.only["verify"] || c.only["paid"] || c.only["soak"]
+	needChain := c.only["challenge"] || c.only["verify"] || c.only["paid"] || c.only["schemes"] || c.only["soak"]
 	if needChain {
 		e.setUp()
 	}
@@ -156,6 +164,9 @@ func runAll(c *config, tb *benchTB) {
 	}
 	if c.only["paid"] {
 		e.paid()
+	}
+	if c.only["schemes"] {
+		e.schemes()
 	}
 	if c.only["soak"] {
 		e.soakRSS()
@@ -212,6 +223,9 @@ func (e *env) setUp() {
 	upPort := freePort()
 	e.upstream = fmt.Sprintf("http://127.0.0.1:%d%s", upPort, paidPath)
 	up := &http.Server{Addr: fmt.Sprintf("127.0.0.1:%d", upPort), Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == uptoPath {
+			w.Header().Set("X402-Cost", uptoCost) // the metered route's cost (docs/gate.md#metering)
+		}
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"city":"Lisbon","tempC":21}`)
 	})}
@@ -241,22 +255,38 @@ func (e *env) setUp() {
 }
 
 http://127.0.0.1:%d {
-	x402 %s {
+	x402 %[5]s {
 		price 0.001 USDC
-		pay_to %s
+		pay_to %[6]s
 		network base-sepolia
 		description "bench"
 		mime_type application/json
 	}
-	reverse_proxy 127.0.0.1:%d
+	x402 %[10]s {
+		price 0.001 USDC
+		pay_to %[6]s
+		network base-sepolia
+		description "bench"
+		mime_type application/json
+		transfer permit2
+	}
+	x402 %[11]s {
+		scheme upto
+		price 0.001 USDC
+		pay_to %[6]s
+		network base-sepolia
+		description "bench"
+		mime_type application/json
+	}
+	reverse_proxy 127.0.0.1:%[7]d
 }
 
 http://127.0.0.1:%d {
 	x402_facilitator {
-		api_key {file.%s}
+		api_key {file.%[9]s}
 	}
 }
-`, e.admin, e.token.Address.Hex(), ourKey, gatePort, paidPath, payTo.Hex(), upPort, facPort, apiKeyFile)
+`, e.admin, e.token.Address.Hex(), ourKey, gatePort, paidPath, payTo.Hex(), upPort, facPort, apiKeyFile, permit2Path, uptoPath)
 	cf := filepath.Join(e.dir, "Caddyfile")
 	if err := os.WriteFile(cf, []byte(e.caddyfile), 0o600); err != nil {
 		e.tb.Fatalf("%v", err)

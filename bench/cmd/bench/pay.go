@@ -50,10 +50,12 @@ func newSigner(chainID *big.Int, token, payTo common.Address, price *big.Int, pa
 	return s
 }
 
-// payment is one signed payment: its v1 payload (for /verify bodies) and its X-PAYMENT header.
+// payment is one signed payment: its v1 payload (for /verify bodies) and its X-PAYMENT header,
+// or a v2 payment's header value and name (PAYMENT-SIGNATURE).
 type payment struct {
 	payload json.RawMessage
 	header  string
+	name    string // the header's name; empty: X-Payment
 }
 
 type authorizationJSON struct {

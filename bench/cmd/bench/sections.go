@@ -235,13 +235,15 @@ func (e *env) paidJob(url string, pool []payment, sign bool) job {
 			if err != nil {
 				return nil, err
 			}
-			var h string
+			p := pool[i]
 			if sign {
-				h = e.signer.sign(i).header
-			} else {
-				h = pool[i].header
+				p = e.signer.sign(i)
 			}
-			req.Header.Set("X-Payment", h)
+			name := "X-Payment"
+			if p.name != "" {
+				name = p.name
+			}
+			req.Header.Set(name, p.header)
 			return req, nil
 		},
 		judge: func(resp *http.Response, body []byte) (bool, string, string) {
@@ -257,7 +259,11 @@ func (e *env) paidJob(url string, pool []payment, sign bool) job {
 // paidRun runs one closed-loop paid run and splits each settled request into the chain's part
 // (from the timing proxy) and the rest.
 func (e *env) paidRun(url string, conc, n int, cpuPids []int) result {
-	pool := e.signer.pool(n)
+	return e.paidRunOf(url, conc, e.signer.pool(n), cpuPids)
+}
+
+// paidRunOf is paidRun with the payments of pool.
+func (e *env) paidRunOf(url string, conc int, pool []payment, cpuPids []int) result {
 	cpu0 := 0.0
 	for _, p := range cpuPids {
 		cpu0 += groupCPU(p)

@@ -7,6 +7,8 @@ import (
 
 	"github.com/x402gate/x402gate/verdict"
 	"github.com/x402gate/x402gate/verdictserver/engine/actions"
+	"github.com/x402gate/x402gate/verdictserver/engine/uniswap"
+	"github.com/x402gate/x402gate/x402"
 )
 
 // Kind is the decoded kind of an x402 payment.
@@ -24,10 +26,13 @@ func (Decoder) Protocol() string { return verdict.ProtocolPayment }
 
 var members = map[string]bool{
 	"protocol": true, "rail": true, "chainId": true, "payTo": true, "asset": true, "amount": true, "resource": true,
+	"scheme": true, "transfer": true,
 }
 
 // Decode reads proposedTx = {protocol, rail: "x402", chainId, payTo, asset, amount,
-// resource?}.
+// resource?, scheme?, transfer?}. scheme and transfer name a payment that is not exact
+// over EIP-3009 (docs/policy.md#payment-actions): for upto, amount is the signed maximum,
+// which the checks judge.
 func (Decoder) Decode(tx map[string]any) (*actions.Action, error) {
 	for k := range tx {
 		if !members[k] {
@@ -65,6 +70,9 @@ func (Decoder) Decode(tx map[string]any) (*actions.Action, error) {
 		"asset":  asset.Hex(),
 		"amount": amountStr,
 	}
+	if de := readTransfer(tx, fields); de != nil {
+		return nil, de
+	}
 	if raw, present := tx["resource"]; present {
 		r, ok := raw.(string)
 		if !ok || len(r) > maxResourceLen {
@@ -81,6 +89,35 @@ func (Decoder) Decode(tx map[string]any) (*actions.Action, error) {
 		Assets:     []common.Address{asset},
 		Notional:   []actions.Amount{{Asset: asset, Value: amount}},
 	}, nil
+}
+
+// readTransfer reads the optional scheme ("exact" or "upto") and transfer ("eip3009" or
+// "permit2"); upto moves tokens through Permit2 only. A Permit2 payment's fields carry both
+// and name Permit2 (uniswap.Permit2, the contract the engine's Permit2 decoding knows) as
+// what moves the payer's tokens.
+func readTransfer(tx map[string]any, fields map[string]any) *actions.DecodeError {
+	scheme, transfer := x402.SchemeExact, x402.TransferEIP3009
+	if raw, present := tx["scheme"]; present {
+		s, ok := raw.(string)
+		if !ok || (s != x402.SchemeExact && s != x402.SchemeUpto) {
+			return actions.Fail("scheme", `must be "exact" or "upto"`)
+		}
+		scheme = s
+	}
+	if raw, present := tx["transfer"]; present {
+		s, ok := raw.(string)
+		if !ok || (s != x402.TransferEIP3009 && s != x402.TransferPermit2) {
+			return actions.Fail("transfer", `must be "eip3009" or "permit2"`)
+		}
+		transfer = s
+	}
+	if scheme == x402.SchemeUpto && transfer != x402.TransferPermit2 {
+		return actions.Fail("transfer", `must be "permit2" for scheme "upto"`)
+	}
+	if transfer == x402.TransferPermit2 { // exact over EIP-3009 keeps the fields it always had
+		fields["scheme"], fields["transfer"], fields["via"] = scheme, transfer, uniswap.Permit2.Hex()
+	}
+	return nil
 }
 
 var _ actions.Decoder = Decoder{}

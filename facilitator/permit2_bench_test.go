@@ -1,0 +1,77 @@
+package facilitator
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"encoding/json"
+	"math/big"
+	"testing"
+	"time"
+
+	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/crypto"
+
+	"github.com/x402gate/x402gate/internal/testenv"
+	"github.com/x402gate/x402gate/x402"
+)
+
+// signedPermit2Payment is a valid v2 exact payment over Permit2 of amount of net's asset
+// from key to payTo, signed as the client signs it (Permit2's EIP-712 digest, v = 27/28),
+// in the normalised form the decoder gives.
+func signedPermit2Payment(b *testing.B, net x402.Network, key *ecdsa.PrivateKey, payTo common.Address, amount *big.Int, now time.Time) (*x402.Payment, *x402.Requirements) {
+	b.Helper()
+	r := &x402.Requirements{
+		Scheme: x402.SchemeExact, Network: net.CAIP2, Amount: new(big.Int).Set(amount), Asset: net.USDC.Address,
+		PayTo: payTo, MaxTimeoutSeconds: 600, Extra: map[string]any{x402.ExtraAssetTransferMethod: x402.TransferPermit2},
+	}
+	a := &x402.Permit2Authorization{
+		From: crypto.PubkeyToAddress(key.PublicKey), Token: net.USDC.Address, Amount: new(big.Int).Set(amount),
+		Spender: x402.ExactPermit2ProxyAddress, Nonce: big.NewInt(0x4002), Deadline: big.NewInt(now.Unix() + 600),
+		To: payTo, ValidAfter: big.NewInt(0),
+	}
+	return permit2Payment(b, net.ChainID, a, r, key), r
+}
+
+// permit2Payment is the normalised v2 payment of a for r, signed with key over Permit2's
+// EIP-712 digest on chainID (a wallet's owner key signs for the wallet).
+func permit2Payment(t testing.TB, chainID *big.Int, a *x402.Permit2Authorization, r *x402.Requirements, key *ecdsa.PrivateKey) *x402.Payment {
+	t.Helper()
+	h, err := x402.Permit2Hash(chainID, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc := *r
+	raw, err := json.Marshal((&x402.Payment{Version: x402.Version2, Scheme: r.Scheme, Network: r.Network,
+		Signature: testenv.SignDigest(t, key, h), Permit2: a, Accepted: &acc}).PayloadV2())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := x402.DecodePayloadJSON(raw, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// BenchmarkVerifyCPUPermit2 is BenchmarkVerifyCPU for an exact payment over Permit2: the
+// same pins and match plus the spender, witness and token, Permit2's EIP-712 digest (three
+// struct hashes besides the domain's), and ECDSA recovery.
+func BenchmarkVerifyCPUPermit2(b *testing.B) { benchVerifyCPU(b, signedPermit2Payment) }
+
+// BenchmarkVerifyRPCPermit2 is BenchmarkVerifyRPC for an exact payment over Permit2 made
+// by the real client: the CPU path plus one batched round trip for the balance, the
+// allowance to Permit2, the nonce's word of Permit2's bitmap and the payer's code.
+func BenchmarkVerifyRPCPermit2(b *testing.B) {
+	env := newPermit2Env(b)
+	e := env.engine(b, env.config(b))
+	r := env.permit2Requirements(e, x402.SchemeExact, permit2Price)
+	p := payPermit2(b, env.chain.Accounts[1], r)[0]
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		got, err := e.Verify(ctx, x402.VerifyInput{Payment: p, Requirements: r})
+		if err != nil || !got.IsValid {
+			b.Fatalf("verify = %+v, %v", got, err)
+		}
+	}
+}
