@@ -201,7 +201,7 @@ func (c *chain) accepts(r *x402.Requirements) bool {
 // permit2_allowance_required, which a gate answers 412), and asks an EOA signer that has
 // code to accept the signature as Permit2 would.
 func (e *Service) checkPermit2State(ctx context.Context, c *checked) *failure {
-	bal, allowance, used, code, err := c.chain.permit2State(ctx, c.auth.From, c.asset, c.p.Permit2.Nonce)
+	bal, allowance, used, code, err := c.chain.permit2State(ctx, c.auth.From, c.r.Asset, c.p.Permit2.Nonce)
 	if err != nil {
 		return e.stateFailure(c, err)
 	}
@@ -211,9 +211,9 @@ func (e *Service) checkPermit2State(ctx context.Context, c *checked) *failure {
 	switch {
 	case used:
 		return fail(x402.ReasonNonceUsed, "the Permit2 nonce is already used on chain")
-	case bal.Cmp(c.amount) < 0:
+	case bal.Cmp(c.r.Amount) < 0:
 		return fail(x402.ReasonInsufficientFunds, "payer balance is below the amount")
-	case allowance.Cmp(c.amount) < 0:
+	case allowance.Cmp(c.r.Amount) < 0:
 		return fail(x402.ReasonPermit2AllowanceRequired, "the payer's allowance to Permit2 is below the amount: the payer must approve Permit2 (%s) for this token once", x402.Permit2Address.Hex())
 	}
 	return nil

@@ -104,7 +104,7 @@ func (e *Service) settle(ctx context.Context, p *x402.Payment, r *x402.Requireme
 	faults.Point("settle.after-approval")
 	// An upto settle of 0 moves nothing: it is claimed below, so the authorization is spent
 	// for this facilitator, and never broadcast (docs/payments.md#upto).
-	nothing := c.amount.Sign() == 0
+	nothing := c.r.Amount.Sign() == 0
 	if !c.proven && !nothing {
 		if f := e.checkTokenState(ctx, c); f != nil {
 			return refuse(f)
@@ -201,7 +201,7 @@ func (e *Service) settle(ctx context.Context, p *x402.Payment, r *x402.Requireme
 		res.resp.Transaction, res.resp.TxHash = rcpt.TxHash.Hex(), rcpt.TxHash.Hex()
 	}
 	faults.Point("settle.after-receipt")
-	if f := checkReceipt(c.chain, rcpt, c.asset, x402.Authorization{From: c.auth.From, To: c.auth.To, Value: c.amount}); f != nil {
+	if f := checkReceipt(c.chain, rcpt, c.r.Asset, x402.Authorization{From: c.auth.From, To: c.auth.To, Value: c.r.Amount}); f != nil {
 		e.journalSettled(ctx, c, journal.StateFailed, string(f.reason), rcpt.TxHash)
 		return refuse(f)
 	}
@@ -312,14 +312,14 @@ func (e *Service) claim(ctx context.Context, c *checked) *failure {
 // simulate packs the settlement of c and runs it without broadcasting (the token's own
 // checks, or the proxy's and Permit2's), which also sets the transaction's gas limit:
 // transferWithAuthorization on the token, or the settle of the x402 proxy of a Permit2
-// payment, for c.amount.
+// payment, for c.r.Amount.
 func (e *Service) simulate(ctx context.Context, c *checked) (txsender.Call, *failure) {
 	to, mapRevert, refusal := c.chain.net.USDC.Address, revertReason, "the token refuses the transfer"
 	var data []byte
 	var err error
 	if a := c.p.Permit2; a != nil {
 		to, mapRevert, refusal = a.Spender, permit2RevertReason, "the x402 proxy or Permit2 refuses the settlement"
-		data, err = c.chain.abi.proxySettleCalldata(a, c.amount, c.sig)
+		data, err = c.chain.abi.proxySettleCalldata(a, c.r.Amount, c.sig)
 	} else {
 		data, err = c.chain.transferCalldata(c.auth, c.sig, c.eoa)
 	}
@@ -426,7 +426,7 @@ func (e *Service) journaled(c *checked) *txsender.Journaled {
 			Asset:            c.key.Asset,
 			Payer:            c.key.Payer,
 			PayTo:            c.key.PayTo,
-			Amount:           c.amount,
+			Amount:           c.r.Amount,
 			Nonce:            c.key.Nonce,
 			TxHash:           tx.Hash(),
 			RawTx:            raw,

@@ -37,17 +37,15 @@ func fail(r x402.Reason, format string, args ...any) *failure {
 type checked struct {
 	chain *chain
 	p     *x402.Payment
-	r     *x402.Requirements
-	auth  x402.Authorization
-	// asset and amount are what moves: the requirement's token and amount (for upto at
-	// settle, the metered amount; at most the signed maximum).
-	asset  common.Address
-	amount *big.Int
-	hash   common.Hash // EIP-712 digest of the authorization under the configured domain (Permit2's for Permit2)
-	sig    []byte      // the signature the token checks: the inner one of an ERC-6492 wrapper
-	wrap   *erc6492    // set while the signer is an ERC-6492 wallet that is not deployed yet
-	eoa    bool        // ecrecover(hash, sig) == from
-	key    x402.PaymentKey
+	// r is what is paid: its asset and amount are what moves (for upto at settle, the
+	// metered amount, at most the signed maximum).
+	r    *x402.Requirements
+	auth x402.Authorization
+	hash common.Hash // EIP-712 digest of the authorization under the configured domain (Permit2's for Permit2)
+	sig  []byte      // the signature the token checks: the inner one of an ERC-6492 wrapper
+	wrap *erc6492    // set while the signer is an ERC-6492 wallet that is not deployed yet
+	eoa  bool        // ecrecover(hash, sig) == from
+	key  x402.PaymentKey
 	// proven: an in-process Verify proved the signature and the token's state of this
 	// very payment (proof), so they are not checked again.
 	proven bool
@@ -103,7 +101,7 @@ func (e *Service) checkStatic(p *x402.Payment, r *x402.Requirements, now time.Ti
 	if f != nil {
 		return nil, f
 	}
-	ck := &checked{chain: c, p: p, r: r, auth: a, asset: r.Asset, amount: r.Amount, hash: hash, sig: p.Signature, key: x402.KeyOf(p, r)}
+	ck := &checked{chain: c, p: p, r: r, auth: a, hash: hash, sig: p.Signature, key: x402.KeyOf(p, r)}
 	w, wrapped, err := parseERC6492(e.abi, p.Signature)
 	if err != nil || (wrapped && p.Permit2 != nil) {
 		return nil, fail(x402.ReasonInvalidSignature, "malformed ERC-6492 signature, or one for Permit2, which takes none")

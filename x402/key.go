@@ -16,11 +16,12 @@ type PaymentKey struct {
 	Asset   common.Address
 	Payer   common.Address
 	PayTo   common.Address
-	Amount  *big.Int
-	Nonce   [32]byte
 	// Permit2 marks a Permit2 payment: Nonce is its Permit2 nonce, which Permit2 spends
 	// once per payer whatever the token, and Amount the permitted amount (upto's maximum).
+	// (It sits here, in the padding before Amount, so the key is no larger.)
 	Permit2 bool
+	Amount  *big.Int
+	Nonce   [32]byte
 }
 
 // KeyOf is the PaymentKey of p paying r: the signed payer, payee, amount and nonce, on
