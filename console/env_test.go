@@ -56,6 +56,7 @@ const adminKey = "test-admin-key-0123456789abcdef"
 // settlement journal on SQLite, and the console in front of them.
 type env struct {
 	t       testing.TB
+	st      *store.Store
 	srv     *verdictserver.Server
 	op      *verdictserver.Operator
 	api     *httptest.Server
@@ -105,7 +106,7 @@ func newEnv(t testing.TB, cfg Config, tls bool) *env {
 		t.Fatal(err)
 	}
 	core, logs := observer.New(zapcore.DebugLevel)
-	e := &env{t: t, clock: &clock{}, logs: logs}
+	e := &env{t: t, st: st, clock: &clock{}, logs: logs}
 	fast := &verdictserver.RateConfig{Rate: 1000, Burst: 1000}
 	e.srv, err = verdictserver.New(verdictserver.Config{RateKey: fast, RateIP: fast, AdminKey: adminKey},
 		verdictserver.Deps{Store: st, Engine: eng, SweepInterval: 50 * time.Millisecond, Logger: zap.New(core)})
