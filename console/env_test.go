@@ -90,6 +90,12 @@ func (c *clock) set(t time.Time) {
 // newEnv starts the service and the console with cfg; tls serves the console over TLS.
 func newEnv(t testing.TB, cfg Config, tls bool) *env {
 	t.Helper()
+	return newEnvWith(t, cfg, tls, nil)
+}
+
+// newEnvWith is newEnv with the engine wrapped by wrap, when not nil.
+func newEnvWith(t testing.TB, cfg Config, tls bool, wrap func(engine.Engine) engine.Engine) *env {
+	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
 	db, err := sqldb.OpenSQLite(ctx, filepath.Join(dir, "verdict.db"))
@@ -101,9 +107,13 @@ func newEnv(t testing.TB, cfg Config, tls bool) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	eng, err := engine.New(engine.Config{}, engine.Deps{})
+	var eng engine.Engine
+	eng, err = engine.New(engine.Config{}, engine.Deps{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if wrap != nil {
+		eng = wrap(eng)
 	}
 	core, logs := observer.New(zapcore.DebugLevel)
 	e := &env{t: t, st: st, clock: &clock{}, logs: logs}
