@@ -4,50 +4,35 @@ import (
 	"context"
 	"net/http"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ethereum/go-ethereum/common"
 
 	"github.com/x402gate/x402gate/internal/sqldb"
+	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/verdictserver/store"
 )
-
-// stepClock is a Server's clock that a test moves.
-type stepClock struct {
-	mu sync.Mutex
-	at time.Time
-}
-
-func (c *stepClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.at
-}
-
-func (c *stepClock) set(t time.Time) {
-	c.mu.Lock()
-	c.at = t
-	c.mu.Unlock()
-}
 
 // instance is one verdict service of several on one database, with its own clock.
 type instance struct {
 	*env
-	clock *stepClock
+	clock *testenv.Clock
 }
 
 func newInstance(t *testing.T, st *store.Store, at time.Time) instance {
-	c := &stepClock{at: at}
-	return instance{env: newEnv(t, st, func(_ *Config, d *Deps) { d.Now = c.now }), clock: c}
+	c := testenv.NewClock(at)
+	return instance{env: newEnv(t, st, func(_ *Config, d *Deps) { d.Now = c.Now }), clock: c}
 }
+
+// at moves the instance's clock to t.
+func (in instance) at(t time.Time) { in.clock.Add(t.Sub(in.clock.Now())) }
 
 // use authenticates key on the instance at the time at, and waits for the write it may
 // have started after its answer.
 func (in instance) use(t *testing.T, key string, at time.Time) {
 	t.Helper()
-	in.clock.set(at)
+	in.at(at)
 	if r := in.status(key, "0xunknown"); r.status != http.StatusNotFound {
 		t.Fatalf("an authenticated read = %d %s", r.status, r.raw)
 	}
@@ -135,7 +120,7 @@ func TestKeyUseIsWrittenAfterTheAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in.clock.set(t0)
+	in.at(t0)
 	if r := in.status(ag.Key, "0xunknown"); r.status != http.StatusNotFound {
 		t.Fatalf("an authenticated read while the store is locked = %d %s", r.status, r.raw)
 	}
