@@ -49,7 +49,7 @@ var docClaims = []docClaim{
 
 	// docs/console.md
 	{"docs/console.md", fmt.Sprintf("how long a session lasts after sign-in, 1m to %s | %s (`console.DefaultSessionTTL`)", caddyDuration(console.MaxSessionTTL), caddyDuration(console.DefaultSessionTTL))},
-	{"docs/console.md", fmt.Sprintf("The page reads the newest %d (`store.MaxPage`) actions", store.MaxPage)},
+	{"docs/console.md", fmt.Sprintf("use at most once per %s (`verdictserver.KeyUseInterval`)", caddyDuration(verdictserver.KeyUseInterval))},
 	{"docs/console.md", fmt.Sprintf("(1 to %s; the form starts at `verdictserver.DefaultReplayLast`)", thousands(verdictserver.MaxReplayLast))},
 
 	// docs/reliability.md#resource-limits

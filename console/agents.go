@@ -21,12 +21,12 @@ type agentView struct {
 	NoPolicy bool
 }
 
-// keyView is one key: its id, scopes, creation, last use seen here and revocation.
+// keyView is one key: its id, scopes, creation, last use and revocation.
 type keyView struct {
 	ID       string
 	Scopes   string
 	Created  time.Time
-	LastUsed time.Time // zero: not since this instance started
+	LastUsed *time.Time // nil: never (store.Key.LastUsedAt)
 	Revoked  *time.Time
 }
 
@@ -69,9 +69,8 @@ func (c *Console) agentView(r *http.Request, a store.Agent) (agentView, error) {
 		return v, err
 	}
 	for _, k := range keys {
-		kv := keyView{ID: k.ID, Scopes: strings.Join(k.Scopes, " "), Created: k.CreatedAt, Revoked: k.RevokedAt}
-		kv.LastUsed, _ = c.svc.KeyLastUsed(k.ID)
-		v.Keys = append(v.Keys, kv)
+		v.Keys = append(v.Keys, keyView{ID: k.ID, Scopes: strings.Join(k.Scopes, " "), Created: k.CreatedAt,
+			LastUsed: k.LastUsedAt, Revoked: k.RevokedAt})
 	}
 	ws, err := c.op.Windows(ctx, a.ID, c.now())
 	if errors.Is(err, store.ErrNotFound) {

@@ -73,8 +73,6 @@ type Service interface {
 	SignIn(ctx context.Context, key string) (verdictserver.Caller, error)
 	// Recheck checks a signed-in caller's key again, on every request.
 	Recheck(ctx context.Context, c verdictserver.Caller) (verdictserver.Caller, error)
-	// KeyLastUsed says when the service last authenticated a key.
-	KeyLastUsed(keyID string) (time.Time, bool)
 }
 
 // Journal is the settlement journal as the Payments page reads it; *journal.DB is one.

@@ -56,6 +56,7 @@ const adminKey = "test-admin-key-0123456789abcdef"
 // settlement journal on SQLite, and the console in front of them.
 type env struct {
 	t       testing.TB
+	st      *store.Store
 	srv     *verdictserver.Server
 	op      *verdictserver.Operator
 	api     *httptest.Server
@@ -89,6 +90,12 @@ func (c *clock) set(t time.Time) {
 // newEnv starts the service and the console with cfg; tls serves the console over TLS.
 func newEnv(t testing.TB, cfg Config, tls bool) *env {
 	t.Helper()
+	return newEnvWith(t, cfg, tls, nil)
+}
+
+// newEnvWith is newEnv with the engine wrapped by wrap, when not nil.
+func newEnvWith(t testing.TB, cfg Config, tls bool, wrap func(engine.Engine) engine.Engine) *env {
+	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
 	db, err := sqldb.OpenSQLite(ctx, filepath.Join(dir, "verdict.db"))
@@ -100,12 +107,16 @@ func newEnv(t testing.TB, cfg Config, tls bool) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	eng, err := engine.New(engine.Config{}, engine.Deps{})
+	var eng engine.Engine
+	eng, err = engine.New(engine.Config{}, engine.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if wrap != nil {
+		eng = wrap(eng)
+	}
 	core, logs := observer.New(zapcore.DebugLevel)
-	e := &env{t: t, clock: &clock{}, logs: logs}
+	e := &env{t: t, st: st, clock: &clock{}, logs: logs}
 	fast := &verdictserver.RateConfig{Rate: 1000, Burst: 1000}
 	e.srv, err = verdictserver.New(verdictserver.Config{RateKey: fast, RateIP: fast, AdminKey: adminKey},
 		verdictserver.Deps{Store: st, Engine: eng, SweepInterval: 50 * time.Millisecond, Logger: zap.New(core)})

@@ -21,6 +21,7 @@ type replayForm struct {
 	Max         int
 	Problems    []policy.Problem // the draft's
 	LastProblem string
+	Busy        bool // another replay runs: the form is shown again, to send once it ended
 	Report      *verdictserver.ReplayReport
 }
 
@@ -74,6 +75,13 @@ func (c *Console) runReplay(w http.ResponseWriter, r *http.Request, s *session) 
 	case errors.As(err, &pe):
 		f.Problems = pe.Problems
 		c.render(w, r, s, http.StatusUnprocessableEntity, "replay", "Replay a draft policy", f)
+		return
+	case errors.Is(err, verdictserver.ErrReplayBusy):
+		// One replay at a time per service (docs/replay.md#one-at-a-time): as the admin
+		// route's 429, with the draft kept in the form.
+		f.Busy = true
+		w.Header().Set("Retry-After", "1")
+		c.render(w, r, s, http.StatusTooManyRequests, "replay", "Replay a draft policy", f)
 		return
 	case err != nil:
 		c.failed(w, r, s, "replaying the draft", err)

@@ -2,12 +2,16 @@ package console
 
 import (
 	"context"
+	"html"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	"github.com/x402gate/x402gate/verdict"
 	"github.com/x402gate/x402gate/verdictserver"
+	"github.com/x402gate/x402gate/verdictserver/engine"
 )
 
 // strangerDraft is allowPolicy with the payee swapped: it refuses what allowPolicy approved
@@ -91,4 +95,65 @@ func verdictsOf(t *testing.T, e *env, hashes ...string) []string {
 		out = append(out, tx.Status+string(tx.Verdict))
 	}
 	return out
+}
+
+// heldEngine is the real engine, whose evaluations wait while a test holds them, so that a
+// replay runs for as long as the test needs (only its Evaluate: the service then never
+// judges through the engine's Judge).
+type heldEngine struct {
+	engine.Engine
+	hold    atomic.Pointer[chan struct{}] // nil: not held; else closed to let them go
+	entered chan struct{}
+}
+
+func (h *heldEngine) Evaluate(ctx context.Context, in engine.Input) *verdict.Verdict {
+	if release := h.hold.Load(); release != nil {
+		select {
+		case h.entered <- struct{}{}:
+		default:
+		}
+		<-*release
+	}
+	return h.Engine.Evaluate(ctx, in)
+}
+
+// TestReplayWhileAnotherRuns: a replay sent while another runs is answered 429 with
+// Retry-After and a message that says so, the draft kept in the form; once the other has
+// ended, it runs.
+func TestReplayWhileAnotherRuns(t *testing.T) {
+	held := &heldEngine{entered: make(chan struct{}, 1)}
+	e := newEnvWith(t, Config{}, false, func(eng engine.Engine) engine.Engine { held.Engine = eng; return held })
+	a := e.agent("agent", allowPolicy)
+	e.pay(a, allowedPay, "approved today", nil)
+	b := e.browser()
+	b.signIn(adminKey)
+	form := b.get("/console/replay?agent=" + a.ID)
+	run := func() page {
+		return b.post("/console/replay", url.Values{"csrf": {form.csrf(t)}, "agent": {a.ID}, "draft": {strangerDraft}, "last": {"1"}})
+	}
+
+	release := make(chan struct{})
+	held.hold.Store(&release)
+	other := make(chan error, 1)
+	go func() {
+		_, err := e.op.Replay(context.Background(), a.ID, []byte(strangerDraft), 1)
+		other <- err
+	}()
+	<-held.entered // the other replay is judging
+	p := run()
+	if p.status != http.StatusTooManyRequests || p.header.Get("Retry-After") != "1" ||
+		!strings.Contains(text(p.body), "Another replay is running on this service") {
+		t.Errorf("a replay while another runs: %d, Retry-After %q\n%s", p.status, p.header.Get("Retry-After"), text(p.body))
+	}
+	if !strings.Contains(html.UnescapeString(p.body), otherPay.Hex()) || strings.Contains(p.body, `id="report"`) {
+		t.Errorf("the busy answer does not keep the draft, or shows a report:\n%s", p.body)
+	}
+	held.hold.Store(nil)
+	close(release)
+	if err := <-other; err != nil {
+		t.Fatalf("the other replay: %v", err)
+	}
+	if p := run(); p.status != http.StatusOK || !strings.Contains(p.body, `id="report"`) {
+		t.Errorf("a replay once the other ended: %d\n%s", p.status, text(p.body))
+	}
 }

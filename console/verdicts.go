@@ -2,42 +2,50 @@ package console
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
-	"slices"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/x402gate/x402gate/verdict"
 	"github.com/x402gate/x402gate/verdictserver/store"
 )
 
-// verdictsShown bounds the rows of the Verdicts page; the page looks at the newest
-// store.MaxPage actions of each agent that the filter names (docs/console.md#verdicts).
+// verdictsShown is the rows of one page of the Verdicts page; the next page starts after
+// its last row (docs/console.md#verdicts).
 const verdictsShown = 100
 
-// filter is the Verdicts page's query: agent, outcome, reason code and a time range.
+// filter is the Verdicts page's query: agent, outcome, reason code and a time range, and
+// where the page starts.
 type filter struct {
-	Agent, Outcome, Reason, Since, Until string
-	since, until                         time.Time
-	Problems                             map[string]string // field: problem
+	Agent, Outcome, Reason, Since, Until, After string
+	since, until                                time.Time
+	after                                       store.Cursor
+	Problems                                    map[string]string // field: problem
 }
 
 // timeForms are the accepted forms of since and until, in UTC: a date, or a date and time
 // as a browser's datetime-local input sends it.
 var timeForms = []string{"2006-01-02", "2006-01-02T15:04", "2006-01-02T15:04:05", time.RFC3339}
 
+// statusOf is the store's status of each outcome the filter offers.
+var statusOf = map[string]string{"approved": store.StatusApproved, "rejected": store.StatusRejected, "pending": store.StatusPending}
+
 func parseFilter(r *http.Request) filter {
 	q := r.URL.Query()
 	f := filter{Agent: q.Get("agent"), Outcome: q.Get("outcome"), Reason: strings.TrimSpace(q.Get("reason")),
-		Since: q.Get("since"), Until: q.Get("until"), Problems: map[string]string{}}
-	if f.Outcome != "" && !slices.Contains([]string{"approved", "rejected", "pending"}, f.Outcome) {
+		Since: q.Get("since"), Until: q.Get("until"), After: q.Get("after"), Problems: map[string]string{}}
+	if _, ok := statusOf[f.Outcome]; f.Outcome != "" && !ok {
 		f.Problems["outcome"] = "must be approved, rejected or pending"
 	}
 	f.since = f.parseTime("since", f.Since)
 	f.until = f.parseTime("until", f.Until)
+	f.parseAfter()
 	return f
 }
 
@@ -54,14 +62,39 @@ func (f *filter) parseTime(field, v string) time.Time {
 	return time.Time{}
 }
 
-// match reports whether t passes the filter.
-func (f filter) match(t store.Transaction, v *shownVerdict) bool {
-	outcome, reason := "pending", "pending"
-	if v != nil {
-		outcome, reason = v.Outcome, v.ReasonCode
+// parseAfter reads the cursor of a next page: the creation time (unix microseconds) and id
+// of the last row before it, as nextPage wrote them.
+func (f *filter) parseAfter() {
+	if f.After == "" {
+		return
 	}
-	return (f.Outcome == "" || f.Outcome == outcome) && (f.Reason == "" || f.Reason == reason) &&
-		(f.since.IsZero() || !t.CreatedAt.Before(f.since))
+	us, id, ok := strings.Cut(f.After, "_")
+	micros, err := strconv.ParseInt(us, 10, 64)
+	if !ok || err != nil || micros <= 0 || id == "" || !utf8.ValidString(id) {
+		f.Problems["after"] = "is not a page of this list: start from the first page"
+		return
+	}
+	f.after = store.Cursor{CreatedAt: time.UnixMicro(micros).UTC(), ID: id}
+}
+
+// search is the store's search of the filter.
+func (f filter) search() store.Search {
+	return store.Search{AgentID: f.Agent, Status: statusOf[f.Outcome], ReasonCode: f.Reason, Since: f.since, Until: f.until}
+}
+
+// page is the URL of a page of the filter's list: the first, or the one after the row
+// last.
+func (f filter) page(last *store.Transaction) string {
+	q := url.Values{}
+	for k, v := range map[string]string{"agent": f.Agent, "outcome": f.Outcome, "reason": f.Reason, "since": f.Since, "until": f.Until} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if last != nil {
+		q.Set("after", fmt.Sprintf("%d_%s", last.CreatedAt.UnixMicro(), last.ID))
+	}
+	return Path + "/verdicts?" + q.Encode()
 }
 
 // row is one action on the Verdicts page.
@@ -71,7 +104,8 @@ type row struct {
 	V         *shownVerdict
 }
 
-// verdictsPage lists actions and their verdicts, newest first, filtered.
+// verdictsPage lists actions and their verdicts, newest first, filtered, one page at a
+// time: the store searches the whole history with an index for each filter.
 func (c *Console) verdictsPage(w http.ResponseWriter, r *http.Request, s *session) {
 	f := parseFilter(r)
 	agents, err := c.op.Agents(r.Context())
@@ -80,32 +114,30 @@ func (c *Console) verdictsPage(w http.ResponseWriter, r *http.Request, s *sessio
 		return
 	}
 	data := map[string]any{"Filter": f, "Agents": agents}
+	if f.After != "" {
+		data["First"] = f.page(nil)
+	}
 	if len(f.Problems) > 0 {
 		c.render(w, r, s, http.StatusBadRequest, "verdicts", "Verdicts", data)
 		return
 	}
-	var rows []row
-	for _, a := range agents {
-		if f.Agent != "" && a.ID != f.Agent {
-			continue
-		}
-		txs, err := c.op.Transactions(r.Context(), a.ID, store.Cursor{CreatedAt: f.until}, store.MaxPage)
-		if err != nil {
-			c.failed(w, r, s, "listing the verdicts of "+a.ID, err)
-			return
-		}
-		for _, t := range txs {
-			v := parseVerdict(t.Verdict)
-			if f.match(t, v) {
-				rows = append(rows, row{Transaction: t, AgentName: a.Name, V: v})
-			}
-		}
+	txs, err := c.op.SearchTransactions(r.Context(), f.search(), f.after, verdictsShown+1)
+	if err != nil {
+		c.failed(w, r, s, "searching the verdicts", err)
+		return
 	}
-	slices.SortFunc(rows, func(a, b row) int {
-		return cmp.Or(b.CreatedAt.Compare(a.CreatedAt), strings.Compare(b.ID, a.ID))
-	})
-	data["More"] = len(rows) > verdictsShown
-	data["Rows"] = rows[:min(len(rows), verdictsShown)]
+	names := make(map[string]string, len(agents))
+	for _, a := range agents {
+		names[a.ID] = a.Name
+	}
+	rows := make([]row, 0, min(len(txs), verdictsShown))
+	for _, t := range txs[:min(len(txs), verdictsShown)] {
+		rows = append(rows, row{Transaction: t, AgentName: names[t.AgentID], V: parseVerdict(t.Verdict)})
+	}
+	if len(txs) > verdictsShown {
+		data["Next"] = f.page(&txs[verdictsShown-1])
+	}
+	data["Rows"] = rows
 	c.render(w, r, s, http.StatusOK, "verdicts", "Verdicts", data)
 }
 

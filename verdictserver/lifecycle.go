@@ -44,7 +44,8 @@ func (s *Server) Start(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the workers and the sweeper and waits for evaluations under way to end.
+// Close stops the workers and the sweeper and waits for evaluations under way to end, and
+// for the writes of keys' last uses (keyUsed).
 // Records not yet completed stay PENDING in the store, for the next Start. The store stays
 // open.
 func (s *Server) Close() error {
@@ -56,6 +57,7 @@ func (s *Server) Close() error {
 		cancel()
 	}
 	s.wg.Wait()
+	s.closeKeyUses()
 	return nil
 }
 

@@ -80,7 +80,7 @@ type Server struct {
 	fees         *FeeSchedule
 	signer       *signer // nil: verdicts are not signed
 	adminKeyHash [32]byte
-	uses         keyUses // when each agent key last authenticated here (signin.go)
+	uses         keyUses // the writes of each agent key's last use (signin.go)
 	clientIP     func(*http.Request) string
 	log          *zap.Logger
 	now          func() time.Time

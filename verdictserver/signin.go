@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/x402gate/x402gate/verdictserver/store"
 )
 
@@ -85,30 +87,77 @@ func adminCaller(k store.Key) (Caller, error) {
 	return Caller{KeyID: k.ID, AgentID: k.AgentID, Write: p.has(ScopeAdminWrite)}, nil
 }
 
-// keyUses remembers when this instance last authenticated each agent key. The store keeps
-// no last-use time (it would be a write per request), so the console shows the last use
-// this instance saw (docs/console.md#agents).
+// KeyUseInterval is how often, at most, an instance writes a key's last use to the store
+// (docs/console.md#agents): authentication pays no write per request, and the stored time
+// is at most this much behind the key's last use.
+const KeyUseInterval = time.Minute
+
+// keyUseTimeout bounds one write of a key's last use.
+const keyUseTimeout = 10 * time.Second
+
+// keyUses is when this instance last wrote each agent key's use to the store (or began to),
+// and the writes under way.
 type keyUses struct {
-	mu sync.Mutex
-	at map[string]time.Time
+	mu      sync.Mutex
+	written map[string]time.Time
+	closed  bool // Close waits for the writes under way; later ones are written at once
+	wg      sync.WaitGroup
 }
 
-// keyUsed records that the key keyID authenticated now.
+// keyUsed records that the key keyID authenticated now: a write to the store when this
+// instance wrote none for the key in KeyUseInterval, made after the request's answer, not
+// before it. A write that fails is tried again by the key's next use.
 func (s *Server) keyUsed(keyID string) {
 	now := s.now()
-	s.uses.mu.Lock()
-	if s.uses.at == nil {
-		s.uses.at = map[string]time.Time{}
+	u := &s.uses
+	u.mu.Lock()
+	last, seen := u.written[keyID]
+	due := !seen || now.Sub(last) >= KeyUseInterval || now.Before(last)
+	if due {
+		if u.written == nil {
+			u.written = map[string]time.Time{}
+		}
+		u.written[keyID] = now
 	}
-	s.uses.at[keyID] = now
+	closed := u.closed
+	if due && !closed {
+		u.wg.Add(1)
+	}
+	u.mu.Unlock()
+	switch {
+	case !due:
+	case closed:
+		s.writeKeyUse(keyID, now)
+	default:
+		go func() {
+			defer u.wg.Done()
+			s.writeKeyUse(keyID, now)
+		}()
+	}
+}
+
+// writeKeyUse writes that keyID authenticated at at; on failure it forgets the write, so
+// that the key's next use tries again.
+func (s *Server) writeKeyUse(keyID string, at time.Time) {
+	ctx, cancel := context.WithTimeout(context.Background(), keyUseTimeout)
+	defer cancel()
+	err := s.store.KeyUsed(ctx, keyID, at)
+	if err == nil {
+		return
+	}
+	s.log.Warn("recording a key's last use", zap.String("keyId", keyID), zapError(err))
+	s.uses.mu.Lock()
+	if s.uses.written[keyID].Equal(at) {
+		delete(s.uses.written, keyID)
+	}
 	s.uses.mu.Unlock()
 }
 
-// KeyLastUsed returns when this instance last authenticated the key keyID, and whether it
-// did since it started.
-func (s *Server) KeyLastUsed(keyID string) (time.Time, bool) {
+// closeKeyUses waits for the writes of key uses under way; later uses are written before
+// their answer, as the server no longer runs anything in the background.
+func (s *Server) closeKeyUses() {
 	s.uses.mu.Lock()
-	defer s.uses.mu.Unlock()
-	t, ok := s.uses.at[keyID]
-	return t, ok
+	s.uses.closed = true
+	s.uses.mu.Unlock()
+	s.uses.wg.Wait()
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 	"unicode"
 
 	"github.com/ethereum/go-ethereum/common"
@@ -154,7 +155,7 @@ func (s *Store) CreateKey(ctx context.Context, agentID string, keyID string, has
 	return k, nil
 }
 
-const keyColumns = `id, agent_id, hash, scopes, created_at, revoked_at`
+const keyColumns = `id, agent_id, hash, scopes, created_at, revoked_at, last_used_at`
 
 // KeyByHash returns the valid key whose secret hashes to hash. An unknown or revoked key
 // is ErrNotFound. The stored hash is compared in constant time. A key found is remembered
@@ -239,19 +240,47 @@ func (s *Store) scanKey(row interface{ Scan(...any) error }) (Key, []byte, error
 		scopes  string
 		created int64
 		revoked sql.NullInt64
+		used    sql.NullInt64
 	)
-	if err := row.Scan(&k.ID, &k.AgentID, &hash, &scopes, &created, &revoked); err != nil {
+	if err := row.Scan(&k.ID, &k.AgentID, &hash, &scopes, &created, &revoked, &used); err != nil {
 		return Key{}, nil, err
 	}
 	if err := json.Unmarshal([]byte(scopes), &k.Scopes); err != nil {
 		return Key{}, nil, fmt.Errorf("key %s: bad scopes in the verdict store", k.ID)
 	}
 	k.CreatedAt = fromMicros(created)
-	if revoked.Valid {
-		t := fromMicros(revoked.Int64)
-		k.RevokedAt = &t
-	}
+	k.RevokedAt, k.LastUsedAt = nullTime(revoked), nullTime(used)
 	return k, hash, nil
+}
+
+// nullTime is a nullable stored time; NULL is nil.
+func nullTime(v sql.NullInt64) *time.Time {
+	if !v.Valid {
+		return nil
+	}
+	t := fromMicros(v.Int64)
+	return &t
+}
+
+// KeyUsed records that the key keyID authenticated at at: its LastUsedAt becomes at unless
+// it is later already, so that instances writing out of order never move it back. An
+// unknown key is ErrNotFound. The caller writes it rarely (docs/console.md#agents: at most
+// once per key per minute per instance).
+func (s *Store) KeyUsed(ctx context.Context, keyID string, at time.Time) error {
+	op := "key used " + keyID
+	wrote, err := s.writes.do(ctx, func(ctx context.Context, tx *sql.Tx) (bool, error) {
+		return affected(tx.ExecContext(ctx, `UPDATE api_keys SET last_used_at = $1
+			WHERE id = $2 AND (last_used_at IS NULL OR last_used_at < $1)`, micros(at), keyID))
+	})
+	if err != nil {
+		return s.fail(op, err)
+	}
+	if !wrote {
+		if _, err := s.Key(ctx, keyID); err != nil {
+			return fmt.Errorf("verdict store %s: %w", op, err)
+		}
+	}
+	return nil
 }
 
 // AddWallet registers addr on chainID as a wallet of the agent. An address belongs to at

@@ -1,6 +1,12 @@
 package store
 
-import "github.com/x402gate/x402gate/internal/sqldb"
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/x402gate/x402gate/internal/sqldb"
+)
 
 // schema is the store's tables, one migration per version, shared by both engines. Times
 // are unix microseconds (UTC). JSON documents are TEXT, kept byte for byte as written.
@@ -92,5 +98,57 @@ var schema = sqldb.Schema{
 		)`,
 			`CREATE INDEX spend_reservations_window ON spend_reservations (agent_id, scope, created_at)`,
 		}},
+		// A key's last use (docs/console.md#agents), written by KeyUsed.
+		{Version: 4, Statements: []string{
+			`ALTER TABLE api_keys ADD COLUMN last_used_at BIGINT`,
+		}},
+		// The search of the console's Verdicts page (SearchTransactions): the verdict's
+		// reason code in a column of its own, filled for the verdicts stored before, and an
+		// index for each filter, so that every search reads only the rows it shows. An
+		// agent alone is transactions_agent_created.
+		{Version: 5, Statements: []string{
+			`ALTER TABLE transactions ADD COLUMN reason_code TEXT`,
+			`UPDATE transactions SET reason_code = ` + reasonOf("verdict") + ` WHERE verdict IS NOT NULL`,
+			`CREATE INDEX transactions_created ON transactions (created_at, id)`,
+			`CREATE INDEX transactions_status ON transactions (status, created_at, id)`,
+			`CREATE INDEX transactions_agent_status ON transactions (agent_id, status, created_at, id)`,
+			`CREATE INDEX transactions_reason ON transactions (reason_code, created_at, id) WHERE reason_code IS NOT NULL`,
+			`CREATE INDEX transactions_agent_reason ON transactions (agent_id, reason_code, created_at, id) WHERE reason_code IS NOT NULL`,
+		}},
 	},
+}
+
+// reasonOf is the SQL of the reasonCode member of the verdict document v (a TEXT column
+// or parameter), or NULL without one. {{reason:...}} is replaced per engine by
+// dialectSchema: SQLite's json_extract, PostgreSQL's ->> on json (not jsonb, which would
+// refuse a \u0000 escape elsewhere in the document).
+func reasonOf(v string) string { return "{{reason:" + v + "}}" }
+
+// reasonSQL are the engines' forms of reasonOf, with %s the document.
+var reasonSQL = map[string]string{
+	sqldb.SQLite.Name:   "json_extract(%s, '$.reasonCode')",
+	sqldb.Postgres.Name: "(CAST(%s AS TEXT)::json ->> 'reasonCode')",
+}
+
+// reasonPattern finds reasonOf's placeholders.
+var reasonPattern = regexp.MustCompile(`\{\{reason:[^}]+\}\}`)
+
+// dialectSQL is q with reasonOf's placeholders in the engine's form.
+func dialectSQL(dialect, q string) string {
+	return reasonPattern.ReplaceAllStringFunc(q, func(m string) string {
+		return fmt.Sprintf(reasonSQL[dialect], strings.TrimSuffix(strings.TrimPrefix(m, "{{reason:"), "}}"))
+	})
+}
+
+// dialectSchema is schema for one engine.
+func dialectSchema(dialect string) sqldb.Schema {
+	out := schema
+	out.Migrations = make([]sqldb.Migration, len(schema.Migrations))
+	for i, m := range schema.Migrations {
+		out.Migrations[i] = sqldb.Migration{Version: m.Version, Statements: make([]string, len(m.Statements))}
+		for j, q := range m.Statements {
+			out.Migrations[i].Statements[j] = dialectSQL(dialect, q)
+		}
+	}
+	return out
 }

@@ -63,6 +63,10 @@ type Key struct {
 	Scopes    []string
 	CreatedAt time.Time
 	RevokedAt *time.Time // nil while the key is valid
+	// LastUsedAt is when the key last authenticated, as the instances wrote it: each at
+	// most once per key per minute, so it may be up to that much behind (KeyUsed); nil
+	// when it never did. A key KeyByHash remembers keeps the value it was read with.
+	LastUsedAt *time.Time
 }
 
 // Wallet is an address an agent registered on one chain. An address belongs to at most
@@ -145,7 +149,7 @@ func (s *Store) prepare(ctx context.Context) error {
 		{&s.stmts.walletOwner, walletSelectSQL},
 		{&s.stmts.activePolicy, `SELECT ` + policyColumns + ` FROM policy_versions WHERE agent_id = $1 ORDER BY version DESC LIMIT 1`},
 	} {
-		st, err := s.db.PrepareContext(ctx, p.q)
+		st, err := s.db.PrepareContext(ctx, dialectSQL(s.db.Dialect.Name, p.q))
 		if err != nil {
 			return s.fail("prepare", err)
 		}
@@ -160,7 +164,7 @@ func Open(ctx context.Context, db *sqldb.DB) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("verdict store: nil database")
 	}
-	if err := db.Migrate(ctx, schema); err != nil {
+	if err := db.Migrate(ctx, dialectSchema(db.Dialect.Name)); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("verdict store: %w", err)
 	}

@@ -159,7 +159,7 @@ var lifecycleCases = []storeCase{
 
 func allCases() []storeCase {
 	var all []storeCase
-	for _, cs := range [][]storeCase{lifecycleCases, agentCases, keyCases, walletCases, policyCases, transactionCases, listCases, commitCases, keyCacheCases, windowCases} {
+	for _, cs := range [][]storeCase{lifecycleCases, agentCases, keyCases, walletCases, policyCases, transactionCases, listCases, commitCases, keyCacheCases, windowCases, keyUseCases, searchCases} {
 		all = append(all, cs...)
 	}
 	return all

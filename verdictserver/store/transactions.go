@@ -194,8 +194,9 @@ func (s *Store) Complete(ctx context.Context, requestHash string, status string,
 	return fmt.Errorf("verdict store %s: already %s: %w", op, t.Status, ErrTerminal)
 }
 
-const completeTransactionSQL = `UPDATE transactions SET status = $1, verdict = $2, policy_version = $3, updated_at = $4
-	WHERE request_hash = $5 AND status = 'PENDING'`
+// completeTransactionSQL keeps the verdict's reason code beside it, for SearchTransactions.
+var completeTransactionSQL = `UPDATE transactions SET status = $1, verdict = $2, policy_version = $3, updated_at = $4,
+	reason_code = ` + reasonOf("$2") + ` WHERE request_hash = $5 AND status = 'PENDING'`
 
 // affected is whether an Exec wrote a row; its error is the driver's, for the caller to
 // wrap.

@@ -100,7 +100,7 @@ func (s *Store) CompleteReserving(ctx context.Context, requestHash string, r Res
 				return s.fail(op, err)
 			}
 		}
-		ok, err := affected(tx.ExecContext(ctx, completeTransactionSQL, d.Status, string(d.Verdict), policyArg(d.PolicyVersion), micros(now()), requestHash))
+		ok, err := affected(tx.StmtContext(ctx, s.stmts.completeTransaction).ExecContext(ctx, d.Status, string(d.Verdict), policyArg(d.PolicyVersion), micros(now()), requestHash))
 		if err != nil {
 			return s.fail(op, err)
 		}
