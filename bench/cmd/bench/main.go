@@ -38,7 +38,7 @@ type config struct {
 	rounds, paidRounds                   int
 	wrkDur, verifyDur, paidDur           time.Duration
 	soak                                 time.Duration
-	verifyConc                           int
+	verifyConc, soakConc                 int
 	payers                               int
 	started                              int64
 }
@@ -64,6 +64,7 @@ func main() {
 	flag.DurationVar(&c.paidDur, "paid-duration", 6*time.Second, "one paid-path run")
 	flag.DurationVar(&c.soak, "soak", 120*time.Second, "the RSS soak on the paid path")
 	flag.IntVar(&c.verifyConc, "verify-conc", 8, "concurrent /verify requests")
+	flag.IntVar(&c.soakConc, "soak-conc", 64, "concurrent paid requests of the RSS soak")
 	flag.IntVar(&c.payers, "payers", 64, "distinct payer accounts")
 	flag.Int64Var(&c.started, "started", 0, "when bench/run started (Unix seconds), for the reported runtime")
 	flag.Parse()

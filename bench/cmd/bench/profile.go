@@ -44,7 +44,7 @@ func (e *env) soakRSS() {
 	if err != nil {
 		e.tb.Fatalf("rss: %v", err)
 	}
-	logf("soak: our paid path, 8 concurrent, %s, VmRSS of caddy every %s", e.c.soak, interval)
+	logf("soak: our paid path, %d concurrent, %s, VmRSS of caddy every %s", e.c.soakConc, e.c.soak, interval)
 	var samples []int
 	stop := make(chan struct{})
 	sampled := make(chan struct{})
@@ -63,7 +63,7 @@ func (e *env) soakRSS() {
 			}
 		}
 	}()
-	res := closedLoop(8, e.c.soak, e.paidJob(e.gateURL, nil, true))
+	res := closedLoop(e.c.soakConc, e.c.soak, e.paidJob(e.gateURL, nil, true))
 	close(stop)
 	<-sampled
 	endRSS, _ := rssKB(pid)
@@ -81,8 +81,8 @@ func (e *env) soakRSS() {
 	for _, s := range samples {
 		series = append(series, strconv.Itoa(s/1024))
 	}
-	e.rep.soak = fmt.Sprintf("%s of paid requests at 8 concurrent (%d settled, %d failed%s, %.0f/s): Caddy VmRSS start %.1f MiB (before load), min %.1f, max %.1f, end %.1f MiB; from the sample after the first sixth (%.1f MiB) to the end %+.1f%%: **%s**. Samples every %s (MiB): %s.",
-		e.c.soak, res.ok, res.failed, func() string {
+	e.rep.soak = fmt.Sprintf("%s of paid requests at %d concurrent (%d settled, %d failed%s, %.0f/s): Caddy VmRSS start %.1f MiB (before load), min %.1f, max %.1f, end %.1f MiB; from the sample after the first sixth (%.1f MiB) to the end %+.1f%%: **%s**. Samples every %s (MiB): %s.",
+		e.c.soak, e.c.soakConc, res.ok, res.failed, func() string {
 			if res.failed > 0 {
 				return ": " + res.topReasons()
 			}
