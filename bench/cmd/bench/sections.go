@@ -235,9 +235,11 @@ func (e *env) paidJob(url string, pool []payment, sign bool) job {
 			if err != nil {
 				return nil, err
 			}
-			p := pool[i]
+			var p payment
 			if sign {
-				p = e.signer.sign(i)
+				p = e.signer.sign(i) // the soak signs as it goes: its pool is nil
+			} else {
+				p = pool[i]
 			}
 			name := "X-Payment"
 			if p.name != "" {
