@@ -56,7 +56,7 @@ func (c *codec) encode(data []byte) string {
 		return ""
 	}
 	c.once.Do(func() { c.setDict(data) })
-	out := []byte{tagOps}
+	out := append(make([]byte, 0, len(data)/2+16), tagOps)
 	lit := 0
 	for i := 0; i+4 <= len(data); {
 		if off, n := c.match(data, i); n >= minCopy {
@@ -114,11 +114,9 @@ func appendRaw(out, b []byte) []byte {
 }
 
 func appendHex(out, h []byte) []byte {
-	mask := make([]byte, (len(h)+7)/8)
 	op := uint64(opHex)
-	for j, d := range h {
+	for _, d := range h {
 		if d >= 'A' && d <= 'F' {
-			mask[j/8] |= 1 << (j % 8)
 			op = opHexUp
 		}
 	}
@@ -131,7 +129,21 @@ func appendHex(out, h []byte) []byte {
 		out = append(out, b)
 	}
 	if op == opHexUp {
-		out = append(out, mask...)
+		out = appendMask(out, h)
+	}
+	return out
+}
+
+// appendMask appends a bit per digit of h, set for an upper-case letter.
+func appendMask(out, h []byte) []byte {
+	for j := 0; j < len(h); j += 8 {
+		var m byte
+		for k, d := range h[j:min(j+8, len(h))] {
+			if d >= 'A' && d <= 'F' {
+				m |= 1 << k
+			}
+		}
+		out = append(out, m)
 	}
 	return out
 }

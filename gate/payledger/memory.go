@@ -204,7 +204,10 @@ func (s *Memory) alive(key digest, now time.Time) bool {
 // Begin implements Ledger.
 func (s *Memory) Begin(_ context.Context, c Claim) (Entry, error) {
 	c.Fingerprint, c.Binding, c.Token = normal(c.Fingerprint), normal(c.Binding), normal(c.Token)
-	key, id := sha256.Sum256([]byte(c.Key)), sha256.Sum256([]byte(c.ID))
+	key, id := sha256.Sum256([]byte(c.Key)), digest{}
+	if c.ID != "" {
+		id = sha256.Sum256([]byte(c.ID))
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
