@@ -12,8 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/golang-lru/v2/simplelru"
-
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -30,9 +28,9 @@ const DefaultMaxTTL = time.Hour
 // cache that holds it, so it is refused rather than silently shortened.
 var ErrInvalidTTL = errors.New("approval store: ttl out of range")
 
-// MemoryStore is the embedded Store of a single instance: two bounded LRU caches
-// (golang-lru/v2 simplelru), one for approvals and one for claims, whose entries carry
-// their own expiry. It starts no goroutine, so a store that a reload drops leaks
+// MemoryStore is the embedded Store of a single instance: bounded LRU tables (lru), one
+// for approvals, one for claims and one for verdicts, whose entries carry their own
+// expiry. It starts no goroutine, so a store that a reload drops leaks
 // nothing; expired entries are dropped when read, and expired claims when the claim
 // table is full.
 //
@@ -50,9 +48,9 @@ type MemoryStore struct {
 
 	mu        sync.Mutex
 	closed    bool
-	approvals *simplelru.LRU[memKey, memApproval]
-	claims    *simplelru.LRU[memKey, time.Time] // authorization key -> claim expiry
-	verdicts  *simplelru.LRU[memKey, memVerdict]
+	approvals *lru[memKey, memApproval]
+	claims    *lru[memKey, time.Time] // authorization key -> claim expiry
+	verdicts  *lru[memKey, memVerdict]
 }
 
 // memKey is a payment key (paymentKey) or an authorization key (authorizationKey) as the
@@ -180,10 +178,9 @@ func NewMemoryStore(size int, opts ...MemoryStoreOption) *MemoryStore {
 	for _, o := range opts {
 		o(s)
 	}
-	// simplelru.NewLRU fails only for a size <= 0, excluded above.
-	s.approvals, _ = simplelru.NewLRU[memKey, memApproval](size, nil)
-	s.claims, _ = simplelru.NewLRU[memKey, time.Time](size, nil)
-	s.verdicts, _ = simplelru.NewLRU[memKey, memVerdict](size, nil)
+	s.approvals = newLRU[memKey, memApproval](size)
+	s.claims = newLRU[memKey, time.Time](size)
+	s.verdicts = newLRU[memKey, memVerdict](size)
 	return s
 }
 
