@@ -265,6 +265,21 @@ func fmtMetric(v float64) string {
 
 // --- 5. memory -------------------------------------------------------------------------------
 
+// maxHeapPerRecord is issue 27's bound (point 6) on the heap of an approval and of a retry
+// credit's record (BenchmarkMemoryLedgerHeap's B/record), in bytes.
+const maxHeapPerRecord = 300
+
+// heapGoal is the note of a heap figure of v bytes per what against its bound, if it has one.
+func heapGoal(what string, v float64) string {
+	if what != "approval" && what != "record" {
+		return ""
+	}
+	if v <= maxHeapPerRecord {
+		return fmt.Sprintf(" (goal ≤ %d B each: met)", maxHeapPerRecord)
+	}
+	return fmt.Sprintf(" (goal ≤ %d B each: NOT met)", maxHeapPerRecord)
+}
+
 func (e *env) memory() {
 	pkgs := []string{"./facilitator/approval/", "./gate/", "./verdictserver/", "./verdictserver/store/"}
 	args := append([]string{"-bench", `Heap|1M|Million`, "-benchmem", "-benchtime", "1x"}, pkgs...)
@@ -281,7 +296,7 @@ func (e *env) memory() {
 			v := l.metrics[u]
 			parts = append(parts, fmt.Sprintf("%.0f %s", v, u))
 			if what, ok := strings.CutPrefix(u, "B/"); ok && what != "op" {
-				perMillion = append(perMillion, fmt.Sprintf("1M %ss ≈ %.0f MiB", what, v*1e6/(1<<20)))
+				perMillion = append(perMillion, fmt.Sprintf("1M %ss ≈ %.0f MiB", what, v*1e6/(1<<20))+heapGoal(what, v))
 			}
 		}
 		if len(perMillion) > 0 {
