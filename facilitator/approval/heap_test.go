@@ -46,34 +46,56 @@ func liveHeap() uint64 {
 // keys are built before the first measure, so only what the store keeps is counted. Run it
 // with -benchtime=1x.
 func BenchmarkMemoryStoreHeap(b *testing.B) {
+	b.ReportAllocs()
+	var perApproval, perClaim float64
+	for b.Loop() {
+		perApproval, perClaim = storeHeap(b, heapRecords)
+	}
+	b.ReportMetric(perApproval, "B/approval")
+	b.ReportMetric(perClaim, "B/claim")
+}
+
+// maxApprovalBytes is issue 27's bound on the heap of one approval record.
+const maxApprovalBytes = 300
+
+// TestMemoryStoreHeapBound: an approval record takes at most maxApprovalBytes of live heap
+// (200,000 of them).
+func TestMemoryStoreHeapBound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills a store with 200,000 records")
+	}
+	perApproval, perClaim := storeHeap(t, 200_000)
+	t.Logf("%.1f B per approval, %.1f B per claim", perApproval, perClaim)
+	if perApproval > maxApprovalBytes {
+		t.Errorf("want <= %d B per approval", maxApprovalBytes)
+	}
+}
+
+// storeHeap records n approvals in a MemoryStore, then claims their n authorizations, and
+// returns the live heap the store holds per approval and per claim.
+func storeHeap(tb testing.TB, n int) (perApproval, perClaim float64) {
 	ctx := context.Background()
-	keys := make([]x402.PaymentKey, heapRecords)
+	keys := make([]x402.PaymentKey, n)
 	for i := range keys {
 		keys[i] = heapKey(i)
 	}
 	now := time.Now()
-	b.ReportAllocs()
-	var perApproval, perClaim float64
-	for b.Loop() {
-		before := liveHeap()
-		s := NewMemoryStore(heapRecords)
-		for i, k := range keys {
-			a := Approval{RequestHash: fmt.Sprintf("0x%064x", i), RecordedAt: now, ExpiresAt: now.Add(5 * time.Minute)}
-			if err := s.Record(ctx, k, a, 5*time.Minute); err != nil {
-				b.Fatal(err)
-			}
+	before := liveHeap()
+	s := NewMemoryStore(n)
+	for i, k := range keys {
+		a := Approval{RequestHash: fmt.Sprintf("0x%064x", i), RecordedAt: now, ExpiresAt: now.Add(5 * time.Minute)}
+		if err := s.Record(ctx, k, a, 5*time.Minute); err != nil {
+			tb.Fatal(err)
 		}
-		withApprovals := liveHeap()
-		for _, k := range keys {
-			if err := s.Claim(ctx, k, 10*time.Minute); err != nil {
-				b.Fatal(err)
-			}
-		}
-		withClaims := liveHeap()
-		perApproval = float64(withApprovals-before) / heapRecords
-		perClaim = float64(withClaims-withApprovals) / heapRecords
-		runtime.KeepAlive(s)
 	}
-	b.ReportMetric(perApproval, "B/approval")
-	b.ReportMetric(perClaim, "B/claim")
+	withApprovals := liveHeap()
+	for _, k := range keys {
+		if err := s.Claim(ctx, k, 10*time.Minute); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	withClaims := liveHeap()
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(keys)
+	return float64(withApprovals-before) / float64(n), float64(withClaims-withApprovals) / float64(n)
 }
