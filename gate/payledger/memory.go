@@ -122,21 +122,31 @@ func keep(b []byte) (digest, uint8) {
 	return d, hashFull
 }
 
-func unkeep(d digest, kind uint8) []byte {
+// unkeep is the hash d of kind, its bytes in d itself.
+func unkeep(d *digest, kind uint8) []byte {
 	switch kind {
 	case hashNil:
 		return nil
 	case hashEmpty:
 		return []byte{}
 	}
-	return append([]byte{}, d[:]...)
+	return d[:]
+}
+
+// loaded is a record loaded from a slot, with the arrays its hashes point into: one
+// allocation.
+type loaded struct {
+	Record
+	hashes [3]digest
 }
 
 // load is the record in slot i, its settlement decoded when withData.
 func (s *Memory) load(i uint32, withData bool) (*Record, error) {
 	sl := &s.slots[i]
-	r := &Record{State: State(sl.state), Fingerprint: unkeep(sl.fingerprint, sl.fpKind),
-		Binding: unkeep(sl.binding, sl.bindKind), Token: unkeep(sl.token, sl.tokenKind),
+	l := &loaded{hashes: [3]digest{sl.fingerprint, sl.binding, sl.token}}
+	r := &l.Record
+	*r = Record{State: State(sl.state), Fingerprint: unkeep(&l.hashes[0], sl.fpKind),
+		Binding: unkeep(&l.hashes[1], sl.bindKind), Token: unkeep(&l.hashes[2], sl.tokenKind),
 		Credits: int(sl.credits), CreditsUntil: s.at(sl.creditsUntil), Expires: s.at(sl.expires)}
 	if l, ok := s.leases[i]; ok {
 		r.Owner, r.Lease = l.owner, s.at(l.until)
