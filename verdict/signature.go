@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/big"
 	"strconv"
 	"time"
@@ -364,25 +365,16 @@ func (v validator) signedMessage(mo map[string]any, p string) (SignedVerdict, er
 	if m.Nonce, err = v.hash32(mo, "nonce", p); err != nil {
 		return m, err
 	}
-	ints := []struct {
-		key string
-		min int64
-		max int64
-		dst func(int64)
-	}{
-		{"chainId", 0, 1<<63 - 1, func(n int64) { m.ChainID = n }},
-		{"policyVersion", 0, 1<<63 - 1, func(n int64) { m.PolicyVersion = n }},
-		{"outcome", int64(SignedApproved), int64(SignedRejected), func(n int64) { m.Outcome = uint8(n) }},
-		{"expiry", 1, 1<<63 - 1, func(n int64) { m.Expiry = n }},
-	}
-	for _, f := range ints {
+	var ints [len(signedInts)]int64
+	for i, f := range signedInts {
 		n, ok := mo[f.key].(json.Number)
-		i, perr := strconv.ParseInt(n.String(), 10, 64)
-		if !ok || perr != nil || i < f.min || i > f.max {
-			return m, v.fail(p+"."+f.key, "must be an integer from "+strconv.FormatInt(f.min, 10)+" to "+strconv.FormatInt(f.max, 10))
+		x, perr := strconv.ParseInt(n.String(), 10, 64)
+		if !ok || perr != nil || x < f.min || x > f.max {
+			return m, v.fail(p+"."+f.key, f.problem())
 		}
-		f.dst(i)
+		ints[i] = x
 	}
+	m.ChainID, m.PolicyVersion, m.Outcome, m.Expiry = ints[0], ints[1], uint8(ints[2]), ints[3]
 	val, ok := mo["value"].(string)
 	n, good := new(big.Int).SetString(val, 10)
 	if !ok || !good || n.Sign() < 0 || n.BitLen() > 256 || n.String() != val {
@@ -390,6 +382,26 @@ func (v validator) signedMessage(mo map[string]any, p string) (SignedVerdict, er
 	}
 	m.Value = n
 	return m, nil
+}
+
+// signedInt is an integer member of a signature's message and its range.
+type signedInt struct {
+	key      string
+	min, max int64
+}
+
+// signedInts are the integer members of a signature's message, in the order they are read:
+// chainId, policyVersion, outcome, expiry.
+var signedInts = [...]signedInt{
+	{"chainId", 0, math.MaxInt64},
+	{"policyVersion", 0, math.MaxInt64},
+	{"outcome", int64(SignedApproved), int64(SignedRejected)},
+	{"expiry", 1, math.MaxInt64},
+}
+
+// problem names the rule of f.
+func (f signedInt) problem() string {
+	return "must be an integer from " + strconv.FormatInt(f.min, 10) + " to " + strconv.FormatInt(f.max, 10)
 }
 
 // address reads a required 0x-hex address member.
