@@ -24,22 +24,14 @@ import (
 // (TestEveryVerdictOfAnyModeWindowAndSignatureIsValid).
 func decideWindows(t testing.TB, s *Server, in engine.Input, hash string, j judgement, fill func([]engine.WindowUse)) (json.RawMessage, string) {
 	t.Helper()
-	tree, err := verdictTree(j.raw)
-	if err != nil {
-		t.Fatal(err)
-	}
 	check, obs := engine.SpendWindowNotChecked(), (*engine.Observation)(nil)
 	if j.status == store.StatusApproved {
-		notional, err := notionalOf(tree)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, uses := applying(in.Policy.Doc.SpendWindows, assetsOf(tree["evidence"]))
+		_, uses := applying(in.Policy.Doc.SpendWindows, assetsOf(j.v.Evidence.DecodedAction))
 		fill(uses)
-		c, o := engine.SpendWindow(uses, notional)
+		c, o := engine.SpendWindow(uses, notionalOf(j.v))
 		check, obs = c, &o
 	}
-	raw, status, err := s.withWindowCheck(tree, in, hash, check, obs)
+	raw, status, err := s.withWindowCheck(j.v, in, hash, check, obs)
 	if err != nil {
 		t.Fatalf("%s: %v", hash, err)
 	}

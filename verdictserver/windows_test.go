@@ -208,12 +208,12 @@ func TestWindowVerdictsAreValid(t *testing.T) {
 			n := rng.Int64N(50e6)
 			notional = &n
 		}
-		tree, err := verdictTree([]byte(testenv.VerdictJSON(testenv.ApprovedVerdict())))
+		approved, err := verdict.ParseVerdict([]byte(testenv.VerdictJSON(testenv.ApprovedVerdict())), "0xprop")
 		if err != nil {
 			t.Fatal(err)
 		}
 		check, obs := engine.SpendWindow(uses, notional)
-		raw, status, err := (&Server{now: time.Now}).withWindowCheck(tree, engine.Input{}, "0xprop", check, &obs)
+		raw, status, err := (&Server{now: time.Now}).withWindowCheck(approved, engine.Input{}, "0xprop", check, &obs)
 		if err != nil {
 			t.Fatalf("case %d: %v", i, err)
 		}
