@@ -2,12 +2,14 @@ package verdict
 
 import (
 	"crypto/ecdsa"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"math/big"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/ethereum/go-ethereum/common"
@@ -19,8 +21,8 @@ import (
 // Signed verdicts (docs/verdict-signing.md): a terminal verdict may carry, in its
 // "signature" member (an extension of schemaVersion 1), an EIP-712 signature by the
 // verdict service's key over the action it judged, the outcome and a short validity. The
-// hashing and the signing are go-ethereum's (apitypes, crypto); nothing here is
-// hand-rolled.
+// signing, the domain separator and the type hash are go-ethereum's (crypto, apitypes); the
+// message's words are laid out here (Digest), and held to apitypes by a test.
 
 // The EIP-712 domain and primary type of a signed verdict (docs/verdict-signing.md#typed-data).
 const (
@@ -159,14 +161,61 @@ func (m *SignedVerdict) TypedData() apitypes.TypedData {
 	}
 }
 
-// Digest is the EIP-712 digest of m, the hash that is signed.
+// Digest is the EIP-712 digest of m, the hash that is signed: keccak256(0x1901 ‖ the
+// domain separator ‖ hashStruct(m)). Every member of the message is one 32-byte word, so
+// hashStruct(m) is keccak256 of the message's type hash and its words in the order of
+// SignatureTypes; the domain separator and the type hash are go-ethereum's (apitypes),
+// computed once. TestDigestIsGoEthereums holds it to apitypes.TypedDataAndHash of
+// m.TypedData(), what a wallet signs: the same digest, and an error for the same messages (a
+// negative unsigned integer, a value beyond 256 bits).
 func (m *SignedVerdict) Digest() (common.Hash, error) {
-	h, _, err := apitypes.TypedDataAndHash(m.TypedData())
-	if err != nil {
-		return common.Hash{}, fmt.Errorf("verdict typed data: %w", err)
+	value := orZero(m.Value)
+	switch {
+	case m.ChainID < 0 || m.PolicyVersion < 0 || m.Expiry < 0:
+		return common.Hash{}, errors.New("verdict typed data: an unsigned integer is negative")
+	case value.Sign() < 0 || value.BitLen() > 256:
+		return common.Hash{}, errors.New("verdict typed data: value is not a uint256")
 	}
-	return common.BytesToHash(h), nil
+	var words [10][32]byte
+	words[0] = verdictTypeHash
+	copy(words[1][12:], m.Wallet[:])
+	binary.BigEndian.PutUint64(words[2][24:], uint64(m.ChainID))
+	copy(words[3][12:], m.To[:])
+	words[4] = m.DataHash
+	value.FillBytes(words[5][:])
+	binary.BigEndian.PutUint64(words[6][24:], uint64(m.PolicyVersion))
+	words[7][31] = m.Outcome
+	words[8] = m.Nonce
+	binary.BigEndian.PutUint64(words[9][24:], uint64(m.Expiry))
+	h := keccakPool.Get().(crypto.KeccakState)
+	defer keccakPool.Put(h)
+	h.Reset()
+	for i := range words {
+		h.Write(words[i][:])
+	}
+	var structHash, digest common.Hash
+	_, _ = h.Read(structHash[:])
+	h.Reset()
+	h.Write([]byte{0x19, 0x01})
+	h.Write(domainSeparator[:])
+	h.Write(structHash[:])
+	_, _ = h.Read(digest[:])
+	return digest, nil
 }
+
+// keccakPool recycles the hash states of Digest.
+var keccakPool = sync.Pool{New: func() any { return crypto.NewKeccakState() }}
+
+// domainSeparator and verdictTypeHash are the EIP-712 domain separator of signed verdicts
+// and the type hash of their message, as go-ethereum computes them.
+var domainSeparator, verdictTypeHash = func() (common.Hash, common.Hash) {
+	td := apitypes.TypedData{Types: SignatureTypes(), PrimaryType: SignaturePrimaryType, Domain: SignatureDomain()}
+	ds, err := td.HashStruct("EIP712Domain", td.Domain.Map())
+	if err != nil {
+		panic("verdict: the EIP-712 domain does not hash: " + err.Error())
+	}
+	return common.BytesToHash(ds), common.BytesToHash(td.TypeHash(SignaturePrimaryType))
+}()
 
 // Signature is the "signature" member of a signed verdict (docs/verdict-signing.md#the-signature-member):
 // who signed, what, and the 65-byte signature r || s || v with v 27 or 28.

@@ -1,15 +1,19 @@
 package verdict_test
 
 import (
+	crand "crypto/rand"
 	"encoding/json"
 	"errors"
+	"math"
 	"math/big"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/crypto"
+	"github.com/ethereum/go-ethereum/signer/core/apitypes"
 
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/verdict"
@@ -226,6 +230,39 @@ func BenchmarkCheckSignature(b *testing.B) {
 	for b.Loop() {
 		if err := verdict.CheckSignature(v, signer, sigBinding(), sigNow); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestDigestIsGoEthereums: Digest, which lays the message's words out itself, is the digest
+// go-ethereum's apitypes computes from TypedData (what a wallet or a verifier hashes) for any
+// message, edges included, and refuses exactly the messages apitypes refuses.
+func TestDigestIsGoEthereums(t *testing.T) {
+	r := rand.New(rand.NewPCG(10, 24))
+	ints := []int64{0, 1, -1, 255, 1 << 32, math.MaxInt64, math.MinInt64}
+	pick := func() int64 {
+		if r.IntN(2) == 0 {
+			return ints[r.IntN(len(ints))]
+		}
+		return r.Int64()
+	}
+	values := []*big.Int{nil, big.NewInt(0), big.NewInt(-1), new(big.Int).Lsh(big.NewInt(1), 256),
+		new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 256), big.NewInt(1))}
+	var b [32]byte
+	for i := range 3000 {
+		fill := func() []byte { _, _ = crand.Read(b[:]); return b[:] }
+		m := verdict.SignedVerdict{
+			Binding: verdict.Binding{Wallet: common.BytesToAddress(fill()), ChainID: pick(), To: common.BytesToAddress(fill()),
+				DataHash: common.BytesToHash(fill()), Value: new(big.Int).SetBytes(fill()[:r.IntN(33)])},
+			PolicyVersion: pick(), Outcome: uint8(r.IntN(256)), Nonce: common.BytesToHash(fill()), Expiry: pick(),
+		}
+		if r.IntN(4) == 0 {
+			m.Value = values[r.IntN(len(values))]
+		}
+		got, err := m.Digest()
+		want, _, werr := apitypes.TypedDataAndHash(m.TypedData())
+		if (err != nil) != (werr != nil) || (err == nil && got != common.BytesToHash(want)) {
+			t.Fatalf("#%d %+v: Digest %s, %v; apitypes %x, %v", i, m, got, err, want, werr)
 		}
 	}
 }

@@ -70,11 +70,15 @@ var typedEdits = []typedEdit{
 	{"chainId a string", func(v *Verdict) { v.Evidence.DecodedAction = map[string]any{"protocol": "p", "chainId": "84532"} }},
 	{"chainId missing", func(v *Verdict) { v.Evidence.DecodedAction = map[string]any{"protocol": "p"} }},
 	{"chainId 0", func(v *Verdict) { v.Evidence.DecodedAction = map[string]any{"protocol": "p", "chainId": int64(0)} }},
-	{"chainId fractional", func(v *Verdict) { v.Evidence.DecodedAction = map[string]any{"protocol": "p", "chainId": json.Number("1.5")} }},
+	{"chainId fractional", func(v *Verdict) {
+		v.Evidence.DecodedAction = map[string]any{"protocol": "p", "chainId": json.Number("1.5")}
+	}},
 	{"chainId a float", func(v *Verdict) { v.Evidence.DecodedAction = map[string]any{"protocol": "p", "chainId": 8453.0} }},
 	{"chainId a large float", func(v *Verdict) { v.Evidence.DecodedAction = map[string]any{"protocol": "p", "chainId": 1e21} }},
 	{"chainId an int", func(v *Verdict) { v.Evidence.DecodedAction = map[string]any{"protocol": "p", "chainId": -3} }},
-	{"chainId a uint64", func(v *Verdict) { v.Evidence.DecodedAction = map[string]any{"protocol": "p", "chainId": uint64(1 << 63)} }},
+	{"chainId a uint64", func(v *Verdict) {
+		v.Evidence.DecodedAction = map[string]any{"protocol": "p", "chainId": uint64(1 << 63)}
+	}},
 	{"observations nil", func(v *Verdict) { v.Evidence.Observations = nil }},
 	{"evidence sources nil", func(v *Verdict) { v.Evidence.Sources = nil }},
 	{"latencyMs negative", func(v *Verdict) { v.LatencyMs = -1 }},
