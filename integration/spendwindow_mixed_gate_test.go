@@ -73,6 +73,24 @@ type mixedPayment struct {
 	body       string
 }
 
+// sampleEvery20ms calls sample every 20 ms until the returned stop is called, which returns
+// once the last call is over.
+func sampleEvery20ms(sample func()) (stop func()) {
+	done, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			sample()
+		}
+	}()
+	return func() { close(done); <-sampled }
+}
+
 // settledUSD is the USD the payee received since before: the table's $1 a token on
 // base-sepolia, the feed's $2 a token on base, in millionths of a USD.
 func settledUSD(a, b *big.Int) int64 {
@@ -135,28 +153,19 @@ func TestSpendWindowsMixedAssetsThroughTheGate(t *testing.T) {
 		ps[i] = &mixedPayment{feedPriced: true, header: p.encode(t)}
 	}
 
-	stop, sampled := make(chan struct{}), make(chan struct{})
 	var samples int
-	go func() {
-		defer close(sampled)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			a, b := received()
-			if usd := settledUSD(a, b); usd > capUSD || 2*b.Int64() > tokenCapUSD {
-				t.Errorf("a sample past a cap: the payee received %s on base-sepolia and %s on base, $%v", a, b, float64(usd)/1e6)
-			}
-			if w, ok := f.mixedWindowsOf(t, in, agentID); ok {
-				samples++
-				if w[0].UsedUSD+w[0].ReservedUSD > 0.15+1e-9 || w[1].UsedUSD+w[1].ReservedUSD > 0.08+1e-9 {
-					t.Errorf("a sample past a window's cap: %+v", w)
-				}
+	stop := sampleEvery20ms(func() {
+		a, b := received()
+		if usd := settledUSD(a, b); usd > capUSD || 2*b.Int64() > tokenCapUSD {
+			t.Errorf("a sample past a cap: the payee received %s on base-sepolia and %s on base, $%v", a, b, float64(usd)/1e6)
+		}
+		if w, ok := f.mixedWindowsOf(t, in, agentID); ok {
+			samples++
+			if w[0].UsedUSD+w[0].ReservedUSD > 0.15+1e-9 || w[1].UsedUSD+w[1].ReservedUSD > 0.08+1e-9 {
+				t.Errorf("a sample past a window's cap: %+v", w)
 			}
 		}
-	}()
+	})
 	var wg sync.WaitGroup
 	for i, p := range ps {
 		wg.Add(1)
@@ -171,8 +180,7 @@ func TestSpendWindowsMixedAssetsThroughTheGate(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	close(stop)
-	<-sampled
+	stop()
 
 	served := map[bool]int{}
 	for i, p := range ps {
