@@ -3,6 +3,7 @@ package verdict
 import (
 	"crypto/ecdsa"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -331,34 +332,37 @@ func (s *Signature) consistent(v *Verdict) error {
 	return nil
 }
 
-// signatureWire is the JSON of a Signature (docs/verdict-signing.md#the-signature-member).
-type signatureWire struct {
-	Signer    string        `json:"signer"`
-	Message   messageWire   `json:"message"`
-	Signature hexutil.Bytes `json:"signature"`
-}
-
-// messageWire is the JSON of a SignedVerdict: the typed-data message as a wallet shows it,
-// addresses EIP-55 checksummed, the uint256 value as a decimal string.
-type messageWire struct {
-	Wallet        string      `json:"wallet"`
-	ChainID       int64       `json:"chainId"`
-	To            string      `json:"to"`
-	DataHash      common.Hash `json:"dataHash"`
-	Value         string      `json:"value"`
-	PolicyVersion int64       `json:"policyVersion"`
-	Outcome       uint8       `json:"outcome"`
-	Nonce         common.Hash `json:"nonce"`
-	Expiry        int64       `json:"expiry"`
-}
-
-// MarshalJSON encodes s as the verdict's "signature" member.
+// MarshalJSON encodes s as the verdict's "signature" member
+// (docs/verdict-signing.md#the-signature-member): {"signer", "message": {"wallet", "chainId",
+// "to", "dataHash", "value", "policyVersion", "outcome", "nonce", "expiry"}, "signature"},
+// the typed-data message as a wallet shows it: addresses EIP-55 checksummed, hashes and the
+// signature 0x and lower-case hex, the uint256 value a decimal string, the other integers
+// numbers. Every member is hex or a number, so it is written as it is, with nothing to
+// escape (TestSignatureJSON holds it to encoding/json's encoding of the same members).
 func (s *Signature) MarshalJSON() ([]byte, error) {
-	m := s.Message
-	return json.Marshal(signatureWire{Signer: s.Signer.Hex(), Signature: s.Sig, Message: messageWire{
-		Wallet: m.Wallet.Hex(), ChainID: m.ChainID, To: m.To.Hex(), DataHash: m.DataHash, Value: orZero(m.Value).String(),
-		PolicyVersion: m.PolicyVersion, Outcome: m.Outcome, Nonce: m.Nonce, Expiry: m.Expiry,
-	}})
+	m := &s.Message
+	b := make([]byte, 0, 720)
+	b = append(b, `{"signer":"`...)
+	b = append(b, s.Signer.Hex()...)
+	b = append(b, `","message":{"wallet":"`...)
+	b = append(b, m.Wallet.Hex()...)
+	b = append(b, `","chainId":`...)
+	b = strconv.AppendInt(b, m.ChainID, 10)
+	b = append(b, `,"to":"`...)
+	b = append(b, m.To.Hex()...)
+	b = appendHex(append(b, `","dataHash":"`...), m.DataHash[:])
+	b = orZero(m.Value).Append(append(b, `","value":"`...), 10)
+	b = strconv.AppendInt(append(b, `","policyVersion":`...), m.PolicyVersion, 10)
+	b = strconv.AppendUint(append(b, `,"outcome":`...), uint64(m.Outcome), 10)
+	b = appendHex(append(b, `,"nonce":"`...), m.Nonce[:])
+	b = strconv.AppendInt(append(b, `","expiry":`...), m.Expiry, 10)
+	b = appendHex(append(b, `},"signature":"`...), s.Sig)
+	return append(b, `"}`...), nil
+}
+
+// appendHex appends 0x and the lower-case hex of p.
+func appendHex(b, p []byte) []byte {
+	return hex.AppendEncode(append(b, "0x"...), p)
 }
 
 // signature reads a verdict's optional "signature" member strictly: absent or null is
