@@ -177,35 +177,48 @@ func (m *SignedVerdict) Digest() (common.Hash, error) {
 	case value.Sign() < 0 || value.BitLen() > 256:
 		return common.Hash{}, errors.New("verdict typed data: value is not a uint256")
 	}
-	var words [10][32]byte
-	words[0] = verdictTypeHash
-	copy(words[1][12:], m.Wallet[:])
-	binary.BigEndian.PutUint64(words[2][24:], uint64(m.ChainID))
-	copy(words[3][12:], m.To[:])
-	words[4] = m.DataHash
-	value.FillBytes(words[5][:])
-	binary.BigEndian.PutUint64(words[6][24:], uint64(m.PolicyVersion))
-	words[7][31] = m.Outcome
-	words[8] = m.Nonce
-	binary.BigEndian.PutUint64(words[9][24:], uint64(m.Expiry))
-	h := keccakPool.Get().(crypto.KeccakState)
-	defer keccakPool.Put(h)
-	h.Reset()
-	for i := range words {
-		h.Write(words[i][:])
+	d := digests.Get().(*digestState)
+	defer digests.Put(d)
+	m.words(&d.words, value)
+	d.h.Reset()
+	for i := range d.words {
+		d.h.Write(d.words[i][:])
 	}
-	var structHash, digest common.Hash
-	_, _ = h.Read(structHash[:])
-	h.Reset()
-	h.Write([]byte{0x19, 0x01})
-	h.Write(domainSeparator[:])
-	h.Write(structHash[:])
-	_, _ = h.Read(digest[:])
-	return digest, nil
+	d.prefix = [66]byte{0x19, 0x01}
+	copy(d.prefix[2:], domainSeparator[:])
+	_, _ = d.h.Read(d.prefix[34:])
+	d.h.Reset()
+	d.h.Write(d.prefix[:])
+	_, _ = d.h.Read(d.out[:])
+	return d.out, nil
 }
 
-// keccakPool recycles the hash states of Digest.
-var keccakPool = sync.Pool{New: func() any { return crypto.NewKeccakState() }}
+// words lays out the type hash of m and its members, with value for its value, as
+// EIP-712's encodeData does: each in one 32-byte word, integers big-endian, addresses
+// left-padded.
+func (m *SignedVerdict) words(w *[10][32]byte, value *big.Int) {
+	*w = [10][32]byte{verdictTypeHash}
+	copy(w[1][12:], m.Wallet[:])
+	binary.BigEndian.PutUint64(w[2][24:], uint64(m.ChainID))
+	copy(w[3][12:], m.To[:])
+	w[4] = m.DataHash
+	value.FillBytes(w[5][:])
+	binary.BigEndian.PutUint64(w[6][24:], uint64(m.PolicyVersion))
+	w[7][31] = m.Outcome
+	w[8] = m.Nonce
+	binary.BigEndian.PutUint64(w[9][24:], uint64(m.Expiry))
+}
+
+// digestState is Digest's hash state and buffers, recycled (digests): what a hash state's
+// methods are handed escapes to the heap.
+type digestState struct {
+	h      crypto.KeccakState
+	words  [10][32]byte // the message's type hash and members
+	prefix [66]byte     // 0x1901, the domain separator, hashStruct
+	out    common.Hash
+}
+
+var digests = sync.Pool{New: func() any { return &digestState{h: crypto.NewKeccakState()} }}
 
 // domainSeparator and verdictTypeHash are the EIP-712 domain separator of signed verdicts
 // and the type hash of their message, as go-ethereum computes them.
