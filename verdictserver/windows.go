@@ -91,20 +91,38 @@ func notionalOf(v *verdict.Verdict) *int64 {
 }
 
 // assetsOf is every asset a decoded action (evidence.decodedAction) and its legs touch,
-// lower-case and once each.
+// lower-case and once each. It reads the action as the engine's Evaluator makes it (lists
+// of strings and of maps) and as decoded JSON holds it (lists of any).
 func assetsOf(action map[string]any) []string {
 	var out []string
+	add := func(a any) {
+		if s, ok := a.(string); ok && !slices.Contains(out, strings.ToLower(s)) {
+			out = append(out, strings.ToLower(s))
+		}
+	}
 	var walk func(action map[string]any)
 	walk = func(action map[string]any) {
-		assets, _ := action["assets"].([]string)
-		for _, a := range assets {
-			if a = strings.ToLower(a); !slices.Contains(out, a) {
-				out = append(out, a)
+		switch list := action["assets"].(type) {
+		case []string:
+			for _, a := range list {
+				add(a)
+			}
+		case []any:
+			for _, a := range list {
+				add(a)
 			}
 		}
-		legs, _ := action["legs"].([]map[string]any)
-		for _, l := range legs {
-			walk(l)
+		switch legs := action["legs"].(type) {
+		case []map[string]any:
+			for _, l := range legs {
+				walk(l)
+			}
+		case []any:
+			for _, l := range legs {
+				if m, ok := l.(map[string]any); ok {
+					walk(m)
+				}
+			}
 		}
 	}
 	walk(action)

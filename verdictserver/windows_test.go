@@ -5,6 +5,7 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -288,5 +289,24 @@ func TestSpendWindowUnderWarnAndAudit(t *testing.T) {
 				t.Fatalf("day window %v, want $0.03 reserved: a let-through approval reserves too", day)
 			}
 		})
+	}
+}
+
+// TestAssetsOfTheEnginesAndDecodedJSON: the assets of a decoded action and its legs are the
+// same whether the action is the engine's (lists of strings and maps) or its JSON decoded
+// (lists of any): lower-case, once each, the action's first.
+func TestAssetsOfTheEnginesAndDecodedJSON(t *testing.T) {
+	leg := func(assets ...string) map[string]any { return map[string]any{"kind": "leg", "assets": assets} }
+	action := map[string]any{"protocol": "multicall", "assets": []string{"0xAbC"},
+		"legs": []map[string]any{leg("0xabc", "0xDEF"), {"kind": "nested", "assets": []string{}, "legs": []map[string]any{leg("0x123")}}}}
+	decoded, err := verdict.ParseJSON([]byte(testenv.JSON(t, action)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"0xabc", "0xdef", "0x123"}
+	for name, a := range map[string]map[string]any{"engine's": action, "decoded JSON": decoded.(map[string]any)} {
+		if got := assetsOf(a); !slices.Equal(got, want) {
+			t.Errorf("the %s action: assets %v, want %v", name, got, want)
+		}
 	}
 }
