@@ -140,7 +140,7 @@ func (s *Server) withWindowCheck(v *verdict.Verdict, in engine.Input, hash strin
 	w := *v
 	failed := check.Status == verdict.CheckFailed && !letWindowThrough(&w, &check)
 	w.Checks = append(slices.Clip(v.Checks), check)
-	if obs != nil {
+	if obs != nil && v.Evidence.Observations != nil { // none: Validate refuses the verdict
 		w.Evidence.Observations = maps.Clone(v.Evidence.Observations)
 		w.Evidence.Observations[string(verdict.CheckSpendWindow)] = obs
 	}
