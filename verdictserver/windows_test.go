@@ -310,3 +310,20 @@ func TestAssetsOfTheEnginesAndDecodedJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestWindowCheckOnAVerdictWithoutObservations: an engine's verdict that has no observations
+// to add the spend_window one to is not stored (an error, the record stays pending), and
+// the engine's verdict is left as it was.
+func TestWindowCheckOnAVerdictWithoutObservations(t *testing.T) {
+	v, err := verdict.ParseVerdict([]byte(testenv.VerdictJSON(testenv.ApprovedVerdict())), "0xobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Evidence.Observations = nil
+	checks := len(v.Checks)
+	check, obs := engine.SpendWindow([]engine.WindowUse{{Window: policy.SpendWindow{Period: "day", CapUSD: 1}}}, new(int64))
+	raw, status, err := (&Server{now: time.Now}).withWindowCheck(v, engine.Input{}, "0xobs", check, &obs)
+	if err == nil || raw != nil || status != "" || len(v.Checks) != checks {
+		t.Fatalf("withWindowCheck = %s, %q, %v; the engine's verdict now has %d checks, had %d", raw, status, err, len(v.Checks), checks)
+	}
+}
