@@ -1,12 +1,14 @@
 package verdictserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/x402gate/x402gate/verdict"
 	"github.com/x402gate/x402gate/verdictserver/engine"
@@ -25,7 +27,7 @@ func (s *Server) complete(ctx context.Context, t store.Transaction, in engine.In
 	}
 	sw := in.Policy.Doc.SpendWindows
 	if j.status != store.StatusApproved {
-		raw, _, err := s.withWindowCheck(j.v, in, t.RequestHash, engine.SpendWindowNotChecked(), nil)
+		raw, _, err := s.withWindowCheck(j.v, in, t.RequestHash, engine.SpendWindowNotChecked(), nil, nil)
 		if err != nil {
 			return err
 		}
@@ -37,7 +39,7 @@ func (s *Server) complete(ctx context.Context, t store.Transaction, in engine.In
 	if notional == nil {
 		// unpriced: refused without reading the windows, and nothing is reserved
 		check, obs := engine.SpendWindow(uses, nil)
-		raw, status, err := s.withWindowCheck(j.v, in, t.RequestHash, check, &obs)
+		raw, status, err := s.withWindowCheck(j.v, in, t.RequestHash, check, &obs, nil)
 		if err != nil {
 			return err
 		}
@@ -48,15 +50,32 @@ func (s *Server) complete(ctx context.Context, t store.Transaction, in engine.In
 		AgentID: t.AgentID, MicroUSD: *notional, Scopes: assets,
 		At: at, Expires: at.Add(sw.ReservationTTL()), Windows: windows,
 	}
+	// CompleteReserving writes the verdict in its transaction, in this goroutine: its JSON
+	// is free once it returns, so it is written into a recycled buffer
+	buf := verdictBuffers.Get().(*bytes.Buffer)
+	defer putVerdictBuffer(buf)
 	_, err := s.store.CompleteReserving(ctx, t.RequestHash, r, func(found []store.WindowUse) (store.Decision, error) {
 		for i := range uses {
 			uses[i].Committed, uses[i].Reserved = found[i].Committed, found[i].Reserved
 		}
 		check, obs := engine.SpendWindow(uses, notional)
-		raw, status, err := s.withWindowCheck(j.v, in, t.RequestHash, check, &obs)
+		raw, status, err := s.withWindowCheck(j.v, in, t.RequestHash, check, &obs, buf)
 		return store.Decision{Status: status, Verdict: raw, PolicyVersion: j.policyVersion}, err
 	})
 	return err
+}
+
+// verdictBuffers recycles the buffers complete encodes a verdict into when the store is done
+// with it on return (CompleteReserving; Complete's group commit may write it later).
+var verdictBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxVerdictBuffer bounds the buffers verdictBuffers keeps.
+const maxVerdictBuffer = 64 << 10
+
+func putVerdictBuffer(b *bytes.Buffer) {
+	if b.Cap() <= maxVerdictBuffer {
+		verdictBuffers.Put(b)
+	}
 }
 
 // windowed reports whether the policy of in sets spend windows.
@@ -135,8 +154,9 @@ func assetsOf(action map[string]any) []string {
 // the windows decide after the engine, and a window can turn an approval into a refusal
 // (docs/verdict-signing.md). It returns the verdict's JSON and status once the verdict
 // passes the verdict package's validator (verdict.Verdict.Validate, the rules of
-// docs/verdict.md#consistency-rules).
-func (s *Server) withWindowCheck(v *verdict.Verdict, in engine.Input, hash string, check verdict.Check, obs *engine.Observation) (json.RawMessage, string, error) {
+// docs/verdict.md#consistency-rules). The JSON is written into into when it is not nil, and
+// is then into's until into changes; else it is a slice of its own.
+func (s *Server) withWindowCheck(v *verdict.Verdict, in engine.Input, hash string, check verdict.Check, obs *engine.Observation, into *bytes.Buffer) (json.RawMessage, string, error) {
 	w := *v
 	failed := check.Status == verdict.CheckFailed && !letWindowThrough(&w, &check)
 	w.Checks = append(slices.Clip(v.Checks), check)
@@ -159,7 +179,7 @@ func (s *Server) withWindowCheck(v *verdict.Verdict, in engine.Input, hash strin
 	if err := w.Validate(); err != nil || !w.Terminal() {
 		return nil, "", fmt.Errorf("spend windows: the verdict is not a terminal, valid one: %v", err)
 	}
-	raw, err := json.Marshal(&w)
+	raw, err := encodeInto(into, &w)
 	if err != nil {
 		return nil, "", fmt.Errorf("spend windows: encode the verdict: %w", err)
 	}
@@ -167,6 +187,18 @@ func (s *Server) withWindowCheck(v *verdict.Verdict, in engine.Input, hash strin
 		return raw, store.StatusApproved, nil
 	}
 	return raw, store.StatusRejected, nil
+}
+
+// encodeInto is json.Marshal(v), written into b when b is not nil.
+func encodeInto(b *bytes.Buffer, v any) (json.RawMessage, error) {
+	if b == nil {
+		return json.Marshal(v)
+	}
+	b.Reset()
+	if err := json.NewEncoder(b).Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // letWindowThrough applies a warn or audit policy to a failed spend_window check of w, as the

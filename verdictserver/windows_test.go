@@ -214,7 +214,7 @@ func TestWindowVerdictsAreValid(t *testing.T) {
 			t.Fatal(err)
 		}
 		check, obs := engine.SpendWindow(uses, notional)
-		raw, status, err := (&Server{now: time.Now}).withWindowCheck(approved, engine.Input{}, "0xprop", check, &obs)
+		raw, status, err := (&Server{now: time.Now}).withWindowCheck(approved, engine.Input{}, "0xprop", check, &obs, nil)
 		if err != nil {
 			t.Fatalf("case %d: %v", i, err)
 		}
@@ -322,7 +322,7 @@ func TestWindowCheckOnAVerdictWithoutObservations(t *testing.T) {
 	v.Evidence.Observations = nil
 	checks := len(v.Checks)
 	check, obs := engine.SpendWindow([]engine.WindowUse{{Window: policy.SpendWindow{Period: "day", CapUSD: 1}}}, new(int64))
-	raw, status, err := (&Server{now: time.Now}).withWindowCheck(v, engine.Input{}, "0xobs", check, &obs)
+	raw, status, err := (&Server{now: time.Now}).withWindowCheck(v, engine.Input{}, "0xobs", check, &obs, nil)
 	if err == nil || raw != nil || status != "" || len(v.Checks) != checks {
 		t.Fatalf("withWindowCheck = %s, %q, %v; the engine's verdict now has %d checks, had %d", raw, status, err, len(v.Checks), checks)
 	}
