@@ -133,22 +133,13 @@ func TestSpendWindowHoldsThroughTheGate(t *testing.T) {
 	// The sampler reads the window and the payee's balance until the payments are done.
 	var samples []windowSample
 	var committedFull atomic.Bool
-	stop, sampled := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			if used, reserved, ok := f.windowOf(t, watcher, agentID); ok {
-				got := new(big.Int).Sub(f.tok.BalanceOf(t, f.okPayTo), before)
-				samples = append(samples, windowSample{used, reserved, got})
-				committedFull.Store(used >= 0.15-1e-9)
-			}
+	stop := sampleEvery20ms(func() {
+		if used, reserved, ok := f.windowOf(t, watcher, agentID); ok {
+			got := new(big.Int).Sub(f.tok.BalanceOf(t, f.okPayTo), before)
+			samples = append(samples, windowSample{used, reserved, got})
+			committedFull.Store(used >= 0.15-1e-9)
 		}
-	}()
+	})
 
 	ps := make([]*gatePayment, payments)
 	for i := range ps {
@@ -180,8 +171,7 @@ func TestSpendWindowHoldsThroughTheGate(t *testing.T) {
 	}
 	wg.Wait()
 	<-killed
-	close(stop)
-	<-sampled
+	stop()
 
 	for _, s := range samples {
 		if s.usedUSD+s.reservedUSD > 0.15+1e-9 || s.received.Cmp(big.NewInt(approvals*price)) > 0 {

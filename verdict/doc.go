@@ -44,6 +44,9 @@
 //
 // Nullable members may be absent; every other member is required.
 //
+// Verdict.Validate applies the same rules to a verdict made in process, without encoding or
+// parsing it: a producer validates what it is about to encode.
+//
 // Two optional members extend schemaVersion 1 (docs/verdict-api.md#modes): mode, which is
 // enforce, warn or audit (absent: enforce), and wouldFail, an array of checks shaped like
 // checks' items. Only a warn or audit verdict has wouldFail items; each is a failed check

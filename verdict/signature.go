@@ -2,11 +2,15 @@ package verdict
 
 import (
 	"crypto/ecdsa"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/big"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/ethereum/go-ethereum/common"
@@ -18,8 +22,8 @@ import (
 // Signed verdicts (docs/verdict-signing.md): a terminal verdict may carry, in its
 // "signature" member (an extension of schemaVersion 1), an EIP-712 signature by the
 // verdict service's key over the action it judged, the outcome and a short validity. The
-// hashing and the signing are go-ethereum's (apitypes, crypto); nothing here is
-// hand-rolled.
+// signing, the domain separator and the type hash are go-ethereum's (crypto, apitypes); the
+// message's words are laid out here (Digest), and held to apitypes by a test.
 
 // The EIP-712 domain and primary type of a signed verdict (docs/verdict-signing.md#typed-data).
 const (
@@ -158,14 +162,74 @@ func (m *SignedVerdict) TypedData() apitypes.TypedData {
 	}
 }
 
-// Digest is the EIP-712 digest of m, the hash that is signed.
+// Digest is the EIP-712 digest of m, the hash that is signed: keccak256(0x1901 ‖ the
+// domain separator ‖ hashStruct(m)). Every member of the message is one 32-byte word, so
+// hashStruct(m) is keccak256 of the message's type hash and its words in the order of
+// SignatureTypes; the domain separator and the type hash are go-ethereum's (apitypes),
+// computed once. TestDigestIsGoEthereums holds it to apitypes.TypedDataAndHash of
+// m.TypedData(), what a wallet signs: the same digest, and an error for the same messages (a
+// negative unsigned integer, a value beyond 256 bits).
 func (m *SignedVerdict) Digest() (common.Hash, error) {
-	h, _, err := apitypes.TypedDataAndHash(m.TypedData())
-	if err != nil {
-		return common.Hash{}, fmt.Errorf("verdict typed data: %w", err)
+	value := orZero(m.Value)
+	switch {
+	case m.ChainID < 0 || m.PolicyVersion < 0 || m.Expiry < 0:
+		return common.Hash{}, errors.New("verdict typed data: an unsigned integer is negative")
+	case value.Sign() < 0 || value.BitLen() > 256:
+		return common.Hash{}, errors.New("verdict typed data: value is not a uint256")
 	}
-	return common.BytesToHash(h), nil
+	d := digests.Get().(*digestState)
+	defer digests.Put(d)
+	m.words(&d.words, value)
+	d.h.Reset()
+	for i := range d.words {
+		d.h.Write(d.words[i][:])
+	}
+	d.prefix = [66]byte{0x19, 0x01}
+	copy(d.prefix[2:], domainSeparator[:])
+	_, _ = d.h.Read(d.prefix[34:])
+	d.h.Reset()
+	d.h.Write(d.prefix[:])
+	_, _ = d.h.Read(d.out[:])
+	return d.out, nil
 }
+
+// words lays out the type hash of m and its members, with value for its value, as
+// EIP-712's encodeData does: each in one 32-byte word, integers big-endian, addresses
+// left-padded.
+func (m *SignedVerdict) words(w *[10][32]byte, value *big.Int) {
+	*w = [10][32]byte{verdictTypeHash}
+	copy(w[1][12:], m.Wallet[:])
+	binary.BigEndian.PutUint64(w[2][24:], uint64(m.ChainID))
+	copy(w[3][12:], m.To[:])
+	w[4] = m.DataHash
+	value.FillBytes(w[5][:])
+	binary.BigEndian.PutUint64(w[6][24:], uint64(m.PolicyVersion))
+	w[7][31] = m.Outcome
+	w[8] = m.Nonce
+	binary.BigEndian.PutUint64(w[9][24:], uint64(m.Expiry))
+}
+
+// digestState is Digest's hash state and buffers, recycled (digests): what a hash state's
+// methods are handed escapes to the heap.
+type digestState struct {
+	h      crypto.KeccakState
+	words  [10][32]byte // the message's type hash and members
+	prefix [66]byte     // 0x1901, the domain separator, hashStruct
+	out    common.Hash
+}
+
+var digests = sync.Pool{New: func() any { return &digestState{h: crypto.NewKeccakState()} }}
+
+// domainSeparator and verdictTypeHash are the EIP-712 domain separator of signed verdicts
+// and the type hash of their message, as go-ethereum computes them.
+var domainSeparator, verdictTypeHash = func() (common.Hash, common.Hash) {
+	td := apitypes.TypedData{Types: SignatureTypes(), PrimaryType: SignaturePrimaryType, Domain: SignatureDomain()}
+	ds, err := td.HashStruct("EIP712Domain", td.Domain.Map())
+	if err != nil {
+		panic("verdict: the EIP-712 domain does not hash: " + err.Error())
+	}
+	return common.BytesToHash(ds), common.BytesToHash(td.TypeHash(SignaturePrimaryType))
+}()
 
 // Signature is the "signature" member of a signed verdict (docs/verdict-signing.md#the-signature-member):
 // who signed, what, and the 65-byte signature r || s || v with v 27 or 28.
@@ -281,34 +345,37 @@ func (s *Signature) consistent(v *Verdict) error {
 	return nil
 }
 
-// signatureWire is the JSON of a Signature (docs/verdict-signing.md#the-signature-member).
-type signatureWire struct {
-	Signer    string        `json:"signer"`
-	Message   messageWire   `json:"message"`
-	Signature hexutil.Bytes `json:"signature"`
-}
-
-// messageWire is the JSON of a SignedVerdict: the typed-data message as a wallet shows it,
-// addresses EIP-55 checksummed, the uint256 value as a decimal string.
-type messageWire struct {
-	Wallet        string      `json:"wallet"`
-	ChainID       int64       `json:"chainId"`
-	To            string      `json:"to"`
-	DataHash      common.Hash `json:"dataHash"`
-	Value         string      `json:"value"`
-	PolicyVersion int64       `json:"policyVersion"`
-	Outcome       uint8       `json:"outcome"`
-	Nonce         common.Hash `json:"nonce"`
-	Expiry        int64       `json:"expiry"`
-}
-
-// MarshalJSON encodes s as the verdict's "signature" member.
+// MarshalJSON encodes s as the verdict's "signature" member
+// (docs/verdict-signing.md#the-signature-member): {"signer", "message": {"wallet", "chainId",
+// "to", "dataHash", "value", "policyVersion", "outcome", "nonce", "expiry"}, "signature"},
+// the typed-data message as a wallet shows it: addresses EIP-55 checksummed, hashes and the
+// signature 0x and lower-case hex, the uint256 value a decimal string, the other integers
+// numbers. Every member is hex or a number, so it is written as it is, with nothing to
+// escape (TestSignatureJSON holds it to encoding/json's encoding of the same members).
 func (s *Signature) MarshalJSON() ([]byte, error) {
-	m := s.Message
-	return json.Marshal(signatureWire{Signer: s.Signer.Hex(), Signature: s.Sig, Message: messageWire{
-		Wallet: m.Wallet.Hex(), ChainID: m.ChainID, To: m.To.Hex(), DataHash: m.DataHash, Value: orZero(m.Value).String(),
-		PolicyVersion: m.PolicyVersion, Outcome: m.Outcome, Nonce: m.Nonce, Expiry: m.Expiry,
-	}})
+	m := &s.Message
+	b := make([]byte, 0, 720)
+	b = append(b, `{"signer":"`...)
+	b = append(b, s.Signer.Hex()...)
+	b = append(b, `","message":{"wallet":"`...)
+	b = append(b, m.Wallet.Hex()...)
+	b = append(b, `","chainId":`...)
+	b = strconv.AppendInt(b, m.ChainID, 10)
+	b = append(b, `,"to":"`...)
+	b = append(b, m.To.Hex()...)
+	b = appendHex(append(b, `","dataHash":"`...), m.DataHash[:])
+	b = orZero(m.Value).Append(append(b, `","value":"`...), 10)
+	b = strconv.AppendInt(append(b, `","policyVersion":`...), m.PolicyVersion, 10)
+	b = strconv.AppendUint(append(b, `,"outcome":`...), uint64(m.Outcome), 10)
+	b = appendHex(append(b, `,"nonce":"`...), m.Nonce[:])
+	b = strconv.AppendInt(append(b, `","expiry":`...), m.Expiry, 10)
+	b = appendHex(append(b, `},"signature":"`...), s.Sig)
+	return append(b, `"}`...), nil
+}
+
+// appendHex appends 0x and the lower-case hex of p.
+func appendHex(b, p []byte) []byte {
+	return hex.AppendEncode(append(b, "0x"...), p)
 }
 
 // signature reads a verdict's optional "signature" member strictly: absent or null is
@@ -364,25 +431,16 @@ func (v validator) signedMessage(mo map[string]any, p string) (SignedVerdict, er
 	if m.Nonce, err = v.hash32(mo, "nonce", p); err != nil {
 		return m, err
 	}
-	ints := []struct {
-		key string
-		min int64
-		max int64
-		dst func(int64)
-	}{
-		{"chainId", 0, 1<<63 - 1, func(n int64) { m.ChainID = n }},
-		{"policyVersion", 0, 1<<63 - 1, func(n int64) { m.PolicyVersion = n }},
-		{"outcome", int64(SignedApproved), int64(SignedRejected), func(n int64) { m.Outcome = uint8(n) }},
-		{"expiry", 1, 1<<63 - 1, func(n int64) { m.Expiry = n }},
-	}
-	for _, f := range ints {
+	var ints [len(signedInts)]int64
+	for i, f := range signedInts {
 		n, ok := mo[f.key].(json.Number)
-		i, perr := strconv.ParseInt(n.String(), 10, 64)
-		if !ok || perr != nil || i < f.min || i > f.max {
-			return m, v.fail(p+"."+f.key, "must be an integer from "+strconv.FormatInt(f.min, 10)+" to "+strconv.FormatInt(f.max, 10))
+		x, perr := strconv.ParseInt(n.String(), 10, 64)
+		if !ok || perr != nil || x < f.min || x > f.max {
+			return m, v.fail(p+"."+f.key, f.problem())
 		}
-		f.dst(i)
+		ints[i] = x
 	}
+	m.ChainID, m.PolicyVersion, m.Outcome, m.Expiry = ints[0], ints[1], uint8(ints[2]), ints[3]
 	val, ok := mo["value"].(string)
 	n, good := new(big.Int).SetString(val, 10)
 	if !ok || !good || n.Sign() < 0 || n.BitLen() > 256 || n.String() != val {
@@ -390,6 +448,26 @@ func (v validator) signedMessage(mo map[string]any, p string) (SignedVerdict, er
 	}
 	m.Value = n
 	return m, nil
+}
+
+// signedInt is an integer member of a signature's message and its range.
+type signedInt struct {
+	key      string
+	min, max int64
+}
+
+// signedInts are the integer members of a signature's message, in the order they are read:
+// chainId, policyVersion, outcome, expiry.
+var signedInts = [...]signedInt{
+	{"chainId", 0, math.MaxInt64},
+	{"policyVersion", 0, math.MaxInt64},
+	{"outcome", int64(SignedApproved), int64(SignedRejected)},
+	{"expiry", 1, math.MaxInt64},
+}
+
+// problem names the rule of f.
+func (f signedInt) problem() string {
+	return "must be an integer from " + strconv.FormatInt(f.min, 10) + " to " + strconv.FormatInt(f.max, 10)
 }
 
 // address reads a required 0x-hex address member.

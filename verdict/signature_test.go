@@ -1,15 +1,20 @@
 package verdict_test
 
 import (
+	crand "crypto/rand"
 	"encoding/json"
 	"errors"
+	"math"
 	"math/big"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/common/hexutil"
 	"github.com/ethereum/go-ethereum/crypto"
+	"github.com/ethereum/go-ethereum/signer/core/apitypes"
 
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/verdict"
@@ -226,6 +231,90 @@ func BenchmarkCheckSignature(b *testing.B) {
 	for b.Loop() {
 		if err := verdict.CheckSignature(v, signer, sigBinding(), sigNow); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// randomMessages are n messages drawn from r, edges included: negative, zero and extreme
+// integers, values of every length, nil, negative and beyond 256 bits.
+func randomMessages(r *rand.Rand, n int) []verdict.SignedVerdict {
+	ints := []int64{0, 1, -1, 255, 1 << 32, math.MaxInt64, math.MinInt64}
+	pick := func() int64 {
+		if r.IntN(2) == 0 {
+			return ints[r.IntN(len(ints))]
+		}
+		return r.Int64()
+	}
+	values := []*big.Int{nil, big.NewInt(0), big.NewInt(-1), new(big.Int).Lsh(big.NewInt(1), 256),
+		new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 256), big.NewInt(1))}
+	fill := func() []byte {
+		var b [32]byte
+		_, _ = crand.Read(b[:])
+		return b[:]
+	}
+	out := make([]verdict.SignedVerdict, n)
+	for i := range out {
+		out[i] = verdict.SignedVerdict{
+			Binding: verdict.Binding{Wallet: common.BytesToAddress(fill()), ChainID: pick(), To: common.BytesToAddress(fill()),
+				DataHash: common.BytesToHash(fill()), Value: new(big.Int).SetBytes(fill()[:r.IntN(33)])},
+			PolicyVersion: pick(), Outcome: uint8(r.IntN(256)), Nonce: common.BytesToHash(fill()), Expiry: pick(),
+		}
+		if r.IntN(4) == 0 {
+			out[i].Value = values[r.IntN(len(values))]
+		}
+	}
+	return out
+}
+
+// TestDigestIsGoEthereums: Digest, which lays the message's words out itself, is the digest
+// go-ethereum's apitypes computes from TypedData (what a wallet or a verifier hashes) for any
+// message, edges included, and refuses exactly the messages apitypes refuses.
+func TestDigestIsGoEthereums(t *testing.T) {
+	for i, m := range randomMessages(rand.New(rand.NewPCG(10, 24)), 3000) {
+		got, err := m.Digest()
+		want, _, werr := apitypes.TypedDataAndHash(m.TypedData())
+		if (err != nil) != (werr != nil) || (err == nil && got != common.BytesToHash(want)) {
+			t.Fatalf("#%d %+v: Digest %s, %v; apitypes %x, %v", i, m, got, err, want, werr)
+		}
+	}
+}
+
+// TestSignatureJSON: a signature member, which MarshalJSON writes itself, is byte for byte
+// what encoding/json writes for the same members in the same order, for any message and
+// signature.
+func TestSignatureJSON(t *testing.T) {
+	type message struct {
+		Wallet        string      `json:"wallet"`
+		ChainID       int64       `json:"chainId"`
+		To            string      `json:"to"`
+		DataHash      common.Hash `json:"dataHash"`
+		Value         string      `json:"value"`
+		PolicyVersion int64       `json:"policyVersion"`
+		Outcome       uint8       `json:"outcome"`
+		Nonce         common.Hash `json:"nonce"`
+		Expiry        int64       `json:"expiry"`
+	}
+	type member struct {
+		Signer    string        `json:"signer"`
+		Message   message       `json:"message"`
+		Signature hexutil.Bytes `json:"signature"`
+	}
+	r := rand.New(rand.NewPCG(10, 25))
+	for i, m := range randomMessages(r, 1000) {
+		s := &verdict.Signature{Signer: common.BytesToAddress(m.Nonce[:20]), Message: m, Sig: m.DataHash[:r.IntN(33)]}
+		value := "0"
+		if m.Value != nil {
+			value = m.Value.String()
+		}
+		want, err := json.Marshal(member{Signer: s.Signer.Hex(), Signature: s.Sig, Message: message{
+			Wallet: m.Wallet.Hex(), ChainID: m.ChainID, To: m.To.Hex(), DataHash: m.DataHash, Value: value,
+			PolicyVersion: m.PolicyVersion, Outcome: m.Outcome, Nonce: m.Nonce, Expiry: m.Expiry,
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := json.Marshal(s); err != nil || string(got) != string(want) {
+			t.Fatalf("#%d: MarshalJSON wrote %s (%v), encoding/json %s", i, got, err, want)
 		}
 	}
 }

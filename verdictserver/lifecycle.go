@@ -248,7 +248,8 @@ func (s *Server) evaluate(ctx context.Context, hash string) (done bool) {
 // need, copied out of it.
 type judgement struct {
 	raw                 json.RawMessage
-	err                 error // encoding the verdict failed
+	v                   *verdict.Verdict // under spend windows, the engine's verdict instead of raw (complete)
+	err                 error            // encoding the verdict failed
 	status              string
 	policyVersion       *int64
 	outcome, reasonCode string
@@ -258,9 +259,19 @@ type judgement struct {
 // Judge when it has one (the verdict's memory is then reused once it is encoded). ok is
 // false when the engine answered no terminal, consistent verdict. A signing service signs
 // the verdict; one it cannot sign is not stored (docs/verdict-signing.md).
+//
+// Under spend windows the verdict is kept as it is, neither encoded nor signed: the windows
+// decide after the engine and may turn it into a refusal, so complete adds their check, signs,
+// validates and encodes it once (withWindowCheck). It is then the engine's Evaluate's, which
+// the engine does not reuse.
 func (s *Server) judge(ctx context.Context, hash string, in engine.Input) (j judgement, ok bool) {
+	keep := windowed(in)
 	use := func(v *verdict.Verdict) {
-		j.raw, j.err = s.encodeVerdict(v, in, hash)
+		if keep {
+			j.v = v
+		} else {
+			j.raw, j.err = s.encodeVerdict(v, in, hash)
+		}
 		j.status = store.StatusRejected
 		if v.Outcome == verdict.OutcomeApproved {
 			j.status = store.StatusApproved
@@ -271,14 +282,15 @@ func (s *Server) judge(ctx context.Context, hash string, in engine.Input) (j jud
 		}
 		j.outcome, j.reasonCode = string(v.Outcome), string(v.ReasonCode)
 	}
-	ok = s.run(ctx, in, use)
+	ok = s.run(ctx, in, !keep, use)
 	return j, ok
 }
 
-// run evaluates in with the engine, through its Judge when it has one, and calls use with
-// the verdict only when it is terminal and consistent; it reports whether it did. The
-// verdict is use's only for the call: a Judger reuses its memory afterwards.
-func (s *Server) run(ctx context.Context, in engine.Input, use func(*verdict.Verdict)) (ok bool) {
+// run evaluates in with the engine, through its Judge when it has one and reuse allows,
+// and calls use with the verdict only when it is terminal and consistent; it reports
+// whether it did. With reuse the verdict is use's only for the call (a Judger reuses its
+// memory afterwards); without, it is Evaluate's, which the engine does not reuse.
+func (s *Server) run(ctx context.Context, in engine.Input, reuse bool, use func(*verdict.Verdict)) (ok bool) {
 	gate := func(v *verdict.Verdict) {
 		if v == nil || !v.Terminal() || v.Consistent() != nil {
 			return
@@ -286,7 +298,7 @@ func (s *Server) run(ctx context.Context, in engine.Input, use func(*verdict.Ver
 		ok = true
 		use(v)
 	}
-	if jg, isJudger := s.engine.(engine.Judger); isJudger {
+	if jg, isJudger := s.engine.(engine.Judger); isJudger && reuse {
 		jg.Judge(ctx, in, gate)
 	} else {
 		gate(s.engine.Evaluate(ctx, in))

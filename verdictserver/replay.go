@@ -215,7 +215,7 @@ func (rp *replayer) replay(ctx context.Context, t store.Transaction, rep *Replay
 	var draft ReplayOutcome
 	var approved bool
 	var spend windowSpend
-	ok := rp.srv.run(ctx, in, func(v *verdict.Verdict) {
+	ok := rp.srv.run(ctx, in, true, func(v *verdict.Verdict) {
 		approved = v.Approved()
 		// the verdict is the engine's only during this call: keep what the report needs, the
 		// outcome of any that may change (the windows may yet refuse an approval)

@@ -1,7 +1,6 @@
 package verdictserver
 
 import (
-	"encoding/json"
 	"sort"
 	"time"
 
@@ -43,20 +42,9 @@ func newReplayWindows(doc *policy.Document) *replayWindows {
 }
 
 // spendOf copies out of an approved verdict what its windows need, as complete reads them
-// from the verdict's JSON: its usdNotional rounded up (notionalOf), and the assets of its
-// evidence's decodedAction (assetsOf, given the evidence as decoded JSON).
+// (notionalOf, assetsOf).
 func spendOf(v *verdict.Verdict) windowSpend {
-	var s windowSpend
-	if v.USDNotional != nil {
-		m := engine.MicroUSDCeil(*v.USDNotional)
-		s.notional = &m
-	}
-	if b, err := json.Marshal(verdict.Evidence{DecodedAction: v.Evidence.DecodedAction}); err == nil {
-		if evidence, err := verdict.ParseJSON(b); err == nil {
-			s.assets = assetsOf(evidence)
-		}
-	}
-	return s
+	return windowSpend{notional: notionalOf(v), assets: assetsOf(v.Evidence.DecodedAction)}
 }
 
 // judge adds the spend_window check to an approval of the draft made at at, out being its

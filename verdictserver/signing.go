@@ -149,12 +149,10 @@ func (s *Server) serveSigner(w http.ResponseWriter, _ *http.Request, _ *principa
 }
 
 // encodeVerdict encodes v, signed when the service signs, without touching v (whose memory
-// the engine may reuse).
-//
-// A verdict under spend windows is encoded unsigned: the windows decide after the engine and
-// may turn it into a refusal, so it is signed once they have (withWindowCheck).
+// the engine may reuse). A verdict under spend windows is signed and encoded once they have
+// decided (withWindowCheck).
 func (s *Server) encodeVerdict(v *verdict.Verdict, in engine.Input, hash string) ([]byte, error) {
-	if s.signer == nil || windowed(in) {
+	if s.signer == nil {
 		return json.Marshal(v)
 	}
 	sig, err := s.signer.sign(v, in, hash, s.now())

@@ -78,7 +78,7 @@ func TestEveryVerdictOfAnyModeWindowAndSignatureIsValid(t *testing.T) {
 		}
 		raw := j.raw
 		if pol != nil && pol.Doc.SpendWindows != nil {
-			raw, _ = decideWindows(t, s, in, hash, j, fill)
+			raw, _ = decideWindows(t, s, in, hash, j, fill, nil)
 		}
 		v, err := verdict.ParseVerdict(raw, hash)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -208,12 +209,12 @@ func TestWindowVerdictsAreValid(t *testing.T) {
 			n := rng.Int64N(50e6)
 			notional = &n
 		}
-		tree, err := verdictTree([]byte(testenv.VerdictJSON(testenv.ApprovedVerdict())))
+		approved, err := verdict.ParseVerdict([]byte(testenv.VerdictJSON(testenv.ApprovedVerdict())), "0xprop")
 		if err != nil {
 			t.Fatal(err)
 		}
 		check, obs := engine.SpendWindow(uses, notional)
-		raw, status, err := (&Server{now: time.Now}).withWindowCheck(tree, engine.Input{}, "0xprop", check, &obs)
+		raw, status, err := (&Server{now: time.Now}).withWindowCheck(approved, engine.Input{}, "0xprop", check, &obs, nil)
 		if err != nil {
 			t.Fatalf("case %d: %v", i, err)
 		}
@@ -288,5 +289,41 @@ func TestSpendWindowUnderWarnAndAudit(t *testing.T) {
 				t.Fatalf("day window %v, want $0.03 reserved: a let-through approval reserves too", day)
 			}
 		})
+	}
+}
+
+// TestAssetsOfTheEnginesAndDecodedJSON: the assets of a decoded action and its legs are the
+// same whether the action is the engine's (lists of strings and maps) or its JSON decoded
+// (lists of any): lower-case, once each, the action's first.
+func TestAssetsOfTheEnginesAndDecodedJSON(t *testing.T) {
+	leg := func(assets ...string) map[string]any { return map[string]any{"kind": "leg", "assets": assets} }
+	action := map[string]any{"protocol": "multicall", "assets": []string{"0xAbC"},
+		"legs": []map[string]any{leg("0xabc", "0xDEF"), {"kind": "nested", "assets": []string{}, "legs": []map[string]any{leg("0x123")}}}}
+	decoded, err := verdict.ParseJSON([]byte(testenv.JSON(t, action)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"0xabc", "0xdef", "0x123"}
+	for name, a := range map[string]map[string]any{"engine's": action, "decoded JSON": decoded.(map[string]any)} {
+		if got := assetsOf(a); !slices.Equal(got, want) {
+			t.Errorf("the %s action: assets %v, want %v", name, got, want)
+		}
+	}
+}
+
+// TestWindowCheckOnAVerdictWithoutObservations: an engine's verdict that has no observations
+// to add the spend_window one to is not stored (an error, the record stays pending), and
+// the engine's verdict is left as it was.
+func TestWindowCheckOnAVerdictWithoutObservations(t *testing.T) {
+	v, err := verdict.ParseVerdict([]byte(testenv.VerdictJSON(testenv.ApprovedVerdict())), "0xobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Evidence.Observations = nil
+	checks := len(v.Checks)
+	check, obs := engine.SpendWindow([]engine.WindowUse{{Window: policy.SpendWindow{Period: "day", CapUSD: 1}}}, new(int64))
+	raw, status, err := (&Server{now: time.Now}).withWindowCheck(v, engine.Input{}, "0xobs", check, &obs, nil)
+	if err == nil || raw != nil || status != "" || len(v.Checks) != checks {
+		t.Fatalf("withWindowCheck = %s, %q, %v; the engine's verdict now has %d checks, had %d", raw, status, err, len(v.Checks), checks)
 	}
 }

@@ -53,21 +53,20 @@ func microUSD(usd float64, up bool) int64 {
 // (unpriced), failed with spend_window_exceeded on the first window with less room than
 // the notional, else passed. The observation lists every window's state before the action.
 func SpendWindow(uses []WindowUse, notional *int64) (verdict.Check, Observation) {
-	observed := make([]map[string]any, len(uses))
-	caps := make([]map[string]any, len(uses))
+	o := &windowsObserved{Windows: make([]windowState, len(uses))}
+	caps := make([]windowCap, len(uses))
 	for i, u := range uses {
-		observed[i] = map[string]any{
-			"period": u.Window.Period, "asset": u.Window.Asset, "usedUsd": usdFloat(u.Committed),
-			"reservedUsd": usdFloat(u.Reserved), "leftUsd": usdFloat(u.Left()),
-		}
-		caps[i] = map[string]any{"period": u.Window.Period, "asset": u.Window.Asset, "capUsd": u.Window.CapUSD}
+		o.Windows[i] = windowState{Asset: u.Window.Asset, LeftUSD: usdFloat(u.Left()), Period: u.Window.Period,
+			ReservedUSD: usdFloat(u.Reserved), UsedUSD: usdFloat(u.Committed)}
+		caps[i] = windowCap{Asset: u.Window.Asset, CapUSD: u.Window.CapUSD, Period: u.Window.Period}
 	}
-	obs := Observation{Expected: caps, Observed: map[string]any{"windows": observed}}
+	obs := Observation{Expected: caps, Observed: o}
 	if notional == nil {
 		return windowCheck(verdict.CheckFailed, verdict.ReasonDataUnavailable,
 			"the action has no USD price, and spend windows are set", policy.FieldSpendWindows), obs
 	}
-	obs.Observed.(map[string]any)["notionalUsd"] = usdFloat(*notional)
+	n := usdFloat(*notional)
+	o.NotionalUSD = &n
 	for _, u := range uses {
 		if u.Left() < *notional {
 			return windowCheck(verdict.CheckFailed, verdict.ReasonSpendWindowExceeded,
@@ -77,6 +76,30 @@ func SpendWindow(uses []WindowUse, notional *int64) (verdict.Check, Observation)
 	}
 	return windowCheck(verdict.CheckPassed, "", "notional "+microString(*notional)+" USD fits in every spend window and is reserved", policy.FieldSpendWindows), obs
 }
+
+// The spend_window observation (docs/spend-windows.md#the-check) as structs whose JSON is
+// that of the maps they stand for ({"notionalUsd", "windows": [{"asset", "leftUsd",
+// "period", "reservedUsd", "usedUsd"}]} observed, [{"asset", "capUsd", "period"}] expected;
+// members in the order encoding/json writes a map's keys), without a map's allocations and
+// sorting (TestSpendWindowCheck holds the JSON to the maps').
+type (
+	windowsObserved struct {
+		NotionalUSD *float64      `json:"notionalUsd,omitempty"` // nil when the action is unpriced
+		Windows     []windowState `json:"windows"`
+	}
+	windowState struct {
+		Asset       string  `json:"asset"`
+		LeftUSD     float64 `json:"leftUsd"`
+		Period      string  `json:"period"`
+		ReservedUSD float64 `json:"reservedUsd"`
+		UsedUSD     float64 `json:"usedUsd"`
+	}
+	windowCap struct {
+		Asset  string  `json:"asset"`
+		CapUSD float64 `json:"capUsd"`
+		Period string  `json:"period"`
+	}
+)
 
 // SpendWindowNotChecked is the spend_window check of an action another check rejected.
 func SpendWindowNotChecked() verdict.Check {

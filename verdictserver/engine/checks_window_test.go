@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/verdict"
 	"github.com/x402gate/x402gate/verdictserver/policy"
 )
@@ -56,10 +57,28 @@ func TestSpendWindowCheck(t *testing.T) {
 			if (c.Code == nil) != (tc.code == "") || c.Code != nil && *c.Code != tc.code {
 				t.Fatalf("code %v, want %q", c.Code, tc.code)
 			}
-			ws := obs.Observed.(map[string]any)["windows"].([]map[string]any)
-			if len(ws) != len(tc.uses) || ws[0]["leftUsd"] != float64(tc.uses[0].Left())/1e6 {
-				t.Fatalf("observation %v", obs.Observed)
+			if got, want := testenv.JSON(t, obs), testenv.JSON(t, windowsAsMaps(tc.uses, tc.notional)); got != want {
+				t.Fatalf("observation %s, want %s", got, want)
 			}
 		})
 	}
+}
+
+// windowsAsMaps is the spend_window observation of uses as maps, as the check first wrote it:
+// the JSON its structs must keep.
+func windowsAsMaps(uses []WindowUse, notional *int64) map[string]any {
+	observed := make([]map[string]any, len(uses))
+	caps := make([]map[string]any, len(uses))
+	for i, u := range uses {
+		observed[i] = map[string]any{
+			"period": u.Window.Period, "asset": u.Window.Asset, "usedUsd": float64(u.Committed) / 1e6,
+			"reservedUsd": float64(u.Reserved) / 1e6, "leftUsd": float64(u.Left()) / 1e6,
+		}
+		caps[i] = map[string]any{"period": u.Window.Period, "asset": u.Window.Asset, "capUsd": u.Window.CapUSD}
+	}
+	obs := map[string]any{"windows": observed}
+	if notional != nil {
+		obs["notionalUsd"] = float64(*notional) / 1e6
+	}
+	return map[string]any{"expected": caps, "observed": obs}
 }
