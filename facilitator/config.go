@@ -46,7 +46,17 @@ const (
 	DefaultVerdictRate = 1.0
 	// DefaultVerdictBurst is how many one payer may make at once.
 	DefaultVerdictBurst = 10
+	// DefaultBalanceCheckInterval is how often the signer pool reads its lanes' gas
+	// balances.
+	DefaultBalanceCheckInterval = 30 * time.Second
+	// DefaultMaxPendingPerSigner is go-ethereum's executable transaction slots per account
+	// (txpool AccountSlots): a lane keeps no more settlements in flight.
+	DefaultMaxPendingPerSigner = 16
 )
+
+// DefaultMinGasBalance is the gas balance under which a signer lane leaves the pool:
+// 0.001 ETH, 10^15 wei (docs/facilitator.md#signer-pool).
+var DefaultMinGasBalance = big.NewInt(1e15)
 
 // Config is a facilitator's configuration: its JSON is what an operator writes (the x402
 // Caddy app's facilitators, docs/facilitator.md#configuration), and Validate holds every
@@ -62,6 +72,23 @@ type Config struct {
 	// must use its own key (instances that share a key would race for nonces). Required
 	// unless Signer is set.
 	SignerKey string `json:"signer_key,omitempty"`
+	// SignerKeys are more signer keys, each a lane of its own beside SignerKey's: its own
+	// nonce, gas balance and fee bumps; settlements spread over the lanes
+	// (docs/facilitator.md#signer-pool). SignerKey stays the primary signer: the address
+	// /supported names as an upto payment's facilitator, whose settles it sends. Default:
+	// none, a pool of one.
+	SignerKeys []string `json:"signer_keys,omitempty"`
+	// MinGasBalance is the native balance, in wei, under which a signer lane is taken out
+	// of the pool (relayer_insufficient_funds) until it is funded again. Default
+	// DefaultMinGasBalance (0.001 ETH).
+	MinGasBalance string `json:"min_gas_balance,omitempty"`
+	// BalanceCheckInterval is how often every lane's gas balance is read, to take a lane
+	// out of the pool or back in. Default DefaultBalanceCheckInterval (30s).
+	BalanceCheckInterval Duration `json:"balance_check_interval,omitempty"`
+	// MaxPendingPerSigner is how many settlements one lane keeps in flight (sent, receipt
+	// not seen) at most; a settle waits for a free lane past it. Default
+	// DefaultMaxPendingPerSigner (16, go-ethereum's executable slots per account).
+	MaxPendingPerSigner int `json:"max_pending_per_signer,omitempty"`
 	// ApprovalStore selects the store of approvals and settlement claims. Default: memory.
 	ApprovalStore *StoreConfig `json:"store,omitempty"`
 	// SettlementJournal selects the settlement journal. Default: SQLite, at a path the
@@ -107,6 +134,13 @@ type Config struct {
 	// Signer is the key of SignerKey, for a caller that holds it already. Default: parsed
 	// from SignerKey.
 	Signer *ecdsa.PrivateKey `json:"-"`
+	// Signers are the keys of SignerKeys, for a caller that holds them already. Default:
+	// parsed from SignerKeys.
+	Signers []*ecdsa.PrivateKey `json:"-"`
+	// OnLaneFunds, when set, is called each time a signer lane leaves the pool for a gas
+	// balance under MinGasBalance (funded false) or comes back (true): Caddy's
+	// relayer_insufficient_funds gauge.
+	OnLaneFunds func(network string, signer common.Address, funded bool) `json:"-"`
 	// Store holds approvals and settlement claims. Use an approval.RedisStore shared by every
 	// instance of a fleet. Required.
 	Store approval.Store `json:"-"`
@@ -165,6 +199,12 @@ type Config struct {
 	beforeBroadcast func(journal.Settlement) error
 
 	factories map[common.Address]bool // ERC6492Factories, parsed by prepare
+	minGas    *big.Int                // MinGasBalance, parsed by prepare
+}
+
+// keys are the pool's signer keys, the primary (Signer) first.
+func (c *Config) keys() []*ecdsa.PrivateKey {
+	return append([]*ecdsa.PrivateKey{c.Signer}, c.Signers...)
 }
 
 // StoreConfig selects the approval store.
@@ -246,6 +286,9 @@ func (c *Config) Validate() error {
 		if _, err := parseSignerKey(k); err != nil {
 			return err
 		}
+	}
+	if err := c.validatePool(); err != nil {
+		return err
 	}
 	if err := c.validateStores(); err != nil {
 		return err
@@ -366,6 +409,57 @@ func (c *Config) validateVerdicts() error {
 	return nil
 }
 
+// validatePool checks the signer pool's options: each key of SignerKeys (a placeholder is
+// only checked for being set), MinGasBalance and MaxPendingPerSigner.
+func (c *Config) validatePool() error {
+	for _, k := range c.SignerKeys {
+		switch k = strings.TrimSpace(k); {
+		case k == "":
+			return configErr("", "signer_key", "an empty key in the pool")
+		case !strings.Contains(k, "{"):
+			if _, err := parseSignerKey(k); err != nil {
+				return err
+			}
+		}
+	}
+	if _, err := c.minGasBalance(); err != nil {
+		return err
+	}
+	if c.MaxPendingPerSigner < 0 {
+		return configErr("", "max_pending_per_signer", "%d is not a positive number", c.MaxPendingPerSigner)
+	}
+	if c.BalanceCheckInterval < 0 {
+		return configErr("", "balance_check_interval", "must not be negative")
+	}
+	return nil
+}
+
+// minGasBalance is MinGasBalance as wei, or its default.
+func (c *Config) minGasBalance() (*big.Int, error) {
+	if c.MinGasBalance == "" {
+		return new(big.Int).Set(DefaultMinGasBalance), nil
+	}
+	m, ok := new(big.Int).SetString(c.MinGasBalance, 10)
+	if !ok || m.Sign() < 0 {
+		return nil, configErr("", "min_gas_balance", "%q is not a non-negative integer of wei", c.MinGasBalance)
+	}
+	return m, nil
+}
+
+// checkDistinctKeys refuses a pool that names one key twice: two lanes of one account
+// would race for its nonces.
+func (c *Config) checkDistinctKeys() error {
+	seen := map[common.Address]bool{}
+	for _, k := range c.keys() {
+		a := crypto.PubkeyToAddress(k.PublicKey)
+		if seen[a] {
+			return fmt.Errorf("facilitator config: %w", configErr("", "signer_key", "the pool names the signer %s twice", a.Hex()))
+		}
+		seen[a] = true
+	}
+	return nil
+}
+
 // parseSignerKey parses a hex private key, with or without 0x. Its error never quotes it.
 func parseSignerKey(k string) (*ecdsa.PrivateKey, error) {
 	key, err := crypto.HexToECDSA(strings.TrimPrefix(strings.TrimSpace(k), "0x"))
@@ -414,6 +508,23 @@ func (c *Config) prepare() error {
 		}
 		c.Signer = k
 	}
+	if c.Signers == nil {
+		for _, ks := range c.SignerKeys {
+			k, err := parseSignerKey(ks)
+			if err != nil {
+				return fmt.Errorf("facilitator config: %w", err)
+			}
+			c.Signers = append(c.Signers, k)
+		}
+	}
+	if err := c.checkDistinctKeys(); err != nil {
+		return err
+	}
+	minGas, err := c.minGasBalance()
+	if err != nil {
+		return fmt.Errorf("facilitator config: %w", err)
+	}
+	c.minGas = minGas
 	c.factories = map[common.Address]bool{}
 	for _, f := range c.ERC6492Factories {
 		c.factories[common.HexToAddress(f)] = true
@@ -437,6 +548,12 @@ func (c *Config) fillDefaults() {
 		if *d.v <= 0 {
 			*d.v = d.def
 		}
+	}
+	if c.BalanceCheckInterval <= 0 {
+		c.BalanceCheckInterval = Duration(DefaultBalanceCheckInterval)
+	}
+	if c.MaxPendingPerSigner <= 0 {
+		c.MaxPendingPerSigner = DefaultMaxPendingPerSigner
 	}
 	if c.StuckAfter == 0 {
 		c.StuckAfter = DefaultStuckAfter
