@@ -98,7 +98,7 @@ func (p *pool) acquire(ctx context.Context, only *lane) (*lane, error) {
 // full), and whether any candidate lane is in the pool at all. Ties go round the pool.
 // The caller holds p.mu.
 func (p *pool) pick(only *lane) (best *lane, funded bool) {
-	n := len(p.lanes)
+	n, at := len(p.lanes), 0
 	for i := range n {
 		ln := p.lanes[(p.next+i)%n]
 		if (only != nil && ln != only) || ln.out {
@@ -106,10 +106,12 @@ func (p *pool) pick(only *lane) (best *lane, funded bool) {
 		}
 		funded = true
 		if ln.pending < p.max && (best == nil || ln.pending < best.pending) {
-			best = ln
+			best, at = ln, (p.next+i)%n
 		}
 	}
-	p.next = (p.next + 1) % n
+	if best != nil {
+		p.next = (at + 1) % n // the next tie goes to the lane after this one
+	}
 	return best, funded
 }
 
