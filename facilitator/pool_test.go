@@ -3,6 +3,8 @@ package facilitator
 import (
 	"context"
 	"crypto/ecdsa"
+	"encoding/hex"
+	"fmt"
 	"math/big"
 	"strings"
 	"sync"
@@ -11,6 +13,9 @@ import (
 
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/core/types"
+	"github.com/ethereum/go-ethereum/crypto"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/x402gate/x402gate/facilitator/journal"
 	"github.com/x402gate/x402gate/internal/testenv"
@@ -176,6 +181,8 @@ func TestPoolTakesALaneShortOfGasOut(t *testing.T) {
 	cfg.BalanceCheckInterval = Duration(20 * time.Millisecond)
 	events := &laneEvents{}
 	cfg.OnLaneFunds = events.record
+	core, logs := observer.New(zap.DebugLevel)
+	cfg.Logger = zap.New(core)
 	// b holds enough for one settlement above the threshold, not for two
 	env.chain.SetBalance(t, b.Address, new(big.Int).Add(minGas, big.NewInt(1e12)))
 	e := env.engine(t, cfg)
@@ -222,6 +229,22 @@ func TestPoolTakesALaneShortOfGasOut(t *testing.T) {
 	want := b.Address.Hex() + " out, " + a.Address.Hex() + " out, " + b.Address.Hex() + " in"
 	if got := events.String(); got != want {
 		t.Fatalf("lane events %q, want %q", got, want)
+	}
+	// the log names the lane by its address, never by its key
+	warned := 0
+	for _, entry := range logs.All() {
+		line := fmt.Sprint(entry.Message, entry.ContextMap())
+		for _, acc := range accs {
+			if strings.Contains(line, hex.EncodeToString(crypto.FromECDSA(acc.Key))) {
+				t.Fatalf("a signer key in the log: %s", entry.Message)
+			}
+		}
+		if strings.Contains(entry.Message, "relayer_insufficient_funds") {
+			warned++
+		}
+	}
+	if warned != 2 {
+		t.Fatalf("%d relayer_insufficient_funds log lines, want 2", warned)
 	}
 }
 
