@@ -27,7 +27,7 @@ var ether = big.NewInt(1e18)
 
 // poolConfig is env's Config with a pool of n signer lanes, each a fresh account funded
 // with 1 ETH, the primary first.
-func (v *testEnv) poolConfig(t *testing.T, n int) (Config, []testenv.Account) {
+func (v *testEnv) poolConfig(t testing.TB, n int) (Config, []testenv.Account) {
 	t.Helper()
 	cfg := v.config(t)
 	var accs []testenv.Account
