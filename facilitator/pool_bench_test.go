@@ -35,18 +35,7 @@ func benchSettlePool(b *testing.B, keys, conc int) {
 	cfg, _ := env.poolConfig(b, keys)
 	cfg.Networks[0].RPC = proxy.URL
 	e := env.engine(b, cfg)
-	payee := env.chain.Accounts[len(env.chain.Accounts)-1].Address
-	payers := env.chain.Accounts[1 : len(env.chain.Accounts)-1]
-	type job struct {
-		p *x402.Payment
-		r *x402.Requirements
-	}
-	jobs := make(chan job, b.N)
-	for i := range b.N {
-		p, r := env.pay(b, x402.Version2, payers[i%len(payers)], payee)
-		jobs <- job{p, r}
-	}
-	close(jobs)
+	payee, payers, jobs := env.settleJobs(b)
 	// Warm every lane (fee cache, nonce, connections) outside the timer.
 	var warm sync.WaitGroup
 	for i := range keys {

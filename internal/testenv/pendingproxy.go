@@ -196,7 +196,18 @@ func (p *PendingProxy) roundTrip(ctx context.Context, msgs []rpcMsg, single bool
 
 // forward passes body to anvil as it is and copies the reply back.
 func (p *PendingProxy) forward(w http.ResponseWriter, ctx context.Context, body []byte) {
-	resp, err := p.post(ctx, body)
+	forwardJSON(w, ctx, p.chain.RPCURL, body)
+}
+
+// post sends body to anvil.
+func (p *PendingProxy) post(ctx context.Context, body []byte) (*http.Response, error) {
+	return postJSON(ctx, p.chain.RPCURL, body)
+}
+
+// forwardJSON posts body to target and copies the reply (status and body) to w; a target
+// that cannot be reached is a 502.
+func forwardJSON(w http.ResponseWriter, ctx context.Context, target string, body []byte) {
+	resp, err := postJSON(ctx, target, body)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
@@ -207,9 +218,9 @@ func (p *PendingProxy) forward(w http.ResponseWriter, ctx context.Context, body 
 	_, _ = io.Copy(w, resp.Body)
 }
 
-// post sends body to anvil.
-func (p *PendingProxy) post(ctx context.Context, body []byte) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.chain.RPCURL, bytes.NewReader(body))
+// postJSON posts the JSON body to target.
+func postJSON(ctx context.Context, target string, body []byte) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
