@@ -224,13 +224,15 @@ type NetworkInfo struct {
 }
 
 // EngineInfo is what detailed /health may show (docs/facilitator.md#api): networks, the
-// facilitator address and its cached balances, the verdict service URL. It carries no
+// facilitator address and its cached balances, the signer lanes, the verdict service URL. It carries no
 // RPC URL and no key.
 type EngineInfo struct {
 	Address     string        `json:"address"`
 	VerdictMode string        `json:"guardianMode"`
 	VerdictURL  string        `json:"verdictUrl,omitempty"`
 	Networks    []NetworkInfo `json:"networks"`
+	// Lanes are the signer pool's lanes on every network (docs/facilitator.md#signer-pool).
+	Lanes []LaneInfo `json:"lanes"`
 }
 
 // Info reports the engine's networks, signer address and cached balances. A balance that
@@ -241,6 +243,7 @@ func (e *Service) Info(ctx context.Context) EngineInfo {
 		VerdictMode: string(e.cfg.VerdictMode),
 		VerdictURL:  e.cfg.VerdictURL,
 		Networks:    []NetworkInfo{},
+		Lanes:       e.Lanes(),
 	}
 	for _, c := range e.order {
 		ni := NetworkInfo{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ecdsa"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"math/big"
 	"strings"
@@ -141,6 +142,16 @@ func TestSupportedListsEverySigner(t *testing.T) {
 	for _, k := range got.Kinds {
 		if k.Scheme == x402.SchemeUpto && k.Extra[x402.ExtraFacilitatorAddress] != accs[0].Address.Hex() {
 			t.Errorf("upto facilitator = %v, want the primary signer", k.Extra)
+		}
+	}
+	info := e.Info(context.Background())
+	b, _ := json.Marshal(info)
+	if len(info.Lanes) != 3 || info.Lanes[2].Address != accs[2].Address.Hex() || !info.Lanes[2].InPool || info.Lanes[2].Balance != ether.String() {
+		t.Fatalf("detailed health lanes = %s, want the three lanes in the pool with their balances", b)
+	}
+	for _, a := range accs {
+		if strings.Contains(string(b), hex.EncodeToString(crypto.FromECDSA(a.Key))) {
+			t.Fatal("detailed health carries a signer key")
 		}
 	}
 }
