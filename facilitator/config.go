@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/ethereum/go-ethereum/common"
-	"github.com/ethereum/go-ethereum/crypto"
 	"go.uber.org/zap"
 
 	"github.com/x402gate/x402gate/facilitator/approval"
@@ -54,10 +53,6 @@ const (
 	DefaultMaxPendingPerSigner = 16
 )
 
-// DefaultMinGasBalance is the gas balance under which a signer lane leaves the pool:
-// 0.001 ETH, 10^15 wei (docs/facilitator.md#signer-pool).
-var DefaultMinGasBalance = big.NewInt(1e15)
-
 // Config is a facilitator's configuration: its JSON is what an operator writes (the x402
 // Caddy app's facilitators, docs/facilitator.md#configuration), and Validate holds every
 // rule of it. Secret fields (signer_key, verdict_key, a network's rpc, the store's url,
@@ -72,22 +67,16 @@ type Config struct {
 	// must use its own key (instances that share a key would race for nonces). Required
 	// unless Signer is set.
 	SignerKey string `json:"signer_key,omitempty"`
-	// SignerKeys are more signer keys, each a lane of its own beside SignerKey's: its own
-	// nonce, gas balance and fee bumps; settlements spread over the lanes
-	// (docs/facilitator.md#signer-pool). SignerKey stays the primary signer: the address
-	// /supported names as an upto payment's facilitator, whose settles it sends. Default:
-	// none, a pool of one.
+	// SignerKeys are more signer keys, each a lane beside SignerKey's, the primary signer
+	// (docs/facilitator.md#signer-pool). Default: none, a pool of one.
 	SignerKeys []string `json:"signer_keys,omitempty"`
-	// MinGasBalance is the native balance, in wei, under which a signer lane is taken out
-	// of the pool (relayer_insufficient_funds) until it is funded again. Default
-	// DefaultMinGasBalance (0.001 ETH).
+	// MinGasBalance is the gas balance in wei under which a lane leaves the pool
+	// (relayer_insufficient_funds). Default DefaultMinGasBalance (0.001 ETH).
 	MinGasBalance string `json:"min_gas_balance,omitempty"`
-	// BalanceCheckInterval is how often every lane's gas balance is read, to take a lane
-	// out of the pool or back in. Default DefaultBalanceCheckInterval (30s).
+	// BalanceCheckInterval is how often the lanes' gas balances are read. Default 30s.
 	BalanceCheckInterval Duration `json:"balance_check_interval,omitempty"`
-	// MaxPendingPerSigner is how many settlements one lane keeps in flight (sent, receipt
-	// not seen) at most; a settle waits for a free lane past it. Default
-	// DefaultMaxPendingPerSigner (16, go-ethereum's executable slots per account).
+	// MaxPendingPerSigner bounds the settlements in flight per lane; past it a settle
+	// waits for a free lane. Default DefaultMaxPendingPerSigner (16).
 	MaxPendingPerSigner int `json:"max_pending_per_signer,omitempty"`
 	// ApprovalStore selects the store of approvals and settlement claims. Default: memory.
 	ApprovalStore *StoreConfig `json:"store,omitempty"`
@@ -137,9 +126,8 @@ type Config struct {
 	// Signers are the keys of SignerKeys, for a caller that holds them already. Default:
 	// parsed from SignerKeys.
 	Signers []*ecdsa.PrivateKey `json:"-"`
-	// OnLaneFunds, when set, is called each time a signer lane leaves the pool for a gas
-	// balance under MinGasBalance (funded false) or comes back (true): Caddy's
-	// relayer_insufficient_funds gauge.
+	// OnLaneFunds, when set, is told each time a lane leaves the pool for a low gas balance
+	// (funded false) or comes back (true).
 	OnLaneFunds func(network string, signer common.Address, funded bool) `json:"-"`
 	// Store holds approvals and settlement claims. Use an approval.RedisStore shared by every
 	// instance of a fleet. Required.
@@ -200,11 +188,6 @@ type Config struct {
 
 	factories map[common.Address]bool // ERC6492Factories, parsed by prepare
 	minGas    *big.Int                // MinGasBalance, parsed by prepare
-}
-
-// keys are the pool's signer keys, the primary (Signer) first.
-func (c *Config) keys() []*ecdsa.PrivateKey {
-	return append([]*ecdsa.PrivateKey{c.Signer}, c.Signers...)
 }
 
 // StoreConfig selects the approval store.
@@ -409,66 +392,6 @@ func (c *Config) validateVerdicts() error {
 	return nil
 }
 
-// validatePool checks the signer pool's options: each key of SignerKeys (a placeholder is
-// only checked for being set), MinGasBalance and MaxPendingPerSigner.
-func (c *Config) validatePool() error {
-	for _, k := range c.SignerKeys {
-		switch k = strings.TrimSpace(k); {
-		case k == "":
-			return configErr("", "signer_key", "an empty key in the pool")
-		case !strings.Contains(k, "{"):
-			if _, err := parseSignerKey(k); err != nil {
-				return err
-			}
-		}
-	}
-	if _, err := c.minGasBalance(); err != nil {
-		return err
-	}
-	if c.MaxPendingPerSigner < 0 {
-		return configErr("", "max_pending_per_signer", "%d is not a positive number", c.MaxPendingPerSigner)
-	}
-	if c.BalanceCheckInterval < 0 {
-		return configErr("", "balance_check_interval", "must not be negative")
-	}
-	return nil
-}
-
-// minGasBalance is MinGasBalance as wei, or its default.
-func (c *Config) minGasBalance() (*big.Int, error) {
-	if c.MinGasBalance == "" {
-		return new(big.Int).Set(DefaultMinGasBalance), nil
-	}
-	m, ok := new(big.Int).SetString(c.MinGasBalance, 10)
-	if !ok || m.Sign() < 0 {
-		return nil, configErr("", "min_gas_balance", "%q is not a non-negative integer of wei", c.MinGasBalance)
-	}
-	return m, nil
-}
-
-// checkDistinctKeys refuses a pool that names one key twice: two lanes of one account
-// would race for its nonces.
-func (c *Config) checkDistinctKeys() error {
-	seen := map[common.Address]bool{}
-	for _, k := range c.keys() {
-		a := crypto.PubkeyToAddress(k.PublicKey)
-		if seen[a] {
-			return fmt.Errorf("facilitator config: %w", configErr("", "signer_key", "the pool names the signer %s twice", a.Hex()))
-		}
-		seen[a] = true
-	}
-	return nil
-}
-
-// parseSignerKey parses a hex private key, with or without 0x. Its error never quotes it.
-func parseSignerKey(k string) (*ecdsa.PrivateKey, error) {
-	key, err := crypto.HexToECDSA(strings.TrimPrefix(strings.TrimSpace(k), "0x"))
-	if err != nil {
-		return nil, configErr("", "signer_key", "is not a hex secp256k1 private key")
-	}
-	return key, nil
-}
-
 // Reconcile is ReconcileInterval, or its default.
 func (c *Config) Reconcile() time.Duration {
 	if c.ReconcileInterval == 0 {
@@ -570,27 +493,4 @@ func (c *Config) fillDefaults() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-}
-
-// CheckAdvertise refuses a gate's guardian advertisement that a facilitator in mode m
-// would not keep: a 402 that promises a verdict check no /verify makes misleads the
-// payer's agent. Off never asks; optional asks only when /verify carries verification
-// requirements, which a gate sends only with its fee on and a fee quoted, so it keeps an
-// "optional" advertisement with the fee on, never a "required" one
-// (docs/facilitator.md#guardian).
-func (m VerdictMode) CheckAdvertise(advertise string, fee bool) error {
-	switch {
-	case advertise == "":
-		return nil
-	case m == VerdictOff || m == "":
-		return fmt.Errorf("advertise %s, but the facilitator's guardian_mode is off: no verdict would ever be asked", advertise)
-	case m == VerdictOptional && advertise == "required":
-		// Optional mode asks only when the gate sends verification requirements, and the
-		// gate has none to send when the pricing service quotes no fee: a "required"
-		// advertisement would then be a promise no /verify keeps.
-		return errors.New("advertise required needs the facilitator's guardian_mode required: with optional, a payment the pricing service quotes no fee for would settle without a verdict")
-	case m == VerdictOptional && !fee:
-		return errors.New("advertise " + advertise + " with guardian_mode optional needs fee on: without verification requirements no verdict is asked")
-	}
-	return nil
 }
