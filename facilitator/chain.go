@@ -134,7 +134,8 @@ type chain struct {
 	// permit2Tokens are the tokens settled through Permit2 only (NetworkConfig.Permit2Tokens).
 	permit2Tokens map[common.Address]bool
 	abi           *tokenABI
-	sender        txSender
+	sender        txSender // the primary lane's sender: simulations, reads, resends
+	pool          *pool    // the signer lanes that send settlements
 	balanceMu     sync.Mutex
 	balance       *big.Int // cached native balance of the signer
 	assetBalance  *big.Int // cached asset balance of the signer

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/ethereum/go-ethereum/common"
-	"github.com/ethereum/go-ethereum/crypto"
 	"go.uber.org/zap"
 
 	"github.com/x402gate/x402gate/facilitator/approval"
@@ -46,6 +45,12 @@ const (
 	DefaultVerdictRate = 1.0
 	// DefaultVerdictBurst is how many one payer may make at once.
 	DefaultVerdictBurst = 10
+	// DefaultBalanceCheckInterval is how often the signer pool reads its lanes' gas
+	// balances.
+	DefaultBalanceCheckInterval = 30 * time.Second
+	// DefaultMaxPendingPerSigner is go-ethereum's executable transaction slots per account
+	// (txpool AccountSlots): a lane keeps no more settlements in flight.
+	DefaultMaxPendingPerSigner = 16
 )
 
 // Config is a facilitator's configuration: its JSON is what an operator writes (the x402
@@ -62,6 +67,17 @@ type Config struct {
 	// must use its own key (instances that share a key would race for nonces). Required
 	// unless Signer is set.
 	SignerKey string `json:"signer_key,omitempty"`
+	// SignerKeys are more signer keys, each a lane beside SignerKey's, the primary signer
+	// (docs/facilitator.md#signer-pool). Default: none, a pool of one.
+	SignerKeys []string `json:"signer_keys,omitempty"`
+	// MinGasBalance is the gas balance in wei under which a lane leaves the pool
+	// (relayer_insufficient_funds). Default DefaultMinGasBalance (0.001 ETH).
+	MinGasBalance string `json:"min_gas_balance,omitempty"`
+	// BalanceCheckInterval is how often the lanes' gas balances are read. Default 30s.
+	BalanceCheckInterval Duration `json:"balance_check_interval,omitempty"`
+	// MaxPendingPerSigner bounds the settlements in flight per lane; past it a settle
+	// waits for a free lane. Default DefaultMaxPendingPerSigner (16).
+	MaxPendingPerSigner int `json:"max_pending_per_signer,omitempty"`
 	// ApprovalStore selects the store of approvals and settlement claims. Default: memory.
 	ApprovalStore *StoreConfig `json:"store,omitempty"`
 	// SettlementJournal selects the settlement journal. Default: SQLite, at a path the
@@ -107,6 +123,12 @@ type Config struct {
 	// Signer is the key of SignerKey, for a caller that holds it already. Default: parsed
 	// from SignerKey.
 	Signer *ecdsa.PrivateKey `json:"-"`
+	// Signers are the keys of SignerKeys, for a caller that holds them already. Default:
+	// parsed from SignerKeys.
+	Signers []*ecdsa.PrivateKey `json:"-"`
+	// OnLaneFunds, when set, is told each time a lane leaves the pool for a low gas balance
+	// (funded false) or comes back (true).
+	OnLaneFunds func(network string, signer common.Address, funded bool) `json:"-"`
 	// Store holds approvals and settlement claims. Use an approval.RedisStore shared by every
 	// instance of a fleet. Required.
 	Store approval.Store `json:"-"`
@@ -165,6 +187,7 @@ type Config struct {
 	beforeBroadcast func(journal.Settlement) error
 
 	factories map[common.Address]bool // ERC6492Factories, parsed by prepare
+	minGas    *big.Int                // MinGasBalance, parsed by prepare
 }
 
 // StoreConfig selects the approval store.
@@ -246,6 +269,9 @@ func (c *Config) Validate() error {
 		if _, err := parseSignerKey(k); err != nil {
 			return err
 		}
+	}
+	if err := c.validatePool(); err != nil {
+		return err
 	}
 	if err := c.validateStores(); err != nil {
 		return err
@@ -366,15 +392,6 @@ func (c *Config) validateVerdicts() error {
 	return nil
 }
 
-// parseSignerKey parses a hex private key, with or without 0x. Its error never quotes it.
-func parseSignerKey(k string) (*ecdsa.PrivateKey, error) {
-	key, err := crypto.HexToECDSA(strings.TrimPrefix(strings.TrimSpace(k), "0x"))
-	if err != nil {
-		return nil, configErr("", "signer_key", "is not a hex secp256k1 private key")
-	}
-	return key, nil
-}
-
 // Reconcile is ReconcileInterval, or its default.
 func (c *Config) Reconcile() time.Duration {
 	if c.ReconcileInterval == 0 {
@@ -414,6 +431,23 @@ func (c *Config) prepare() error {
 		}
 		c.Signer = k
 	}
+	if c.Signers == nil {
+		for _, ks := range c.SignerKeys {
+			k, err := parseSignerKey(ks)
+			if err != nil {
+				return fmt.Errorf("facilitator config: %w", err)
+			}
+			c.Signers = append(c.Signers, k)
+		}
+	}
+	if err := c.checkDistinctKeys(); err != nil {
+		return err
+	}
+	minGas, err := c.minGasBalance()
+	if err != nil {
+		return fmt.Errorf("facilitator config: %w", err)
+	}
+	c.minGas = minGas
 	c.factories = map[common.Address]bool{}
 	for _, f := range c.ERC6492Factories {
 		c.factories[common.HexToAddress(f)] = true
@@ -438,6 +472,12 @@ func (c *Config) fillDefaults() {
 			*d.v = d.def
 		}
 	}
+	if c.BalanceCheckInterval <= 0 {
+		c.BalanceCheckInterval = Duration(DefaultBalanceCheckInterval)
+	}
+	if c.MaxPendingPerSigner <= 0 {
+		c.MaxPendingPerSigner = DefaultMaxPendingPerSigner
+	}
 	if c.StuckAfter == 0 {
 		c.StuckAfter = DefaultStuckAfter
 	}
@@ -453,27 +493,4 @@ func (c *Config) fillDefaults() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-}
-
-// CheckAdvertise refuses a gate's guardian advertisement that a facilitator in mode m
-// would not keep: a 402 that promises a verdict check no /verify makes misleads the
-// payer's agent. Off never asks; optional asks only when /verify carries verification
-// requirements, which a gate sends only with its fee on and a fee quoted, so it keeps an
-// "optional" advertisement with the fee on, never a "required" one
-// (docs/facilitator.md#guardian).
-func (m VerdictMode) CheckAdvertise(advertise string, fee bool) error {
-	switch {
-	case advertise == "":
-		return nil
-	case m == VerdictOff || m == "":
-		return fmt.Errorf("advertise %s, but the facilitator's guardian_mode is off: no verdict would ever be asked", advertise)
-	case m == VerdictOptional && advertise == "required":
-		// Optional mode asks only when the gate sends verification requirements, and the
-		// gate has none to send when the pricing service quotes no fee: a "required"
-		// advertisement would then be a promise no /verify keeps.
-		return errors.New("advertise required needs the facilitator's guardian_mode required: with optional, a payment the pricing service quotes no fee for would settle without a verdict")
-	case m == VerdictOptional && !fee:
-		return errors.New("advertise " + advertise + " with guardian_mode optional needs fee on: without verification requirements no verdict is asked")
-	}
-	return nil
 }

@@ -50,7 +50,8 @@ type Service struct {
 	log       *zap.Logger
 	now       func() time.Time
 	abi       *tokenABI
-	address   common.Address
+	address   common.Address    // the primary signer (Config.SignerKey)
+	signers   []common.Address  // every signer of the pool, the primary first
 	chains    map[string]*chain // by CAIP-2 id
 	order     []*chain          // configuration order
 	factories map[common.Address]bool
@@ -81,6 +82,9 @@ func Open(cfg Config) (*Service, error) {
 		chains:    map[string]*chain{},
 		factories: cfg.factories,
 		markers:   newMarkerBudget(cfg.MaxMarkersPerPayer),
+	}
+	for _, k := range cfg.keys() {
+		e.signers = append(e.signers, crypto.PubkeyToAddress(k.PublicKey))
 	}
 	for _, nc := range cfg.Networks {
 		c, err := e.dial(nc)
@@ -132,7 +136,9 @@ func (e *Service) dial(nc NetworkConfig) (*chain, error) {
 		return nil, err
 	}
 	c := &chain{Node: node, minAmount: minAmount, net: net, abi: e.abi, permit2Tokens: permit2Tokens}
-	c.sender = txsender.New(node, net.ChainID, e.cfg.Signer, e.log)
+	c.pool = newPool(node, net.ChainID, e.cfg.keys(), e.cfg.MaxPendingPerSigner, e.cfg.minGas, e.log)
+	c.pool.onFunds = func(addr common.Address, funded bool) { e.laneFunds(c, addr, funded) }
+	c.sender = c.pool.primary().sender
 	return c, nil
 }
 
@@ -143,8 +149,26 @@ func (e *Service) Close() {
 	}
 }
 
-// Address is the facilitator signer's address: the account that pays gas.
+// Address is the primary signer's address (Config.SignerKey): the account that pays gas
+// for upto settlements, and the first lane of the pool.
 func (e *Service) Address() common.Address { return e.address }
+
+// Signers are the addresses of every signer lane, the primary first.
+func (e *Service) Signers() []common.Address { return e.signers }
+
+// laneFunds logs and reports (Config.OnLaneFunds) a lane of c leaving the pool for a low
+// gas balance, or coming back.
+func (e *Service) laneFunds(c *chain, addr common.Address, funded bool) {
+	if funded {
+		e.log.Info("signer pool: lane funded again, back in the pool", zap.String("network", c.net.CAIP2), zap.String("signer", addr.Hex()))
+	} else {
+		e.log.Warn("signer pool: relayer_insufficient_funds, lane out of the pool", zap.String("network", c.net.CAIP2),
+			zap.String("signer", addr.Hex()), zap.String("minGasBalance", e.cfg.minGas.String()))
+	}
+	if e.cfg.OnLaneFunds != nil {
+		e.cfg.OnLaneFunds(c.net.CAIP2, addr, funded)
+	}
+}
 
 // StartupReconcile returns the report of the start-up reconciles of the networks brought
 // up so far, added up (zero when skipped).
@@ -156,13 +180,17 @@ func (e *Service) StartupReconcile() ReconcileReport {
 
 // Supported lists a v1 kind (v1 network name) and a v2 kind (CAIP-2 id) of scheme "exact"
 // for every configured network, a v2 kind of scheme "upto" whose extra.facilitatorAddress
-// is the signer (the account an upto payer's witness must name, docs/payments.md#upto), and
-// the signer address under "eip155:*" (docs/facilitator.md#api).
+// is the primary signer (the account an upto payer's witness must name,
+// docs/payments.md#upto), and every signer of the pool under "eip155:*"
+// (docs/facilitator.md#api).
 func (e *Service) Supported(ctx context.Context) (x402.SupportedResponse, error) {
 	resp := x402.SupportedResponse{
 		Kinds:      []x402.SupportedKind{},
 		Extensions: []string{},
-		Signers:    map[string][]string{"eip155:*": {e.address.Hex()}},
+		Signers:    map[string][]string{"eip155:*": {}},
+	}
+	for _, a := range e.signers {
+		resp.Signers["eip155:*"] = append(resp.Signers["eip155:*"], a.Hex())
 	}
 	for _, c := range e.order {
 		resp.Kinds = append(resp.Kinds,
@@ -196,13 +224,15 @@ type NetworkInfo struct {
 }
 
 // EngineInfo is what detailed /health may show (docs/facilitator.md#api): networks, the
-// facilitator address and its cached balances, the verdict service URL. It carries no
+// facilitator address and its cached balances, the signer lanes, the verdict service URL. It carries no
 // RPC URL and no key.
 type EngineInfo struct {
 	Address     string        `json:"address"`
 	VerdictMode string        `json:"guardianMode"`
 	VerdictURL  string        `json:"verdictUrl,omitempty"`
 	Networks    []NetworkInfo `json:"networks"`
+	// Lanes are the signer pool's lanes on every network (docs/facilitator.md#signer-pool).
+	Lanes []LaneInfo `json:"lanes"`
 }
 
 // Info reports the engine's networks, signer address and cached balances. A balance that
@@ -213,6 +243,7 @@ func (e *Service) Info(ctx context.Context) EngineInfo {
 		VerdictMode: string(e.cfg.VerdictMode),
 		VerdictURL:  e.cfg.VerdictURL,
 		Networks:    []NetworkInfo{},
+		Lanes:       e.Lanes(),
 	}
 	for _, c := range e.order {
 		ni := NetworkInfo{

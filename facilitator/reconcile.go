@@ -72,7 +72,7 @@ type ReconcileOutcome struct {
 //     ReconcileDropped (the slot went to another transaction; the payer was not charged);
 //   - else, when the latest attempt is stuck (its fee cap is below the base fee, or it is
 //     next in the signer's nonce order and older than Config.StuckAfter) and the row was
-//     signed by this engine's key: a replacement with
+//     signed by one of this engine's signer lanes: a replacement, signed by that lane, with
 //     the same nonce and calldata and fees raised by the replacement rule (+10% tip and
 //     cap, cap >= 2*baseFee + tip, at most Config.MaxFeePerGas) is journaled, then
 //     broadcast, and a receipt of any attempt is awaited for Config.ReceiptTimeout. When
@@ -274,13 +274,14 @@ func (e *Service) planRow(ctx context.Context, c *chain, row journal.Settlement)
 			return p, nil
 		}
 	}
-	if from == e.address {
+	if ln, ours := c.pool.laneOf(from); ours {
 		stuck, base, err := e.stuck(ctx, c, latest, last, mined == row.SenderNonce)
 		if err != nil {
 			return rowPlan{}, err
 		}
 		if stuck {
-			return e.bump(ctx, c, row, p, first, latest, last, base)
+			// replaced by the lane that sent it: only its key signs for its nonce
+			return e.bump(ctx, c, ln, row, p, first, latest, last, base)
 		}
 	}
 	if err := c.sender.Resend(ctx, latest); err != nil {
@@ -339,8 +340,9 @@ func (e *Service) stuck(ctx context.Context, c *chain, latest *types.Transaction
 }
 
 // bump replaces latest, the newest attempt of row, with a fee-bumped transaction of the
-// same nonce and calldata: journaled (AddAttempt) before it is broadcast.
-func (e *Service) bump(ctx context.Context, c *chain, row journal.Settlement, p rowPlan,
+// same nonce and calldata, signed by ln, the lane that sent it: journaled (AddAttempt)
+// before it is broadcast.
+func (e *Service) bump(ctx context.Context, c *chain, ln *lane, row journal.Settlement, p rowPlan,
 	first, latest *types.Transaction, last journal.Attempt, base *big.Int) (rowPlan, error) {
 	suggested, err := c.Client.SuggestGasTipCap(ctx)
 	if err != nil {
@@ -364,7 +366,7 @@ func (e *Service) bump(ctx context.Context, c *chain, row journal.Settlement, p 
 		return p, nil
 	}
 	seq := last.Seq + 1
-	tx, err := c.sender.SendReplacement(ctx, latest, tip, feeCap, func(tx *types.Transaction) error {
+	tx, err := ln.sender.SendReplacement(ctx, latest, tip, feeCap, func(tx *types.Transaction) error {
 		raw, err := tx.MarshalBinary()
 		if err != nil {
 			return fmt.Errorf("encode replacement: %w", err)

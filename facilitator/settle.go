@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/big"
 	"strings"
 	"time"
 
@@ -123,6 +124,20 @@ func (e *Service) settle(ctx context.Context, p *x402.Payment, r *x402.Requireme
 			return refuse(f)
 		}
 	}
+	var ln *lane
+	if !nothing {
+		// A lane is taken before the claim: a settle that finds no lane (every key short of
+		// gas, or the caller gone while all were full) claims nothing and may be retried.
+		if ln, f = e.acquireLane(ctx, c); f != nil {
+			return refuse(f)
+		}
+	}
+	var spent *big.Int
+	defer func() {
+		if ln != nil {
+			c.chain.pool.release(ln, spent)
+		}
+	}()
 	if f := e.claim(ctx, c); f != nil {
 		return refuse(f)
 	}
@@ -148,7 +163,7 @@ func (e *Service) settle(ctx context.Context, p *x402.Payment, r *x402.Requireme
 			return refuse(f)
 		}
 	}
-	tx, err := c.chain.sender.Send(ctx, cl, e.journaled(c))
+	tx, err := ln.sender.Send(ctx, cl, e.journaled(c, ln.addr))
 	if tx != nil {
 		res.resp.Transaction, res.resp.TxHash = tx.Hash().Hex(), tx.Hash().Hex()
 	}
@@ -201,6 +216,7 @@ func (e *Service) settle(ctx context.Context, p *x402.Payment, r *x402.Requireme
 		res.resp.Transaction, res.resp.TxHash = rcpt.TxHash.Hex(), rcpt.TxHash.Hex()
 	}
 	faults.Point("settle.after-receipt")
+	spent = receiptCost(rcpt)
 	if f := checkReceipt(c.chain, rcpt, c.r.Asset, x402.Authorization{From: c.auth.From, To: c.auth.To, Value: c.r.Amount}); f != nil {
 		e.journalSettled(ctx, c, journal.StateFailed, string(f.reason), rcpt.TxHash)
 		return refuse(f)
@@ -245,6 +261,24 @@ func (e *Service) settleBump(ctx context.Context, c *checked, tx *types.Transact
 		return nil, p.latest.Hash()
 	}
 	return rcpt, p.latest.Hash()
+}
+
+// acquireLane takes a slot of a signer lane for c's settlement (pool.acquire): a Permit2
+// payment's comes from the primary signer, the address an upto witness names and the one
+// its simulation ran as; an EIP-3009 payment's from the least busy lane.
+func (e *Service) acquireLane(ctx context.Context, c *checked) (*lane, *failure) {
+	var only *lane
+	if c.p.Permit2 != nil {
+		only = c.chain.pool.primary()
+	}
+	ln, err := c.chain.pool.acquire(ctx, only)
+	switch {
+	case errors.Is(err, ErrRelayerInsufficientFunds):
+		return nil, fail(x402.ReasonChainUnavailable, "%s", err.Error())
+	case err != nil:
+		return nil, fail(x402.ReasonChainUnavailable, "no signer lane free before the request ended")
+	}
+	return ln, nil
 }
 
 // detachedBound bounds the part of a settle that outlives its caller: a wallet deployment
@@ -409,10 +443,10 @@ func checkReceipt(ch *chain, r *types.Receipt, asset common.Address, a x402.Auth
 	return fail(x402.ReasonTransferEventMismatch, "receipt lacks the expected Transfer event")
 }
 
-// journaled is how the settlement transaction of c is journaled: its row is written before
-// it is broadcast (with the other sends of its batch, in one transaction), then the crash
-// test seam runs.
-func (e *Service) journaled(c *checked) *txsender.Journaled {
+// journaled is how the settlement transaction of c, signed by the lane sender, is
+// journaled: its row is written before it is broadcast (with the other sends of its batch,
+// in one transaction), then the crash test seam runs.
+func (e *Service) journaled(c *checked, sender common.Address) *txsender.Journaled {
 	jn := &txsender.Journaled{Journal: e.cfg.Journal, Row: func(tx *types.Transaction) (journal.Settlement, error) {
 		raw, err := tx.MarshalBinary()
 		if err != nil {
@@ -431,6 +465,7 @@ func (e *Service) journaled(c *checked) *txsender.Journaled {
 			TxHash:           tx.Hash(),
 			RawTx:            raw,
 			SenderNonce:      tx.Nonce(),
+			Sender:           sender,
 			State:            journal.StatePrepared,
 			CreatedAt:        now,
 			UpdatedAt:        now,

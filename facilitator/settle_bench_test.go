@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -36,18 +39,7 @@ func BenchmarkSettleConcurrent(b *testing.B) {
 func benchSettleConcurrent(b *testing.B, conc int) {
 	env := benchEnv(b)
 	e := env.engine(b, env.config(b))
-	payee := env.chain.Accounts[len(env.chain.Accounts)-1].Address
-	payers := env.chain.Accounts[1 : len(env.chain.Accounts)-1]
-	type job struct {
-		p *x402.Payment
-		r *x402.Requirements
-	}
-	jobs := make(chan job, b.N)
-	for i := range b.N {
-		p, r := env.pay(b, x402.Version2, payers[i%len(payers)], payee)
-		jobs <- job{p, r}
-	}
-	close(jobs)
+	payee, payers, jobs := env.settleJobs(b)
 	// Warm the engine (fee cache, sender nonce, connections) outside the timer.
 	p, r := env.pay(b, x402.Version2, payers[0], payee)
 	if res, err := e.Settle(context.Background(), p, r); err != nil || !res.Success {
@@ -97,6 +89,27 @@ func benchSettleConcurrent(b *testing.B, conc int) {
 	b.ReportMetric(float64(self.Microseconds())/1000/float64(b.N), "cpu-ms/settle")
 	b.ReportMetric(float64(node.Microseconds())/1000/float64(b.N), "anvil-cpu-ms/settle")
 	b.ReportMetric(float64(rpcs)/float64(b.N), "rpc/settle")
+}
+
+// settleJob is one payment a settle benchmark settles.
+type settleJob struct {
+	p *x402.Payment
+	r *x402.Requirements
+}
+
+// settleJobs signs b.N payments to the env's last account from the payers between the
+// first (the facilitator) and the last in turn, each with a fresh EIP-3009 nonce, and
+// queues them on a closed channel; it returns the payee and the payers too.
+func (v *testEnv) settleJobs(b *testing.B) (common.Address, []testenv.Account, chan settleJob) {
+	payee := v.chain.Accounts[len(v.chain.Accounts)-1].Address
+	payers := v.chain.Accounts[1 : len(v.chain.Accounts)-1]
+	jobs := make(chan settleJob, b.N)
+	for i := range b.N {
+		p, r := v.pay(b, x402.Version2, payers[i%len(payers)], payee)
+		jobs <- settleJob{p, r}
+	}
+	close(jobs)
+	return payee, payers, jobs
 }
 
 // selfCPU is the CPU time this process has used (user and system).

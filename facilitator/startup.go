@@ -90,6 +90,9 @@ func (e *Service) bringUp(ctx context.Context, c *chain) error {
 		}
 		e.addStartupReport(rep)
 	}
+	// Each lane's gas balance is known before the first settle, so a lane short of gas
+	// never takes one (docs/facilitator.md#signer-pool).
+	e.checkBalances(ctx, c)
 	c.state.set(NetworkReady)
 	return nil
 }
@@ -129,10 +132,16 @@ func (e *Service) addStartupReport(rep ReconcileReport) {
 // reached, the journal cannot be read or the endpoint serves another chain id. A wrong
 // chain id keeps the network unavailable and is logged as an error naming the network at
 // every try. onReady, when not nil, is called once per network that becomes ready. Start
-// is for an engine made by Open; the goroutines stop when ctx is done, and the returned
-// wait waits for them.
+// is for an engine made by Open. It also reads every signer lane's gas balance each
+// Config.BalanceCheckInterval (CheckBalances). The goroutines stop when ctx is done, and
+// the returned wait waits for them.
 func (e *Service) Start(ctx context.Context, onReady func(caip2 string)) (wait func()) {
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		e.watchBalances(ctx)
+	}()
 	for _, c := range e.order {
 		if c.state.get() == NetworkReady {
 			continue

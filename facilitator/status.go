@@ -145,10 +145,11 @@ func (e *Service) decideRow(ctx context.Context, c *chain, row journal.Settlemen
 
 // takeoverDue reports whether row, which the chain does not decide yet, is to be taken
 // over: it is still prepared (never marked broadcast), its transaction was signed by
-// another signer than this engine's on c (a row of our own signer is our sender's, and
-// our reconcile's), and it has not changed for Config.TakeoverAfter.
+// a signer that is none of this engine's lanes on c (a row of our own lanes is their
+// senders', and our reconcile's), and it has not changed for Config.TakeoverAfter.
 func (e *Service) takeoverDue(c *chain, row journal.Settlement, from common.Address) bool {
-	return e.cfg.TakeoverAfter > 0 && row.State == journal.StatePrepared && from != e.address &&
+	_, ours := c.pool.laneOf(from)
+	return e.cfg.TakeoverAfter > 0 && row.State == journal.StatePrepared && !ours &&
 		e.now().Sub(row.UpdatedAt) >= e.cfg.TakeoverAfter
 }
 

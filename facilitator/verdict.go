@@ -3,6 +3,7 @@ package facilitator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/big"
 	"time"
 
@@ -252,4 +253,27 @@ func (e *Service) logVerdict(c *checked, res verdict.GuardianResult, before appr
 		}
 	}
 	e.log.Info("verdict", fields...)
+}
+
+// CheckAdvertise refuses a gate's guardian advertisement that a facilitator in mode m
+// would not keep: a 402 that promises a verdict check no /verify makes misleads the
+// payer's agent. Off never asks; optional asks only when /verify carries verification
+// requirements, which a gate sends only with its fee on and a fee quoted, so it keeps an
+// "optional" advertisement with the fee on, never a "required" one
+// (docs/facilitator.md#guardian).
+func (m VerdictMode) CheckAdvertise(advertise string, fee bool) error {
+	switch {
+	case advertise == "":
+		return nil
+	case m == VerdictOff || m == "":
+		return fmt.Errorf("advertise %s, but the facilitator's guardian_mode is off: no verdict would ever be asked", advertise)
+	case m == VerdictOptional && advertise == "required":
+		// Optional mode asks only when the gate sends verification requirements, and the
+		// gate has none to send when the pricing service quotes no fee: a "required"
+		// advertisement would then be a promise no /verify keeps.
+		return errors.New("advertise required needs the facilitator's guardian_mode required: with optional, a payment the pricing service quotes no fee for would settle without a verdict")
+	case m == VerdictOptional && !fee:
+		return errors.New("advertise " + advertise + " with guardian_mode optional needs fee on: without verification requirements no verdict is asked")
+	}
+	return nil
 }

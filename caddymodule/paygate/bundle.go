@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ethereum/go-ethereum/common"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -61,7 +62,11 @@ func validateFacilitator(fc *facilitator.Config) error {
 // keep its credential in one (docs/caddy.md#secrets). Its errors are
 // *facilitator.ConfigError and never quote the value.
 func checkSecrets(fc *facilitator.Config) error {
-	for _, sec := range []struct{ option, v string }{{"signer_key", fc.SignerKey}, {"verdict_key", fc.VerdictKey}} {
+	secrets := []struct{ option, v string }{{"signer_key", fc.SignerKey}, {"verdict_key", fc.VerdictKey}}
+	for _, k := range fc.SignerKeys {
+		secrets = append(secrets, struct{ option, v string }{"signer_key", k})
+	}
+	for _, sec := range secrets {
 		if err := placeholderOnly(sec.option, sec.v); err != nil {
 			return err
 		}
@@ -102,6 +107,7 @@ func expand(name string, fc *facilitator.Config) (*facilitator.Config, error) {
 	repl := caddy.NewReplacer()
 	c := *fc
 	c.Networks = slices.Clone(fc.Networks)
+	c.SignerKeys = slices.Clone(fc.SignerKeys)
 	c.ApprovalStore, c.SettlementJournal = &facilitator.StoreConfig{}, &facilitator.JournalConfig{}
 	if fc.ApprovalStore != nil {
 		*c.ApprovalStore = *fc.ApprovalStore
@@ -113,6 +119,12 @@ func expand(name string, fc *facilitator.Config) (*facilitator.Config, error) {
 		option string
 		dst    *string
 	}{{"signer_key", &c.SignerKey}, {"store redis", &c.ApprovalStore.URL}, {"journal postgres", &c.SettlementJournal.DSN}}
+	for i := range c.SignerKeys {
+		secrets = append(secrets, struct {
+			option string
+			dst    *string
+		}{"signer_key", &c.SignerKeys[i]})
+	}
 	for i := range c.Networks {
 		secrets = append(secrets, struct {
 			option string
@@ -196,6 +208,28 @@ type bundle struct {
 	closers   []func() error
 	// unready counts the networks not ready yet, in networksUnavailable.
 	unready atomic.Int64
+	// lanesOut counts the signer lanes out of the pool for a low gas balance, in
+	// relayerInsufficientFunds.
+	lanesOut atomic.Int64
+}
+
+// laneFunds is the engine's Config.OnLaneFunds: it counts the signer lanes out of the
+// pool for a low gas balance in the relayer_insufficient_funds gauge.
+func (b *bundle) laneFunds(_ string, _ common.Address, funded bool) {
+	if funded {
+		b.lanesOut.Add(-1)
+		relayerInsufficientFunds.Dec()
+		return
+	}
+	b.lanesOut.Add(1)
+	relayerInsufficientFunds.Inc()
+}
+
+// dropLanesOut takes the bundle's lanes out of the relayer_insufficient_funds gauge when
+// it closes: its engine no longer has a pool.
+func (b *bundle) dropLanesOut() error {
+	relayerInsufficientFunds.Sub(float64(b.lanesOut.Swap(0)))
+	return nil
 }
 
 // openBundle opens the stores, the journal and the engine of the facilitator name, whose
@@ -274,6 +308,8 @@ func openBundle(name string, c *facilitator.Config, log *zap.Logger) (_ *bundle,
 	}
 	cfg.Store, cfg.Journal, cfg.SubmitLimiter, cfg.Logger = b.store, b.journal, b.limiter, log
 	cfg.Pricing = pricing(cfg.PricingURL, b.registry)
+	cfg.OnLaneFunds = b.laneFunds
+	b.closers = append(b.closers, b.dropLanesOut)
 	e, err := facilitator.Open(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)

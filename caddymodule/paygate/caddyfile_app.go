@@ -46,7 +46,10 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //				min_amount <base units>
 //				permit2_tokens <address>...
 //			}
-//			signer_key <placeholder>
+//			signer_key <placeholder>...
+//			min_gas_balance <wei>
+//			balance_check_interval <duration>
+//			max_pending_per_signer <n>
 //			store memory [<max entries>] | redis <url>
 //			journal sqlite [<path>] | postgres <dsn>
 //			guardian_mode off|optional|required
@@ -115,7 +118,21 @@ func unmarshalFacilitator(fc *facilitator.Config, d *caddyfile.Dispenser, lines 
 			}
 			fc.Networks = append(fc.Networks, n)
 		case "signer_key":
-			if err := oneArg(d, &fc.SignerKey); err != nil {
+			// one key, or a pool of several (docs/facilitator.md#signer-pool)
+			keys := d.RemainingArgs()
+			if len(keys) == 0 {
+				return argErr(d)
+			}
+			fc.SignerKey, fc.SignerKeys = keys[0], keys[1:]
+			if len(fc.SignerKeys) == 0 {
+				fc.SignerKeys = nil
+			}
+		case "min_gas_balance":
+			if err := oneArg(d, &fc.MinGasBalance); err != nil {
+				return err
+			}
+		case "max_pending_per_signer":
+			if err := intArg(d, &fc.MaxPendingPerSigner); err != nil {
 				return err
 			}
 		case "store":
@@ -152,9 +169,10 @@ func unmarshalFacilitator(fc *facilitator.Config, d *caddyfile.Dispenser, lines 
 			if err := oneArg(d, dst); err != nil {
 				return err
 			}
-		case "approval_ttl", "receipt_timeout", "reconcile_interval":
+		case "approval_ttl", "receipt_timeout", "reconcile_interval", "balance_check_interval":
 			dst := map[string]*facilitator.Duration{
 				"approval_ttl": &fc.ApprovalTTL, "receipt_timeout": &fc.ReceiptTimeout, "reconcile_interval": &fc.ReconcileInterval,
+				"balance_check_interval": &fc.BalanceCheckInterval,
 			}[opt]
 			var v caddy.Duration
 			if err := durationArg(d, &v); err != nil {

@@ -144,7 +144,10 @@ func TestGlobalOptionCaddyfile(t *testing.T) {
 			network base {
 				rpc {env.BASE_RPC}
 			}
-			signer_key {env.SECOND_KEY}
+			signer_key {env.SECOND_KEY} {env.SECOND_KEY_2} {file./run/secrets/third}
+			min_gas_balance 50000000000000000
+			balance_check_interval 10s
+			max_pending_per_signer 12
 			store memory 500
 			journal sqlite /var/lib/x402/second.db
 		}
@@ -165,8 +168,10 @@ func TestGlobalOptionCaddyfile(t *testing.T) {
 			ERC6492Factories:  []string{"0x3333333333333333333333333333333333333333", "0x4444444444444444444444444444444444444444"},
 		},
 		"second": {
-			Networks:          []facilitator.NetworkConfig{{Name: "base", RPC: "{env.BASE_RPC}"}},
-			SignerKey:         "{env.SECOND_KEY}",
+			Networks:      []facilitator.NetworkConfig{{Name: "base", RPC: "{env.BASE_RPC}"}},
+			SignerKey:     "{env.SECOND_KEY}",
+			SignerKeys:    []string{"{env.SECOND_KEY_2}", "{file./run/secrets/third}"},
+			MinGasBalance: "50000000000000000", BalanceCheckInterval: facilitator.Duration(ms(10_000)), MaxPendingPerSigner: 12,
 			ApprovalStore:     &facilitator.StoreConfig{Type: "memory", MaxEntries: 500},
 			SettlementJournal: &facilitator.JournalConfig{Type: "sqlite", Path: "/var/lib/x402/second.db"},
 		},

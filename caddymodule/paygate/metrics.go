@@ -53,6 +53,10 @@ var (
 		Namespace: "caddy", Subsystem: "x402", Name: "networks_unavailable",
 		Help: "Networks of the bundled facilitators that are not ready: chain id not checked yet, start-up reconcile not run, or a wrong chain id.",
 	})
+	relayerInsufficientFunds = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "caddy", Subsystem: "x402", Name: "relayer_insufficient_funds",
+		Help: "Signer keys of the bundled facilitators out of the pool because their gas balance is under min_gas_balance.",
+	})
 	settleDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "caddy", Subsystem: "x402", Name: "settle_duration_seconds",
 		Help:    "Time of one facilitator settlement, receipt wait included.",
@@ -63,7 +67,8 @@ var (
 // collectors are every x402 collector; the Grafana dashboard queries only these
 // (docs/grafana.md, TestDashboardQueriesOurMetrics).
 var collectors = []prometheus.Collector{challengesTotal, verificationsTotal, settlementsTotal,
-	settledAmountTotal, verdictWouldRefuse, verdictDuration, settleDuration, passesTotal, networksUnavailable}
+	settledAmountTotal, verdictWouldRefuse, verdictDuration, settleDuration, passesTotal, networksUnavailable,
+	relayerInsufficientFunds}
 
 // registerMetrics registers every x402 collector on the config's registry. A collector
 // that is already there (a second handler of the same config) is kept.

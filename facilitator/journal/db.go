@@ -61,6 +61,11 @@ var schema = sqldb.Schema{
 		)`,
 			`ALTER TABLE settlements ADD COLUMN settled_tx_hash TEXT NOT NULL DEFAULT ''`,
 		}},
+		// Version 3: the signer pool. sender is the address of the signer lane that signed the
+		// row's transactions ('' for rows of older builds: reconcile reads it from raw_tx).
+		{Version: 3, Statements: []string{
+			`ALTER TABLE settlements ADD COLUMN sender TEXT NOT NULL DEFAULT ''`,
+		}},
 	},
 }
 
@@ -117,6 +122,10 @@ func (j *DB) fail(op string, err error) error {
 
 const settlementColumns = `authorization_key, payment_key, network, asset, payer, pay_to, amount, nonce,
 	tx_hash, raw_tx, sender_nonce, state, reason, created_at, updated_at`
+
+// rowColumns are settlementColumns and the sender lane (version 3): what a row read
+// selects and Prepare writes.
+const rowColumns = settlementColumns + `, sender`
 
 // Prepare inserts s in StatePrepared (whatever s.State says), before anything is
 // broadcast. It returns ErrDuplicateSettlement when a row for s.AuthorizationKey exists,
@@ -197,14 +206,18 @@ func (j *DB) insert(ctx context.Context, q querier, s Settlement) error {
 	if raw == nil {
 		raw = []byte{}
 	}
-	res, err := q.ExecContext(ctx, `INSERT INTO settlements (`+settlementColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+	sender := ""
+	if s.Sender != (common.Address{}) {
+		sender = hexAddress(s.Sender)
+	}
+	res, err := q.ExecContext(ctx, `INSERT INTO settlements (`+rowColumns+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
 		ON CONFLICT (authorization_key) DO NOTHING`,
 		s.AuthorizationKey, s.PaymentKey, s.Network,
 		hexAddress(s.Asset), hexAddress(s.Payer), hexAddress(s.PayTo),
 		s.Amount.String(), "0x"+hex.EncodeToString(s.Nonce[:]), strings.ToLower(s.TxHash.Hex()),
 		raw, int64(s.SenderNonce), string(StatePrepared), s.Reason,
-		created.UnixMicro(), created.UnixMicro())
+		created.UnixMicro(), created.UnixMicro(), sender)
 	if err != nil {
 		return j.fail("prepare "+s.AuthorizationKey, err)
 	}
@@ -300,7 +313,7 @@ func (j *DB) updateOn(ctx context.Context, q querier, authorizationKey string, s
 
 // Get returns the row of authorizationKey, or ErrNotFound.
 func (j *DB) Get(ctx context.Context, authorizationKey string) (Settlement, error) {
-	row := j.db.QueryRowContext(ctx, `SELECT `+settlementColumns+` FROM settlements WHERE authorization_key = $1`, authorizationKey)
+	row := j.db.QueryRowContext(ctx, `SELECT `+rowColumns+` FROM settlements WHERE authorization_key = $1`, authorizationKey)
 	s, err := scanSettlement(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Settlement{}, fmt.Errorf("journal get %s: %w", authorizationKey, ErrNotFound)
@@ -314,7 +327,7 @@ func (j *DB) Get(ctx context.Context, authorizationKey string) (Settlement, erro
 // Unfinished returns every row in StatePrepared or StateBroadcast, oldest first (ties in
 // authorization key order), for reconciliation.
 func (j *DB) Unfinished(ctx context.Context) ([]Settlement, error) {
-	return j.list(ctx, "unfinished", `SELECT `+settlementColumns+` FROM settlements
+	return j.list(ctx, "unfinished", `SELECT `+rowColumns+` FROM settlements
 		WHERE state IN ('prepared', 'broadcast') ORDER BY created_at, authorization_key`)
 }
 
@@ -326,19 +339,25 @@ func (j *DB) Close() error {
 	return nil
 }
 
-// scanSettlement reads one row of settlementColumns, checking every encoded field.
+// scanSettlement reads one row of rowColumns, checking every encoded field.
 func scanSettlement(row interface{ Scan(...any) error }) (Settlement, error) {
 	var (
 		s                                          Settlement
 		asset, payer, payTo, amount, nonce, txHash string
+		sender                                     string
 		state                                      string
 		senderNonce, createdMicros, updatedMicros  int64
 	)
 	if err := row.Scan(&s.AuthorizationKey, &s.PaymentKey, &s.Network, &asset, &payer, &payTo, &amount, &nonce,
-		&txHash, &s.RawTx, &senderNonce, &state, &s.Reason, &createdMicros, &updatedMicros); err != nil {
+		&txHash, &s.RawTx, &senderNonce, &state, &s.Reason, &createdMicros, &updatedMicros, &sender); err != nil {
 		return Settlement{}, err
 	}
 	var err error
+	if sender != "" {
+		if s.Sender, err = parseAddress("sender", sender); err != nil {
+			return Settlement{}, err
+		}
+	}
 	if s.Asset, err = parseAddress("asset", asset); err != nil {
 		return Settlement{}, err
 	}

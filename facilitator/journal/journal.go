@@ -38,10 +38,13 @@ type Settlement struct {
 	TxHash           common.Hash
 	RawTx            []byte // the signed transaction, so reconcile can finish it without signing anew
 	SenderNonce      uint64 // the facilitator account's nonce the transaction uses
-	State            State
-	Reason           string // internal reason code when failed
-	CreatedAt        time.Time
-	UpdatedAt        time.Time
+	// Sender is the signer lane (its address) that signed the transaction: its nonce is
+	// SenderNonce, and its key signs any fee bump. Zero for rows of builds before the pool.
+	Sender    common.Address
+	State     State
+	Reason    string // internal reason code when failed
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // Errors of a Journal.

@@ -64,6 +64,7 @@ func testSettlement(i int, created time.Time) Settlement {
 		TxHash:      common.HexToHash(fmt.Sprintf("0x%064x", 0xbeef0000+i)),
 		RawTx:       []byte{0x02, 0xf8, byte(i), 0x00, 0xff},
 		SenderNonce: uint64(1<<40 + i),
+		Sender:      common.HexToAddress(fmt.Sprintf("0x%040x", 0x5e4d0000+i)),
 		State:       StatePrepared,
 		Reason:      "",
 		CreatedAt:   created.UTC().Truncate(time.Microsecond),
@@ -492,11 +493,12 @@ func TestJournalAttemptsMigrateOldRows(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// Stand in for the version-1 build: drop what version 2 added.
+			// Stand in for the version-1 build: drop what versions 2 and 3 added.
 			for _, stmt := range []string{
 				`DROP TABLE settlement_attempts`,
 				`ALTER TABLE settlements DROP COLUMN settled_tx_hash`,
-				`DELETE FROM ` + schema.Table + ` WHERE version = 2`,
+				`ALTER TABLE settlements DROP COLUMN sender`,
+				`DELETE FROM ` + schema.Table + ` WHERE version >= 2`,
 			} {
 				if _, err := old.db.ExecContext(ctx, stmt); err != nil {
 					t.Fatalf("%s: %v", stmt, err)

@@ -9,11 +9,11 @@ const MaxRecent = 5000
 // reverse authorization key order), for the operator's console (docs/console.md#payments).
 // It only reads.
 func (j *DB) Recent(ctx context.Context, limit int) ([]Settlement, error) {
-	return j.list(ctx, "recent", `SELECT `+settlementColumns+` FROM settlements
+	return j.list(ctx, "recent", `SELECT `+rowColumns+` FROM settlements
 		ORDER BY created_at DESC, authorization_key DESC LIMIT $1`, min(max(limit, 1), MaxRecent))
 }
 
-// list returns the rows query selects (settlementColumns); op names it in errors.
+// list returns the rows query selects (rowColumns); op names it in errors.
 func (j *DB) list(ctx context.Context, op, query string, args ...any) ([]Settlement, error) {
 	rows, err := j.db.QueryContext(ctx, query, args...)
 	if err != nil {

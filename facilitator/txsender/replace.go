@@ -140,6 +140,7 @@ var definiteRefusals = []string{
 	"invalid sender", "invalid chain id", "only replay-protected", "oversized data",
 	"transaction type not supported", "tx type not supported", "txpool is full",
 	"exceeds the configured cap", "gas uint64 overflow", "negative value",
+	"account limit exceeded", // go-ethereum: the sender's pool slots are full
 }
 
 // isDefiniteRefusal reports a node reply that certainly means the transaction was not

@@ -1,7 +1,6 @@
 package testenv
 
 import (
-	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"io"
@@ -34,15 +33,7 @@ func CountCalls(t testing.TB, target string, selector []byte) *CallCounter {
 			return
 		}
 		cc.n.Add(cc.count(body))
-		res, err := http.Post(target, "application/json", bytes.NewReader(body))
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		defer res.Body.Close()
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(res.StatusCode)
-		_, _ = io.Copy(w, res.Body)
+		forwardJSON(w, r.Context(), target, body)
 	}))
 	t.Cleanup(srv.Close)
 	cc.URL = srv.URL

@@ -56,7 +56,7 @@ func main() {
 	flag.StringVar(&c.node, "node", "node", "node")
 	flag.StringVar(&c.wrk, "wrk", "wrk", "wrk")
 	flag.StringVar(&c.results, "results", "bench/results.md", "where to write the results")
-	flag.StringVar(&only, "only", "challenge,verify,cpu,paid,schemes,verdict,memory,soak", "sections to run")
+	flag.StringVar(&only, "only", "challenge,verify,cpu,paid,schemes,verdict,memory,pool,soak", "sections to run")
 	flag.IntVar(&c.rounds, "rounds", 3, "rounds of the challenge and verify comparisons")
 	flag.IntVar(&c.paidRounds, "paid-rounds", 2, "rounds of the paid-path comparison per concurrency")
 	flag.DurationVar(&c.wrkDur, "wrk-duration", 5*time.Second, "one wrk run")
@@ -183,6 +183,9 @@ func runAll(c *config, tb *benchTB) {
 	}
 	if c.only["memory"] {
 		e.memory()
+	}
+	if c.only["pool"] {
+		e.pool()
 	}
 	rep.runtime = time.Since(started)
 	rep.write(c.results)
