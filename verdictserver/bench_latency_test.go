@@ -27,8 +27,10 @@ const (
 // that time, and of the 201 alone.
 func BenchmarkHTTPLatency(b *testing.B) {
 	for _, sb := range benchStores {
-		be := newBenchEnv(b, sb.open(b))
+		st, dbCPU := sb.open(b)
+		be := newBenchEnv(b, st)
 		b.Run(sb.name, func(b *testing.B) {
+			defer meterDB(b, dbCPU)()
 			verdicts, submits := make([]time.Duration, b.N), make([]time.Duration, b.N)
 			var wg sync.WaitGroup
 			b.ReportAllocs()
