@@ -138,7 +138,7 @@ func BenchmarkEvaluate(b *testing.B) {
 			cpu0 := cpuTime()
 			for _, h := range hashes {
 				start := time.Now()
-				if !s.evaluate(context.Background(), h) {
+				if !s.evaluate(context.Background(), job{hash: h}) {
 					b.Fatalf("%s was not evaluated", h)
 				}
 				lat = append(lat, time.Since(start))

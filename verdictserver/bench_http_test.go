@@ -27,21 +27,38 @@ const (
 )
 
 // benchStores are the engines the HTTP benchmarks run on. PostgreSQL runs durable
-// (durablePostgres), as SQLite does.
+// (durablePostgres), as SQLite does. open returns the store and, for a database in
+// processes of its own, their CPU time so far (nil for SQLite, which runs in this process).
 var benchStores = []struct {
 	name string
-	open func(b *testing.B) *store.Store
+	open func(b *testing.B) (*store.Store, func() time.Duration)
 }{
-	{"sqlite", func(b *testing.B) *store.Store { return sqliteStore(b) }},
-	{"postgres", func(b *testing.B) *store.Store { return durablePostgres(b) }},
+	{"sqlite", func(b *testing.B) (*store.Store, func() time.Duration) { return sqliteStore(b), nil }},
+	{"postgres", func(b *testing.B) (*store.Store, func() time.Duration) {
+		srv := testenv.StartPostgresServer(b, testenv.PostgresConfig{Durable: true})
+		return postgresAt(b, srv.CreateDatabase(b, "verdict_bench")), srv.CPUTime
+	}},
 }
 
 // durablePostgres is a store on a PostgreSQL cluster that fsyncs its commits, as in
 // production (testenv.PostgresConfig.Durable).
 func durablePostgres(b *testing.B) *store.Store {
 	b.Helper()
-	srv := testenv.StartPostgresServer(b, testenv.PostgresConfig{Durable: true})
-	return postgresAt(b, srv.CreateDatabase(b, "verdict_bench"))
+	st, _ := benchStores[1].open(b)
+	return st
+}
+
+// meterDB starts counting the database's own CPU time (dbCPU; nothing when nil) and
+// returns what reports it, per op, as db-cpu-µs/op: with cpu-µs/op, the whole CPU cost of
+// an op on PostgreSQL.
+func meterDB(b *testing.B, dbCPU func() time.Duration) func() {
+	if dbCPU == nil {
+		return func() {}
+	}
+	start := dbCPU()
+	return func() {
+		b.ReportMetric(float64((dbCPU()-start).Microseconds())/float64(b.N), "db-cpu-µs/op")
+	}
 }
 
 // benchEnv is a running service with benchAgents agents and an HTTP client that keeps
@@ -165,8 +182,10 @@ func cpuTime() time.Duration {
 // the queueing, while the workers evaluate and complete what was submitted.
 func BenchmarkHTTPSubmit(b *testing.B) {
 	for _, sb := range benchStores {
-		be := newBenchEnv(b, sb.open(b)) // one service per engine, for every round of b.N
+		st, dbCPU := sb.open(b)
+		be := newBenchEnv(b, st) // one service per engine, for every round of b.N
 		b.Run(sb.name, func(b *testing.B) {
+			defer meterDB(b, dbCPU)()
 			parallel(b, "submits", func(i int) error {
 				_, err := be.submit(i)
 				return err
@@ -180,7 +199,8 @@ func BenchmarkHTTPSubmit(b *testing.B) {
 func BenchmarkHTTPStatus(b *testing.B) {
 	const records = 1024
 	for _, sb := range benchStores {
-		be := newBenchEnv(b, sb.open(b)) // one service per engine, for every round of b.N
+		st, dbCPU := sb.open(b)
+		be := newBenchEnv(b, st) // one service per engine, for every round of b.N
 		paths, keys := make([]string, records), make([]string, records)
 		for i := range records {
 			h, err := be.submit(i)
@@ -191,6 +211,7 @@ func BenchmarkHTTPStatus(b *testing.B) {
 			keys[i] = be.agents[i%len(be.agents)].Key
 		}
 		b.Run(sb.name, func(b *testing.B) {
+			defer meterDB(b, dbCPU)()
 			parallel(b, "reads", func(i int) error { return be.read(paths[i%records], keys[i%records]) })
 		})
 	}
@@ -202,8 +223,10 @@ func BenchmarkHTTPStatus(b *testing.B) {
 // accepts them or the backlog grows (bench/verdict.md#judging).
 func BenchmarkJudge(b *testing.B) {
 	for _, sb := range benchStores {
-		be := newBenchEnv(b, sb.open(b))
+		st, dbCPU := sb.open(b)
+		be := newBenchEnv(b, st)
 		b.Run(sb.name, func(b *testing.B) {
+			defer meterDB(b, dbCPU)()
 			parallel(b, "submits", func(i int) error {
 				_, err := be.submit(i)
 				return err

@@ -61,16 +61,25 @@ func (s *Server) Close() error {
 	return nil
 }
 
+// job is a record for a worker: its request hash and, when it was just created here, the
+// record as written, which the worker evaluates without reading it back. A record the
+// sweeper found (rec nil) is read again: it may have been completed since.
+type job struct {
+	hash string
+	rec  *store.Transaction
+}
+
 // enqueue hands a record to the workers unless one holds it already. A full queue leaves
 // it to the sweeper; it stays PENDING in the store meanwhile.
-func (s *Server) enqueue(hash string) bool {
+func (s *Server) enqueue(j job) bool {
+	hash := j.hash
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.inFlight[hash] || s.closed {
 		return false
 	}
 	select {
-	case s.queue <- hash:
+	case s.queue <- j:
 		s.inFlight[hash] = true
 		return true
 	default:
@@ -91,9 +100,9 @@ func (s *Server) work(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case hash := <-s.queue:
-			s.settle(hash, s.evaluate(ctx, hash))
-			s.done(hash)
+		case j := <-s.queue:
+			s.settle(j.hash, s.evaluate(ctx, j))
+			s.done(j.hash)
 		}
 	}
 }
@@ -156,7 +165,7 @@ func (s *Server) sweep(ctx context.Context) {
 		for _, p := range pending {
 			listed[p.RequestHash] = true
 			if !s.waiting(p.RequestHash, now) {
-				s.enqueue(p.RequestHash)
+				s.enqueue(job{hash: p.RequestHash})
 			}
 		}
 		if err == nil && len(pending) < limit {
@@ -186,8 +195,9 @@ func (s *Server) forgetDone(pending map[string]bool) {
 // with (completed here or elsewhere, or gone). Any failure leaves it PENDING for the
 // sweeper; a record another instance completed first is left as it is (terminal verdicts
 // are immutable).
-func (s *Server) evaluate(ctx context.Context, hash string) (done bool) {
+func (s *Server) evaluate(ctx context.Context, jb job) (done bool) {
 	faults.Point("verdict.before-worker")
+	hash := jb.hash
 	log := s.log.With(zap.String("requestHash", hash))
 	defer func() {
 		// a panicking evaluation must not take the process (and every other record) down;
@@ -197,18 +207,9 @@ func (s *Server) evaluate(ctx context.Context, hash string) (done bool) {
 			done = false
 		}
 	}()
-	t, err := s.store.TransactionByHash(ctx, hash)
-	if errors.Is(err, store.ErrNotFound) {
-		return true
-	}
-	if err != nil {
-		if ctx.Err() == nil {
-			log.Warn("evaluate: cannot read the record", zapError(err))
-		}
-		return false
-	}
-	if t.Status != store.StatusPending {
-		return true
+	t, pending, done := s.pendingRecord(ctx, jb, log)
+	if !pending {
+		return done
 	}
 	in, err := s.input(ctx, t)
 	if err != nil {
@@ -242,6 +243,27 @@ func (s *Server) evaluate(ctx context.Context, hash string) (done bool) {
 		return true
 	}
 	return false
+}
+
+// pendingRecord is the record of j, read from the store unless j holds it. pending says it
+// is to be evaluated; otherwise done says whether evaluate is done with it (terminal, or
+// gone) or not (it could not be read).
+func (s *Server) pendingRecord(ctx context.Context, j job, log *zap.Logger) (t store.Transaction, pending, done bool) {
+	if j.rec != nil {
+		return *j.rec, true, false
+	}
+	t, err := s.store.TransactionByHash(ctx, j.hash)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return t, false, true
+	case err != nil:
+		if ctx.Err() == nil {
+			log.Warn("evaluate: cannot read the record", zapError(err))
+		}
+		return t, false, false
+	}
+	pending = t.Status == store.StatusPending
+	return t, pending, !pending
 }
 
 // judgement is what evaluate keeps of a verdict: its JSON and what the store and the log

@@ -167,7 +167,7 @@ func TestTerminalVerdictIsImmutable(t *testing.T) {
 	if _, err := e.srv.Operator().SetPolicy(t.Context(), a.ID, []byte(allowBoth), "test"); err != nil {
 		t.Fatal(err)
 	}
-	e.srv.evaluate(t.Context(), h)
+	e.srv.evaluate(t.Context(), job{hash: h})
 	if err := e.st.Complete(t.Context(), h, "APPROVED", []byte(`{}`), nil); !errors.Is(err, store.ErrTerminal) {
 		t.Errorf("a second completion: %v, want store.ErrTerminal", err)
 	}

@@ -77,7 +77,7 @@ func storeJudged(b *testing.B, e *env, a agent, n int) {
 					errs <- err
 					return
 				}
-				e.srv.enqueue(rec.RequestHash)
+				e.srv.enqueue(job{hash: rec.RequestHash})
 			}
 		}()
 	}

@@ -85,7 +85,7 @@ type Server struct {
 	log          *zap.Logger
 	now          func() time.Time
 
-	queue chan string // request hashes for the workers
+	queue chan job // records for the workers
 
 	policyMu sync.Mutex
 	policies *simplelru.LRU[policyKey, *policy.Document] // parsed policy versions
@@ -135,7 +135,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		sweepEvery: cmp.Or(deps.SweepInterval, DefaultSweepInterval), limits: newLimiters(perKey, perIP, deps.Redis), fees: fees,
 		adminKeyHash: adminKeyHash, clientIP: deps.ClientIP, signer: sg,
 		log: cmp.Or(deps.Logger, zap.NewNop()).Named("verdict"), now: deps.Now,
-		queue: make(chan string, cmp.Or(cfg.Queue, DefaultQueue)), inFlight: map[string]bool{}, retry: map[string]retryState{},
+		queue: make(chan job, cmp.Or(cfg.Queue, DefaultQueue)), inFlight: map[string]bool{}, retry: map[string]retryState{},
 	}
 	s.policies, _ = simplelru.NewLRU[policyKey, *policy.Document](policyCacheSize, nil) // fails only for size <= 0
 	s.op = &Operator{store: deps.Store, srv: s}

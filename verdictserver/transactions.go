@@ -89,7 +89,7 @@ func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request, p *principa
 		return
 	}
 	faults.Point("verdict.after-create")
-	s.enqueue(t.RequestHash)
+	s.enqueue(job{hash: t.RequestHash, rec: &t})
 	writeJSON(w, http.StatusCreated, toRecord(t))
 }
 

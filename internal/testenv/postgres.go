@@ -313,3 +313,77 @@ func pgTail(b []byte) string {
 	}
 	return s
 }
+
+// CPUTime is the CPU time (user and system) the cluster's processes have used so far: the
+// postmaster's own, that of the children it has reaped, and that of its live children
+// (backends, WAL writer, checkpointer...). A benchmark takes it before and after, to charge
+// the database's own work to each operation beside its client's. Zero when the cluster's
+// processes cannot be read (not Linux, or stopped).
+func (s *PostgresServer) CPUTime() time.Duration {
+	raw, err := os.ReadFile(filepath.Join(s.dataDir(), "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(raw), "\n", 2)[0]))
+	if err != nil {
+		return 0
+	}
+	ticks := procTicks(pid, true)
+	procs, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range procs {
+		child, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if procParent(child) == pid {
+			ticks += procTicks(child, false)
+		}
+	}
+	return time.Duration(ticks) * time.Second / clockTicks
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on every Linux we run on.
+const clockTicks = 100
+
+// procStat is the fields of /proc/<pid>/stat after the command name, or nil.
+func procStat(pid int) []string {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	s := string(raw)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(s[i+1:])
+}
+
+// procParent is the parent pid of pid, or -1.
+func procParent(pid int) int {
+	f := procStat(pid)
+	if len(f) < 2 {
+		return -1
+	}
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		return -1
+	}
+	return ppid
+}
+
+// procTicks is the user and system time of pid in clock ticks, with its reaped children's
+// when reaped is set.
+func procTicks(pid int, reaped bool) int64 {
+	f := procStat(pid)
+	if len(f) < 15 {
+		return 0
+	}
+	fields := f[11:13] // utime, stime (stat fields 14 and 15)
+	if reaped {
+		fields = f[11:15] // and cutime, cstime
+	}
+	var n int64
+	for _, v := range fields {
+		t, _ := strconv.ParseInt(v, 10, 64)
+		n += t
+	}
+	return n
+}

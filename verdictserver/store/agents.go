@@ -268,10 +268,8 @@ func nullTime(v sql.NullInt64) *time.Time {
 // once per key per minute per instance).
 func (s *Store) KeyUsed(ctx context.Context, keyID string, at time.Time) error {
 	op := "key used " + keyID
-	wrote, err := s.writes.do(ctx, func(ctx context.Context, tx *sql.Tx) (bool, error) {
-		return affected(tx.ExecContext(ctx, `UPDATE api_keys SET last_used_at = $1
-			WHERE id = $2 AND (last_used_at IS NULL OR last_used_at < $1)`, micros(at), keyID))
-	})
+	wrote, err := s.writes.do(ctx, nil, `UPDATE api_keys SET last_used_at = $1
+		WHERE id = $2 AND (last_used_at IS NULL OR last_used_at < $1)`, micros(at), keyID)
 	if err != nil {
 		return s.fail(op, err)
 	}

@@ -8,7 +8,8 @@ import (
 )
 
 // Caches of the lookups behind every request (docs/verdict-api.md#authentication): keys by
-// their hash, and wallet owners. Both are bounded LRUs in this process.
+// their hash, wallet owners, and terminal verdicts by request hash. All are bounded LRUs
+// in this process.
 const (
 	// keyCacheSize bounds the keys a Store remembers.
 	keyCacheSize = 4096
@@ -18,6 +19,9 @@ const (
 	KeyCacheTTL = time.Second
 	// walletCacheSize bounds the wallet owners a Store remembers.
 	walletCacheSize = 16384
+	// verdictCacheSize bounds the terminal verdicts a Store remembers (each is its
+	// owner, status and stored verdict JSON, a few KiB at most).
+	verdictCacheSize = 4096
 )
 
 // keyCache remembers valid keys by hash for KeyCacheTTL. A revocation bumps the
@@ -89,26 +93,28 @@ type walletKey struct {
 	addr    [20]byte
 }
 
-// walletCache remembers who owns a wallet. A wallet is never removed nor handed to
-// another agent (AddWallet refuses), so an owner once read stays true on every instance.
-type walletCache struct {
+// immutableCache remembers values that never change once read, in a bounded LRU: the
+// owner of a wallet (a wallet is never removed nor handed to another agent: AddWallet
+// refuses), and a terminal verdict (Complete moves a record once, and never again). What it
+// holds stays true on every instance.
+type immutableCache[K comparable, V any] struct {
 	mu  sync.Mutex
-	lru *simplelru.LRU[walletKey, string]
+	lru *simplelru.LRU[K, V]
 }
 
-func newWalletCache() *walletCache {
-	lru, _ := simplelru.NewLRU[walletKey, string](walletCacheSize, nil)
-	return &walletCache{lru: lru}
+func newImmutableCache[K comparable, V any](size int) *immutableCache[K, V] {
+	lru, _ := simplelru.NewLRU[K, V](size, nil) // fails only for size <= 0
+	return &immutableCache[K, V]{lru: lru}
 }
 
-func (c *walletCache) get(k walletKey) (string, bool) {
+func (c *immutableCache[K, V]) get(k K) (V, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.lru.Get(k)
 }
 
-func (c *walletCache) put(k walletKey, agentID string) {
+func (c *immutableCache[K, V]) put(k K, v V) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.lru.Add(k, agentID)
+	c.lru.Add(k, v)
 }

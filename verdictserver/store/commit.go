@@ -4,7 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 )
 
 // Group commit (docs/verdict-api.md#durability): the writes of the hot path (a submit's
@@ -18,10 +22,20 @@ import (
 // error reaches only the caller it belongs to. A write is a statement whose effect holds
 // only once it commits (an INSERT ... ON CONFLICT DO NOTHING, an UPDATE guarded by its
 // WHERE), so running it again after a rollback is running it once.
+//
+// On PostgreSQL a batch is one pipeline (a pgx batch): every statement is sent at once and
+// runs in the implicit transaction that the pipeline's Sync commits, so a batch costs one
+// round trip and one commit however many writes it holds. Several batches run at once
+// (pgCommitters), each on its own connection: while one waits for its WAL flush, the next
+// is already on its way, and PostgreSQL flushes the commits that wait together at once.
+// SQLite has one writer at a time, so it runs one batch at a time, in a transaction of
+// statements prepared once.
 
 const (
 	// maxBatch bounds the writes of one transaction.
 	maxBatch = 256
+	// pgCommitters is how many batches run at once on PostgreSQL.
+	pgCommitters = 4
 	// batchTimeout bounds one batch's transaction, so a database that stops answering
 	// fails the callers rather than holding them.
 	batchTimeout = 30 * time.Second
@@ -30,10 +44,13 @@ const (
 // errClosed is the error of a write sent to a closed Store.
 var errClosed = errors.New("store closed")
 
-// write is one caller's statement in a batch.
+// write is one caller's statement in a batch: q with args, in the store's dialect, and
+// its prepared form when it has one (used on SQLite).
 type write struct {
 	ctx  context.Context // the caller's: a write whose caller has gone is not run
-	run  func(ctx context.Context, tx *sql.Tx) (wrote bool, err error)
+	q    string
+	stmt *sql.Stmt
+	args []any
 	done chan writeResult // buffered: the committer never waits for the caller
 }
 
@@ -42,28 +59,52 @@ type writeResult struct {
 	err   error
 }
 
-// committer runs writes in batches, one batch at a time.
+// committer runs writes in batches, loops batches at a time.
 type committer struct {
-	db      *sql.DB
-	writes  chan *write
-	quit    chan struct{} // closed by stop
-	stopped chan struct{} // closed once the loop has answered every write it will answer
+	db       *sql.DB
+	pipeline bool // PostgreSQL: a batch is a pgx pipeline
+	writes   chan *write
+	quit     chan struct{} // closed by stop
+	stopped  chan struct{} // closed once the loops have answered every write they will answer
 }
 
-func newCommitter(db *sql.DB) *committer {
-	c := &committer{
-		db: db, writes: make(chan *write, maxBatch),
-		quit: make(chan struct{}), stopped: make(chan struct{}),
+// newCommitter starts the committer of db: pgCommitters pipelined loops on PostgreSQL, one
+// loop of transactions on SQLite.
+func newCommitter(db *sql.DB, postgres bool) *committer {
+	c, loops := idleCommitter(db, postgres), 1
+	if postgres {
+		loops = pgCommitters
 	}
-	go c.loop()
+	c.start(loops)
 	return c
 }
 
-// do runs f in the next batch and returns once that batch committed (or failed). When ctx
-// ends first, do returns its error and the write may yet commit. Errors are the driver's
-// (or errClosed, or the context's), for the caller to wrap.
-func (c *committer) do(ctx context.Context, f func(ctx context.Context, tx *sql.Tx) (bool, error)) (bool, error) {
-	w := &write{ctx: ctx, run: f, done: make(chan writeResult, 1)}
+// idleCommitter is the committer of db, its loops not started.
+func idleCommitter(db *sql.DB, postgres bool) *committer {
+	return &committer{
+		db: db, pipeline: postgres, writes: make(chan *write, maxBatch),
+		quit: make(chan struct{}), stopped: make(chan struct{}),
+	}
+}
+
+// start starts loops loops, which take batches from the one queue.
+func (c *committer) start(loops int) {
+	var wg sync.WaitGroup
+	for range loops {
+		wg.Go(c.loop)
+	}
+	go func() {
+		wg.Wait()
+		close(c.stopped)
+	}()
+}
+
+// do runs q with args (through stmt, when set, on SQLite) in the next batch and returns
+// whether it wrote a row, once that batch committed (or failed). When ctx ends first, do
+// returns its error and the write may yet commit. Errors are the driver's (or errClosed,
+// or the context's), for the caller to wrap.
+func (c *committer) do(ctx context.Context, stmt *sql.Stmt, q string, args ...any) (bool, error) {
+	w := &write{ctx: ctx, q: q, stmt: stmt, args: args, done: make(chan writeResult, 1)}
 	select {
 	case c.writes <- w:
 	case <-c.quit:
@@ -97,7 +138,6 @@ func (c *committer) stop() {
 }
 
 func (c *committer) loop() {
-	defer close(c.stopped)
 	batch := make([]*write, 0, maxBatch)
 	for {
 		select {
@@ -174,6 +214,9 @@ func (c *committer) commit(batch []*write) {
 func (c *committer) inTx(ws []*write) (wrote []bool, writeFailed bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
+	if c.pipeline {
+		return c.pipelined(ctx, ws)
+	}
 	tx, err := c.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, false, err
@@ -181,12 +224,51 @@ func (c *committer) inTx(ws []*write) (wrote []bool, writeFailed bool, err error
 	defer func() { _ = tx.Rollback() }()
 	wrote = make([]bool, len(ws))
 	for i, w := range ws {
-		if wrote[i], err = w.run(ctx, tx); err != nil {
+		var res sql.Result
+		if w.stmt != nil {
+			res, err = tx.StmtContext(ctx, w.stmt).ExecContext(ctx, w.args...)
+		} else {
+			res, err = tx.ExecContext(ctx, w.q, w.args...)
+		}
+		if wrote[i], err = affected(res, err); err != nil {
 			return nil, true, err
 		}
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, false, err
+	}
+	return wrote, false, nil
+}
+
+// pipelined sends ws to PostgreSQL as one pipeline on one connection: the statements run
+// in the implicit transaction that the pipeline's Sync ends, committed when all of them
+// succeeded and rolled back when one failed (the ones after it are not run).
+func (c *committer) pipelined(ctx context.Context, ws []*write) (wrote []bool, writeFailed bool, err error) {
+	conn, err := c.db.Conn(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	defer conn.Close()
+	wrote = make([]bool, len(ws))
+	err = conn.Raw(func(driverConn any) error {
+		var b pgx.Batch
+		for _, w := range ws {
+			b.Queue(w.q, w.args...)
+		}
+		br := driverConn.(*stdlib.Conn).Conn().SendBatch(ctx, &b)
+		for i := range ws {
+			tag, err := br.Exec()
+			if err != nil {
+				writeFailed = true
+				_ = br.Close()
+				return err
+			}
+			wrote[i] = tag.RowsAffected() > 0
+		}
+		return br.Close() // the commit's error
+	})
+	if err != nil {
+		return nil, writeFailed, err
 	}
 	return wrote, false, nil
 }

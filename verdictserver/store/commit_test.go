@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -124,7 +123,7 @@ var commitCases = []storeCase{
 		a := mustAgent(t, s, "a")
 		// A committer whose loop starts once every write waits, so that all of them form
 		// one batch: the bad statement is a real database error, not a fake.
-		c := &committer{db: s.db.DB, writes: make(chan *write, maxBatch), quit: make(chan struct{}), stopped: make(chan struct{})}
+		c := idleCommitter(s.db.DB, s.writes.pipeline)
 		defer c.stop()
 		const n = 8
 		errs := make([]error, n)
@@ -133,20 +132,19 @@ var commitCases = []storeCase{
 		for i := range n {
 			tx := testTransaction(a.ID, i, epoch)
 			wg.Go(func() {
-				wrote[i], errs[i] = c.do(ctx, func(ctx context.Context, dbtx *sql.Tx) (bool, error) {
-					if i == 3 {
-						return affected(dbtx.ExecContext(ctx, `INSERT INTO no_such_table VALUES (1)`))
-					}
-					return affected(dbtx.StmtContext(ctx, s.stmts.insertTransaction).ExecContext(ctx,
-						newUUID(), tx.RequestHash, tx.AgentID, hexAddress(tx.Escrow), tx.ChainID, tx.Prompt, tx.Description,
-						string(tx.ProposedTx), nil, nil, "", StatusPending, micros(epoch)))
-				})
+				if i == 3 {
+					wrote[i], errs[i] = c.do(ctx, nil, `INSERT INTO no_such_table VALUES (1)`)
+					return
+				}
+				wrote[i], errs[i] = c.do(ctx, s.stmts.insertTransaction, s.stmts.insertSQL,
+					newUUID(), tx.RequestHash, tx.AgentID, hexAddress(tx.Escrow), tx.ChainID, tx.Prompt, tx.Description,
+					string(tx.ProposedTx), nil, nil, "", StatusPending, micros(epoch))
 			})
 		}
 		for len(c.writes) < n {
 			time.Sleep(time.Millisecond) // waits for the writers to queue, not for a duration
 		}
-		go c.loop()
+		c.start(1)
 		wg.Wait()
 		for i := range n {
 			if i == 3 {
@@ -163,9 +161,74 @@ var commitCases = []storeCase{
 			}
 		}
 	}},
+	{"on PostgreSQL a batch that waits for a row lock does not hold up the writes after it", func(t *testing.T, open storeOpen) {
+		s, ctx := mustOpen(t, open), context.Background()
+		if !s.writes.pipeline {
+			return // SQLite has one writer at a time: a batch waits for the one before it
+		}
+		a := mustAgent(t, s, "a")
+		locked := testTransaction(a.ID, 1, epoch)
+		if err := s.CreateTransaction(ctx, locked); err != nil {
+			t.Fatal(err)
+		}
+		// Another session locks the record, so the batch that completes it waits.
+		lock, err := s.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lock.ExecContext(ctx, `SELECT 1 FROM transactions WHERE request_hash = $1 FOR UPDATE`, locked.RequestHash); err != nil {
+			t.Fatal(err)
+		}
+		completed := make(chan error, 1)
+		go func() {
+			completed <- s.Complete(ctx, locked.RequestHash, StatusApproved, json.RawMessage(approvedVerdict), ptr(1))
+		}()
+		for len(s.writes.writes) > 0 || s.db.Stats().InUse < 2 {
+			time.Sleep(time.Millisecond) // waits for a loop to take the Complete, not for a duration
+		}
+		// A bound for a hang, not a timing: one batch at a time would wait for the lock.
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		err = s.CreateTransaction(wctx, testTransaction(a.ID, 2, epoch))
+		_ = lock.Rollback()
+		if err != nil {
+			t.Errorf("a submit behind a batch that waits for a lock: %v", err)
+		}
+		if err := <-completed; err != nil {
+			t.Errorf("the Complete that waited: %v", err)
+		}
+	}},
 }
 
 var keyCacheCases = []storeCase{
+	{"a terminal verdict is answered from memory, a PENDING one is read from the database each time", func(t *testing.T, open storeOpen) {
+		s, ctx := mustOpen(t, open), context.Background()
+		a := mustAgent(t, s, "a")
+		done, pending := testTransaction(a.ID, 1, epoch), testTransaction(a.ID, 2, epoch)
+		for _, tx := range []*Transaction{done, pending} {
+			if err := s.CreateTransaction(ctx, tx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if v, err := s.VerdictByHash(ctx, done.RequestHash); err != nil || v.Status != StatusPending {
+			t.Fatalf("before Complete: %+v, %v", v, err)
+		}
+		// completed by another instance: this one learns it from the database
+		if err := mustOpen(t, open).Complete(ctx, done.RequestHash, StatusApproved, json.RawMessage(approvedVerdict), ptr(1)); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := s.VerdictByHash(ctx, done.RequestHash); err != nil || v.Status != StatusApproved {
+			t.Fatalf("after Complete: %+v, %v", v, err)
+		}
+		_ = s.Close() // from now on, only what the Store remembers answers
+		v, err := s.VerdictByHash(ctx, done.RequestHash)
+		if err != nil || v.Status != StatusApproved || v.AgentID != a.ID || string(v.Verdict) != approvedVerdict {
+			t.Errorf("the terminal verdict, read before: %+v, %v; want it from memory", v, err)
+		}
+		if _, err := s.VerdictByHash(ctx, pending.RequestHash); err == nil {
+			t.Errorf("the PENDING record answered without the database")
+		}
+	}},
 	{"a key revoked through this handle is refused at once; through another, once the cache's TTL has passed", func(t *testing.T, open storeOpen) {
 		s, ctx := mustOpen(t, open), context.Background()
 		a := mustAgent(t, s, "a")

@@ -116,7 +116,9 @@ type Store struct {
 	stmts   statements
 	writes  *committer
 	keys    *keyCache
-	wallets *walletCache
+	wallets *immutableCache[walletKey, string]
+	// verdicts holds terminal verdicts by request hash, for VerdictByHash.
+	verdicts *immutableCache[string, TransactionVerdict]
 }
 
 // Connection pools (docs/reliability.md#resource-limits): every connection stays open
@@ -134,9 +136,14 @@ const (
 type statements struct {
 	insertTransaction, completeTransaction, transactionByHash, verdictByHash *sql.Stmt
 	keyByHash, walletOwner, activePolicy                                     *sql.Stmt
+	// insertSQL and completeSQL are the group commit's statements in the store's dialect,
+	// which a PostgreSQL batch sends as text (pgx prepares them once per connection).
+	insertSQL, completeSQL string
 }
 
 func (s *Store) prepare(ctx context.Context) error {
+	s.stmts.insertSQL = dialectSQL(s.db.Dialect.Name, insertTransactionSQL)
+	s.stmts.completeSQL = dialectSQL(s.db.Dialect.Name, completeTransactionSQL)
 	for _, p := range []struct {
 		stmt **sql.Stmt
 		q    string
@@ -174,12 +181,14 @@ func Open(ctx context.Context, db *sqldb.DB) (*Store, error) {
 	}
 	db.SetMaxOpenConns(conns)
 	db.SetMaxIdleConns(conns)
-	s := &Store{db: db, keys: newKeyCache(), wallets: newWalletCache()}
+	s := &Store{db: db, keys: newKeyCache(),
+		wallets:  newImmutableCache[walletKey, string](walletCacheSize),
+		verdicts: newImmutableCache[string, TransactionVerdict](verdictCacheSize)}
 	if err := s.prepare(ctx); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("verdict store: %w", err)
 	}
-	s.writes = newCommitter(db.DB)
+	s.writes = newCommitter(db.DB, db.Dialect.Name == sqldb.Postgres.Name)
 	return s, nil
 }
 

@@ -61,12 +61,10 @@ func (s *Store) CreateTransaction(ctx context.Context, t *Transaction) error {
 	}
 	rec.CreatedAt = rec.CreatedAt.UTC().Truncate(time.Microsecond)
 	rec.UpdatedAt = rec.CreatedAt
-	wrote, err := s.writes.do(ctx, func(ctx context.Context, tx *sql.Tx) (bool, error) {
-		return affected(tx.StmtContext(ctx, s.stmts.insertTransaction).ExecContext(ctx,
-			rec.ID, rec.RequestHash, rec.AgentID, hexAddress(rec.Escrow), rec.ChainID, rec.Prompt, rec.Description,
-			string(rec.ProposedTx), nullJSON(rec.Metadata), nullJSON(rec.ContextLogs), rec.TraceID, rec.Status,
-			micros(rec.CreatedAt)))
-	})
+	wrote, err := s.writes.do(ctx, s.stmts.insertTransaction, s.stmts.insertSQL,
+		rec.ID, rec.RequestHash, rec.AgentID, hexAddress(rec.Escrow), rec.ChainID, rec.Prompt, rec.Description,
+		string(rec.ProposedTx), nullJSON(rec.Metadata), nullJSON(rec.ContextLogs), rec.TraceID, rec.Status,
+		micros(rec.CreatedAt))
 	if err != nil {
 		return s.fail(op, err)
 	}
@@ -111,13 +109,22 @@ type TransactionVerdict struct {
 }
 
 // VerdictByHash returns the owner, status and verdict of the transaction requestHash, or
-// ErrNotFound: TransactionByHash without the request's documents.
+// ErrNotFound: TransactionByHash without the request's documents. A terminal verdict never
+// changes, so the Store remembers the ones it read (verdictCacheSize) and answers them
+// again without the database; a PENDING record is read anew each time. The Verdict is
+// shared: read only.
 func (s *Store) VerdictByHash(ctx context.Context, requestHash string) (TransactionVerdict, error) {
+	if v, ok := s.verdicts.get(requestHash); ok {
+		return v, nil
+	}
 	var v TransactionVerdict
 	// A NULL verdict scans as nil; a stored one is copied once, from the driver's buffer.
 	err := s.stmts.verdictByHash.QueryRowContext(ctx, requestHash).Scan(&v.AgentID, &v.Status, (*[]byte)(&v.Verdict))
 	if err != nil {
 		return TransactionVerdict{}, s.lookup("verdict of "+requestHash, err)
+	}
+	if v.Status != StatusPending {
+		s.verdicts.put(requestHash, v)
 	}
 	return v, nil
 }
@@ -177,10 +184,8 @@ func (s *Store) Complete(ctx context.Context, requestHash string, status string,
 		pv = *policyVersion
 	}
 	updated := micros(now())
-	wrote, err := s.writes.do(ctx, func(ctx context.Context, tx *sql.Tx) (bool, error) {
-		return affected(tx.StmtContext(ctx, s.stmts.completeTransaction).ExecContext(ctx,
-			status, string(verdictJSON), pv, updated, requestHash))
-	})
+	wrote, err := s.writes.do(ctx, s.stmts.completeTransaction, s.stmts.completeSQL,
+		status, string(verdictJSON), pv, updated, requestHash)
 	if err != nil {
 		return s.fail(op, err)
 	}
