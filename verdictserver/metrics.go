@@ -126,7 +126,7 @@ func (n verdictNote) afterWindow(check verdict.Check, status string) verdictNote
 // completed counts the terminal verdict of a record submitted at submitted, stored here.
 func (s *Server) completed(submitted time.Time, n verdictNote) {
 	verdictsTotal.inc(n.outcome, n.mode, n.reason)
-	if n.wouldRefuse != "" {
+	if n.wouldRefuse != "" && n.outcome == string(verdict.OutcomeApproved) { // a refusal (data_unavailable) is one already
 		wouldRefuseTotal.inc(n.mode, n.wouldRefuse)
 	}
 	if n.windowRefused != "" {

@@ -142,7 +142,9 @@ func TestVerdictMetricsCountEachRecordOnce(t *testing.T) {
 }
 
 // TestVerdictMetricLabelsAreBounded: a reason code or a mode this build does not know is
-// counted as "other", so a label never takes an engine's or a client's arbitrary string.
+// counted as "other", so a label never takes an engine's or a client's arbitrary string; a
+// warn verdict refused anyway (data_unavailable, which every mode enforces) is no would-be
+// refusal; counting a verdict allocates nothing.
 func TestVerdictMetricLabelsAreBounded(t *testing.T) {
 	code := verdict.ReasonCode("made_up_" + fmt.Sprint(1))
 	v := &verdict.Verdict{Outcome: verdict.OutcomeRejected, Mode: "lenientish", ReasonCode: code,
@@ -155,6 +157,12 @@ func TestVerdictMetricLabelsAreBounded(t *testing.T) {
 	if n = noteOf(v, 0); n.wouldRefuse != "other" {
 		t.Fatalf("note %+v, want the unknown would-fail code as other", n)
 	}
+	unpriced := verdict.ReasonDataUnavailable
+	rejected := noteOf(&verdict.Verdict{Outcome: verdict.OutcomeRejected, Mode: verdict.ModeWarn, ReasonCode: unpriced,
+		WouldFail: []verdict.Check{{Code: &code}}}, 0)
+	checkDeltas(t, []delta{{"would_refuse", []string{"warn", "other"}, 0}, {"verdicts", []string{"rejected", "warn", string(unpriced)}, 1}}, func() {
+		(&Server{now: time.Now}).completed(time.Now(), rejected)
+	})
 	if allocs := testing.AllocsPerRun(100, func() { verdictsTotal.inc(n.outcome, n.mode, n.reason) }); allocs != 0 {
 		t.Errorf("counting a verdict allocates %v times", allocs)
 	}
