@@ -68,6 +68,7 @@ type children struct {
 	m   map[[3]string]prometheus.Counter
 }
 
+// newChildren pre-resolves the counters of vec as they are first used.
 func newChildren(vec *prometheus.CounterVec) *children {
 	return &children{vec: vec, m: map[[3]string]prometheus.Counter{}}
 }
@@ -138,6 +139,7 @@ func (s *Server) completed(submitted time.Time, n verdictNote) {
 	}
 }
 
+// outcomeLabel is a terminal verdict's outcome.
 func outcomeLabel(o verdict.Outcome) string {
 	switch o {
 	case verdict.OutcomeApproved, verdict.OutcomeRejected:
@@ -166,6 +168,7 @@ func reasonLabel(c verdict.ReasonCode) string {
 	return "other"
 }
 
+// checkCodeLabel is the code of a failed check, bounded as reasonLabel.
 func checkCodeLabel(c verdict.Check) string {
 	if c.Code == nil {
 		return "other"
