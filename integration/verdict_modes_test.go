@@ -62,7 +62,9 @@ func (f *verdictFleet) agentID(t *testing.T, in *verdictInstance, name string) s
 // (docs/verdict-api.md#modes). In enforce mode the 402 carries the failed recipient check
 // with its observation and the correction (docs/verdict-api.md#observations) and nothing
 // moves; in warn and audit mode the payment is settled, and the gate counts each would-be
-// refusal by mode in caddy_x402_verdict_would_refuse_total.
+// refusal by mode in caddy_x402_verdict_would_refuse_total. The verdict app counts each
+// verdict it stored, by outcome, mode and reason, and the would-be refusals, in its own
+// caddy_verdict_* metrics.
 func TestVerdictModesThroughTheGate(t *testing.T) {
 	f := newVerdictFleet(t, verdictSetup{})
 	in := f.start(t)
@@ -97,6 +99,7 @@ func TestVerdictModesThroughTheGate(t *testing.T) {
 		t.Fatalf("enforce: the 402's guardian is %+v, want the rejected recipient check with %q: %s", g, wantFix, denied.Body)
 	}
 	wantDelta(t, f.tok, f.denied, bal[2], 0)
+	verdictServiceCounts(t, in, "enforce", "rejected", 0)
 
 	paid := 0
 	for _, mode := range []string{"warn", "audit"} {
@@ -111,6 +114,35 @@ func TestVerdictModesThroughTheGate(t *testing.T) {
 		if v, n := metricSum(in.caddy.Metrics(t), "caddy_x402_verdict_would_refuse_total", `mode="`+mode+`"`); n != 1 || v != 1 {
 			t.Fatalf("%s: caddy_x402_verdict_would_refuse_total{mode=%q} = %v over %d series, want 1", mode, mode, v, n)
 		}
+		verdictServiceCounts(t, in, mode, "approved", 1)
+	}
+	if v, n := metricSum(in.caddy.Metrics(t), "caddy_verdict_decision_seconds_count"); n != 1 || v != 3 {
+		t.Errorf("caddy_verdict_decision_seconds_count = %v over %d series, want the 3 verdicts", v, n)
+	}
+	if _, n := metricSum(in.caddy.Metrics(t), "caddy_verdict_queue_depth"); n != 1 {
+		t.Errorf("caddy_verdict_queue_depth has %d series, want 1", n)
 	}
 	f.noSecretsIn(t, in.caddy.Logs())
+}
+
+// verdictServiceCounts checks, on the admin /metrics, the verdict app's own count of the one
+// verdict on a payment to a payee the policy does not list, in mode: one verdict of outcome,
+// under mode, with its reason, and wouldRefuse would-be refusals of the recipient check
+// (docs/caddy.md#metrics).
+func verdictServiceCounts(t *testing.T, in *verdictInstance, mode, outcome string, wouldRefuse float64) {
+	t.Helper()
+	m := in.caddy.Metrics(t)
+	reason := `reason="allowed"`
+	if outcome == "rejected" {
+		reason = `reason="recipient_not_allowed"`
+	}
+	if v, n := metricSum(m, "caddy_verdict_verdicts_total", `mode="`+mode+`"`); n != 1 || v != 1 {
+		t.Errorf("%s: caddy_verdict_verdicts_total{mode=%q} = %v over %d series, want 1 verdict", mode, mode, v, n)
+	}
+	if v, _ := metricSum(m, "caddy_verdict_verdicts_total", `mode="`+mode+`"`, `outcome="`+outcome+`"`, reason); v != 1 {
+		t.Errorf("%s: caddy_verdict_verdicts_total{mode=%q,outcome=%q,%s} = %v, want 1", mode, mode, outcome, reason, v)
+	}
+	if v, _ := metricSum(m, "caddy_verdict_would_refuse_total", `mode="`+mode+`"`, `reason="recipient_not_allowed"`); v != wouldRefuse {
+		t.Errorf("%s: caddy_verdict_would_refuse_total{mode=%q} = %v, want %v", mode, mode, v, wouldRefuse)
+	}
 }

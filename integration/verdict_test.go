@@ -337,6 +337,10 @@ func TestVerdictAppJudgesPayments(t *testing.T) {
 	health("before the reload")
 	in.caddy.Reload(t, strings.Replace(f.caddyfile, "auto_https off", "auto_https off\n\tgrace_period 1s", 1))
 	health("after the reload")
+	// the reloaded config's metrics registry has the verdict service's counters, values kept
+	if v, n := metricSum(in.caddy.Metrics(t), "caddy_verdict_verdicts_total", `mode="enforce"`); n != 2 || v != 2 {
+		t.Errorf("after the reload, caddy_verdict_verdicts_total = %v over %d series, want the approval and the refusal", v, n)
+	}
 	f.noSecretsIn(t, in.caddy.Logs())
 }
 

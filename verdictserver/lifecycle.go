@@ -230,7 +230,7 @@ func (s *Server) evaluate(ctx context.Context, jb job) (done bool) {
 		log.Error("evaluate: cannot encode the verdict", zapError(j.err))
 		return false
 	}
-	switch err := s.complete(ctx, t, in, j); {
+	switch err := s.complete(ctx, t, in, &j); {
 	case errors.Is(err, store.ErrTerminal):
 		log.Debug("evaluate: completed elsewhere first")
 		return true
@@ -239,6 +239,7 @@ func (s *Server) evaluate(ctx context.Context, jb job) (done bool) {
 			log.Warn("evaluate: cannot store the verdict; left pending", zapError(err))
 		}
 	default:
+		s.completed(t.CreatedAt, j.note)
 		log.Debug("evaluated", zap.String("outcome", j.outcome), zap.String("reasonCode", j.reasonCode))
 		return true
 	}
@@ -275,6 +276,7 @@ type judgement struct {
 	status              string
 	policyVersion       *int64
 	outcome, reasonCode string
+	note                verdictNote // what the metrics count (metrics.go); complete notes the windows' say
 }
 
 // judge evaluates in, the record hash, and keeps what evaluate needs, through the engine's
@@ -288,7 +290,9 @@ type judgement struct {
 // the engine does not reuse.
 func (s *Server) judge(ctx context.Context, hash string, in engine.Input) (j judgement, ok bool) {
 	keep := windowed(in)
+	start := time.Now()
 	use := func(v *verdict.Verdict) {
+		j.note = noteOf(v, time.Since(start))
 		if keep {
 			j.v = v
 		} else {

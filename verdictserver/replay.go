@@ -135,6 +135,7 @@ func (o *Operator) Replay(ctx context.Context, agentID string, draft []byte, las
 		return ReplayReport{}, ErrReplayBusy
 	}
 	defer o.replaying.Store(false)
+	replaysTotal.Inc()
 	rep := ReplayReport{AgentID: agentID, Last: last, Mode: string(cmp.Or(doc.Mode, verdict.ModeEnforce)), SpendWindows: "none",
 		SkippedWhy: map[string]int{}, NewlyRefused: []ReplayChange{}, NewlyApproved: []ReplayChange{}}
 	switch active, err := o.store.ActivePolicy(ctx, agentID); {

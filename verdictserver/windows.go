@@ -20,8 +20,8 @@ import (
 // (docs/spend-windows.md) it first adds the spend_window check to the engine's verdict (j.v):
 // an approval is decided and reserved in the store's transaction, against the windows as
 // they are under the agent's lock, so that approvals on any instance never take a window
-// past its cap.
-func (s *Server) complete(ctx context.Context, t store.Transaction, in engine.Input, j judgement) error {
+// past its cap. It notes the windows' say in j.note, which the metrics count (metrics.go).
+func (s *Server) complete(ctx context.Context, t store.Transaction, in engine.Input, j *judgement) error {
 	if !windowed(in) {
 		return s.store.Complete(ctx, t.RequestHash, j.status, j.raw, j.policyVersion)
 	}
@@ -43,6 +43,7 @@ func (s *Server) complete(ctx context.Context, t store.Transaction, in engine.In
 		if err != nil {
 			return err
 		}
+		j.note = j.note.afterWindow(check, status)
 		return s.store.Complete(ctx, t.RequestHash, status, raw, j.policyVersion)
 	}
 	at := s.now()
@@ -60,6 +61,7 @@ func (s *Server) complete(ctx context.Context, t store.Transaction, in engine.In
 		}
 		check, obs := engine.SpendWindow(uses, notional)
 		raw, status, err := s.withWindowCheck(j.v, in, t.RequestHash, check, &obs, buf)
+		j.note = j.note.afterWindow(check, status)
 		return store.Decision{Status: status, Verdict: raw, PolicyVersion: j.policyVersion}, err
 	})
 	return err

@@ -9,16 +9,19 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/x402gate/x402gate/verdictserver"
 )
 
-// ourSeries is every series our collectors export, by name, with its labels (a histogram's
+// ourSeries is every series our collectors export, the gate's and the verdict service's
+// (registerMetrics, verdictserver.Server.Collectors), by name, with its labels (a histogram's
 // _bucket with le, _sum and _count), and every metric's own name.
 func ourSeries(t *testing.T) (map[string][]string, []string) {
 	t.Helper()
 	fq := regexp.MustCompile(`^Desc\{fqName: "([^"]+)", .*variableLabels: \{([^}]*)\}\}$`)
 	out := map[string][]string{}
 	var names []string
-	for _, c := range collectors {
+	for _, c := range append(slices.Clone(collectors), new(verdictserver.Server).Collectors()...) {
 		ch := make(chan *prometheus.Desc, 4)
 		go func() { c.Describe(ch); close(ch) }()
 		for d := range ch {

@@ -23,6 +23,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/ethereum/go-ethereum/ethclient"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
@@ -313,10 +314,29 @@ func (a *VerdictApp) Provision(ctx caddy.Context) error {
 		return err
 	}
 	a.key, a.svc = key, v.(*verdictService)
+	if err := registerMetrics(ctx, a.svc.server.Collectors()); err != nil {
+		return err
+	}
 	if loaded && a.Sanctions != "" {
 		// A reload reads the sanctions list again (docs/caddy.md#the-verdict-app).
 		if err := a.svc.engine.LoadSanctions(); err != nil {
 			a.log.Warn("sanctions list not reloaded; the previous one stays", zap.Error(err))
+		}
+	}
+	return nil
+}
+
+// registerMetrics registers the verdict service's collectors on the config's registry
+// (docs/caddy.md#metrics); the registry is new with every config load, and the service's
+// counters, shared across loads, keep their values.
+func registerMetrics(ctx caddy.Context, cs []prometheus.Collector) error {
+	reg := ctx.GetMetricsRegistry()
+	if reg == nil {
+		return nil
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("verdict metrics: %w", err)
 		}
 	}
 	return nil
