@@ -43,8 +43,9 @@ const reportBound = 2 * time.Second
 // is settled on chain (docs/spend-windows.md#reporting): moved is nil for a payment that moved
 // its whole amount, else what an upto settle moved of its maximum, 0 included, so that the
 // service commits only that and releases the rest. A key without verdicts:release:own may not
-// commit less than the maximum: the whole maximum is then committed, since money moved (a
-// settle of 0 is left to expire). A refused or failed settle is not reported: its
+// commit less than the maximum (403), and a verdict service older than the amount member
+// refuses it (400): the whole maximum is then committed, since money moved (a settle of 0 is
+// left to expire). A refused or failed settle is not reported: its
 // reservation expires. A failed report is logged and changes nothing for the payer; under a
 // policy without spend windows the service answers 404, which is expected.
 func (e *Service) reportSettled(ctx context.Context, requestHash string, moved *big.Int) {
@@ -58,7 +59,7 @@ func (e *Service) reportSettled(ctx context.Context, requestHash string, moved *
 	if moved != nil {
 		err = r.ReportMoved(ctx, requestHash, moved)
 		var se *verdictclient.StatusError
-		if errors.As(err, &se) && se.Status == http.StatusForbidden && moved.Sign() > 0 {
+		if errors.As(err, &se) && (se.Status == http.StatusForbidden || se.Status == http.StatusBadRequest) && moved.Sign() > 0 {
 			err = r.ReportExecution(ctx, requestHash, true)
 		}
 	} else {

@@ -16,9 +16,11 @@ import (
 )
 
 // reports is a Verdicts and ExecutionReporter that records the reports it gets; a report of
-// less than the maximum is refused 403 unless it may release, as the verdict service does.
+// less than the maximum is refused 403 unless it may release, as the verdict service does,
+// or 400 by an older service (refusal set).
 type reports struct {
 	mayRelease bool
+	refusal    int
 	got        []string
 }
 
@@ -33,6 +35,9 @@ func (r *reports) ReportExecution(_ context.Context, hash string, executed bool)
 
 func (r *reports) ReportMoved(_ context.Context, hash string, amount *big.Int) error {
 	r.got = append(r.got, fmt.Sprintf("%s moved %s", hash, amount))
+	if r.refusal != 0 {
+		return &verdictclient.StatusError{Op: "report execution", Status: r.refusal, RequestHash: hash}
+	}
 	if !r.mayRelease {
 		return &verdictclient.StatusError{Op: "report execution", Status: http.StatusForbidden, RequestHash: hash}
 	}
@@ -49,15 +54,18 @@ func TestReportSettledCarriesWhatMoved(t *testing.T) {
 		mayRelease bool
 		moved      *big.Int
 		want       []string
+		refusal    int
 	}{
-		{"exact", false, nil, []string{"0xh executed true"}},
-		{"upto, with verdicts:release:own", true, big.NewInt(3700), []string{"0xh moved 3700"}},
-		{"upto of 0, with verdicts:release:own", true, big.NewInt(0), []string{"0xh moved 0"}},
-		{"upto, without: the maximum is committed", false, big.NewInt(3700), []string{"0xh moved 3700", "0xh executed true"}},
-		{"upto of 0, without: left to expire", false, big.NewInt(0), []string{"0xh moved 0"}},
+		{"exact", false, nil, []string{"0xh executed true"}, 0},
+		{"upto, with verdicts:release:own", true, big.NewInt(3700), []string{"0xh moved 3700"}, 0},
+		{"upto of 0, with verdicts:release:own", true, big.NewInt(0), []string{"0xh moved 0"}, 0},
+		{"upto, without: the maximum is committed", false, big.NewInt(3700), []string{"0xh moved 3700", "0xh executed true"}, 0},
+		{"upto of 0, without: left to expire", false, big.NewInt(0), []string{"0xh moved 0"}, 0},
+		{"upto, to a service without the amount member (400): the maximum is committed", true, big.NewInt(3700), []string{"0xh moved 3700", "0xh executed true"}, http.StatusBadRequest},
+		{"upto, a transaction without a reservation (404): nothing more", true, big.NewInt(3700), []string{"0xh moved 3700"}, http.StatusNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := &reports{mayRelease: tc.mayRelease}
+			r := &reports{mayRelease: tc.mayRelease, refusal: tc.refusal}
 			e := &Service{cfg: Config{Verdicts: r}, log: zap.NewNop()}
 			e.reportSettled(t.Context(), "0xh", tc.moved)
 			if !slices.Equal(r.got, tc.want) {
