@@ -75,3 +75,47 @@ func BenchmarkVerifyRPCPermit2(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPaidRequestUpto is BenchmarkPaidRequest for upto over Permit2, signed by the real
+// @x402/evm client for a maximum and settled for half of it in a copy of the requirements,
+// as the gate settles a metered cost (docs/gate.md#metering): the node requests and
+// allocations per paid request show whether Settle reuses what Verify proved.
+//
+//	go test -run '^$' -bench BenchmarkPaidRequestUpto -benchtime 100x ./facilitator/
+func BenchmarkPaidRequestUpto(b *testing.B) {
+	env := newPermit2Env(b)
+	e := env.engine(b, env.config(b)).InProcess()
+	max := big.NewInt(1_000_000)
+	r := env.permit2Requirements(e.Service, x402.SchemeUpto, max)
+	ctx := context.Background()
+	pay := func(p *x402.Payment) {
+		if v, err := e.Verify(ctx, x402.VerifyInput{Payment: p, Requirements: r}); err != nil || !v.IsValid {
+			b.Fatalf("verify = %+v, %v", v, err)
+		}
+		half := *r
+		half.Amount = big.NewInt(500_000)
+		if s, err := e.Settle(ctx, p, &half); err != nil || !s.Success {
+			b.Fatalf("settle = %+v, %v", s, err)
+		}
+	}
+	payers := env.chain.Accounts[1:7] // the payers that approved Permit2
+	rs := make([]*x402.Requirements, b.N+1)
+	for i := range rs {
+		rs[i] = r
+	}
+	ps := make([]*x402.Payment, 0, b.N+1)
+	for i, payer := range payers {
+		n := (len(rs) - i + len(payers) - 1) / len(payers)
+		ps = append(ps, payPermit2(b, payer, rs[:n]...)...)
+	}
+	pay(ps[0]) // warm the nonce and connections
+	b.ReportAllocs()
+	b.ResetTimer()
+	rpcBefore := e.order[0].Requests()
+	for _, p := range ps[1:] {
+		pay(p)
+	}
+	rpcs := e.order[0].Requests() - rpcBefore
+	b.StopTimer()
+	b.ReportMetric(float64(rpcs)/float64(len(ps)-1), "rpc/payment")
+}

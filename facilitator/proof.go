@@ -3,6 +3,7 @@ package facilitator
 import (
 	"bytes"
 	"context"
+	"reflect"
 	"sync"
 	"time"
 
@@ -38,6 +39,23 @@ type proof struct {
 // changed since Verify, since the digest covers every signed field of the authorization.
 func (pr *proof) covers(hash common.Hash, sig []byte) bool {
 	return pr != nil && pr.hash == hash && bytes.Equal(pr.sig, sig)
+}
+
+// standsFor reports whether pr, proved of the payment paying pr.r, stands for its settle
+// against r: the very same requirements, or, for upto, a copy of them whose amount is at
+// most the proved one (the gate settles the metered cost in a copy, docs/gate.md#metering).
+// The signature does not sign the settled amount, and a balance and allowance proved for
+// the maximum cover any amount below it; the simulation still decides on the moment's state.
+func (pr *proof) standsFor(r *x402.Requirements) bool {
+	if pr.r == r {
+		return true
+	}
+	if r == nil || r.Scheme != x402.SchemeUpto || r.Amount == nil || pr.r.Amount == nil || r.Amount.Cmp(pr.r.Amount) > 0 {
+		return false
+	}
+	same := *r
+	same.Amount = pr.r.Amount
+	return reflect.DeepEqual(&same, pr.r)
 }
 
 // proofs holds the proofs of in-process Verify calls until their Settle takes them. It is
@@ -90,7 +108,7 @@ func (ps *proofs) take(p *x402.Payment, r *x402.Requirements, now time.Time) *pr
 		return nil
 	}
 	delete(ps.m, p)
-	if age := now.Sub(pr.at); pr.r != r || age < 0 || age > proofTTL {
+	if age := now.Sub(pr.at); !pr.standsFor(r) || age < 0 || age > proofTTL {
 		return nil
 	}
 	return &pr

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/crypto"
 
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/verdict"
@@ -295,5 +296,55 @@ func TestProofERC6492DeployedBetweenVerifyAndSettle(t *testing.T) {
 	res, err := e.InProcess().Settle(context.Background(), p, r)
 	if err != nil || !res.Success {
 		t.Fatalf("settle = %+v, %v", res, err)
+	}
+}
+
+// TestProofStandsForAnUptoSettleOfLess: the gate settles an upto payment for its metered
+// cost in a copy of the verified requirements (docs/gate.md#metering). That copy, for at most
+// the proved maximum, reuses Verify's proof: one signature recovery and one read of the
+// Permit2 state per paid request, as for exact. A copy for more than the maximum, or that
+// differs in anything else, gets every check again.
+func TestProofStandsForAnUptoSettleOfLess(t *testing.T) {
+	env := newPermit2Env(t)
+	node := testenv.CountCalls(t, env.chain.RPCURL, crypto.Keccak256([]byte("nonceBitmap(address,uint256)"))[:4])
+	cfg := env.config(t)
+	cfg.Networks[0].RPC = node.URL
+	e := env.engine(t, cfg)
+	recoveries := countRecoveries(t)
+	max := big.NewInt(1_000_000)
+	for _, tc := range []struct {
+		name            string
+		settle          func(r *x402.Requirements) *x402.Requirements
+		recover, states int64
+	}{
+		{"a copy for half the maximum: the proof stands", func(r *x402.Requirements) *x402.Requirements {
+			c := *r
+			c.Amount = big.NewInt(500_000)
+			return &c
+		}, 1, 1},
+		{"a copy for the maximum: the proof stands", func(r *x402.Requirements) *x402.Requirements {
+			c := *r
+			c.Amount = new(big.Int).Set(max)
+			return &c
+		}, 1, 1},
+		{"a copy for half, with another timeout: every check again", func(r *x402.Requirements) *x402.Requirements {
+			c := *r
+			c.Amount, c.MaxTimeoutSeconds = big.NewInt(500_000), r.MaxTimeoutSeconds+1
+			return &c
+		}, 2, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := env.permit2Requirements(e, x402.SchemeUpto, max)
+			p := payPermit2(t, env.chain.Accounts[1], r)[0]
+			recoveries.Store(0)
+			before := node.Calls()
+			if v, err := e.InProcess().Verify(context.Background(), x402.VerifyInput{Payment: p, Requirements: r}); err != nil || !v.IsValid {
+				t.Fatalf("verify = %+v, %v", v, err)
+			}
+			_, _ = e.InProcess().Settle(context.Background(), p, tc.settle(r))
+			if recoveries.Load() != tc.recover || node.Calls()-before != tc.states {
+				t.Errorf("%d recoveries, %d Permit2 state reads; want %d and %d", recoveries.Load(), node.Calls()-before, tc.recover, tc.states)
+			}
+		})
 	}
 }

@@ -142,8 +142,9 @@ func (e *Service) settle(ctx context.Context, p *x402.Payment, r *x402.Requireme
 		return refuse(f)
 	}
 	if nothing {
-		// Not reported to the verdict service: nothing was spent, and the reservation of the
-		// approved maximum expires.
+		// Reported to the verdict service as nothing moved: the reservation of the approved
+		// maximum is released at once.
+		e.reportSettled(ctx, approvedBy, c.r.Amount)
 		res.resp.Success = true
 		e.log.Info("settled nothing", zap.String("payer", res.resp.Payer), zap.String("network", c.chain.net.CAIP2))
 		return res, nil
@@ -222,7 +223,7 @@ func (e *Service) settle(ctx context.Context, p *x402.Payment, r *x402.Requireme
 		return refuse(f)
 	}
 	e.journalSettled(ctx, c, journal.StateConfirmed, "", rcpt.TxHash)
-	e.reportSettled(ctx, approvedBy)
+	e.reportSettled(ctx, approvedBy, movedOf(p, c.r))
 	faults.Point("settle.before-answer")
 	res.resp.Success = true
 	e.log.Info("settled", zap.String("payer", res.resp.Payer), zap.String("tx", rcpt.TxHash.Hex()),
@@ -495,4 +496,13 @@ func (e *Service) journalUpdate(ctx context.Context, c *checked, state journal.S
 	if err := e.cfg.Journal.Update(ctx, c.key.AuthorizationKey(), state, reason); err != nil {
 		e.log.Error("journal update", zap.String("payer", c.auth.From.Hex()), zap.String("state", string(state)), zap.Error(err))
 	}
+}
+
+// movedOf is what a settle of p moves for the verdict service's report: nil (the action's
+// whole amount) except for upto, whose settle moves r.Amount of the signed maximum.
+func movedOf(p *x402.Payment, r *x402.Requirements) *big.Int {
+	if p.Scheme != x402.SchemeUpto {
+		return nil
+	}
+	return r.Amount
 }

@@ -54,26 +54,30 @@ func (g *Gate) challenge(ctx context.Context, req *x402.Requirements) *Result {
 	return res
 }
 
+// paysV1 reports whether an x402 v1 client can pay r: exact over EIP-3009 only, since
+// Permit2 and upto are x402 v2 only (a v1 X-PAYMENT carries no Permit2 payload). The v1
+// body of a 402 lists only these; the v2 header lists every way (docs/gate.md#permit2).
+func paysV1(r *x402.Requirements) bool {
+	return r.Scheme == x402.SchemeExact && r.Transfer() == x402.TransferEIP3009
+}
+
 // answer402 builds a 402 for req: the body's error is errV1 (the reason in the payment's
 // version for a rejection), the header's is errV2; verdict, when set, is the verdict outcome.
 func (g *Gate) answer402(req *x402.Requirements, payer, errV1, errV2 string, vb *verificationBody, verdict *VerdictOutcome) *Result {
-	v1, err := g.firstOffer(req).V1(g.reg)
-	if err != nil {
-		g.log.Error("x402 requirement has no v1 form", zap.Error(err))
-		return g.errorResult(nil, 0, http.StatusInternalServerError, x402.ReasonInvalidRequirements, "the route's network has no x402 v1 name")
-	}
 	offers := g.offersFor(g.firstOffer(req))
 	accepts := make([]x402.RequirementsV1, 0, len(offers))
 	acceptsV2 := make([]x402.RequirementsV2, 0, len(offers))
 	displays := make([]display, 0, len(offers))
 	for _, o := range offers {
-		if o != offers[0] {
-			if v1, err = o.V1(g.reg); err != nil {
+		if paysV1(o) {
+			v1, err := o.V1(g.reg)
+			if err != nil {
 				g.log.Error("x402 requirement has no v1 form", zap.Error(err))
 				return g.errorResult(nil, 0, http.StatusInternalServerError, x402.ReasonInvalidRequirements, "the route's network has no x402 v1 name")
 			}
+			accepts = append(accepts, v1)
 		}
-		accepts, acceptsV2, displays = append(accepts, v1), append(acceptsV2, o.V2()), append(displays, g.displayOf(o))
+		acceptsV2, displays = append(acceptsV2, o.V2()), append(displays, g.displayOf(o))
 	}
 	body := mustJSON(challengeBody{X402Version: x402.Version1, Error: errV1, Accepts: accepts, Payer: payer, Verification: vb, Verdict: verdict})
 	res := req.Resource

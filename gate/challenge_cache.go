@@ -78,7 +78,13 @@ func newChallengeTemplate(g *Gate) *challengeTemplate {
 	marker, _ := json.Marshal(resourceMarker)
 	t := &challengeTemplate{body: bytes.Split(res.Body, marker)}
 	parts := bytes.Split(v2, marker)
-	if len(t.body) != len(route.options)+1 || len(parts) != 2 {
+	v1 := 0
+	for _, o := range g.offersFor(req) {
+		if paysV1(o) {
+			v1++
+		}
+	}
+	if len(t.body) != v1+1 || len(parts) != 2 {
 		return nil // the marker is in the configuration too: build each 402 in full
 	}
 	t.v2 = [2][]byte{parts[0], parts[1]}

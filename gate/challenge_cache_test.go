@@ -11,6 +11,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/x402gate/x402gate/x402"
 )
 
 // trickyResources are resource URLs whose JSON or whose header could go wrong when spliced:
@@ -123,6 +125,57 @@ func newBenchGate(t testing.TB, cfg Config) *Gate {
 	return g
 }
 
+// permit2Beside3009 sells in DAI by Permit2 and in USDC by EIP-3009.
+func permit2Beside3009() Config {
+	cfg := benchConfig()
+	dai := AssetConfig{Address: "0x3333333333333333333333333333333333333333", Decimals: 18, Symbol: "DAI"}
+	cfg.Accepts = []AcceptConfig{{Asset: dai, Price: "0.01 DAI", Transfer: TransferPermit2}, {}}
+	return cfg
+}
+
+// TestV1BodyListsOnlyWhatV1Pays: the v1 body of a 402, read by x402 v1 clients, lists only
+// the ways a v1 client can pay (exact over EIP-3009), cached or built; the v2
+// PAYMENT-REQUIRED lists every way. A route that only takes Permit2 lists none in v1.
+func TestV1BodyListsOnlyWhatV1Pays(t *testing.T) {
+	only := benchConfig()
+	only.Asset, only.Price, only.Transfer = AssetConfig{Address: "0x3333333333333333333333333333333333333333", Decimals: 18, Symbol: "DAI"}, "0.01 DAI", TransferPermit2
+	for _, tc := range []struct {
+		name   string
+		cfg    Config
+		v1, v2 int
+	}{
+		{"Permit2 first, then EIP-3009", permit2Beside3009(), 1, 2},
+		{"Permit2 only", only, 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cached, full := cachedAndFull(t, tc.cfg)
+			for _, g := range []*Gate{cached, full} {
+				a := serveOnce(t, g, http.MethodGet, "http://api.example.com/weather", nil)
+				var body struct {
+					X402Version int `json:"x402Version"`
+					Accepts     []struct {
+						Scheme string         `json:"scheme"`
+						Asset  string         `json:"asset"`
+						Extra  map[string]any `json:"extra"`
+					} `json:"accepts"`
+				}
+				if err := json.Unmarshal([]byte(a.body), &body); err != nil || body.X402Version != 1 || body.Accepts == nil {
+					t.Fatalf("v1 body %s: %v", a.body, err)
+				}
+				for _, e := range body.Accepts {
+					if e.Extra["assetTransferMethod"] == "permit2" || e.Scheme != "exact" {
+						t.Errorf("the v1 body lists %+v, which no v1 client can pay", e)
+					}
+				}
+				pr, err := x402.DecodePaymentRequired(a.header.Get(x402.HeaderPaymentRequired))
+				if err != nil || len(body.Accepts) != tc.v1 || len(pr.Accepts) != tc.v2 {
+					t.Fatalf("v1 lists %d, v2 %d (%v); want %d and %d", len(body.Accepts), len(pr.Accepts), err, tc.v1, tc.v2)
+				}
+			}
+		})
+	}
+}
+
 // TestCachedChallengeIsTheBuiltOne: for every route shape and many resource URLs, the
 // cached 402 (first spliced, then from the LRU) is byte for byte the one the full build
 // writes: status, every header, body, and the Result the OnResult hook sees.
@@ -135,7 +188,8 @@ func TestCachedChallengeIsTheBuiltOne(t *testing.T) {
 		OutputSchema: json.RawMessage(`{"type":"object","properties":{"temp":{"type":"number","description":"<b>°C</b> \u2028"}}}`)}
 	quoted := benchConfig()
 	quoted.Resource.Description = `a "quoted" <description> & more \ é`
-	routes := map[string]Config{"one way to pay": benchConfig(), "three ways to pay": accepts, "extensions": ext, "quoted description": quoted}
+	routes := map[string]Config{"one way to pay": benchConfig(), "three ways to pay": accepts, "extensions": ext, "quoted description": quoted,
+		"a Permit2 way beside EIP-3009 (only the latter in the v1 body)": permit2Beside3009()}
 
 	rng := rand.New(rand.NewPCG(1, 2))
 	resources := append([]string(nil), trickyResources...)

@@ -227,8 +227,9 @@ type Options struct {
 	// OnVerify, when set, is called after every facilitator verification, e.g. to count
 	// them. It runs on the request's goroutine and must not block. Default nil.
 	OnVerify func(VerifyEvent)
-	// OnSettle, when set, is called after every facilitator settlement, e.g. to count and
-	// time them. It runs on the request's goroutine and must not block. Default nil.
+	// OnSettle, when set, is called after every facilitator settlement, and after a
+	// metered cost of 0 (SettleEvent.Local when the facilitator was not asked), e.g. to
+	// count and time them. It runs on the request's goroutine and must not block. Default nil.
 	OnSettle func(SettleEvent)
 	// OnPass, when set, is called when an access pass is issued, lets a request in, or is
 	// refused (docs/gate.md#access-passes), e.g. to count them. It must not block.
@@ -257,6 +258,9 @@ type SettleEvent struct {
 	Err      error
 	// Duration is the time of the call, receipt wait included.
 	Duration time.Duration
+	// Local is a settlement of 0 the gate made without asking the facilitator (a metered
+	// cost of 0, docs/gate.md#metering): Duration is 0 and no call was timed.
+	Local bool
 }
 
 // routeConfig is a checked Config: the parts of every requirement that do not change per

@@ -36,10 +36,15 @@ const premium = `{"data":"the paid answer"}`
 
 // newFlowServer serves cfg with an upstream that answers 200 premium until the test
 // sets another.
-func newFlowServer(t *testing.T, cfg gate.Config) *flowServer {
+func newFlowServer(t *testing.T, cfg gate.Config, opts ...gate.Options) *flowServer {
 	t.Helper()
 	s := &flowServer{f: gatetest.NewFacilitator(x402.BaseSepolia), served: make(chan struct{}, 64)}
-	g, err := gate.New(cfg, gate.Options{Facilitator: s.f})
+	o := gate.Options{}
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	o.Facilitator = s.f
+	g, err := gate.New(cfg, o)
 	if err != nil {
 		t.Fatalf("gate.New: %v", err)
 	}

@@ -152,8 +152,27 @@ func (g *Gate) settleMetered(ctx context.Context, res *Result, c costReport) *Re
 	req := *res.Requirements
 	req.Amount = n
 	if n.Sign() == 0 {
+		g.settleNothing(ctx, &req, res.payment, res.Verdict)
 		s := g.settlement(&req, res.payment, x402.SettleResponse{Success: true})
 		return g.record(ctx, &req, res.payment, res.hold, g.settled(&req, res.payment, s, res.Verdict))
 	}
 	return g.record(ctx, &req, res.payment, res.hold, g.settle(ctx, &req, res.payment, res.Verdict))
+}
+
+// settleNothing accounts for a metered cost of 0, which moves nothing: the answer is free
+// whatever happens here. A payment a verdict approved is still sent to the facilitator for
+// 0, which spends its authorization and reports the verdict's spend reservation released
+// (docs/spend-windows.md#reporting); any other is not, as the reference does. Either way
+// OnSettle sees a successful settlement of 0 (Local when the facilitator was not asked).
+func (g *Gate) settleNothing(ctx context.Context, req *x402.Requirements, p *x402.Payment, verdict *VerdictOutcome) {
+	if verdict == nil || verdict.Status != "approved" {
+		if g.onSettle != nil {
+			g.onSettle(SettleEvent{Requirements: req, Response: x402.SettleResponse{Success: true, Amount: "0", Network: req.Network}, Local: true})
+		}
+		return
+	}
+	if ev := g.settleCall(ctx, req, p); ev.Err != nil || !ev.Response.Success {
+		g.log.Warn("x402 settle of a cost of 0 refused; nothing moved", zap.String("payer", p.Authorization.From.Hex()),
+			zap.String("reason", ev.Response.ErrorReason), zap.Error(ev.Err))
+	}
 }

@@ -6,12 +6,14 @@ package gate_test
 // integration's TestUptoThroughCaddy.
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/x402gate/x402gate/gate"
@@ -167,6 +169,42 @@ func TestMetering(t *testing.T) {
 				res.StatusCode, gate.HeaderCost, res.Header.Get(gate.HeaderCost), s.settledAmounts())
 		}
 	})
+}
+
+// TestMeteringNothingIsSettledAndCounted: a metered cost of 0 reaches OnSettle as a
+// successful settlement of 0, so metrics count it. Without a verdict the facilitator is not
+// asked (Local); after a verdict's approval it is asked to settle 0, so that it reports the
+// verdict's spend reservation released (docs/spend-windows.md#reporting).
+func TestMeteringNothingIsSettledAndCounted(t *testing.T) {
+	for _, approved := range []bool{false, true} {
+		t.Run(fmt.Sprintf("approved by a verdict: %v", approved), func(t *testing.T) {
+			var mu sync.Mutex
+			var events []gate.SettleEvent
+			s := newFlowServer(t, uptoRoute(), gate.Options{OnSettle: func(ev gate.SettleEvent) {
+				mu.Lock()
+				defer mu.Unlock()
+				events = append(events, ev)
+			}})
+			if approved {
+				s.f.OnVerify(func(_ context.Context, in x402.VerifyInput) (x402.VerifyResponse, error) {
+					return x402.VerifyResponse{IsValid: true, Payer: in.Payment.Authorization.From.Hex(), GuardianStatus: "approved"}, nil
+				})
+			}
+			s.reporting(gate.HeaderCost, "0")
+			name, value := s.payment(t)
+			if res, body := s.get(t, name, value); res.StatusCode != http.StatusOK || body != premium {
+				t.Fatalf("%d %s, want 200 premium", res.StatusCode, body)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(events) != 1 || !events[0].Response.Success || events[0].Requirements.Amount.Sign() != 0 || events[0].Local == approved {
+				t.Fatalf("OnSettle saw %+v, want one successful settlement of 0, Local %v", events, !approved)
+			}
+			if settled := s.settledAmounts(); approved != (len(settled) == 1 && settled[0] == "0") || len(settled) > 1 {
+				t.Errorf("the facilitator settled %v; want one settle of 0 only after a verdict's approval", settled)
+			}
+		})
+	}
 }
 
 // TestMeteringAStream: an SSE upstream that flushes its events and reports its cost in a

@@ -15,13 +15,8 @@ func (g *Gate) settle(ctx context.Context, req *x402.Requirements, p *x402.Payme
 	// Settlement is not abandoned when the client goes away: a half-done settle is the
 	// uncertain case docs/facilitator.md#settle-order rule 3 warns about. Only SettleTimeout
 	// and the attempt's lease on the payment's record (docs/gate.md#payment-ledger) bound it.
-	sctx, cancel := context.WithTimeout(settleContext(ctx), g.settleTimeout)
-	start := time.Now()
-	sr, err := g.f.Settle(sctx, p, req)
-	cancel()
-	if g.onSettle != nil {
-		g.onSettle(SettleEvent{Requirements: req, Response: sr, Err: err, Duration: time.Since(start)})
-	}
+	ev := g.settleCall(ctx, req, p)
+	sr, err := ev.Response, ev.Err
 	s := g.settlement(req, p, sr)
 	switch {
 	case err != nil:
@@ -47,6 +42,20 @@ func (g *Gate) settle(ctx context.Context, req *x402.Requirements, p *x402.Payme
 	g.log.Info("x402 payment settled", zap.String("payer", payer), zap.String("tx", sr.Transaction),
 		zap.String("amount", s.Amount), zap.String("network", s.Network))
 	return g.settled(req, p, s, verdict)
+}
+
+// settleCall asks the facilitator to settle p for req, bounded by SettleTimeout only, and
+// tells OnSettle; it returns the event.
+func (g *Gate) settleCall(ctx context.Context, req *x402.Requirements, p *x402.Payment) SettleEvent {
+	sctx, cancel := context.WithTimeout(settleContext(ctx), g.settleTimeout)
+	defer cancel()
+	start := time.Now()
+	sr, err := g.f.Settle(sctx, p, req)
+	ev := SettleEvent{Requirements: req, Response: sr, Err: err, Duration: time.Since(start)}
+	if g.onSettle != nil {
+		g.onSettle(ev)
+	}
+	return ev
 }
 
 func isTxHash(s string) bool {

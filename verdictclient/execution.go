@@ -3,6 +3,7 @@ package verdictclient
 import (
 	"context"
 	"encoding/json"
+	"math/big"
 	"net/http"
 	"net/url"
 
@@ -17,10 +18,29 @@ import (
 // already), ErrNetwork, *verdict.ValidationError for an answer without the state, or the
 // context's error. This route is an extension of the spec.
 func (c *Client) ReportExecution(ctx context.Context, requestHash string, executed bool) (string, error) {
+	return c.reportExecution(ctx, requestHash, map[string]any{"executed": executed})
+}
+
+// ReportMoved tells x402gate's verdict service that the approved payment requestHash moved
+// amount of its action's amount (an upto payment's settled amount, in base units), through
+// the same route as ReportExecution with {"executed": true, "amount"}: the service commits
+// that share of the spend reservation and releases the rest, or releases it all for 0
+// (docs/spend-windows.md#reporting). An amount below the action's needs a key with
+// verdicts:release:own (*StatusError 403 without it); one above it is a *StatusError 400.
+func (c *Client) ReportMoved(ctx context.Context, requestHash string, amount *big.Int) (string, error) {
+	if amount == nil || amount.Sign() < 0 {
+		return "", &verdict.InputError{Field: "amount", Problem: "must be an integer >= 0"}
+	}
+	return c.reportExecution(ctx, requestHash, map[string]any{"executed": true, "amount": amount.String()})
+}
+
+// reportExecution posts report to POST /transactions/{requestHash}/execution and returns the
+// reservation's state.
+func (c *Client) reportExecution(ctx context.Context, requestHash string, report map[string]any) (string, error) {
 	if requestHash == "" || len(requestHash) > 512 || !printableASCII(requestHash) {
 		return "", &verdict.InputError{Field: "requestHash", Problem: "must be 1 to 512 visible ascii characters"}
 	}
-	body, err := json.Marshal(map[string]bool{"executed": executed})
+	body, err := json.Marshal(report)
 	if err != nil {
 		return "", err
 	}

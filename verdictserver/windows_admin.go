@@ -2,7 +2,9 @@ package verdictserver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"math/big"
 	"net/http"
 	"time"
 
@@ -56,6 +58,12 @@ func (o *Operator) ReportExecution(ctx context.Context, agentID, requestHash str
 	return o.store.ReportExecution(ctx, agentID, requestHash, executed, at)
 }
 
+// ReportMoved commits the share of the spend reservation that m says moved, and releases the
+// rest (all of it when nothing moved): an upto payment's settle (docs/spend-windows.md#reporting).
+func (o *Operator) ReportMoved(ctx context.Context, agentID, requestHash string, m store.Moved, at time.Time) (string, error) {
+	return o.store.ReportMoved(ctx, agentID, requestHash, m, at)
+}
+
 // serveExecution answers POST /transactions/{requestHash}/execution: the agent reports
 // whether it executed one of its own approved actions. A release needs ScopeReleaseOwn.
 func (s *Server) serveExecution(w http.ResponseWriter, r *http.Request, p *principal) {
@@ -73,10 +81,11 @@ func (s *Server) adminExecution(w http.ResponseWriter, r *http.Request, _ *princ
 	s.reportExecution(w, r, t.AgentID, true)
 }
 
-// reportExecution reads {"executed": bool} and settles the reservation of agentID's
-// transaction; mayRelease says whether the caller may report it not executed.
+// reportExecution reads {"executed": bool, "amount"?: string} and settles the reservation of
+// agentID's transaction; mayRelease says whether the caller may report it not executed, or
+// executed for less than its action's amount.
 func (s *Server) reportExecution(w http.ResponseWriter, r *http.Request, agentID string, mayRelease bool) {
-	obj, ok := s.adminObject(w, r, "executed")
+	obj, ok := s.adminObject(w, r, "executed", "amount")
 	if !ok {
 		return
 	}
@@ -85,12 +94,26 @@ func (s *Server) reportExecution(w http.ResponseWriter, r *http.Request, agentID
 		writeFieldError(w, badField("executed", "must be true or false"))
 		return
 	}
-	if !executed && !mayRelease {
-		writeCode(w, codeInsufficientScope, "releasing a reservation needs the scope "+ScopeReleaseOwn)
-		return
-	}
 	hash := r.PathValue("requestHash")
-	state, err := s.op.ReportExecution(r.Context(), agentID, hash, executed, s.now())
+	var state string
+	var err error
+	if raw, set := obj["amount"]; set {
+		m, ok := s.movedOf(w, r, agentID, hash, executed, raw)
+		if !ok {
+			return
+		}
+		if m.Amount.Cmp(m.Max) < 0 && !mayRelease {
+			writeCode(w, codeInsufficientScope, "committing less than the action's amount releases the rest, which needs the scope "+ScopeReleaseOwn)
+			return
+		}
+		state, err = s.op.ReportMoved(r.Context(), agentID, hash, m, s.now())
+	} else {
+		if !executed && !mayRelease {
+			writeCode(w, codeInsufficientScope, "releasing a reservation needs the scope "+ScopeReleaseOwn)
+			return
+		}
+		state, err = s.op.ReportExecution(r.Context(), agentID, hash, executed, s.now())
+	}
 	switch {
 	case errors.Is(err, store.ErrTerminal):
 		writeCode(w, codeConflict, "the reservation was settled the other way already")
@@ -99,6 +122,41 @@ func (s *Server) reportExecution(w http.ResponseWriter, r *http.Request, agentID
 	default:
 		writeJSON(w, http.StatusOK, map[string]any{"requestHash": hash, "reservation": state})
 	}
+}
+
+// movedOf reads a report's amount: what agentID's transaction hash moved of its action's
+// amount (an upto payment's settled amount). It answers the request itself when not ok.
+func (s *Server) movedOf(w http.ResponseWriter, r *http.Request, agentID, hash string, executed bool, raw any) (store.Moved, bool) {
+	str, _ := raw.(string)
+	amount, ok := new(big.Int).SetString(str, 10)
+	if !executed || !ok || amount.Sign() < 0 || len(str) > 78 || str != amount.String() {
+		writeFieldError(w, badField("amount", "must be a decimal string of base units, with executed true"))
+		return store.Moved{}, false
+	}
+	t, err := s.op.Transaction(r.Context(), hash)
+	if err == nil && t.AgentID != agentID {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		s.operatorFailed(w, "report execution", err)
+		return store.Moved{}, false
+	}
+	var act struct {
+		Amount string `json:"amount"`
+	}
+	maxAmount, ok := new(big.Int), false
+	if json.Unmarshal(t.ProposedTx, &act) == nil {
+		_, ok = maxAmount.SetString(act.Amount, 10)
+	}
+	switch {
+	case !ok || maxAmount.Sign() <= 0:
+		writeFieldError(w, badField("amount", "only for an action with a positive amount (a payment)"))
+	case amount.Cmp(maxAmount) > 0:
+		writeFieldError(w, badField("amount", "must be at most the action's amount "+maxAmount.String()))
+	default:
+		return store.Moved{Amount: amount, Max: maxAmount}, true
+	}
+	return store.Moved{}, false
 }
 
 // windowJSON is one window of GET /admin/agents/{agentId}/windows.

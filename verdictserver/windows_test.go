@@ -151,6 +151,43 @@ func TestSpendWindowReserveCommitRelease(t *testing.T) {
 	}
 }
 
+// TestSpendWindowReportCommitsWhatMoved: an upto payment reported with the amount that
+// moved commits that share of its $0.01 reservation and releases the rest at once; a report
+// of 0 releases it all. Committing less than the action's amount needs verdicts:release:own,
+// and an amount above it, or with executed false, is refused.
+func TestSpendWindowReportCommitsWhatMoved(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	a := e.agent("metered", common.HexToAddress("0xA11CE00000000000000000000000000000000002"),
+		windowPolicy(`{"period": "day", "capUsd": 0.05}`))
+	hashes, vs := payAll(t, []*env{e}, a, 3)
+	if n := approvedCount(t, vs); n != 3 {
+		t.Fatalf("approved %d of 3, want 3", n)
+	}
+	_, releaser, err := e.srv.Operator().CreateKey(t.Context(), a.ID, []string{ScopeReleaseOwn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := func(key, hash string, executed bool, amount string) answer {
+		return call(t, http.MethodPost, e.api.URL+"/transactions/"+hash+"/execution", map[string]any{"executed": executed, "amount": amount}, "x-api-key", key)
+	}
+	wantError(t, moved(a.Key, hashes[0], true, "3700"), http.StatusForbidden, codeInsufficientScope)
+	wantError(t, moved(releaser, hashes[0], true, "10001"), http.StatusBadRequest, codeInvalidBody)
+	wantError(t, moved(releaser, hashes[0], false, "3700"), http.StatusBadRequest, codeInvalidBody)
+	wantError(t, moved(releaser, hashes[0], true, "0x10"), http.StatusBadRequest, codeInvalidBody)
+	for _, r := range []answer{moved(releaser, hashes[0], true, "3700"), moved(a.Key, hashes[1], true, "10000")} {
+		if r.status != http.StatusOK || r.body["reservation"] != "committed" {
+			t.Fatalf("commit = %d %s", r.status, r.raw)
+		}
+	}
+	if r := moved(releaser, hashes[2], true, "0"); r.status != http.StatusOK || r.body["reservation"] != "released" {
+		t.Fatalf("a report of 0 = %d %s", r.status, r.raw)
+	}
+	day := e.windows(a.ID)[0].(map[string]any)
+	if day["usedUsd"] != 0.0137 || day["reservedUsd"] != 0.0 || day["leftUsd"] != 0.0363 {
+		t.Fatalf("day window %v, want $0.0137 used (0.37 of one payment, all of another), nothing reserved", day)
+	}
+}
+
 // TestSpendWindowUnpricedIsDataUnavailable: with a window set, an action without a USD
 // price is refused with data_unavailable; without windows the check is absent.
 func TestSpendWindowUnpricedIsDataUnavailable(t *testing.T) {

@@ -133,10 +133,14 @@ func modeLabel(m string) string {
 	return "other"
 }
 
-// observeSettle counts and times one settlement of a gate (gate.Options.OnSettle).
+// observeSettle counts and times one settlement of a gate (gate.Options.OnSettle). A
+// metered cost of 0 the gate settled alone (ev.Local) counts as a success of amount 0, and
+// is not timed: no facilitator call was made.
 func observeSettle(ev gate.SettleEvent) {
 	network := networkLabel(ev.Requirements)
-	settleDuration.WithLabelValues(network).Observe(ev.Duration.Seconds())
+	if !ev.Local {
+		settleDuration.WithLabelValues(network).Observe(ev.Duration.Seconds())
+	}
 	outcome := "success"
 	switch {
 	case ev.Err != nil:

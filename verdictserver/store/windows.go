@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/big"
 	"time"
 )
 
@@ -189,15 +190,52 @@ func (s *Store) WindowUses(ctx context.Context, agentID string, ws []Window, at 
 // another agent, or one without a reservation, is ErrReservationNotFound. It returns the
 // reservation's state.
 func (s *Store) ReportExecution(ctx context.Context, agentID, requestHash string, executed bool, at time.Time) (string, error) {
-	op := "report execution of " + requestHash
 	want := ReservationReleased
 	if executed {
 		want = ReservationCommitted
 	}
+	return s.settleReservation(ctx, agentID, requestHash, want, nil, at)
+}
+
+// Moved is what an approved action moved of the most it could: Amount of Max, both in the
+// action's base units, 0 <= Amount <= Max, Max > 0 (an upto payment's settled amount of
+// its signed maximum).
+type Moved struct {
+	Amount, Max *big.Int
+}
+
+// ReportMoved settles the reservation of the agent's transaction requestHash as
+// ReportExecution does, for an action that moved m.Amount of the m.Max it reserved
+// (docs/spend-windows.md#reporting): an amount of 0 releases the reservation; any other
+// commits m.Amount/m.Max of the reserved USD (priced like the reservation, rounded up to a
+// millionth of a USD) and releases the rest at once.
+func (s *Store) ReportMoved(ctx context.Context, agentID, requestHash string, m Moved, at time.Time) (string, error) {
+	if m.Amount == nil || m.Max == nil || m.Amount.Sign() < 0 || m.Max.Sign() <= 0 || m.Amount.Cmp(m.Max) > 0 {
+		return "", invalid("report execution of "+requestHash, "a moved amount must be 0 to its maximum")
+	}
+	if m.Amount.Sign() == 0 {
+		return s.settleReservation(ctx, agentID, requestHash, ReservationReleased, nil, at)
+	}
+	return s.settleReservation(ctx, agentID, requestHash, ReservationCommitted, &m, at)
+}
+
+// share is ceil(micros × m.Amount / m.Max): the USD of what moved, priced like the
+// reservation of m.Max.
+func (m *Moved) share(micros int64) int64 {
+	n := new(big.Int).Mul(big.NewInt(micros), m.Amount)
+	n.Add(n, new(big.Int).Sub(m.Max, big.NewInt(1)))
+	return n.Quo(n, m.Max).Int64()
+}
+
+// settleReservation moves the reservation of the agent's transaction requestHash to want;
+// a commit with m set commits m's share of the reserved USD.
+func (s *Store) settleReservation(ctx context.Context, agentID, requestHash, want string, m *Moved, at time.Time) (string, error) {
+	op := "report execution of " + requestHash
 	var state string
 	err := s.inTx(ctx, op, func(tx *sql.Tx) error {
-		err := tx.QueryRowContext(ctx, `SELECT state FROM spend_reservations
-			WHERE request_hash = $1 AND agent_id = $2 AND scope = ''`, requestHash, agentID).Scan(&state)
+		var reserved int64
+		err := tx.QueryRowContext(ctx, `SELECT state, usd_micros FROM spend_reservations
+			WHERE request_hash = $1 AND agent_id = $2 AND scope = ''`, requestHash, agentID).Scan(&state, &reserved)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("verdict store %s: %w", op, ErrReservationNotFound)
 		}
@@ -211,9 +249,13 @@ func (s *Store) ReportExecution(ctx context.Context, agentID, requestHash string
 		if state == ReservationCommitted {
 			return fmt.Errorf("verdict store %s: already %s: %w", op, state, ErrTerminal)
 		}
-		// The guard on state makes a concurrent report that changed it first win.
-		ok, err := affected(tx.ExecContext(ctx, `UPDATE spend_reservations SET state = $1, updated_at = $2
-			WHERE request_hash = $3 AND state = $4`, want, micros(at), requestHash, state))
+		if m != nil {
+			reserved = m.share(reserved)
+		}
+		// Every scope reserved the same notional, so every scope takes the same amount. The
+		// guard on state makes a concurrent report that changed it first win.
+		ok, err := affected(tx.ExecContext(ctx, `UPDATE spend_reservations SET state = $1, updated_at = $2, usd_micros = $5
+			WHERE request_hash = $3 AND state = $4`, want, micros(at), requestHash, state, reserved))
 		if err != nil {
 			return s.fail(op, err)
 		}

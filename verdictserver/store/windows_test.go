@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"math/big"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -143,6 +144,42 @@ var windowCases = []storeCase{
 		}
 		if u := mustUse(t, s, a.ID, epoch); u.Committed != 10_000_000 || u.Reserved != 0 {
 			t.Fatalf("after a release and a commit: %+v, want 10 USD committed", u)
+		}
+	}},
+	{"spend windows: an upto settle commits what moved, priced like its reservation, and a settle of 0 releases", func(t *testing.T, open storeOpen) {
+		ctx := context.Background()
+		s := mustOpen(t, open)
+		a := mustAgent(t, s, "metered")
+		r := reservation(a.ID, epoch)
+		r.Scopes = []string{"84532:0xtoken"}
+		txs := pendingTransactions(t, s, a.ID, 3)
+		for _, tx := range txs {
+			if _, err := s.CompleteReserving(ctx, tx.RequestHash, r, capDecision(10_000_000)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// $10 reserved for 3,000,000 base units; 1,110,001 moved: $3.70000333… rounds up.
+		part := Moved{Amount: big.NewInt(1_110_001), Max: big.NewInt(3_000_000)}
+		for range 2 {
+			if st, err := s.ReportMoved(ctx, a.ID, txs[0].RequestHash, part, epoch); err != nil || st != ReservationCommitted {
+				t.Fatalf("partial commit: %s, %v", st, err)
+			}
+		}
+		if st, err := s.ReportMoved(ctx, a.ID, txs[1].RequestHash, Moved{Amount: big.NewInt(0), Max: big.NewInt(3_000_000)}, epoch); err != nil || st != ReservationReleased {
+			t.Fatalf("a settle of 0: %s, %v", st, err)
+		}
+		_, err := s.ReportMoved(ctx, a.ID, txs[2].RequestHash, Moved{Amount: big.NewInt(3_000_001), Max: big.NewInt(3_000_000)}, epoch)
+		wantErr(t, "more than the maximum", err, ErrInvalid)
+		token := append([]Window{}, dayCap...)
+		token[0].Scope = "84532:0xtoken"
+		for _, w := range [][]Window{dayCap, token} {
+			use, err := s.WindowUses(ctx, a.ID, w, epoch.Add(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if u := use[0]; u.Committed != 3_700_004 || u.Reserved != 10_000_000 {
+				t.Fatalf("window %q: %+v, want 3.700004 USD committed and only the third 10 USD reserved", w[0].Scope, u)
+			}
 		}
 	}},
 	{"spend windows: a terminal record is not completed again and a rejection reserves nothing", func(t *testing.T, open storeOpen) {
