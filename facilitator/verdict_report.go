@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/x402gate/x402gate/verdictclient"
+	"github.com/x402gate/x402gate/x402"
 )
 
 // ExecutionReporter is a Verdicts that can tell the verdict service an approved payment was
@@ -68,4 +69,13 @@ func (e *Service) reportSettled(ctx context.Context, requestHash string, moved *
 	if err != nil {
 		e.log.Debug("report settlement to the verdict service", zap.String("requestHash", requestHash), zap.Error(err))
 	}
+}
+
+// movedOf is what a settle of p moves for the verdict service's report: nil (the action's
+// whole amount) except for upto, whose settle moves r.Amount of the signed maximum.
+func movedOf(p *x402.Payment, r *x402.Requirements) *big.Int {
+	if p.Scheme != x402.SchemeUpto {
+		return nil
+	}
+	return r.Amount
 }
