@@ -57,6 +57,9 @@ type challengeAnswer struct {
 	header string // PAYMENT-REQUIRED
 	body   []byte
 	length string // Content-Length of body
+	// req is the route's requirement for the URL, shared by the results of every request
+	// answered from this entry (Options.OnResult must not modify a result).
+	req *x402.Requirements
 }
 
 // newChallengeTemplate builds g's template, or returns nil when the route's 402 cannot be
@@ -89,9 +92,9 @@ func newChallengeTemplate(g *Gate) *challengeTemplate {
 	return t
 }
 
-// answer is the 402 of resource, spliced from t; nil when it would not fit a header (the
-// full build then answers with its error).
-func (t *challengeTemplate) answer(resource string) *challengeAnswer {
+// answer is route's 402 for resource, spliced from t; nil when it would not fit a header
+// (the full build then answers with its error).
+func (t *challengeTemplate) answer(route *routeConfig, resource string) *challengeAnswer {
 	if a, ok := t.answers.Get(resource); ok {
 		return a
 	}
@@ -113,7 +116,8 @@ func (t *challengeTemplate) answer(resource string) *challengeAnswer {
 	for _, p := range t.body[1:] {
 		body = append(append(body, u...), p...)
 	}
-	a := &challengeAnswer{header: base64.StdEncoding.EncodeToString(v2), body: body, length: strconv.Itoa(len(body))}
+	a := &challengeAnswer{header: base64.StdEncoding.EncodeToString(v2), body: body, length: strconv.Itoa(len(body)),
+		req: route.requirement(&route.option, route.price, route.payTo, resource)}
 	if len(resource) <= maxCachedResource {
 		t.answers.Add(resource, a)
 	}
@@ -141,13 +145,14 @@ func (g *Gate) cachedChallenge(r *http.Request, in Input) *Result {
 		(r != nil && IsBrowser(r.Header)) {
 		return nil
 	}
-	a := t.answer(in.Resource)
+	a := t.answer(g.route, in.Resource)
 	if a == nil {
 		return nil
 	}
-	route := g.route
-	vals := new([3]string)
-	vals[0], vals[1], vals[2] = a.header, "no-store", exposeHeaders
+	// One array holds every header value of this answer: PAYMENT-REQUIRED, Cache-Control
+	// and Access-Control-Expose-Headers in Header, then Content-Type and Content-Length,
+	// which writeCached adds.
+	vals := &[5]string{a.header, "no-store", exposeHeaders, "application/json", a.length}
 	return &Result{
 		Kind:   KindPaymentRequired,
 		Status: http.StatusPaymentRequired,
@@ -157,8 +162,8 @@ func (g *Gate) cachedChallenge(r *http.Request, in Input) *Result {
 			keyExposeHeaders:   vals[2:3:3],
 		},
 		Body:         a.body,
-		Requirements: route.requirement(&route.option, route.price, route.payTo, in.Resource),
-		length:       a.length,
+		Requirements: a.req,
+		cached:       vals,
 	}
 }
 
@@ -169,9 +174,7 @@ func (r *Result) writeCached(w http.ResponseWriter, req *http.Request) {
 	for k, v := range r.Header {
 		h[k] = v
 	}
-	vals := new([2]string)
-	vals[0], vals[1] = "application/json", r.length
-	h[keyContentType], h[keyContentLength] = vals[0:1:1], vals[1:2:2]
+	h[keyContentType], h[keyContentLength] = r.cached[3:4:4], r.cached[4:5:5]
 	w.WriteHeader(r.Status)
 	if req.Method != http.MethodHead {
 		_, _ = w.Write(r.Body)
