@@ -57,9 +57,11 @@ type challengeAnswer struct {
 	header string // PAYMENT-REQUIRED
 	body   []byte
 	length string // Content-Length of body
-	// req is the route's requirement for the URL, shared by the results of every request
-	// answered from this entry (Options.OnResult must not modify a result).
+	// req and hdr are the route's requirement for the URL and the 402's headers, shared by
+	// the results of every request answered from this entry (Options.OnResult must not
+	// modify a result); writeCached gives each response its own header values.
 	req *x402.Requirements
+	hdr http.Header
 }
 
 // newChallengeTemplate builds g's template, or returns nil when the route's 402 cannot be
@@ -118,6 +120,8 @@ func (t *challengeTemplate) answer(route *routeConfig, resource string) *challen
 	}
 	a := &challengeAnswer{header: base64.StdEncoding.EncodeToString(v2), body: body, length: strconv.Itoa(len(body)),
 		req: route.requirement(&route.option, route.price, route.payTo, resource)}
+	vals := &[3]string{a.header, "no-store", exposeHeaders}
+	a.hdr = http.Header{keyPaymentRequired: vals[0:1:1], keyCacheControl: vals[1:2:2], keyExposeHeaders: vals[2:3:3]}
 	if len(resource) <= maxCachedResource {
 		t.answers.Add(resource, a)
 	}
@@ -149,32 +153,24 @@ func (g *Gate) cachedChallenge(r *http.Request, in Input) *Result {
 	if a == nil {
 		return nil
 	}
-	// One array holds every header value of this answer: PAYMENT-REQUIRED, Cache-Control
-	// and Access-Control-Expose-Headers in Header, then Content-Type and Content-Length,
-	// which writeCached adds.
-	vals := &[5]string{a.header, "no-store", exposeHeaders, "application/json", a.length}
 	return &Result{
-		Kind:   KindPaymentRequired,
-		Status: http.StatusPaymentRequired,
-		Header: http.Header{
-			keyPaymentRequired: vals[0:1:1],
-			keyCacheControl:    vals[1:2:2],
-			keyExposeHeaders:   vals[2:3:3],
-		},
+		Kind:         KindPaymentRequired,
+		Status:       http.StatusPaymentRequired,
+		Header:       a.hdr,
 		Body:         a.body,
 		Requirements: a.req,
-		cached:       vals,
+		cached:       a,
 	}
 }
 
-// writeCached sends a result of cachedChallenge: its header values are this request's own,
-// so they are handed over rather than copied.
+// writeCached sends a result of cachedChallenge. Its Header is shared with other requests,
+// so the response gets its own header values, all five in one array.
 func (r *Result) writeCached(w http.ResponseWriter, req *http.Request) {
+	a := r.cached
+	vals := &[5]string{a.header, "no-store", exposeHeaders, "application/json", a.length}
 	h := w.Header()
-	for k, v := range r.Header {
-		h[k] = v
-	}
-	h[keyContentType], h[keyContentLength] = r.cached[3:4:4], r.cached[4:5:5]
+	h[keyPaymentRequired], h[keyCacheControl], h[keyExposeHeaders] = vals[0:1:1], vals[1:2:2], vals[2:3:3]
+	h[keyContentType], h[keyContentLength] = vals[3:4:4], vals[4:5:5]
 	w.WriteHeader(r.Status)
 	if req.Method != http.MethodHead {
 		_, _ = w.Write(r.Body)
