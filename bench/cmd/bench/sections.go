@@ -105,7 +105,7 @@ func (e *env) challenge() {
 			cpu := cpuSeconds(e.caddy.pid())
 			w := e.wrk(targets[i].url, e.c.wrkDur)
 			w.cpu = cpuSeconds(e.caddy.pid()) - cpu
-			logf("  %.0f req/s, p50 %.2f ms, p99 %.2f ms, Caddy %.1f µs CPU a request", w.rps, w.p50, w.p99, 1e6*w.cpu/w.reqs)
+			logf("  %.0f req/s, p50 %.2f ms, p99 %.2f ms, Caddy's CPU %.1f µs a request (meaningful for the first two)", w.rps, w.p50, w.p99, 1e6*w.cpu/w.reqs)
 			runs[i] = append(runs[i], w)
 		}
 	}
