@@ -10,20 +10,16 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
-// benchWriter is a ResponseWriter that keeps the status and the byte count, and whose
-// header map is cleared before each request, as a server's is per request.
-type benchWriter struct {
-	h      http.Header
-	status int
-	n      int
+// countWriter is a ResponseWriter that keeps the status and the bytes written; its header
+// map is cleared before each request, as a server's is per request.
+type countWriter struct {
+	hdr       http.Header
+	status, n int
 }
 
-func (w *benchWriter) Header() http.Header  { return w.h }
-func (w *benchWriter) WriteHeader(code int) { w.status = code }
-func (w *benchWriter) Write(b []byte) (int, error) {
-	w.n += len(b)
-	return len(b), nil
-}
+func (w *countWriter) Header() http.Header         { return w.hdr }
+func (w *countWriter) WriteHeader(code int)        { w.status = code }
+func (w *countWriter) Write(b []byte) (int, error) { w.n += len(b); return len(b), nil }
 
 // BenchmarkHandlerChallenge is an unpaid request through the Caddy handler, with the
 // context values Caddy's server sets (replacer, vars, original request): the 402 path that
@@ -43,10 +39,10 @@ func BenchmarkHandlerChallenge(b *testing.B) {
 		b.Fatal("the upstream ran for an unpaid request")
 		return nil
 	})
-	w := &benchWriter{h: http.Header{}}
+	w := &countWriter{hdr: http.Header{}}
 	b.ReportAllocs()
 	for b.Loop() {
-		clear(w.h)
+		clear(w.hdr)
 		w.status, w.n = 0, 0
 		if err := h.ServeHTTP(w, r, next); err != nil || w.status != http.StatusPaymentRequired || w.n == 0 {
 			b.Fatalf("status %d, %d bytes, %v", w.status, w.n, err)
