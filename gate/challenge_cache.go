@@ -57,6 +57,11 @@ type challengeAnswer struct {
 	header string // PAYMENT-REQUIRED
 	body   []byte
 	length string // Content-Length of body
+	// req and hdr are the route's requirement for the URL and the 402's headers, shared by
+	// the results of every request answered from this entry (Options.OnResult must not
+	// modify a result); writeCached gives each response its own header values.
+	req *x402.Requirements
+	hdr http.Header
 }
 
 // newChallengeTemplate builds g's template, or returns nil when the route's 402 cannot be
@@ -95,9 +100,9 @@ func newChallengeTemplate(g *Gate) *challengeTemplate {
 	return t
 }
 
-// answer is the 402 of resource, spliced from t; nil when it would not fit a header (the
-// full build then answers with its error).
-func (t *challengeTemplate) answer(resource string) *challengeAnswer {
+// answer is route's 402 for resource, spliced from t; nil when it would not fit a header
+// (the full build then answers with its error).
+func (t *challengeTemplate) answer(route *routeConfig, resource string) *challengeAnswer {
 	if a, ok := t.answers.Get(resource); ok {
 		return a
 	}
@@ -119,7 +124,10 @@ func (t *challengeTemplate) answer(resource string) *challengeAnswer {
 	for _, p := range t.body[1:] {
 		body = append(append(body, u...), p...)
 	}
-	a := &challengeAnswer{header: base64.StdEncoding.EncodeToString(v2), body: body, length: strconv.Itoa(len(body))}
+	a := &challengeAnswer{header: base64.StdEncoding.EncodeToString(v2), body: body, length: strconv.Itoa(len(body)),
+		req: route.requirement(&route.option, route.price, route.payTo, resource)}
+	vals := &[3]string{a.header, "no-store", exposeHeaders}
+	a.hdr = http.Header{keyPaymentRequired: vals[0:1:1], keyCacheControl: vals[1:2:2], keyExposeHeaders: vals[2:3:3]}
 	if len(resource) <= maxCachedResource {
 		t.answers.Add(resource, a)
 	}
@@ -147,37 +155,28 @@ func (g *Gate) cachedChallenge(r *http.Request, in Input) *Result {
 		(r != nil && IsBrowser(r.Header)) {
 		return nil
 	}
-	a := t.answer(in.Resource)
+	a := t.answer(g.route, in.Resource)
 	if a == nil {
 		return nil
 	}
-	route := g.route
-	vals := new([3]string)
-	vals[0], vals[1], vals[2] = a.header, "no-store", exposeHeaders
 	return &Result{
-		Kind:   KindPaymentRequired,
-		Status: http.StatusPaymentRequired,
-		Header: http.Header{
-			keyPaymentRequired: vals[0:1:1],
-			keyCacheControl:    vals[1:2:2],
-			keyExposeHeaders:   vals[2:3:3],
-		},
+		Kind:         KindPaymentRequired,
+		Status:       http.StatusPaymentRequired,
+		Header:       a.hdr,
 		Body:         a.body,
-		Requirements: route.requirement(&route.option, route.price, route.payTo, in.Resource),
-		length:       a.length,
+		Requirements: a.req,
+		cached:       a,
 	}
 }
 
-// writeCached sends a result of cachedChallenge: its header values are this request's own,
-// so they are handed over rather than copied.
+// writeCached sends a result of cachedChallenge. Its Header is shared with other requests,
+// so the response gets its own header values, all five in one array.
 func (r *Result) writeCached(w http.ResponseWriter, req *http.Request) {
+	a := r.cached
+	vals := &[5]string{a.header, "no-store", exposeHeaders, "application/json", a.length}
 	h := w.Header()
-	for k, v := range r.Header {
-		h[k] = v
-	}
-	vals := new([2]string)
-	vals[0], vals[1] = "application/json", r.length
-	h[keyContentType], h[keyContentLength] = vals[0:1:1], vals[1:2:2]
+	h[keyPaymentRequired], h[keyCacheControl], h[keyExposeHeaders] = vals[0:1:1], vals[1:2:2], vals[2:3:3]
+	h[keyContentType], h[keyContentLength] = vals[3:4:4], vals[4:5:5]
 	w.WriteHeader(r.Status)
 	if req.Method != http.MethodHead {
 		_, _ = w.Write(r.Body)

@@ -88,10 +88,10 @@ type Result struct {
 
 	challenge *x402.PaymentRequiredV2 // for the paywall page
 	display   display
-	displays  []display     // one per accepts entry, for the paywall's choice
-	resumed   bool          // a Retry that is the payment's first run (its answer was lost or pending)
-	payment   *x402.Payment // the verified payment of a KindAuthorized result, settled after its answer
-	length    string        // Content-Length of a cached challenge's body (cachedChallenge)
+	displays  []display        // one per accepts entry, for the paywall's choice
+	resumed   bool             // a Retry that is the payment's first run (its answer was lost or pending)
+	payment   *x402.Payment    // the verified payment of a KindAuthorized result, settled after its answer
+	cached    *challengeAnswer // the answer of a cached challenge (cachedChallenge)
 	// hold is the lease a settled request holds on its payment's record;
 	// ReportUpstream ends it.
 	hold      *credit.Lease

@@ -111,7 +111,7 @@ func TestErrorStatusFollowsCaddyHandlerErrors(t *testing.T) {
 
 // provisionRemote provisions a gate in front of a remote facilitator that is never
 // reached: unpaid requests and configuration errors need no facilitator call.
-func provisionRemote(t *testing.T, h *Handler) error {
+func provisionRemote(t testing.TB, h *Handler) error {
 	t.Helper()
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 	t.Cleanup(cancel)
