@@ -19,7 +19,7 @@ import (
 var authorizationStateSelector = crypto.Keccak256([]byte("authorizationState(address,bytes32)"))[:4]
 
 // countRecoveries counts the signature recoveries of this package until t ends.
-func countRecoveries(t *testing.T) *atomic.Int64 {
+func countRecoveries(t testing.TB) *atomic.Int64 {
 	var n atomic.Int64
 	orig := recoverSigner
 	recoverSigner = func(hash common.Hash, sig []byte) (common.Address, error) {

@@ -161,12 +161,18 @@ func isNonceError(err error) bool {
 	return strings.Contains(m, "nonce") || strings.Contains(m, "replacement transaction underpriced")
 }
 
-// receiptPoll bounds the polling interval of waitReceipt.
+// receiptPoll bounds the polling interval of waitReceipt. The first poll comes as soon
+// as the node accepted the transaction; a node that mines at once (anvil's automine, a
+// sequencer's preconfirmation) often has the receipt a moment later, not at once, so the
+// second comes receiptPollMin after the first and the interval doubles from there.
 const (
-	receiptPollMin = 20 * time.Millisecond
+	receiptPollMin = time.Millisecond
 	receiptPollMax = 500 * time.Millisecond
 	resendEvery    = 3 * time.Second
 )
+
+// nextReceiptPoll is the interval after delay in waitReceipt's polling.
+func nextReceiptPoll(delay time.Duration) time.Duration { return min(delay*2, receiptPollMax) }
 
 // WaitReceipt polls for tx's receipt until it arrives or timeout (bounded by ctx) passes.
 // A transaction the node no longer knows (dropped from its pool) is sent again, same bytes.
@@ -213,6 +219,6 @@ func (s *Sender) WaitReceipts(ctx context.Context, hashes []common.Hash, latest 
 			return nil, ethereum.NotFound
 		case <-time.After(delay):
 		}
-		delay = min(delay*2, receiptPollMax)
+		delay = nextReceiptPoll(delay)
 	}
 }

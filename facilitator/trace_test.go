@@ -1,0 +1,129 @@
+package facilitator
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/x402gate/x402gate/facilitator/journal"
+	"github.com/x402gate/x402gate/internal/testenv"
+	"github.com/x402gate/x402gate/x402"
+)
+
+// span is one timed phase of a traced paid request.
+type span struct {
+	start, end time.Time
+	what       string
+}
+
+// spans collects the phases of a traced request from several goroutines.
+type spans struct {
+	mu  sync.Mutex
+	all []span
+}
+
+// time runs f as the phase what.
+func (s *spans) time(what string, f func() error) error {
+	start := time.Now()
+	err := f()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.all = append(s.all, span{start: start, end: time.Now(), what: what})
+	return err
+}
+
+// tracedJournal is a Journal that times the writes and reads a settlement makes.
+type tracedJournal struct {
+	journal.Journal
+	s *spans
+}
+
+func (j tracedJournal) Prepare(ctx context.Context, s journal.Settlement) error {
+	return j.s.time("journal Prepare (fsync)", func() error { return j.Journal.Prepare(ctx, s) })
+}
+
+func (j tracedJournal) PrepareAll(ctx context.Context, rows []journal.Settlement) error {
+	return j.s.time("journal PrepareAll (fsync)", func() error { return j.Journal.PrepareAll(ctx, rows) })
+}
+
+func (j tracedJournal) Update(ctx context.Context, key string, state journal.State, reason string) error {
+	return j.s.time("journal Update "+string(state)+" (fsync)", func() error { return j.Journal.Update(ctx, key, state, reason) })
+}
+
+func (j tracedJournal) UpdateSettled(ctx context.Context, key string, state journal.State, reason string, tx common.Hash) error {
+	return j.s.time("journal UpdateSettled "+string(state)+" (fsync)", func() error {
+		return j.Journal.UpdateSettled(ctx, key, state, reason, tx)
+	})
+}
+
+// TestTracePaidRequest traces one paid request at c=1 on the bundled path (Verify then
+// Settle in process, anvil with automine, SQLite journal): each JSON-RPC round trip and
+// journal write with its start and end, the gaps between them being our CPU or a timer.
+// It checks the phases a settlement must go through, in order; run with -v to see the
+// trace (bench/paid-request.md):
+//
+//	go test -count=1 -v -run TestTracePaidRequest ./facilitator/
+func TestTracePaidRequest(t *testing.T) {
+	env := newTestEnv(t)
+	node := testenv.TraceCalls(t, env.chain.RPCURL)
+	cfg := env.config(t)
+	cfg.Networks[0].RPC = node.URL
+	var s spans
+	cfg.Journal = tracedJournal{Journal: cfg.Journal, s: &s}
+	e := env.engine(t, cfg).InProcess()
+	payer, payee := env.chain.Accounts[1], env.chain.Accounts[2]
+	ctx := context.Background()
+	pay := func() {
+		p, r := env.pay(t, x402.Version2, payer, payee.Address)
+		_ = s.time("Verify", func() error {
+			v, err := e.Verify(ctx, x402.VerifyInput{Payment: p, Requirements: r})
+			if err == nil && !v.IsValid {
+				err = fmt.Errorf("invalid: %s", v.InvalidReason)
+			}
+			return err
+		})
+		_ = s.time("Settle", func() error {
+			res, err := e.Settle(ctx, p, r)
+			if err == nil && !res.Success {
+				err = fmt.Errorf("refused: %s", res.ErrorReason)
+			}
+			if err != nil {
+				t.Fatalf("settle: %v", err)
+			}
+			return nil
+		})
+	}
+	pay() // warm the fee cache, the nonce and the connections
+	s.all = nil
+	node.Reset()
+	pay()
+	all := s.all
+	for _, c := range node.Calls() {
+		all = append(all, span{start: c.Start, end: c.End, what: "rpc " + c.Methods})
+	}
+	slices.SortStableFunc(all, func(a, b span) int { return a.start.Compare(b.start) })
+	t0 := all[0].start
+	var names []string
+	for _, sp := range all {
+		t.Logf("%8.3f ms %8.3f ms  %7.3f ms  %s", ms(sp.start.Sub(t0)), ms(sp.end.Sub(t0)), ms(sp.end.Sub(sp.start)), sp.what)
+		names = append(names, sp.what)
+	}
+	trace := strings.Join(names, "\n")
+	for _, want := range []string{"Verify", "Settle", "journal Prepare", "rpc eth_sendRawTransaction",
+		"journal Update broadcast", "rpc eth_getTransactionReceipt\n", "journal UpdateSettled confirmed"} {
+		i := strings.Index(trace, want)
+		if i < 0 {
+			t.Fatalf("trace lacks %q after the phases before it:\n%s", want, trace)
+		}
+		trace = trace[i+len(want):]
+	}
+}
+
+// ms is d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
