@@ -161,7 +161,7 @@ func assetsOf(action map[string]any) []string {
 func (s *Server) withWindowCheck(v *verdict.Verdict, in engine.Input, hash string, check verdict.Check, obs *engine.Observation, into *bytes.Buffer) (json.RawMessage, string, error) {
 	w := *v
 	failed := check.Status == verdict.CheckFailed && !letWindowThrough(&w, &check)
-	w.Checks = append(slices.Clip(v.Checks), check)
+	w.Checks = slices.Concat(v.Checks, []verdict.Check{check}) // one more, not twice as many
 	if obs != nil && v.Evidence.Observations != nil { // none: Validate refuses the verdict
 		w.Evidence.Observations = maps.Clone(v.Evidence.Observations)
 		w.Evidence.Observations[string(verdict.CheckSpendWindow)] = obs
