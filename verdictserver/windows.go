@@ -159,12 +159,20 @@ func assetsOf(action map[string]any) []string {
 // docs/verdict.md#consistency-rules). The JSON is written into into when it is not nil, and
 // is then into's until into changes; else it is a slice of its own.
 func (s *Server) withWindowCheck(v *verdict.Verdict, in engine.Input, hash string, check verdict.Check, obs *engine.Observation, into *bytes.Buffer) (json.RawMessage, string, error) {
-	w := *v
-	failed := check.Status == verdict.CheckFailed && !letWindowThrough(&w, &check)
-	w.Checks = slices.Concat(v.Checks, []verdict.Check{check}) // one more, not twice as many
+	sc := windowScratches.Get().(*windowScratch)
+	defer sc.recycle()
+	sc.w = *v
+	w := &sc.w
+	failed := check.Status == verdict.CheckFailed && !letWindowThrough(w, &check)
+	sc.checks = append(append(sc.checks[:0], v.Checks...), check)
+	w.Checks = sc.checks
 	if obs != nil && v.Evidence.Observations != nil { // none: Validate refuses the verdict
-		w.Evidence.Observations = maps.Clone(v.Evidence.Observations)
-		w.Evidence.Observations[string(verdict.CheckSpendWindow)] = obs
+		if sc.observations == nil {
+			sc.observations = make(map[string]any, len(v.Evidence.Observations)+1)
+		}
+		maps.Copy(sc.observations, v.Evidence.Observations)
+		sc.observations[string(verdict.CheckSpendWindow)] = obs
+		w.Evidence.Observations = sc.observations
 	}
 	if failed {
 		w.Outcome, w.ReasonCode = verdict.OutcomeRejected, *check.Code
@@ -172,7 +180,7 @@ func (s *Server) withWindowCheck(v *verdict.Verdict, in engine.Input, hash strin
 	}
 	w.Signature = nil
 	if s.signer != nil {
-		sig, err := s.signer.sign(&w, in, hash, s.now())
+		sig, err := s.signer.sign(w, in, hash, s.now())
 		if err != nil {
 			return nil, "", fmt.Errorf("spend windows: sign the verdict: %w", err)
 		}
@@ -181,7 +189,7 @@ func (s *Server) withWindowCheck(v *verdict.Verdict, in engine.Input, hash strin
 	if err := w.Validate(); err != nil || !w.Terminal() {
 		return nil, "", fmt.Errorf("spend windows: the verdict is not a terminal, valid one: %v", err)
 	}
-	raw, err := encodeInto(into, &w)
+	raw, err := encodeInto(into, w)
 	if err != nil {
 		return nil, "", fmt.Errorf("spend windows: encode the verdict: %w", err)
 	}
@@ -189,6 +197,32 @@ func (s *Server) withWindowCheck(v *verdict.Verdict, in engine.Input, hash strin
 		return raw, store.StatusApproved, nil
 	}
 	return raw, store.StatusRejected, nil
+}
+
+// windowScratch is withWindowCheck's copy of the engine's verdict with its checks and
+// observations, recycled (windowScratches): nothing of it outlives the verdict's JSON, which
+// is written into bytes of its own or into withWindowCheck's caller's buffer.
+type windowScratch struct {
+	w            verdict.Verdict
+	checks       []verdict.Check
+	observations map[string]any
+}
+
+var windowScratches = sync.Pool{New: func() any { return new(windowScratch) }}
+
+// maxRecycledObservations bounds the observations map a windowScratch keeps.
+const maxRecycledObservations = 32
+
+// recycle empties sc, dropping what it points to, and puts it back in windowScratches.
+func (sc *windowScratch) recycle() {
+	sc.w = verdict.Verdict{}
+	clear(sc.checks)
+	sc.checks = sc.checks[:0]
+	if len(sc.observations) > maxRecycledObservations {
+		sc.observations = nil
+	}
+	clear(sc.observations)
+	windowScratches.Put(sc)
 }
 
 // encodeInto is json.Marshal(v), written into b when b is not nil.

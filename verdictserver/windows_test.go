@@ -364,3 +364,41 @@ func TestWindowCheckOnAVerdictWithoutObservations(t *testing.T) {
 		t.Fatalf("withWindowCheck = %s, %q, %v; the engine's verdict now has %d checks, had %d", raw, status, err, len(v.Checks), checks)
 	}
 }
+
+// TestWindowCheckCarriesNothingToTheNextVerdict: withWindowCheck's recycled copy of a
+// verdict (windowScratch) takes nothing of one verdict into the next: a verdict's JSON is the
+// same byte for byte after a verdict with more checks and observations, and neither engine's
+// verdict is changed.
+func TestWindowCheckCarriesNothingToTheNextVerdict(t *testing.T) {
+	parse := func() *verdict.Verdict {
+		v, err := verdict.ParseVerdict([]byte(testenv.VerdictJSON(testenv.ApprovedVerdict())), "0xnext")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	s := &Server{now: time.Now}
+	decide := func(v *verdict.Verdict) string {
+		check, obs := engine.SpendWindow([]engine.WindowUse{{Window: policy.SpendWindow{Period: "day", CapUSD: 1}}}, new(int64))
+		raw, _, err := s.withWindowCheck(v, engine.Input{}, "0xnext", check, &obs, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(raw)
+	}
+	small, big := parse(), parse()
+	big.Checks = append(big.Checks, big.Checks...)
+	big.Evidence.Observations["extra"] = map[string]any{"expected": 1}
+	want := decide(small)
+	if got := decide(big); !strings.Contains(got, `"extra"`) {
+		t.Fatalf("the bigger verdict lost its extra observation: %s", got)
+	}
+	if got := decide(small); got != want {
+		t.Errorf("after a bigger verdict the verdict's JSON is\n%s\nwant\n%s", got, want)
+	}
+	for _, v := range []*verdict.Verdict{small, big} {
+		if _, ok := v.Evidence.Observations[string(verdict.CheckSpendWindow)]; ok || slices.ContainsFunc(v.Checks, func(c verdict.Check) bool { return c.CheckID == verdict.CheckSpendWindow }) {
+			t.Errorf("the engine's verdict now has the spend_window check or observation")
+		}
+	}
+}
