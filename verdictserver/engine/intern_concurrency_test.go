@@ -51,8 +51,11 @@ func TestConcurrentEvaluationsAnswerAlike(t *testing.T) {
 	// Judge recycles a verdict's memory once its use returns: whatever ran before, in this
 	// goroutine or another, its verdict is Evaluate's, byte for byte. The inputs add a
 	// rejection, a decode failure and an agent without a policy, whose evidence has other
-	// members, so that a member left over from an earlier verdict would show.
+	// members, so that a member left over from an earlier verdict would show; the payments
+	// with more and fewer members than the first one, its decoded fields.
 	inputs = append(inputs,
+		Input{Escrow: escrow, ProposedTx: payment(set("scheme", "upto"), set("transfer", "permit2")), Policy: mustPolicy(t, 3, basePolicy)},
+		Input{Escrow: escrow, ProposedTx: payment(func(tx map[string]any) { delete(tx, "resource") }), Policy: mustPolicy(t, 3, basePolicy)},
 		Input{Escrow: escrow, ProposedTx: evmTx("uniswap", 84532, router02, []byte{0xde, 0xad, 0xbe, 0xef, 1}, nil), Policy: uni},
 		Input{Escrow: escrow, ProposedTx: evmTx("evm", 84532, usdc, pack(t, erc20.ABI, "transfer(address,uint256)", payee, e6(5)), nil)},
 		Input{Escrow: escrow, Policy: hl, ProposedTx: hlTx(t, []byte(`{"action": {"type": "order", "orders": [{"a": 0, "b": true, "p": "150000", "s": "0.01", "r": false, "t": {"limit": {"tif": "Gtc"}}}], "grouping": "na"}, "nonce": 1763640000000, "leverage": 20}`))},

@@ -33,7 +33,13 @@ var members = map[string]bool{
 // resource?, scheme?, transfer?}. scheme and transfer name a payment that is not exact
 // over EIP-3009 (docs/policy.md#payment-actions): for upto, amount is the signed maximum,
 // which the checks judge.
-func (Decoder) Decode(tx map[string]any) (*actions.Action, error) {
+func (d Decoder) Decode(tx map[string]any) (*actions.Action, error) {
+	return d.DecodeInto(tx, common.Address{}, nil)
+}
+
+// DecodeInto is Decode, building the action in s (actions.Scratch); a payment's sender
+// plays no part in it.
+func (Decoder) DecodeInto(tx map[string]any, _ common.Address, s *actions.Scratch) (*actions.Action, error) {
 	for k := range tx {
 		if !members[k] {
 			return nil, actions.Fail(k, "is not a member of a payment action")
@@ -63,13 +69,10 @@ func (Decoder) Decode(tx map[string]any) (*actions.Action, error) {
 		return nil, actions.Fail("amount", "must be a decimal string of a positive integer below 2^256, without sign or leading zero")
 	}
 	payToHex := payTo.Hex()
-	fields := map[string]any{
-		"rail":   verdict.RailX402,
-		"to":     payToHex,
-		"payTo":  payToHex,
-		"asset":  asset.Hex(),
-		"amount": amountStr,
-	}
+	act, _ := s.Action()
+	fields := act.Fields
+	fields["rail"], fields["to"], fields["payTo"] = verdict.RailX402, payToHex, payToHex
+	fields["asset"], fields["amount"] = asset.Hex(), amountStr
 	if de := readTransfer(tx, fields); de != nil {
 		return nil, de
 	}
@@ -80,15 +83,10 @@ func (Decoder) Decode(tx map[string]any) (*actions.Action, error) {
 		}
 		fields["resource"] = r
 	}
-	return &actions.Action{
-		Protocol:   verdict.ProtocolPayment,
-		ChainID:    chainID,
-		Kind:       Kind,
-		Fields:     fields,
-		Recipients: []common.Address{payTo},
-		Assets:     []common.Address{asset},
-		Notional:   []actions.Amount{{Asset: asset, Value: amount}},
-	}, nil
+	act.Protocol, act.ChainID, act.Kind = verdict.ProtocolPayment, chainID, Kind
+	act.Recipients, act.Assets = []common.Address{payTo}, []common.Address{asset}
+	act.Notional = []actions.Amount{{Asset: asset, Value: amount}}
+	return act, nil
 }
 
 // readTransfer reads the optional scheme ("exact" or "upto") and transfer ("eip3009" or
@@ -120,4 +118,4 @@ func readTransfer(tx map[string]any, fields map[string]any) *actions.DecodeError
 	return nil
 }
 
-var _ actions.Decoder = Decoder{}
+var _ actions.ScratchDecoder = Decoder{}
