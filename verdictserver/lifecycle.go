@@ -220,6 +220,7 @@ func (s *Server) evaluate(ctx context.Context, jb job) (done bool) {
 	}
 	faults.Point("verdict.evaluate")
 	j, ok := s.judge(ctx, hash, in)
+	defer j.done()
 	if !ok {
 		// the engine promises a terminal, consistent verdict; anything else is never
 		// stored as one (docs/verdict-api.md#lifecycle)
@@ -272,6 +273,7 @@ func (s *Server) pendingRecord(ctx context.Context, j job, log *zap.Logger) (t s
 type judgement struct {
 	raw                 json.RawMessage
 	v                   *verdict.Verdict // under spend windows, the engine's verdict instead of raw (complete)
+	release             func()           // gives v's memory back to the engine (Holder), or nil
 	err                 error            // encoding the verdict failed
 	status              string
 	policyVersion       *int64
@@ -286,8 +288,8 @@ type judgement struct {
 //
 // Under spend windows the verdict is kept as it is, neither encoded nor signed: the windows
 // decide after the engine and may turn it into a refusal, so complete adds their check, signs,
-// validates and encodes it once (withWindowCheck). It is then the engine's Evaluate's, which
-// the engine does not reuse.
+// validates and encodes it once (withWindowCheck). It is then held (engine.Holder) until
+// j.done, or the engine's Evaluate's, which the engine does not reuse.
 func (s *Server) judge(ctx context.Context, hash string, in engine.Input) (j judgement, ok bool) {
 	keep := windowed(in)
 	start := time.Now()
@@ -308,8 +310,22 @@ func (s *Server) judge(ctx context.Context, hash string, in engine.Input) (j jud
 		}
 		j.outcome, j.reasonCode = string(v.Outcome), string(v.ReasonCode)
 	}
+	if h, holds := s.engine.(engine.Holder); holds && keep {
+		v, release := h.Hold(ctx, in)
+		j.release = release
+		gated(v, &ok, use)
+		return j, ok
+	}
 	ok = s.run(ctx, in, !keep, use)
 	return j, ok
+}
+
+// done gives the verdict j holds back to the engine: nothing may read j.v after it.
+func (j *judgement) done() {
+	if j.release != nil {
+		j.release()
+		j.v, j.release = nil, nil
+	}
 }
 
 // run evaluates in with the engine, through its Judge when it has one and reuse allows,
@@ -317,19 +333,22 @@ func (s *Server) judge(ctx context.Context, hash string, in engine.Input) (j jud
 // whether it did. With reuse the verdict is use's only for the call (a Judger reuses its
 // memory afterwards); without, it is Evaluate's, which the engine does not reuse.
 func (s *Server) run(ctx context.Context, in engine.Input, reuse bool, use func(*verdict.Verdict)) (ok bool) {
-	gate := func(v *verdict.Verdict) {
-		if v == nil || !v.Terminal() || v.Consistent() != nil {
-			return
-		}
-		ok = true
-		use(v)
-	}
+	gate := func(v *verdict.Verdict) { gated(v, &ok, use) }
 	if jg, isJudger := s.engine.(engine.Judger); isJudger && reuse {
 		jg.Judge(ctx, in, gate)
 	} else {
 		gate(s.engine.Evaluate(ctx, in))
 	}
 	return ok
+}
+
+// gated calls use with v, and sets ok, only when v is terminal and consistent.
+func gated(v *verdict.Verdict, ok *bool, use func(*verdict.Verdict)) {
+	if v == nil || !v.Terminal() || v.Consistent() != nil {
+		return
+	}
+	*ok = true
+	use(v)
 }
 
 // input builds the engine's input from a stored record and the agent's active policy,

@@ -205,6 +205,21 @@ func (e *Evaluator) newEvaluation(ctx context.Context, in Input) *evaluation {
 // later Judge. Neither the verdict nor anything it points to may be kept or read after use
 // returns; copy what is needed (docs/policy.md#evidence-in-process-evaluate-and-judge).
 func (e *Evaluator) Judge(ctx context.Context, in Input, use func(*verdict.Verdict)) {
+	v, box := e.hold(ctx, in)
+	use(v)
+	box.recycle()
+}
+
+// Hold is Judge for a caller that keeps the verdict past one call: the verdict is the
+// caller's until it calls release, after which its memory is reused (it need not call it:
+// the memory is then the collector's).
+func (e *Evaluator) Hold(ctx context.Context, in Input) (v *verdict.Verdict, release func()) {
+	v, box := e.hold(ctx, in)
+	return v, box.recycle
+}
+
+// hold evaluates in into a recycled box (boxes), which the caller recycles.
+func (e *Evaluator) hold(ctx context.Context, in Input) (*verdict.Verdict, *verdictBox) {
 	start := time.Now()
 	ev := e.newEvaluation(ctx, in)
 	ev.decode(e)
@@ -213,8 +228,12 @@ func (e *Evaluator) Judge(ctx context.Context, in Input, use func(*verdict.Verdi
 	v := ev.verdict(box)
 	v.LatencyMs = time.Since(start).Milliseconds()
 	ev.release()
-	use(v)
-	box.recycle()
+	return v, box
+}
+
+// Holder is an Engine that also offers Hold.
+type Holder interface {
+	Hold(ctx context.Context, in Input) (v *verdict.Verdict, release func())
 }
 
 // decode decodes ev's proposedTx, with the contracts its policy adds to the registry.
