@@ -66,13 +66,18 @@ http://:{$PORT} {
 // /upto/*.
 var daiPrice = new(big.Int).Exp(big.NewInt(10), big.NewInt(16), nil)
 
-// meteredUpstream answers every request 200 with its path; on /upto/ it reports the cost
+// meteredUpstream answers every request 200 with its path, except the first request to
+// /exact/flaky, which it answers 503; on /upto/ it reports the cost
 // its query's cost names in X402-Cost, as a header, or for /upto/stream as the trailer of
 // an SSE stream of 20 events it flushes one by one.
 func meteredUpstream(t *testing.T) (*httptest.Server, *atomic.Int32) {
-	var calls atomic.Int32
+	var calls, flaky atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
+		if r.URL.Path == "/exact/flaky" && flaky.Add(1) == 1 {
+			http.Error(w, "down for a moment", http.StatusServiceUnavailable)
+			return
+		}
 		cost := r.URL.Query().Get("cost")
 		if r.URL.Path == "/upto/stream" {
 			w.Header().Set("Content-Type", "text/event-stream")
@@ -212,6 +217,25 @@ func TestPermit2ThroughCaddy(t *testing.T) {
 		t.Errorf("the same header again: %d %s, want 402", r.Status, r.Body)
 	}
 	g.wantDAI(t, g.payTo, payee, new(big.Int))
+
+	// a retry credit, as for EIP-3009 (docs/gate.md#retry-credits): the upstream fails once
+	// after the payment settled; the same header with the retry token reaches it again
+	// without a second transfer, and once it answered well the header is refused
+	header = signOnly(t, payV2Script, p, g.base+"/exact/flaky", "X402_TOKEN="+g.dai.Address.Hex())
+	payee = g.dai.BalanceOf(t, g.payTo)
+	failed := mustDo(t, http.MethodGet, g.base+"/exact/flaky", map[string]string{"PAYMENT-SIGNATURE": header})
+	token := failed.Header.Get("X-Payment-Retry")
+	if failed.Status != http.StatusServiceUnavailable || len(token) != 64 {
+		t.Fatalf("a payment whose upstream fails: %d %s, retry token %q; want 503 with a token", failed.Status, failed.Body, token)
+	}
+	retried := mustDo(t, http.MethodGet, g.base+"/exact/flaky", map[string]string{"PAYMENT-SIGNATURE": header, "X-Payment-Retry": token})
+	if retried.Status != http.StatusOK {
+		t.Fatalf("the retry with its token: %d %s, want 200", retried.Status, retried.Body)
+	}
+	if r := mustDo(t, http.MethodGet, g.base+"/exact/flaky", map[string]string{"PAYMENT-SIGNATURE": header, "X-Payment-Retry": token}); r.Status != http.StatusPaymentRequired {
+		t.Errorf("the header after its good answer: %d %s, want 402", r.Status, r.Body)
+	}
+	g.wantDAI(t, g.payTo, payee, daiPrice)
 
 	const n = 64
 	required := make([]any, n)
