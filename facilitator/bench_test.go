@@ -136,14 +136,7 @@ func BenchmarkVerifyCPUParallel(b *testing.B) {
 // round trip for balanceOf and authorizationState.
 func BenchmarkVerifyRPC(b *testing.B) {
 	e, p, r := rpcBenchEngine(b)
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		got, err := e.Verify(ctx, x402.VerifyInput{Payment: p, Requirements: r})
-		if err != nil || !got.IsValid {
-			b.Fatalf("verify = %+v, %v", got, err)
-		}
-	}
+	benchVerify(b, e, p, r)
 }
 
 // BenchmarkVerifyRPCParallel is BenchmarkVerifyRPC from GOMAXPROCS*4 goroutines at once,
@@ -175,14 +168,7 @@ func BenchmarkVerifyRPCContractWallet(b *testing.B) {
 	r := env.requirements(payee.Address, testAmount)
 	a := env.authorization(b, wallet.Address, payee.Address, testAmount)
 	p := env.payment(x402.Version2, a, env.sign(b, owner.Key, a), r)
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		got, err := e.Verify(ctx, x402.VerifyInput{Payment: p, Requirements: r})
-		if err != nil || !got.IsValid {
-			b.Fatalf("verify = %+v, %v", got, err)
-		}
-	}
+	benchVerify(b, e, p, r)
 }
 
 // BenchmarkSettleRPC is a whole Service.Settle against anvil with automine (GUARDIAN_MODE
@@ -219,4 +205,16 @@ func rpcBenchEngine(b *testing.B) (*Service, *x402.Payment, *x402.Requirements) 
 func benchEnv(b *testing.B) *testEnv {
 	b.Helper()
 	return newTestEnv(b)
+}
+
+// benchVerify times e.Verify of the valid payment p for r, once an iteration.
+func benchVerify(b *testing.B, e *Service, p *x402.Payment, r *x402.Requirements) {
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		got, err := e.Verify(ctx, x402.VerifyInput{Payment: p, Requirements: r})
+		if err != nil || !got.IsValid {
+			b.Fatalf("verify = %+v, %v", got, err)
+		}
+	}
 }

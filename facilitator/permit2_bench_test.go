@@ -66,14 +66,7 @@ func BenchmarkVerifyRPCPermit2(b *testing.B) {
 	e := env.engine(b, env.config(b))
 	r := env.permit2Requirements(e, x402.SchemeExact, permit2Price)
 	p := payPermit2(b, env.chain.Accounts[1], r)[0]
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		got, err := e.Verify(ctx, x402.VerifyInput{Payment: p, Requirements: r})
-		if err != nil || !got.IsValid {
-			b.Fatalf("verify = %+v, %v", got, err)
-		}
-	}
+	benchVerify(b, e, p, r)
 }
 
 // BenchmarkPaidRequestUpto is BenchmarkPaidRequest for upto over Permit2, signed by the real
