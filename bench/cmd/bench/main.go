@@ -34,6 +34,7 @@ import (
 
 type config struct {
 	root, out, caddy, node, wrk, results string
+	before                               string // git rev:path of the run before's results.md
 	only                                 map[string]bool
 	rounds, paidRounds                   int
 	wrkDur, verifyDur, paidDur           time.Duration
@@ -56,6 +57,7 @@ func main() {
 	flag.StringVar(&c.node, "node", "node", "node")
 	flag.StringVar(&c.wrk, "wrk", "wrk", "wrk")
 	flag.StringVar(&c.results, "results", "bench/results.md", "where to write the results")
+	flag.StringVar(&c.before, "before", defaultBefore, "the results.md of the run before, as git rev:path (the goals table's before column)")
 	flag.StringVar(&only, "only", "challenge,verify,cpu,paid,schemes,verdict,memory,pool,soak", "sections to run")
 	flag.IntVar(&c.rounds, "rounds", 3, "rounds of the challenge and verify comparisons")
 	flag.IntVar(&c.paidRounds, "paid-rounds", 2, "rounds of the paid-path comparison per concurrency")
@@ -175,6 +177,9 @@ func runAll(c *config, tb *benchTB) {
 	// The Go benchmarks run with the servers stopped: they have the machine to themselves.
 	stopAll()
 	tb.runCleanups()
+	if c.only["challenge"] {
+		e.challengeInProcess()
+	}
 	if c.only["cpu"] {
 		e.cpu()
 	}

@@ -17,9 +17,11 @@ type row struct {
 	section, measure, ours, peer, note string
 	ratio                              float64 // 0: none
 	higherBetter                       bool
-	// goal, when set, is the ratio the issue asks for: a row that cannot beat its peer (a
-	// bound) is marked against the goal instead of "(we lose)".
-	goal float64
+	// ratioGoal, when set, is the ratio an earlier issue asks for: a row that cannot beat its
+	// peer (a bound) is marked against it instead of "(we lose)".
+	ratioGoal float64
+	// goal is the goal column: an issue 27 goal's bound, met or NOT met (report.addGoal).
+	goal string
 }
 
 type profile struct{ title, top string }
@@ -38,10 +40,21 @@ type report struct {
 	runtime          time.Duration
 	challengeBody    int
 	challengeHeaders string
+	goals            map[string]goalResult // by goal id
+	before           oldRows               // the rows of the run before (config.before)
+	beforeWhat       string                // where they come from, for the goals table
 }
 
 func newReport(c *config) *report {
-	return &report{c: c, started: time.Now().UTC(), loadBefore: loadavg(), sectionLoad: map[string]string{}}
+	r := &report{c: c, started: time.Now().UTC(), loadBefore: loadavg(), sectionLoad: map[string]string{}, goals: map[string]goalResult{}}
+	r.beforeWhat = "bench/results.md of the run on bdd0759, `git show " + c.before + "`"
+	old, err := loadBefore(c.root, c.before)
+	if err != nil {
+		logf("the run before: %v", err)
+		r.beforeWhat = fmt.Sprintf("none: %v", err)
+	}
+	r.before = old
+	return r
 }
 
 // add appends a row; the first row of a section records the load average at that moment.
@@ -124,8 +137,8 @@ func (r *report) ratioCell(x row) string {
 		return "–"
 	}
 	s := fmt.Sprintf("%.2f×", x.ratio)
-	if x.goal > 0 {
-		if x.ratio < x.goal {
+	if x.ratioGoal > 0 {
+		if x.ratio < x.ratioGoal {
 			s += " (below the goal)"
 		}
 		return s
@@ -145,7 +158,7 @@ func (r *report) table() string {
 			sec = x.section
 			fmt.Fprintf(&b, "\n%s (load %s)\n", sec, r.sectionLoad[sec])
 		}
-		fmt.Fprintf(&b, "  %-62s %-18s %-22s %s\n", x.measure, x.ours, x.peer, r.ratioCell(x))
+		fmt.Fprintf(&b, "  %-62s %-18s %-22s %s %s\n", x.measure, x.ours, x.peer, r.ratioCell(x), x.goal)
 	}
 	if r.soak != "" {
 		fmt.Fprintf(&b, "\nsoak: %s\n", r.soak)
@@ -177,15 +190,17 @@ func (r *report) write(path string) {
 	fmt.Fprintf(&b, "| wrk | %s |\n", firstLine(cmdOut(c.wrk, "--version")))
 	fmt.Fprintf(&b, "| runtime of bench/run | %s |\n", r.runtime.Round(time.Second))
 	b.WriteString("\n")
+	b.WriteString(r.goalsTable())
+	b.WriteString("\n## Rows\n\n")
 
-	b.WriteString("| measure | ours | peer | ratio | notes |\n|---|---|---|---|---|\n")
+	b.WriteString("| measure | ours | peer | ratio | goal | notes |\n|---|---|---|---|---|---|\n")
 	sec := ""
 	for _, x := range r.sorted() {
 		if x.section != sec {
 			sec = x.section
-			fmt.Fprintf(&b, "| **%s** | | | | load average %s |\n", esc(sec), r.sectionLoad[sec])
+			fmt.Fprintf(&b, "| **%s** | | | | | load average %s |\n", esc(sec), r.sectionLoad[sec])
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", esc(x.measure), esc(x.ours), esc(x.peer), r.ratioCell(x), esc(x.note))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", esc(x.measure), esc(x.ours), esc(x.peer), r.ratioCell(x), esc(x.goal), esc(x.note))
 	}
 	b.WriteString("\n")
 	if r.soak != "" {
