@@ -51,7 +51,9 @@ var goals = []goal{
 	{id: "5a", text: "402 rate through Caddy / Caddy `respond`'s (same body and headers, same process; wrk)", bound: 1, unit: "x",
 		before: func(o oldRows) (float64, bool) { return o.ratio("402 req/s vs Caddy `respond`", "ours", "peer") }},
 	{id: "5b", text: "Caddy's CPU per request: `respond`'s / the 402's (/proc/PID/stat around each side's rounds)", bound: 1, unit: "x",
-		before: func(o oldRows) (float64, bool) { return o.ratio("Caddy CPU µs per 402 vs Caddy `respond`", "peer", "ours") }},
+		before: func(o oldRows) (float64, bool) {
+			return o.ratio("Caddy CPU µs per 402 vs Caddy `respond`", "peer", "ours")
+		}},
 	{id: "5c", text: "in process (BenchmarkChallengeAgainstRespond): `respond`'s CPU per request / the 402's", bound: 1, unit: "x"},
 	{id: "6a", text: "heap per retry credit (BenchmarkMemoryLedgerHeap B/record)", bound: 300, atMost: true, unit: "B",
 		before: func(o oldRows) (float64, bool) { return o.retryCredit() }},
