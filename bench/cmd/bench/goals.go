@@ -114,7 +114,7 @@ func (g goal) format(v float64) string {
 		}
 		return "FAIL"
 	default:
-		return strconv.FormatFloat(v, 'f', 2, 64)
+		return fmtMetric(v)
 	}
 }
 
@@ -139,7 +139,8 @@ type goalResult struct {
 	met   bool
 }
 
-// meet records value v of goal id and returns the row's goal cell: the bound, met or NOT met.
+// meet records value v of goal id and returns the row's goal cell: the value against the
+// bound, met or NOT met.
 func (r *report) meet(id string, v float64) string {
 	g := goalByID(id)
 	return r.judge(id, g.format(v), g.met(v))
@@ -148,14 +149,11 @@ func (r *report) meet(id string, v float64) string {
 // judge records goal id's result, after as printed, and returns the row's goal cell.
 func (r *report) judge(id, after string, met bool) string {
 	r.goals[id] = goalResult{after: after, met: met}
-	return goalCell(goalByID(id), met)
-}
-
-func goalCell(g goal, met bool) string {
+	cell := fmt.Sprintf("%s: %s (goal %s)", id, after, goalByID(id).boundText())
 	if met {
-		return g.boundText() + ": met"
+		return cell + ": met"
 	}
-	return g.boundText() + ": **NOT met**"
+	return cell + ": **NOT met**"
 }
 
 // addGoal appends x, whose value v is goal id's measure, with its goal cell.

@@ -38,10 +38,10 @@ func TestGoalCells(t *testing.T) {
 	r := testReport()
 	r.addGoal(row{section: "3. Paid", measure: "c=1: overhead beyond the chain, p50 (ms)", ours: "5.6"}, "1a", 5.6)
 	r.addGoal(row{section: "4. Verdict", measure: "over HTTP: HTTPSubmit/postgres", ours: "2100 submits/s"}, "4a", 2100)
-	if got := r.rows[0].goal; got != "≤ 1.00 ms: **NOT met**" {
+	if got := r.rows[0].goal; got != "1a: 5.60 ms (goal ≤ 1.00 ms): **NOT met**" {
 		t.Errorf("goal cell of 5.6 ms against ≤ 1 ms = %q", got)
 	}
-	if got := r.rows[1].goal; got != "≥ 2,000/s: met" {
+	if got := r.rows[1].goal; got != "4a: 2,100/s (goal ≥ 2,000/s): met" {
 		t.Errorf("goal cell of 2,100/s against ≥ 2,000/s = %q", got)
 	}
 	table := r.goalsTable()

@@ -143,7 +143,7 @@ func (r *report) ratioCell(x row) string {
 		}
 		return s
 	}
-	if x.higherBetter && math.Round(x.ratio*100) < 100 { // as printed: 0.995 is 1.00×, a tie
+	if x.higherBetter && x.goal == "" && math.Round(x.ratio*100) < 100 { // a goal's row: its goal column judges it // as printed: 0.995 is 1.00×, a tie
 		s += " (we lose)"
 	}
 	return s
