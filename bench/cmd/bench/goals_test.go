@@ -184,3 +184,58 @@ const bdd0759Rows = "| measure | ours | peer | ratio | notes |\n|---|---|---|---
 	"| Caddy RSS over a 2m0s paid soak: start → end (MiB) | 90.0 → 83.4 | – | – | flat (-0.3% after warm-up; max 84.1 MiB) |\n" +
 	"| MemoryStoreHeap (-benchtime 1x) | 276 B/approval, 212 B/claim | – | – | 1M approvals ≈ 264 MiB; 1M claims ≈ 203 MiB |\n" +
 	"| MemoryRetryStoreHeap (-benchtime 1x) | 341 B-data/grant, 533 B/grant | – | – | 1M grants ≈ 508 MiB |\n"
+
+// TestPaidVerifyCPUGoals: the paid verify CPU is held to 1.1× one recovery plus the hash by
+// cpu-ns/op (ns/op when a benchmark has no cpu-ns/op), and to one recovery per payment.
+func TestPaidVerifyCPUGoals(t *testing.T) {
+	for _, c := range []struct {
+		out      string
+		met2a    bool
+		after2a  string
+		met2b    bool
+		measured bool
+	}{
+		{"BenchmarkPaidVerifyCPU-2 1000 60000 ns/op 48500 cpu-ns/op 1.000 recoveries/payment 1392 B/op 13 allocs/op\n" +
+			"BenchmarkEcrecoverHashBound-2 1000 90000 ns/op 45400 cpu-ns/op 80 B/op 1 allocs/op\n", true, "1.068×", true, true},
+		{"BenchmarkPaidVerifyCPU-2 1000 60000 ns/op 100000 cpu-ns/op 2.000 recoveries/payment\n" +
+			"BenchmarkEcrecoverHashBound-2 1000 90000 ns/op 45400 cpu-ns/op\n", false, "2.203×", false, true},
+		{"BenchmarkPaidVerifyCPU-2 1000 50000 ns/op 1.000 recoveries/payment\n" +
+			"BenchmarkEcrecoverHashBound-2 1000 40000 ns/op\n", false, "1.250×", true, true},
+		{"BenchmarkPaidVerifyCPU-2 1000 50000 ns/op 1.000 recoveries/payment\n", false, "", false, false},
+	} {
+		r := testReport()
+		r.paidVerifyCPU("2. Verify", parseBench(c.out))
+		g2a, g2b := r.goals["2a"], r.goals["2b"]
+		if !c.measured {
+			if g2a.met || g2b.met || !strings.HasPrefix(g2a.after, "not measured") || len(r.missing) != 2 {
+				t.Errorf("without the bound: 2a %+v, 2b %+v, missing %q; want both not measured", g2a, g2b, r.missing)
+			}
+			continue
+		}
+		if g2a.met != c.met2a || g2a.after != c.after2a || g2b.met != c.met2b {
+			t.Errorf("%q: 2a %+v, 2b %+v; want 2a %s met %v, 2b met %v", c.out, g2a, g2b, c.after2a, c.met2a, c.met2b)
+		}
+	}
+}
+
+// TestChallengeAgainstRespondGoal: goal 5c is respond's CPU per request over ours, met at
+// 1.0× or more; without both sub-benchmarks it is not measured.
+func TestChallengeAgainstRespondGoal(t *testing.T) {
+	for _, c := range []struct {
+		out   string
+		after string
+		met   bool
+	}{
+		{"BenchmarkChallengeAgainstRespond/x402-2 1000000 700 ns/op 650 cpu-ns/op 416 B/op 3 allocs/op\n" +
+			"BenchmarkChallengeAgainstRespond/respond-2 1000000 690 ns/op 700 cpu-ns/op 400 B/op 4 allocs/op\n", "1.077×", true},
+		{"BenchmarkChallengeAgainstRespond/x402-2 1000000 700 ns/op 750 cpu-ns/op\n" +
+			"BenchmarkChallengeAgainstRespond/respond-2 1000000 690 ns/op 700 cpu-ns/op\n", "0.933×", false},
+		{"BenchmarkChallengeAgainstRespond/x402-2 1000000 700 ns/op 750 cpu-ns/op\n", "not measured: BenchmarkChallengeAgainstRespond did not report its sub-benchmarks x402 and respond", false},
+	} {
+		r := testReport()
+		r.challengeAgainstRespond(parseBench(c.out))
+		if g := r.goals["5c"]; g.after != c.after || g.met != c.met {
+			t.Errorf("%q: 5c %+v, want %s met %v", c.out, g, c.after, c.met)
+		}
+	}
+}

@@ -129,7 +129,7 @@ func (e *env) cpu() {
 		e.rep.add(row{section: sec, measure: "verify CPU (ns/op) vs bare crypto.Ecrecover (the bound)", ours: fmtNs(v.metrics["ns/op"]), peer: fmtNs(bound.metrics["ns/op"]), ratio: bound.metrics["ns/op"] / v.metrics["ns/op"], higherBetter: true, ratioGoal: 0.8,
 			note: fmt.Sprintf("ratio = bound/ours (issue 13's goal ≥ 0.8; ours includes the one recovery, so above 1 is noise); ours %.0f allocs, %.0f B per op; bound: %s; median of 5 rounds, the two in turn", v.metrics["allocs/op"], v.metrics["B/op"], boundNote)})
 	}
-	e.paidVerifyCPU(sec, out)
+	e.rep.paidVerifyCPU(sec, out)
 	x := e.goBench("bench-x402", 3*time.Minute, "-bench", `BenchmarkDecodePaymentHeader|BenchmarkTransferWithAuthorizationHash|BenchmarkRecoverSigner`, "-benchmem", "-count", "3", "./x402/")
 	for _, l := range x {
 		goal := ""
@@ -172,51 +172,63 @@ func cpuPerOp(l *benchLine) (float64, string) {
 // paidVerifyCPU adds goals 2a and 2b from the rounds of cpu: the signature checks of one
 // paid request (BenchmarkPaidVerifyCPU) against one bare recovery plus the hash
 // (BenchmarkEcrecoverHashBound), and the recoveries per paid request.
-func (e *env) paidVerifyCPU(sec string, out []benchLine) {
+func (r *report) paidVerifyCPU(sec string, out []benchLine) {
 	p := find(out, func(n string) bool { return n == "BenchmarkPaidVerifyCPU" })
 	b := find(out, func(n string) bool { return n == "BenchmarkEcrecoverHashBound" })
 	if p == nil || b == nil {
-		e.rep.unmeasured("2a", "BenchmarkPaidVerifyCPU or BenchmarkEcrecoverHashBound (./facilitator/) did not report")
-		e.rep.unmeasured("2b", "BenchmarkPaidVerifyCPU (./facilitator/) did not report")
+		r.unmeasured("2a", "BenchmarkPaidVerifyCPU or BenchmarkEcrecoverHashBound (./facilitator/) did not report")
+		r.unmeasured("2b", "BenchmarkPaidVerifyCPU (./facilitator/) did not report")
 		return
 	}
 	pv, unit := cpuPerOp(p)
 	bv, _ := cpuPerOp(b)
-	e.rep.addGoal(row{section: sec, measure: "verify CPU per paid request (Verify, then Settle's checks) vs one Ecrecover plus the hash (" + unit + ")",
+	r.addGoal(row{section: sec, measure: "verify CPU per paid request (Verify, then Settle's checks) vs one Ecrecover plus the hash (" + unit + ")",
 		ours: fmtNs(pv), peer: fmtNs(bv), ratio: bv / pv, higherBetter: true,
 		note: fmt.Sprintf("BenchmarkPaidVerifyCPU against BenchmarkEcrecoverHashBound (./facilitator/), median of 5 rounds, the two in turn; ratio = bound/ours; ours %.0f allocs, %.0f B per op",
 			p.metrics["allocs/op"], p.metrics["B/op"])}, "2a", pv/bv)
 	rec, ok := p.metrics["recoveries/payment"]
 	if !ok {
-		e.rep.unmeasured("2b", "BenchmarkPaidVerifyCPU reported no recoveries/payment")
+		r.unmeasured("2b", "BenchmarkPaidVerifyCPU reported no recoveries/payment")
 		return
 	}
-	e.rep.addGoal(row{section: sec, measure: "signature recoveries per paid request (Verify + Settle)", ours: fmtMetric(rec), peer: "–",
+	r.addGoal(row{section: sec, measure: "signature recoveries per paid request (Verify + Settle)", ours: fmtMetric(rec), peer: "–",
 		note: "BenchmarkPaidVerifyCPU's recoveries/payment"}, "2b", rec)
 }
+
+// The in-process benchmark of goal 5c, written on the "recov" engineer's branch.
+const (
+	challengeRespondBench = "BenchmarkChallengeAgainstRespond"
+	challengeRespondPkg   = "./caddymodule/paygate/"
+)
 
 // challengeInProcess adds goal 5c: BenchmarkChallengeAgainstRespond (./caddymodule/paygate/),
 // the unpaid 402 through our handler against Caddy's respond handler answering the same
 // bytes, in process, five rounds in turn.
 func (e *env) challengeInProcess() {
-	const name, pkg = "BenchmarkChallengeAgainstRespond", "./caddymodule/paygate/"
+	const name, pkg = challengeRespondBench, challengeRespondPkg
 	if !e.hasBenchmark(pkg, name) {
 		e.rep.unmeasured("5c", name+" (sub-benchmarks x402 and respond, "+pkg+") is not on this commit")
 		return
 	}
-	out := e.alternate("bench-challenge-respond", name+"$", pkg, 5)
+	e.rep.challengeAgainstRespond(e.alternate("bench-challenge-respond", name+"$", pkg, 5))
+}
+
+// challengeAgainstRespond adds goal 5c from the rounds of BenchmarkChallengeAgainstRespond:
+// respond's CPU per request against the 402's.
+func (r *report) challengeAgainstRespond(out []benchLine) {
+	const name, pkg = challengeRespondBench, challengeRespondPkg
 	x := find(out, func(n string) bool { return n == name+"/x402" })
-	r := find(out, func(n string) bool { return n == name+"/respond" })
-	if x == nil || r == nil {
-		e.rep.unmeasured("5c", name+" did not report its sub-benchmarks x402 and respond")
+	resp := find(out, func(n string) bool { return n == name+"/respond" })
+	if x == nil || resp == nil {
+		r.unmeasured("5c", name+" did not report its sub-benchmarks x402 and respond")
 		return
 	}
 	xv, unit := cpuPerOp(x)
-	rv, _ := cpuPerOp(r)
-	e.rep.addGoal(row{section: challengeSection, measure: "in process: " + strings.TrimPrefix(name, "Benchmark") + ", the 402 vs `respond` (" + unit + ")",
+	rv, _ := cpuPerOp(resp)
+	r.addGoal(row{section: challengeSection, measure: "in process: " + strings.TrimPrefix(name, "Benchmark") + ", the 402 vs `respond` (" + unit + ")",
 		ours: fmtNs(xv), peer: fmtNs(rv), ratio: rv / xv, higherBetter: true,
 		note: fmt.Sprintf("%s%s; median of 5 rounds, the two in turn; ratio = respond/ours; ours %.0f allocs, %.0f B per op; respond %.0f allocs, %.0f B per op",
-			pkg, name, x.metrics["allocs/op"], x.metrics["B/op"], r.metrics["allocs/op"], r.metrics["B/op"])}, "5c", rv/xv)
+			pkg, name, x.metrics["allocs/op"], x.metrics["B/op"], resp.metrics["allocs/op"], resp.metrics["B/op"])}, "5c", rv/xv)
 }
 
 // hasBenchmark tells whether pkg has the benchmark name (go test -list).
