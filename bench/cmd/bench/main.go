@@ -64,7 +64,7 @@ func main() {
 	flag.DurationVar(&c.wrkDur, "wrk-duration", 5*time.Second, "one wrk run")
 	flag.DurationVar(&c.verifyDur, "verify-duration", 5*time.Second, "one /verify run")
 	flag.DurationVar(&c.paidDur, "paid-duration", 6*time.Second, "one paid-path run")
-	flag.DurationVar(&c.soak, "soak", 120*time.Second, "the RSS soak on the paid path")
+	flag.DurationVar(&c.soak, "soak", goalSoak, "the RSS soak on the paid path")
 	flag.IntVar(&c.verifyConc, "verify-conc", 8, "concurrent /verify requests")
 	flag.IntVar(&c.soakConc, "soak-conc", 64, "concurrent paid requests of the RSS soak")
 	flag.IntVar(&c.payers, "payers", 64, "distinct payer accounts")

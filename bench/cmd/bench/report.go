@@ -237,8 +237,14 @@ func (r *report) write(path string) {
   `+"`go test -bench BenchmarkHTTP ./verdictserver/`"+`; the peer column holds the issue's targets.
 - **Memory**: `+"`go test -bench 'Heap|1M|Million' -benchtime 1x`"+` in facilitator/approval/, gate/, verdictserver/ and
   verdictserver/store/; and
-  the VmRSS of the Caddy process (/proc/PID/status) over a soak on the paid path.
-`, c.wrkDur, c.rounds, r.challengeBody, r.challengeHeaders, c.payers, c.verifyConc, c.verifyDur, c.rounds, c.paidDur, c.paidRounds, c.payers)
+  the VmRSS of the Caddy process (/proc/PID/status) over a soak on the paid path (%s at c=%d).
+- **Goals** (issue 27, and issue 24's p99): a goal's row gives its value against its bound, met or NOT met;
+  the goals table gives the figure of the run before beside it. The paid verify CPU is
+  `+"`BenchmarkPaidVerifyCPU`"+` against `+"`BenchmarkEcrecoverHashBound`"+` (./facilitator/, cpu-ns/op, five rounds in turn); the 402
+  in process is `+"`BenchmarkChallengeAgainstRespond`"+` (./caddymodule/paygate/, five rounds); the signer pool is
+  `+"`BenchmarkSettlePool -benchtime 256x`"+` (./facilitator/) and the tests of a key short of gas; issue 24's p99 is
+  `+"`BenchmarkEvaluate/cpu`"+` (./verdictserver/, -benchtime 20000x -count 3, the median).
+`, c.wrkDur, c.rounds, r.challengeBody, r.challengeHeaders, c.payers, c.verifyConc, c.verifyDur, c.rounds, c.paidDur, c.paidRounds, c.payers, c.soak, c.soakConc)
 	b.WriteString("\n")
 
 	if len(r.profiles) > 0 {
@@ -254,7 +260,7 @@ func (r *report) write(path string) {
 		}
 		b.WriteString("\n")
 	}
-	b.WriteString("## Rerun\n\n```sh\nbench/run            # everything, under 15 minutes; a 2-minute RSS soak\nSOAK=600 bench/run   # the 10-minute soak\nbench/run soak       # the soak alone (SOAK seconds, default 600)\n```\n\n" +
+	b.WriteString("## Rerun\n\n```sh\nbench/run            # everything, about 20 minutes, 10 of them the RSS soak at c=64 (goal 6e)\nSOAK=120 bench/run   # a 2-minute soak (goal 6e NOT met: too short)\nbench/run soak       # the soak alone (SOAK seconds, default 600)\nONLY=pool bench/run  # some sections; writes bench/out/partial.md\n```\n\n" +
 		"bench/run installs wrk (apt-get) and the npm peers (`npm ci` in bench/), reuses anvil from\n" +
 		"integration/node_modules (`npm ci` there when missing), builds Caddy into bench/out/, and keeps each run's logs\n" +
 		"and profiles in bench/out/run-*. Figures from a shared machine are noisy: compare ratios from one run,\n" +
