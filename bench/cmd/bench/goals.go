@@ -63,7 +63,7 @@ var goals = []goal{
 		before: func(o oldRows) (float64, bool) { return million(o.retryCredit()) }},
 	{id: "6d", text: "1M approvals", bound: 300, atMost: true, unit: "MiB",
 		before: func(o oldRows) (float64, bool) { return million(o.perUnit("MemoryStoreHeap", "B/approval")) }},
-	{id: "6e", text: "Caddy RSS over a 10-minute soak at c=64: growth from the end of the first sixth to the end (flat: under 10%)", bound: maxSoakGrowth, atMost: true, unit: "%",
+	{id: "6e", text: "Caddy RSS over a 10-minute soak at c=64: growth from the end of the first sixth to the end (flat: at most 10%)", bound: maxSoakGrowth, atMost: true, unit: "%",
 		before: func(o oldRows) (float64, bool) { return o.soakGrowth() }},
 	{id: "24", text: "issue 24: BenchmarkEvaluate/cpu/windows+signed (./verdictserver/), p99", bound: 150, atMost: true, unit: "µs"},
 }

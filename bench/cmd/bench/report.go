@@ -179,7 +179,8 @@ func (r *report) write(path string) {
 	b.WriteString("Written by `bench/run` (`bench/cmd/bench`); do not edit by hand. Each comparison runs both sides in the\n" +
 		"same run, on the same machine, against the same anvil (automine, chain id 84532), alternating the sides\n" +
 		"over rounds; a figure is the median over the rounds. The ratio is ours/peer for rates and peer/ours for\n" +
-		"latencies and costs, so above 1 means we are faster; \"(we lose)\" marks the rows below 1.\n\n")
+		"latencies and costs, so above 1 means we are faster; \"(we lose)\" marks the rows below 1 that have no\n" +
+		"goal of their own (a goal's row says met or NOT met in its goal column).\n\n")
 	b.WriteString("| | |\n|---|---|\n")
 	fmt.Fprintf(&b, "| date (UTC) | %s |\n", r.started.Format("2006-01-02 15:04"))
 	fmt.Fprintf(&b, "| commit | %s |\n", rev)
