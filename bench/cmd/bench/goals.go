@@ -162,6 +162,12 @@ func (r *report) addGoal(x row, id string, v float64) {
 	r.add(x)
 }
 
+// measured tells whether a section recorded goal id.
+func (r *report) measured(id string) bool {
+	_, ok := r.goals[id]
+	return ok
+}
+
 // unmeasured records that this run did not measure goal id, and why.
 func (r *report) unmeasured(id, why string) {
 	r.goals[id] = goalResult{after: "not measured: " + why}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"path/filepath"
 	"regexp"
@@ -152,21 +153,23 @@ func (e *env) cpu() {
 // alternate runs the benchmarks of pattern in pkg rounds times, one go test -count 1 each,
 // so that the benchmarks it matches run in turn and see the same load; a metric is the
 // median over the rounds.
-func (e *env) alternate(label, pattern, pkg string, rounds int, args ...string) []benchLine {
+func (e *env) alternate(label, pattern, pkg string, rounds int) []benchLine {
 	var all strings.Builder
 	for i := range rounds {
-		a := append([]string{"-bench", pattern, "-benchmem", "-count", "1"}, args...)
-		all.WriteString(e.goBenchRaw(fmt.Sprintf("%s-%d", label, i), 3*time.Minute, append(a, pkg)...))
+		all.WriteString(e.goBenchRaw(fmt.Sprintf("%s-%d", label, i), 3*time.Minute, "-bench", pattern, "-benchmem", "-count", "1", pkg))
 	}
 	return parseBench(all.String())
 }
 
-// cpuPerOp is a benchmark's CPU time per op (cpu-ns/op) when it reports it, else its ns/op.
-func cpuPerOp(l *benchLine) (float64, string) {
-	if v, ok := l.metrics["cpu-ns/op"]; ok {
-		return v, "cpu-ns/op"
+// cpuPair is the CPU time per op (cpu-ns/op) of two benchmarks when both report it, else
+// their ns/op, and the unit compared.
+func cpuPair(a, b *benchLine) (av, bv float64, unit string) {
+	x, ok1 := a.metrics["cpu-ns/op"]
+	y, ok2 := b.metrics["cpu-ns/op"]
+	if ok1 && ok2 {
+		return x, y, "cpu-ns/op"
 	}
-	return l.metrics["ns/op"], "ns/op"
+	return a.metrics["ns/op"], b.metrics["ns/op"], "ns/op"
 }
 
 // paidVerifyCPU adds goals 2a and 2b from the rounds of cpu: the signature checks of one
@@ -180,8 +183,7 @@ func (r *report) paidVerifyCPU(sec string, out []benchLine) {
 		r.unmeasured("2b", "BenchmarkPaidVerifyCPU (./facilitator/) did not report")
 		return
 	}
-	pv, unit := cpuPerOp(p)
-	bv, _ := cpuPerOp(b)
+	pv, bv, unit := cpuPair(p, b)
 	r.addGoal(row{section: sec, measure: "verify CPU per paid request (Verify, then Settle's checks) vs one Ecrecover plus the hash (" + unit + ")",
 		ours: fmtNs(pv), peer: fmtNs(bv), ratio: bv / pv, higherBetter: true,
 		note: fmt.Sprintf("BenchmarkPaidVerifyCPU against BenchmarkEcrecoverHashBound (./facilitator/), median of 5 rounds, the two in turn; ratio = bound/ours; ours %.0f allocs, %.0f B per op",
@@ -223,8 +225,7 @@ func (r *report) challengeAgainstRespond(out []benchLine) {
 		r.unmeasured("5c", name+" did not report its sub-benchmarks x402 and respond")
 		return
 	}
-	xv, unit := cpuPerOp(x)
-	rv, _ := cpuPerOp(resp)
+	xv, rv, unit := cpuPair(x, resp)
 	r.addGoal(row{section: challengeSection, measure: "in process: " + strings.TrimPrefix(name, "Benchmark") + ", the 402 vs `respond` (" + unit + ")",
 		ours: fmtNs(xv), peer: fmtNs(rv), ratio: rv / xv, higherBetter: true,
 		note: fmt.Sprintf("%s%s; median of 5 rounds, the two in turn; ratio = respond/ours; ours %.0f allocs, %.0f B per op; respond %.0f allocs, %.0f B per op",
@@ -307,8 +308,8 @@ func (e *env) verdict() {
 			rates = append(rates, strings.TrimPrefix(l.name, "BenchmarkHTTP")+" "+rate)
 		}
 	}
-	for name, id := range httpGoals {
-		if !seen[id] {
+	for _, name := range slices.Sorted(maps.Keys(httpGoals)) {
+		if id := httpGoals[name]; !seen[id] {
 			e.rep.unmeasured(id, "Benchmark"+name+" (./verdictserver/) did not report")
 		}
 	}
@@ -462,8 +463,8 @@ func (e *env) memory() {
 		e.rep.add(row{section: memorySection, measure: strings.TrimPrefix(l.name, "Benchmark") + " (-benchtime 1x)", ours: strings.Join(parts, ", "), peer: "–", note: strings.Join(perMillion, "; ")})
 		e.heapGoalRows(l)
 	}
-	for unit, g := range heapGoals {
-		if _, ok := e.rep.goals[g.each]; !ok {
+	for _, unit := range slices.Sorted(maps.Keys(heapGoals)) {
+		if g := heapGoals[unit]; !e.rep.measured(g.each) {
 			e.rep.unmeasured(g.each, "no heap benchmark reported "+unit)
 			e.rep.unmeasured(g.million, "no heap benchmark reported "+unit)
 		}
