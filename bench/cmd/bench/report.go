@@ -261,7 +261,7 @@ func (r *report) write(path string) {
 		}
 		b.WriteString("\n")
 	}
-	b.WriteString("## Rerun\n\n```sh\nbench/run            # everything, about 20 minutes, 10 of them the RSS soak at c=64 (goal 6e)\nSOAK=120 bench/run   # a 2-minute soak (goal 6e NOT met: too short)\nbench/run soak       # the soak alone (SOAK seconds, default 600)\nONLY=pool bench/run  # some sections; writes bench/out/partial.md\n```\n\n" +
+	b.WriteString("## Rerun\n\n```sh\nbench/run            # everything, about 22 minutes, 10 of them the RSS soak at c=64 (goal 6e)\nSOAK=120 bench/run   # a 2-minute soak (goal 6e NOT met: too short)\nbench/run soak       # the soak alone (SOAK seconds, default 600)\nONLY=pool bench/run  # some sections; writes bench/out/partial.md\n```\n\n" +
 		"bench/run installs wrk (apt-get) and the npm peers (`npm ci` in bench/), reuses anvil from\n" +
 		"integration/node_modules (`npm ci` there when missing), builds Caddy into bench/out/, and keeps each run's logs\n" +
 		"and profiles in bench/out/run-*. Figures from a shared machine are noisy: compare ratios from one run,\n" +
