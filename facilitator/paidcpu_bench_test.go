@@ -14,8 +14,8 @@ import (
 // BenchmarkPaidVerifyCPU is the CPU of the signature checks of one paid request on the
 // bundled path, with no RPC: Verify's checks (EIP-712 digest, recovery of the signer, the
 // pins and the time window), its proof kept, then Settle's checks of the same payment
-// values, which compare the digest and signature with the proof instead of recovering
-// again. It reports the signature recoveries per payment (countRecoveries). Its bound (issue 27, ≤ 1.1×) is BenchmarkEcrecoverHashBound.
+// values, which compare them field by field with the proof's copy instead of hashing and
+// recovering again, and check the time window. It reports the signature recoveries per payment (countRecoveries). Its bound (issue 27, ≤ 1.1×) is BenchmarkEcrecoverHashBound.
 func BenchmarkPaidVerifyCPU(b *testing.B) {
 	e, p, r := paidCPUBench(b)
 	recoveries := countRecoveries(b)
