@@ -19,7 +19,7 @@ import (
 
 // offlineService is a Service on net with no RPC client: enough for checkStatic, the CPU
 // part of verify. It is built like New builds one, minus the dial.
-func offlineService(b *testing.B, net x402.Network) *Service {
+func offlineService(b testing.TB, net x402.Network) *Service {
 	b.Helper()
 	key, err := crypto.GenerateKey()
 	if err != nil {
@@ -51,7 +51,7 @@ type nopJournal struct{ journal.Journal }
 
 // signedPayment is a valid v2 payment of amount from key to payTo on net, as a client
 // signs it (EIP-712 digest, 65-byte signature with v = 27/28).
-func signedPayment(b *testing.B, net x402.Network, key *ecdsa.PrivateKey, payTo common.Address, amount *big.Int, now time.Time) (*x402.Payment, *x402.Requirements) {
+func signedPayment(b testing.TB, net x402.Network, key *ecdsa.PrivateKey, payTo common.Address, amount *big.Int, now time.Time) (*x402.Payment, *x402.Requirements) {
 	b.Helper()
 	r := &x402.Requirements{
 		Scheme: x402.SchemeExact, Network: net.CAIP2, Amount: new(big.Int).Set(amount), Asset: net.USDC.Address,
@@ -78,8 +78,12 @@ func signedPayment(b *testing.B, net x402.Network, key *ecdsa.PrivateKey, payTo 
 // What remains of a verify is chain state (one batched eth_call round trip).
 func BenchmarkVerifyCPU(b *testing.B) { benchVerifyCPU(b, signedPayment) }
 
+// signPayment signs a valid payment of amount of net's asset from key to payTo, valid
+// around now (signedPayment, signedPermit2Payment).
+type signPayment func(t testing.TB, net x402.Network, key *ecdsa.PrivateKey, payTo common.Address, amount *big.Int, now time.Time) (*x402.Payment, *x402.Requirements)
+
 // benchVerifyCPU runs checkStatic on the valid payment sign makes.
-func benchVerifyCPU(b *testing.B, sign func(*testing.B, x402.Network, *ecdsa.PrivateKey, common.Address, *big.Int, time.Time) (*x402.Payment, *x402.Requirements)) {
+func benchVerifyCPU(b *testing.B, sign signPayment) {
 	e := offlineService(b, x402.BaseSepolia)
 	key, _ := crypto.GenerateKey()
 	now := time.Now()

@@ -18,7 +18,7 @@ import (
 // signedPermit2Payment is a valid v2 exact payment over Permit2 of amount of net's asset
 // from key to payTo, signed as the client signs it (Permit2's EIP-712 digest, v = 27/28),
 // in the normalised form the decoder gives.
-func signedPermit2Payment(b *testing.B, net x402.Network, key *ecdsa.PrivateKey, payTo common.Address, amount *big.Int, now time.Time) (*x402.Payment, *x402.Requirements) {
+func signedPermit2Payment(b testing.TB, net x402.Network, key *ecdsa.PrivateKey, payTo common.Address, amount *big.Int, now time.Time) (*x402.Payment, *x402.Requirements) {
 	b.Helper()
 	r := &x402.Requirements{
 		Scheme: x402.SchemeExact, Network: net.CAIP2, Amount: new(big.Int).Set(amount), Asset: net.USDC.Address,

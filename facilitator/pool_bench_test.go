@@ -54,7 +54,7 @@ func benchSettlePool(b *testing.B, keys, conc int) {
 	var wg sync.WaitGroup
 	b.ReportAllocs()
 	b.ResetTimer()
-	selfBefore, nodeBefore, refusedBefore := selfCPU(), childrenCPU(), proxy.Refused()
+	selfBefore, nodeBefore, refusedBefore := testenv.SelfCPU(), childrenCPU(), proxy.Refused()
 	start := time.Now()
 	for range conc {
 		wg.Add(1)
@@ -74,7 +74,7 @@ func benchSettlePool(b *testing.B, keys, conc int) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	self, node := selfCPU()-selfBefore, childrenCPU()-nodeBefore
+	self, node := testenv.SelfCPU()-selfBefore, childrenCPU()-nodeBefore
 	b.StopTimer()
 	slices.Sort(lat)
 	b.ReportMetric(float64(ok.Load())/elapsed.Seconds(), "settled/s")

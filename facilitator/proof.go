@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ethereum/go-ethereum/common"
-
 	"github.com/x402gate/x402gate/x402"
 )
 
@@ -22,40 +20,49 @@ const maxProofs = 4096
 
 // proof is what an in-process Verify proved of one payment (docs/facilitator.md#settle-order):
 // that its signature is its payer's (an EOA's, recovered; a contract wallet's, asked on
-// chain) and that the token's state let it pay (balance, unused nonce, the code of from).
-// The in-process Settle of the very same payment and requirements values reuses it
-// instead of recovering the signature and reading the token's state again; it still
-// runs every check that needs neither, and the token's simulation before the broadcast
-// decides on the state of the moment.
+// chain), that it passed the pins and the match, and that the token's state let it pay
+// (balance, unused nonce, the code of from). The in-process Settle of the very same
+// payment and requirements values reuses it instead of hashing and recovering the
+// signature, pinning, matching and reading the token's state again: it compares the
+// values with Verify's copy of them (covers) and checks the time window, the one check
+// whose answer changes with time; the token's simulation before the broadcast decides on
+// the state of the moment.
 type proof struct {
-	r    *x402.Requirements
-	hash common.Hash // the EIP-712 digest Verify checked the signature against
-	sig  []byte      // a copy of the payment's signature bytes as Verify saw them
-	eoa  bool        // checked.eoa after Verify: an EOA signature the token checks by ecrecover
+	c    *checked // Verify's checks of the payment; its Settle goes on from them
+	seen seen     // a copy of the values Verify's checks read
+	sig  []byte   // a copy of the payment's signature bytes as Verify saw them
 	at   time.Time
 }
 
-// covers reports whether pr proves the signature sig of digest hash: the payment has not
-// changed since Verify, since the digest covers every signed field of the authorization.
-func (pr *proof) covers(hash common.Hash, sig []byte) bool {
-	return pr != nil && pr.hash == hash && bytes.Equal(pr.sig, sig)
+// covers reports whether pr proves p paying r: its signature bytes and every value the
+// checks read are the ones Verify checked, but for an upto requirement's amount, which
+// may be less than the verified maximum (standsFor).
+func (pr *proof) covers(p *x402.Payment, r *x402.Requirements) bool {
+	if pr == nil || p == nil || r == nil || !bytes.Equal(pr.sig, p.Signature) {
+		return false
+	}
+	s := seenOf(p, r)
+	if s.req.scheme == x402.SchemeUpto && s.req.amount.atMost(pr.seen.req.amount) {
+		s.req.amount = pr.seen.req.amount
+	}
+	return s == pr.seen
 }
 
-// standsFor reports whether pr, proved of the payment paying pr.r, stands for its settle
+// standsFor reports whether pr, proved of the payment paying pr.c.r, stands for its settle
 // against r: the very same requirements, or, for upto, a copy of them whose amount is at
 // most the proved one (the gate settles the metered cost in a copy, docs/gate.md#metering).
 // The signature does not sign the settled amount, and a balance and allowance proved for
 // the maximum cover any amount below it; the simulation still decides on the moment's state.
 func (pr *proof) standsFor(r *x402.Requirements) bool {
-	if pr.r == r {
+	if pr.c.r == r {
 		return true
 	}
-	if r == nil || r.Scheme != x402.SchemeUpto || r.Amount == nil || pr.r.Amount == nil || r.Amount.Cmp(pr.r.Amount) > 0 {
+	if r == nil || r.Scheme != x402.SchemeUpto || r.Amount == nil || pr.c.r.Amount == nil || r.Amount.Cmp(pr.c.r.Amount) > 0 {
 		return false
 	}
 	same := *r
-	same.Amount = pr.r.Amount
-	return reflect.DeepEqual(&same, pr.r)
+	same.Amount = pr.c.r.Amount
+	return reflect.DeepEqual(&same, pr.c.r)
 }
 
 // proofs holds the proofs of in-process Verify calls until their Settle takes them. It is
@@ -63,20 +70,25 @@ func (pr *proof) standsFor(r *x402.Requirements) bool {
 // verified finds one, never a remote /settle, whose payment is decoded anew.
 type proofs struct {
 	mu sync.Mutex
-	m  map[*x402.Payment]proof
+	m  map[*x402.Payment]*proof
 }
 
-// put keeps the proof of c, proved at now. The proof of an ERC-6492 wallet that is not
-// deployed yet is not kept: its settle deploys the wallet, and whether another deployed
-// it meanwhile is for the chain to say again.
+// put keeps the proof of c, proved at now. The proof of an ERC-6492 wrapped signature is
+// not kept: a wallet not deployed yet is deployed by its settle, and whether another
+// deployed it meanwhile is for the chain to say again; the settle of a deployed one
+// unwraps it again (c.sig is only the inner signature).
 func (ps *proofs) put(c *checked, now time.Time) {
-	if c.wrap != nil {
+	if c.wrap != nil || len(c.sig) != len(c.p.Signature) {
+		return
+	}
+	s := seenOf(c.p, c.r)
+	if s.tooBig {
 		return
 	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.m == nil {
-		ps.m = map[*x402.Payment]proof{}
+		ps.m = map[*x402.Payment]*proof{}
 	}
 	if len(ps.m) >= maxProofs {
 		for p, pr := range ps.m {
@@ -88,7 +100,7 @@ func (ps *proofs) put(c *checked, now time.Time) {
 			return
 		}
 	}
-	ps.m[c.p] = proof{r: c.r, hash: c.hash, sig: bytes.Clone(c.p.Signature), eoa: c.eoa, at: now}
+	ps.m[c.p] = &proof{c: c, seen: s, sig: bytes.Clone(c.p.Signature), at: now}
 }
 
 // drop forgets the proof of p, if any.
@@ -111,7 +123,7 @@ func (ps *proofs) take(p *x402.Payment, r *x402.Requirements, now time.Time) *pr
 	if age := now.Sub(pr.at); !pr.standsFor(r) || age < 0 || age > proofTTL {
 		return nil
 	}
-	return &pr
+	return pr
 }
 
 // InProcess is a Service as a gate in the same process uses it (docs/facilitator.md#settle-order):

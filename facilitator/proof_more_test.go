@@ -238,7 +238,7 @@ func TestProofCacheBound(t *testing.T) {
 	var ps proofs
 	now := time.Unix(1_000_000, 0)
 	for i := range maxProofs + 100 {
-		ps.put(&checked{p: &x402.Payment{Signature: []byte{byte(i)}}, r: &x402.Requirements{}}, now)
+		ps.put(&checked{p: &x402.Payment{Signature: []byte{byte(i)}}, sig: []byte{byte(i)}, r: &x402.Requirements{}}, now)
 	}
 	if len(ps.m) != maxProofs {
 		t.Errorf("%d proofs kept, want %d", len(ps.m), maxProofs)

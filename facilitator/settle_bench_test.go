@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -51,7 +50,7 @@ func benchSettleConcurrent(b *testing.B, conc int) {
 	var wg sync.WaitGroup
 	b.ReportAllocs()
 	b.ResetTimer()
-	selfBefore, nodeBefore := selfCPU(), childrenCPU()
+	selfBefore, nodeBefore := testenv.SelfCPU(), childrenCPU()
 	rpcBefore := e.order[0].Requests()
 	start := time.Now()
 	for range conc {
@@ -78,7 +77,7 @@ func benchSettleConcurrent(b *testing.B, conc int) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	self, node := selfCPU()-selfBefore, childrenCPU()-nodeBefore
+	self, node := testenv.SelfCPU()-selfBefore, childrenCPU()-nodeBefore
 	rpcs := e.order[0].Requests() - rpcBefore
 	b.StopTimer()
 	slices.Sort(lat)
@@ -110,15 +109,6 @@ func (v *testEnv) settleJobs(b *testing.B) (common.Address, []testenv.Account, c
 	}
 	close(jobs)
 	return payee, payers, jobs
-}
-
-// selfCPU is the CPU time this process has used (user and system).
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // childrenCPU is the CPU time used so far by the live descendants of this process (the
@@ -190,12 +180,12 @@ func BenchmarkPaidRequest(b *testing.B) {
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
-	selfBefore, nodeBefore := selfCPU(), childrenCPU()
+	selfBefore, nodeBefore := testenv.SelfCPU(), childrenCPU()
 	rpcBefore := e.order[0].Requests()
 	for i := range b.N {
 		pay(ps[i], rs[i])
 	}
-	self, node := selfCPU()-selfBefore, childrenCPU()-nodeBefore
+	self, node := testenv.SelfCPU()-selfBefore, childrenCPU()-nodeBefore
 	rpcs := e.order[0].Requests() - rpcBefore
 	b.StopTimer()
 	b.ReportMetric(float64(self.Microseconds())/1000/float64(b.N), "cpu-ms/payment")

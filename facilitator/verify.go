@@ -73,10 +73,18 @@ func versionOf(p *x402.Payment) int {
 // EOA. When the signature recovers to from, it also runs checkRest and the payment is
 // fully checked but for chain state. Otherwise c.eoa is false and the caller must check
 // the signature against the chain (checkContractSignature) and then run checkRest, which
-// keeps the order of docs/protocol.md#headers. A proof pr that covers the payment's
-// digest and signature stands for the signature check (c.proven): nothing is recovered,
-// and checkRest runs.
+// keeps the order of docs/protocol.md#headers. A proof pr that covers p paying r stands
+// for every check but the time window (c.proven): Verify's checked goes on, and only
+// checkRest runs.
 func (e *Service) checkStatic(p *x402.Payment, r *x402.Requirements, now time.Time, pr *proof) (*checked, *failure) {
+	if pr.covers(p, r) {
+		c := pr.c
+		c.p, c.r, c.auth, c.sig, c.key, c.proven = p, r, p.Authorization, p.Signature, x402.KeyOf(p, r), true
+		if f := checkRest(c, now); f != nil {
+			return nil, f
+		}
+		return c, nil
+	}
 	if p == nil {
 		return nil, fail(x402.ReasonInvalidPayload, "payment payload is missing")
 	}
@@ -109,15 +117,12 @@ func (e *Service) checkStatic(p *x402.Payment, r *x402.Requirements, now time.Ti
 	if wrapped {
 		ck.wrap, ck.sig = &w, w.Inner
 	}
-	switch {
-	case !wrapped && pr.covers(hash, p.Signature):
-		ck.proven, ck.eoa = true, pr.eoa
-	case !wrapped && len(ck.sig) == 65:
+	if !wrapped && len(ck.sig) == 65 {
 		if signer, err := recoverSigner(hash, ck.sig); err == nil && signer == a.From {
 			ck.eoa = true
 		}
 	}
-	if !ck.eoa && !ck.proven {
+	if !ck.eoa {
 		return ck, nil
 	}
 	if f := checkRest(ck, now); f != nil {

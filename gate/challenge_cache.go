@@ -55,13 +55,11 @@ type challengeTemplate struct {
 // challengeAnswer is the 402 for one resource URL.
 type challengeAnswer struct {
 	header string // PAYMENT-REQUIRED
-	body   []byte
-	length string // Content-Length of body
-	// req and hdr are the route's requirement for the URL and the 402's headers, shared by
-	// the results of every request answered from this entry (Options.OnResult must not
+	length string // Content-Length of the body (res.Body)
+	// res is the result of every request answered from this entry, with the route's
+	// requirement for the URL and the 402's headers, shared (Options.OnResult must not
 	// modify a result); writeCached gives each response its own header values.
-	req *x402.Requirements
-	hdr http.Header
+	res Result
 }
 
 // newChallengeTemplate builds g's template, or returns nil when the route's 402 cannot be
@@ -124,10 +122,16 @@ func (t *challengeTemplate) answer(route *routeConfig, resource string) *challen
 	for _, p := range t.body[1:] {
 		body = append(append(body, u...), p...)
 	}
-	a := &challengeAnswer{header: base64.StdEncoding.EncodeToString(v2), body: body, length: strconv.Itoa(len(body)),
-		req: route.requirement(&route.option, route.price, route.payTo, resource)}
+	a := &challengeAnswer{header: base64.StdEncoding.EncodeToString(v2), length: strconv.Itoa(len(body))}
 	vals := &[3]string{a.header, "no-store", exposeHeaders}
-	a.hdr = http.Header{keyPaymentRequired: vals[0:1:1], keyCacheControl: vals[1:2:2], keyExposeHeaders: vals[2:3:3]}
+	a.res = Result{
+		Kind:         KindPaymentRequired,
+		Status:       http.StatusPaymentRequired,
+		Header:       http.Header{keyPaymentRequired: vals[0:1:1], keyCacheControl: vals[1:2:2], keyExposeHeaders: vals[2:3:3]},
+		Body:         body,
+		Requirements: route.requirement(&route.option, route.price, route.payTo, resource),
+		cached:       a,
+	}
 	if len(resource) <= maxCachedResource {
 		t.answers.Add(resource, a)
 	}
@@ -159,18 +163,11 @@ func (g *Gate) cachedChallenge(r *http.Request, in Input) *Result {
 	if a == nil {
 		return nil
 	}
-	return &Result{
-		Kind:         KindPaymentRequired,
-		Status:       http.StatusPaymentRequired,
-		Header:       a.hdr,
-		Body:         a.body,
-		Requirements: a.req,
-		cached:       a,
-	}
+	return &a.res
 }
 
-// writeCached sends a result of cachedChallenge. Its Header is shared with other requests,
-// so the response gets its own header values, all five in one array.
+// writeCached sends a result of cachedChallenge. It is shared with the other requests of
+// its URL, so the response gets its own header values, all five in one array.
 func (r *Result) writeCached(w http.ResponseWriter, req *http.Request) {
 	a := r.cached
 	vals := &[5]string{a.header, "no-store", exposeHeaders, "application/json", a.length}

@@ -289,6 +289,24 @@ func TestChallengeCacheIsBounded(t *testing.T) {
 	}
 }
 
+// TestCachedChallengeCostsTwoAllocations: an unpaid request for a URL whose answer is
+// cached allocates two things, as Caddy's respond allocates its header values: the
+// resource URL of the request and the response's own header values (one array). Its
+// result, with the requirement and the header map, is the cached answer's.
+func TestCachedChallengeCostsTwoAllocations(t *testing.T) {
+	h := newBenchGate(t, benchConfig()).Middleware(MiddlewareOptions{})(http.NotFoundHandler())
+	r := httptest.NewRequest(http.MethodGet, "http://api.example.com/weather/today", nil)
+	w := &benchWriter{h: http.Header{}}
+	serve := func() {
+		clear(w.h)
+		h.ServeHTTP(w, r)
+	}
+	serve()
+	if n := testing.AllocsPerRun(100, serve); n > 2 || w.status != http.StatusPaymentRequired {
+		t.Errorf("status %d, %.0f allocations per cached 402, want 2", w.status, n)
+	}
+}
+
 // TestChallengeNotCached: routes whose 402 changes per request build it in full.
 func TestChallengeNotCached(t *testing.T) {
 	guardian := benchConfig()

@@ -221,9 +221,10 @@ type Options struct {
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 	// OnResult, when set, is called by Serve with every result before it is answered or
-	// the upstream runs, e.g. to count challenges. It must not modify the result: the
-	// Header and Requirements of a cached challenge are shared by the requests answered
-	// from the same cached answer (docs/gate.md#the-cached-challenge). Default nil.
+	// the upstream runs, e.g. to count challenges. It must not modify the result: a
+	// cached challenge's result, its Header and Requirements included, is shared by the
+	// requests answered from the same cached answer (docs/gate.md#the-cached-challenge).
+	// Default nil.
 	OnResult func(*Result)
 	// OnVerify, when set, is called after every facilitator verification, e.g. to count
 	// them. It runs on the request's goroutine and must not block. Default nil.
