@@ -241,3 +241,14 @@ func TestChallengeAgainstRespondGoal(t *testing.T) {
 		}
 	}
 }
+
+// TestCPUPerRequest: Caddy's CPU per request of a side is its CPU over all its rounds over
+// all their requests, and nothing when it served none.
+func TestCPUPerRequest(t *testing.T) {
+	if got := cpuPerRequest([]wrkRun{{cpu: 3, reqs: 100000}, {cpu: 1, reqs: 20000}}); math.Abs(got-4e6/120000) > 1e-9 {
+		t.Errorf("cpuPerRequest = %v µs, want %v", got, 4e6/120000)
+	}
+	if got := cpuPerRequest([]wrkRun{{cpu: 1}}); !math.IsNaN(got) || goalByID("5b").met(1/got) {
+		t.Errorf("cpuPerRequest of no requests = %v, want NaN and goal 5b not met", got)
+	}
+}

@@ -197,41 +197,6 @@ func (r *report) paidVerifyCPU(sec string, out []benchLine) {
 		note: "BenchmarkPaidVerifyCPU's recoveries/payment"}, "2b", rec)
 }
 
-// The in-process benchmark of goal 5c, written on the "recov" engineer's branch.
-const (
-	challengeRespondBench = "BenchmarkChallengeAgainstRespond"
-	challengeRespondPkg   = "./caddymodule/paygate/"
-)
-
-// challengeInProcess adds goal 5c: BenchmarkChallengeAgainstRespond (./caddymodule/paygate/),
-// the unpaid 402 through our handler against Caddy's respond handler answering the same
-// bytes, in process, five rounds in turn.
-func (e *env) challengeInProcess() {
-	const name, pkg = challengeRespondBench, challengeRespondPkg
-	if !e.hasBenchmark(pkg, name) {
-		e.rep.unmeasured("5c", name+" (sub-benchmarks x402 and respond, "+pkg+") is not on this commit")
-		return
-	}
-	e.rep.challengeAgainstRespond(e.alternate("bench-challenge-respond", name+"$", pkg, 5))
-}
-
-// challengeAgainstRespond adds goal 5c from the rounds of BenchmarkChallengeAgainstRespond:
-// respond's CPU per request against the 402's.
-func (r *report) challengeAgainstRespond(out []benchLine) {
-	const name, pkg = challengeRespondBench, challengeRespondPkg
-	x := find(out, func(n string) bool { return n == name+"/x402" })
-	resp := find(out, func(n string) bool { return n == name+"/respond" })
-	if x == nil || resp == nil {
-		r.unmeasured("5c", name+" did not report its sub-benchmarks x402 and respond")
-		return
-	}
-	xv, rv, unit := cpuPair(x, resp)
-	r.addGoal(row{section: challengeSection, measure: "in process: " + strings.TrimPrefix(name, "Benchmark") + ", the 402 vs `respond` (" + unit + ")",
-		ours: fmtNs(xv), peer: fmtNs(rv), ratio: rv / xv, higherBetter: true,
-		note: fmt.Sprintf("%s%s; median of 5 rounds, the two in turn; ratio = respond/ours; ours %.0f allocs, %.0f B per op; respond %.0f allocs, %.0f B per op",
-			pkg, name, x.metrics["allocs/op"], x.metrics["B/op"], resp.metrics["allocs/op"], resp.metrics["B/op"])}, "5c", rv/xv)
-}
-
 // hasBenchmark tells whether pkg has the benchmark name (go test -list).
 func (e *env) hasBenchmark(pkg, name string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
