@@ -34,6 +34,7 @@ import (
 
 type config struct {
 	root, out, caddy, node, wrk, results string
+	before                               string // git rev:path of the run before's results.md
 	only                                 map[string]bool
 	rounds, paidRounds                   int
 	wrkDur, verifyDur, paidDur           time.Duration
@@ -56,13 +57,14 @@ func main() {
 	flag.StringVar(&c.node, "node", "node", "node")
 	flag.StringVar(&c.wrk, "wrk", "wrk", "wrk")
 	flag.StringVar(&c.results, "results", "bench/results.md", "where to write the results")
+	flag.StringVar(&c.before, "before", defaultBefore, "the results.md of the run before, as git rev:path (the goals table's before column)")
 	flag.StringVar(&only, "only", "challenge,verify,cpu,paid,schemes,verdict,memory,pool,soak", "sections to run")
 	flag.IntVar(&c.rounds, "rounds", 3, "rounds of the challenge and verify comparisons")
 	flag.IntVar(&c.paidRounds, "paid-rounds", 2, "rounds of the paid-path comparison per concurrency")
 	flag.DurationVar(&c.wrkDur, "wrk-duration", 5*time.Second, "one wrk run")
 	flag.DurationVar(&c.verifyDur, "verify-duration", 5*time.Second, "one /verify run")
 	flag.DurationVar(&c.paidDur, "paid-duration", 6*time.Second, "one paid-path run")
-	flag.DurationVar(&c.soak, "soak", 120*time.Second, "the RSS soak on the paid path")
+	flag.DurationVar(&c.soak, "soak", goalSoak, "the RSS soak on the paid path")
 	flag.IntVar(&c.verifyConc, "verify-conc", 8, "concurrent /verify requests")
 	flag.IntVar(&c.soakConc, "soak-conc", 64, "concurrent paid requests of the RSS soak")
 	flag.IntVar(&c.payers, "payers", 64, "distinct payer accounts")
@@ -175,6 +177,9 @@ func runAll(c *config, tb *benchTB) {
 	// The Go benchmarks run with the servers stopped: they have the machine to themselves.
 	stopAll()
 	tb.runCleanups()
+	if c.only["challenge"] {
+		e.challengeInProcess()
+	}
 	if c.only["cpu"] {
 		e.cpu()
 	}

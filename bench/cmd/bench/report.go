@@ -17,9 +17,11 @@ type row struct {
 	section, measure, ours, peer, note string
 	ratio                              float64 // 0: none
 	higherBetter                       bool
-	// goal, when set, is the ratio the issue asks for: a row that cannot beat its peer (a
-	// bound) is marked against the goal instead of "(we lose)".
-	goal float64
+	// ratioGoal, when set, is the ratio an earlier issue asks for: a row that cannot beat its
+	// peer (a bound) is marked against it instead of "(we lose)".
+	ratioGoal float64
+	// goal is the goal column: an issue 27 goal's bound, met or NOT met (report.addGoal).
+	goal string
 }
 
 type profile struct{ title, top string }
@@ -38,10 +40,21 @@ type report struct {
 	runtime          time.Duration
 	challengeBody    int
 	challengeHeaders string
+	goals            map[string]goalResult // by goal id
+	before           oldRows               // the rows of the run before (config.before)
+	beforeWhat       string                // where they come from, for the goals table
 }
 
 func newReport(c *config) *report {
-	return &report{c: c, started: time.Now().UTC(), loadBefore: loadavg(), sectionLoad: map[string]string{}}
+	r := &report{c: c, started: time.Now().UTC(), loadBefore: loadavg(), sectionLoad: map[string]string{}, goals: map[string]goalResult{}}
+	r.beforeWhat = "bench/results.md of the run on bdd0759, `git show " + c.before + "`"
+	old, err := loadBefore(c.root, c.before)
+	if err != nil {
+		logf("the run before: %v", err)
+		r.beforeWhat = fmt.Sprintf("none: %v", err)
+	}
+	r.before = old
+	return r
 }
 
 // add appends a row; the first row of a section records the load average at that moment.
@@ -124,13 +137,13 @@ func (r *report) ratioCell(x row) string {
 		return "–"
 	}
 	s := fmt.Sprintf("%.2f×", x.ratio)
-	if x.goal > 0 {
-		if x.ratio < x.goal {
+	if x.ratioGoal > 0 {
+		if x.ratio < x.ratioGoal {
 			s += " (below the goal)"
 		}
 		return s
 	}
-	if x.higherBetter && math.Round(x.ratio*100) < 100 { // as printed: 0.995 is 1.00×, a tie
+	if x.higherBetter && x.goal == "" && math.Round(x.ratio*100) < 100 { // a goal's row: its goal column judges it // as printed: 0.995 is 1.00×, a tie
 		s += " (we lose)"
 	}
 	return s
@@ -145,7 +158,7 @@ func (r *report) table() string {
 			sec = x.section
 			fmt.Fprintf(&b, "\n%s (load %s)\n", sec, r.sectionLoad[sec])
 		}
-		fmt.Fprintf(&b, "  %-62s %-18s %-22s %s\n", x.measure, x.ours, x.peer, r.ratioCell(x))
+		fmt.Fprintf(&b, "  %-62s %-18s %-22s %s %s\n", x.measure, x.ours, x.peer, r.ratioCell(x), x.goal)
 	}
 	if r.soak != "" {
 		fmt.Fprintf(&b, "\nsoak: %s\n", r.soak)
@@ -166,7 +179,8 @@ func (r *report) write(path string) {
 	b.WriteString("Written by `bench/run` (`bench/cmd/bench`); do not edit by hand. Each comparison runs both sides in the\n" +
 		"same run, on the same machine, against the same anvil (automine, chain id 84532), alternating the sides\n" +
 		"over rounds; a figure is the median over the rounds. The ratio is ours/peer for rates and peer/ours for\n" +
-		"latencies and costs, so above 1 means we are faster; \"(we lose)\" marks the rows below 1.\n\n")
+		"latencies and costs, so above 1 means we are faster; \"(we lose)\" marks the rows below 1 that have no\n" +
+		"goal of their own (a goal's row says met or NOT met in its goal column).\n\n")
 	b.WriteString("| | |\n|---|---|\n")
 	fmt.Fprintf(&b, "| date (UTC) | %s |\n", r.started.Format("2006-01-02 15:04"))
 	fmt.Fprintf(&b, "| commit | %s |\n", rev)
@@ -177,15 +191,17 @@ func (r *report) write(path string) {
 	fmt.Fprintf(&b, "| wrk | %s |\n", firstLine(cmdOut(c.wrk, "--version")))
 	fmt.Fprintf(&b, "| runtime of bench/run | %s |\n", r.runtime.Round(time.Second))
 	b.WriteString("\n")
+	b.WriteString(r.goalsTable())
+	b.WriteString("\n## Rows\n\n")
 
-	b.WriteString("| measure | ours | peer | ratio | notes |\n|---|---|---|---|---|\n")
+	b.WriteString("| measure | ours | peer | ratio | goal | notes |\n|---|---|---|---|---|---|\n")
 	sec := ""
 	for _, x := range r.sorted() {
 		if x.section != sec {
 			sec = x.section
-			fmt.Fprintf(&b, "| **%s** | | | | load average %s |\n", esc(sec), r.sectionLoad[sec])
+			fmt.Fprintf(&b, "| **%s** | | | | | load average %s |\n", esc(sec), r.sectionLoad[sec])
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", esc(x.measure), esc(x.ours), esc(x.peer), r.ratioCell(x), esc(x.note))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", esc(x.measure), esc(x.ours), esc(x.peer), r.ratioCell(x), esc(x.goal), esc(x.note))
 	}
 	b.WriteString("\n")
 	if r.soak != "" {
@@ -222,8 +238,14 @@ func (r *report) write(path string) {
   `+"`go test -bench BenchmarkHTTP ./verdictserver/`"+`; the peer column holds the issue's targets.
 - **Memory**: `+"`go test -bench 'Heap|1M|Million' -benchtime 1x`"+` in facilitator/approval/, gate/, verdictserver/ and
   verdictserver/store/; and
-  the VmRSS of the Caddy process (/proc/PID/status) over a soak on the paid path.
-`, c.wrkDur, c.rounds, r.challengeBody, r.challengeHeaders, c.payers, c.verifyConc, c.verifyDur, c.rounds, c.paidDur, c.paidRounds, c.payers)
+  the VmRSS of the Caddy process (/proc/PID/status) over a soak on the paid path (%s at c=%d).
+- **Goals** (issue 27, and issue 24's p99): a goal's row gives its value against its bound, met or NOT met;
+  the goals table gives the figure of the run before beside it. The paid verify CPU is
+  `+"`BenchmarkPaidVerifyCPU`"+` against `+"`BenchmarkEcrecoverHashBound`"+` (./facilitator/, cpu-ns/op, five rounds in turn); the 402
+  in process is `+"`BenchmarkChallengeAgainstRespond`"+` (./caddymodule/paygate/, five rounds); the signer pool is
+  `+"`BenchmarkSettlePool -benchtime 256x`"+` (./facilitator/) and the tests of a key short of gas; issue 24's p99 is
+  `+"`BenchmarkEvaluate/cpu`"+` (./verdictserver/, -benchtime 20000x -count 3, the median).
+`, c.wrkDur, c.rounds, r.challengeBody, r.challengeHeaders, c.payers, c.verifyConc, c.verifyDur, c.rounds, c.paidDur, c.paidRounds, c.payers, c.soak, c.soakConc)
 	b.WriteString("\n")
 
 	if len(r.profiles) > 0 {
@@ -239,7 +261,7 @@ func (r *report) write(path string) {
 		}
 		b.WriteString("\n")
 	}
-	b.WriteString("## Rerun\n\n```sh\nbench/run            # everything, under 15 minutes; a 2-minute RSS soak\nSOAK=600 bench/run   # the 10-minute soak\nbench/run soak       # the soak alone (SOAK seconds, default 600)\n```\n\n" +
+	b.WriteString("## Rerun\n\n```sh\nbench/run            # everything, about 22 minutes, 10 of them the RSS soak at c=64 (goal 6e)\nSOAK=120 bench/run   # a 2-minute soak (goal 6e NOT met: too short)\nbench/run soak       # the soak alone (SOAK seconds, default 600)\nONLY=pool bench/run  # some sections; writes bench/out/partial.md\n```\n\n" +
 		"bench/run installs wrk (apt-get) and the npm peers (`npm ci` in bench/), reuses anvil from\n" +
 		"integration/node_modules (`npm ci` there when missing), builds Caddy into bench/out/, and keeps each run's logs\n" +
 		"and profiles in bench/out/run-*. Figures from a shared machine are noisy: compare ratios from one run,\n" +

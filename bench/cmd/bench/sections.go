@@ -2,16 +2,13 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"math"
 	"math/big"
 	"net/http"
 	"os"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -31,120 +28,6 @@ func median(v []float64) float64 {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
-
-// --- 1. the challenge path -------------------------------------------------------------------
-
-var (
-	wrkRPS  = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
-	wrkReqs = regexp.MustCompile(`([0-9]+) requests in`)
-	wrkPct  = regexp.MustCompile(`(?m)^\s+(50|99)%\s+([0-9.]+)(us|ms|s)\s*$`)
-)
-
-// wrkRun is one wrk run: its rate, p50 and p99 in ms, the requests it made, and the CPU
-// seconds Caddy spent meanwhile (set by challenge for the targets Caddy serves).
-type wrkRun struct{ rps, p50, p99, reqs, cpu float64 }
-
-func (e *env) wrk(url string, d time.Duration) wrkRun {
-	ctx, cancel := context.WithTimeout(context.Background(), d+30*time.Second)
-	defer cancel()
-	out, err := run(ctx, e.dir, nil, e.c.wrk, "-t2", "-c32", fmt.Sprintf("-d%ds", int(d.Seconds())), "--latency", url)
-	if err != nil {
-		e.tb.Fatalf("wrk %s: %v: %s", url, err, out)
-	}
-	m := wrkRPS.FindStringSubmatch(out)
-	if m == nil {
-		e.tb.Fatalf("wrk %s: no Requests/sec in %q", url, out)
-	}
-	var r wrkRun
-	r.rps, _ = strconv.ParseFloat(m[1], 64)
-	if m := wrkReqs.FindStringSubmatch(out); m != nil {
-		r.reqs, _ = strconv.ParseFloat(m[1], 64)
-	}
-	for _, p := range wrkPct.FindAllStringSubmatch(out, -1) {
-		v, _ := strconv.ParseFloat(p[2], 64)
-		switch p[3] {
-		case "us":
-			v /= 1000
-		case "s":
-			v *= 1000
-		}
-		if p[1] == "50" {
-			r.p50 = v
-		} else {
-			r.p99 = v
-		}
-	}
-	if strings.Contains(out, "Socket errors") {
-		logf("wrk %s: %s", url, strings.TrimSpace(out[strings.Index(out, "Socket errors"):]))
-	}
-	return r
-}
-
-func (e *env) challenge() {
-	targets := []struct{ name, url string }{
-		{"x402gate `x402`", e.gateURL},
-		{"Caddy `respond`", e.respURL},
-		{"x402-express 1.2.0", e.refGateURL},
-	}
-	// Every target answers 402 with its challenge; check before measuring.
-	for _, t := range targets {
-		resp, err := http.Get(t.url)
-		if err != nil {
-			e.tb.Fatalf("%s: %v", t.name, err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusPaymentRequired {
-			e.tb.Fatalf("%s answered %d, not 402", t.name, resp.StatusCode)
-		}
-	}
-	runs := make([][]wrkRun, len(targets))
-	for r := range e.c.rounds {
-		for k := range targets {
-			i := (k + r) % len(targets) // rotate who goes first
-			logf("challenge round %d/%d: wrk -t2 -c32 -d%s %s", r+1, e.c.rounds, e.c.wrkDur, targets[i].name)
-			cpu := cpuSeconds(e.caddy.pid())
-			w := e.wrk(targets[i].url, e.c.wrkDur)
-			w.cpu = cpuSeconds(e.caddy.pid()) - cpu
-			logf("  %.0f req/s, p50 %.2f ms, p99 %.2f ms, Caddy's CPU %.1f µs a request (meaningful for the first two)", w.rps, w.p50, w.p99, 1e6*w.cpu/w.reqs)
-			runs[i] = append(runs[i], w)
-		}
-	}
-	med := func(i int, f func(wrkRun) float64) float64 {
-		var v []float64
-		for _, w := range runs[i] {
-			v = append(v, f(w))
-		}
-		return median(v)
-	}
-	rps := func(w wrkRun) float64 { return w.rps }
-	ours, resp, ref := med(0, rps), med(1, rps), med(2, rps)
-	perRound := func(i int) string {
-		var s []string
-		for _, w := range runs[i] {
-			s = append(s, fmt.Sprintf("%.0f", w.rps))
-		}
-		return strings.Join(s, ", ")
-	}
-	e.rep.add(row{section: "1. Challenge (402)", measure: "402 req/s vs Caddy `respond`, same body and headers, same binary", ours: fmt.Sprintf("%.0f", ours), peer: fmt.Sprintf("%.0f", resp), ratio: ours / resp, higherBetter: true,
-		note: fmt.Sprintf("goal ≥ 1.0×; rounds: ours %s; respond %s", perRound(0), perRound(1))})
-	cpu := func(w wrkRun) float64 { return 1e6 * w.cpu / w.reqs }
-	e.rep.add(row{section: "1. Challenge (402)", measure: "Caddy CPU µs per 402 vs Caddy `respond`", ours: fmt.Sprintf("%.1f", med(0, cpu)), peer: fmt.Sprintf("%.1f", med(1, cpu)), ratio: med(1, cpu) / med(0, cpu), higherBetter: true,
-		note: "utime+stime of the Caddy process (/proc/PID/stat) over each wrk run, divided by its requests; ratio = peer/ours; load moves it less than the rate"})
-	e.rep.add(row{section: "1. Challenge (402)", measure: "402 req/s vs x402-express 1.2.0", ours: fmt.Sprintf("%.0f", ours), peer: fmt.Sprintf("%.0f", ref), ratio: ours / ref, higherBetter: true,
-		note: fmt.Sprintf("rounds: express %s", perRound(2))})
-	goal := ": met"
-	if ours/resp < 1.0 {
-		goal = ": **not met**"
-	}
-	e.rep.headline = append(e.rep.headline, fmt.Sprintf("**402 path:** %.2f× the rate of Caddy's own `respond` serving the same 402 from the same binary (%.0f against %.0f requests/s; goal ≥ 1.0×%s)%s; %.1f× `x402-express` 1.2.0.",
-		ours/resp, ours, resp, goal, lose(ours/resp, " (slower than `respond`; results.md has the profile)"), ours/ref))
-	p99 := func(w wrkRun) float64 { return w.p99 }
-	e.rep.add(row{section: "1. Challenge (402)", measure: "402 p99 latency (ms) vs Caddy `respond`", ours: fmt.Sprintf("%.2f", med(0, p99)), peer: fmt.Sprintf("%.2f", med(1, p99)), ratio: med(1, p99) / med(0, p99), higherBetter: true,
-		note: "ratio = peer/ours: above 1 is better for us"})
-
-	// The profile of our 402 path under the same load, taken in an extra, unmeasured run.
-	e.profileCaddy("challenge", "Caddy serving our 402 (wrk -t2 -c32)", 5, func() { e.wrk(e.gateURL, 7*time.Second) })
-}
 
 // --- 2. verify -------------------------------------------------------------------------------
 
@@ -391,14 +274,35 @@ func (e *env) paid() {
 		parts = append(parts, fmt.Sprintf("%.1f× at concurrency %d (%.1f against %.1f/s; %s against %s settled)", med(0, rate)/med(1, rate), conc, med(0, rate), med(1, rate), okPct(runs[0]), okPct(runs[1])))
 		e.rep.add(row{section: sec, measure: fmt.Sprintf("c=%d: settled requests/s", conc), ours: fmt.Sprintf("%.1f", med(0, rate)), peer: fmt.Sprintf("%.1f", med(1, rate)), ratio: med(0, rate) / med(1, rate), higherBetter: true,
 			note: fmt.Sprintf("success: ours %s; peer %s", okAll(0), okAll(1))})
-		e.rep.add(row{section: sec, measure: fmt.Sprintf("c=%d: p50 / p99 (ms)", conc), ours: fmt.Sprintf("%.1f / %.1f", med(0, p50), med(0, p99)), peer: fmt.Sprintf("%.1f / %.1f", med(1, p50), med(1, p99)), ratio: med(1, p50) / med(0, p50), higherBetter: true,
-			note: "ratio of the p50s, peer/ours"})
+		latRow := row{section: sec, measure: fmt.Sprintf("c=%d: p50 / p99 (ms)", conc), ours: fmt.Sprintf("%.1f / %.1f", med(0, p50), med(0, p99)), peer: fmt.Sprintf("%.1f / %.1f", med(1, p50), med(1, p99)), ratio: med(1, p50) / med(0, p50), higherBetter: true,
+			note: "ratio of the p50s, peer/ours"}
+		// Goals 1a and 1b are at c=1; a side with a round that measured nothing meets neither.
+		measured := func(i int, f func(result) []time.Duration) float64 {
+			for _, r := range runs[i] {
+				if len(f(r)) == 0 {
+					return math.NaN()
+				}
+			}
+			return 1
+		}
+		lats := func(r result) []time.Duration { return r.lat }
+		overheads := func(r result) []time.Duration { return r.overhead }
+		if conc == 1 {
+			e.rep.addGoal(latRow, "1b", measured(0, lats)*measured(1, lats)*med(0, p50)/med(1, p50))
+		} else {
+			e.rep.add(latRow)
+		}
 		if conc == 1 {
 			e.rep.add(row{section: sec, measure: "node round trips per paid request (c=1)", ours: fmt.Sprintf("%.2f", runs[0][0].perRequest(roundTrips)), peer: fmt.Sprintf("%.2f", runs[1][0].perRequest(roundTrips)), ratio: runs[1][0].perRequest(roundTrips) / runs[0][0].perRequest(roundTrips), higherBetter: true,
 				note: "JSON-RPC calls per request: ours " + runs[0][0].rpcPerRequest() + "; peer " + runs[1][0].rpcPerRequest()})
 		}
-		e.rep.add(row{section: sec, measure: fmt.Sprintf("c=%d: overhead beyond the chain, p50 (ms)", conc), ours: fmt.Sprintf("%.1f", med(0, ov)), peer: fmt.Sprintf("%.1f", med(1, ov)), ratio: med(1, ov) / med(0, ov), higherBetter: true,
-			note: fmt.Sprintf("total minus eth_sendRawTransaction→receipt (p50 of that chain part: ours %.1f ms, peer %.1f ms); server CPU: ours %.0f%%, peer %.0f%% of one core", med(0, ch), med(1, ch), med(0, cpu), med(1, cpu))})
+		ovRow := row{section: sec, measure: fmt.Sprintf("c=%d: overhead beyond the chain, p50 (ms)", conc), ours: fmt.Sprintf("%.1f", med(0, ov)), peer: fmt.Sprintf("%.1f", med(1, ov)), ratio: med(1, ov) / med(0, ov), higherBetter: true,
+			note: fmt.Sprintf("total minus eth_sendRawTransaction→receipt (p50 of that chain part: ours %.1f ms, peer %.1f ms); server CPU: ours %.0f%%, peer %.0f%% of one core", med(0, ch), med(1, ch), med(0, cpu), med(1, cpu))}
+		if conc == 1 {
+			e.rep.addGoal(ovRow, "1a", measured(0, overheads)*med(0, ov))
+		} else {
+			e.rep.add(ovRow)
+		}
 		e.rep.add(row{section: sec, measure: fmt.Sprintf("c=%d: CPU during our run (cores)", conc), ours: fmt.Sprintf("%.2f of %d", runs[0][0].usage.machine, runs[0][0].usage.cores), peer: "–",
 			note: runs[0][0].usage.String() + " (first round; bench/pipeline.md#why-p50-at-c64-is-not-within-2x-of-c8-on-this-machine)"})
 	}
