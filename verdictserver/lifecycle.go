@@ -15,10 +15,11 @@ import (
 	"github.com/x402gate/x402gate/verdictserver/store"
 )
 
-// The lifecycle (docs/verdict-api.md#lifecycle): a record is written PENDING, queued for
-// a bounded pool of workers, evaluated against the agent's policy as it is at evaluation
-// time, and completed once, APPROVED or REJECTED. The queue only speeds things up: the
-// store is the list of work. A record that finds the queue full, whose evaluation could
+// The lifecycle (docs/verdict-api.md#lifecycle): a submit is judged before it is stored and
+// written with its terminal verdict in one commit (judgeAtSubmit). What cannot be judged at
+// once (spend windows, a failed evaluation) is written PENDING, queued for a bounded pool of
+// workers, evaluated against the agent's policy as it is at evaluation time, and completed
+// once, APPROVED or REJECTED. The queue only speeds things up: the store is the list of work. A record that finds the queue full, whose evaluation could
 // not be stored, or that was pending when a process stopped, is found by the sweeper.
 
 // Start starts the workers and the sweeper, which at once hands every PENDING record
