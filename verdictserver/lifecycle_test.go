@@ -317,4 +317,3 @@ func submitStoresItsVerdict(t *testing.T, st *store.Store) {
 		t.Fatalf("pending = %d %v, want only the record under spend windows", n, err)
 	}
 }
-

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/x402gate/x402gate/internal/faults"
 	"github.com/x402gate/x402gate/verdictserver/store"
 )
@@ -122,7 +124,8 @@ func accepted(t store.Transaction) record {
 // verdict, its status and its policy version; the caller calls j.done once t is stored.
 func (s *Server) judgeAtSubmit(ctx context.Context, t *store.Transaction) (j judgement, judged bool) {
 	defer func() {
-		if v := recover(); v != nil { // the worker's evaluation recovers and logs it again
+		if v := recover(); v != nil { // the record goes to the workers, whose evaluation recovers too
+			s.log.Error("submit: the evaluation panicked; left to the workers", zap.String("requestHash", t.RequestHash), zap.Any("panic", v))
 			j.done()
 			j, judged = judgement{}, false
 		}
