@@ -168,8 +168,7 @@ func TestTerminalVerdictIsImmutable(t *testing.T) {
 	h := r.body["requestHash"].(string)
 	first := e.await(a.Key, h)
 	// a policy that now allows the stranger does not change the recorded verdict
-	allowBoth := strings.Replace(allowPolicy, `"recipients": {"allowed": [`, `"recipients": {"allowed": ["`+strangerPay.Hex()+`", `, 1)
-	if _, err := e.srv.Operator().SetPolicy(t.Context(), a.ID, []byte(allowBoth), "test"); err != nil {
+	if _, err := e.srv.Operator().SetPolicy(t.Context(), a.ID, []byte(allowBothPolicy), "test"); err != nil {
 		t.Fatal(err)
 	}
 	e.srv.evaluate(t.Context(), job{hash: h})
@@ -178,6 +177,36 @@ func TestTerminalVerdictIsImmutable(t *testing.T) {
 	}
 	if again := e.await(a.Key, h); again.Outcome != first.Outcome || !again.Timestamp.Equal(first.Timestamp) {
 		t.Errorf("verdict changed: %s at %v, then %s at %v", first.Outcome, first.Timestamp, again.Outcome, again.Timestamp)
+	}
+}
+
+// allowBothPolicy is allowPolicy that also allows strangerPay.
+var allowBothPolicy = strings.Replace(allowPolicy, `"recipients": {"allowed": [`, `"recipients": {"allowed": ["`+strangerPay.Hex()+`", `, 1)
+
+// TestANewPolicyVersionAppliesToTheNextSubmit: a submit is judged against the agent's newest
+// policy version as it is then, though the Server keeps the versions it parsed: a payment the
+// first version refuses is approved under the second, with its number.
+func TestANewPolicyVersionAppliesToTheNextSubmit(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	a := e.agent("alice", common.HexToAddress("0xA11CE00000000000000000000000000000000001"), allowPolicy)
+	for i, want := range []verdict.Outcome{verdict.OutcomeRejected, verdict.OutcomeApproved} {
+		if i == 1 {
+			if _, err := e.srv.Operator().SetPolicy(t.Context(), a.ID, []byte(allowBothPolicy), "test"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r := e.submit(a.Key, submitBody(a.Wallet, strangerPay, ""))
+		if r.status != http.StatusCreated {
+			t.Fatalf("submit %d = %d %s", i, r.status, r.raw)
+		}
+		v := e.await(a.Key, r.body["requestHash"].(string))
+		var named int64 // the verdict's policyVersion, 0 for null
+		if v.PolicyVersion != nil {
+			named = *v.PolicyVersion
+		}
+		if v.Outcome != want || named != int64(i+1) {
+			t.Fatalf("under policy version %d: %s, want %s (the verdict names version %d)", i+1, v.Outcome, want, named)
+		}
 	}
 }
 
