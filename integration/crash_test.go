@@ -334,9 +334,13 @@ func awaitPoint(t *testing.T, in *verdictInstance, point string) {
 // but before its 201, then restarts it on the same store, with SQLite and with PostgreSQL.
 // After the restart every accepted transaction gets its verdict (the one whose 201 was lost
 // is found by its traceId), and a verdict that was terminal before a crash is the same
-// bytes after it (docs/reliability.md#crash-safety).
+// bytes after it (docs/reliability.md#crash-safety). The first two crashes are under a
+// policy with a spend window, whose records the workers judge; the last under one without,
+// whose records are judged at the submit and stored with their verdict
+// (docs/verdict-api.md#lifecycle).
 func TestCrashDuringVerdicts(t *testing.T) {
 	eachCrashStore(t, func(t *testing.T, name string, f *verdictFleet) {
+		f.setBuyerPolicy(t, `,"spendWindows":{"windows":[{"period":"day","capUsd":1000}]}`)
 		submit := func(in *verdictInstance, payTo common.Address, trace string) string {
 			t.Helper()
 			status, hash, err := f.submitVerdict(in, payTo, trace)
@@ -368,6 +372,7 @@ func TestCrashDuringVerdicts(t *testing.T) {
 		b.caddy.Kill()
 
 		// After the store, before the 201: the client never learns it was accepted.
+		f.setBuyerPolicy(t, "")
 		c := f.startFaulty(t, "verdict.after-create=kill")
 		if status, _, err := f.submitVerdict(c, f.okPayTo, "crash-before-201"); err == nil {
 			t.Fatalf("POST /transactions was answered %d though Caddy was to crash before the 201", status)

@@ -205,21 +205,29 @@ func (f *verdictFleet) operate(t *testing.T) {
 		t.Fatalf("key create printed %q, want the key alone", f.key)
 	}
 	f.cli(t, "wallet", "add", "--agent", "buyer", "--chain", "84532", f.payer.Address.Hex())
+	if out := f.setBuyerPolicy(t, ""); !strings.Contains(out, "version 1") {
+		t.Fatalf("policy set printed %q, want version 1", out)
+	}
+	if out := f.cli(t, "policy", "versions", "--agent", "buyer"); !strings.HasPrefix(out, "1\t") {
+		t.Fatalf("policy versions printed %q", out)
+	}
+}
+
+// setBuyerPolicy validates and sets, with the caddy verdict commands, a new version of the
+// buyer's policy: it lets the payer pay okPayTo only, with more members when more is not
+// empty (",\"member\":..."). It returns what `policy set` printed.
+func (f *verdictFleet) setBuyerPolicy(t *testing.T, more string) string {
+	t.Helper()
 	pol := filepath.Join(f.dir, "policy.json")
 	doc := fmt.Sprintf(`{"description":"pays okPayTo only","venues":{"allowed":["payment"]},"chains":{"allowed":[84532]},`+
-		`"assets":{"universe":{"84532":[%q]}},"recipients":{"allowed":[%q]},"limits":{"perTxUsd":1}}`, f.tok.Address.Hex(), f.okPayTo.Hex())
+		`"assets":{"universe":{"84532":[%q]}},"recipients":{"allowed":[%q]},"limits":{"perTxUsd":1}%s}`, f.tok.Address.Hex(), f.okPayTo.Hex(), more)
 	if err := os.WriteFile(pol, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if out := f.cli(t, "policy", "validate", pol); !strings.Contains(out, "valid") {
 		t.Fatalf("policy validate printed %q", out)
 	}
-	if out := f.cli(t, "policy", "set", "--agent", "buyer", pol); !strings.Contains(out, "version 1") {
-		t.Fatalf("policy set printed %q, want version 1", out)
-	}
-	if out := f.cli(t, "policy", "versions", "--agent", "buyer"); !strings.HasPrefix(out, "1\t") {
-		t.Fatalf("policy versions printed %q", out)
-	}
+	return f.cli(t, "policy", "set", "--agent", "buyer", pol)
 }
 
 // demoAgent registers, with the caddy verdict commands, an agent "demo" that owns the payers'

@@ -22,8 +22,9 @@ const (
 
 // BenchmarkHTTPLatency: b.N submits over loopback at latencyRate a second, each timed from
 // the moment it was due to the first approval-status answer that holds its terminal
-// verdict: the 201 (a durable PENDING record), a worker's evaluation and durable verdict,
-// and the poll that sees it (up to latencyPoll late). Reports the p50, p99 and maximum of
+// verdict: the 201 (the record durable with its verdict, judged at the submit under the
+// bench agents' policy without spend windows, docs/verdict-api.md#lifecycle) and the poll
+// that sees it, the first one unless the record was left to the workers. Reports the p50, p99 and maximum of
 // that time, and of the 201 alone.
 func BenchmarkHTTPLatency(b *testing.B) {
 	for _, sb := range benchStores {

@@ -15,10 +15,11 @@ import (
 	"github.com/x402gate/x402gate/verdictserver/store"
 )
 
-// The lifecycle (docs/verdict-api.md#lifecycle): a record is written PENDING, queued for
-// a bounded pool of workers, evaluated against the agent's policy as it is at evaluation
-// time, and completed once, APPROVED or REJECTED. The queue only speeds things up: the
-// store is the list of work. A record that finds the queue full, whose evaluation could
+// The lifecycle (docs/verdict-api.md#lifecycle): a submit is judged before it is stored and
+// written with its terminal verdict in one commit (judgeAtSubmit). What cannot be judged at
+// once (spend windows, a failed evaluation) is written PENDING, queued for a bounded pool of
+// workers, evaluated against the agent's policy as it is at evaluation time, and completed
+// once, APPROVED or REJECTED. The queue only speeds things up: the store is the list of work. A record that finds the queue full, whose evaluation could
 // not be stored, or that was pending when a process stopped, is found by the sweeper.
 
 // Start starts the workers and the sweeper, which at once hands every PENDING record
@@ -359,21 +360,35 @@ func (s *Server) input(ctx context.Context, t store.Transaction) (engine.Input, 
 	if err != nil {
 		return in, err
 	}
-	pv, err := s.store.ActivePolicy(ctx, t.AgentID)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
+	in.Policy, err = s.activePolicy(ctx, t.AgentID)
+	if errors.Is(err, store.ErrNotFound) {
 		return in, nil
-	case err != nil:
-		return in, err
+	}
+	return in, err
+}
+
+// activePolicy is the agent's active policy, resolved now: the number of its newest version is
+// read, and the version's document only when this Server has not parsed it yet (a version is
+// immutable). An agent without a policy is store.ErrNotFound.
+func (s *Server) activePolicy(ctx context.Context, agentID string) (*policy.Policy, error) {
+	v, err := s.store.ActivePolicyVersion(ctx, agentID)
+	if err != nil {
+		return nil, err
+	}
+	if doc, ok := s.cachedPolicy(policyKey{agentID, v}); ok {
+		return &policy.Policy{Version: v, Doc: doc}, nil
+	}
+	pv, err := s.store.ActivePolicy(ctx, agentID)
+	if err != nil {
+		return nil, err
 	}
 	doc, err := s.parsedPolicy(pv)
 	if err != nil {
 		// a stored version that this build's schema refuses (stored by an older or newer
 		// build) is not guessed at: the record waits for an operator's fix
-		return in, errors.New("the active policy version does not parse: " + err.Error())
+		return nil, errors.New("the active policy version does not parse: " + err.Error())
 	}
-	in.Policy = &policy.Policy{Version: pv.Version, Doc: doc}
-	return in, nil
+	return &policy.Policy{Version: pv.Version, Doc: doc}, nil
 }
 
 // recordInput is the engine's input of a stored record, without its policy.
@@ -405,10 +420,7 @@ const policyCacheSize = 1024
 // (docs/verdict-api.md#policies), so its parse is too. The engine only reads a Document.
 func (s *Server) parsedPolicy(pv store.PolicyVersion) (*policy.Document, error) {
 	k := policyKey{pv.AgentID, pv.Version}
-	s.policyMu.Lock()
-	doc, ok := s.policies.Get(k)
-	s.policyMu.Unlock()
-	if ok {
+	if doc, ok := s.cachedPolicy(k); ok {
 		return doc, nil
 	}
 	doc, err := policy.Parse(pv.Document)
@@ -419,6 +431,13 @@ func (s *Server) parsedPolicy(pv store.PolicyVersion) (*policy.Document, error) 
 	s.policies.Add(k, doc)
 	s.policyMu.Unlock()
 	return doc, nil
+}
+
+// cachedPolicy is the parsed policy version k, if this Server parsed it.
+func (s *Server) cachedPolicy(k policyKey) (*policy.Document, bool) {
+	s.policyMu.Lock()
+	defer s.policyMu.Unlock()
+	return s.policies.Get(k)
 }
 
 // object decodes a stored JSON object strictly (numbers as json.Number); nil stays nil.

@@ -18,8 +18,13 @@ import (
 	"github.com/x402gate/x402gate/verdictserver/store"
 )
 
-// TestRestartCompletesPending: records submitted to a server whose workers never ran are
-// durable and PENDING; a new Server on the same database (the SQLite file, or the same
+// deferredPolicy is allowPolicy with a spend window no test fills: its records are judged by
+// the workers, not at the submit (docs/verdict-api.md#lifecycle), so the tests of the
+// pending path use it.
+var deferredPolicy = windowPolicy(`{"period": "day", "capUsd": 1000000}`)
+
+// TestRestartCompletesPending: records submitted to a server whose workers never ran (under
+// a policy with spend windows, judged by the workers) are durable and PENDING; a new Server on the same database (the SQLite file, or the same
 // PostgreSQL database) evaluates every one of them when it starts.
 func TestRestartCompletesPending(t *testing.T) {
 	for name, open := range map[string]func(t *testing.T) storeOpener{
@@ -41,7 +46,7 @@ func restartCompletesPending(t *testing.T, open storeOpener) {
 	if err := e1.srv.Close(); err != nil {
 		t.Fatal(err)
 	}
-	a := e1.agent("alice", common.HexToAddress("0xA11CE00000000000000000000000000000000001"), allowPolicy)
+	a := e1.agent("alice", common.HexToAddress("0xA11CE00000000000000000000000000000000001"), deferredPolicy)
 	var hashes []string
 	for i, payee := range []common.Address{allowedPay, strangerPay, allowedPay} {
 		r := e1.submit(a.Key, submitBody(a.Wallet, payee, ""))
@@ -118,8 +123,8 @@ func (g *gatedEngine) Evaluate(ctx context.Context, in engine.Input) *verdict.Ve
 	return g.Engine.Evaluate(ctx, in)
 }
 
-// TestFullQueueLosesNothing: with one worker held and a queue of one, further records
-// find the queue full; they stay PENDING and the sweeper hands them over, so every one is
+// TestFullQueueLosesNothing: with one worker held and a queue of one, further records (of a
+// policy with spend windows, judged by the workers) find the queue full; they stay PENDING and the sweeper hands them over, so every one is
 // evaluated once the worker is free, and each exactly once.
 func TestFullQueueLosesNothing(t *testing.T) {
 	eng, err := engine.New(engine.Config{}, engine.Deps{})
@@ -128,7 +133,7 @@ func TestFullQueueLosesNothing(t *testing.T) {
 	}
 	g := &gatedEngine{Engine: eng, gate: make(chan struct{})}
 	e := newEnv(t, nil, func(c *Config, d *Deps) { d.Engine, c.Workers, c.Queue = g, 1, 1 })
-	a := e.agent("alice", common.HexToAddress("0xA11CE00000000000000000000000000000000001"), allowPolicy)
+	a := e.agent("alice", common.HexToAddress("0xA11CE00000000000000000000000000000000001"), deferredPolicy)
 	var hashes []string
 	for range 6 {
 		r := e.submit(a.Key, submitBody(a.Wallet, allowedPay, ""))
@@ -163,8 +168,7 @@ func TestTerminalVerdictIsImmutable(t *testing.T) {
 	h := r.body["requestHash"].(string)
 	first := e.await(a.Key, h)
 	// a policy that now allows the stranger does not change the recorded verdict
-	allowBoth := strings.Replace(allowPolicy, `"recipients": {"allowed": [`, `"recipients": {"allowed": ["`+strangerPay.Hex()+`", `, 1)
-	if _, err := e.srv.Operator().SetPolicy(t.Context(), a.ID, []byte(allowBoth), "test"); err != nil {
+	if _, err := e.srv.Operator().SetPolicy(t.Context(), a.ID, []byte(allowBothPolicy), "test"); err != nil {
 		t.Fatal(err)
 	}
 	e.srv.evaluate(t.Context(), job{hash: h})
@@ -176,6 +180,36 @@ func TestTerminalVerdictIsImmutable(t *testing.T) {
 	}
 }
 
+// allowBothPolicy is allowPolicy that also allows strangerPay.
+var allowBothPolicy = strings.Replace(allowPolicy, `"recipients": {"allowed": [`, `"recipients": {"allowed": ["`+strangerPay.Hex()+`", `, 1)
+
+// TestANewPolicyVersionAppliesToTheNextSubmit: a submit is judged against the agent's newest
+// policy version as it is then, though the Server keeps the versions it parsed: a payment the
+// first version refuses is approved under the second, with its number.
+func TestANewPolicyVersionAppliesToTheNextSubmit(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	a := e.agent("alice", common.HexToAddress("0xA11CE00000000000000000000000000000000001"), allowPolicy)
+	for i, want := range []verdict.Outcome{verdict.OutcomeRejected, verdict.OutcomeApproved} {
+		if i == 1 {
+			if _, err := e.srv.Operator().SetPolicy(t.Context(), a.ID, []byte(allowBothPolicy), "test"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r := e.submit(a.Key, submitBody(a.Wallet, strangerPay, ""))
+		if r.status != http.StatusCreated {
+			t.Fatalf("submit %d = %d %s", i, r.status, r.raw)
+		}
+		v := e.await(a.Key, r.body["requestHash"].(string))
+		var named int64 // the verdict's policyVersion, 0 for null
+		if v.PolicyVersion != nil {
+			named = *v.PolicyVersion
+		}
+		if v.Outcome != want || named != int64(i+1) {
+			t.Fatalf("under policy version %d: %s, want %s (the verdict names version %d)", i+1, v.Outcome, want, named)
+		}
+	}
+}
+
 // panickyEngine panics on every evaluation: the fault of a broken decoder.
 type panickyEngine struct{ calls atomic.Int32 }
 
@@ -184,8 +218,8 @@ func (p *panickyEngine) Evaluate(context.Context, engine.Input) *verdict.Verdict
 	panic("decoder bug")
 }
 
-// TestPanickingEngineLeavesPending: an engine that panics does not stop the service; the
-// record stays PENDING (the client fails closed at its bound) and the API keeps answering.
+// TestPanickingEngineLeavesPending: an engine that panics does not stop the service, at the
+// submit or in a worker; the record is stored and stays PENDING (the client fails closed at its bound) and the API keeps answering.
 func TestPanickingEngineLeavesPending(t *testing.T) {
 	pe := &panickyEngine{}
 	e := newEnv(t, nil, func(_ *Config, d *Deps) { d.Engine = pe })
@@ -236,8 +270,8 @@ func TestFailingRecordsDoNotStarveNewOnes(t *testing.T) {
 	stuckWallet := common.HexToAddress("0xB0B0000000000000000000000000000000000002")
 	se := &stuckEngine{Engine: eng, gate: make(chan struct{}), stuck: stuckWallet}
 	e := newEnv(t, nil, func(c *Config, d *Deps) { d.Engine, c.Workers, c.Queue = se, 1, 1 })
-	bob := e.agent("bob", stuckWallet, allowPolicy)
-	alice := e.agent("alice", common.HexToAddress("0xA11CE00000000000000000000000000000000001"), allowPolicy)
+	bob := e.agent("bob", stuckWallet, deferredPolicy)
+	alice := e.agent("alice", common.HexToAddress("0xA11CE00000000000000000000000000000000001"), deferredPolicy)
 	for range 3 {
 		if r := e.submit(bob.Key, submitBody(bob.Wallet, allowedPay, "")); r.status != http.StatusCreated {
 			t.Fatalf("submit = %d %s", r.status, r.raw)
@@ -250,5 +284,65 @@ func TestFailingRecordsDoNotStarveNewOnes(t *testing.T) {
 	close(se.gate)
 	if v := e.await(alice.Key, r.body["requestHash"].(string)); v.Outcome != verdict.OutcomeApproved {
 		t.Fatalf("the newer record: %s, want approved", v.Outcome)
+	}
+}
+
+// TestSubmitStoresItsVerdict: with no worker running, a submit under a policy without spend
+// windows is judged before it is stored and written with its terminal verdict in its own
+// commit: the 201 shows the record as accepted (PENDING, no policy version), the first
+// approval-status read finds the verdict, the store holds no PENDING record, and the metrics
+// count it once. A record under spend windows is still stored PENDING for the workers.
+func TestSubmitStoresItsVerdict(t *testing.T) {
+	for name, open := range map[string]func(t testing.TB) *store.Store{
+		"sqlite":   sqliteStore,
+		"postgres": func(t testing.TB) *store.Store { return postgresAt(t, postgresDSN(t)) },
+	} {
+		t.Run(name, func(t *testing.T) { submitStoresItsVerdict(t, open(t)) })
+	}
+}
+
+func submitStoresItsVerdict(t *testing.T, st *store.Store) {
+	e := newEnv(t, st, nil)
+	if err := e.srv.Close(); err != nil { // no worker judges anything from here on
+		t.Fatal(err)
+	}
+	a := e.agent("alice", common.HexToAddress("0xA11CE00000000000000000000000000000000001"), allowPolicy)
+	for _, c := range []struct {
+		payee  common.Address
+		status string
+		want   verdict.Outcome
+		reason verdict.ReasonCode
+	}{
+		{allowedPay, store.StatusApproved, verdict.OutcomeApproved, verdict.ReasonAllowed},
+		{strangerPay, store.StatusRejected, verdict.OutcomeRejected, verdict.ReasonRecipientNotAllowed},
+	} {
+		var r answer
+		checkDeltas(t, []delta{{"verdicts", []string{string(c.want), "enforce", string(c.reason)}, 1}, {"decision", nil, 1}}, func() {
+			r = e.submit(a.Key, submitBody(a.Wallet, c.payee, ""))
+		})
+		if r.status != http.StatusCreated || r.body["status"] != store.StatusPending || r.body["policyVersion"] != nil {
+			t.Fatalf("submit = %d %s, want 201 with the record as accepted", r.status, r.raw)
+		}
+		h := r.body["requestHash"].(string)
+		s := e.status(a.Key, h)
+		v, _ := s.body["verdict"].(map[string]any)
+		if s.status != http.StatusOK || v == nil || v["outcome"] != string(c.want) {
+			t.Fatalf("first approval-status read = %d %s, want the %s verdict", s.status, s.raw, c.want)
+		}
+		rec, err := e.st.TransactionByHash(t.Context(), h)
+		if err != nil || rec.Status != c.status || rec.PolicyVersion == nil || *rec.PolicyVersion != 1 {
+			t.Fatalf("stored record = %s %v, %v; want %s under policy version 1", rec.Status, rec.PolicyVersion, err, c.status)
+		}
+	}
+	w := e.agent("bob", common.HexToAddress("0xB0B0000000000000000000000000000000000002"), deferredPolicy)
+	r := e.submit(w.Key, submitBody(w.Wallet, allowedPay, ""))
+	if r.status != http.StatusCreated {
+		t.Fatalf("submit under spend windows = %d %s", r.status, r.raw)
+	}
+	if s := e.status(w.Key, r.body["requestHash"].(string)); s.status != http.StatusOK || s.body["verdict"] != nil {
+		t.Fatalf("approval-status under spend windows with no worker = %d %s, want a null verdict", s.status, s.raw)
+	}
+	if n, err := e.st.CountPending(t.Context()); err != nil || n != 1 {
+		t.Fatalf("pending = %d %v, want only the record under spend windows", n, err)
 	}
 }

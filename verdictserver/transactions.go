@@ -1,10 +1,13 @@
 package verdictserver
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/x402gate/x402gate/internal/faults"
 	"github.com/x402gate/x402gate/verdictserver/store"
@@ -78,7 +81,13 @@ func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request, p *principa
 		return
 	}
 	setRequestHash(w, hash)
-	switch err := s.store.CreateTransaction(r.Context(), &t); {
+	j, judged := s.judgeAtSubmit(r.Context(), &t)
+	defer j.done()
+	create := s.store.CreateTransaction
+	if judged {
+		create = s.store.CreateCompleted
+	}
+	switch err := create(r.Context(), &t); {
 	case errors.Is(err, store.ErrDuplicateTrace):
 		e := newAPIError(codeDuplicateTrace, "this agent already has a transaction with this metadata.traceId; find it with GET /transactions?traceId=")
 		e.Field = "metadata.traceId"
@@ -89,8 +98,49 @@ func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request, p *principa
 		return
 	}
 	faults.Point("verdict.after-create")
-	s.enqueue(job{hash: t.RequestHash, rec: &t})
-	writeJSON(w, http.StatusCreated, toRecord(t))
+	if judged {
+		s.completed(t.CreatedAt, j.note)
+	} else {
+		s.enqueue(job{hash: t.RequestHash, rec: &t})
+	}
+	writeJSON(w, http.StatusCreated, accepted(t))
+}
+
+// accepted is the 201's record: the record as the submit accepted it, PENDING without a
+// policy version (docs/verdict-api.md#lifecycle), even when its verdict was stored with it;
+// approval-status has the verdict.
+func accepted(t store.Transaction) record {
+	r := toRecord(t)
+	r.Status, r.PolicyVersion = store.StatusPending, nil
+	return r
+}
+
+// judgeAtSubmit judges the record t before it is stored, so that it is written with its
+// terminal verdict in the submit's own commit (docs/verdict-api.md#lifecycle). It reports
+// false, leaving t as it was, for what the workers judge instead: an agent whose policy
+// sets spend windows (an approval reserves in a transaction of its own, under the agent's
+// lock), and any record whose input cannot be prepared or whose verdict is not a terminal,
+// consistent one (the worker retries it and logs why). When it reports true, t holds the
+// verdict, its status and its policy version; the caller calls j.done once t is stored.
+func (s *Server) judgeAtSubmit(ctx context.Context, t *store.Transaction) (j judgement, judged bool) {
+	defer func() {
+		if v := recover(); v != nil { // the record goes to the workers, whose evaluation recovers too
+			s.log.Error("submit: the evaluation panicked; left to the workers", zap.String("requestHash", t.RequestHash), zap.Any("panic", v))
+			j.done()
+			j, judged = judgement{}, false
+		}
+	}()
+	in, err := s.input(ctx, *t)
+	if err != nil || windowed(in) {
+		return judgement{}, false
+	}
+	j, ok := s.judge(ctx, t.RequestHash, in)
+	if !ok || j.err != nil {
+		j.done()
+		return judgement{}, false
+	}
+	t.Status, t.Verdict, t.PolicyVersion = j.status, j.raw, j.policyVersion
+	return j, true
 }
 
 // serveStatus answers GET /transactions/{requestHash}/approval-status

@@ -138,7 +138,7 @@ var commitCases = []storeCase{
 				}
 				wrote[i], errs[i] = c.do(ctx, s.stmts.insertTransaction, s.stmts.insertSQL,
 					newUUID(), tx.RequestHash, tx.AgentID, hexAddress(tx.Escrow), tx.ChainID, tx.Prompt, tx.Description,
-					string(tx.ProposedTx), nil, nil, "", StatusPending, micros(epoch))
+					string(tx.ProposedTx), nil, nil, "", StatusPending, micros(epoch), nil, nil)
 			})
 		}
 		for len(c.writes) < n {

@@ -56,6 +56,15 @@ func (s *Store) ActivePolicy(ctx context.Context, agentID string) (PolicyVersion
 	return p, s.lookup("active policy of "+agentID, err)
 }
 
+// ActivePolicyVersion returns the number of the agent's newest policy version, or ErrNotFound
+// when it has none: ActivePolicy without the document, for a caller that keeps the versions it
+// parsed (a version never changes).
+func (s *Store) ActivePolicyVersion(ctx context.Context, agentID string) (int64, error) {
+	var v int64
+	err := s.stmts.activePolicyVersion.QueryRowContext(ctx, agentID).Scan(&v)
+	return v, s.lookup("active policy version of "+agentID, err)
+}
+
 // Policy returns version of the agent's policy, or ErrNotFound.
 func (s *Store) Policy(ctx context.Context, agentID string, version int64) (PolicyVersion, error) {
 	return s.policyWhere(ctx, fmt.Sprintf("policy %d of %s", version, agentID), `agent_id = $1 AND version = $2`, agentID, version)

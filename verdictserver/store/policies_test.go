@@ -15,6 +15,8 @@ var policyCases = []storeCase{
 		a, b := mustAgent(t, s, "a"), mustAgent(t, s, "b")
 		_, err := s.ActivePolicy(ctx, a.ID)
 		wantErr(t, "ActivePolicy before any", err, ErrNotFound)
+		_, err = s.ActivePolicyVersion(ctx, a.ID)
+		wantErr(t, "ActivePolicyVersion before any", err, ErrNotFound)
 		docs := []string{
 			`{"description":"first"}`,
 			"{\n  \"limits\": {\"perTxUsd\": 10.50},\n  \"description\": \"kept byte for byte\"\n}",
@@ -35,6 +37,11 @@ var policyCases = []storeCase{
 		active, err := s.ActivePolicy(ctx, a.ID)
 		if err != nil || active.Version != 3 || string(active.Document) != docs[2] {
 			t.Fatalf("ActivePolicy = %+v, %v; want version 3", active, err)
+		}
+		for agent, want := range map[string]int64{a.ID: 3, b.ID: 1} {
+			if v, err := s.ActivePolicyVersion(ctx, agent); err != nil || v != want {
+				t.Fatalf("ActivePolicyVersion(%s) = %d, %v; want %d", agent, v, err, want)
+			}
 		}
 		second, err := s.Policy(ctx, a.ID, 2)
 		if err != nil || string(second.Document) != docs[1] || second.Actor != "actor-1" || second.CreatedAt.IsZero() {

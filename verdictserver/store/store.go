@@ -135,7 +135,7 @@ const (
 // per connection).
 type statements struct {
 	insertTransaction, completeTransaction, transactionByHash, verdictByHash *sql.Stmt
-	keyByHash, walletOwner, activePolicy                                     *sql.Stmt
+	keyByHash, walletOwner, activePolicy, activePolicyVersion                *sql.Stmt
 	// insertSQL and completeSQL are the group commit's statements in the store's dialect,
 	// which a PostgreSQL batch sends as text (pgx prepares them once per connection).
 	insertSQL, completeSQL string
@@ -155,6 +155,7 @@ func (s *Store) prepare(ctx context.Context) error {
 		{&s.stmts.keyByHash, `SELECT ` + keyColumns + ` FROM api_keys WHERE hash = $1 AND revoked_at IS NULL`},
 		{&s.stmts.walletOwner, walletSelectSQL},
 		{&s.stmts.activePolicy, `SELECT ` + policyColumns + ` FROM policy_versions WHERE agent_id = $1 ORDER BY version DESC LIMIT 1`},
+		{&s.stmts.activePolicyVersion, `SELECT version FROM policy_versions WHERE agent_id = $1 ORDER BY version DESC LIMIT 1`},
 	} {
 		st, err := s.db.PrepareContext(ctx, dialectSQL(s.db.Dialect.Name, p.q))
 		if err != nil {

@@ -28,6 +28,38 @@ func (s *Store) CreateTransaction(ctx context.Context, t *Transaction) error {
 	}
 	op := "create transaction " + t.RequestHash
 	switch {
+	case t.Status != "" && t.Status != StatusPending:
+		return invalid(op, "a new transaction is %s, not %q", StatusPending, t.Status)
+	case t.Verdict != nil || t.PolicyVersion != nil:
+		return invalid(op, "a new transaction has no verdict")
+	}
+	return s.create(ctx, op, t, StatusPending)
+}
+
+// CreateCompleted records t with its terminal verdict in one durable write, as
+// CreateTransaction and then Complete would, without the PENDING record between them
+// (docs/verdict-api.md#lifecycle): t.Status is StatusApproved or StatusRejected, t.Verdict
+// a JSON object, t.PolicyVersion the version it was evaluated against (nil when the agent
+// had none). It fills in and refuses what CreateTransaction does, except that the record is
+// terminal (t.UpdatedAt is t.CreatedAt). The verdict is remembered for VerdictByHash.
+func (s *Store) CreateCompleted(ctx context.Context, t *Transaction) error {
+	if t == nil {
+		return invalid("create completed transaction", "nil record")
+	}
+	op := "create completed transaction " + t.RequestHash
+	if err := checkDecision(op, Decision{Status: t.Status, Verdict: t.Verdict, PolicyVersion: t.PolicyVersion}); err != nil {
+		return err
+	}
+	if err := s.create(ctx, op, t, t.Status); err != nil {
+		return err
+	}
+	s.verdicts.put(t.RequestHash, TransactionVerdict{AgentID: t.AgentID, Status: t.Status, Verdict: t.Verdict})
+	return nil
+}
+
+// create writes t with status through the group commit, once its fields are checked.
+func (s *Store) create(ctx context.Context, op string, t *Transaction, status string) error {
+	switch {
 	case t.RequestHash == "" || len(t.RequestHash) > maxHashLen || !storableText(t.RequestHash):
 		return invalid("create transaction", "request hash must be 1 to %d bytes of text", maxHashLen)
 	case t.AgentID == "":
@@ -46,16 +78,12 @@ func (s *Store) CreateTransaction(ctx context.Context, t *Transaction) error {
 		return invalid(op, "metadata is not a JSON object")
 	case t.ContextLogs != nil && !jsonObject(t.ContextLogs):
 		return invalid(op, "contextLogs is not a JSON object")
-	case t.Status != "" && t.Status != StatusPending:
-		return invalid(op, "a new transaction is %s, not %q", StatusPending, t.Status)
-	case t.Verdict != nil || t.PolicyVersion != nil:
-		return invalid(op, "a new transaction has no verdict")
 	}
 	rec := *t
 	if rec.ID == "" {
 		rec.ID = newUUID()
 	}
-	rec.Status = StatusPending
+	rec.Status = status
 	if rec.CreatedAt.IsZero() {
 		rec.CreatedAt = now()
 	}
@@ -64,7 +92,7 @@ func (s *Store) CreateTransaction(ctx context.Context, t *Transaction) error {
 	wrote, err := s.writes.do(ctx, s.stmts.insertTransaction, s.stmts.insertSQL,
 		rec.ID, rec.RequestHash, rec.AgentID, hexAddress(rec.Escrow), rec.ChainID, rec.Prompt, rec.Description,
 		string(rec.ProposedTx), nullJSON(rec.Metadata), nullJSON(rec.ContextLogs), rec.TraceID, rec.Status,
-		micros(rec.CreatedAt))
+		micros(rec.CreatedAt), nullJSON(rec.Verdict), policyArg(rec.PolicyVersion))
 	if err != nil {
 		return s.fail(op, err)
 	}
@@ -87,8 +115,10 @@ func (s *Store) CreateTransaction(ctx context.Context, t *Transaction) error {
 	return fmt.Errorf("verdict store %s: id or request hash exists: %w", op, ErrConflict)
 }
 
-const insertTransactionSQL = `INSERT INTO transactions (` + transactionColumns + `)
-	SELECT $1, $2, a.id, $4, $5, $6, $7, $8, $9, $10, $11, $12, NULL, NULL, $13, $13
+// insertTransactionSQL writes a PENDING record (a NULL verdict) or a terminal one, with its
+// verdict's reason code beside it, as completeTransactionSQL keeps it.
+var insertTransactionSQL = `INSERT INTO transactions (` + transactionColumns + `, reason_code)
+	SELECT $1, $2, a.id, $4, $5, $6, $7, $8, $9, $10, $11, $12, $14, $15, $13, $13, ` + reasonOf("$14") + `
 	FROM agents a WHERE a.id = $3
 	ON CONFLICT DO NOTHING`
 

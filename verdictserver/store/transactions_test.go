@@ -162,6 +162,57 @@ var transactionCases = []storeCase{
 			t.Fatalf("%d records, %v; want 1", n, err)
 		}
 	}},
+	{"CreateCompleted writes a terminal record in one write: read back, searched by its reason, immutable", func(t *testing.T, open storeOpen) {
+		s, ctx := mustOpen(t, open), context.Background()
+		a := mustAgent(t, s, "a")
+		rejected := `{"outcome":"rejected","reasonCode":"recipient_not_allowed","policyVersion":2}`
+		tx := testTransaction(a.ID, 1, epoch)
+		tx.Status, tx.Verdict, tx.PolicyVersion = StatusRejected, json.RawMessage(rejected), ptr(2)
+		if err := s.CreateCompleted(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+		fresh := mustOpen(t, open) // another instance: nothing remembered
+		got, err := fresh.TransactionByHash(ctx, tx.RequestHash)
+		if err != nil || !reflect.DeepEqual(got, *tx) || !got.UpdatedAt.Equal(epoch) {
+			t.Fatalf("TransactionByHash:\n got %+v, %v\nwant %+v", got, err, *tx)
+		}
+		for _, st := range []*Store{s, fresh} {
+			v, err := st.VerdictByHash(ctx, tx.RequestHash)
+			if err != nil || v.Status != StatusRejected || string(v.Verdict) != rejected || v.AgentID != a.ID {
+				t.Fatalf("VerdictByHash = %+v, %v", v, err)
+			}
+		}
+		found, err := fresh.SearchTransactions(ctx, Search{ReasonCode: "recipient_not_allowed"}, Cursor{}, 10)
+		if err != nil || len(found) != 1 || found[0].RequestHash != tx.RequestHash {
+			t.Fatalf("search by the verdict's reason code: %d found, %v", len(found), err)
+		}
+		if n, err := fresh.CountPending(ctx); err != nil || n != 0 {
+			t.Fatalf("%d pending, %v; want none", n, err)
+		}
+		wantErr(t, "a Complete of the record", s.Complete(ctx, tx.RequestHash, StatusApproved, json.RawMessage(approvedVerdict), ptr(2)), ErrTerminal)
+		again := testTransaction(a.ID, 2, epoch)
+		again.TraceID = tx.TraceID
+		again.Status, again.Verdict = StatusApproved, json.RawMessage(approvedVerdict)
+		wantErr(t, "its trace id again", s.CreateCompleted(ctx, again), ErrDuplicateTrace)
+		cases := []struct {
+			name string
+			edit func(*Transaction)
+		}{
+			{"status PENDING", func(tx *Transaction) { tx.Status = StatusPending }},
+			{"no status", func(tx *Transaction) { tx.Status = "" }},
+			{"no verdict", func(tx *Transaction) { tx.Verdict = nil }},
+			{"a verdict that is not an object", func(tx *Transaction) { tx.Verdict = json.RawMessage(`[1]`) }},
+			{"policy version 0", func(tx *Transaction) { tx.PolicyVersion = ptr(0) }},
+			{"proposedTx absent", func(tx *Transaction) { tx.ProposedTx = nil }},
+		}
+		for i, tc := range cases {
+			tx := testTransaction(a.ID, 10+i, epoch)
+			tx.Status, tx.Verdict = StatusApproved, json.RawMessage(approvedVerdict)
+			tc.edit(tx)
+			wantErr(t, tc.name, s.CreateCompleted(ctx, tx), ErrInvalid)
+		}
+		wantErr(t, "a nil record", s.CreateCompleted(ctx, nil), ErrInvalid)
+	}},
 	{"Complete moves a record from PENDING once; a terminal verdict is immutable", func(t *testing.T, open storeOpen) {
 		s, ctx := mustOpen(t, open), context.Background()
 		a := mustAgent(t, s, "a")
