@@ -62,6 +62,19 @@ func (j tracedJournal) UpdateSettled(ctx context.Context, key string, state jour
 	})
 }
 
+// UpdateLater is timed from the call to its commit: the settle does not wait for it.
+func (j tracedJournal) UpdateLater(key string, state journal.State, reason string, tx *common.Hash, then func(error)) {
+	start := time.Now()
+	j.Journal.UpdateLater(key, state, reason, tx, func(err error) {
+		j.s.mu.Lock()
+		j.s.all = append(j.s.all, span{start: start, end: time.Now(), what: "journal UpdateLater " + string(state) + " (joins the next commit)"})
+		j.s.mu.Unlock()
+		if then != nil {
+			then(err)
+		}
+	})
+}
+
 // TestTracePaidRequest traces one paid request at c=1 on the bundled path (Verify then
 // Settle in process, anvil with automine, SQLite journal): each JSON-RPC round trip and
 // journal write with its start and end, the gaps between them being our CPU or a timer.
@@ -100,10 +113,16 @@ func TestTracePaidRequest(t *testing.T) {
 		})
 	}
 	pay() // warm the fee cache, the nonce and the connections
+	time.Sleep(20 * time.Millisecond) // the deferred writes of the warm-up commit
+	s.mu.Lock()
 	s.all = nil
+	s.mu.Unlock()
 	node.Reset()
 	pay()
-	all := s.all
+	time.Sleep(20 * time.Millisecond) // and this payment's
+	s.mu.Lock()
+	all := slices.Clone(s.all)
+	s.mu.Unlock()
 	for _, c := range node.Calls() {
 		all = append(all, span{start: c.Start, end: c.End, what: "rpc " + c.Methods})
 	}
@@ -116,7 +135,7 @@ func TestTracePaidRequest(t *testing.T) {
 	}
 	trace := strings.Join(names, "\n")
 	for _, want := range []string{"Verify", "Settle", "journal Prepare", "rpc eth_sendRawTransaction",
-		"journal Update broadcast", "rpc eth_getTransactionReceipt\n", "journal UpdateSettled confirmed"} {
+		"journal UpdateLater broadcast", "rpc eth_getTransactionReceipt\n", "journal UpdateLater confirmed"} {
 		i := strings.Index(trace, want)
 		if i < 0 {
 			t.Fatalf("trace lacks %q after the phases before it:\n%s", want, trace)
