@@ -112,7 +112,7 @@ func TestTracePaidRequest(t *testing.T) {
 			return nil
 		})
 	}
-	pay() // warm the fee cache, the nonce and the connections
+	pay()                             // warm the fee cache, the nonce and the connections
 	time.Sleep(20 * time.Millisecond) // the deferred writes of the warm-up commit
 	s.mu.Lock()
 	s.all = nil
