@@ -65,6 +65,7 @@ type traceSpan struct {
 //
 //	go test -count=1 -v -run TestTracePaidRequestThroughCaddy ./integration/
 //	X402_TRACE_FSYNC=1 go test -count=1 -v -run TestTracePaidRequestThroughCaddy ./integration/
+//	X402_TRACE_LOOP=5s X402_TRACE_RUNTIME=/tmp/rt.out go test -count=1 -v -run TestTracePaidRequestThroughCaddy ./integration/
 func TestTracePaidRequestThroughCaddy(t *testing.T) {
 	chain, tok := testenv.StartChainWithToken(t)
 	node := testenv.TraceCalls(t, chain.RPCURL)
@@ -98,7 +99,7 @@ func TestTracePaidRequestThroughCaddy(t *testing.T) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}, Timeout: requestBound}
 	url := fmt.Sprintf("http://127.0.0.1:%d/paid", port)
 	payer := chain.Accounts[1]
-	pay := func() {
+	pay := func() time.Duration {
 		header, _ := goV1Header(t, tok, payer, payTo)
 		req, err := http.NewRequest(http.MethodGet, url, nil)
 		if err != nil {
@@ -112,10 +113,12 @@ func TestTracePaidRequestThroughCaddy(t *testing.T) {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		add(traceSpan{start: start, end: time.Now(), what: "client GET /paid"})
+		end := time.Now()
+		add(traceSpan{start: start, end: end, what: "client GET /paid"})
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("paid request: %d %s", resp.StatusCode, body)
 		}
+		return end.Sub(start)
 	}
 	pay() // warm the connections, the fee cache and the signer's nonce
 	pay()
@@ -141,6 +144,9 @@ func TestTracePaidRequestThroughCaddy(t *testing.T) {
 			names = append(names, sp.what)
 		}
 	}
+	if d, err := time.ParseDuration(os.Getenv("X402_TRACE_LOOP")); err == nil && d > 0 {
+		traceLoop(t, caddy, d, pay)
+	}
 	// The order one paid request keeps, twice over.
 	trace := strings.Join(names, "\n")
 	for range 2 {
@@ -153,6 +159,44 @@ func TestTracePaidRequestThroughCaddy(t *testing.T) {
 			trace = trace[i+len(want):]
 		}
 	}
+}
+
+// traceLoop sends paid requests one after another for d, after the trace, and logs how
+// many were answered and their p50 and p90: for a comparison of two builds back to back on
+// a busy machine (bench/paid-request.md). With X402_TRACE_RUNTIME set to a path, it saves
+// there a Go runtime trace of Caddy (its admin /debug/pprof/trace) over 2 s of the loop,
+// whose blocking profiles name the waits: go tool trace -pprof=syscall (fsyncs, socket
+// writes), -pprof=net, -pprof=sched.
+func traceLoop(t *testing.T, caddy *testenv.Caddy, d time.Duration, pay func() time.Duration) {
+	saved := make(chan struct{})
+	if out := os.Getenv("X402_TRACE_RUNTIME"); out != "" {
+		go func() {
+			defer close(saved)
+			time.Sleep(d / 4)
+			resp, err := http.Get(caddy.AdminURL + "/debug/pprof/trace?seconds=2")
+			if err != nil {
+				t.Errorf("runtime trace: %v", err)
+				return
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err == nil {
+				err = os.WriteFile(out, b, 0o600)
+			}
+			if err != nil {
+				t.Errorf("runtime trace: %v", err)
+			}
+		}()
+	} else {
+		close(saved)
+	}
+	var lat []time.Duration
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		lat = append(lat, pay())
+	}
+	<-saved
+	slices.Sort(lat)
+	t.Logf("loop: %d paid requests in %s at c=1, p50 %.2f ms, p90 %.2f ms", len(lat), d, msOf(lat[len(lat)/2]), msOf(lat[len(lat)*9/10]))
 }
 
 // traceFsyncs attaches strace to pid when X402_TRACE_FSYNC=1, and returns the function
