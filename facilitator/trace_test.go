@@ -3,7 +3,6 @@ package facilitator
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,16 +15,10 @@ import (
 	"github.com/x402gate/x402gate/x402"
 )
 
-// span is one timed phase of a traced paid request.
-type span struct {
-	start, end time.Time
-	what       string
-}
-
 // spans collects the phases of a traced request from several goroutines.
 type spans struct {
 	mu  sync.Mutex
-	all []span
+	all []testenv.Span
 }
 
 // time runs f as the phase what.
@@ -34,7 +27,7 @@ func (s *spans) time(what string, f func() error) error {
 	err := f()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.all = append(s.all, span{start: start, end: time.Now(), what: what})
+	s.all = append(s.all, testenv.Span{Start: start, End: time.Now(), What: what})
 	return err
 }
 
@@ -67,7 +60,7 @@ func (j tracedJournal) UpdateLater(key string, state journal.State, reason strin
 	start := time.Now()
 	j.Journal.UpdateLater(key, state, reason, tx, func(err error) {
 		j.s.mu.Lock()
-		j.s.all = append(j.s.all, span{start: start, end: time.Now(), what: "journal UpdateLater " + string(state) + " (joins the next commit)"})
+		j.s.all = append(j.s.all, testenv.Span{Start: start, End: time.Now(), What: "journal UpdateLater " + string(state) + " (joins the next commit)"})
 		j.s.mu.Unlock()
 		if then != nil {
 			then(err)
@@ -121,18 +114,8 @@ func TestTracePaidRequest(t *testing.T) {
 	pay()
 	time.Sleep(20 * time.Millisecond) // and this payment's
 	s.mu.Lock()
-	all := slices.Clone(s.all)
+	names := node.LogTrace(t, s.all)
 	s.mu.Unlock()
-	for _, c := range node.Calls() {
-		all = append(all, span{start: c.Start, end: c.End, what: "rpc " + c.Methods})
-	}
-	slices.SortStableFunc(all, func(a, b span) int { return a.start.Compare(b.start) })
-	t0 := all[0].start
-	var names []string
-	for _, sp := range all {
-		t.Logf("%8.3f ms %8.3f ms  %7.3f ms  %s", ms(sp.start.Sub(t0)), ms(sp.end.Sub(t0)), ms(sp.end.Sub(sp.start)), sp.what)
-		names = append(names, sp.what)
-	}
 	trace := strings.Join(names, "\n")
 	for _, want := range []string{"Verify", "Settle", "journal Prepare", "rpc eth_sendRawTransaction",
 		"journal UpdateLater broadcast", "rpc eth_getTransactionReceipt\n", "journal UpdateLater confirmed"} {
@@ -143,6 +126,3 @@ func TestTracePaidRequest(t *testing.T) {
 		trace = trace[i+len(want):]
 	}
 }
-
-// ms is d in milliseconds.
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

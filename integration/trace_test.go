@@ -45,12 +45,6 @@ http://127.0.0.1:{$API_PORT} {
 }
 `
 
-// traceSpan is one timed phase of a traced request.
-type traceSpan struct {
-	start, end time.Time
-	what       string
-}
-
 // TestTracePaidRequestThroughCaddy traces paid requests at c=1 as bench/run sends them:
 // one HTTP client with keep-alive, the built Caddy with the bench's Caddyfile, anvil with
 // automine. Each span is the client's request, a JSON-RPC round trip of Caddy's
@@ -70,8 +64,8 @@ func TestTracePaidRequestThroughCaddy(t *testing.T) {
 	chain, tok := testenv.StartChainWithToken(t)
 	node := testenv.TraceCalls(t, chain.RPCURL)
 	var mu sync.Mutex
-	var spans []traceSpan
-	add := func(s traceSpan) {
+	var spans []testenv.Span
+	add := func(s testenv.Span) {
 		mu.Lock()
 		defer mu.Unlock()
 		spans = append(spans, s)
@@ -80,7 +74,7 @@ func TestTracePaidRequestThroughCaddy(t *testing.T) {
 		at := time.Now()
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"city":"Lisbon","tempC":21}`)
-		add(traceSpan{start: at, end: time.Now(), what: "upstream"})
+		add(testenv.Span{Start: at, End: time.Now(), What: "upstream"})
 	}))
 	t.Cleanup(up.Close)
 	payTo := testenv.NewAccount(t).Address
@@ -114,7 +108,7 @@ func TestTracePaidRequestThroughCaddy(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		end := time.Now()
-		add(traceSpan{start: start, end: end, what: "client GET /paid"})
+		add(testenv.Span{Start: start, End: end, What: "client GET /paid"})
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("paid request: %d %s", resp.StatusCode, body)
 		}
@@ -131,17 +125,13 @@ func TestTracePaidRequestThroughCaddy(t *testing.T) {
 	pay()
 	pay()
 	time.Sleep(50 * time.Millisecond)
-	all := append(slices.Clone(spans), stop()...)
-	for _, c := range node.Calls() {
-		all = append(all, traceSpan{start: c.Start, end: c.End, what: "rpc " + c.Methods})
-	}
-	slices.SortStableFunc(all, func(a, b traceSpan) int { return a.start.Compare(b.start) })
-	t0 := all[0].start
+	mu.Lock()
+	all := node.LogTrace(t, append(spans, stop()...))
+	mu.Unlock()
 	var names []string
-	for _, sp := range all {
-		t.Logf("%8.3f ms %8.3f ms  %7.3f ms  %s", msOf(sp.start.Sub(t0)), msOf(sp.end.Sub(t0)), msOf(sp.end.Sub(sp.start)), sp.what)
-		if !strings.HasPrefix(sp.what, "fsync") {
-			names = append(names, sp.what)
+	for _, what := range all {
+		if !strings.HasPrefix(what, "fsync") {
+			names = append(names, what)
 		}
 	}
 	if d, err := time.ParseDuration(os.Getenv("X402_TRACE_LOOP")); err == nil && d > 0 {
@@ -203,8 +193,8 @@ func traceLoop(t *testing.T, caddy *testenv.Caddy, d time.Duration, pay func() t
 // that stops it and returns pid's fsync and fdatasync calls meanwhile. strace stops Caddy
 // at every system call, so the other spans of such a trace take longer than they do; its
 // order is the point. Otherwise, or without strace, it returns none.
-func traceFsyncs(t *testing.T, pid int) (stop func() []traceSpan) {
-	none := func() []traceSpan { return nil }
+func traceFsyncs(t *testing.T, pid int) (stop func() []testenv.Span) {
+	none := func() []testenv.Span { return nil }
 	if os.Getenv("X402_TRACE_FSYNC") != "1" {
 		return none
 	}
@@ -220,7 +210,7 @@ func traceFsyncs(t *testing.T, pid int) (stop func() []traceSpan) {
 		return none
 	}
 	time.Sleep(300 * time.Millisecond) // attached to every thread
-	return func() []traceSpan {
+	return func() []testenv.Span {
 		_ = cmd.Process.Signal(os.Interrupt)
 		_ = cmd.Wait()
 		f, err := os.Open(out)
@@ -234,8 +224,8 @@ func traceFsyncs(t *testing.T, pid int) (stop func() []traceSpan) {
 
 // parseFsyncs reads strace -f -ttt -T lines: "PID SECONDS.MICROS fsync(FD) = 0 <DURATION>",
 // or a call split by another thread's into "<unfinished ...>" and "<... fsync resumed>".
-func parseFsyncs(r io.Reader) []traceSpan {
-	var out []traceSpan
+func parseFsyncs(r io.Reader) []testenv.Span {
+	var out []testenv.Span
 	open := map[string]time.Time{}
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
@@ -254,7 +244,7 @@ func parseFsyncs(r io.Reader) []traceSpan {
 			open[f[0]] = at
 		case strings.HasPrefix(line, "<..."):
 			if start, ok := open[f[0]]; ok {
-				out = append(out, traceSpan{start: start, end: at, what: "fsync (a journal or ledger commit)"})
+				out = append(out, testenv.Span{Start: start, End: at, What: "fsync (a journal or ledger commit)"})
 				delete(open, f[0])
 			}
 		default:
@@ -266,7 +256,7 @@ func parseFsyncs(r io.Reader) []traceSpan {
 			if err != nil {
 				continue
 			}
-			out = append(out, traceSpan{start: at, end: at.Add(time.Duration(secs * 1e9)), what: "fsync (a journal or ledger commit)"})
+			out = append(out, testenv.Span{Start: at, End: at.Add(time.Duration(secs * 1e9)), What: "fsync (a journal or ledger commit)"})
 		}
 	}
 	return out
