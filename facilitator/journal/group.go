@@ -41,7 +41,8 @@ type groupCommit struct {
 	queue []*pendingWrite
 	armed bool // a flush of the deferred writes is scheduled (later)
 	// laterBound is how long a deferred write (later) waits for another write to carry it
-	// into a group commit before it is committed on its own: laterBound.
+	// into a group commit before it is committed on its own (the package's laterBound;
+	// a test lengthens it).
 	laterBound time.Duration
 }
 
