@@ -383,7 +383,7 @@ func TestSettleFeeBumpsWhenTheBaseFeeSpikes(t *testing.T) {
 	if got.err != nil || !got.res.Success || got.res.Transaction != second.Hash().Hex() {
 		t.Fatalf("settle = %+v, %v; want success with the replacement %s", got.res, got.err, second.Hash().Hex())
 	}
-	row, err := cfg.Journal.Get(context.Background(), key)
+	row, err := decidedRow(t, cfg.Journal, key)
 	if err != nil || row.State != journal.StateConfirmed {
 		t.Errorf("journal row = %+v, %v; want confirmed", row, err)
 	}

@@ -97,7 +97,7 @@ func TestVerifySettlesTheFeeNeverTheMerchantPayment(t *testing.T) {
 						t.Error("the fee authorization is not used on chain")
 					}
 					// The fee went through the journal like any settlement.
-					row, err := cfg.Journal.Get(context.Background(), x402.KeyOf(feePay, fee).AuthorizationKey())
+					row, err := decidedRow(t, cfg.Journal, x402.KeyOf(feePay, fee).AuthorizationKey())
 					if err != nil || row.State != journal.StateConfirmed || row.TxHash.Hex() != ver.FeeTxHash {
 						t.Errorf("fee journal row = %+v, %v", row, err)
 					}

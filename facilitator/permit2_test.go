@@ -117,7 +117,7 @@ func TestPermit2ExactPaysExactlyThePriceOnce(t *testing.T) {
 		t.Fatal("the Permit2 nonce is not spent")
 	}
 	key := x402.KeyOf(p, r)
-	row, err := cfg.Journal.Get(ctx, key.AuthorizationKey())
+	row, err := decidedRow(t, cfg.Journal, key.AuthorizationKey())
 	if err != nil || row.State != journal.StateConfirmed || !x402.IsPermit2Key(row.PaymentKey) || row.Asset != env.plain.Address || row.Amount.Cmp(permit2Price) != 0 {
 		t.Fatalf("journal row = %+v, %v", row, err)
 	}

@@ -201,7 +201,10 @@ func (e *Service) settle(ctx context.Context, p *x402.Payment, r *x402.Requireme
 		return res, fmt.Errorf("settle %s: %w", key.AuthorizationKey(), err)
 	}
 	faults.Point("settle.after-broadcast")
-	e.journalUpdate(ctx, c, journal.StateBroadcast, "")
+	// Neither the broadcast mark nor the confirmation below holds the answer: a crash
+	// that loses them leaves the row prepared or broadcast, and Reconcile decides it by
+	// its receipt (docs/facilitator.md#settlement-journal). The receipt is polled at once.
+	e.journalLater(c, journal.StateBroadcast, nil)
 	e.log.Info("settlement broadcast", zap.String("payer", res.resp.Payer), zap.String("tx", tx.Hash().Hex()),
 		zap.String("network", c.chain.net.CAIP2), zap.Uint64("senderNonce", tx.Nonce()))
 
@@ -222,7 +225,7 @@ func (e *Service) settle(ctx context.Context, p *x402.Payment, r *x402.Requireme
 		e.journalSettled(ctx, c, journal.StateFailed, string(f.reason), rcpt.TxHash)
 		return refuse(f)
 	}
-	e.journalSettled(ctx, c, journal.StateConfirmed, "", rcpt.TxHash)
+	e.journalLater(c, journal.StateConfirmed, &rcpt.TxHash)
 	e.reportSettled(ctx, approvedBy, movedOf(p, c.r))
 	faults.Point("settle.before-answer")
 	res.resp.Success = true

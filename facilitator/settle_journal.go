@@ -61,6 +61,19 @@ func (e *Service) journalSettled(ctx context.Context, c *checked, state journal.
 	}
 }
 
+// journalLater records a move a crash may lose, to broadcast or to confirmed by the
+// receipt of txHash, without waiting for it: the journal commits it with its next write,
+// or on its own a few milliseconds later (journal.DB.UpdateLater). A failure is logged;
+// the row is left to Reconcile, which decides it by the chain.
+func (e *Service) journalLater(c *checked, state journal.State, txHash *common.Hash) {
+	payer := c.auth.From.Hex()
+	e.cfg.Journal.UpdateLater(c.key.AuthorizationKey(), state, "", txHash, func(err error) {
+		if err != nil {
+			e.log.Error("journal update", zap.String("payer", payer), zap.String("state", string(state)), zap.Error(err))
+		}
+	})
+}
+
 // journalUpdate records a state change; a failure is logged, since the chain stays the
 // truth and Reconcile repairs the row.
 func (e *Service) journalUpdate(ctx context.Context, c *checked, state journal.State, reason string) {

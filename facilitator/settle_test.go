@@ -49,7 +49,7 @@ func TestSettleMovesExactlyTheValueOnce(t *testing.T) {
 			if n := env.signerNonce(t, signer); n != nonceBefore+1 {
 				t.Errorf("signer sent %d transactions, want 1", n-nonceBefore)
 			}
-			row, err := cfg.Journal.Get(context.Background(), x402.KeyOf(p, r).AuthorizationKey())
+			row, err := decidedRow(t, cfg.Journal, x402.KeyOf(p, r).AuthorizationKey())
 			if err != nil {
 				t.Fatalf("journal: %v", err)
 			}
@@ -506,7 +506,7 @@ func TestSettleFinishesWhenTheCallerGoesAway(t *testing.T) {
 	if d := new(big.Int).Sub(env.token.BalanceOf(t, payee.Address), before); d.Cmp(testAmount) != 0 {
 		t.Errorf("payee received %s, want %s", d, testAmount)
 	}
-	row, err := cfg.Journal.Get(context.Background(), x402.KeyOf(p, r).AuthorizationKey())
+	row, err := decidedRow(t, cfg.Journal, x402.KeyOf(p, r).AuthorizationKey())
 	if err != nil || row.State != journal.StateConfirmed || row.TxHash.Hex() != res.Transaction {
 		t.Errorf("journal row = %+v, %v; want confirmed %s", row, err, res.Transaction)
 	}

@@ -3,7 +3,6 @@ package facilitator
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,16 +15,10 @@ import (
 	"github.com/x402gate/x402gate/x402"
 )
 
-// span is one timed phase of a traced paid request.
-type span struct {
-	start, end time.Time
-	what       string
-}
-
 // spans collects the phases of a traced request from several goroutines.
 type spans struct {
 	mu  sync.Mutex
-	all []span
+	all []testenv.Span
 }
 
 // time runs f as the phase what.
@@ -34,7 +27,7 @@ func (s *spans) time(what string, f func() error) error {
 	err := f()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.all = append(s.all, span{start: start, end: time.Now(), what: what})
+	s.all = append(s.all, testenv.Span{Start: start, End: time.Now(), What: what})
 	return err
 }
 
@@ -59,6 +52,19 @@ func (j tracedJournal) Update(ctx context.Context, key string, state journal.Sta
 func (j tracedJournal) UpdateSettled(ctx context.Context, key string, state journal.State, reason string, tx common.Hash) error {
 	return j.s.time("journal UpdateSettled "+string(state)+" (fsync)", func() error {
 		return j.Journal.UpdateSettled(ctx, key, state, reason, tx)
+	})
+}
+
+// UpdateLater is timed from the call to its commit: the settle does not wait for it.
+func (j tracedJournal) UpdateLater(key string, state journal.State, reason string, tx *common.Hash, then func(error)) {
+	start := time.Now()
+	j.Journal.UpdateLater(key, state, reason, tx, func(err error) {
+		j.s.mu.Lock()
+		j.s.all = append(j.s.all, testenv.Span{Start: start, End: time.Now(), What: "journal UpdateLater " + string(state) + " (joins the next commit)"})
+		j.s.mu.Unlock()
+		if then != nil {
+			then(err)
+		}
 	})
 }
 
@@ -99,24 +105,20 @@ func TestTracePaidRequest(t *testing.T) {
 			return nil
 		})
 	}
-	pay() // warm the fee cache, the nonce and the connections
+	pay()                             // warm the fee cache, the nonce and the connections
+	time.Sleep(20 * time.Millisecond) // the deferred writes of the warm-up commit
+	s.mu.Lock()
 	s.all = nil
+	s.mu.Unlock()
 	node.Reset()
 	pay()
-	all := s.all
-	for _, c := range node.Calls() {
-		all = append(all, span{start: c.Start, end: c.End, what: "rpc " + c.Methods})
-	}
-	slices.SortStableFunc(all, func(a, b span) int { return a.start.Compare(b.start) })
-	t0 := all[0].start
-	var names []string
-	for _, sp := range all {
-		t.Logf("%8.3f ms %8.3f ms  %7.3f ms  %s", ms(sp.start.Sub(t0)), ms(sp.end.Sub(t0)), ms(sp.end.Sub(sp.start)), sp.what)
-		names = append(names, sp.what)
-	}
+	time.Sleep(20 * time.Millisecond) // and this payment's
+	s.mu.Lock()
+	names := node.LogTrace(t, s.all)
+	s.mu.Unlock()
 	trace := strings.Join(names, "\n")
 	for _, want := range []string{"Verify", "Settle", "journal Prepare", "rpc eth_sendRawTransaction",
-		"journal Update broadcast", "rpc eth_getTransactionReceipt\n", "journal UpdateSettled confirmed"} {
+		"journal UpdateLater broadcast", "rpc eth_getTransactionReceipt\n", "journal UpdateLater confirmed"} {
 		i := strings.Index(trace, want)
 		if i < 0 {
 			t.Fatalf("trace lacks %q after the phases before it:\n%s", want, trace)
@@ -124,6 +126,3 @@ func TestTracePaidRequest(t *testing.T) {
 		trace = trace[i+len(want):]
 	}
 }
-
-// ms is d in milliseconds.
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -109,7 +109,7 @@ func open(ctx context.Context, db *sqldb.DB) (*DB, error) {
 	}
 	j := &DB{db: db}
 	if db.Dialect.Name == sqldb.SQLite.Name {
-		j.group = &groupCommit{db: db, fail: j.fail, lead: make(chan struct{}, 1)}
+		j.group = &groupCommit{db: db, fail: j.fail, lead: make(chan struct{}, 1), laterBound: laterBound}
 	}
 	return j, nil
 }
@@ -269,10 +269,44 @@ func (j *DB) UpdateSettled(ctx context.Context, authorizationKey string, state S
 	return j.update(ctx, authorizationKey, state, reason, &txHash)
 }
 
+// UpdateLater is Update (settled nil) or UpdateSettled, without waiting for the write to
+// be durable: on SQLite it joins the next group commit, the next write's fsync, or is
+// committed on its own within a few milliseconds when no write comes; then gets its
+// outcome. On PostgreSQL it runs as Update does, before UpdateLater returns. For the
+// moves a crash may lose because Reconcile makes them again from the chain: to
+// StateBroadcast, and to StateConfirmed (docs/facilitator.md#settlement-journal).
+func (j *DB) UpdateLater(authorizationKey string, state State, reason string, settled *common.Hash, then func(error)) {
+	op, err := j.updateOp(authorizationKey, state, reason, settled)
+	switch {
+	case err != nil:
+	case state != StateBroadcast && state != StateConfirmed:
+		err = fmt.Errorf("journal update %s to %q: only a move to %q or %q may be deferred", authorizationKey, state, StateBroadcast, StateConfirmed)
+	case j.group != nil:
+		j.group.later(op, then)
+		return
+	default:
+		ctx, cancel := context.WithTimeout(context.Background(), groupCommitBound)
+		defer cancel()
+		err = j.write(ctx, false, op)
+	}
+	if then != nil {
+		then(err)
+	}
+}
+
 func (j *DB) update(ctx context.Context, authorizationKey string, state State, reason string, settled *common.Hash) error {
+	op, err := j.updateOp(authorizationKey, state, reason, settled)
+	if err != nil {
+		return err
+	}
+	return j.write(ctx, false, op)
+}
+
+// updateOp is the write that moves the row of authorizationKey to state.
+func (j *DB) updateOp(authorizationKey string, state State, reason string, settled *common.Hash) (writeOp, error) {
 	sources, ok := transitions[state]
 	if !ok {
-		return fmt.Errorf("journal update %s to %q: %w", authorizationKey, state, ErrInvalidTransition)
+		return nil, fmt.Errorf("journal update %s to %q: %w", authorizationKey, state, ErrInvalidTransition)
 	}
 	in := make([]string, len(sources))
 	for i, src := range sources {
@@ -282,9 +316,9 @@ func (j *DB) update(ctx context.Context, authorizationKey string, state State, r
 	if settled != nil {
 		set, args = `, settled_tx_hash = $5`, append(args, strings.ToLower(settled.Hex()))
 	}
-	return j.write(ctx, false, func(ctx context.Context, q querier) error {
+	return func(ctx context.Context, q querier) error {
 		return j.updateOn(ctx, q, authorizationKey, state, set, in, args)
-	})
+	}, nil
 }
 
 func (j *DB) updateOn(ctx context.Context, q querier, authorizationKey string, state State, set string, in []string, args []any) error {
@@ -331,8 +365,11 @@ func (j *DB) Unfinished(ctx context.Context) ([]Settlement, error) {
 		WHERE state IN ('prepared', 'broadcast') ORDER BY created_at, authorization_key`)
 }
 
-// Close closes the database.
+// Close commits the deferred writes (UpdateLater) and closes the database.
 func (j *DB) Close() error {
+	if j.group != nil {
+		j.group.flush()
+	}
 	if err := j.db.Close(); err != nil {
 		return j.fail("close", err)
 	}

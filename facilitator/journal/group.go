@@ -39,6 +39,11 @@ type groupCommit struct {
 	lead  chan struct{} // holds a token while a writer commits a group
 	qmu   sync.Mutex
 	queue []*pendingWrite
+	armed bool // a flush of the deferred writes is scheduled (later)
+	// laterBound is how long a deferred write (later) waits for another write to carry it
+	// into a group commit before it is committed on its own (the package's laterBound;
+	// a test lengthens it).
+	laterBound time.Duration
 }
 
 type pendingWrite struct {
@@ -46,7 +51,16 @@ type pendingWrite struct {
 	op   writeOp
 	err  error
 	done chan struct{}
+	// then, when set, is told the outcome of a deferred write (later) once its group
+	// committed or failed; nobody waits on done.
+	then func(error)
 }
+
+// laterBound is how long a deferred write (later) waits for another write to carry it
+// into a group commit before it is committed on its own. At one request at a time, the
+// next write of the same request comes within a millisecond or so; under load, writes
+// come all the time.
+const laterBound = 5 * time.Millisecond
 
 // do runs op in the next group transaction and returns once it is committed (nil) or
 // failed (its error).
@@ -76,6 +90,45 @@ func (g *groupCommit) do(ctx context.Context, op writeOp) error {
 	return w.err
 }
 
+// later queues op for the next group commit and returns at once: the next write that
+// leads a group commits op with its own, in one fsync, and when none comes within
+// g.laterBound, op is committed on its own. Deferred writes keep their order among
+// themselves and with the writes queued after them. then, when set, gets op's outcome.
+// A crash before the commit loses op: only a write whose loss the journal's readers
+// repair may be deferred (DB.UpdateLater).
+func (g *groupCommit) later(op writeOp, then func(error)) {
+	w := &pendingWrite{ctx: context.Background(), op: op, done: make(chan struct{}), then: then}
+	g.qmu.Lock()
+	g.queue = append(g.queue, w)
+	arm := !g.armed
+	g.armed = true
+	g.qmu.Unlock()
+	if arm {
+		time.AfterFunc(g.laterBound, g.flush)
+	}
+}
+
+// flush commits whatever is queued, deferred writes included, and returns once it is
+// committed. A group already running takes its lead first.
+func (g *groupCommit) flush() {
+	g.qmu.Lock()
+	g.armed = false
+	empty := len(g.queue) == 0
+	g.qmu.Unlock()
+	if empty {
+		return // a group carried them
+	}
+	g.lead <- struct{}{}
+	g.qmu.Lock()
+	group := g.queue
+	g.queue = nil
+	g.qmu.Unlock()
+	if len(group) > 0 {
+		g.commit(context.Background(), group)
+	}
+	<-g.lead
+}
+
 // commit runs group in one transaction and answers each write.
 func (g *groupCommit) commit(ctx context.Context, group []*pendingWrite) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), groupCommitBound)
@@ -93,6 +146,9 @@ func (g *groupCommit) commit(ctx context.Context, group []*pendingWrite) {
 	}
 	for _, w := range group {
 		close(w.done)
+		if w.then != nil {
+			w.then(w.err)
+		}
 	}
 }
 

@@ -71,6 +71,10 @@ type Journal interface {
 	// UpdateSettled is Update that also records txHash, the attempt whose receipt decided
 	// the row.
 	UpdateSettled(ctx context.Context, authorizationKey string, state State, reason string, txHash common.Hash) error
+	// UpdateLater is UpdateSettled (Update when settled is nil) whose caller does not
+	// wait for the write to be durable; then, when set, gets its outcome. Only for a move a
+	// crash may lose because Reconcile makes it again: to StateBroadcast or StateConfirmed.
+	UpdateLater(authorizationKey string, state State, reason string, settled *common.Hash, then func(error))
 	// Get returns the row of authorizationKey, or ErrNotFound.
 	Get(ctx context.Context, authorizationKey string) (Settlement, error)
 	// Unfinished returns every row in StatePrepared or StateBroadcast, oldest first.

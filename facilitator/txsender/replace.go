@@ -163,10 +163,11 @@ func isNonceError(err error) bool {
 
 // receiptPoll bounds the polling interval of waitReceipt. The first poll comes as soon
 // as the node accepted the transaction; a node that mines at once (anvil's automine, a
-// sequencer's preconfirmation) often has the receipt a moment later, not at once, so the
-// second comes receiptPollMin after the first and the interval doubles from there.
+// sequencer's preconfirmation) often has the receipt a moment later, not at once (anvil:
+// a fraction of a millisecond), so the second comes receiptPollMin after the first and the
+// interval doubles from there: 0.25, 0.5, 1, 2 ms ... still 12 polls in the first second.
 const (
-	receiptPollMin = time.Millisecond
+	receiptPollMin = 250 * time.Microsecond
 	receiptPollMax = 500 * time.Millisecond
 	resendEvery    = 3 * time.Second
 )

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -106,4 +107,33 @@ func methodsOf(body, answer []byte) string {
 		}
 	}
 	return strings.Join(names, "+")
+}
+
+// Span is one timed phase of a traced request.
+type Span struct {
+	Start, End time.Time
+	What       string
+}
+
+// LogTrace logs spans and the calls recorded since the last Reset ("rpc " and their
+// methods) in the order they began: start and end from the first start, and duration, in
+// milliseconds. It returns what each was, in that order.
+func (ct *CallTracer) LogTrace(t testing.TB, spans []Span) []string {
+	t.Helper()
+	all := slices.Clone(spans)
+	for _, c := range ct.Calls() {
+		all = append(all, Span{Start: c.Start, End: c.End, What: "rpc " + c.Methods})
+	}
+	if len(all) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(all, func(a, b Span) int { return a.Start.Compare(b.Start) })
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	t0 := all[0].Start
+	names := make([]string, len(all))
+	for i, s := range all {
+		t.Logf("%8.3f ms %8.3f ms  %7.3f ms  %s", ms(s.Start.Sub(t0)), ms(s.End.Sub(t0)), ms(s.End.Sub(s.Start)), s.What)
+		names[i] = s.What
+	}
+	return names
 }
