@@ -286,3 +286,16 @@ func TestKeysAreStoredHashed(t *testing.T) {
 		}
 	}
 }
+
+// TestWellFormedKeyAllocatesNothing: the shape check every authenticated request makes
+// accepts a fresh key and refuses one whose secret is not base64url, without allocating.
+func TestWellFormedKeyAllocatesNothing(t *testing.T) {
+	_, key, _ := newAPIKey()
+	bad := key[:len(key)-1] + "!"
+	if !wellFormedKey(key) || wellFormedKey(bad) {
+		t.Fatalf("wellFormedKey(fresh key) = %v, (secret with '!') = %v; want true, false", wellFormedKey(key), wellFormedKey(bad))
+	}
+	if n := testing.AllocsPerRun(100, func() { wellFormedKey(key) }); n != 0 {
+		t.Errorf("wellFormedKey: %v allocations, want 0", n)
+	}
+}

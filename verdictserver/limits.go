@@ -52,15 +52,29 @@ func (s *Server) allow(w http.ResponseWriter, r *http.Request, t taker, bucket s
 		return false
 	}
 	h := w.Header()
-	h.Set("X-RateLimit-Limit", strconv.Itoa(res.Limit))
-	h.Set("X-RateLimit-Remaining", strconv.Itoa(res.Remaining))
-	h.Set("X-RateLimit-Reset", strconv.FormatInt(ceilSeconds(res.Reset), 10))
+	setRateLimitHeaders(h, res.Limit, res.Remaining, ceilSeconds(res.Reset))
 	if res.Allowed {
 		return true
 	}
-	h.Set("Retry-After", strconv.FormatInt(max(1, ceilSeconds(res.RetryAfter)), 10))
+	h["Retry-After"] = []string{strconv.FormatInt(max(1, ceilSeconds(res.RetryAfter)), 10)}
 	writeCode(w, codeRateLimited, "rate limit exceeded; retry after the number of seconds in Retry-After")
 	return false
+}
+
+// The rate limit's headers under the keys net/http writes (its canonical form of
+// X-RateLimit-*), so that setting them canonicalises nothing.
+const (
+	headerRateLimit     = "X-Ratelimit-Limit"
+	headerRateRemaining = "X-Ratelimit-Remaining"
+	headerRateReset     = "X-Ratelimit-Reset"
+)
+
+// setRateLimitHeaders sets the X-RateLimit-* headers of every limited answer. The three
+// values share one backing array: one allocation for the three, besides their digits.
+func setRateLimitHeaders(h http.Header, limit, remaining int, reset int64) {
+	vals := [...]string{strconv.Itoa(limit), strconv.Itoa(remaining), strconv.FormatInt(reset, 10)}
+	all := vals[:]
+	h[headerRateLimit], h[headerRateRemaining], h[headerRateReset] = all[0:1:1], all[1:2:2], all[2:3:3]
 }
 
 func ceilSeconds(d time.Duration) int64 {

@@ -102,3 +102,24 @@ func TestRateLimitsAcrossInstances(t *testing.T) {
 	rs.Stop()
 	wantError(t, call(t, "GET", e.api.URL+unknown, nil, "x-api-key", a.Key), 503, codeUnavailable)
 }
+
+// TestRateLimitHeadersCostOneAllocation: the X-RateLimit-* headers are set under the keys
+// net/http writes on the wire (its canonical form), with their values, in one allocation
+// for the three (small numbers have no digits to allocate): a limited read sets them on
+// every answer.
+func TestRateLimitHeadersCostOneAllocation(t *testing.T) {
+	for _, k := range []string{headerRateLimit, headerRateRemaining, headerRateReset} {
+		if c := http.CanonicalHeaderKey(k); c != k {
+			t.Errorf("header key %q, want net/http's canonical %q", k, c)
+		}
+	}
+	h := http.Header{}
+	if n := testing.AllocsPerRun(100, func() { setRateLimitHeaders(h, 60, 59, 1) }); n > 1 {
+		t.Errorf("setRateLimitHeaders: %v allocations, want at most 1", n)
+	}
+	for k, want := range map[string]string{"X-RateLimit-Limit": "60", "X-RateLimit-Remaining": "59", "X-RateLimit-Reset": "1"} {
+		if got := h.Values(k); len(got) != 1 || got[0] != want {
+			t.Errorf("%s = %q, want [%s]", k, got, want)
+		}
+	}
+}

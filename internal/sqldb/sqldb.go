@@ -55,7 +55,11 @@ const sqliteBusyTimeoutMillis = 10_000
 // OpenSQLite opens (creating it, mode 0600, and its parent directory, mode 0700, if needed)
 // the SQLite database at path and checks it answers. The database runs in WAL mode with synchronous=FULL, so a
 // committed row survives a crash; a write waits up to 10 s for the write lock; foreign keys
-// are enforced; transactions begin IMMEDIATE.
+// are enforced; transactions begin IMMEDIATE. Temporary storage is in memory: a statement
+// of a transaction with several (a group commit's batch) keeps the pages it changes in a
+// statement journal, to undo that statement alone, which SQLite otherwise spills to a file
+// in the temporary directory past 64 KiB (24 writes a verdict submit, more than the
+// database and its log together). It holds no durable state: a crash loses it either way.
 func OpenSQLite(ctx context.Context, path string) (*DB, error) {
 	if path == "" {
 		return nil, errors.New("sqlite: empty path")
@@ -80,6 +84,7 @@ func OpenSQLite(ctx context.Context, path string) (*DB, error) {
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")
 	q.Add("_pragma", "foreign_keys(1)")
+	q.Add("_pragma", "temp_store(MEMORY)")
 	q.Set("_txlock", "immediate")
 	dsn := (&url.URL{Scheme: "file", Path: abs}).String() + "?" + q.Encode()
 	db, err := sql.Open("sqlite", dsn)

@@ -2,6 +2,7 @@ package sqldb
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -129,5 +130,38 @@ func TestSQLiteFilesAreTheOwners(t *testing.T) {
 		if perm := fi.Mode().Perm(); perm&0o077 != 0 {
 			t.Errorf("%s has mode %o, want no group or other bits", filepath.Base(p), perm)
 		}
+	}
+}
+
+// TestSQLiteConnectionsKeepTemporaryStorageInMemory: every connection of the pool, not only
+// the first, runs durable (synchronous=FULL) with its statement journals in memory
+// (temp_store=MEMORY), so a batch of writes makes no writes to a temporary file.
+func TestSQLiteConnectionsKeepTemporaryStorageInMemory(t *testing.T) {
+	ctx := context.Background()
+	db, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "verdict.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var conns []*sql.Conn
+	for range 3 {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	for i, c := range conns {
+		var temp, sync int
+		if err := c.QueryRowContext(ctx, `PRAGMA temp_store`).Scan(&temp); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&sync); err != nil {
+			t.Fatal(err)
+		}
+		if temp != 2 || sync != 2 {
+			t.Errorf("connection %d: temp_store = %d, synchronous = %d; want 2 (MEMORY) and 2 (FULL)", i, temp, sync)
+		}
+		c.Close()
 	}
 }
