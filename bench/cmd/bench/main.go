@@ -356,18 +356,25 @@ func (e *env) addRespondSite(port int, cf string) {
 	if bytes.ContainsRune(body, '`') {
 		e.tb.Fatalf("the 402 body holds a backtick; cannot quote it in a Caddyfile")
 	}
+	// Like with like: the headers in one handler, and respond on the gate site's three paths,
+	// which Caddy orders as it orders the gate's x402 routes (the longest path first), so a
+	// request for paidPath passes the same path matchers on both sites (bench/README.md).
 	var site strings.Builder
-	fmt.Fprintf(&site, "\nhttp://127.0.0.1:%d {\n", port)
+	fmt.Fprintf(&site, "\nhttp://127.0.0.1:%d {\n\theader {\n", port)
 	for name, vals := range resp.Header {
 		switch name {
 		case "Date", "Content-Length", "Server":
 			continue
 		}
 		for _, v := range vals {
-			fmt.Fprintf(&site, "\theader +%s `%s`\n", name, v)
+			fmt.Fprintf(&site, "\t\t+%s `%s`\n", name, v)
 		}
 	}
-	fmt.Fprintf(&site, "\trespond `%s` %d\n}\n", body, resp.StatusCode)
+	site.WriteString("\t}\n")
+	for _, path := range []string{paidPath, permit2Path, uptoPath} {
+		fmt.Fprintf(&site, "\trespond %s `%s` %d\n", path, body, resp.StatusCode)
+	}
+	site.WriteString("}\n")
 	e.caddyfile += site.String()
 	if err := os.WriteFile(cf, []byte(e.caddyfile), 0o600); err != nil {
 		e.tb.Fatalf("%v", err)
