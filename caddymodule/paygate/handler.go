@@ -415,7 +415,23 @@ func publicResource(r *http.Request) string {
 	if u.Path == "" {
 		u.Path = "/"
 	}
+	if u.RawPath == "" && u.Path[0] == '/' && unreserved(u.Host, ':') && unreserved(u.Path, '/') {
+		return u.Scheme + "://" + u.Host + u.Path // what u.String() gives, without its escaping pass
+	}
 	return u.String()
+}
+
+// unreserved reports whether every byte of s is an unreserved URL character (RFC 3986: letters,
+// digits, "-._~") or also: a string that url.URL.String() writes as it is.
+func unreserved(s string, also byte) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+			c == '-' || c == '.' || c == '_' || c == '~' || c == also) {
+			return false
+		}
+	}
+	return true
 }
 
 // originalRequestURI is the path and query the client asked for, before any rewrite: a

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -71,6 +72,27 @@ func TestPublicResource(t *testing.T) {
 				t.Fatalf("publicResource = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestPublicResourceIsTheURLsString: the resource is, byte for byte, what url.URL.String()
+// writes for the request's scheme, host and path, the plain ones it builds itself included.
+func TestPublicResourceIsTheURLsString(t *testing.T) {
+	hosts := []string{"shop.example", "127.0.0.1:8080", "Shop-1.example_~", "[::1]:8080", "xn--bcher-kva.example"}
+	paths := []string{"/", "/paid", "/a/b.c/~d_e-f", "/a b", "/caf\u00e9", "/a%2Fb", "/a;b", "/a:b", "/a@b", "/a+b",
+		"/a!$&'()*,=", "/a?b", "/a#b", "/a\\b", "/[x]", "/{x}", "/a|b", "/a^b", "/a`b", "/a\"b", "/a<b>", "/\x7f", "/a\tb"}
+	for _, host := range hosts {
+		for _, path := range paths {
+			for _, rawPath := range []string{"", path} {
+				r := httptest.NewRequest(http.MethodGet, "http://shop.example/", nil)
+				r.Host, r.URL.Path, r.URL.RawPath = host, path, rawPath
+				r = r.WithContext(context.WithValue(r.Context(), caddyhttp.VarsCtxKey, map[string]any{}))
+				want := (&url.URL{Scheme: "http", Host: host, Path: path, RawPath: rawPath}).String()
+				if got := publicResource(r); got != want {
+					t.Errorf("host %q, path %q, raw path %q: publicResource = %q, want %q", host, path, rawPath, got, want)
+				}
+			}
+		}
 	}
 }
 

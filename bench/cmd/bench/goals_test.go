@@ -252,3 +252,14 @@ func TestCPUPerRequest(t *testing.T) {
 		t.Errorf("cpuPerRequest of no requests = %v, want NaN and goal 5b not met", got)
 	}
 }
+
+// TestCPUSplitNote: goal 5b's note splits each side's CPU per request into user space and
+// kernel, each summed over the side's rounds.
+func TestCPUSplitNote(t *testing.T) {
+	ours := []wrkRun{{cpu: 3, user: 2, reqs: 100000}, {cpu: 1, user: 0.5, reqs: 20000}}
+	respond := []wrkRun{{cpu: 3, user: 2.5, reqs: 100000}}
+	want := "user µs/req ours 20.8, respond 25.0 (1.20×); kernel ours 12.5, respond 5.0 (0.40×)"
+	if got := cpuSplitNote(ours, respond); got != want {
+		t.Errorf("cpuSplitNote = %q, want %q", got, want)
+	}
+}

@@ -341,8 +341,8 @@ http://127.0.0.1:%d {
 	e.addRespondSite(respPort, cf)
 }
 
-// addRespondSite reads our 402 and adds a site that answers every request with Caddy's
-// respond, the same status, body and headers, then reloads Caddy with it.
+// addRespondSite reads our 402 and adds a site that answers the gate site's paths with
+// Caddy's respond, the same status, body and headers (respondSite), then reloads Caddy with it.
 func (e *env) addRespondSite(port int, cf string) {
 	resp, err := http.Get(e.gateURL)
 	if err != nil {
@@ -356,19 +356,7 @@ func (e *env) addRespondSite(port int, cf string) {
 	if bytes.ContainsRune(body, '`') {
 		e.tb.Fatalf("the 402 body holds a backtick; cannot quote it in a Caddyfile")
 	}
-	var site strings.Builder
-	fmt.Fprintf(&site, "\nhttp://127.0.0.1:%d {\n", port)
-	for name, vals := range resp.Header {
-		switch name {
-		case "Date", "Content-Length", "Server":
-			continue
-		}
-		for _, v := range vals {
-			fmt.Fprintf(&site, "\theader +%s `%s`\n", name, v)
-		}
-	}
-	fmt.Fprintf(&site, "\trespond `%s` %d\n}\n", body, resp.StatusCode)
-	e.caddyfile += site.String()
+	e.caddyfile += respondSite(port, resp.Header, body, resp.StatusCode)
 	if err := os.WriteFile(cf, []byte(e.caddyfile), 0o600); err != nil {
 		e.tb.Fatalf("%v", err)
 	}
@@ -408,6 +396,31 @@ func (e *env) addRespondSite(port int, cf string) {
 	slices.Sort(names)
 	e.rep.challengeHeaders = strings.Join(names, ", ")
 	e.rep.challengeBody = len(body)
+}
+
+// respondSite is a Caddyfile site on port that answers status, body and the headers of h
+// (but those net/http writes itself) with Caddy's respond, like with like the gate site: the
+// headers in one handler, and respond on the gate site's three paths, which Caddy orders as it
+// orders the gate's x402 routes (the longest path first), so a request for paidPath passes
+// the same path matchers on both sites (bench/README.md).
+func respondSite(port int, h http.Header, body []byte, status int) string {
+	var site strings.Builder
+	fmt.Fprintf(&site, "\nhttp://127.0.0.1:%d {\n\theader {\n", port)
+	for _, name := range slices.Sorted(maps.Keys(h)) {
+		switch name {
+		case "Date", "Content-Length", "Server":
+			continue
+		}
+		for _, v := range h[name] {
+			fmt.Fprintf(&site, "\t\t+%s `%s`\n", name, v)
+		}
+	}
+	site.WriteString("\t}\n")
+	for _, path := range []string{paidPath, permit2Path, uptoPath} {
+		fmt.Fprintf(&site, "\trespond %s `%s` %d\n", path, body, status)
+	}
+	site.WriteString("}\n")
+	return site.String()
 }
 
 func writeSecret(tb *benchTB, path, v string) {

@@ -164,22 +164,29 @@ func freePort() int {
 
 // cpuSeconds is the user+system CPU time of pid so far (/proc/PID/stat, in clock ticks of 1/100 s).
 func cpuSeconds(pid int) float64 {
+	u, k := cpuSplit(pid)
+	return u + k
+}
+
+// cpuSplit is the user and the system (kernel) CPU time of pid so far, in seconds (0, 0 when
+// /proc/PID/stat cannot be read).
+func cpuSplit(pid int) (user, sys float64) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0
+		return 0, 0
 	}
 	f := strings.Fields(s[i+1:])
 	if len(f) < 13 {
-		return 0
+		return 0, 0
 	}
 	u, _ := strconv.ParseFloat(f[11], 64)
 	k, _ := strconv.ParseFloat(f[12], 64)
-	return (u + k) / 100
+	return u / 100, k / 100
 }
 
 // groupCPU sums cpuSeconds over the process and its direct children (the npm anvil wrapper, node).

@@ -215,7 +215,8 @@ func (r *report) write(path string) {
 	fmt.Fprintf(&b, `- **Challenge**: wrk -t2 -c32 -d%s --latency from its own process on loopback, %d rounds, the three
   targets in rotating order. Ours is the `+"`x402`"+` directive of our Caddy (`+"`go build ./cmd/caddy`"+`) on a route
   without placeholders; the `+"`respond`"+` site is in the same Caddy process and answers the same status, body
-  (%d bytes, byte for byte) and headers (%s); the reference is an Express app with `+"`paymentMiddleware`"+` of
+  (%d bytes, byte for byte) and headers (%s), its headers in one `+"`header`"+` handler and `+"`respond`"+` on the gate
+  site's three paths, so a request passes the same path matchers on both sites (bench/README.md); the reference is an Express app with `+"`paymentMiddleware`"+` of
   x402-express 1.2.0 (bench/ref.mjs).
 - **Verify**: the same Go client POSTs the same signed payloads (%d payers, fresh nonces each round) to each
   facilitator's HTTP `+"`/verify`"+`, %d concurrent, %s a round, %d rounds: ours is the `+"`x402_facilitator`"+`
