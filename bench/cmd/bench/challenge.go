@@ -117,13 +117,7 @@ func (e *env) challenge() {
 			runs[i] = append(runs[i], w)
 		}
 	}
-	med := func(i int, f func(wrkRun) float64) float64 {
-		var v []float64
-		for _, w := range runs[i] {
-			v = append(v, f(w))
-		}
-		return median(v)
-	}
+	med := func(i int, f func(wrkRun) float64) float64 { return medianOf(runs[i], f) }
 	rps := func(w wrkRun) float64 { return w.rps }
 	ours, resp, ref := med(0, rps), med(1, rps), med(2, rps)
 	perRound := func(i int) string {

@@ -27,6 +27,15 @@ func median(v []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
+// medianOf is the median of f over runs.
+func medianOf[T any](runs []T, f func(T) float64) float64 {
+	v := make([]float64, 0, len(runs))
+	for _, r := range runs {
+		v = append(v, f(r))
+	}
+	return median(v)
+}
+
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 
 // --- 2. verify -------------------------------------------------------------------------------
@@ -245,13 +254,7 @@ func (e *env) paid() {
 				runs[i] = append(runs[i], res)
 			}
 		}
-		med := func(i int, f func(result) float64) float64 {
-			var v []float64
-			for _, r := range runs[i] {
-				v = append(v, f(r))
-			}
-			return median(v)
-		}
+		med := func(i int, f func(result) float64) float64 { return medianOf(runs[i], f) }
 		okAll := func(i int) string {
 			ok, all := 0, 0
 			reasons := ""
