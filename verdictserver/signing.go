@@ -3,7 +3,6 @@ package verdictserver
 import (
 	"crypto/ecdsa"
 	"encoding/hex"
-	"encoding/json"
 	"net/http"
 	"strings"
 	"time"
@@ -153,7 +152,7 @@ func (s *Server) serveSigner(w http.ResponseWriter, _ *http.Request, _ *principa
 // decided (withWindowCheck).
 func (s *Server) encodeVerdict(v *verdict.Verdict, in engine.Input, hash string) ([]byte, error) {
 	if s.signer == nil {
-		return json.Marshal(v)
+		return encodeInto(nil, v)
 	}
 	sig, err := s.signer.sign(v, in, hash, s.now())
 	if err != nil {
@@ -161,5 +160,5 @@ func (s *Server) encodeVerdict(v *verdict.Verdict, in engine.Input, hash string)
 	}
 	signed := *v
 	signed.Signature = sig
-	return json.Marshal(&signed)
+	return encodeInto(nil, &signed)
 }

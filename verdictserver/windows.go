@@ -68,7 +68,8 @@ func (s *Server) complete(ctx context.Context, t store.Transaction, in engine.In
 }
 
 // verdictBuffers recycles the buffers complete encodes a verdict into when the store is done
-// with it on return (CompleteReserving; Complete's group commit may write it later).
+// with it on return (CompleteReserving; Complete's group commit may write it later), and
+// those encodeInto writes a verdict into before copying it out.
 var verdictBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // maxVerdictBuffer bounds the buffers verdictBuffers keeps.
@@ -225,16 +226,22 @@ func (sc *windowScratch) recycle() {
 	windowScratches.Put(sc)
 }
 
-// encodeInto is json.Marshal(v), written into b when b is not nil.
-func encodeInto(b *bytes.Buffer, v any) (json.RawMessage, error) {
+// encodeInto is v's JSON (verdict.Verdict.AppendJSON, what json.Marshal writes), written
+// into b when b is not nil, else bytes of its own, as many as it needs.
+func encodeInto(b *bytes.Buffer, v *verdict.Verdict) (json.RawMessage, error) {
 	if b == nil {
-		return json.Marshal(v)
+		b = verdictBuffers.Get().(*bytes.Buffer)
+		defer putVerdictBuffer(b)
+		raw, err := encodeInto(b, v)
+		return bytes.Clone(raw), err
 	}
 	b.Reset()
-	if err := json.NewEncoder(b).Encode(v); err != nil {
+	raw, err := v.AppendJSON(b.AvailableBuffer())
+	if err != nil {
 		return nil, err
 	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+	_, _ = b.Write(raw) // raw is b's own bytes unless b had to grow
+	return b.Bytes(), nil
 }
 
 // letWindowThrough applies a warn or audit policy to a failed spend_window check of w, as the

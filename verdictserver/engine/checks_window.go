@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"strconv"
 
 	"github.com/x402gate/x402gate/verdict"
@@ -54,7 +55,7 @@ func microUSD(usd float64, up bool) int64 {
 // the notional, else passed. The observation lists every window's state before the action.
 func SpendWindow(uses []WindowUse, notional *int64) (verdict.Check, Observation) {
 	o := &windowsObserved{Windows: make([]windowState, len(uses))}
-	caps := make([]windowCap, len(uses))
+	caps := make(windowCaps, len(uses))
 	for i, u := range uses {
 		o.Windows[i] = windowState{Asset: u.Window.Asset, LeftUSD: usdFloat(u.Left()), Period: u.Window.Period,
 			ReservedUSD: usdFloat(u.Reserved), UsedUSD: usdFloat(u.Committed)}
@@ -99,7 +100,59 @@ type (
 		CapUSD float64 `json:"capUsd"`
 		Period string  `json:"period"`
 	}
+	windowCaps []windowCap
 )
+
+// AppendJSON appends o's JSON, what encoding/json writes for it (a verdict.JSONAppender).
+func (o *windowsObserved) AppendJSON(b []byte) ([]byte, error) {
+	if o == nil {
+		return append(b, "null"...), nil
+	}
+	var err error
+	b = append(b, '{')
+	if o.NotionalUSD != nil {
+		b, err = verdict.AppendJSONFloat(append(b, `"notionalUsd":`...), *o.NotionalUSD)
+		b = append(b, ',')
+	}
+	b = append(b, `"windows":`...)
+	if o.Windows == nil {
+		return append(b, "null}"...), err
+	}
+	b = append(b, '[')
+	for i, w := range o.Windows {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		var left, reserved, used error
+		b = verdict.AppendJSONString(append(b, `{"asset":`...), w.Asset)
+		b, left = verdict.AppendJSONFloat(append(b, `,"leftUsd":`...), w.LeftUSD)
+		b = verdict.AppendJSONString(append(b, `,"period":`...), w.Period)
+		b, reserved = verdict.AppendJSONFloat(append(b, `,"reservedUsd":`...), w.ReservedUSD)
+		b, used = verdict.AppendJSONFloat(append(b, `,"usedUsd":`...), w.UsedUSD)
+		b, err = append(b, '}'), errors.Join(err, left, reserved, used)
+	}
+	return append(b, "]}"...), err
+}
+
+// AppendJSON appends c's JSON, what encoding/json writes for it (a verdict.JSONAppender).
+func (c windowCaps) AppendJSON(b []byte) ([]byte, error) {
+	if c == nil {
+		return append(b, "null"...), nil
+	}
+	var err error
+	b = append(b, '[')
+	for i, w := range c {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		var capUSD error
+		b = verdict.AppendJSONString(append(b, `{"asset":`...), w.Asset)
+		b, capUSD = verdict.AppendJSONFloat(append(b, `,"capUsd":`...), w.CapUSD)
+		b = append(verdict.AppendJSONString(append(b, `,"period":`...), w.Period), '}')
+		err = errors.Join(err, capUSD)
+	}
+	return append(b, ']'), err
+}
 
 // SpendWindowNotChecked is the spend_window check of an action another check rejected.
 func SpendWindowNotChecked() verdict.Check {

@@ -95,8 +95,8 @@ func checkOf(v *verdict.Verdict, id verdict.CheckID) verdict.Check {
 	return verdict.Check{}
 }
 
-// mustBeValid asserts the rules every verdict keeps: consistent, parsed back by the client's
-// strict parser to the same JSON, the twelve checks in table order, never pending.
+// mustBeValid asserts the rules every verdict keeps: consistent, written by AppendJSON as
+// encoding/json writes it, parsed back by the client's strict parser to the same JSON, the twelve checks in table order, never pending.
 func mustBeValid(t testing.TB, v *verdict.Verdict) []byte {
 	t.Helper()
 	if v == nil {
@@ -122,6 +122,9 @@ func mustBeValid(t testing.TB, v *verdict.Verdict) []byte {
 	body, err := json.Marshal(v)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if appended, err := v.AppendJSON(nil); err != nil || string(appended) != string(body) {
+		t.Fatalf("AppendJSON, which the service stores, is not encoding/json's (%v):\n%s\n%s", err, appended, body)
 	}
 	back, err := verdict.ParseVerdict(body, "test")
 	if err != nil {
