@@ -72,6 +72,25 @@ func AppendJSONString(b []byte, s string) []byte {
 	return append(append(b, s[start:]...), '"')
 }
 
+// AppendJSONArray appends s as a JSON array whose elements elem appends; a nil s is null, as
+// encoding/json writes a nil slice. The first error ends it.
+func AppendJSONArray[E any](b []byte, s []E, elem func([]byte, E) ([]byte, error)) ([]byte, error) {
+	if s == nil {
+		return append(b, "null"...), nil
+	}
+	b = append(b, '[')
+	for i, e := range s {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		var err error
+		if b, err = elem(b, e); err != nil {
+			return b, err
+		}
+	}
+	return append(b, ']'), nil
+}
+
 const hexDigits = "0123456789abcdef"
 
 // appendEscaped appends the escape of the ASCII byte c that a JSON string may not hold as

@@ -108,50 +108,36 @@ func (o *windowsObserved) AppendJSON(b []byte) ([]byte, error) {
 	if o == nil {
 		return append(b, "null"...), nil
 	}
-	var err error
 	b = append(b, '{')
 	if o.NotionalUSD != nil {
-		b, err = verdict.AppendJSONFloat(append(b, `"notionalUsd":`...), *o.NotionalUSD)
+		var err error
+		if b, err = verdict.AppendJSONFloat(append(b, `"notionalUsd":`...), *o.NotionalUSD); err != nil {
+			return b, err
+		}
 		b = append(b, ',')
 	}
-	b = append(b, `"windows":`...)
-	if o.Windows == nil {
-		return append(b, "null}"...), err
-	}
-	b = append(b, '[')
-	for i, w := range o.Windows {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		var left, reserved, used error
-		b = verdict.AppendJSONString(append(b, `{"asset":`...), w.Asset)
-		b, left = verdict.AppendJSONFloat(append(b, `,"leftUsd":`...), w.LeftUSD)
-		b = verdict.AppendJSONString(append(b, `,"period":`...), w.Period)
-		b, reserved = verdict.AppendJSONFloat(append(b, `,"reservedUsd":`...), w.ReservedUSD)
-		b, used = verdict.AppendJSONFloat(append(b, `,"usedUsd":`...), w.UsedUSD)
-		b, err = append(b, '}'), errors.Join(err, left, reserved, used)
-	}
-	return append(b, "]}"...), err
+	b, err := verdict.AppendJSONArray(append(b, `"windows":`...), o.Windows, appendWindowState)
+	return append(b, '}'), err
+}
+
+func appendWindowState(b []byte, w windowState) ([]byte, error) {
+	b = verdict.AppendJSONString(append(b, `{"asset":`...), w.Asset)
+	b, left := verdict.AppendJSONFloat(append(b, `,"leftUsd":`...), w.LeftUSD)
+	b = verdict.AppendJSONString(append(b, `,"period":`...), w.Period)
+	b, reserved := verdict.AppendJSONFloat(append(b, `,"reservedUsd":`...), w.ReservedUSD)
+	b, used := verdict.AppendJSONFloat(append(b, `,"usedUsd":`...), w.UsedUSD)
+	return append(b, '}'), errors.Join(left, reserved, used)
 }
 
 // AppendJSON appends c's JSON, what encoding/json writes for it (a verdict.JSONAppender).
 func (c windowCaps) AppendJSON(b []byte) ([]byte, error) {
-	if c == nil {
-		return append(b, "null"...), nil
-	}
-	var err error
-	b = append(b, '[')
-	for i, w := range c {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		var capUSD error
-		b = verdict.AppendJSONString(append(b, `{"asset":`...), w.Asset)
-		b, capUSD = verdict.AppendJSONFloat(append(b, `,"capUsd":`...), w.CapUSD)
-		b = append(verdict.AppendJSONString(append(b, `,"period":`...), w.Period), '}')
-		err = errors.Join(err, capUSD)
-	}
-	return append(b, ']'), err
+	return verdict.AppendJSONArray(b, c, appendWindowCap)
+}
+
+func appendWindowCap(b []byte, w windowCap) ([]byte, error) {
+	b = verdict.AppendJSONString(append(b, `{"asset":`...), w.Asset)
+	b, err := verdict.AppendJSONFloat(append(b, `,"capUsd":`...), w.CapUSD)
+	return append(verdict.AppendJSONString(append(b, `,"period":`...), w.Period), '}'), err
 }
 
 // SpendWindowNotChecked is the spend_window check of an action another check rejected.
