@@ -89,14 +89,15 @@ func windowed(in engine.Input) bool {
 // applying is the windows of sw that apply to an action touching assets (lower-case hex),
 // in the store's terms and the engine's, index for index.
 func applying(sw *policy.SpendWindows, assets []string) ([]store.Window, []engine.WindowUse) {
-	var ws []store.Window
-	var uses []engine.WindowUse
+	ws := make([]store.Window, 0, len(sw.Windows))
+	uses := make([]engine.WindowUse, 0, len(sw.Windows))
 	for i, w := range sw.Windows {
-		if w.Scope() != "" && !slices.Contains(assets, w.Scope()) {
+		scope := w.Scope()
+		if scope != "" && !slices.Contains(assets, scope) {
 			continue
 		}
 		u := engine.WindowUse{Index: i, Window: w}
-		ws = append(ws, store.Window{Scope: w.Scope(), Span: w.Span(), CapMicroUSD: u.CapMicroUSD()})
+		ws = append(ws, store.Window{Scope: scope, Span: w.Span(), CapMicroUSD: u.CapMicroUSD()})
 		uses = append(uses, u)
 	}
 	return ws, uses
@@ -118,8 +119,10 @@ func notionalOf(v *verdict.Verdict) *int64 {
 func assetsOf(action map[string]any) []string {
 	var out []string
 	add := func(a any) {
-		if s, ok := a.(string); ok && !slices.Contains(out, strings.ToLower(s)) {
-			out = append(out, strings.ToLower(s))
+		if s, ok := a.(string); ok {
+			if lower := strings.ToLower(s); !slices.Contains(out, lower) {
+				out = append(out, lower)
+			}
 		}
 	}
 	var walk func(action map[string]any)
