@@ -73,6 +73,15 @@ func (c *SigningConfig) newSigner() (*signer, error) {
 // TTL from now (docs/verdict-signing.md). The record's requestHash is the nonce: one
 // record, one signature that a guarded account accepts once.
 func (g *signer) sign(v *verdict.Verdict, in engine.Input, hash string, now time.Time) (*verdict.Signature, error) {
+	sig := new(verdict.Signature)
+	if err := g.signInto(sig, v, in, hash, now); err != nil {
+		return nil, err
+	}
+	return sig, nil
+}
+
+// signInto is sign into sig.
+func (g *signer) signInto(sig *verdict.Signature, v *verdict.Verdict, in engine.Input, hash string, now time.Time) error {
 	m := verdict.SignedVerdict{
 		Binding: bindingOf(in.ProposedTx, in.Escrow),
 		Outcome: verdict.SignedRejected,
@@ -85,7 +94,7 @@ func (g *signer) sign(v *verdict.Verdict, in engine.Input, hash string, now time
 	if v.PolicyVersion != nil {
 		m.PolicyVersion = *v.PolicyVersion
 	}
-	return verdict.SignVerdict(g.key, m)
+	return verdict.SignVerdictInto(sig, g.key, m)
 }
 
 // bindingOf is the action a verdict about tx signs (docs/verdict-signing.md#binding): an

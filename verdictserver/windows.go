@@ -184,11 +184,10 @@ func (s *Server) withWindowCheck(v *verdict.Verdict, in engine.Input, hash strin
 	}
 	w.Signature = nil
 	if s.signer != nil {
-		sig, err := s.signer.sign(w, in, hash, s.now())
-		if err != nil {
+		if err := s.signer.signInto(&sc.sig, w, in, hash, s.now()); err != nil {
 			return nil, "", fmt.Errorf("spend windows: sign the verdict: %w", err)
 		}
-		w.Signature = sig
+		w.Signature = &sc.sig
 	}
 	if err := w.Validate(); err != nil || !w.Terminal() {
 		return nil, "", fmt.Errorf("spend windows: the verdict is not a terminal, valid one: %v", err)
@@ -203,11 +202,13 @@ func (s *Server) withWindowCheck(v *verdict.Verdict, in engine.Input, hash strin
 	return raw, store.StatusRejected, nil
 }
 
-// windowScratch is withWindowCheck's copy of the engine's verdict with its checks and
-// observations, recycled (windowScratches): nothing of it outlives the verdict's JSON, which
-// is written into bytes of its own or into withWindowCheck's caller's buffer.
+// windowScratch is withWindowCheck's copy of the engine's verdict with its checks,
+// observations and signature, recycled (windowScratches): nothing of it outlives the
+// verdict's JSON, which is written into bytes of its own or into withWindowCheck's caller's
+// buffer.
 type windowScratch struct {
 	w            verdict.Verdict
+	sig          verdict.Signature
 	checks       []verdict.Check
 	observations map[string]any
 }
@@ -219,7 +220,7 @@ const maxRecycledObservations = 32
 
 // recycle empties sc, dropping what it points to, and puts it back in windowScratches.
 func (sc *windowScratch) recycle() {
-	sc.w = verdict.Verdict{}
+	sc.w, sc.sig = verdict.Verdict{}, verdict.Signature{}
 	clear(sc.checks)
 	sc.checks = sc.checks[:0]
 	if len(sc.observations) > maxRecycledObservations {
