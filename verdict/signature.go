@@ -243,16 +243,27 @@ type Signature struct {
 
 // SignVerdict signs m with key.
 func SignVerdict(key *ecdsa.PrivateKey, m SignedVerdict) (*Signature, error) {
+	s := new(Signature)
+	if err := SignVerdictInto(s, key, m); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// SignVerdictInto is SignVerdict into s, memory of the caller's (a verdict that is signed,
+// encoded and dropped need not allocate its signature); s is unchanged on an error.
+func SignVerdictInto(s *Signature, key *ecdsa.PrivateKey, m SignedVerdict) error {
 	d, err := m.Digest()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	sig, err := crypto.Sign(d[:], key)
 	if err != nil {
-		return nil, fmt.Errorf("sign verdict: %w", err)
+		return fmt.Errorf("sign verdict: %w", err)
 	}
 	sig[64] += 27
-	return &Signature{Signer: crypto.PubkeyToAddress(key.PublicKey), Message: m, Sig: sig}, nil
+	*s = Signature{Signer: crypto.PubkeyToAddress(key.PublicKey), Message: m, Sig: sig}
+	return nil
 }
 
 // Recover returns the address whose key made s.Sig over s.Message. A signature that is

@@ -8,15 +8,20 @@ import (
 )
 
 // MarshalJSON encodes s as the verdict's "signature" member
+// (docs/verdict-signing.md#the-signature-member): AppendJSON into bytes of its own.
+func (s *Signature) MarshalJSON() ([]byte, error) {
+	return s.AppendJSON(make([]byte, 0, 640)), nil // 560 or so: grows only for a value of some 40 digits
+}
+
+// AppendJSON appends s as the verdict's "signature" member
 // (docs/verdict-signing.md#the-signature-member): {"signer", "message": {"wallet", "chainId",
 // "to", "dataHash", "value", "policyVersion", "outcome", "nonce", "expiry"}, "signature"},
 // the typed-data message as a wallet shows it: addresses EIP-55 checksummed, hashes and the
 // signature 0x and lower-case hex, the uint256 value a decimal string, the other integers
 // numbers. Every member is hex or a number, so it is written as it is, with nothing to
 // escape (TestSignatureJSON holds it to encoding/json's encoding of the same members).
-func (s *Signature) MarshalJSON() ([]byte, error) {
+func (s *Signature) AppendJSON(b []byte) []byte {
 	m := &s.Message
-	b := make([]byte, 0, 640) // 560 or so: grows only for a value of some 40 digits
 	b = append(b, `{"signer":"`...)
 	b = appendAddress(b, s.Signer)
 	b = append(b, `","message":{"wallet":"`...)
@@ -32,7 +37,7 @@ func (s *Signature) MarshalJSON() ([]byte, error) {
 	b = appendHex(append(b, `,"nonce":"`...), m.Nonce[:])
 	b = strconv.AppendInt(append(b, `","expiry":`...), m.Expiry, 10)
 	b = appendHex(append(b, `},"signature":"`...), s.Sig)
-	return append(b, `"}`...), nil
+	return append(b, `"}`...)
 }
 
 // appendAddress appends a's EIP-55 checksummed hex, as common.Address.Hex writes it, with a

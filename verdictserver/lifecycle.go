@@ -291,34 +291,38 @@ type judgement struct {
 // decide after the engine and may turn it into a refusal, so complete adds their check, signs,
 // validates and encodes it once (withWindowCheck). It is then held (engine.Holder) until
 // j.done, or the engine's Evaluate's, which the engine does not reuse.
-func (s *Server) judge(ctx context.Context, hash string, in engine.Input) (j judgement, ok bool) {
+func (s *Server) judge(ctx context.Context, hash string, in engine.Input) (judgement, bool) {
 	keep := windowed(in)
 	start := time.Now()
-	use := func(v *verdict.Verdict) {
-		j.note = noteOf(v, time.Since(start))
-		if keep {
-			j.v = v
-		} else {
-			j.raw, j.err = s.encodeVerdict(v, in, hash)
-		}
-		j.status = store.StatusRejected
-		if v.Outcome == verdict.OutcomeApproved {
-			j.status = store.StatusApproved
-		}
-		if v.PolicyVersion != nil {
-			pv := *v.PolicyVersion
-			j.policyVersion = &pv
-		}
-		j.outcome, j.reasonCode = string(v.Outcome), string(v.ReasonCode)
-	}
 	if h, holds := s.engine.(engine.Holder); holds && keep {
 		v, release := h.Hold(ctx, in)
-		j.release = release
-		gated(v, &ok, use)
+		j, ok := judgement{release: release}, false
+		gated(v, &ok, func(v *verdict.Verdict) { s.keepOf(&j, v, in, hash, start, keep) })
 		return j, ok
 	}
-	ok = s.run(ctx, in, !keep, use)
-	return j, ok
+	j := new(judgement) // the engine's Judge calls back with the verdict
+	ok := s.run(ctx, in, !keep, func(v *verdict.Verdict) { s.keepOf(j, v, in, hash, start, keep) })
+	return *j, ok
+}
+
+// keepOf fills j with what evaluate keeps of v, the engine's terminal and consistent verdict
+// of in, judged since start: v itself under spend windows (keep), else its JSON.
+func (s *Server) keepOf(j *judgement, v *verdict.Verdict, in engine.Input, hash string, start time.Time, keep bool) {
+	j.note = noteOf(v, time.Since(start))
+	if keep {
+		j.v = v
+	} else {
+		j.raw, j.err = s.encodeVerdict(v, in, hash)
+	}
+	j.status = store.StatusRejected
+	if v.Outcome == verdict.OutcomeApproved {
+		j.status = store.StatusApproved
+	}
+	if v.PolicyVersion != nil {
+		pv := *v.PolicyVersion
+		j.policyVersion = &pv
+	}
+	j.outcome, j.reasonCode = string(v.Outcome), string(v.ReasonCode)
 }
 
 // done gives the verdict j holds back to the engine: nothing may read j.v after it.

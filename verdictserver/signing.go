@@ -3,7 +3,6 @@ package verdictserver
 import (
 	"crypto/ecdsa"
 	"encoding/hex"
-	"encoding/json"
 	"net/http"
 	"strings"
 	"time"
@@ -74,6 +73,15 @@ func (c *SigningConfig) newSigner() (*signer, error) {
 // TTL from now (docs/verdict-signing.md). The record's requestHash is the nonce: one
 // record, one signature that a guarded account accepts once.
 func (g *signer) sign(v *verdict.Verdict, in engine.Input, hash string, now time.Time) (*verdict.Signature, error) {
+	sig := new(verdict.Signature)
+	if err := g.signInto(sig, v, in, hash, now); err != nil {
+		return nil, err
+	}
+	return sig, nil
+}
+
+// signInto is sign into sig.
+func (g *signer) signInto(sig *verdict.Signature, v *verdict.Verdict, in engine.Input, hash string, now time.Time) error {
 	m := verdict.SignedVerdict{
 		Binding: bindingOf(in.ProposedTx, in.Escrow),
 		Outcome: verdict.SignedRejected,
@@ -86,7 +94,7 @@ func (g *signer) sign(v *verdict.Verdict, in engine.Input, hash string, now time
 	if v.PolicyVersion != nil {
 		m.PolicyVersion = *v.PolicyVersion
 	}
-	return verdict.SignVerdict(g.key, m)
+	return verdict.SignVerdictInto(sig, g.key, m)
 }
 
 // bindingOf is the action a verdict about tx signs (docs/verdict-signing.md#binding): an
@@ -153,7 +161,7 @@ func (s *Server) serveSigner(w http.ResponseWriter, _ *http.Request, _ *principa
 // decided (withWindowCheck).
 func (s *Server) encodeVerdict(v *verdict.Verdict, in engine.Input, hash string) ([]byte, error) {
 	if s.signer == nil {
-		return json.Marshal(v)
+		return encodeInto(nil, v)
 	}
 	sig, err := s.signer.sign(v, in, hash, s.now())
 	if err != nil {
@@ -161,5 +169,5 @@ func (s *Server) encodeVerdict(v *verdict.Verdict, in engine.Input, hash string)
 	}
 	signed := *v
 	signed.Signature = sig
-	return json.Marshal(&signed)
+	return encodeInto(nil, &signed)
 }

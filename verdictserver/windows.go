@@ -68,7 +68,8 @@ func (s *Server) complete(ctx context.Context, t store.Transaction, in engine.In
 }
 
 // verdictBuffers recycles the buffers complete encodes a verdict into when the store is done
-// with it on return (CompleteReserving; Complete's group commit may write it later).
+// with it on return (CompleteReserving; Complete's group commit may write it later), and
+// those encodeInto writes a verdict into before copying it out.
 var verdictBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // maxVerdictBuffer bounds the buffers verdictBuffers keeps.
@@ -88,14 +89,15 @@ func windowed(in engine.Input) bool {
 // applying is the windows of sw that apply to an action touching assets (lower-case hex),
 // in the store's terms and the engine's, index for index.
 func applying(sw *policy.SpendWindows, assets []string) ([]store.Window, []engine.WindowUse) {
-	var ws []store.Window
-	var uses []engine.WindowUse
+	ws := make([]store.Window, 0, len(sw.Windows))
+	uses := make([]engine.WindowUse, 0, len(sw.Windows))
 	for i, w := range sw.Windows {
-		if w.Scope() != "" && !slices.Contains(assets, w.Scope()) {
+		scope := w.Scope()
+		if scope != "" && !slices.Contains(assets, scope) {
 			continue
 		}
 		u := engine.WindowUse{Index: i, Window: w}
-		ws = append(ws, store.Window{Scope: w.Scope(), Span: w.Span(), CapMicroUSD: u.CapMicroUSD()})
+		ws = append(ws, store.Window{Scope: scope, Span: w.Span(), CapMicroUSD: u.CapMicroUSD()})
 		uses = append(uses, u)
 	}
 	return ws, uses
@@ -117,8 +119,10 @@ func notionalOf(v *verdict.Verdict) *int64 {
 func assetsOf(action map[string]any) []string {
 	var out []string
 	add := func(a any) {
-		if s, ok := a.(string); ok && !slices.Contains(out, strings.ToLower(s)) {
-			out = append(out, strings.ToLower(s))
+		if s, ok := a.(string); ok {
+			if lower := strings.ToLower(s); !slices.Contains(out, lower) {
+				out = append(out, lower)
+			}
 		}
 	}
 	var walk func(action map[string]any)
@@ -180,11 +184,10 @@ func (s *Server) withWindowCheck(v *verdict.Verdict, in engine.Input, hash strin
 	}
 	w.Signature = nil
 	if s.signer != nil {
-		sig, err := s.signer.sign(w, in, hash, s.now())
-		if err != nil {
+		if err := s.signer.signInto(&sc.sig, w, in, hash, s.now()); err != nil {
 			return nil, "", fmt.Errorf("spend windows: sign the verdict: %w", err)
 		}
-		w.Signature = sig
+		w.Signature = &sc.sig
 	}
 	if err := w.Validate(); err != nil || !w.Terminal() {
 		return nil, "", fmt.Errorf("spend windows: the verdict is not a terminal, valid one: %v", err)
@@ -199,11 +202,13 @@ func (s *Server) withWindowCheck(v *verdict.Verdict, in engine.Input, hash strin
 	return raw, store.StatusRejected, nil
 }
 
-// windowScratch is withWindowCheck's copy of the engine's verdict with its checks and
-// observations, recycled (windowScratches): nothing of it outlives the verdict's JSON, which
-// is written into bytes of its own or into withWindowCheck's caller's buffer.
+// windowScratch is withWindowCheck's copy of the engine's verdict with its checks,
+// observations and signature, recycled (windowScratches): nothing of it outlives the
+// verdict's JSON, which is written into bytes of its own or into withWindowCheck's caller's
+// buffer.
 type windowScratch struct {
 	w            verdict.Verdict
+	sig          verdict.Signature
 	checks       []verdict.Check
 	observations map[string]any
 }
@@ -215,7 +220,7 @@ const maxRecycledObservations = 32
 
 // recycle empties sc, dropping what it points to, and puts it back in windowScratches.
 func (sc *windowScratch) recycle() {
-	sc.w = verdict.Verdict{}
+	sc.w, sc.sig = verdict.Verdict{}, verdict.Signature{}
 	clear(sc.checks)
 	sc.checks = sc.checks[:0]
 	if len(sc.observations) > maxRecycledObservations {
@@ -225,16 +230,22 @@ func (sc *windowScratch) recycle() {
 	windowScratches.Put(sc)
 }
 
-// encodeInto is json.Marshal(v), written into b when b is not nil.
-func encodeInto(b *bytes.Buffer, v any) (json.RawMessage, error) {
+// encodeInto is v's JSON (verdict.Verdict.AppendJSON, what json.Marshal writes), written
+// into b when b is not nil, else bytes of its own, as many as it needs.
+func encodeInto(b *bytes.Buffer, v *verdict.Verdict) (json.RawMessage, error) {
 	if b == nil {
-		return json.Marshal(v)
+		b = verdictBuffers.Get().(*bytes.Buffer)
+		defer putVerdictBuffer(b)
+		raw, err := encodeInto(b, v)
+		return bytes.Clone(raw), err
 	}
 	b.Reset()
-	if err := json.NewEncoder(b).Encode(v); err != nil {
+	raw, err := v.AppendJSON(b.AvailableBuffer())
+	if err != nil {
 		return nil, err
 	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+	_, _ = b.Write(raw) // raw is b's own bytes unless b had to grow
+	return b.Bytes(), nil
 }
 
 // letWindowThrough applies a warn or audit policy to a failed spend_window check of w, as the

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"strconv"
 
 	"github.com/x402gate/x402gate/verdict"
@@ -54,7 +55,7 @@ func microUSD(usd float64, up bool) int64 {
 // the notional, else passed. The observation lists every window's state before the action.
 func SpendWindow(uses []WindowUse, notional *int64) (verdict.Check, Observation) {
 	o := &windowsObserved{Windows: make([]windowState, len(uses))}
-	caps := make([]windowCap, len(uses))
+	caps := make(windowCaps, len(uses))
 	for i, u := range uses {
 		o.Windows[i] = windowState{Asset: u.Window.Asset, LeftUSD: usdFloat(u.Left()), Period: u.Window.Period,
 			ReservedUSD: usdFloat(u.Reserved), UsedUSD: usdFloat(u.Committed)}
@@ -99,7 +100,45 @@ type (
 		CapUSD float64 `json:"capUsd"`
 		Period string  `json:"period"`
 	}
+	windowCaps []windowCap
 )
+
+// AppendJSON appends o's JSON, what encoding/json writes for it (a verdict.JSONAppender).
+func (o *windowsObserved) AppendJSON(b []byte) ([]byte, error) {
+	if o == nil {
+		return append(b, "null"...), nil
+	}
+	b = append(b, '{')
+	if o.NotionalUSD != nil {
+		var err error
+		if b, err = verdict.AppendJSONFloat(append(b, `"notionalUsd":`...), *o.NotionalUSD); err != nil {
+			return b, err
+		}
+		b = append(b, ',')
+	}
+	b, err := verdict.AppendJSONArray(append(b, `"windows":`...), o.Windows, appendWindowState)
+	return append(b, '}'), err
+}
+
+func appendWindowState(b []byte, w windowState) ([]byte, error) {
+	b = verdict.AppendJSONString(append(b, `{"asset":`...), w.Asset)
+	b, left := verdict.AppendJSONFloat(append(b, `,"leftUsd":`...), w.LeftUSD)
+	b = verdict.AppendJSONString(append(b, `,"period":`...), w.Period)
+	b, reserved := verdict.AppendJSONFloat(append(b, `,"reservedUsd":`...), w.ReservedUSD)
+	b, used := verdict.AppendJSONFloat(append(b, `,"usedUsd":`...), w.UsedUSD)
+	return append(b, '}'), errors.Join(left, reserved, used)
+}
+
+// AppendJSON appends c's JSON, what encoding/json writes for it (a verdict.JSONAppender).
+func (c windowCaps) AppendJSON(b []byte) ([]byte, error) {
+	return verdict.AppendJSONArray(b, c, appendWindowCap)
+}
+
+func appendWindowCap(b []byte, w windowCap) ([]byte, error) {
+	b = verdict.AppendJSONString(append(b, `{"asset":`...), w.Asset)
+	b, err := verdict.AppendJSONFloat(append(b, `,"capUsd":`...), w.CapUSD)
+	return append(verdict.AppendJSONString(append(b, `,"period":`...), w.Period), '}'), err
+}
 
 // SpendWindowNotChecked is the spend_window check of an action another check rejected.
 func SpendWindowNotChecked() verdict.Check {

@@ -57,8 +57,12 @@ func TestSpendWindowCheck(t *testing.T) {
 			if (c.Code == nil) != (tc.code == "") || c.Code != nil && *c.Code != tc.code {
 				t.Fatalf("code %v, want %q", c.Code, tc.code)
 			}
-			if got, want := testenv.JSON(t, obs), testenv.JSON(t, windowsAsMaps(tc.uses, tc.notional)); got != want {
+			want := testenv.JSON(t, windowsAsMaps(tc.uses, tc.notional))
+			if got := testenv.JSON(t, obs); got != want {
 				t.Fatalf("observation %s, want %s", got, want)
+			}
+			if got, err := obs.AppendJSON(nil); err != nil || string(got) != want {
+				t.Fatalf("observation's AppendJSON %s (%v), want %s", got, err, want)
 			}
 		})
 	}

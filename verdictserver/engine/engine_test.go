@@ -9,6 +9,7 @@ import (
 
 	"github.com/ethereum/go-ethereum/common"
 
+	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/verdict"
 	"github.com/x402gate/x402gate/verdictserver/engine/prices"
 	"github.com/x402gate/x402gate/verdictserver/engine/sanctions"
@@ -95,8 +96,8 @@ func checkOf(v *verdict.Verdict, id verdict.CheckID) verdict.Check {
 	return verdict.Check{}
 }
 
-// mustBeValid asserts the rules every verdict keeps: consistent, parsed back by the client's
-// strict parser to the same JSON, the twelve checks in table order, never pending.
+// mustBeValid asserts the rules every verdict keeps: consistent, written by AppendJSON as
+// encoding/json writes it, parsed back by the client's strict parser to the same JSON, the twelve checks in table order, never pending.
 func mustBeValid(t testing.TB, v *verdict.Verdict) []byte {
 	t.Helper()
 	if v == nil {
@@ -123,6 +124,9 @@ func mustBeValid(t testing.TB, v *verdict.Verdict) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if appended, err := v.AppendJSON(nil); err != nil || string(appended) != string(body) {
+		t.Fatalf("AppendJSON, which the service stores, is not encoding/json's (%v):\n%s\n%s", err, appended, body)
+	}
 	back, err := verdict.ParseVerdict(body, "test")
 	if err != nil {
 		t.Fatalf("the client refuses the verdict: %v\n%s", err, body)
@@ -132,6 +136,30 @@ func mustBeValid(t testing.TB, v *verdict.Verdict) []byte {
 		t.Fatalf("round trip changed the verdict:\n%s\n%s", body, again)
 	}
 	return body
+}
+
+// TestPaymentDecodedAction: a payment's evidence.decodedAction names its payee and token
+// checksummed (docs/policy.md#evidence) however the request wrote them, through Evaluate and
+// through Judge, whose memory is recycled.
+func TestPaymentDecodedAction(t *testing.T) {
+	const want = `{"amount":"10000","amounts":[{"amount":"10000","asset":"0x036CbD53842c5426634e7929541eC2318f3dCF7e"}],` +
+		`"asset":"0x036CbD53842c5426634e7929541eC2318f3dCF7e","assets":["0x036CbD53842c5426634e7929541eC2318f3dCF7e"],` +
+		`"chainId":84532,"kind":"x402.payment","payTo":"0x209693Bc6afc0C5328bA36FaF03C514EF312287C","protocol":"payment","rail":"x402",` +
+		`"recipients":["0x209693Bc6afc0C5328bA36FaF03C514EF312287C"],"resource":"https://api.example.com/report",` +
+		`"to":"0x209693Bc6afc0C5328bA36FaF03C514EF312287C"}`
+	e := newEngine(t, Config{}, Deps{})
+	in := Input{Escrow: escrow, ProposedTx: payment(set("payTo", strings.ToLower(payee.Hex())), set("asset", strings.ToLower(usdc.Hex()))),
+		Policy: mustPolicy(t, 3, basePolicy)}
+	if got := testenv.JSON(t, e.Evaluate(context.Background(), in).Evidence.DecodedAction); got != want {
+		t.Errorf("Evaluate's decodedAction\n%s, want\n%s", got, want)
+	}
+	for range 2 {
+		e.Judge(context.Background(), in, func(v *verdict.Verdict) {
+			if got := testenv.JSON(t, v.Evidence.DecodedAction); got != want {
+				t.Errorf("Judge's decodedAction\n%s, want\n%s", got, want)
+			}
+		})
+	}
 }
 
 func TestPaymentVerdicts(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ethereum/go-ethereum/common"
 
+	"github.com/x402gate/x402gate/verdict"
 	"github.com/x402gate/x402gate/verdictserver/engine/actions"
 	"github.com/x402gate/x402gate/verdictserver/engine/internal/intern"
 )
@@ -69,9 +70,9 @@ func (ev *evaluation) renderActionInto(out map[string]any, act *Action, depth in
 		out["stranded"] = ev.hexes(act.Stranded)
 	}
 	if act.Notional != nil && len(act.Notional) > 0 {
-		amounts := make([]map[string]any, len(act.Notional))
+		amounts := make(notionalAmounts, len(act.Notional))
 		for i, a := range act.Notional {
-			amounts[i] = map[string]any{"asset": ev.hexAny(a.Asset), "amount": decimal(a.Value)}
+			amounts[i] = notionalAmount{Amount: decimal(a.Value), Asset: ev.hexAny(a.Asset)}
 		}
 		out["amounts"] = amounts
 	}
@@ -177,6 +178,30 @@ type (
 		Size       any    `json:"size,omitempty"`
 	}
 )
+
+// notionalAmount is an entry of a priced action's decodedAction.amounts: its JSON is that of
+// the map {"amount", "asset"} (members in the order encoding/json writes a map's keys), in
+// one slice for every entry instead of a map each.
+type notionalAmount struct {
+	Amount any `json:"amount"`
+	Asset  any `json:"asset"`
+}
+
+type notionalAmounts []notionalAmount
+
+// AppendJSON appends a's JSON, what encoding/json writes for it (a verdict.JSONAppender).
+func (a notionalAmounts) AppendJSON(b []byte) ([]byte, error) {
+	return verdict.AppendJSONArray(b, a, appendNotional)
+}
+
+func appendNotional(b []byte, n notionalAmount) ([]byte, error) {
+	b, err := verdict.AppendJSONValue(append(b, `{"amount":`...), n.Amount)
+	if err != nil {
+		return b, err
+	}
+	b, err = verdict.AppendJSONValue(append(b, `,"asset":`...), n.Asset)
+	return append(b, '}'), err
+}
 
 func decimal(n *big.Int) any {
 	if n == nil {

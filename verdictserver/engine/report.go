@@ -171,6 +171,22 @@ type Observation struct {
 	Suggestion string `json:"suggestion,omitempty"`
 }
 
+// AppendJSON appends o's JSON, what encoding/json writes for it (a verdict.JSONAppender, so
+// that a verdict's JSON is written without reflection: verdict.Verdict.AppendJSON).
+func (o *Observation) AppendJSON(b []byte) ([]byte, error) {
+	if o == nil {
+		return append(b, "null"...), nil
+	}
+	b, err := verdict.AppendJSONValue(append(b, `{"expected":`...), o.Expected)
+	if err == nil {
+		b, err = verdict.AppendJSONValue(append(b, `,"observed":`...), o.Observed)
+	}
+	if o.Suggestion != "" {
+		b = verdict.AppendJSONString(append(b, `,"suggestion":`...), o.Suggestion)
+	}
+	return append(b, '}'), err
+}
+
 // verdictBox holds a verdict and what its pointers point to, allocated at once. A box
 // that Judge recycles keeps its maps and observations for the next verdict.
 type verdictBox struct {

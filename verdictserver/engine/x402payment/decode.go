@@ -68,11 +68,12 @@ func (Decoder) DecodeInto(tx map[string]any, _ common.Address, s *actions.Scratc
 	if !ok || !good {
 		return nil, actions.Fail("amount", "must be a decimal string of a positive integer below 2^256, without sign or leading zero")
 	}
-	payToHex := payTo.Hex()
 	act, _ := s.Action()
 	fields := act.Fields
-	fields["rail"], fields["to"], fields["payTo"] = verdict.RailX402, payToHex, payToHex
-	fields["asset"], fields["amount"] = asset.Hex(), amountStr
+	// addresses as they are: the evidence writes them checksummed (docs/policy.md#evidence)
+	var to any = payTo
+	fields["rail"], fields["to"], fields["payTo"] = verdict.RailX402, to, to
+	fields["asset"], fields["amount"] = asset, amountStr
 	if de := readTransfer(tx, fields); de != nil {
 		return nil, de
 	}
