@@ -37,7 +37,8 @@ type Config struct {
 	// expanded (AdminKeyHash checks that, and New calls it). Default: none; only agent keys with an admin scope reach
 	// the admin API.
 	AdminKey string `json:"admin_key,omitempty"`
-	// Workers is how many evaluations run at once. Default: 64 (DefaultWorkers).
+	// Workers is how many evaluations run at once, and how many submits are judged at once
+	// before they are stored (docs/verdict-api.md#lifecycle). Default: 64 (DefaultWorkers).
 	Workers int `json:"workers,omitempty"`
 	// Queue bounds the evaluations waiting for a worker. Default: 1024 (DefaultQueue).
 	Queue int `json:"queue,omitempty"`

@@ -346,3 +346,32 @@ func submitStoresItsVerdict(t *testing.T, st *store.Store) {
 		t.Fatalf("pending = %d %v, want only the record under spend windows", n, err)
 	}
 }
+
+// TestSubmitsJudgedAtOnceAreBoundedByWorkers: with Workers submits already being judged
+// at submit, the next one is not judged in its request but stored PENDING for the workers,
+// so judging at submit runs no more evaluations at once than the workers do.
+func TestSubmitsJudgedAtOnceAreBoundedByWorkers(t *testing.T) {
+	e := newEnv(t, nil, func(c *Config, _ *Deps) { c.Workers = 2 })
+	if err := e.srv.Close(); err != nil { // no worker judges anything from here on
+		t.Fatal(err)
+	}
+	a := e.agent("alice", common.HexToAddress("0xA11CE00000000000000000000000000000000001"), allowPolicy)
+	for range cap(e.srv.judging) {
+		e.srv.judging <- struct{}{} // two submits being judged
+	}
+	r := e.submit(a.Key, submitBody(a.Wallet, allowedPay, ""))
+	if r.status != http.StatusCreated {
+		t.Fatalf("submit = %d %s", r.status, r.raw)
+	}
+	if s := e.status(a.Key, r.body["requestHash"].(string)); s.status != http.StatusOK || s.body["verdict"] != nil {
+		t.Fatalf("approval-status with every judging slot taken = %d %s, want a null verdict (left to the workers)", s.status, s.raw)
+	}
+	<-e.srv.judging // one judging submit is done
+	r = e.submit(a.Key, submitBody(a.Wallet, allowedPay, ""))
+	if s := e.status(a.Key, r.body["requestHash"].(string)); s.body["verdict"] == nil {
+		t.Fatalf("approval-status with a judging slot free = %d %s, want the verdict", s.status, s.raw)
+	}
+	if n, err := e.st.CountPending(t.Context()); err != nil || n != 1 {
+		t.Fatalf("pending = %d %v, want the one submit that found no slot", n, err)
+	}
+}

@@ -75,6 +75,7 @@ type Server struct {
 	engine       engine.Engine
 	op           *Operator
 	workers      int
+	judging      chan struct{} // a token for each submit judged at once (judgeAtSubmit), at most workers
 	sweepEvery   time.Duration
 	limits       limiters
 	fees         *FeeSchedule
@@ -135,7 +136,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		sweepEvery: cmp.Or(deps.SweepInterval, DefaultSweepInterval), limits: newLimiters(perKey, perIP, deps.Redis), fees: fees,
 		adminKeyHash: adminKeyHash, clientIP: deps.ClientIP, signer: sg,
 		log: cmp.Or(deps.Logger, zap.NewNop()).Named("verdict"), now: deps.Now,
-		queue: make(chan job, cmp.Or(cfg.Queue, DefaultQueue)), inFlight: map[string]bool{}, retry: map[string]retryState{},
+		judging: make(chan struct{}, cmp.Or(cfg.Workers, DefaultWorkers)),
+		queue:   make(chan job, cmp.Or(cfg.Queue, DefaultQueue)), inFlight: map[string]bool{}, retry: map[string]retryState{},
 	}
 	s.policies, _ = simplelru.NewLRU[policyKey, *policy.Document](policyCacheSize, nil) // fails only for size <= 0
 	s.op = &Operator{store: deps.Store, srv: s}

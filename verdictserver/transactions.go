@@ -120,9 +120,17 @@ func accepted(t store.Transaction) record {
 // false, leaving t as it was, for what the workers judge instead: an agent whose policy
 // sets spend windows (an approval reserves in a transaction of its own, under the agent's
 // lock), and any record whose input cannot be prepared or whose verdict is not a terminal,
-// consistent one (the worker retries it and logs why). When it reports true, t holds the
-// verdict, its status and its policy version; the caller calls j.done once t is stored.
+// consistent one (the worker retries it and logs why), and any submit that finds Workers
+// submits already being judged, so that judging at submit runs no more evaluations at once
+// than the workers do. When it reports true, t holds the verdict, its status and its policy
+// version; the caller calls j.done once t is stored.
 func (s *Server) judgeAtSubmit(ctx context.Context, t *store.Transaction) (j judgement, judged bool) {
+	select {
+	case s.judging <- struct{}{}:
+		defer func() { <-s.judging }()
+	default:
+		return judgement{}, false
+	}
 	defer func() {
 		if v := recover(); v != nil { // the record goes to the workers, whose evaluation recovers too
 			s.log.Error("submit: the evaluation panicked; left to the workers", zap.String("requestHash", t.RequestHash), zap.Any("panic", v))
