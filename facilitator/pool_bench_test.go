@@ -3,11 +3,8 @@ package facilitator
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/x402gate/x402gate/internal/testenv"
 	"github.com/x402gate/x402gate/x402"
@@ -49,38 +46,13 @@ func benchSettlePool(b *testing.B, keys, conc int) {
 		}()
 	}
 	warm.Wait()
-	lat := make([]time.Duration, b.N)
-	var next, ok atomic.Int64
-	var wg sync.WaitGroup
-	b.ReportAllocs()
-	b.ResetTimer()
-	selfBefore, nodeBefore, refusedBefore := testenv.SelfCPU(), childrenCPU(), proxy.Refused()
-	start := time.Now()
-	for range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range jobs {
-				t0 := time.Now()
-				res, err := e.Settle(context.Background(), j.p, j.r)
-				lat[next.Add(1)-1] = time.Since(t0)
-				if err == nil && res.Success {
-					ok.Add(1)
-				} else {
-					b.Logf("settle = %+v, %v", res, err)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	self, node := testenv.SelfCPU()-selfBefore, childrenCPU()-nodeBefore
-	b.StopTimer()
-	slices.Sort(lat)
-	b.ReportMetric(float64(ok.Load())/elapsed.Seconds(), "settled/s")
-	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
-	b.ReportMetric(100*float64(ok.Load())/float64(b.N), "settled-%")
+	refusedBefore := proxy.Refused()
+	run := runSettles(b, e, jobs, conc, func(res x402.SettleResponse, err error) {
+		b.Logf("settle = %+v, %v", res, err)
+	})
+	b.ReportMetric(float64(run.ok)/run.elapsed.Seconds(), "settled/s")
+	b.ReportMetric(float64(run.lat[len(run.lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(100*float64(run.ok)/float64(b.N), "settled-%")
 	b.ReportMetric(float64(proxy.Refused()-refusedBefore), "refused")
-	b.ReportMetric(float64(self.Microseconds())/1000/float64(b.N), "cpu-ms/settle")
-	b.ReportMetric(float64(node.Microseconds())/1000/float64(b.N), "anvil-cpu-ms/settle")
+	run.reportCPU(b)
 }

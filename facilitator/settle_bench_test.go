@@ -44,14 +44,47 @@ func benchSettleConcurrent(b *testing.B, conc int) {
 	if res, err := e.Settle(context.Background(), p, r); err != nil || !res.Success {
 		b.Fatalf("warm-up settle = %+v, %v", res, err)
 	}
-	lat := make([]time.Duration, b.N)
-	var next, ok, failed atomic.Int64
 	signer := env.chain.FacilitatorAccount().Address
+	rpcBefore := e.order[0].Requests()
+	var first sync.Once
+	run := runSettles(b, e, jobs, conc, func(res x402.SettleResponse, err error) {
+		first.Do(func() {
+			// Say where the transactions are: a node that leaves ready transactions unmined
+			// in automine shows them pending here (bench/pipeline.md).
+			var pool map[string]any
+			env.chain.RPC(b, &pool, "txpool_status")
+			b.Logf("settle = %+v, %v; signer nonce mined %d, pending %d; txpool %v", res, err,
+				env.signerNonce(b, signer), env.pendingNonce(b, signer), pool)
+		})
+	})
+	rpcs := e.order[0].Requests() - rpcBefore
+	lat, elapsed := run.lat, run.elapsed
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "settles/s")
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[min(len(lat)-1, len(lat)*99/100)].Microseconds())/1000, "p99-ms")
+	b.ReportMetric(100*float64(run.ok)/float64(b.N), "settled-%")
+	run.reportCPU(b)
+	b.ReportMetric(float64(rpcs)/float64(b.N), "rpc/settle")
+}
+
+// settleRun is what runSettles measured.
+type settleRun struct {
+	lat        []time.Duration // each Settle's latency, sorted
+	ok         int64           // settles that succeeded
+	elapsed    time.Duration   // from the first Settle to the last answer
+	self, node time.Duration   // CPU time of this process and of the anvil node meanwhile
+}
+
+// runSettles settles every job of jobs through e from conc goroutines once the benchmark
+// timer is reset, and stops the timer after the last answer. onFail is called with each
+// settle that did not succeed.
+func runSettles(b *testing.B, e *Service, jobs chan settleJob, conc int, onFail func(x402.SettleResponse, error)) settleRun {
+	lat := make([]time.Duration, b.N)
+	var next, ok atomic.Int64
 	var wg sync.WaitGroup
 	b.ReportAllocs()
 	b.ResetTimer()
 	selfBefore, nodeBefore := testenv.SelfCPU(), childrenCPU()
-	rpcBefore := e.order[0].Requests()
 	start := time.Now()
 	for range conc {
 		wg.Add(1)
@@ -60,34 +93,27 @@ func benchSettleConcurrent(b *testing.B, conc int) {
 			for j := range jobs {
 				t0 := time.Now()
 				res, err := e.Settle(context.Background(), j.p, j.r)
-				d := time.Since(t0)
-				lat[next.Add(1)-1] = d
+				lat[next.Add(1)-1] = time.Since(t0)
 				if err == nil && res.Success {
 					ok.Add(1)
-				} else if failed.Add(1) == 1 {
-					// Say where the transactions are: a node that leaves ready transactions
-					// unmined in automine shows them pending here (bench/pipeline.md).
-					var pool map[string]any
-					env.chain.RPC(b, &pool, "txpool_status")
-					b.Logf("settle = %+v, %v; signer nonce mined %d, pending %d; txpool %v", res, err,
-						env.signerNonce(b, signer), env.pendingNonce(b, signer), pool)
+				} else {
+					onFail(res, err)
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	self, node := testenv.SelfCPU()-selfBefore, childrenCPU()-nodeBefore
-	rpcs := e.order[0].Requests() - rpcBefore
+	run := settleRun{lat: lat, ok: ok.Load(), elapsed: time.Since(start)}
+	run.self, run.node = testenv.SelfCPU()-selfBefore, childrenCPU()-nodeBefore
 	b.StopTimer()
 	slices.Sort(lat)
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "settles/s")
-	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
-	b.ReportMetric(float64(lat[min(len(lat)-1, len(lat)*99/100)].Microseconds())/1000, "p99-ms")
-	b.ReportMetric(100*float64(ok.Load())/float64(b.N), "settled-%")
-	b.ReportMetric(float64(self.Microseconds())/1000/float64(b.N), "cpu-ms/settle")
-	b.ReportMetric(float64(node.Microseconds())/1000/float64(b.N), "anvil-cpu-ms/settle")
-	b.ReportMetric(float64(rpcs)/float64(b.N), "rpc/settle")
+	return run
+}
+
+// reportCPU reports the CPU time per settle of this process and of the anvil node.
+func (r settleRun) reportCPU(b *testing.B) {
+	b.ReportMetric(float64(r.self.Microseconds())/1000/float64(b.N), "cpu-ms/settle")
+	b.ReportMetric(float64(r.node.Microseconds())/1000/float64(b.N), "anvil-cpu-ms/settle")
 }
 
 // settleJob is one payment a settle benchmark settles.
