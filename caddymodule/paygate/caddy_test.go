@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -79,12 +80,25 @@ func stopCaddy(t *testing.T) {
 }
 
 // do sends a request and returns the response with its body read.
-// afterReload waits until url answers over a fresh connection after an in-process
-// reload: a connection the old server accepted just before it stopped may be closed
-// unanswered (EOF), which is Caddy's reload and not ours. Send only requests that change
-// nothing (no payment header) to url. It returns the answer's status and body.
+// afterReload waits until the old server's listener is closed and url answers over a
+// fresh connection after an in-process reload. Caddy binds each config's listener with
+// SO_REUSEPORT and closes the old one only after caddy.Load returns, so until then the
+// kernel may queue a new connection on the old socket and reset it when that closes, or
+// the old server may close one it accepted just before it stopped (EOF): Caddy's reload,
+// not ours. Send only requests that change nothing (no payment header) to url. It returns
+// the answer's status and body.
 func afterReload(t *testing.T, url string) (int, string) {
 	t.Helper()
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; caddy.ListenerUsage("tcp", ":"+u.Port()) > 1; i++ {
+		if i == 3000 {
+			t.Fatalf("the old listener on :%s is still open 30 s after the reload", u.Port())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	c := &http.Client{Timeout: time.Minute, Transport: &http.Transport{DisableKeepAlives: true}}
 	for attempt := 1; ; attempt++ {
 		res, err := c.Get(url)
