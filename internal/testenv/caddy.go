@@ -222,14 +222,16 @@ func (c *Caddy) adminUp(client *http.Client) bool {
 
 // Reload replaces Caddy's config with caddyfile through the admin endpoint (POST /load,
 // Content-Type text/caddyfile), the way `caddy reload` does, and fails the test unless Caddy
-// accepted it and its networks are ready (WaitNetworks). The new config must keep
-// `admin {$CADDY_ADMIN}`.
+// accepted it, the old config's listeners are closed and its networks are ready
+// (WaitNetworks). The new config must keep `admin {$CADDY_ADMIN}`.
 func (c *Caddy) Reload(t testing.TB, caddyfile string) {
 	t.Helper()
 	if err := c.Load(caddyfile); err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
-	c.WaitNetworks(t, time.Now().Add(caddyLoadBound))
+	deadline := time.Now().Add(caddyLoadBound)
+	c.waitOldListenersClosed(t, deadline)
+	c.WaitNetworks(t, deadline)
 }
 
 // Load is Reload returning an error instead of failing the test, for configs Caddy must refuse
