@@ -38,7 +38,8 @@ type VerdictClientConfig struct {
 	// replace the prompt derived from the payment. Default false (docs/verdict.md#paymentaction).
 	AllowPromptOverride bool
 	// HTTPClient sends the requests; it is copied and never follows redirects. Default: a
-	// client on http.DefaultTransport.
+	// client with http.DefaultTransport's settings that keeps up to 256 idle connections
+	// to the service (the default keeps 2).
 	HTTPClient *http.Client
 	// Assets names token symbols and decimals in the derived prompt. Default: the
 	// built-in networks (x402.NewRegistry).

@@ -35,7 +35,8 @@ type GuardianOptions struct {
 	// AllowPromptOverride lets an unsigned arbiterUserPrompt replace the prompt derived
 	// from the payment action. Default false: the prompt is always derived.
 	AllowPromptOverride bool
-	// HTTPClient sends the requests. Default: a client on http.DefaultTransport.
+	// HTTPClient sends the requests. Default: a client with http.DefaultTransport's
+	// settings that keeps up to 256 idle connections to the service (the default keeps 2).
 	HTTPClient *http.Client
 	// Assets resolves token decimals and symbols for the derived prompt. Default: the
 	// built-in networks (x402.NewRegistry).

@@ -87,7 +87,8 @@ type ClientConfig struct {
 	// DefaultSettleTimeout (60 s).
 	SettleTimeout time.Duration
 	// HTTPClient sends the requests; it is copied, and the copy never follows redirects.
-	// Default: a client on http.DefaultTransport.
+	// Default: a client with http.DefaultTransport's settings that keeps up to 256 idle
+	// connections to the service (the default keeps 2).
 	HTTPClient *http.Client
 	// MaxResponseBytes caps an answer. Default: DefaultMaxResponseBytes (1 MiB).
 	MaxResponseBytes int64

@@ -18,6 +18,7 @@ import (
 	"github.com/ethereum/go-ethereum/rpc"
 	"go.uber.org/zap"
 
+	"github.com/x402gate/x402gate/internal/jsonhttp"
 	"github.com/x402gate/x402gate/internal/redact"
 )
 
@@ -49,7 +50,8 @@ type Node struct {
 // is not contacted: the first call connects. Errors never carry the URL.
 func Dial(network, url string, timeout time.Duration, log *zap.Logger) (*Node, error) {
 	red := redact.URL(url, "rpc")
-	rt := &countingTransport{next: http.DefaultTransport}
+	// Settles at once share the endpoint: keep their connections (jsonhttp.NewTransport).
+	rt := &countingTransport{next: jsonhttp.NewTransport()}
 	rc, err := rpc.DialOptions(context.Background(), url, rpc.WithHTTPClient(&http.Client{Timeout: timeout, Transport: rt}))
 	if err != nil {
 		return nil, fmt.Errorf("network %s: dial: %w: %s", network, ErrRPCUnavailable, red.Replace(err.Error()))

@@ -3,9 +3,12 @@ package jsonhttp
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -90,5 +93,56 @@ func TestDoReportsTheCallersContext(t *testing.T) {
 	_, err := New(nil, 0, time.Minute).Do(ctx, Request{Method: http.MethodGet, URL: srv.URL})
 	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnreachable) {
 		t.Fatalf("err = %v, want the caller's deadline, not ErrUnreachable", err)
+	}
+}
+
+// TestConcurrentCallsKeepTheirConnections makes rounds of calls at once through a Client
+// made without an http.Client: the connections of the first round serve the later ones.
+// On http.DefaultTransport, which keeps 2 idle connections to a host, every round but
+// the first would open 14 more.
+func TestConcurrentCallsKeepTheirConnections(t *testing.T) {
+	const conc, rounds = 16, 4
+	var opened atomic.Int64
+	var (
+		mu      sync.Mutex
+		release = make(chan struct{})
+		arrived sync.WaitGroup
+	)
+	round := func() chan struct{} { mu.Lock(); defer mu.Unlock(); return release }
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived.Done()
+		<-round() // every call of the round is in flight at once
+		w.Write([]byte(`{}`))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			opened.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	c := New(nil, 0, time.Minute)
+	for range rounds {
+		arrived.Add(conc)
+		errs := make(chan error, conc)
+		for range conc {
+			go func() {
+				_, err := c.Do(context.Background(), Request{Method: http.MethodPost, URL: srv.URL, Body: []byte(`{}`)})
+				errs <- err
+			}()
+		}
+		arrived.Wait()
+		close(round())
+		for range conc {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		mu.Lock()
+		release = make(chan struct{})
+		mu.Unlock()
+	}
+	if n := opened.Load(); n != conc {
+		t.Errorf("%d rounds of %d calls at once opened %d connections, want %d (one per call of a round, kept)", rounds, conc, n, conc)
 	}
 }
