@@ -248,9 +248,9 @@ func (e *env) paid() {
 				logf("paid c=%d round %d/%d: %s, %s", conc, r+1, e.c.paidRounds, s.name, e.c.paidDur)
 				quiesce()
 				res := e.paidRun(s.url, conc, n, s.pids)
-				logf("  %d ok / %d failed, %.1f/s, p50 %.1f ms, p99 %.1f ms, chain p50 %.1f ms, overhead p50 %.1f ms, server CPU %.0f%% of a core; %s %s",
-					res.ok, res.failed, res.rate(), ms(pct(res.lat, .5)), ms(pct(res.lat, .99)), ms(pct(res.chain, .5)), ms(pct(res.overhead, .5)),
-					100*res.cpu/res.elapsed.Seconds(), res.usage, res.topReasons())
+				logf("  %d ok / %d failed, %.1f/s, p50 %.1f ms, p99 %.1f ms, chain p50/p99 %.1f/%.1f ms, overhead p50/p99 %.1f/%.1f ms, server CPU %.0f%% of a core; %s; node calls per request: %s %s",
+					res.ok, res.failed, res.rate(), ms(pct(res.lat, .5)), ms(pct(res.lat, .99)), ms(pct(res.chain, .5)), ms(pct(res.chain, .99)), ms(pct(res.overhead, .5)), ms(pct(res.overhead, .99)),
+					100*res.cpu/res.elapsed.Seconds(), res.usage, res.rpcPerRequest(), res.topReasons())
 				runs[i] = append(runs[i], res)
 			}
 		}
