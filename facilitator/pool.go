@@ -5,6 +5,7 @@ import (
 	"crypto/ecdsa"
 	"errors"
 	"math/big"
+	"slices"
 	"sync"
 	"time"
 
@@ -41,14 +42,29 @@ type pool struct {
 	// onFunds, when set, is told each time a lane leaves the pool (false) or comes back.
 	onFunds func(addr common.Address, funded bool)
 
-	mu   sync.Mutex
-	wake chan struct{} // closed and replaced when a lane frees a slot or comes back
-	next int           // where the next tie-break starts, so that equal lanes take turns
+	mu sync.Mutex
+	// waiting are the settles waiting for a slot, in the order they came: a freed slot goes
+	// to the first one that may take it, so no settle waits behind later ones.
+	waiting []*laneWaiter
+	next    int // where the next tie-break starts, so that equal lanes take turns
+}
+
+// laneWaiter is one settle waiting in acquire; got receives its lane or its error once.
+type laneWaiter struct {
+	only *lane
+	got  chan laneGrant // buffered: dispatch never blocks on it
+}
+
+// laneGrant is what a waiting settle is given: a lane whose slot is taken for it, or the
+// error that every lane it may take is out of the pool.
+type laneGrant struct {
+	ln  *lane
+	err error
 }
 
 // newPool makes the lanes of keys on one chain, each with a sender of its own.
 func newPool(node *txsender.Node, chainID *big.Int, keys []*ecdsa.PrivateKey, max int, min *big.Int, log *zap.Logger) *pool {
-	p := &pool{max: max, min: min, wake: make(chan struct{})}
+	p := &pool{max: max, min: min}
 	for _, k := range keys {
 		p.lanes = append(p.lanes, &lane{addr: crypto.PubkeyToAddress(k.PublicKey), sender: txsender.New(node, chainID, k, log)})
 	}
@@ -70,28 +86,63 @@ func (p *pool) laneOf(addr common.Address) (*lane, bool) {
 
 // acquire takes a slot of a lane for one settlement: of only when set (an upto settle must
 // come from the address its witness names), else the lane in the pool with the fewest in
-// flight. It waits while every such lane is full, until ctx ends. It fails with
-// ErrRelayerInsufficientFunds at once when every such lane is out of the pool.
+// flight. While every such lane is full it waits, first come first served, until a slot
+// frees or ctx ends. It fails with ErrRelayerInsufficientFunds at once, or while it
+// waits, when every such lane is out of the pool.
 func (p *pool) acquire(ctx context.Context, only *lane) (*lane, error) {
-	for {
-		p.mu.Lock()
-		ln, funded := p.pick(only)
-		if ln != nil {
-			ln.pending++
-			p.mu.Unlock()
-			return ln, nil
-		}
-		wake := p.wake
+	p.mu.Lock()
+	// Every settle waiting now may take none of the free lanes (dispatch has handed them
+	// out), so a free lane taken here is not taken from one of them.
+	ln, funded := p.pick(only)
+	switch {
+	case ln != nil:
+		ln.pending++
 		p.mu.Unlock()
-		if !funded {
-			return nil, ErrRelayerInsufficientFunds
-		}
-		select {
-		case <-wake:
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		return ln, nil
+	case !funded:
+		p.mu.Unlock()
+		return nil, ErrRelayerInsufficientFunds
+	}
+	w := &laneWaiter{only: only, got: make(chan laneGrant, 1)}
+	p.waiting = append(p.waiting, w)
+	p.mu.Unlock()
+	select {
+	case g := <-w.got:
+		return g.ln, g.err
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	if i := slices.Index(p.waiting, w); i >= 0 {
+		p.waiting = slices.Delete(p.waiting, i, i+1)
+		p.mu.Unlock()
+		return nil, ctx.Err()
+	}
+	p.mu.Unlock()
+	// Granted as ctx ended: give the slot back to the next in line.
+	if g := <-w.got; g.ln != nil {
+		p.release(g.ln, nil)
+	}
+	return nil, ctx.Err()
+}
+
+// dispatch hands freed slots to the waiting settles in the order they came, and fails
+// those whose every lane is out of the pool. The caller holds p.mu.
+func (p *pool) dispatch() {
+	kept := p.waiting[:0]
+	for _, w := range p.waiting {
+		ln, funded := p.pick(w.only)
+		switch {
+		case ln != nil:
+			ln.pending++
+			w.got <- laneGrant{ln: ln}
+		case !funded:
+			w.got <- laneGrant{err: ErrRelayerInsufficientFunds}
+		default:
+			kept = append(kept, w)
 		}
 	}
+	clear(p.waiting[len(kept):])
+	p.waiting = kept
 }
 
 // pick returns the free lane with the fewest settlements in flight (nil when all are
@@ -125,7 +176,7 @@ func (p *pool) release(ln *lane, spent *big.Int) {
 		ln.balance = new(big.Int).Sub(ln.balance, spent)
 		p.judge(ln)
 	}
-	p.signal()
+	p.dispatch()
 	p.mu.Unlock()
 }
 
@@ -135,7 +186,7 @@ func (p *pool) setBalance(ln *lane, bal *big.Int) {
 	defer p.mu.Unlock()
 	ln.balance = bal
 	p.judge(ln)
-	p.signal()
+	p.dispatch()
 }
 
 // judge takes ln out of the pool when its known balance is under min, and back in when
@@ -149,12 +200,6 @@ func (p *pool) judge(ln *lane) {
 	if p.onFunds != nil {
 		p.onFunds(ln.addr, !out)
 	}
-}
-
-// signal wakes the settles waiting for a lane. The caller holds p.mu.
-func (p *pool) signal() {
-	close(p.wake)
-	p.wake = make(chan struct{})
 }
 
 // LaneInfo is one signer lane of a network's pool, as Service.Lanes reports it.

@@ -64,7 +64,7 @@ func (v *testEnv) settleOK(t *testing.T, e *Service, cfg Config, payer testenv.A
 // settlements in flight; a lane out of the pool or full is passed over; ties take turns.
 func TestPoolPicksTheLeastBusyLane(t *testing.T) {
 	lanes := []*lane{{pending: 3}, {pending: 1}, {pending: 2}, {pending: 0, out: true}}
-	p := &pool{lanes: lanes, max: 3, wake: make(chan struct{})}
+	p := &pool{lanes: lanes, max: 3}
 	for i := range 3 {
 		ln, funded := p.pick(nil)
 		if ln != lanes[1] || !funded {
