@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	mathrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -153,13 +154,39 @@ func waitHTTP(p *proc, url string) error {
 	return fmt.Errorf("%s did not answer %s within 60s; see %s", p.name, url, p.log)
 }
 
+// Ports of the servers bench starts: below Linux's default ephemeral range (32768-60999),
+// so the port of an outgoing connection, which the kernel takes from that range, is never
+// one that a server is about to bind (a port from net.Listen(":0") was, once: the run
+// failed to start Caddy).
+const (
+	portLow  = 20000
+	portHigh = 32000
+)
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
+
+// freePort returns a loopback port between portLow and portHigh that nothing listens on
+// and that no earlier call returned.
 func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(fatalError{fmt.Sprintf("free port: %v", err)})
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 1000 {
+		port := portLow + mathrand.IntN(portHigh-portLow)
+		if portsGiven[port] {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue // taken
+		}
+		l.Close()
+		portsGiven[port] = true
+		return port
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	panic(fatalError{fmt.Sprintf("free port: none free between %d and %d", portLow, portHigh)})
 }
 
 // cpuSeconds is the user+system CPU time of pid so far (/proc/PID/stat, in clock ticks of 1/100 s).
