@@ -302,6 +302,14 @@ func (e *env) paid() {
 		ovRow := row{section: sec, measure: fmt.Sprintf("c=%d: overhead beyond the chain, p50 (ms)", conc), ours: fmt.Sprintf("%.1f", med(0, ov)), peer: fmt.Sprintf("%.1f", med(1, ov)), ratio: med(1, ov) / med(0, ov), higherBetter: true,
 			note: fmt.Sprintf("total minus eth_sendRawTransaction→receipt (p50 of that chain part: ours %.1f ms, peer %.1f ms); server CPU: ours %.0f%%, peer %.0f%% of one core", med(0, ch), med(1, ch), med(0, cpu), med(1, cpu))}
 		if conc == 1 {
+			quiesce()
+			fl := e.measureFloor()
+			logf("  floor: %s", fl)
+			if fl.commit > 0 && fl.roundTrip > 0 {
+				ovRow.note += "; " + fl.String()
+				e.rep.add(row{section: sec, measure: "c=1: floor of the waits our promises require (ms)", ours: fmt.Sprintf("%.2f", ms(fl.total())), peer: "–",
+					note: fl.String() + "; " + fl.against(time.Duration(goalByID("1a").bound*float64(time.Millisecond))) + " (bench/paid-request.md)"})
+			}
 			e.rep.addGoal(ovRow, "1a", measured(0, overheads)*med(0, ov))
 		} else {
 			e.rep.add(ovRow)
